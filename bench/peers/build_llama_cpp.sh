@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Builds llama.cpp, the peer we measure against, from the llama-cpp-python sdist
+# on PyPI (the only registry that carries its source here). Not run by CI: it
+# takes ~10 minutes on 2 cores. Output: bench/peers/.work/llama.cpp/build/bin
+# with libllama.so, llama-bench and llama-tokenize, plus the llama_cpp Python
+# bindings (pure Python over that library) in .work/llama_cpp_python.
+set -euo pipefail
+VERSION=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}
+here=$(cd "$(dirname "$0")" && pwd)
+work="$here/.work"
+mkdir -p "$work"
+cd "$work"
+if [ ! -f "llama_cpp_python-$VERSION.tar.gz" ]; then
+  pip download --no-deps --no-binary :all: "llama-cpp-python==$VERSION" -d . >/dev/null
+fi
+if [ ! -d "llama_cpp_python-$VERSION" ]; then
+  tar xzf "llama_cpp_python-$VERSION.tar.gz"
+fi
+ln -sfn "llama_cpp_python-$VERSION/vendor/llama.cpp" llama.cpp
+ln -sfn "llama_cpp_python-$VERSION" llama_cpp_python
+cmake -S llama.cpp -B llama.cpp/build -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DBUILD_SHARED_LIBS=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DGGML_NATIVE=ON \
+  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF >/dev/null
+ninja -C llama.cpp/build -j"$(nproc)" llama llama-bench llama-tokenize
+pip install -q numpy diskcache jinja2 typing_extensions
+echo "built: $work/llama.cpp/build/bin"

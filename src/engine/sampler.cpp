@@ -1,0 +1,62 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_set>
+
+namespace cs {
+
+int32_t argmax(std::span<const float> v) {
+  return int32_t(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+Sampler::Sampler(SamplingParams p) : p_(p), rng_(p.seed) {}
+
+int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
+  work_.assign(logits.begin(), logits.end());
+  if (p_.repeat_penalty != 1.0f && p_.repeat_last_n != 0) {
+    const size_t n = p_.repeat_last_n < 0 ? history.size()
+                                          : std::min(history.size(), size_t(p_.repeat_last_n));
+    std::unordered_set<int32_t> seen(history.end() - long(n), history.end());
+    for (int32_t id : seen) {
+      if (id < 0 || size_t(id) >= work_.size()) continue;
+      float& l = work_[size_t(id)];
+      l = l > 0 ? l / p_.repeat_penalty : l * p_.repeat_penalty;
+    }
+  }
+  if (p_.temperature <= 0.0f) return argmax(work_);
+
+  cand_.clear();
+  for (size_t i = 0; i < work_.size(); ++i) cand_.emplace_back(work_[i] / p_.temperature, int32_t(i));
+  auto by_logit = [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
+  size_t keep = cand_.size();
+  if (p_.top_k > 0 && size_t(p_.top_k) < keep) keep = size_t(p_.top_k);
+  std::partial_sort(cand_.begin(), cand_.begin() + long(keep), cand_.end(), by_logit);
+  cand_.resize(keep);
+  // Softmax over the kept candidates, then the smallest prefix reaching top_p.
+  const float m = cand_[0].first;
+  double sum = 0;
+  for (auto& c : cand_) sum += (c.first = std::exp(c.first - m));
+  if (p_.top_p < 1.0f) {
+    double acc = 0;
+    size_t k = 0;
+    while (k < cand_.size()) {
+      acc += cand_[k++].first / sum;
+      if (acc >= p_.top_p) break;
+    }
+    cand_.resize(k);
+    sum = 0;
+    for (auto& c : cand_) sum += c.first;
+  }
+  std::uniform_real_distribution<double> u(0.0, sum);
+  double r = u(rng_);
+  for (auto& c : cand_) {
+    r -= c.first;
+    if (r <= 0) return c.second;
+  }
+  return cand_.back().second;
+}
+
+}  // namespace cs

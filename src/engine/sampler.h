@@ -1,0 +1,37 @@
+// Turns a row of logits into the next token: repetition penalty, then greedy
+// (temperature 0) or temperature + top-k + top-p sampling from a seeded
+// generator, so a given seed reproduces the same tokens. One per sequence.
+#pragma once
+#include <cstdint>
+#include <random>
+#include <span>
+#include <vector>
+
+namespace cs {
+
+struct SamplingParams {
+  float temperature = 0.0f;  // 0 = greedy
+  int top_k = 0;             // 0 = off
+  float top_p = 1.0f;        // 1 = off
+  float repeat_penalty = 1.0f;  // 1 = off; CTRL-style: logit / p if > 0 else logit * p
+  int repeat_last_n = 64;    // how many recent tokens the penalty looks at
+  uint64_t seed = 0;
+};
+
+class Sampler {
+ public:
+  explicit Sampler(SamplingParams p);
+  // Picks a token from `logits` given the tokens so far (for the penalty).
+  int32_t sample(std::span<const float> logits, std::span<const int32_t> history);
+
+ private:
+  SamplingParams p_;
+  std::mt19937_64 rng_;
+  std::vector<std::pair<float, int32_t>> cand_;
+  std::vector<float> work_;
+};
+
+// The index of the largest value (the lowest index on ties).
+int32_t argmax(std::span<const float> v);
+
+}  // namespace cs

@@ -1,0 +1,52 @@
+// The model's view of KV storage. The Llama forward pass writes each layer's
+// K and V through store() and reads attention through attend(); it never sees
+// how KV is laid out. A contiguous per-sequence cache implements it today; the
+// prefix-aware chunk cache plugs in behind the same calls.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "base/error.h"
+
+namespace cs {
+
+// The tokens of one forward call. Tokens of several sequences may be mixed;
+// within a sequence they are in order and follow what that sequence already
+// cached. Position IDs (RoPE) are free: they need not be contiguous.
+struct Batch {
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> pos;     // RoPE position id per token
+  std::vector<int32_t> seq;     // sequence id per token
+  std::vector<uint8_t> logits;  // 1 = the caller wants this token's logits
+
+  void add(int32_t token, int32_t position, int32_t sequence, bool want_logits) {
+    tokens.push_back(token);
+    pos.push_back(position);
+    seq.push_back(sequence);
+    logits.push_back(want_logits);
+  }
+  int size() const { return int(tokens.size()); }
+};
+
+// Thrown by begin_batch when the cache cannot hold the batch; nothing is
+// changed, so the caller can shrink the batch, queue or preempt.
+class KvFull : public Error {
+ public:
+  using Error::Error;
+};
+
+class KvStore {
+ public:
+  virtual ~KvStore() = default;
+  // Reserves room for the batch's tokens at the end of their sequences.
+  // Throws KvFull (no change made) when there is no room.
+  virtual void begin_batch(const Batch& batch) = 0;
+  // K and V of one layer for every token of the batch, rows of
+  // n_kv_heads * head_dim floats.
+  virtual void store(int layer, const float* k, const float* v) = 0;
+  // Causal attention for one layer: each query row (n_heads * head_dim) sees
+  // its own sequence's cached tokens up to and including itself.
+  virtual void attend(int layer, const float* q, float* out) = 0;
+};
+
+}  // namespace cs

@@ -1,0 +1,28 @@
+// Chat templates: turn role messages into the prompt text the model was tuned
+// on. The style is read from the GGUF's tokenizer.chat_template (ChatML when it
+// uses <|im_start|>, Llama-2 when it uses [INST]), else chosen by vocabulary
+// (gpt2 -> ChatML, llama -> Llama-2). A default system message written into
+// a ChatML template (as SmolLM2's is) is added when the chat has none.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace cs {
+
+struct ChatMessage {
+  std::string role;  // "system", "user", "assistant"
+  std::string content;
+};
+
+enum class ChatStyle { kChatML, kLlama2 };
+
+struct ChatTemplate {
+  ChatStyle style = ChatStyle::kChatML;
+  std::string default_system;  // may be empty
+
+  static ChatTemplate detect(const std::string& template_text, const std::string& vocab_model);
+  // The prompt, ending where the assistant's reply begins.
+  std::string apply(const std::vector<ChatMessage>& messages) const;
+};
+
+}  // namespace cs

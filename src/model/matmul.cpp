@@ -1,0 +1,139 @@
+#include "model/matmul.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "base/cpu.h"
+#include "base/f16.h"
+
+namespace cs {
+
+Weight make_weight(GgmlType type, int64_t rows, int64_t cols, const uint8_t* data) {
+  Weight w;
+  w.type = type;
+  w.rows = rows;
+  w.cols = cols;
+  const TypeInfo info = *type_info(uint32_t(type));
+  w.row_bytes = size_t(cols) / info.block_elems * info.block_bytes;
+  w.data = data;
+  if (type == GgmlType::F16 || type == GgmlType::BF16 || type == GgmlType::F32) {
+    w.owned.resize(size_t(rows * cols));
+    dequantize_row(type, data, w.owned.data(), w.owned.size());
+    w.type = GgmlType::F32;
+    w.row_bytes = size_t(cols) * 4;
+    w.data = reinterpret_cast<const uint8_t*>(w.owned.data());
+  }
+  return w;
+}
+
+void quantize_q8(const float* x, size_t n, BlockQ8* out) {
+  for (size_t b = 0; b < n / kQBlock; ++b, x += kQBlock) {
+    float amax = 0;
+    for (int j = 0; j < kQBlock; ++j) amax = std::max(amax, std::fabs(x[j]));
+    // Scale and inverse as llama.cpp computes them, so the rounded values
+    // (and hence results on models with outlier activations) agree with it.
+    const float d = amax / 127.0f;
+    const float id = amax != 0 ? 127.0f / amax : 0.0f;
+    int sum = 0;
+    for (int j = 0; j < kQBlock; ++j) {
+      const int q = int(std::nearbyint(x[j] * id));
+      out[b].qs[j] = int8_t(q);
+      sum += q;
+    }
+    out[b].d = f16_to_f32(f32_to_f16(d));
+    out[b].s = f16_to_f32(f32_to_f16(d * float(sum)));
+  }
+}
+
+void qdot_scalar(GgmlType type, const uint8_t* rows, size_t row_bytes, int n_rows,
+                 const BlockQ8* acts, int nb, int n_tok, float* y, int ldy) {
+  for (int r = 0; r < n_rows; ++r) {
+    const uint8_t* row = rows + size_t(r) * row_bytes;
+    for (int t = 0; t < n_tok; ++t) {
+      const BlockQ8* a = acts + size_t(t) * nb;
+      float sum = 0;
+      for (int b = 0; b < nb; ++b) {
+        int isum = 0;
+        float dw, off;
+        if (type == GgmlType::Q8_0) {
+          const auto* blk = reinterpret_cast<const BlockQ8_0*>(row) + b;
+          for (int j = 0; j < 32; ++j) isum += int(blk->qs[j]) * a[b].qs[j];
+          dw = f16_to_f32(blk->d);
+          off = 0;
+        } else {
+          const bool q41 = type == GgmlType::Q4_1;
+          const uint8_t* qs = q41 ? reinterpret_cast<const BlockQ4_1*>(row)[b].qs
+                                  : reinterpret_cast<const BlockQ4_0*>(row)[b].qs;
+          for (int j = 0; j < 16; ++j)
+            isum += (qs[j] & 0xf) * a[b].qs[j] + (qs[j] >> 4) * a[b].qs[j + 16];
+          dw = f16_to_f32(q41 ? reinterpret_cast<const BlockQ4_1*>(row)[b].d
+                              : reinterpret_cast<const BlockQ4_0*>(row)[b].d);
+          const float mw =
+              q41 ? f16_to_f32(reinterpret_cast<const BlockQ4_1*>(row)[b].m) : -8.0f * dw;
+          off = mw * a[b].s;
+        }
+        sum += dw * a[b].d * float(isum) + off;
+      }
+      y[size_t(t) * ldy + r] = sum;
+    }
+  }
+}
+
+namespace {
+
+QDotKernel pick_kernel() {
+  switch (cpu_isa()) {
+    case Isa::kAvx512: return qdot_avx512;
+    case Isa::kAvx2: return qdot_avx2;
+    default: return qdot_scalar;
+  }
+}
+
+// Rows per task: small enough to balance two cores, large enough that the
+// activations stay in L1 while a tile of rows streams past.
+constexpr int kRowTile = 16;
+
+void matmul_f32(const Weight& w, const float* x, int n_tok, float* y) {
+  const auto* W = reinterpret_cast<const float*>(w.data);
+  const int64_t rows = w.rows, cols = w.cols;
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* wr = W + r * cols;
+    for (int t = 0; t < n_tok; ++t) {
+      const float* xt = x + size_t(t) * cols;
+      float s = 0;
+#pragma omp simd reduction(+ : s)
+      for (int64_t c = 0; c < cols; ++c) s += wr[c] * xt[c];
+      y[size_t(t) * rows + r] = s;
+    }
+  }
+}
+
+}  // namespace
+
+void matmul(const Weight& w, const float* x, int n_tok, float* y, std::vector<BlockQ8>& scratch) {
+  if (w.type == GgmlType::F32) return matmul_f32(w, x, n_tok, y);
+  const int nb = int(w.cols / kQBlock);
+  scratch.resize(size_t(n_tok) * nb);
+  BlockQ8* acts = scratch.data();
+#pragma omp parallel for schedule(static) if (n_tok > 1)
+  for (int t = 0; t < n_tok; ++t) quantize_q8(x + size_t(t) * w.cols, size_t(w.cols), acts + size_t(t) * nb);
+
+  const QDotKernel kernel = pick_kernel();
+  const int64_t n_tiles = (w.rows + kRowTile - 1) / kRowTile;
+  // Token tiles bound the activation working set for long prefills.
+  constexpr int kTokTile = 64;
+#pragma omp parallel for schedule(static) collapse(2)
+  for (int t0 = 0; t0 < n_tok; t0 += kTokTile) {
+    for (int64_t i = 0; i < n_tiles; ++i) {
+      const int64_t r0 = i * kRowTile;
+      const int nr = int(std::min<int64_t>(kRowTile, w.rows - r0));
+      const int nt = std::min(kTokTile, n_tok - t0);
+      kernel(w.type, w.data + size_t(r0) * w.row_bytes, w.row_bytes, nr, acts + size_t(t0) * nb, nb,
+             nt, y + size_t(t0) * w.rows + r0, int(w.rows));
+    }
+  }
+}
+
+}  // namespace cs

@@ -1,0 +1,45 @@
+// Matrix products of model weights with activations: y[t] = W x[t] for a batch
+// of token rows. Quantized weights (Q4_0, Q4_1, Q8_0) are used in place, read
+// from the GGUF mapping: the activations are quantized to 8-bit blocks and the
+// products are integer dot products (AVX-512 VNNI or AVX2), the same scheme as
+// llama.cpp so that results agree with it to rounding. Float weights (F32, F16,
+// BF16) are widened to fp32 once at load. Multithreaded over output rows.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "model/ggml_types.h"
+
+namespace cs {
+
+// A rows x cols weight matrix, row-major (GGUF ne[0] = cols).
+struct Weight {
+  GgmlType type = GgmlType::F32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  const uint8_t* data = nullptr;
+  size_t row_bytes = 0;
+  std::vector<float> owned;  // fp32 copy when the file's type is a plain float
+};
+
+// Wraps tensor data. Plain-float types are converted to an owned fp32 copy.
+Weight make_weight(GgmlType type, int64_t rows, int64_t cols, const uint8_t* data);
+
+// Quantizes n values (n % 32 == 0) into n/32 blocks.
+void quantize_q8(const float* x, size_t n, BlockQ8* out);
+
+// y[t * w.rows + r] = sum_c W[r][c] * x[t * w.cols + c] for t < n_tok.
+// `scratch` is reused between calls to hold quantized activations.
+void matmul(const Weight& w, const float* x, int n_tok, float* y, std::vector<BlockQ8>& scratch);
+
+// Row-block dot kernels, one per ISA, exposed for tests: computes the dot of
+// n_rows rows (starting at `rows`, row_bytes apart) with n_tok activation rows of
+// `nb` blocks each (acts[t*nb ...]), into y[t * ldy + r].
+using QDotKernel = void (*)(GgmlType type, const uint8_t* rows, size_t row_bytes, int n_rows,
+                            const BlockQ8* acts, int nb, int n_tok, float* y, int ldy);
+void qdot_scalar(GgmlType, const uint8_t*, size_t, int, const BlockQ8*, int, int, float*, int);
+void qdot_avx2(GgmlType, const uint8_t*, size_t, int, const BlockQ8*, int, int, float*, int);
+void qdot_avx512(GgmlType, const uint8_t*, size_t, int, const BlockQ8*, int, int, float*, int);
+
+}  // namespace cs

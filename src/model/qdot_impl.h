@@ -1,0 +1,106 @@
+// Integer block-dot kernel shared by the AVX2 and AVX-512 translation units.
+// Included only by qdot_avx2.cpp / qdot_avx512.cpp, each of which supplies
+// `Ops` (its 32-byte unsigned x signed int8 dot product) and is compiled with
+// its own target flags. Everything here is in an anonymous namespace of the
+// including file, so no inline code compiled for AVX-512 can leak into the
+// rest of the program through the linker.
+//
+// Per block of 32: sum_j w_j * x_j = dw * dx * sum_j q_j * p_j (+ m * s for Q4_1,
+// -8 * dw * s for Q4_0, where s = dx * sum_j p_j).
+#include <immintrin.h>
+
+#include "model/ggml_types.h"
+
+namespace {
+
+using cs::BlockQ8;
+using cs::GgmlType;
+
+inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
+
+inline __m256i unpack_nibbles(const uint8_t* qs) {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i m = _mm_set1_epi8(0x0f);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
+}
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// T token rows at once share one unpacked weight block.
+template <class Ops, int T>
+void q4_row(GgmlType type, const uint8_t* row, const BlockQ8* acts, int nb, float* y, int ldy) {
+  __m256 acc[T];
+  float off[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps(), off[t] = 0;
+  const bool q41 = type == GgmlType::Q4_1;
+  const size_t bs = q41 ? sizeof(cs::BlockQ4_1) : sizeof(cs::BlockQ4_0);
+  for (int b = 0; b < nb; ++b) {
+    const uint8_t* blk = row + size_t(b) * bs;
+    uint16_t dh, mh = 0;
+    __builtin_memcpy(&dh, blk, 2);
+    if (q41) __builtin_memcpy(&mh, blk + 2, 2);
+    const float dw = h2f(dh);
+    const float mw = q41 ? h2f(mh) : -8.0f * dw;
+    const __m256i w = unpack_nibbles(blk + (q41 ? 4 : 2));
+    for (int t = 0; t < T; ++t) {
+      const BlockQ8& a = acts[size_t(t) * nb + b];
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs));
+      const __m256 p = _mm256_cvtepi32_ps(Ops::dot_u8s8(w, x));
+      acc[t] = _mm256_fmadd_ps(p, _mm256_set1_ps(dw * a.d), acc[t]);
+      off[t] += mw * a.s;
+    }
+  }
+  for (int t = 0; t < T; ++t) y[size_t(t) * ldy] = hsum(acc[t]) + off[t];
+}
+
+template <class Ops, int T>
+void q8_row(const uint8_t* row, const BlockQ8* acts, int nb, float* y, int ldy) {
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  for (int b = 0; b < nb; ++b) {
+    const uint8_t* blk = row + size_t(b) * sizeof(cs::BlockQ8_0);
+    uint16_t dh;
+    __builtin_memcpy(&dh, blk, 2);
+    const float dw = h2f(dh);
+    const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+    for (int t = 0; t < T; ++t) {
+      const BlockQ8& a = acts[size_t(t) * nb + b];
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs));
+      const __m256 p = _mm256_cvtepi32_ps(Ops::dot_s8s8(w, x));
+      acc[t] = _mm256_fmadd_ps(p, _mm256_set1_ps(dw * a.d), acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) y[size_t(t) * ldy] = hsum(acc[t]);
+}
+
+template <class Ops, int T>
+void row_tile(GgmlType type, const uint8_t* row, const BlockQ8* acts, int nb, float* y, int ldy) {
+  if (type == GgmlType::Q8_0)
+    q8_row<Ops, T>(row, acts, nb, y, ldy);
+  else
+    q4_row<Ops, T>(type, row, acts, nb, y, ldy);
+}
+
+template <class Ops>
+void qdot(GgmlType type, const uint8_t* rows, size_t row_bytes, int n_rows, const BlockQ8* acts,
+          int nb, int n_tok, float* y, int ldy) {
+  for (int r = 0; r < n_rows; ++r) {
+    const uint8_t* row = rows + size_t(r) * row_bytes;
+    int t = 0;
+    for (; t + 4 <= n_tok; t += 4)
+      row_tile<Ops, 4>(type, row, acts + size_t(t) * nb, nb, y + size_t(t) * ldy + r, ldy);
+    switch (n_tok - t) {
+      case 3: row_tile<Ops, 3>(type, row, acts + size_t(t) * nb, nb, y + size_t(t) * ldy + r, ldy); break;
+      case 2: row_tile<Ops, 2>(type, row, acts + size_t(t) * nb, nb, y + size_t(t) * ldy + r, ldy); break;
+      case 1: row_tile<Ops, 1>(type, row, acts + size_t(t) * nb, nb, y + size_t(t) * ldy + r, ldy); break;
+      default: break;
+    }
+  }
+}
+
+}  // namespace

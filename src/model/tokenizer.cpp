@@ -1,0 +1,333 @@
+#include "model/tokenizer.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <queue>
+#include <tuple>
+
+#include "base/error.h"
+#include "model/gguf.h"
+#include "model/regex.h"
+#include "model/utf8.h"
+
+namespace cs {
+namespace {
+
+// GPT-2 byte-level BPE maps every byte to a printable code point: printable
+// Latin-1 bytes map to themselves, the rest to 256, 257, ... in byte order.
+struct ByteMap {
+  uint32_t cp[256];
+  std::unordered_map<uint32_t, uint8_t> back;
+  std::string enc[256];  // UTF-8 of cp[b]
+  ByteMap() {
+    uint32_t next = 256;
+    for (int b = 0; b < 256; ++b) {
+      const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
+      cp[b] = printable ? uint32_t(b) : next++;
+      back[cp[b]] = uint8_t(b);
+      enc[b] = utf8_encode(cp[b]);
+    }
+  }
+};
+const ByteMap& byte_map() {
+  static const ByteMap m;
+  return m;
+}
+
+const char* kGpt2Pattern =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+
+// Pre-tokenizer patterns by `tokenizer.ggml.pre`, applied one after another.
+std::vector<std::string> pre_patterns(const std::string& pre) {
+  if (pre == "smollm" || pre == "starcoder" || pre == "refact" || pre == "command-r" ||
+      pre == "codeshell" || pre == "exaone" || pre == "minerva-7b")
+    return {"\\p{N}", kGpt2Pattern};
+  return {kGpt2Pattern};  // "gpt2", "default" and anything unknown
+}
+
+const std::string kSpmSpace = "\xe2\x96\x81";  // U+2581 "▁"
+
+// A doubly linked list of symbols over a string, merged pairwise.
+struct Symbol {
+  int prev, next;
+  size_t start, len;
+};
+
+std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+  for (size_t p = 0; (p = s.find(from, p)) != std::string::npos; p += to.size())
+    s.replace(p, from.size(), to);
+  return s;
+}
+
+}  // namespace
+
+Tokenizer Tokenizer::from_gguf(const GgufFile& f) {
+  VocabSpec s;
+  s.model = f.get_string("tokenizer.ggml.model");
+  if (s.model != "gpt2" && s.model != "llama")
+    f.fail("unsupported tokenizer.ggml.model '" + s.model + "' (supported: gpt2, llama)");
+  s.pre = f.get_string("tokenizer.ggml.pre", "");
+  s.tokens = f.get_strings("tokenizer.ggml.tokens");
+  if (f.has("tokenizer.ggml.token_type")) {
+    for (double t : f.get_numbers("tokenizer.ggml.token_type")) s.types.push_back(TokenType(int(t)));
+    if (s.types.size() != s.tokens.size()) f.fail("tokenizer.ggml.token_type length mismatch");
+  }
+  if (s.model == "gpt2") {
+    s.merges = f.get_strings("tokenizer.ggml.merges");
+  } else {
+    for (double v : f.get_numbers("tokenizer.ggml.scores")) s.scores.push_back(float(v));
+    if (s.scores.size() != s.tokens.size()) f.fail("tokenizer.ggml.scores length mismatch");
+    s.add_space_prefix = f.get_bool("tokenizer.ggml.add_space_prefix", true);
+  }
+  auto id = [&](const char* key) -> int32_t {
+    if (!f.has(key)) return -1;
+    const uint64_t v = f.get_uint(key);
+    if (v >= s.tokens.size()) f.fail(std::string(key) + " is out of the vocabulary");
+    return int32_t(v);
+  };
+  s.bos = id("tokenizer.ggml.bos_token_id");
+  s.eos = id("tokenizer.ggml.eos_token_id");
+  s.unk = id("tokenizer.ggml.unknown_token_id");
+  s.add_bos = f.get_bool("tokenizer.ggml.add_bos_token", s.model == "llama");
+  s.chat_template = f.get_string("tokenizer.chat_template", "");
+  try {
+    return Tokenizer(std::move(s));
+  } catch (const Error& e) {
+    f.fail(e.what());
+  }
+}
+
+Tokenizer::Tokenizer(VocabSpec spec) : spec_(std::move(spec)) {
+  if (spec_.tokens.empty()) throw Error("empty vocabulary");
+  if (spec_.types.empty()) spec_.types.assign(spec_.tokens.size(), TokenType::kNormal);
+  token_to_id_.reserve(spec_.tokens.size());
+  for (size_t i = 0; i < spec_.tokens.size(); ++i) token_to_id_.emplace(spec_.tokens[i], int32_t(i));
+  for (size_t r = 0; r < spec_.merges.size(); ++r) merge_rank_.emplace(spec_.merges[r], int32_t(r));
+  for (size_t i = 0; i < spec_.tokens.size(); ++i) {
+    const TokenType t = spec_.types[i];
+    if ((t == TokenType::kControl || t == TokenType::kUserDefined) && !spec_.tokens[i].empty())
+      specials_.push_back(int32_t(i));
+  }
+  std::stable_sort(specials_.begin(), specials_.end(), [&](int32_t a, int32_t b) {
+    return spec_.tokens[a].size() > spec_.tokens[b].size();
+  });
+  for (const char* name : {"<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|end_of_text|>",
+                           "</s>", "<end_of_turn>"})
+    if (auto id = find(name)) end_ids_.push_back(*id);
+  if (spec_.eos >= 0) end_ids_.push_back(spec_.eos);
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    auto id = find(name);
+    byte_tokens_[b] = id ? *id : -1;
+  }
+  if (spec_.model == "gpt2")
+    for (const auto& p : pre_patterns(spec_.pre)) pre_.push_back(std::make_unique<Regex>(p));
+}
+
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+Tokenizer::~Tokenizer() = default;
+
+std::optional<int32_t> Tokenizer::find(std::string_view text) const {
+  auto it = token_to_id_.find(std::string(text));
+  if (it == token_to_id_.end()) return std::nullopt;
+  return it->second;
+}
+
+bool Tokenizer::is_end_of_generation(int32_t id) const {
+  return std::find(end_ids_.begin(), end_ids_.end(), id) != end_ids_.end();
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special,
+                                       bool add_bos) const {
+  std::vector<int32_t> out;
+  if (add_bos && spec_.add_bos && spec_.bos >= 0) out.push_back(spec_.bos);
+  // Split out special tokens (control ones only when asked; user-defined
+  // tokens always), longest match first; tokenize the text between them.
+  size_t start = 0, i = 0;
+  bool at_start = true;
+  while (i < text.size()) {
+    int32_t hit = -1;
+    for (int32_t id : specials_) {
+      const std::string& s = spec_.tokens[id];
+      if (!parse_special && spec_.types[id] == TokenType::kControl) continue;
+      if (text.compare(i, s.size(), s) == 0) {
+        hit = id;
+        break;
+      }
+    }
+    if (hit < 0) {
+      ++i;
+      continue;
+    }
+    if (i > start) encode_text(text.substr(start, i - start), at_start, out);
+    out.push_back(hit);
+    at_start = false;
+    i += spec_.tokens[hit].size();
+    start = i;
+  }
+  if (start < text.size()) encode_text(text.substr(start), at_start, out);
+  return out;
+}
+
+void Tokenizer::encode_text(std::string_view text, bool at_start, std::vector<int32_t>& out) const {
+  if (spec_.model == "llama") return encode_spm(text, at_start, out);
+  std::vector<std::pair<size_t, size_t>> pieces{{0, text.size()}};
+  for (const auto& re : pre_) {
+    std::vector<std::pair<size_t, size_t>> next;
+    for (auto [off, len] : pieces)
+      for (auto [o, l] : re->split(text.substr(off, len))) next.emplace_back(off + o, l);
+    pieces.swap(next);
+  }
+  for (auto [off, len] : pieces) encode_bpe_piece(text.substr(off, len), out);
+}
+
+// Byte-level BPE: repeatedly merge the adjacent pair of lowest merge rank
+// (leftmost on ties), with a priority queue over a linked list of symbols.
+void Tokenizer::encode_bpe_piece(std::string_view bytes, std::vector<int32_t>& out) const {
+  const ByteMap& bm = byte_map();
+  std::string word;
+  std::vector<Symbol> sym;
+  for (unsigned char b : bytes) {
+    sym.push_back({int(sym.size()) - 1, int(sym.size()) + 1, word.size(), bm.enc[b].size()});
+    word += bm.enc[b];
+  }
+  if (sym.empty()) return;
+  sym.back().next = -1;
+  using Cand = std::tuple<int32_t, int, size_t>;  // rank, left index, combined length
+  std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> q;
+  std::string key;
+  auto push = [&](int l) {
+    const int r = sym[l].next;
+    if (r < 0) return;
+    key.assign(word, sym[l].start, sym[l].len);
+    key += ' ';
+    key.append(word, sym[r].start, sym[r].len);
+    auto it = merge_rank_.find(key);
+    if (it != merge_rank_.end()) q.emplace(it->second, l, sym[l].len + sym[r].len);
+  };
+  for (int i = 0; i + 1 < int(sym.size()); ++i) push(i);
+  while (!q.empty()) {
+    auto [rank, l, len] = q.top();
+    q.pop();
+    const int r = sym[l].next;
+    // Stale entries: one side was merged away since this pair was queued.
+    if (sym[l].len == 0 || r < 0 || sym[l].len + sym[r].len != len) continue;
+    sym[l].len += sym[r].len;
+    sym[r].len = 0;
+    sym[l].next = sym[r].next;
+    if (sym[r].next >= 0) sym[sym[r].next].prev = l;
+    if (sym[l].prev >= 0) push(sym[l].prev);
+    push(l);
+  }
+  for (int i = 0; i >= 0; i = sym[i].next) {
+    const std::string s = word.substr(sym[i].start, sym[i].len);
+    if (auto it = token_to_id_.find(s); it != token_to_id_.end()) {
+      out.push_back(it->second);
+      continue;
+    }
+    // Not in the vocabulary (a broken vocab): fall back to single byte symbols.
+    for (size_t p = sym[i].start; p < sym[i].start + sym[i].len;) {
+      const size_t n = utf8_len(word, p);
+      auto it = token_to_id_.find(word.substr(p, n));
+      if (it != token_to_id_.end()) out.push_back(it->second);
+      else if (spec_.unk >= 0) out.push_back(spec_.unk);
+      p += n;
+    }
+  }
+}
+
+// SentencePiece BPE: merge the adjacent pair whose concatenation is the
+// highest-scoring vocabulary piece (leftmost on ties); bytes of pieces that
+// stay outside the vocabulary become <0xXX> tokens.
+void Tokenizer::encode_spm(std::string_view text, bool at_start, std::vector<int32_t>& out) const {
+  std::string s = replace_all(std::string(text), " ", kSpmSpace);
+  if (at_start && spec_.add_space_prefix) s = kSpmSpace + s;
+  std::vector<Symbol> sym;
+  for (size_t p = 0; p < s.size();) {
+    const size_t n = utf8_len(s, p);
+    sym.push_back({int(sym.size()) - 1, int(sym.size()) + 1, p, n});
+    p += n;
+  }
+  if (sym.empty()) return;
+  sym.back().next = -1;
+  using Cand = std::tuple<float, int, size_t>;  // -score, left index, combined length
+  std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> q;
+  auto push = [&](int l) {
+    const int r = sym[l].next;
+    if (r < 0) return;
+    auto it = token_to_id_.find(s.substr(sym[l].start, sym[l].len + sym[r].len));
+    if (it != token_to_id_.end())
+      q.emplace(-spec_.scores[it->second], l, sym[l].len + sym[r].len);
+  };
+  for (int i = 0; i + 1 < int(sym.size()); ++i) push(i);
+  while (!q.empty()) {
+    auto [score, l, len] = q.top();
+    q.pop();
+    const int r = sym[l].next;
+    if (sym[l].len == 0 || r < 0 || sym[l].len + sym[r].len != len) continue;
+    sym[l].len += sym[r].len;
+    sym[r].len = 0;
+    sym[l].next = sym[r].next;
+    if (sym[r].next >= 0) sym[sym[r].next].prev = l;
+    if (sym[l].prev >= 0) push(sym[l].prev);
+    push(l);
+  }
+  for (int i = 0; i >= 0; i = sym[i].next) {
+    auto it = token_to_id_.find(s.substr(sym[i].start, sym[i].len));
+    if (it != token_to_id_.end()) {
+      out.push_back(it->second);
+      continue;
+    }
+    for (size_t p = sym[i].start; p < sym[i].start + sym[i].len; ++p) {
+      const int32_t b = byte_tokens_[static_cast<unsigned char>(s[p])];
+      if (b >= 0) out.push_back(b);
+      else if (spec_.unk >= 0) out.push_back(spec_.unk);
+    }
+  }
+}
+
+std::string Tokenizer::piece(int32_t id, bool render_special) const {
+  if (id < 0 || id >= vocab_size()) return {};
+  const std::string& t = spec_.tokens[id];
+  switch (spec_.types[id]) {
+    case TokenType::kControl:
+      return render_special ? t : std::string();
+    case TokenType::kUserDefined:
+      return t;
+    case TokenType::kByte:
+      if (t.size() == 6 && t.rfind("<0x", 0) == 0)
+        return std::string(1, char(std::stoi(t.substr(3, 2), nullptr, 16)));
+      return t;
+    default:
+      break;
+  }
+  if (spec_.model == "llama") return replace_all(t, kSpmSpace, " ");
+  const ByteMap& bm = byte_map();
+  std::string out;
+  for (size_t p = 0; p < t.size();) {
+    const size_t n = utf8_len(t, p);
+    const uint32_t cp = utf8_decode(t, p, n);
+    auto it = bm.back.find(cp);
+    if (it != bm.back.end()) out += char(it->second);
+    else out.append(t, p, n);
+    p += n;
+  }
+  return out;
+}
+
+std::string Tokenizer::decode(std::span<const int32_t> ids, bool render_special) const {
+  std::string out;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    std::string p = piece(ids[i], render_special);
+    // SentencePiece's added prefix space is not part of the text.
+    if (i == 0 && spec_.model == "llama" && spec_.add_space_prefix && !p.empty() && p[0] == ' ' &&
+        spec_.types[ids[i]] == TokenType::kNormal)
+      p.erase(0, 1);
+    out += p;
+  }
+  return out;
+}
+
+}  // namespace cs

@@ -1,0 +1,85 @@
+// Tokenizers read from GGUF metadata:
+//  - byte-level BPE (`tokenizer.ggml.model = gpt2`), with the pre-tokenizer
+//    named by `tokenizer.ggml.pre` (SmolLM2's "smollm" splits digits, then the
+//    GPT-2 pattern), merges applied by rank;
+//  - SentencePiece-style BPE (`llama`): "▁" for spaces, merges by piece score,
+//    byte fallback tokens <0xXX> for anything outside the vocabulary.
+// Special tokens (control and user-defined, e.g. <|im_start|>) are recognised
+// in text only when asked. encode() then decode() returns the input bytes
+// exactly, including invalid UTF-8. Immutable after construction; thread-safe.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace cs {
+
+class GgufFile;
+class Regex;
+
+enum class TokenType : int32_t { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4,
+                                 kUnused = 5, kByte = 6 };
+
+struct VocabSpec {
+  std::string model;  // "gpt2" or "llama"
+  std::string pre;    // pre-tokenizer name (gpt2 only); "" = plain GPT-2 pattern
+  std::vector<std::string> tokens;
+  std::vector<TokenType> types;   // empty = all normal
+  std::vector<float> scores;      // llama only
+  std::vector<std::string> merges;  // gpt2 only, "left right", by rank
+  int32_t bos = -1, eos = -1, unk = -1;
+  bool add_bos = false;
+  bool add_space_prefix = true;  // llama only
+  std::string chat_template;
+};
+
+class Tokenizer {
+ public:
+  // Throws cs::Error naming the file and key when the vocabulary is unusable.
+  static Tokenizer from_gguf(const GgufFile& f);
+  explicit Tokenizer(VocabSpec spec);
+  Tokenizer(Tokenizer&&) noexcept;
+  Tokenizer& operator=(Tokenizer&&) noexcept;
+  ~Tokenizer();
+
+  // Token ids of `text`. With parse_special, special-token texts become their
+  // ids; otherwise they are tokenized as ordinary text. Adds BOS when the
+  // vocabulary asks for it and add_bos is true.
+  std::vector<int32_t> encode(std::string_view text, bool parse_special,
+                              bool add_bos = false) const;
+
+  // Bytes of the tokens. Control tokens are omitted unless render_special.
+  std::string decode(std::span<const int32_t> ids, bool render_special = false) const;
+  // Bytes of one token; `first` drops SentencePiece's leading space.
+  std::string piece(int32_t id, bool render_special = false) const;
+
+  int32_t vocab_size() const { return int32_t(spec_.tokens.size()); }
+  int32_t bos() const { return spec_.bos; }
+  int32_t eos() const { return spec_.eos; }
+  bool wants_bos() const { return spec_.add_bos; }
+  const std::string& model() const { return spec_.model; }
+  const std::string& chat_template() const { return spec_.chat_template; }
+  // True for tokens that end generation (EOS, <|endoftext|>, <|im_end|>, ...).
+  bool is_end_of_generation(int32_t id) const;
+  std::optional<int32_t> find(std::string_view token_text) const;
+
+ private:
+  void encode_text(std::string_view text, bool at_start, std::vector<int32_t>& out) const;
+  void encode_bpe_piece(std::string_view bytes, std::vector<int32_t>& out) const;
+  void encode_spm(std::string_view text, bool at_start, std::vector<int32_t>& out) const;
+
+  VocabSpec spec_;
+  std::unordered_map<std::string, int32_t> token_to_id_;
+  std::unordered_map<std::string, int32_t> merge_rank_;
+  std::vector<int32_t> specials_;  // ids of special tokens, longest text first
+  std::vector<int32_t> end_ids_;
+  int32_t byte_tokens_[256];       // SentencePiece <0xXX> ids, -1 if absent
+  std::vector<std::unique_ptr<Regex>> pre_;  // applied in order
+};
+
+}  // namespace cs

@@ -1,0 +1,88 @@
+#include "model/ops.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+namespace cs {
+namespace {
+
+TEST(Ops, RmsNormKnownValues) {
+  const float x[4] = {1, 2, 3, 4}, w[4] = {1, 1, 2, 0.5f};
+  float out[4];
+  rmsnorm(x, w, 4, 0.0f, out);
+  const float r = std::sqrt((1 + 4 + 9 + 16) / 4.0f);
+  EXPECT_FLOAT_EQ(out[0], 1 / r);
+  EXPECT_FLOAT_EQ(out[2], 6 / r);
+  EXPECT_FLOAT_EQ(out[3], 2 / r);
+}
+
+TEST(Ops, SwiGlu) {
+  const float g[2] = {0, 2}, u[2] = {5, 3};
+  float out[2];
+  swiglu(g, u, 2, out);
+  EXPECT_FLOAT_EQ(out[0], 0.0f);
+  EXPECT_FLOAT_EQ(out[1], 2 / (1 + std::exp(-2.0f)) * 3);
+}
+
+TEST(Rope, PositionZeroIsIdentityAndPairsRotate) {
+  const int32_t pos[2] = {0, 1};
+  RopeTable t;
+  t.build(pos, 2, 4, 10000.0);
+  float x[4] = {1, 2, 3, 4};
+  rope(x, 1, 4, t, 0);
+  EXPECT_FLOAT_EQ(x[0], 1);
+  EXPECT_FLOAT_EQ(x[3], 4);
+  float y[4] = {1, 0, 1, 0};
+  rope(y, 1, 4, t, 1);  // pair 0 by 1 rad, pair 1 by 1/100 rad
+  EXPECT_NEAR(y[0], std::cos(1.0), 1e-6);
+  EXPECT_NEAR(y[1], std::sin(1.0), 1e-6);
+  EXPECT_NEAR(y[2], std::cos(0.01), 1e-6);
+  EXPECT_NEAR(y[3], std::sin(0.01), 1e-6);
+}
+
+// Prompt Cache reuses K at arbitrary position ids: rotating by p then by q
+// must equal rotating by p + q directly, for far-apart, non-contiguous ids.
+TEST(Rope, RotationsCompose) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd;
+  const int d = 64, heads = 3;
+  for (auto [p, q] : {std::pair{5, 7}, {1000, 3}, {0, 4095}, {8191, 1}, {123, 4000}}) {
+    std::vector<float> x(d * heads), a, b;
+    for (auto& v : x) v = nd(rng);
+    a = b = x;
+    const int32_t ps[3] = {p, q, p + q};
+    RopeTable t;
+    t.build(ps, 3, d, 100000.0);
+    rope(a.data(), heads, d, t, 0);
+    rope(a.data(), heads, d, t, 1);
+    rope(b.data(), heads, d, t, 2);
+    for (int i = 0; i < d * heads; ++i) EXPECT_NEAR(a[i], b[i], 2e-5) << p << "+" << q << " i " << i;
+  }
+}
+
+// Attention scores depend only on the distance of the positions.
+TEST(Rope, DotProductDependsOnRelativePosition) {
+  std::mt19937 rng(4);
+  std::normal_distribution<float> nd;
+  const int d = 64;
+  std::vector<float> q0(d), k0(d);
+  for (int i = 0; i < d; ++i) q0[i] = nd(rng), k0[i] = nd(rng);
+  auto score = [&](int pq, int pk) {
+    const int32_t ps[2] = {pq, pk};
+    RopeTable t;
+    t.build(ps, 2, d, 10000.0);
+    auto q = q0, k = k0;
+    rope(q.data(), 1, d, t, 0);
+    rope(k.data(), 1, d, t, 1);
+    double s = 0;
+    for (int i = 0; i < d; ++i) s += q[i] * k[i];
+    return s;
+  };
+  EXPECT_NEAR(score(10, 3), score(1010, 1003), 1e-3);
+  EXPECT_NEAR(score(7, 7), score(5000, 5000), 1e-3);
+}
+
+}  // namespace
+}  // namespace cs

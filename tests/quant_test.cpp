@@ -1,0 +1,172 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "base/cpu.h"
+#include "base/f16.h"
+#include "model/ggml_types.h"
+#include "model/matmul.h"
+
+namespace cs {
+namespace {
+
+TEST(F16, KnownValues) {
+  EXPECT_EQ(f32_to_f16(1.0f), 0x3c00);
+  EXPECT_EQ(f32_to_f16(-2.0f), 0xc000);
+  EXPECT_EQ(f32_to_f16(65504.0f), 0x7bff);
+  EXPECT_EQ(f32_to_f16(1e6f), 0x7c00);               // overflow -> inf
+  EXPECT_EQ(f32_to_f16(5.9604645e-8f), 0x0001);      // smallest subnormal
+  EXPECT_EQ(f32_to_f16(1.0f + 1.0f / 2048), 0x3c00); // tie rounds to even
+  EXPECT_EQ(f16_to_f32(0x3555), 0.333251953125f);
+  EXPECT_EQ(f16_to_f32(0x0001), 5.9604644775390625e-8f);
+  EXPECT_TRUE(std::isnan(f16_to_f32(0x7e00)));
+  EXPECT_EQ(f32_to_bf16(1.0f), 0x3f80);
+  EXPECT_EQ(bf16_to_f32(0xc040), -3.0f);
+}
+
+TEST(F16, RoundTripsEveryHalf) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const float f = f16_to_f32(uint16_t(h));
+    if (std::isnan(f)) continue;
+    EXPECT_EQ(f32_to_f16(f), h);
+  }
+}
+
+TEST(Dequantize, Q4_0HandComputed) {
+  BlockQ4_0 b{};
+  b.d = f32_to_f16(0.5f);
+  b.qs[0] = 0x3a;  // element 0 = 0xa - 8 = 2, element 16 = 0x3 - 8 = -5
+  b.qs[15] = 0xf0; // element 15 = -8, element 31 = 7
+  float out[32];
+  dequantize_row(GgmlType::Q4_0, &b, out, 32);
+  EXPECT_EQ(out[0], 1.0f);
+  EXPECT_EQ(out[16], -2.5f);
+  EXPECT_EQ(out[15], -4.0f);
+  EXPECT_EQ(out[31], 3.5f);
+  EXPECT_EQ(out[1], -4.0f);  // nibble 0 -> -8 * 0.5
+}
+
+TEST(Dequantize, Q4_1HandComputed) {
+  BlockQ4_1 b{};
+  b.d = f32_to_f16(0.25f);
+  b.m = f32_to_f16(-1.0f);
+  b.qs[3] = 0x51;  // element 3 = 1 * 0.25 - 1, element 19 = 5 * 0.25 - 1
+  float out[32];
+  dequantize_row(GgmlType::Q4_1, &b, out, 32);
+  EXPECT_EQ(out[3], -0.75f);
+  EXPECT_EQ(out[19], 0.25f);
+  EXPECT_EQ(out[0], -1.0f);
+}
+
+TEST(Dequantize, Q8_0AndFloats) {
+  BlockQ8_0 b{};
+  b.d = f32_to_f16(0.125f);
+  b.qs[0] = -128;
+  b.qs[31] = 100;
+  float out[32];
+  dequantize_row(GgmlType::Q8_0, &b, out, 32);
+  EXPECT_EQ(out[0], -16.0f);
+  EXPECT_EQ(out[31], 12.5f);
+  uint16_t h[2] = {f32_to_f16(1.5f), f32_to_bf16(-2.0f)};
+  dequantize_row(GgmlType::F16, h, out, 1);
+  EXPECT_EQ(out[0], 1.5f);
+  dequantize_row(GgmlType::BF16, h + 1, out, 1);
+  EXPECT_EQ(out[0], -2.0f);
+}
+
+TEST(QuantizeQ8, ScaleAndSum) {
+  float x[32];
+  for (int i = 0; i < 32; ++i) x[i] = float(i - 16) / 4;  // amax 4
+  BlockQ8 b;
+  quantize_q8(x, 32, &b);
+  EXPECT_FLOAT_EQ(b.d, f16_to_f32(f32_to_f16(4.0f / 127)));
+  EXPECT_EQ(b.qs[0], -127);
+  EXPECT_EQ(b.qs[16], 0);
+  int sum = 0;
+  for (int i = 0; i < 32; ++i) sum += b.qs[i];
+  EXPECT_NEAR(b.s, b.d * sum, 0.01);
+}
+
+std::vector<uint8_t> random_rows(GgmlType t, int rows, int cols, std::mt19937& rng) {
+  const TypeInfo info = *type_info(uint32_t(t));
+  std::vector<uint8_t> data(size_t(rows) * cols / info.block_elems * info.block_bytes);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(0.001f, 0.05f);
+  for (auto& v : data) v = uint8_t(byte(rng));
+  // Keep the fp16 scales finite and realistic.
+  for (size_t off = 0; off < data.size(); off += size_t(info.block_bytes)) {
+    uint16_t d = f32_to_f16(scale(rng)), m = f32_to_f16(-scale(rng) * 8);
+    std::memcpy(&data[off], &d, 2);
+    if (t == GgmlType::Q4_1) std::memcpy(&data[off + 2], &m, 2);
+  }
+  return data;
+}
+
+// Every ISA's kernel equals the float product of the dequantized weights with
+// the dequantized activations (the exact math it implements), for each type
+// and token count.
+TEST(QDot, EveryIsaMatchesDequantizedReference) {
+  std::mt19937 rng(7);
+  const int rows = 37, cols = 256, nb = cols / 32;
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0}) {
+    const auto w = random_rows(t, rows, cols, rng);
+    const size_t rb = w.size() / rows;
+    for (int n_tok : {1, 2, 3, 4, 5, 9}) {
+      std::vector<float> x(size_t(n_tok) * cols);
+      std::normal_distribution<float> nd;
+      for (auto& v : x) v = nd(rng);
+      std::vector<BlockQ8> acts(size_t(n_tok) * nb);
+      for (int k = 0; k < n_tok; ++k) quantize_q8(&x[size_t(k) * cols], cols, &acts[size_t(k) * nb]);
+      // Reference: float dot of dequantized rows and dequantized activations.
+      std::vector<float> ref(size_t(n_tok) * rows), wr(cols);
+      for (int r = 0; r < rows; ++r) {
+        dequantize_row(t, &w[r * rb], wr.data(), cols);
+        for (int k = 0; k < n_tok; ++k) {
+          // Q4 kernels add the block minimum m times the stored activation sum
+          // s (fp16-rounded, as llama.cpp does), so the reference does too.
+          double s = 0;
+          for (int b = 0; b < nb; ++b) {
+            const BlockQ8& a = acts[size_t(k) * nb + b];
+            const uint8_t* blk = &w[r * rb + size_t(b) * type_info(uint32_t(t))->block_bytes];
+            uint16_t dh, mh;
+            std::memcpy(&dh, blk, 2);
+            std::memcpy(&mh, blk + 2, 2);
+            const double m = t == GgmlType::Q4_1 ? f16_to_f32(mh)
+                             : t == GgmlType::Q4_0 ? -8.0 * f16_to_f32(dh) : 0.0;
+            for (int j = 0; j < 32; ++j) s += (double(wr[b * 32 + j]) - m) * a.d * a.qs[j];
+            s += m * a.s;
+          }
+          ref[size_t(k) * rows + r] = float(s);
+        }
+      }
+      const QDotKernel kernels[] = {qdot_scalar, qdot_avx2, qdot_avx512};
+      for (int isa = 0; isa <= int(cpu_isa()); ++isa) {
+        std::vector<float> y(ref.size());
+        kernels[isa](t, w.data(), rb, rows, acts.data(), nb, n_tok, y.data(), rows);
+        for (size_t i = 0; i < y.size(); ++i)
+          ASSERT_NEAR(y[i], ref[i], 1e-4 + 1e-4 * std::fabs(ref[i]))
+              << type_info(uint32_t(t))->name << " isa " << isa << " n_tok " << n_tok << " i " << i;
+      }
+    }
+  }
+}
+
+TEST(Matmul, FloatWeightsAreWidenedAndExact) {
+  const int rows = 3, cols = 4;
+  std::vector<uint16_t> h(rows * cols);
+  for (int i = 0; i < rows * cols; ++i) h[i] = f32_to_f16(float(i));
+  Weight w = make_weight(GgmlType::F16, rows, cols, reinterpret_cast<const uint8_t*>(h.data()));
+  EXPECT_EQ(w.type, GgmlType::F32);
+  const float x[cols] = {1, 0, -1, 2};
+  float y[rows];
+  std::vector<BlockQ8> scratch;
+  matmul(w, x, 1, y, scratch);
+  EXPECT_EQ(y[0], 0 - 2 + 6);
+  EXPECT_EQ(y[1], 4 - 6 + 14);
+  EXPECT_EQ(y[2], 8 - 10 + 22);
+}
+
+}  // namespace
+}  // namespace cs
