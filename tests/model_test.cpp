@@ -1,6 +1,8 @@
 // End-to-end behaviour on the real default model.
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "base/cpu.h"
 #include "engine/generate.h"
 #include "model/llama.h"
@@ -84,6 +86,36 @@ TEST(Model, MixedBatchOfTwoSequences) {
   for (size_t i = 0; i < V; ++i)
     worst = std::max({worst, std::fabs(logits[i] - la[i]), std::fabs(logits[V + i] - lb[i])});
   EXPECT_LT(worst, 1e-3f);
+}
+
+// Encode then decode returns any bytes exactly: random UTF-8 of every plane,
+// invalid sequences, lone continuation bytes, NULs, special-token look-alikes.
+TEST(Model, TokenizerRoundTripsArbitraryBytes) {
+  const Tokenizer& tok = model().tokenizer();
+  std::mt19937 rng(5);
+  const std::vector<std::string> parts = {"a", " ", "\n", "\t", "1", "é", "中", "😀", "\xbf",
+                                          "\x80", "\xc3", "\xe4\xb8", std::string(1, '\0'),
+                                          "<|im_start|>", "<|", "'s", "  ", "Ġ", "\r\n"};
+  // SmolLM2's vocabulary lacks 21 byte symbols (0x04, 0xc0, 0xf5..0xff, ...)
+  // that never occur in its training text: those bytes become <|endoftext|>
+  // (the unknown token) and cannot round-trip. Every other byte must.
+  std::vector<char> bytes;
+  for (int b = 0; b < 256; ++b) {
+    const std::string one(1, char(b));
+    if (tok.decode(tok.encode(one, false), true) == one) bytes.push_back(char(b));
+  }
+  EXPECT_EQ(bytes.size(), 256u - 21u);
+  for (int i = 0; i < 300; ++i) {
+    std::string text;
+    for (int n = int(rng() % 20); n > 0; --n) {
+      if (rng() % 3 == 0) text += bytes[rng() % bytes.size()];
+      else text += parts[rng() % parts.size()];
+    }
+    for (bool special : {false, true}) {
+      const auto ids = tok.encode(text, special);
+      ASSERT_EQ(tok.decode(ids, true), text) << "case " << i << " special " << special;
+    }
+  }
 }
 
 TEST(Model, PromptLongerThanContextIsAnError) {
