@@ -170,3 +170,48 @@ TEST(Matmul, FloatWeightsAreWidenedAndExact) {
 
 }  // namespace
 }  // namespace cs
+
+namespace cs {
+namespace {
+
+// matmul_multi is the same as one matmul per weight: quantized and float
+// weights mixed, more weights than one tile table holds, several token counts.
+TEST(Matmul, MultiEqualsSeparateProducts) {
+  std::mt19937 rng(9);
+  const int cols = 64;
+  std::vector<std::vector<uint8_t>> data;
+  std::vector<std::vector<uint16_t>> f16s;
+  std::vector<Weight> ws;
+  const GgmlType types[] = {GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_0};
+  for (int i = 0; i < 9; ++i) {
+    const int rows = 5 + 7 * i;
+    data.push_back(random_rows(types[i % 3], rows, cols, rng));
+    ws.push_back(make_weight(types[i % 3], rows, cols, data.back().data()));
+  }
+  f16s.emplace_back(size_t(3 * cols), f32_to_f16(0.5f));
+  ws.push_back(make_weight(GgmlType::F16, 3, cols, reinterpret_cast<const uint8_t*>(f16s[0].data())));
+  for (int n_tok : {1, 6}) {
+    std::vector<float> x(size_t(n_tok) * cols);
+    std::normal_distribution<float> nd;
+    for (auto& v : x) v = nd(rng);
+    std::vector<std::vector<float>> want(ws.size()), got(ws.size());
+    std::vector<const Weight*> wp;
+    std::vector<float*> yp;
+    std::vector<BlockQ8> scratch;
+    for (size_t i = 0; i < ws.size(); ++i) {
+      want[i].resize(size_t(n_tok) * ws[i].rows);
+      got[i].resize(want[i].size());
+      matmul(ws[i], x.data(), n_tok, want[i].data(), scratch);
+      wp.push_back(&ws[i]);
+      yp.push_back(got[i].data());
+    }
+    matmul_multi(wp, x.data(), n_tok, yp, scratch);
+    for (size_t i = 0; i < ws.size(); ++i) EXPECT_EQ(got[i], want[i]) << "weight " << i;
+    // Only the quantized ones, in one region.
+    matmul_multi(std::span(wp).first(3), x.data(), n_tok, std::span(yp).first(3), scratch);
+    for (size_t i = 0; i < 3; ++i) EXPECT_EQ(got[i], want[i]) << "weight " << i;
+  }
+}
+
+}  // namespace
+}  // namespace cs

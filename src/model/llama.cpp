@@ -130,9 +130,9 @@ void LlamaModel::forward(const Batch& batch, KvStore& kv, Workspace& ws,
   for (int l = 0; l < c.n_layers; ++l) {
     const LlamaLayer& L = layers_[size_t(l)];
     for (int t = 0; t < n; ++t) rmsnorm(x + size_t(t) * E, L.attn_norm.data(), E, c.rms_eps, xb + size_t(t) * E);
-    matmul(L.wq, xb, n, q, ws.qx);
-    matmul(L.wk, xb, n, k, ws.qx);
-    matmul(L.wv, xb, n, v, ws.qx);
+    const Weight* qkv[] = {&L.wq, &L.wk, &L.wv};
+    float* qkv_out[] = {q, k, v};
+    matmul_multi(qkv, xb, n, qkv_out, ws.qx);
     for (int t = 0; t < n; ++t) {
       rope(q + size_t(t) * E, c.n_heads, c.head_dim, ws.rope, t);
       rope(k + size_t(t) * KW, c.n_kv_heads, c.head_dim, ws.rope, t);
@@ -143,8 +143,9 @@ void LlamaModel::forward(const Batch& batch, KvStore& kv, Workspace& ws,
     for (size_t i = 0; i < size_t(n) * E; ++i) x[i] += xb[i];
 
     for (int t = 0; t < n; ++t) rmsnorm(x + size_t(t) * E, L.ffn_norm.data(), E, c.rms_eps, xb + size_t(t) * E);
-    matmul(L.w_gate, xb, n, hb, ws.qx);
-    matmul(L.w_up, xb, n, hb2, ws.qx);
+    const Weight* gate_up[] = {&L.w_gate, &L.w_up};
+    float* gate_up_out[] = {hb, hb2};
+    matmul_multi(gate_up, xb, n, gate_up_out, ws.qx);
     swiglu(hb, hb2, size_t(n) * F, hb);
     matmul(L.w_down, hb, n, xb, ws.qx);
     for (size_t i = 0; i < size_t(n) * E; ++i) x[i] += xb[i];

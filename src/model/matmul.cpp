@@ -113,25 +113,53 @@ void matmul_f32(const Weight& w, const float* x, int n_tok, float* y) {
 }  // namespace
 
 void matmul(const Weight& w, const float* x, int n_tok, float* y, std::vector<BlockQ8>& scratch) {
-  if (w.type == GgmlType::F32) return matmul_f32(w, x, n_tok, y);
-  const int nb = int(w.cols / kQBlock);
+  const Weight* ws[] = {&w};
+  float* ys[] = {y};
+  matmul_multi(ws, x, n_tok, ys, scratch);
+}
+
+void matmul_multi(std::span<const Weight* const> ws, const float* x, int n_tok,
+                  std::span<float* const> ys, std::vector<BlockQ8>& scratch) {
+  if (ws.size() > 7) {  // the tile table below holds 7 weights
+    matmul_multi(ws.first(7), x, n_tok, ys.first(7), scratch);
+    return matmul_multi(ws.subspan(7), x, n_tok, ys.subspan(7), scratch);
+  }
+  const int64_t cols = ws[0]->cols;
+  bool quantized = true;
+  for (const Weight* w : ws) quantized = quantized && w->type != GgmlType::F32 && w->cols == cols;
+  if (!quantized) {
+    for (size_t i = 0; i < ws.size(); ++i) {
+      if (ws[i]->type == GgmlType::F32) matmul_f32(*ws[i], x, n_tok, ys[i]);
+      else matmul(*ws[i], x, n_tok, ys[i], scratch);
+    }
+    return;
+  }
+  // The activations are quantized once for all the weights that read them.
+  const int nb = int(cols / kQBlock);
   scratch.resize(size_t(n_tok) * nb);
   BlockQ8* acts = scratch.data();
 #pragma omp parallel for schedule(static) if (n_tok > 1)
-  for (int t = 0; t < n_tok; ++t) quantize_q8(x + size_t(t) * w.cols, size_t(w.cols), acts + size_t(t) * nb);
+  for (int t = 0; t < n_tok; ++t) quantize_q8(x + size_t(t) * cols, size_t(cols), acts + size_t(t) * nb);
 
+  // One parallel region over the row tiles of every weight: fewer fork/joins
+  // per layer, which is what a small model's decode step is made of.
   const QDotKernel kernel = pick_kernel();
-  const int64_t n_tiles = (w.rows + kRowTile - 1) / kRowTile;
-  // Token tiles bound the activation working set for long prefills.
-  constexpr int kTokTile = 64;
+  int64_t tiles_before[8] = {0};
+  const size_t nw = ws.size();
+  for (size_t i = 0; i < nw; ++i) tiles_before[i + 1] = tiles_before[i] + (ws[i]->rows + kRowTile - 1) / kRowTile;
+  const int64_t n_tiles = tiles_before[nw];
+  constexpr int kTokTile = 64;  // bounds the activation working set of long prefills
 #pragma omp parallel for schedule(static) collapse(2)
   for (int t0 = 0; t0 < n_tok; t0 += kTokTile) {
-    for (int64_t i = 0; i < n_tiles; ++i) {
-      const int64_t r0 = i * kRowTile;
+    for (int64_t tile = 0; tile < n_tiles; ++tile) {
+      size_t i = 0;
+      while (tile >= tiles_before[i + 1]) ++i;
+      const Weight& w = *ws[i];
+      const int64_t r0 = (tile - tiles_before[i]) * kRowTile;
       const int nr = int(std::min<int64_t>(kRowTile, w.rows - r0));
       const int nt = std::min(kTokTile, n_tok - t0);
       kernel(w.type, w.data + size_t(r0) * w.row_bytes, w.row_bytes, nr, acts + size_t(t0) * nb, nb,
-             nt, y + size_t(t0) * w.rows + r0, int(w.rows));
+             nt, ys[i] + size_t(t0) * w.rows + r0, int(w.rows));
     }
   }
 }

@@ -7,6 +7,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "model/ggml_types.h"
@@ -32,6 +33,12 @@ void quantize_q8(const float* x, size_t n, BlockQ8* out);
 // y[t * w.rows + r] = sum_c W[r][c] * x[t * w.cols + c] for t < n_tok.
 // `scratch` is reused between calls to hold quantized activations.
 void matmul(const Weight& w, const float* x, int n_tok, float* y, std::vector<BlockQ8>& scratch);
+
+// Several weights reading the same input (q/k/v, gate/up; at most 7, all of
+// one width): the input is quantized once and all rows are computed in one
+// parallel region. ys[i] receives weight i's output, laid out as in matmul().
+void matmul_multi(std::span<const Weight* const> ws, const float* x, int n_tok,
+                  std::span<float* const> ys, std::vector<BlockQ8>& scratch);
 
 // Row-block dot kernels, one per ISA, exposed for tests: computes the dot of
 // n_rows rows (starting at `rows`, row_bytes apart) with n_tok activation rows of
