@@ -1,0 +1,44 @@
+#include "kv/chunk_pool.h"
+
+#include <cstdlib>
+#include <new>
+
+namespace cs {
+
+size_t kv_type_size(KvType t) { return t == KvType::kF32 ? 4 : 2; }
+
+const char* kv_type_name(KvType t) {
+  switch (t) {
+    case KvType::kF32: return "f32";
+    case KvType::kF16: return "f16";
+    default: return "bf16";
+  }
+}
+
+void ChunkPool::FreeDeleter::operator()(uint8_t* p) const { std::free(p); }
+
+ChunkPool::ChunkPool(KvLayout layout, size_t capacity_bytes) : layout_(layout) {
+  const size_t cb = layout_.chunk_bytes();
+  capacity_ = cb ? int(std::min<size_t>(capacity_bytes / cb, size_t(INT32_MAX / 2))) : 0;
+  if (capacity_ > 0) {
+    // 64-byte alignment: every K/V block starts on a cache line.
+    const size_t bytes = (size_t(capacity_) * cb + 63) / 64 * 64;
+    memory_.reset(static_cast<uint8_t*>(std::aligned_alloc(64, bytes)));
+    if (!memory_) throw std::bad_alloc();
+    base_ = memory_.get();
+  }
+  free_.reserve(size_t(capacity_));
+  for (ChunkId id = capacity_ - 1; id >= 0; --id) free_.push_back(id);
+}
+
+ChunkId ChunkPool::allocate() {
+  if (free_.empty()) return -1;
+  const ChunkId id = free_.back();
+  free_.pop_back();
+  peak_ = std::max(peak_, used_count());
+  return id;
+}
+
+void ChunkPool::release(ChunkId id) { free_.push_back(id); }
+
+}  // namespace cs

@@ -1,0 +1,78 @@
+// Fixed-capacity pool of KV chunks (ChunkAttention §3.1). A chunk holds the K
+// and V of `chunk_size` tokens for every layer and KV head of the model, so one
+// prefix tree serves the whole model. Memory is taken once at start-up and never
+// returned to the OS; allocate and free are O(1) (a free list of chunk ids).
+//
+// Layout of one chunk, chosen so an attention kernel working on (layer, KV head)
+// streams one contiguous K block and one contiguous V block:
+//   [layer][kv_head][K|V][token][head_dim]   elements of type KvType
+// Not thread-safe: the engine thread owns it (see prefix_tree.h).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace cs {
+
+enum class KvType { kF32, kF16, kBF16 };
+size_t kv_type_size(KvType t);
+const char* kv_type_name(KvType t);
+
+struct KvLayout {
+  int n_layers = 1;
+  int n_kv_heads = 1;
+  int head_dim = 64;
+  int chunk_size = 64;  // tokens per chunk (the paper's c)
+  KvType type = KvType::kF16;
+
+  // Elements in one K (or V) block of a chunk: chunk_size * head_dim.
+  size_t block_elems() const { return size_t(chunk_size) * head_dim; }
+  size_t block_bytes() const { return block_elems() * kv_type_size(type); }
+  size_t chunk_bytes() const { return block_bytes() * 2 * n_layers * n_kv_heads; }
+  // Byte offset of the K (v = false) or V block of (layer, head) in a chunk.
+  size_t block_offset(int layer, int head, bool v) const {
+    return ((size_t(layer) * n_kv_heads + head) * 2 + (v ? 1 : 0)) * block_bytes();
+  }
+};
+
+using ChunkId = int32_t;
+
+class ChunkPool {
+ public:
+  // Room for floor(capacity_bytes / chunk_bytes) chunks (at least 0).
+  ChunkPool(KvLayout layout, size_t capacity_bytes);
+
+  const KvLayout& layout() const { return layout_; }
+  int capacity() const { return capacity_; }
+  int free_count() const { return int(free_.size()); }
+  int used_count() const { return capacity_ - free_count(); }
+  int peak_used() const { return peak_; }
+  size_t bytes() const { return size_t(capacity_) * layout_.chunk_bytes(); }
+
+  // -1 when the pool is exhausted.
+  ChunkId allocate();
+  void release(ChunkId id);
+
+  uint8_t* data(ChunkId id) { return base_ + size_t(id) * layout_.chunk_bytes(); }
+  const uint8_t* data(ChunkId id) const { return base_ + size_t(id) * layout_.chunk_bytes(); }
+  uint8_t* block(ChunkId id, int layer, int head, bool v) {
+    return data(id) + layout_.block_offset(layer, head, v);
+  }
+  const uint8_t* block(ChunkId id, int layer, int head, bool v) const {
+    return data(id) + layout_.block_offset(layer, head, v);
+  }
+
+ private:
+  struct FreeDeleter {
+    void operator()(uint8_t* p) const;
+  };
+  KvLayout layout_;
+  int capacity_ = 0;
+  std::unique_ptr<uint8_t, FreeDeleter> memory_;
+  uint8_t* base_ = nullptr;
+  std::vector<ChunkId> free_;
+  int peak_ = 0;
+};
+
+}  // namespace cs

@@ -1,0 +1,42 @@
+// The plan an attention kernel reads (ChunkAttention §3.3): which sequences
+// share which chunks, laid out so every chunk covers a contiguous range of
+// sequence indices. Built by PrefixTree::context() only when the tree's
+// structure changed; immutable once published, so readers on other threads
+// may hold it while the engine thread builds the next one.
+//
+// Token counts of tail chunks grow every decode step without a rebuild: read
+// them from PrefixTree::chunk_length(), not from here.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "kv/chunk_pool.h"
+
+namespace cs {
+
+using SeqId = int64_t;
+
+struct SharedChunk {
+  ChunkId chunk;
+  int begin, end;  // sequence indices [begin, end) that read this chunk
+  int depth;       // index of the chunk in each of those sequences' chunk lists
+};
+
+struct KernelContext {
+  uint64_t version = 0;            // changes with every rebuild
+  std::vector<SeqId> seqs;         // ordering: index -> sequence id
+  // Every sequence's chunks, root first (for per-sequence kernels):
+  // chunks[chunk_begin[i] .. chunk_begin[i + 1]).
+  std::vector<ChunkId> chunks;
+  std::vector<int> chunk_begin;
+  // Chunks read by more than one live sequence (chunk-first phase), in
+  // tree order (parents before children).
+  std::vector<SharedChunk> shared;
+  // Per sequence, the index in its chunk list where its private chunks (read
+  // by it alone; sequence-first phase) begin.
+  std::vector<int> private_from;
+
+  int index_of(SeqId id) const;  // -1 if absent
+};
+
+}  // namespace cs

@@ -1,0 +1,379 @@
+#include "kv/prefix_tree.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "base/f16.h"
+
+namespace cs {
+
+int KernelContext::index_of(SeqId id) const {
+  for (size_t i = 0; i < seqs.size(); ++i)
+    if (seqs[i] == id) return int(i);
+  return -1;
+}
+
+PrefixTree::PrefixTree(KvLayout layout, size_t capacity_bytes, bool retain)
+    : pool_(layout, capacity_bytes), retain_(retain) {
+  meta_.resize(size_t(pool_.capacity()));
+  evict_key_.assign(size_t(pool_.capacity()), 0);
+}
+
+void PrefixTree::check_writer() {
+#if !defined(NDEBUG) || defined(CHUNKSERVE_DEBUG_CHECKS)
+  const auto me = std::this_thread::get_id();
+  if (writer_ == std::thread::id{}) writer_ = me;
+  if (writer_ != me) {
+    std::fprintf(stderr, "PrefixTree: mutated from a second thread (single-writer rule)\n");
+    std::abort();
+  }
+#endif
+}
+
+KvStats PrefixTree::stats() const {
+  KvStats s;
+  s.chunks = pool_.capacity();
+  s.free = pool_.free_count();
+  s.peak = pool_.peak_used();
+  s.bytes = pool_.bytes();
+  s.chunk_bytes = layout().chunk_bytes();
+  s.cached = cached_;
+  s.used = pool_.used_count() - cached_;
+  return s;
+}
+
+int PrefixTree::length(SeqId id) const {
+  auto it = seqs_.find(id);
+  return it == seqs_.end() ? 0 : it->second.length;
+}
+
+const std::vector<ChunkId>& PrefixTree::chunks_of(SeqId id) const {
+  static const std::vector<ChunkId> none;
+  auto it = seqs_.find(id);
+  return it == seqs_.end() ? none : it->second.chunks;
+}
+
+void PrefixTree::touch(ChunkId c) { meta_[size_t(c)].last_used = ++clock_; }
+
+void PrefixTree::add_ref(ChunkId c) {
+  if (meta_[size_t(c)].ref++ == 0) {
+    --cached_;  // a retained chunk back in use
+    update_evictable(c);
+  }
+}
+
+// Keeps evictable_ equal to the set of unreferenced leaves, keyed by the time
+// they were last released (last_used is never 0 for an allocated chunk).
+void PrefixTree::update_evictable(ChunkId c) {
+  if (c < 0) return;
+  const Chunk& m = meta_[size_t(c)];
+  const bool should = m.ref == 0 && m.children.empty();
+  uint64_t& key = evict_key_[size_t(c)];
+  if (key && (!should || key != m.last_used)) {
+    evictable_.erase({key, c});
+    key = 0;
+  }
+  if (should && !key) {
+    key = m.last_used;
+    evictable_.insert({key, c});
+  }
+}
+
+ChunkId PrefixTree::allocate_chunk() {
+  ChunkId id = pool_.allocate();
+  if (id < 0 && evict(1) == 1) id = pool_.allocate();
+  if (id >= 0) {
+    Chunk& m = meta_[size_t(id)];
+    m = Chunk{};
+    m.tokens.reserve(size_t(layout().chunk_size));
+    m.last_used = ++clock_;
+  }
+  return id;
+}
+
+void PrefixTree::attach(ChunkId c, ChunkId parent) {
+  meta_[size_t(c)].parent = parent;
+  children_of(parent).push_back(c);
+  update_evictable(parent);
+}
+
+void PrefixTree::detach_and_free(ChunkId c) {
+  const ChunkId parent = meta_[size_t(c)].parent;
+  auto& siblings = children_of(parent);
+  siblings.erase(std::find(siblings.begin(), siblings.end(), c));
+  if (uint64_t& key = evict_key_[size_t(c)]) {
+    evictable_.erase({key, c});
+    key = 0;
+  }
+  if (meta_[size_t(c)].ref == 0) --cached_;
+  meta_[size_t(c)] = Chunk{};
+  pool_.release(c);
+  update_evictable(parent);
+}
+
+void PrefixTree::unref(ChunkId c) {
+  Chunk& m = meta_[size_t(c)];
+  if (--m.ref > 0) return;
+  const bool full = int(m.tokens.size()) == layout().chunk_size;
+  ++cached_;  // every unreferenced chunk in the tree counts as cached
+  if ((retain_ && full) || !m.children.empty()) {  // kept: a retained prefix
+    touch(c);
+    update_evictable(c);
+  } else {
+    detach_and_free(c);
+  }
+}
+
+int PrefixTree::evict(int n) {
+  int freed = 0;
+  while (freed < n && !evictable_.empty()) {
+    const ChunkId c = evictable_.begin()->second;
+    detach_and_free(c);
+    ++freed;
+  }
+  return freed;
+}
+
+void PrefixTree::copy_tokens(ChunkId dst, ChunkId src, int n) {
+  const KvLayout& L = layout();
+  const size_t bytes = size_t(n) * L.head_dim * kv_type_size(L.type);
+  for (int l = 0; l < L.n_layers; ++l)
+    for (int h = 0; h < L.n_kv_heads; ++h)
+      for (bool v : {false, true}) std::memcpy(pool_.block(dst, l, h, v), pool_.block(src, l, h, v), bytes);
+  auto& t = meta_[size_t(src)].tokens;
+  meta_[size_t(dst)].tokens.assign(t.begin(), t.begin() + n);
+}
+
+// ChunkAttention §3.1: a new sequence walks the tree along its prompt.
+KvStatus PrefixTree::join(SeqId id, std::span<const int32_t> tokens, int* matched) {
+  check_writer();
+  if (seqs_.count(id)) return {KvCode::kSequenceExists, "sequence " + std::to_string(id) + " exists"};
+  const int c = layout().chunk_size, n = int(tokens.size());
+  std::vector<ChunkId> path;
+  ChunkId node = -1;
+  int i = 0;
+  while (i + c <= n) {
+    ChunkId next = -1;
+    for (ChunkId ch : children_of(node)) {
+      const auto& t = meta_[size_t(ch)].tokens;
+      if (int(t.size()) == c && std::equal(t.begin(), t.end(), tokens.begin() + i)) {
+        next = ch;
+        break;
+      }
+    }
+    if (next < 0) break;
+    path.push_back(next);
+    node = next;
+    i += c;
+  }
+  // The longest partial match among the children of where the walk stopped.
+  ChunkId best = -1;
+  int best_m = 0;
+  for (ChunkId ch : children_of(node)) {
+    const auto& t = meta_[size_t(ch)].tokens;
+    const int lim = std::min(int(t.size()), n - i);
+    int m = 0;
+    while (m < lim && t[size_t(m)] == tokens[size_t(i + m)]) ++m;
+    if (m > best_m) best = ch, best_m = m;
+  }
+  for (ChunkId ch : path) add_ref(ch);
+  Seq seq;
+  seq.chunks = path;
+  seq.length = i;
+  if (best_m > 0) {
+    add_ref(best);  // pin the source so making room cannot evict it
+    const ChunkId own = allocate_chunk();
+    if (own >= 0) {
+      copy_tokens(own, best, best_m);
+      attach(own, node);
+      meta_[size_t(own)].ref = 1;
+      seq.chunks.push_back(own);
+      seq.length += best_m;
+    }
+    unref(best);
+    if (own < 0) {
+      for (auto it = path.rbegin(); it != path.rend(); ++it) unref(*it);
+      return {KvCode::kPoolExhausted, "no free chunk to copy a partial prefix into"};
+    }
+  }
+  *matched = seq.length;
+  seqs_.emplace(id, std::move(seq));
+  left_.erase(id);
+  dirty_ = true;
+  return KvStatus::Ok();
+}
+
+KvStatus PrefixTree::append(SeqId id, std::span<const int32_t> tokens) {
+  check_writer();
+  auto it = seqs_.find(id);
+  if (it == seqs_.end())
+    return {left_.count(id) ? KvCode::kSequenceLeft : KvCode::kUnknownSequence,
+            "append to " + std::string(left_.count(id) ? "a sequence that left" : "an unknown sequence") +
+                " (" + std::to_string(id) + ")"};
+  Seq& seq = it->second;
+  const int c = layout().chunk_size, n = int(tokens.size());
+  if (n == 0) return KvStatus::Ok();
+  const ChunkId tail = seq.chunks.empty() ? -1 : seq.chunks.back();
+  const int room = tail < 0 ? 0 : c - chunk_length(tail);
+  const bool cow = room > 0 && meta_[size_t(tail)].ref > 1;  // a forked partial tail
+  const int need = (std::max(0, n - room) + c - 1) / c + (cow ? 1 : 0);
+  if (need > available())
+    return {KvCode::kPoolExhausted, "need " + std::to_string(need) + " chunks, " +
+                                        std::to_string(available()) + " available"};
+  if (cow) {
+    const ChunkId own = allocate_chunk();
+    copy_tokens(own, tail, chunk_length(tail));
+    attach(own, meta_[size_t(tail)].parent);
+    meta_[size_t(own)].ref = 1;
+    --meta_[size_t(tail)].ref;  // still read by the other sequences
+    seq.chunks.back() = own;
+    dirty_ = true;
+  }
+  for (int32_t t : tokens) {
+    ChunkId last = seq.chunks.empty() ? -1 : seq.chunks.back();
+    if (last < 0 || chunk_length(last) == c) {
+      const ChunkId fresh = allocate_chunk();  // cannot fail: counted above
+      attach(fresh, last);
+      meta_[size_t(fresh)].ref = 1;
+      seq.chunks.push_back(fresh);
+      last = fresh;
+      dirty_ = true;
+    }
+    meta_[size_t(last)].tokens.push_back(t);
+    ++seq.length;
+  }
+  return KvStatus::Ok();
+}
+
+KvStatus PrefixTree::leave(SeqId id) {
+  check_writer();
+  auto it = seqs_.find(id);
+  if (it == seqs_.end())
+    return {left_.count(id) ? KvCode::kSequenceLeft : KvCode::kUnknownSequence,
+            "leave of sequence " + std::to_string(id) + " that is not live"};
+  const std::vector<ChunkId> chunks = std::move(it->second.chunks);
+  seqs_.erase(it);
+  left_.insert(id);
+  for (auto c = chunks.rbegin(); c != chunks.rend(); ++c) unref(*c);  // leaves first
+  dirty_ = true;
+  return KvStatus::Ok();
+}
+
+KvStatus PrefixTree::fork(SeqId parent, SeqId child) {
+  check_writer();
+  auto it = seqs_.find(parent);
+  if (it == seqs_.end())
+    return {left_.count(parent) ? KvCode::kSequenceLeft : KvCode::kUnknownSequence,
+            "fork of sequence " + std::to_string(parent) + " that is not live"};
+  if (seqs_.count(child)) return {KvCode::kSequenceExists, "sequence " + std::to_string(child) + " exists"};
+  Seq copy = it->second;
+  for (ChunkId c : copy.chunks) add_ref(c);
+  seqs_.emplace(child, std::move(copy));
+  left_.erase(child);
+  dirty_ = true;
+  return KvStatus::Ok();
+}
+
+std::pair<ChunkId, int> PrefixTree::slot(SeqId id, int index) const {
+  const int c = layout().chunk_size;
+  const Seq& s = seqs_.at(id);
+  return {s.chunks.at(size_t(index / c)), index % c};
+}
+
+void PrefixTree::write_kv(SeqId id, int index, int layer, int head, const float* k, const float* v) {
+  check_writer();
+  const auto [chunk, off] = slot(id, index);
+  const KvLayout& L = layout();
+  for (int which = 0; which < 2; ++which) {
+    const float* src = which ? v : k;
+    uint8_t* dst = pool_.block(chunk, layer, head, which) + size_t(off) * L.head_dim * kv_type_size(L.type);
+    switch (L.type) {
+      case KvType::kF32: std::memcpy(dst, src, size_t(L.head_dim) * 4); break;
+      case KvType::kF16:
+        for (int i = 0; i < L.head_dim; ++i) reinterpret_cast<uint16_t*>(dst)[i] = f32_to_f16(src[i]);
+        break;
+      case KvType::kBF16:
+        for (int i = 0; i < L.head_dim; ++i) reinterpret_cast<uint16_t*>(dst)[i] = f32_to_bf16(src[i]);
+        break;
+    }
+  }
+}
+
+void PrefixTree::read_kv(SeqId id, int index, int layer, int head, float* k, float* v) const {
+  const auto [chunk, off] = slot(id, index);
+  const KvLayout& L = layout();
+  for (int which = 0; which < 2; ++which) {
+    float* dst = which ? v : k;
+    const uint8_t* src =
+        pool_.block(chunk, layer, head, which) + size_t(off) * L.head_dim * kv_type_size(L.type);
+    switch (L.type) {
+      case KvType::kF32: std::memcpy(dst, src, size_t(L.head_dim) * 4); break;
+      case KvType::kF16:
+        for (int i = 0; i < L.head_dim; ++i) dst[i] = f16_to_f32(reinterpret_cast<const uint16_t*>(src)[i]);
+        break;
+      case KvType::kBF16:
+        for (int i = 0; i < L.head_dim; ++i) dst[i] = bf16_to_f32(reinterpret_cast<const uint16_t*>(src)[i]);
+        break;
+    }
+  }
+}
+
+// ChunkAttention §3.3: order sequences by a depth-first walk of the tree, so
+// each chunk's readers form one contiguous index range.
+std::shared_ptr<const KernelContext> PrefixTree::context() {
+  if (!dirty_ && context_) return context_;
+  check_writer();
+  auto ctx = std::make_shared<KernelContext>();
+  ctx->version = ++version_;
+  std::unordered_map<ChunkId, std::vector<SeqId>> ending;
+  for (const auto& [id, s] : seqs_) ending[s.chunks.empty() ? -1 : s.chunks.back()].push_back(id);
+  for (auto& [c, ids] : ending) std::sort(ids.begin(), ids.end());
+
+  struct Frame {
+    ChunkId node;
+    size_t next_child;
+    int depth;
+    int shared;  // index in ctx->shared, or -1
+  };
+  std::vector<Frame> stack;
+  auto enter = [&](ChunkId node, int depth) {
+    const int begin = int(ctx->seqs.size());
+    if (auto e = ending.find(node); e != ending.end())
+      ctx->seqs.insert(ctx->seqs.end(), e->second.begin(), e->second.end());
+    int shared = -1;
+    if (node >= 0 && meta_[size_t(node)].ref > 1) {
+      shared = int(ctx->shared.size());
+      ctx->shared.push_back({node, begin, -1, depth});
+    }
+    stack.push_back({node, 0, depth, shared});
+  };
+  enter(-1, -1);
+  while (!stack.empty()) {
+    Frame& f = stack.back();
+    const auto& kids = children_of(f.node);
+    while (f.next_child < kids.size() && meta_[size_t(kids[f.next_child])].ref == 0) ++f.next_child;
+    if (f.next_child < kids.size()) {
+      const ChunkId child = kids[f.next_child++];
+      enter(child, f.depth + 1);
+      continue;
+    }
+    if (f.shared >= 0) ctx->shared[size_t(f.shared)].end = int(ctx->seqs.size());
+    stack.pop_back();
+  }
+  for (SeqId id : ctx->seqs) {
+    const Seq& s = seqs_.at(id);
+    ctx->chunk_begin.push_back(int(ctx->chunks.size()));
+    int p = 0;
+    while (p < int(s.chunks.size()) && meta_[size_t(s.chunks[size_t(p)])].ref > 1) ++p;
+    ctx->private_from.push_back(p);
+    ctx->chunks.insert(ctx->chunks.end(), s.chunks.begin(), s.chunks.end());
+  }
+  ctx->chunk_begin.push_back(int(ctx->chunks.size()));
+  context_ = std::move(ctx);
+  dirty_ = false;
+  return context_;
+}
+
+}  // namespace cs

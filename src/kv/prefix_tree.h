@@ -1,0 +1,151 @@
+// Prefix-aware KV cache (ChunkAttention §3.1): the KV of every live sequence
+// lives in fixed-size chunks organised as a prefix tree, so a prefix that
+// several sequences share is stored once, found at join time with no
+// registration. Beyond the paper (as SGLang's radix cache), chunks of
+// sequences that left stay in the tree, unreferenced, so a later request with
+// the same prefix skips their prefill; they are evicted least-recently-used
+// when the pool needs room.
+//
+// Vocabulary: join, append, leave, fork, evict, context.
+//
+// Threading: one writer. Every mutating call must come from the same thread
+// (checked in debug and sanitizer builds: a second writer thread aborts),
+// context() included, since it may rebuild. The snapshot it returns is
+// immutable: the writer hands it to kernel threads, which may read it (and the
+// chunks it names) while the writer goes on. Chunk data is written only for
+// tokens the writer appended; shared chunks are never written (a shared
+// partial chunk is copied before it is written: copy-on-write).
+//
+// Errors are values (KvStatus). A failed call changes nothing.
+#pragma once
+#include <memory>
+#include <set>
+#include <span>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "kv/chunk_pool.h"
+#include "kv/kernel_context.h"
+
+namespace cs {
+
+enum class KvCode { kOk, kPoolExhausted, kUnknownSequence, kSequenceLeft, kSequenceExists };
+
+struct [[nodiscard]] KvStatus {
+  KvCode code = KvCode::kOk;
+  std::string message;
+  bool ok() const { return code == KvCode::kOk; }
+  static KvStatus Ok() { return {}; }
+};
+
+struct KvStats {
+  int chunks = 0;      // pool capacity
+  int used = 0;        // referenced by live sequences
+  int cached = 0;      // retained, unreferenced (evictable)
+  int free = 0;        // in the pool's free list
+  int peak = 0;        // most chunks ever allocated at once
+  size_t bytes = 0;    // pool size
+  size_t chunk_bytes = 0;
+};
+
+class PrefixTree {
+ public:
+  // retain: keep full chunks of sequences that left, for later joins.
+  PrefixTree(KvLayout layout, size_t capacity_bytes, bool retain = true);
+
+  // Starts sequence `id` with prompt `tokens`: shares every full chunk of the
+  // longest matching path; if the match ends inside a chunk, copies the
+  // matching tokens' K/V into the sequence's own chunk. *matched is the number
+  // of leading tokens whose K/V are already present (prefill skips them); the
+  // caller appends the rest. Cached chunks are reused the same way.
+  KvStatus join(SeqId id, std::span<const int32_t> tokens, int* matched);
+
+  // Appends tokens to a sequence (one per decode step, or many for prefill),
+  // growing a new leaf chunk when the tail is full. Their K/V slots are
+  // returned by slot() for the caller to write.
+  KvStatus append(SeqId id, std::span<const int32_t> tokens);
+
+  // Ends a sequence, releasing what only it used (or caching its full chunks).
+  KvStatus leave(SeqId id);
+
+  // New sequence `child` sharing all of `parent`'s chunks (parallel sampling).
+  KvStatus fork(SeqId parent, SeqId child);
+
+  // Evicts up to n cached chunks, least recently used leaves first. Returns
+  // how many were freed.
+  int evict(int n);
+
+  // The kernel context for the live sequences, rebuilt only if the structure
+  // changed since the last call.
+  std::shared_ptr<const KernelContext> context();
+
+  // --- Reading and writing K/V ---
+  bool contains(SeqId id) const { return seqs_.count(id) != 0; }
+  int length(SeqId id) const;  // tokens of a live sequence (0 if unknown)
+  const std::vector<ChunkId>& chunks_of(SeqId id) const;
+  int chunk_length(ChunkId c) const { return int(meta_[size_t(c)].tokens.size()); }
+  const std::vector<int32_t>& chunk_tokens(ChunkId c) const { return meta_[size_t(c)].tokens; }
+  // Chunk and offset of token `index` of a sequence.
+  std::pair<ChunkId, int> slot(SeqId id, int index) const;
+  // Writes K and V (head_dim floats each, converted to the storage type) of one
+  // token for one layer and KV head.
+  void write_kv(SeqId id, int index, int layer, int head, const float* k, const float* v);
+  // Reads them back as floats (tests, reference kernels).
+  void read_kv(SeqId id, int index, int layer, int head, float* k, float* v) const;
+
+  ChunkPool& pool() { return pool_; }
+  const ChunkPool& pool() const { return pool_; }
+  const KvLayout& layout() const { return pool_.layout(); }
+  KvStats stats() const;
+
+ private:
+  struct Chunk {
+    std::vector<int32_t> tokens;
+    ChunkId parent = -1;
+    std::vector<ChunkId> children;
+    int ref = 0;  // live sequences whose path contains this chunk
+    uint64_t last_used = 0;
+  };
+  struct Seq {
+    std::vector<ChunkId> chunks;
+    int length = 0;
+  };
+
+  void check_writer();
+  ChunkId allocate_chunk();           // evicts cached chunks if needed
+  // Chunks an allocation can get: free ones plus every cached one (all
+  // descendants of a cached chunk are cached, so all of them can be evicted).
+  int available() const { return pool_.free_count() + cached_; }
+  void add_ref(ChunkId c);
+  void attach(ChunkId c, ChunkId parent);
+  void detach_and_free(ChunkId c);
+  void unref(ChunkId c);
+  void touch(ChunkId c);
+  void update_evictable(ChunkId c);
+  void copy_tokens(ChunkId dst, ChunkId src, int n);
+  std::vector<ChunkId>& children_of(ChunkId parent) {
+    return parent < 0 ? root_children_ : meta_[size_t(parent)].children;
+  }
+  const std::vector<ChunkId>& children_of(ChunkId parent) const {
+    return parent < 0 ? root_children_ : meta_[size_t(parent)].children;
+  }
+
+  ChunkPool pool_;
+  bool retain_;
+  std::vector<Chunk> meta_;  // indexed by ChunkId
+  std::vector<ChunkId> root_children_;
+  std::unordered_map<SeqId, Seq> seqs_;
+  std::set<SeqId> left_;  // sequences that left (for a precise error)
+  std::set<std::pair<uint64_t, ChunkId>> evictable_;  // unreferenced leaves, by age
+  std::vector<uint64_t> evict_key_;                   // key in evictable_, 0 = absent
+  int cached_ = 0;  // chunks in the tree with ref == 0
+  uint64_t clock_ = 0;
+  bool dirty_ = true;
+  uint64_t version_ = 0;
+  std::shared_ptr<const KernelContext> context_;
+  std::thread::id writer_{};
+};
+
+}  // namespace cs
