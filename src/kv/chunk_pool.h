@@ -5,7 +5,10 @@
 //
 // Layout of one chunk, chosen so an attention kernel working on (layer, KV head)
 // streams one contiguous K block and one contiguous V block:
-//   [layer][kv_head][K|V][token][head_dim]   elements of type KvType
+//   [layer][kv_head][K|V][...]   elements of type KvType
+// K is stored transposed, [head_dim][chunk_size], so q.K^T for a run of tokens
+// is a row of FMAs over contiguous keys; V is [chunk_size][head_dim], so P.V
+// adds contiguous value rows.
 // Not thread-safe: the engine thread owns it (see prefix_tree.h).
 #pragma once
 #include <cstddef>

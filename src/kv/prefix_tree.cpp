@@ -138,10 +138,16 @@ int PrefixTree::evict(int n) {
 
 void PrefixTree::copy_tokens(ChunkId dst, ChunkId src, int n) {
   const KvLayout& L = layout();
-  const size_t bytes = size_t(n) * L.head_dim * kv_type_size(L.type);
+  const size_t es = kv_type_size(L.type);
   for (int l = 0; l < L.n_layers; ++l)
-    for (int h = 0; h < L.n_kv_heads; ++h)
-      for (bool v : {false, true}) std::memcpy(pool_.block(dst, l, h, v), pool_.block(src, l, h, v), bytes);
+    for (int h = 0; h < L.n_kv_heads; ++h) {
+      // K^T: the first n keys of every dimension row.
+      uint8_t* dk = pool_.block(dst, l, h, false);
+      const uint8_t* sk = pool_.block(src, l, h, false);
+      for (int i = 0; i < L.head_dim; ++i)
+        std::memcpy(dk + size_t(i) * L.chunk_size * es, sk + size_t(i) * L.chunk_size * es, size_t(n) * es);
+      std::memcpy(pool_.block(dst, l, h, true), pool_.block(src, l, h, true), size_t(n) * L.head_dim * es);
+    }
   auto& t = meta_[size_t(src)].tokens;
   meta_[size_t(dst)].tokens.assign(t.begin(), t.begin() + n);
 }
@@ -282,41 +288,53 @@ std::pair<ChunkId, int> PrefixTree::slot(SeqId id, int index) const {
   return {s.chunks.at(size_t(index / c)), index % c};
 }
 
+namespace {
+
+float load_elem(const uint8_t* p, KvType t) {
+  switch (t) {
+    case KvType::kF32: {
+      float f;
+      std::memcpy(&f, p, 4);
+      return f;
+    }
+    case KvType::kF16: return f16_to_f32(uint16_t(p[0] | p[1] << 8));
+    default: return bf16_to_f32(uint16_t(p[0] | p[1] << 8));
+  }
+}
+
+void store_elem(uint8_t* p, KvType t, float x) {
+  if (t == KvType::kF32) {
+    std::memcpy(p, &x, 4);
+    return;
+  }
+  const uint16_t h = t == KvType::kF16 ? f32_to_f16(x) : f32_to_bf16(x);
+  std::memcpy(p, &h, 2);
+}
+
+}  // namespace
+
 void PrefixTree::write_kv(SeqId id, int index, int layer, int head, const float* k, const float* v) {
   check_writer();
   const auto [chunk, off] = slot(id, index);
   const KvLayout& L = layout();
-  for (int which = 0; which < 2; ++which) {
-    const float* src = which ? v : k;
-    uint8_t* dst = pool_.block(chunk, layer, head, which) + size_t(off) * L.head_dim * kv_type_size(L.type);
-    switch (L.type) {
-      case KvType::kF32: std::memcpy(dst, src, size_t(L.head_dim) * 4); break;
-      case KvType::kF16:
-        for (int i = 0; i < L.head_dim; ++i) reinterpret_cast<uint16_t*>(dst)[i] = f32_to_f16(src[i]);
-        break;
-      case KvType::kBF16:
-        for (int i = 0; i < L.head_dim; ++i) reinterpret_cast<uint16_t*>(dst)[i] = f32_to_bf16(src[i]);
-        break;
-    }
+  const size_t es = kv_type_size(L.type);
+  uint8_t* kb = pool_.block(chunk, layer, head, false);
+  uint8_t* vb = pool_.block(chunk, layer, head, true) + size_t(off) * L.head_dim * es;
+  for (int i = 0; i < L.head_dim; ++i) {
+    store_elem(kb + (size_t(i) * L.chunk_size + off) * es, L.type, k[i]);
+    store_elem(vb + size_t(i) * es, L.type, v[i]);
   }
 }
 
 void PrefixTree::read_kv(SeqId id, int index, int layer, int head, float* k, float* v) const {
   const auto [chunk, off] = slot(id, index);
   const KvLayout& L = layout();
-  for (int which = 0; which < 2; ++which) {
-    float* dst = which ? v : k;
-    const uint8_t* src =
-        pool_.block(chunk, layer, head, which) + size_t(off) * L.head_dim * kv_type_size(L.type);
-    switch (L.type) {
-      case KvType::kF32: std::memcpy(dst, src, size_t(L.head_dim) * 4); break;
-      case KvType::kF16:
-        for (int i = 0; i < L.head_dim; ++i) dst[i] = f16_to_f32(reinterpret_cast<const uint16_t*>(src)[i]);
-        break;
-      case KvType::kBF16:
-        for (int i = 0; i < L.head_dim; ++i) dst[i] = bf16_to_f32(reinterpret_cast<const uint16_t*>(src)[i]);
-        break;
-    }
+  const size_t es = kv_type_size(L.type);
+  const uint8_t* kb = pool_.block(chunk, layer, head, false);
+  const uint8_t* vb = pool_.block(chunk, layer, head, true) + size_t(off) * L.head_dim * es;
+  for (int i = 0; i < L.head_dim; ++i) {
+    k[i] = load_elem(kb + (size_t(i) * L.chunk_size + off) * es, L.type);
+    v[i] = load_elem(vb + size_t(i) * es, L.type);
   }
 }
 

@@ -1,0 +1,266 @@
+#include "attn/attention.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "attn/block.h"
+#include "attn/state.h"
+
+namespace cs {
+namespace {
+
+// Query rows of one (sequence range, KV head), gathered contiguously, with
+// their running states. Row index = (query row - first row) * group + head in group.
+struct RowSet {
+  int d = 0;
+  std::vector<float> q, o, m, l;
+  std::vector<int> visible;  // keys each row may see (sequence-relative)
+  std::vector<int> limit;    // per chunk: visible keys of that chunk
+
+  void gather(const AttnProblem& p, int seq_begin, int seq_end, int kv_head) {
+    const KvLayout& L = p.tree->layout();
+    d = L.head_dim;
+    const int group = p.n_heads / L.n_kv_heads;
+    const int r0 = p.rows_begin(seq_begin), r1 = p.rows_begin(seq_end);
+    const int n = (r1 - r0) * group;
+    q.resize(size_t(n) * d);
+    o.assign(size_t(n) * d, 0.0f);
+    m.assign(size_t(n), -INFINITY);
+    l.assign(size_t(n), 0.0f);
+    visible.resize(size_t(n));
+    limit.resize(size_t(n));
+    int row = 0;
+    for (int s = seq_begin; s < seq_end; ++s) {
+      const int len = p.tree->length(p.ctx->seqs[size_t(s)]);
+      const int nr = p.rows_of(s);
+      for (int k = 0; k < nr; ++k)
+        for (int g = 0; g < group; ++g, ++row) {
+          const int h = kv_head * group + g;
+          const float* src = p.q + (size_t(p.rows_begin(s) + k) * p.n_heads + h) * d;
+          std::copy(src, src + d, q.begin() + long(row) * d);
+          visible[size_t(row)] = len - nr + k + 1;
+        }
+    }
+  }
+  int rows() const { return int(m.size()); }
+
+  // Folds one chunk at `depth` of these rows' sequences into their states.
+  void apply(const AttnProblem& p, ChunkId chunk, int depth, int kv_head, int row_from = 0,
+             int row_to = -1) {
+    if (row_to < 0) row_to = rows();
+    const KvLayout& L = p.tree->layout();
+    const int len = p.tree->chunk_length(chunk), base = depth * L.chunk_size;
+    bool any = false;
+    for (int r = row_from; r < row_to; ++r) {
+      limit[size_t(r)] = std::clamp(visible[size_t(r)] - base, 0, len);
+      any = any || limit[size_t(r)] > 0;
+    }
+    if (!any) return;
+    BlockJob j;
+    j.q = q.data() + size_t(row_from) * d;
+    j.q_stride = d;
+    j.nq = row_to - row_from;
+    j.kt = p.tree->pool().block(chunk, p.layer, kv_head, false);
+    j.v = p.tree->pool().block(chunk, p.layer, kv_head, true);
+    j.kv_type = int(L.type);
+    j.c = L.chunk_size;
+    j.d = d;
+    j.limit = limit.data() + row_from;
+    j.scale = 1.0f / std::sqrt(float(d));
+    j.o = o.data() + size_t(row_from) * d;
+    j.o_stride = d;
+    j.m = m.data() + row_from;
+    j.l = l.data() + row_from;
+    block_update(j);
+  }
+
+  // Writes rows back to the output layout (o / l).
+  void scatter(const AttnProblem& p, int seq_begin, int seq_end, int kv_head) const {
+    const int group = p.n_heads / p.tree->layout().n_kv_heads;
+    int row = 0;
+    for (int s = seq_begin; s < seq_end; ++s)
+      for (int k = 0; k < p.rows_of(s); ++k)
+        for (int g = 0; g < group; ++g, ++row) {
+          const int h = kv_head * group + g;
+          finalize(o.data() + size_t(row) * d, l[size_t(row)], d,
+                   p.out + (size_t(p.rows_begin(s) + k) * p.n_heads + h) * d);
+        }
+  }
+};
+
+// Walks sequence i's chunks from depth `from` on, into `rows` (one sequence).
+void sequence_first(const AttnProblem& p, RowSet& rows, int i, int kv_head, int from,
+                    const std::vector<char>* skip = nullptr) {
+  const auto& c = *p.ctx;
+  for (int k = c.chunk_begin[size_t(i)] + from; k < c.chunk_begin[size_t(i) + 1]; ++k) {
+    const int depth = k - c.chunk_begin[size_t(i)];
+    if (skip && depth < int(skip->size()) && (*skip)[size_t(depth)]) continue;
+    rows.apply(p, c.chunks[size_t(k)], depth, kv_head);
+  }
+}
+
+}  // namespace
+
+void attn_reference(const AttnProblem& p) {
+  const KvLayout& L = p.tree->layout();
+  const int d = L.head_dim, group = p.n_heads / L.n_kv_heads;
+  std::vector<float> k(static_cast<size_t>(d)), v(static_cast<size_t>(d));
+  for (int i = 0; i < p.n_seqs(); ++i) {
+    const SeqId id = p.ctx->seqs[size_t(i)];
+    const int len = p.tree->length(id), nr = p.rows_of(i);
+    for (int r = 0; r < nr; ++r)
+      for (int h = 0; h < p.n_heads; ++h) {
+        const size_t row = (size_t(p.rows_begin(i) + r) * p.n_heads + h) * d;
+        const float* q = p.q + row;
+        const int vis = len - nr + r + 1;
+        std::vector<double> s(static_cast<size_t>(vis)), acc(static_cast<size_t>(d), 0.0);
+        double mx = -INFINITY;
+        for (int t = 0; t < vis; ++t) {
+          p.tree->read_kv(id, t, p.layer, h / group, k.data(), v.data());
+          double dot = 0;
+          for (int x = 0; x < d; ++x) dot += double(q[x]) * k[size_t(x)];
+          s[size_t(t)] = dot / std::sqrt(double(d));
+          mx = std::max(mx, s[size_t(t)]);
+        }
+        double z = 0;
+        for (int t = 0; t < vis; ++t) {
+          const double w = std::exp(s[size_t(t)] - mx);
+          z += w;
+          p.tree->read_kv(id, t, p.layer, h / group, k.data(), v.data());
+          for (int x = 0; x < d; ++x) acc[size_t(x)] += w * v[size_t(x)];
+        }
+        for (int x = 0; x < d; ++x) p.out[row + size_t(x)] = vis > 0 ? float(acc[size_t(x)] / z) : 0.0f;
+      }
+  }
+}
+
+void attn_per_sequence(const AttnProblem& p) {
+  const int n = p.n_seqs(), kvh = p.tree->layout().n_kv_heads;
+#pragma omp parallel
+  {
+    RowSet rows;
+#pragma omp for schedule(static) collapse(2)
+    for (int h = 0; h < kvh; ++h)
+      for (int i = 0; i < n; ++i) {
+        rows.gather(p, i, i + 1, h);
+        sequence_first(p, rows, i, h, 0);
+        rows.scatter(p, i, i + 1, h);
+      }
+  }
+}
+
+namespace {
+
+// A run of shared chunks along one path that all cover sequences [begin, end).
+struct Segment {
+  int begin, end;
+  int depth;                    // depth of the first chunk
+  std::vector<ChunkId> chunks;
+};
+
+std::vector<Segment> chunk_first_segments(const AttnProblem& p, int min_rows, int max_chunks,
+                                          bool whole_batch_only) {
+  std::vector<Segment> segs;
+  const int group = p.n_heads / p.tree->layout().n_kv_heads;
+  for (const SharedChunk& s : p.ctx->shared) {
+    const int rows = (p.rows_begin(s.end) - p.rows_begin(s.begin)) * group;
+    if (rows < min_rows) continue;
+    if (whole_batch_only && (s.begin != 0 || s.end != p.n_seqs())) continue;
+    if (!segs.empty()) {
+      Segment& last = segs.back();
+      if (last.begin == s.begin && last.end == s.end &&
+          last.depth + int(last.chunks.size()) == s.depth && int(last.chunks.size()) < max_chunks) {
+        last.chunks.push_back(s.chunk);
+        continue;
+      }
+    }
+    segs.push_back({s.begin, s.end, s.depth, {s.chunk}});
+  }
+  return segs;
+}
+
+// Phase one: each (segment, KV head) is a small GEMM over its chunks; the
+// partial states it leaves are kept for phase two.
+std::vector<RowSet> chunk_first(const AttnProblem& p, const std::vector<Segment>& segs) {
+  const int kvh = p.tree->layout().n_kv_heads;
+  std::vector<RowSet> partial(segs.size() * size_t(kvh));
+#pragma omp parallel for schedule(dynamic) collapse(2)
+  for (size_t s = 0; s < segs.size(); ++s)
+    for (int h = 0; h < kvh; ++h) {
+      RowSet& rows = partial[s * size_t(kvh) + size_t(h)];
+      rows.gather(p, segs[s].begin, segs[s].end, h);
+      for (size_t k = 0; k < segs[s].chunks.size(); ++k)
+        rows.apply(p, segs[s].chunks[k], segs[s].depth + int(k), h);
+    }
+  return partial;
+}
+
+// Phase two: per (sequence, KV head), the saved partials of the segments
+// covering it are merged in, then its remaining chunks are walked.
+void sequence_first_phase(const AttnProblem& p, const std::vector<Segment>& segs,
+                          const std::vector<RowSet>& partial) {
+  const int n = p.n_seqs(), kvh = p.tree->layout().n_kv_heads;
+  const int group = p.n_heads / kvh;
+#pragma omp parallel
+  {
+    RowSet rows;
+    std::vector<char> done;
+#pragma omp for schedule(static) collapse(2)
+    for (int h = 0; h < kvh; ++h)
+      for (int i = 0; i < n; ++i) {
+        rows.gather(p, i, i + 1, h);
+        done.assign(size_t(p.ctx->chunk_begin[size_t(i) + 1] - p.ctx->chunk_begin[size_t(i)]), 0);
+        for (size_t s = 0; s < segs.size(); ++s) {
+          if (i < segs[s].begin || i >= segs[s].end) continue;
+          const RowSet& part = partial[s * size_t(kvh) + size_t(h)];
+          const int first = (p.rows_begin(i) - p.rows_begin(segs[s].begin)) * group;
+          for (int r = 0; r < rows.rows(); ++r)
+            merge({rows.o.data() + size_t(r) * rows.d, &rows.m[size_t(r)], &rows.l[size_t(r)]},
+                  part.o.data() + size_t(first + r) * rows.d, part.m[size_t(first + r)],
+                  part.l[size_t(first + r)], rows.d);
+          for (size_t k = 0; k < segs[s].chunks.size(); ++k) done[size_t(segs[s].depth) + k] = 1;
+        }
+        sequence_first(p, rows, i, h, 0, &done);
+        rows.scatter(p, i, i + 1, h);
+      }
+  }
+}
+
+}  // namespace
+
+void attn_tpp(const AttnProblem& p, const TppOptions& opt) {
+  const auto segs = chunk_first_segments(p, std::max(2, opt.min_rows), std::max(1, opt.max_segment_chunks), false);
+  const auto partial = chunk_first(p, segs);
+  sequence_first_phase(p, segs, partial);
+}
+
+void attn_relay(const AttnProblem& p) {
+  // System attention: every query row of the batch against the system prompt,
+  // the chunks shared by the whole batch from the root, one GEMM per KV head
+  // (split into pieces only to keep both cores busy when KV heads are few).
+  const int kvh = p.tree->layout().n_kv_heads;
+  const int pieces = kvh >= 2 ? 1 : 4;
+  auto segs = chunk_first_segments(p, 1, 1 << 30, true);
+  if (!segs.empty() && segs[0].depth != 0) segs.clear();  // only a prefix from the root
+  if (segs.size() > 1) segs.resize(1);
+  std::vector<Segment> split;
+  for (const Segment& s : segs) {
+    const int n = int(s.chunks.size()), per = (n + pieces - 1) / pieces;
+    for (int k = 0; k < n; k += per)
+      split.push_back({s.begin, s.end, s.depth + k,
+                       {s.chunks.begin() + k, s.chunks.begin() + std::min(n, k + per)}});
+  }
+  auto partial = chunk_first(p, split);
+  // Relay returns (o, lse) from system attention; fusion (Eq. 7) is the same
+  // merge, applied to the log-sum-exp form.
+  for (RowSet& rs : partial)
+    for (int r = 0; r < rs.rows(); ++r) {
+      const float l = rs.l[size_t(r)];
+      if (l == 0) continue;
+      finalize(rs.o.data() + size_t(r) * rs.d, l, rs.d, rs.o.data() + size_t(r) * rs.d);
+      state_from_lse(lse_of(rs.m[size_t(r)], l), &rs.m[size_t(r)], &rs.l[size_t(r)]);
+    }
+  sequence_first_phase(p, split, partial);
+}
+
+}  // namespace cs

@@ -1,0 +1,59 @@
+// Attention over the prefix-aware KV cache for one layer: the paths of
+// ChunkAttention (per-sequence, two-phase partition) and RelayAttention. All
+// read the cache through a KernelContext (the plan) and compute, for every
+// query row, softmax(q K^T / sqrt(d)) V over the keys that row may see.
+//
+// Queries: rows of n_heads * head_dim floats, grouped by sequence in the
+// context's order; sequence i has rows [q_begin[i], q_begin[i+1]) (one row
+// each when q_begin is empty: decode). Its k-th of n_i rows sees the first
+// L_i - n_i + k + 1 of its L_i cached tokens (causal prefill; decode sees all).
+// Grouped-query attention: query head h reads KV head h / (n_heads / n_kv_heads).
+// fp32 accumulation; K/V read in the pool's storage type. Multithreaded.
+#pragma once
+#include <vector>
+
+#include "kv/kernel_context.h"
+#include "kv/prefix_tree.h"
+
+namespace cs {
+
+struct AttnProblem {
+  const PrefixTree* tree = nullptr;
+  const KernelContext* ctx = nullptr;
+  int layer = 0;
+  int n_heads = 0;  // query heads; head_dim and KV heads come from the tree
+  const float* q = nullptr;
+  std::vector<int> q_begin;  // empty = one row per sequence
+  float* out = nullptr;
+
+  int n_seqs() const { return int(ctx->seqs.size()); }
+  int rows_begin(int i) const { return q_begin.empty() ? i : q_begin[size_t(i)]; }
+  int rows_of(int i) const { return rows_begin(i + 1) - rows_begin(i); }
+};
+
+// Plain double-precision softmax over each row's keys. Tests only.
+void attn_reference(const AttnProblem& p);
+
+// Each (sequence, KV head) walks its own chunk list with online softmax
+// (PagedAttention-style). Work is ordered KV head-major, then in context
+// order, so sequences that share a chunk read it back to back while it is hot.
+void attn_per_sequence(const AttnProblem& p);
+
+// Two-phase partition (ChunkAttention §3.2, Algorithms 1-2): chunk-first over
+// shared chunks (all query rows of the sequences a chunk covers, for every
+// query head of a KV head, against the chunk: one small GEMM), saving partial
+// states; sequence-first over each sequence's remaining chunks, merged with
+// the saved partials (attn_reduce, Eq. 2).
+struct TppOptions {
+  int min_rows = 2;            // chunk-first only when this many query rows share a chunk
+  int max_segment_chunks = 8;  // chunk-first work items span at most this many chunks
+};
+void attn_tpp(const AttnProblem& p, const TppOptions& opt = {});
+
+// RelayAttention §3.3 / Appendix A: system attention of all queries against
+// the system prompt (the chunks every sequence shares, from the root) as one
+// GEMM per KV head returning log-sum-exp; context attention per sequence
+// returning log-sum-exp; relay fusion (Eq. 7, 11).
+void attn_relay(const AttnProblem& p);
+
+}  // namespace cs

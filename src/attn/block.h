@@ -1,0 +1,35 @@
+// The inner step every attention path is built from (ChunkAttention's
+// partial_attn applied to one chunk): a few query rows against the K and V of
+// one chunk for one (layer, KV head), folded into running online-softmax
+// states (o unnormalised, m running max, l running sum). Backend-neutral
+// contract; the CPU versions are AVX-512, AVX2 and scalar, chosen at run time.
+#pragma once
+#include <cstdint>
+
+namespace cs {
+
+struct BlockJob {
+  const float* q = nullptr;  // nq query rows, q_stride floats apart
+  int q_stride = 0;
+  int nq = 0;
+  const uint8_t* kt = nullptr;  // chunk K block, [d][c] (transposed)
+  const uint8_t* v = nullptr;   // chunk V block, [c][d]
+  int kv_type = 0;              // KvType: 0 f32, 1 f16, 2 bf16
+  int c = 64;                   // chunk size: row stride of K^T (multiple of 64)
+  int d = 64;                   // head dim: 64 or 128
+  const int* limit = nullptr;   // per row: keys [0, limit) of this chunk are visible
+  float scale = 1.0f;           // 1/sqrt(d)
+  float* o = nullptr;           // per row: d floats, o_stride apart
+  int o_stride = 0;
+  float* m = nullptr;           // per row running max (-inf to start)
+  float* l = nullptr;           // per row running sum (0 to start)
+};
+
+void block_update(const BlockJob& job);
+
+// One per ISA, exposed for tests.
+void block_update_scalar(const BlockJob& job);
+void block_update_avx2(const BlockJob& job);
+void block_update_avx512(const BlockJob& job);
+
+}  // namespace cs

@@ -1,0 +1,22 @@
+// Vector exp for the softmax, shared by the AVX2 and AVX-512 kernels (see
+// block_impl.h for why it lives in the including file's anonymous namespace).
+namespace {
+// exp(x) for x <= 0 (and -inf -> 0): 2^(x log2 e) as 2^n * p(f), |f| <= 1/2,
+// p the degree-6 Taylor polynomial of 2^f (relative error < 2e-7).
+template <class V, class Ops>
+V exp_nonpos(V x) {
+  x = Ops::max(x, Ops::set1(-87.0f));
+  const V y = Ops::mul(x, Ops::set1(1.44269504088896341f));
+  const V n = Ops::round(y);
+  const V f = Ops::sub(y, n);
+  V p = Ops::set1(1.5403530393381609e-4f);
+  p = Ops::fma(p, f, Ops::set1(1.3333558146428443e-3f));
+  p = Ops::fma(p, f, Ops::set1(9.6181291076284772e-3f));
+  p = Ops::fma(p, f, Ops::set1(5.5504108664821580e-2f));
+  p = Ops::fma(p, f, Ops::set1(2.4022650695910071e-1f));
+  p = Ops::fma(p, f, Ops::set1(6.9314718055994531e-1f));
+  p = Ops::fma(p, f, Ops::set1(1.0f));
+  return Ops::scale_pow2(p, n);
+}
+
+}  // namespace

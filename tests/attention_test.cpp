@@ -1,0 +1,252 @@
+#include "attn/attention.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "attn/state.h"
+#include "base/cpu.h"
+
+namespace cs {
+namespace {
+
+struct Case {
+  int batch, n_kv_heads, group, d;
+  KvType type;
+  uint32_t seed;
+  bool prefill = false;
+};
+
+std::string name(const Case& c) {
+  return "batch " + std::to_string(c.batch) + " kv_heads " + std::to_string(c.n_kv_heads) + " group " +
+         std::to_string(c.group) + " d " + std::to_string(c.d) + " " + kv_type_name(c.type) + " seed " +
+         std::to_string(c.seed) + (c.prefill ? " prefill" : "");
+}
+
+// A random tree: sequences in a few families (shared prefixes of random
+// length, so some end mid-chunk and get copied), private suffixes of random
+// length (some empty), a few forks; random K/V for every appended token.
+struct World {
+  std::unique_ptr<PrefixTree> tree;
+  std::shared_ptr<const KernelContext> ctx;
+  std::vector<float> q;
+  std::vector<int> q_begin;
+  int n_heads = 0;
+
+  World(const Case& c) {
+    std::mt19937 rng(c.seed);
+    std::normal_distribution<float> nd;
+    const KvLayout L{2, c.n_kv_heads, c.d, 64, c.type};
+    tree = std::make_unique<PrefixTree>(L, L.chunk_bytes() * size_t(c.batch * 8 + 64));
+    n_heads = c.n_kv_heads * c.group;
+    std::vector<std::vector<int32_t>> families;
+    for (int f = 0; f < 1 + int(rng() % 4); ++f) {
+      std::vector<int32_t> fam(size_t(rng() % 300));
+      for (auto& t : fam) t = int32_t(rng() % 50);
+      families.push_back(fam);
+    }
+    std::vector<float> k(size_t(c.d)), v(size_t(c.d));
+    SeqId id = 0;
+    while (int(tree->context()->seqs.size()) < c.batch) {
+      const int live = int(tree->context()->seqs.size());
+      if (live > 0 && rng() % 6 == 0) {  // fork a live sequence
+        if (!tree->fork(tree->context()->seqs[rng() % size_t(live)], id++).ok()) std::abort();
+        continue;
+      }
+      std::vector<int32_t> prompt = families[rng() % families.size()];
+      prompt.resize(std::min(prompt.size(), size_t(rng() % (prompt.size() + 1))));
+      for (int n = int(rng() % 3 == 0 ? 0 : rng() % 90); n > 0; --n) prompt.push_back(int32_t(50 + rng() % 1000));
+      if (prompt.empty()) prompt.push_back(7);
+      int m;
+      if (!tree->join(id, prompt, &m).ok()) std::abort();
+      if (!tree->append(id, std::span(prompt).subspan(size_t(m))).ok()) std::abort();
+      for (int t = m; t < int(prompt.size()); ++t)
+        for (int l = 0; l < L.n_layers; ++l)
+          for (int h = 0; h < L.n_kv_heads; ++h) {
+            for (int i = 0; i < c.d; ++i) k[size_t(i)] = nd(rng), v[size_t(i)] = nd(rng);
+            tree->write_kv(id, t, l, h, k.data(), v.data());
+          }
+      ++id;
+    }
+    ctx = tree->context();
+    int rows = 0;
+    for (SeqId s : ctx->seqs) {
+      q_begin.push_back(rows);
+      rows += c.prefill ? 1 + int(rng() % std::min(4u, uint32_t(tree->length(s)))) : 1;
+    }
+    q_begin.push_back(rows);
+    if (!c.prefill) q_begin.clear();
+    q.resize(size_t(rows) * n_heads * c.d);
+    for (auto& x : q) x = nd(rng) * 2;
+  }
+
+  AttnProblem problem(std::vector<float>& out) const {
+    AttnProblem p;
+    p.tree = tree.get();
+    p.ctx = ctx.get();
+    p.layer = 1;
+    p.n_heads = n_heads;
+    p.q = q.data();
+    p.q_begin = q_begin;
+    out.assign(q.size(), NAN);
+    p.out = out.data();
+    return p;
+  }
+};
+
+float max_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  float worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i]) || std::isnan(b[i])) return INFINITY;
+    worst = std::max(worst, std::fabs(a[i] - b[i]));
+  }
+  return worst;
+}
+
+int g_shared_seen = 0;  // shared chunks over all cases: the chunk-first path ran
+
+void check(const Case& c) {
+  SCOPED_TRACE(name(c));
+  const World w(c);
+  g_shared_seen += int(w.ctx->shared.size());
+  std::vector<float> ref, got;
+  attn_reference(w.problem(ref));
+  const float tol = c.type == KvType::kF32 ? 1e-5f : 2e-3f;
+  const Isa hw = cpu_isa();
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    if (int(isa) > int(hw)) continue;
+    set_isa_for_testing(isa);
+    std::vector<float> per, tpp, relay;
+    attn_per_sequence(w.problem(per));
+    attn_tpp(w.problem(tpp));
+    attn_relay(w.problem(relay));
+    EXPECT_LT(max_diff(per, ref), tol) << "per-sequence, " << isa_name(isa);
+    EXPECT_LT(max_diff(tpp, ref), tol) << "tpp, " << isa_name(isa);
+    EXPECT_LT(max_diff(relay, ref), tol) << "relay, " << isa_name(isa);
+    EXPECT_LT(max_diff(tpp, per), tol);
+    EXPECT_LT(max_diff(relay, tpp), tol);
+  }
+  set_isa_for_testing(hw);
+}
+
+TEST(Attention, RandomTreesAgreeWithReference) {
+  uint32_t seed = 1;
+  for (int d : {64, 128})
+    for (int group : {1, 3, 4, 8})
+      for (KvType type : {KvType::kF32, KvType::kF16, KvType::kBF16})
+        check({1 + int(seed * 37 % 24), 1 + int(seed % 2), group, d, type, seed++});
+}
+
+TEST(Attention, LargeBatches) {
+  for (int batch : {32, 96}) check({batch, 2, 1, 64, KvType::kF16, 100u + uint32_t(batch)});
+}
+
+TEST(Attention, CasesExerciseSharing) {
+  g_shared_seen = 0;
+  check({32, 2, 1, 64, KvType::kF32, 7});
+  check({48, 1, 4, 128, KvType::kF16, 8});
+  EXPECT_GT(g_shared_seen, 4);
+}
+
+TEST(Attention, PrefillRowsAreCausal) {
+  for (uint32_t s = 0; s < 6; ++s) check({1 + int(s * 5), 1, 1 + int(s % 4), s % 2 ? 128 : 64, KvType(s % 3), 200 + s, true});
+}
+
+// Edge shapes: one sequence; no shared chunk; sequences living entirely in
+// shared chunks (empty private part).
+TEST(Attention, EdgeShapes) {
+  for (KvType type : {KvType::kF32, KvType::kF16}) {
+    const KvLayout L{1, 1, 64, 64, type};
+    PrefixTree t(L, L.chunk_bytes() * 16);
+    std::mt19937 rng(3);
+    std::normal_distribution<float> nd;
+    std::vector<float> k(64), v(64);
+    const std::vector<int32_t> prompt(128, 5);  // two full chunks
+    int m;
+    ASSERT_TRUE(t.join(0, prompt, &m).ok());
+    ASSERT_TRUE(t.append(0, prompt).ok());
+    for (int i = 0; i < 128; ++i) {
+      for (int x = 0; x < 64; ++x) k[size_t(x)] = nd(rng), v[size_t(x)] = nd(rng);
+      t.write_kv(0, i, 0, 0, k.data(), v.data());
+    }
+    ASSERT_TRUE(t.join(1, prompt, &m).ok());  // shares both chunks, nothing private
+    EXPECT_EQ(m, 128);
+    ASSERT_TRUE(t.join(2, std::vector<int32_t>{9}, &m).ok());  // shares nothing
+    ASSERT_TRUE(t.append(2, std::vector<int32_t>{9}).ok());
+    t.write_kv(2, 0, 0, 0, k.data(), v.data());
+    const auto ctx = t.context();
+    EXPECT_EQ(ctx->shared.size(), 2u);
+    std::vector<float> q(3 * 64);
+    for (auto& x : q) x = nd(rng);
+    for (int n : {1, 3}) {  // the first sequence alone, then all three
+      AttnProblem p;
+      p.tree = &t;
+      KernelContext one = *ctx;
+      if (n == 1) {
+        one.seqs.resize(1);
+        one.chunk_begin.resize(2);
+        one.shared.clear();
+      }
+      p.ctx = n == 1 ? &one : ctx.get();
+      p.n_heads = 1;
+      p.q = q.data();
+      std::vector<float> ref(size_t(n) * 64), tpp(ref.size()), relay(ref.size()), per(ref.size());
+      p.out = ref.data();
+      attn_reference(p);
+      p.out = tpp.data();
+      attn_tpp(p);
+      p.out = relay.data();
+      attn_relay(p);
+      p.out = per.data();
+      attn_per_sequence(p);
+      const float tol = type == KvType::kF32 ? 1e-5f : 2e-3f;
+      EXPECT_LT(max_diff(tpp, ref), tol);
+      EXPECT_LT(max_diff(relay, ref), tol);
+      EXPECT_LT(max_diff(per, ref), tol);
+    }
+  }
+}
+
+TEST(Merge, TwoHalvesEqualTheWhole) {
+  // softmax over scores {1, 2} and {3}: merging the two partial states must
+  // give the state of all three.
+  const float v[3][2] = {{1, 0}, {0, 1}, {2, 2}};
+  auto state = [&](std::initializer_list<int> idx, const float* s) {
+    float m = -INFINITY;
+    for (int i : idx) m = std::max(m, s[i]);
+    std::vector<float> o(2, 0);
+    float l = 0;
+    for (int i : idx) {
+      const float w = std::exp(s[i] - m);
+      l += w;
+      o[0] += w * v[i][0], o[1] += w * v[i][1];
+    }
+    return std::tuple{o, m, l};
+  };
+  const float s[3] = {1, 2, 3};
+  auto [oa, ma, la] = state({0, 1}, s);
+  auto [ob, mb, lb] = state({2}, s);
+  auto [ow, mw, lw] = state({0, 1, 2}, s);
+  merge({oa.data(), &ma, &la}, ob.data(), mb, lb, 2);
+  float out[2], want[2];
+  finalize(oa.data(), la, 2, out);
+  finalize(ow.data(), lw, 2, want);
+  EXPECT_NEAR(out[0], want[0], 1e-6);
+  EXPECT_NEAR(out[1], want[1], 1e-6);
+  EXPECT_NEAR(lse_of(ma, la), lse_of(mw, lw), 1e-6);
+  // The log-sum-exp form merges the same way (relay fusion).
+  auto [oa2, ma2, la2] = state({0, 1}, s);
+  float na[2];
+  finalize(oa2.data(), la2, 2, na);
+  float m1, l1;
+  state_from_lse(lse_of(ma2, la2), &m1, &l1);
+  std::vector<float> o1(na, na + 2);
+  merge({o1.data(), &m1, &l1}, ob.data(), mb, lb, 2);
+  finalize(o1.data(), l1, 2, out);
+  EXPECT_NEAR(out[0], want[0], 1e-6);
+  EXPECT_NEAR(out[1], want[1], 1e-6);
+}
+
+}  // namespace
+}  // namespace cs
