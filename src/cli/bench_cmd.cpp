@@ -84,7 +84,8 @@ Action add_bench_command(CLI::App& app) {
   m->add_option("-r,--reps", o->reps, "Repetitions (median reported)")->check(CLI::PositiveNumber);
   m->add_option("-t,--threads", o->threads, "Threads (0 = all cores)")->check(CLI::NonNegativeNumber);
   m->add_flag("--json", o->json, "Print one JSON line");
-  return [o] { return run_bench_model(*o); };
+  Action attention = add_bench_attention_command(*bench);
+  return [o, m, attention] { return m->parsed() ? run_bench_model(*o) : attention(); };
 }
 
 }  // namespace cs

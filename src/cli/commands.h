@@ -14,6 +14,8 @@ using Action = std::function<int()>;
 
 Action add_generate_command(CLI::App& app);
 Action add_bench_command(CLI::App& app);
+// Registered under `bench` by add_bench_command.
+Action add_bench_attention_command(CLI::App& bench);
 
 // The model used when -m is not given: $CHUNKSERVE_MODEL, else the default
 // model fetched by scripts/setup.sh.

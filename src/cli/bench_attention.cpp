@@ -1,0 +1,280 @@
+// `chunkserve bench attention`: the papers' kernel tables on this CPU.
+//  - ChunkAttention Table 3: b=32, h=32, d=128, c=64, fp16 K/V, n_p in
+//    {1024, 2048, 4096}, n_s in {0, n_p/2, 3n_p/4, n_p}: median microseconds of
+//    one decode-step attention call for reference-contiguous, per-sequence
+//    without sharing, per-sequence on shared chunks, TPP and relay.
+//  - Figure 4: token rate vs batch size (n_s = 2048, n_c = 64).
+//  - Figure 3: token rate as private completion tokens n_c grow (n_s = 2048).
+//  - RelayAttention Eq. 10: theoretical vs measured speedup over system-prompt
+//    length (b = 32, 128 request-specific tokens).
+// The roofline (memory read GB/s, fp32 GFLOP/s) is measured first and each
+// TPP cell reports the fraction of its roofline bound it reaches.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <omp.h>
+#include <random>
+
+#include "attn/attention.h"
+#include "attn/block.h"
+#include "base/error.h"
+#include "base/f16.h"
+#include "cli/commands.h"
+#include "cli/roofline.h"
+
+namespace cs {
+namespace {
+
+struct Opts {
+  int reps = 7, threads = 0, heads = 32, dim = 128, chunk = 64, batch = 32;
+  bool quick = false, table3_only = false;
+  std::vector<int> nps;
+  std::string json;
+};
+
+double median_us(const std::function<void()>& fn, int reps) {
+  fn();  // warm-up
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    t.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// b sequences of n_s shared + n_p - n_s private tokens (all private when
+// !share), K/V filled with random fp16 values.
+struct World {
+  std::unique_ptr<PrefixTree> tree;
+  std::shared_ptr<const KernelContext> ctx;
+};
+
+World build(const Opts& o, int b, int n_s, int n_p, bool share) {
+  const KvLayout L{1, o.heads, o.dim, o.chunk, KvType::kF16};
+  const int per_seq = (n_p + o.chunk - 1) / o.chunk + 1;
+  World w;
+  w.tree = std::make_unique<PrefixTree>(L, L.chunk_bytes() * size_t(b * per_seq + 2), false);
+  for (int s = 0; s < b; ++s) {
+    std::vector<int32_t> prompt(static_cast<size_t>(n_p));
+    for (int i = 0; i < n_p; ++i) prompt[size_t(i)] = share && i < n_s ? i : 1000000 * (s + 1) + i;
+    int m;
+    if (!w.tree->join(s, prompt, &m).ok() || !w.tree->append(s, std::span(prompt).subspan(size_t(m))).ok())
+      throw cs::Error("bench: KV pool too small");
+  }
+  w.ctx = w.tree->context();
+  static std::vector<uint16_t> noise;
+  if (noise.size() != L.chunk_bytes() / 2) {
+    std::mt19937 rng(1);
+    std::normal_distribution<float> nd;
+    noise.resize(L.chunk_bytes() / 2);
+    for (auto& h : noise) h = f32_to_f16(nd(rng));
+  }
+  std::vector<char> done(size_t(w.tree->pool().capacity()), 0);
+  for (ChunkId c : w.ctx->chunks)
+    if (!done[size_t(c)]) {
+      done[size_t(c)] = 1;
+      std::memcpy(w.tree->pool().data(c), noise.data(), L.chunk_bytes());
+    }
+  return w;
+}
+
+std::vector<float> queries(const Opts& o, int b) {
+  std::vector<float> q(size_t(b) * o.heads * o.dim);
+  std::mt19937 rng(2);
+  std::normal_distribution<float> nd;
+  for (auto& x : q) x = nd(rng);
+  return q;
+}
+
+double time_path(const Opts& o, const World& w, const std::vector<float>& q, std::vector<float>& out,
+                 void (*path)(const AttnProblem&)) {
+  AttnProblem p;
+  p.tree = w.tree.get();
+  p.ctx = w.ctx.get();
+  p.n_heads = o.heads;
+  p.q = q.data();
+  out.resize(q.size());
+  p.out = out.data();
+  return median_us([&] { path(p); }, o.reps);
+}
+
+void tpp_default(const AttnProblem& p) { attn_tpp(p); }
+
+// Reference-contiguous: each sequence's K^T and V in one dense fp16 buffer per
+// head (no chunks, no sharing), the same block kernel walking it 64 keys at a time.
+double time_contiguous(const Opts& o, int b, int n, const std::vector<float>& q) {
+  const size_t per = size_t(n) * o.dim;
+  std::vector<uint16_t> kv(size_t(b) * o.heads * per * 2);
+  for (size_t i = 0; i < kv.size(); ++i) kv[i] = f32_to_f16(float(int(i * 2654435761u % 2001) - 1000) / 500);
+  std::vector<float> out(q.size());
+  return median_us(
+      [&] {
+#pragma omp parallel
+        {
+          std::vector<float> acc(size_t(o.dim)), m(1), l(1);
+          std::vector<int> limit(1);
+#pragma omp for schedule(static) collapse(2)
+          for (int h = 0; h < o.heads; ++h)
+            for (int s = 0; s < b; ++s) {
+              const uint16_t* base = kv.data() + (size_t(s) * o.heads + h) * per * 2;
+              std::fill(acc.begin(), acc.end(), 0.0f);
+              m[0] = -INFINITY;
+              l[0] = 0;
+              for (int t0 = 0; t0 < n; t0 += 64) {
+                limit[0] = std::min(64, n - t0);
+                BlockJob j;
+                j.q = q.data() + (size_t(s) * o.heads + h) * o.dim;
+                j.q_stride = o.dim;
+                j.nq = 1;
+                j.kt = reinterpret_cast<const uint8_t*>(base + t0);
+                j.v = reinterpret_cast<const uint8_t*>(base + per + size_t(t0) * o.dim);
+                j.kv_type = 1;
+                j.c = n;
+                j.d = o.dim;
+                j.limit = limit.data();
+                j.scale = 1.0f / std::sqrt(float(o.dim));
+                j.o = acc.data();
+                j.o_stride = o.dim;
+                j.m = m.data();
+                j.l = l.data();
+                block_update(j);
+              }
+              for (int i = 0; i < o.dim; ++i) out[(size_t(s) * o.heads + h) * o.dim + size_t(i)] = acc[size_t(i)] / l[0];
+            }
+        }
+      },
+      o.reps);
+}
+
+int run(const Opts& o) {
+  set_threads(o.threads);
+  nlohmann::json js;
+  const Roofline roof = measure_roofline();
+  std::printf("Roofline: memory read %.1f GB/s, fp32 %.1f GFLOP/s (%d threads)\n\n", roof.read_gbs,
+              roof.fp32_gflops, omp_get_max_threads());
+  js["roofline"] = {{"read_gbs", roof.read_gbs}, {"fp32_gflops", roof.fp32_gflops}};
+  const int b = o.batch;
+  std::vector<float> out;
+  const std::vector<int> nps = !o.nps.empty() ? o.nps : o.quick ? std::vector<int>{256} : std::vector<int>{1024, 2048, 4096};
+
+  // Table 3.
+  std::printf("### ChunkAttention Table 3 (b=%d, h=%d, d=%d, c=%d, fp16 K/V; median us per call)\n\n", b,
+              o.heads, o.dim, o.chunk);
+  std::printf("| n_p | n_s | contiguous | per-seq (no sharing) | per-seq (shared chunks) | TPP | relay | "
+              "TPP vs per-seq no-share | TPP vs per-seq shared | TPP roofline |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+  const auto q = queries(o, b);
+  for (int n_p : nps) {
+    const double contiguous = time_contiguous(o, b, n_p, q);
+    double noshare;
+    {
+      World w = build(o, b, 0, n_p, false);
+      noshare = time_path(o, w, q, out, attn_per_sequence);
+    }
+    for (int n_s : {0, n_p / 2, 3 * n_p / 4, n_p}) {
+      World w = build(o, b, n_s, n_p, true);
+      const double per = time_path(o, w, q, out, attn_per_sequence);
+      const double tpp = time_path(o, w, q, out, tpp_default);
+      const double relay = time_path(o, w, q, out, attn_relay);
+      const double flops = 4.0 * b * o.heads * double(n_p) * o.dim;
+      const double bytes = (double(n_s) + double(b) * (n_p - n_s)) * o.heads * o.dim * 2 * 2;
+      const double bound_us = std::max(flops / (roof.fp32_gflops * 1e3), bytes / (roof.read_gbs * 1e3));
+      std::printf("| %d | %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.2fx | %.2fx | %.0f%% (%s-bound; %.0f GFLOP/s) |\n",
+                  n_p, n_s, contiguous, noshare, per, tpp, relay, noshare / tpp, per / tpp,
+                  100 * bound_us / tpp, flops / (roof.fp32_gflops * 1e3) > bytes / (roof.read_gbs * 1e3) ? "compute" : "memory",
+                  flops / tpp / 1e3);
+      js["table3"].push_back({{"n_p", n_p}, {"n_s", n_s}, {"contiguous_us", contiguous},
+                              {"per_seq_noshare_us", noshare}, {"per_seq_shared_us", per},
+                              {"tpp_us", tpp}, {"relay_us", relay}, {"tpp_roofline_fraction", bound_us / tpp},
+                              {"tpp_gflops", flops / tpp / 1e3}});
+    }
+  }
+
+  if (o.table3_only) {
+    if (!o.json.empty()) std::ofstream(o.json) << js.dump(1) << "\n";
+    return 0;
+  }
+  // Figure 4: token rate (sequences per second of attention) vs batch.
+  const int n_s = o.quick ? 128 : 2048, n_c = 64;
+  std::printf("\n### ChunkAttention Figure 4 (n_s=%d, n_c=%d): attention token rate, K tokens/s\n\n", n_s, n_c);
+  std::printf("| batch | per-seq (no sharing) | per-seq (shared) | TPP | TPP vs per-seq shared |\n|---|---|---|---|---|\n");
+  const std::vector<int> batches = o.quick ? std::vector<int>{1, 8} : std::vector<int>{1, 4, 8, 16, 32, 48, 64, 96};
+  for (int bb : batches) {
+    const auto qb = queries(o, bb);
+    double noshare;
+    {
+      World w = build(o, bb, 0, n_s + n_c, false);
+      noshare = time_path(o, w, qb, out, attn_per_sequence);
+    }
+    World w = build(o, bb, n_s, n_s + n_c, true);
+    const double per = time_path(o, w, qb, out, attn_per_sequence);
+    const double tpp = time_path(o, w, qb, out, tpp_default);
+    std::printf("| %d | %.1f | %.1f | %.1f | %.2fx |\n", bb, bb / noshare * 1e3, bb / per * 1e3, bb / tpp * 1e3, per / tpp);
+    js["figure4"].push_back({{"batch", bb}, {"per_seq_noshare_us", noshare}, {"per_seq_shared_us", per}, {"tpp_us", tpp}});
+  }
+
+  // Figure 3: as sequences diverge (n_c private tokens each).
+  std::printf("\n### ChunkAttention Figure 3 (b=%d, n_s=%d): attention token rate as n_c grows, K tokens/s\n\n", b, n_s);
+  std::printf("| n_c | per-seq (no sharing) | per-seq (shared) | TPP | TPP vs per-seq no-share | TPP vs per-seq shared |\n|---|---|---|---|---|---|\n");
+  const std::vector<int> ncs = o.quick ? std::vector<int>{64} : std::vector<int>{64, 512, 1024, 2048};
+  for (int nc : ncs) {
+    double noshare;
+    {
+      World w = build(o, b, 0, n_s + nc, false);
+      noshare = time_path(o, w, q, out, attn_per_sequence);
+    }
+    World w = build(o, b, n_s, n_s + nc, true);
+    const double per = time_path(o, w, q, out, attn_per_sequence);
+    const double tpp = time_path(o, w, q, out, tpp_default);
+    std::printf("| %d | %.1f | %.1f | %.1f | %.2fx | %.2fx |\n", nc, b / noshare * 1e3, b / per * 1e3, b / tpp * 1e3,
+                noshare / tpp, per / tpp);
+    js["figure3"].push_back({{"n_c", nc}, {"per_seq_noshare_us", noshare}, {"per_seq_shared_us", per}, {"tpp_us", tpp}});
+  }
+
+  // RelayAttention Eq. 10: p = (s + c + 2) / (s / b + c + 7), against
+  // per-sequence attention over unshared KV (what an engine without prefix
+  // sharing does).
+  const int ctxlen = o.quick ? 64 : 128;
+  std::printf("\n### RelayAttention Eq. 10 (b=%d, request context %d): speedup of relay over per-sequence (no sharing)\n\n", b, ctxlen);
+  std::printf("| system prompt s | theoretical | measured | relay us | per-seq us |\n|---|---|---|---|---|\n");
+  const std::vector<int> ss = o.quick ? std::vector<int>{128} : std::vector<int>{256, 512, 1024, 2048, 4096};
+  for (int s : ss) {
+    double noshare;
+    {
+      World w = build(o, b, 0, s + ctxlen, false);
+      noshare = time_path(o, w, q, out, attn_per_sequence);
+    }
+    World w = build(o, b, s, s + ctxlen, true);
+    const double relay = time_path(o, w, q, out, attn_relay);
+    const double theory = (s + ctxlen + 2.0) / (double(s) / b + ctxlen + 7.0);
+    std::printf("| %d | %.2fx | %.2fx | %.0f | %.0f |\n", s, theory, noshare / relay, relay, noshare);
+    js["relay_eq10"].push_back({{"s", s}, {"theoretical", theory}, {"measured", noshare / relay}});
+  }
+  if (!o.json.empty()) std::ofstream(o.json) << js.dump(1) << "\n";
+  return 0;
+}
+
+}  // namespace
+
+Action add_bench_attention_command(CLI::App& bench) {
+  auto o = std::make_shared<Opts>();
+  CLI::App* a = bench.add_subcommand("attention", "The papers' attention-kernel tables on this CPU");
+  a->add_option("-r,--reps", o->reps, "Timed repetitions per cell (median reported)")->check(CLI::PositiveNumber);
+  a->add_option("-t,--threads", o->threads, "Threads (0 = all cores)")->check(CLI::NonNegativeNumber);
+  a->add_option("-b,--batch", o->batch, "Batch size of Table 3 / Figure 3")->check(CLI::PositiveNumber);
+  a->add_option("--json", o->json, "Also write the results as JSON to this file");
+  a->add_option("--np", o->nps, "Table 3 prompt lengths (default 1024 2048 4096)");
+  a->add_flag("--table3-only", o->table3_only, "Skip the figures");
+  a->add_flag("--quick", o->quick, "Tiny sizes (a smoke test, not a measurement)");
+  return [o] { return run(*o); };
+}
+
+}  // namespace cs
