@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <omp.h>
 
 #include "attn/block.h"
 #include "attn/state.h"
@@ -29,6 +30,8 @@ struct RowSet {
     l.assign(size_t(n), 0.0f);
     visible.resize(size_t(n));
     limit.resize(size_t(n));
+    // Queries are pre-scaled by 1/sqrt(d) once here, not once per chunk.
+    const float scale = 1.0f / std::sqrt(float(d));
     int row = 0;
     for (int s = seq_begin; s < seq_end; ++s) {
       const int len = p.tree->length(p.ctx->seqs[size_t(s)]);
@@ -37,7 +40,7 @@ struct RowSet {
         for (int g = 0; g < group; ++g, ++row) {
           const int h = kv_head * group + g;
           const float* src = p.q + (size_t(p.rows_begin(s) + k) * p.n_heads + h) * d;
-          std::copy(src, src + d, q.begin() + long(row) * d);
+          for (int x = 0; x < d; ++x) q[size_t(row) * d + size_t(x)] = src[x] * scale;
           visible[size_t(row)] = len - nr + k + 1;
         }
     }
@@ -66,7 +69,7 @@ struct RowSet {
     j.c = L.chunk_size;
     j.d = d;
     j.limit = limit.data() + row_from;
-    j.scale = 1.0f / std::sqrt(float(d));
+    j.scale = 1.0f;
     j.o = o.data() + size_t(row_from) * d;
     j.o_stride = d;
     j.m = m.data() + row_from;
@@ -135,16 +138,31 @@ void attn_reference(const AttnProblem& p) {
 }
 
 void attn_per_sequence(const AttnProblem& p) {
+  // Work items are (KV head, group of kGroup sequences adjacent in context
+  // order). Within an item the group walks its chunk lists depth by depth, so
+  // a chunk the group shares is read from memory once and from L1/L2 by the
+  // others: the strongest per-sequence order, short of batching the queries.
+  constexpr int kGroup = 8;
   const int n = p.n_seqs(), kvh = p.tree->layout().n_kv_heads;
+  const int groups = (n + kGroup - 1) / kGroup;
+  const auto& c = *p.ctx;
 #pragma omp parallel
   {
-    RowSet rows;
+    std::vector<RowSet> rows(kGroup);
 #pragma omp for schedule(static) collapse(2)
     for (int h = 0; h < kvh; ++h)
-      for (int i = 0; i < n; ++i) {
-        rows.gather(p, i, i + 1, h);
-        sequence_first(p, rows, i, h, 0);
-        rows.scatter(p, i, i + 1, h);
+      for (int g = 0; g < groups; ++g) {
+        const int i0 = g * kGroup, i1 = std::min(n, i0 + kGroup);
+        int depth = 0;
+        for (int i = i0; i < i1; ++i) {
+          rows[size_t(i - i0)].gather(p, i, i + 1, h);
+          depth = std::max(depth, c.chunk_begin[size_t(i) + 1] - c.chunk_begin[size_t(i)]);
+        }
+        for (int k = 0; k < depth; ++k)
+          for (int i = i0; i < i1; ++i)
+            if (c.chunk_begin[size_t(i)] + k < c.chunk_begin[size_t(i) + 1])
+              rows[size_t(i - i0)].apply(p, c.chunks[size_t(c.chunk_begin[size_t(i)] + k)], k, h);
+        for (int i = i0; i < i1; ++i) rows[size_t(i - i0)].scatter(p, i, i + 1, h);
       }
   }
 }
@@ -226,31 +244,42 @@ void sequence_first_phase(const AttnProblem& p, const std::vector<Segment>& segs
   }
 }
 
+// Splits segments into pieces so that phase one has at least `items` work
+// items (segment x KV head): every piece costs a partial state per row and a
+// merge, so split only as far as keeping the threads busy needs.
+std::vector<Segment> split_segments(const std::vector<Segment>& segs, int kv_heads, int items) {
+  if (segs.empty() || int(segs.size()) * kv_heads >= items) return segs;
+  const int factor = (items + int(segs.size()) * kv_heads - 1) / (int(segs.size()) * kv_heads);
+  std::vector<Segment> out;
+  for (const Segment& s : segs) {
+    const int n = int(s.chunks.size()), per = std::max(1, (n + factor - 1) / factor);
+    for (int k = 0; k < n; k += per)
+      out.push_back({s.begin, s.end, s.depth + k,
+                     {s.chunks.begin() + k, s.chunks.begin() + std::min(n, k + per)}});
+  }
+  return out;
+}
+
 }  // namespace
 
 void attn_tpp(const AttnProblem& p, const TppOptions& opt) {
-  const auto segs = chunk_first_segments(p, std::max(2, opt.min_rows), std::max(1, opt.max_segment_chunks), false);
+  const int kvh = p.tree->layout().n_kv_heads;
+  auto segs = chunk_first_segments(p, std::max(2, opt.min_rows),
+                                   opt.max_segment_chunks > 0 ? opt.max_segment_chunks : 1 << 30, false);
+  if (opt.max_segment_chunks <= 0) segs = split_segments(segs, kvh, 2 * omp_get_max_threads());
   const auto partial = chunk_first(p, segs);
   sequence_first_phase(p, segs, partial);
 }
 
 void attn_relay(const AttnProblem& p) {
-  // System attention: every query row of the batch against the system prompt,
-  // the chunks shared by the whole batch from the root, one GEMM per KV head
-  // (split into pieces only to keep both cores busy when KV heads are few).
-  const int kvh = p.tree->layout().n_kv_heads;
-  const int pieces = kvh >= 2 ? 1 : 4;
+  // System attention: every query row of the batch against the system prompt
+  // (the chunks the whole batch shares, from the root), one GEMM per KV head,
+  // split into pieces only when there are too few KV heads for the threads.
   auto segs = chunk_first_segments(p, 1, 1 << 30, true);
-  if (!segs.empty() && segs[0].depth != 0) segs.clear();  // only a prefix from the root
+  if (!segs.empty() && segs[0].depth != 0) segs.clear();
   if (segs.size() > 1) segs.resize(1);
-  std::vector<Segment> split;
-  for (const Segment& s : segs) {
-    const int n = int(s.chunks.size()), per = (n + pieces - 1) / pieces;
-    for (int k = 0; k < n; k += per)
-      split.push_back({s.begin, s.end, s.depth + k,
-                       {s.chunks.begin() + k, s.chunks.begin() + std::min(n, k + per)}});
-  }
-  auto partial = chunk_first(p, split);
+  segs = split_segments(segs, p.tree->layout().n_kv_heads, 2 * omp_get_max_threads());
+  auto partial = chunk_first(p, segs);
   // Relay returns (o, lse) from system attention; fusion (Eq. 7) is the same
   // merge, applied to the log-sum-exp form.
   for (RowSet& rs : partial)
@@ -260,7 +289,7 @@ void attn_relay(const AttnProblem& p) {
       finalize(rs.o.data() + size_t(r) * rs.d, l, rs.d, rs.o.data() + size_t(r) * rs.d);
       state_from_lse(lse_of(rs.m[size_t(r)], l), &rs.m[size_t(r)], &rs.l[size_t(r)]);
     }
-  sequence_first_phase(p, split, partial);
+  sequence_first_phase(p, segs, partial);
 }
 
 }  // namespace cs

@@ -46,7 +46,9 @@ void attn_per_sequence(const AttnProblem& p);
 // the saved partials (attn_reduce, Eq. 2).
 struct TppOptions {
   int min_rows = 2;            // chunk-first only when this many query rows share a chunk
-  int max_segment_chunks = 8;  // chunk-first work items span at most this many chunks
+  // Chunk-first work items span at most this many chunks; 0 = split runs of
+  // shared chunks only as far as needed to keep every thread busy.
+  int max_segment_chunks = 0;
 };
 void attn_tpp(const AttnProblem& p, const TppOptions& opt = {});
 

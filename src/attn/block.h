@@ -18,7 +18,7 @@ struct BlockJob {
   int c = 64;                   // chunk size: row stride of K^T (multiple of 64)
   int d = 64;                   // head dim: 64 or 128
   const int* limit = nullptr;   // per row: keys [0, limit) of this chunk are visible
-  float scale = 1.0f;           // 1/sqrt(d)
+  float scale = 1.0f;           // applied to q (1 = q is pre-scaled)
   float* o = nullptr;           // per row: d floats, o_stride apart
   int o_stride = 0;
   float* m = nullptr;           // per row running max (-inf to start)

@@ -36,10 +36,16 @@ void scores_tile(const cs::BlockJob& j, const float* qs, int r0, int nr, int col
     const E* row = kt + k * j.c;
     V kv[4];
     for (int t = 0; t < 4; ++t) kv[t] = Ops::load(row + t * W);
-    for (int r = 0; r < R; ++r) {
-      if (r >= nr) break;
-      const V qb = Ops::set1(qs[(r0 + r) * D + k]);
-      for (int t = 0; t < 4; ++t) acc[r][t] = Ops::fma(qb, kv[t], acc[r][t]);
+    if (nr == R) {  // full register block: no per-row test in the hot loop
+      for (int r = 0; r < R; ++r) {
+        const V qb = Ops::set1(qs[(r0 + r) * D + k]);
+        for (int t = 0; t < 4; ++t) acc[r][t] = Ops::fma(qb, kv[t], acc[r][t]);
+      }
+    } else {
+      for (int r = 0; r < nr; ++r) {
+        const V qb = Ops::set1(qs[(r0 + r) * D + k]);
+        for (int t = 0; t < 4; ++t) acc[r][t] = Ops::fma(qb, kv[t], acc[r][t]);
+      }
     }
   }
   for (int r = 0; r < nr; ++r)
@@ -75,21 +81,26 @@ void block_impl(const cs::BlockJob& j) {
   constexpr int W = Ops::kWidth;
   constexpr int kMaxRows = 64;
   constexpr int kMaxC = 256;
-  alignas(64) float qs[kMaxRows * D];
+  alignas(64) float qcopy[kMaxRows * D];
   alignas(64) float S[kMaxRows * kMaxC];
   int len = 0;
   for (int r = 0; r < j.nq; ++r) len = j.limit[r] > len ? j.limit[r] : len;
   if (len == 0) return;
   const int cols = (len + 4 * W - 1) / (4 * W) * (4 * W);
-  for (int r = 0; r < j.nq; ++r)
-    for (int k = 0; k < D; ++k) qs[r * D + k] = j.q[r * j.q_stride + k] * j.scale;
+  // Callers that pre-scale their queries into contiguous rows skip this copy.
+  const float* qs = j.q;
+  if (j.scale != 1.0f || j.q_stride != D) {
+    for (int r = 0; r < j.nq; ++r)
+      for (int k = 0; k < D; ++k) qcopy[r * D + k] = j.q[r * j.q_stride + k] * j.scale;
+    qs = qcopy;
+  }
   for (int r0 = 0; r0 < j.nq; r0 += Ops::kRows) {
     const int nr = j.nq - r0 < Ops::kRows ? j.nq - r0 : Ops::kRows;
-    for (int col = 0; col < cols; col += 4 * W) scores_tile<Ops, E, D>(j, qs, r0, nr, col, S, kMaxC);
+    for (int col = 0; col < cols; col += 4 * W) scores_tile<Ops, E, D>(j, qs, r0, nr, col, S, cols);
   }
   // Online softmax: rescale what is accumulated, turn scores into weights.
   for (int r = 0; r < j.nq; ++r) {
-    float* s = S + r * kMaxC;
+    float* s = S + r * cols;  // rows packed at the used width: S stays in L1
     const int lim = j.limit[r];
     for (int t = lim; t < cols; ++t) s[t] = kNegInf;
     if (lim == 0) {
@@ -110,7 +121,7 @@ void block_impl(const cs::BlockJob& j) {
   }
   for (int r0 = 0; r0 < j.nq; r0 += Ops::kPvRows) {
     const int nr = j.nq - r0 < Ops::kPvRows ? j.nq - r0 : Ops::kPvRows;
-    pv_rows<Ops, E, D>(j, S, kMaxC, r0, nr, len);
+    pv_rows<Ops, E, D>(j, S, cols, r0, nr, len);
   }
 }
 
