@@ -138,17 +138,20 @@ void attn_reference(const AttnProblem& p) {
 }
 
 void attn_per_sequence(const AttnProblem& p) {
-  // Work items are (KV head, group of kGroup sequences adjacent in context
-  // order). Within an item the group walks its chunk lists depth by depth, so
+  // Work items are (KV head, group of sequences adjacent in context order). Within an item the group walks its chunk lists depth by depth, so
   // a chunk the group shares is read from memory once and from L1/L2 by the
   // others: the strongest per-sequence order, short of batching the queries.
-  constexpr int kGroup = 8;
+  // Groups are as large as possible (up to 32 sequences, so a chunk shared by
+  // all of them comes from memory once) while leaving two items per thread.
   const int n = p.n_seqs(), kvh = p.tree->layout().n_kv_heads;
+  const int want_items = 2 * omp_get_max_threads();
+  const int groups_per_head = std::max(1, (want_items + kvh - 1) / kvh);
+  const int kGroup = std::clamp((n + groups_per_head - 1) / groups_per_head, 1, 32);
   const int groups = (n + kGroup - 1) / kGroup;
   const auto& c = *p.ctx;
 #pragma omp parallel
   {
-    std::vector<RowSet> rows(kGroup);
+    std::vector<RowSet> rows(static_cast<size_t>(kGroup));
 #pragma omp for schedule(static) collapse(2)
     for (int h = 0; h < kvh; ++h)
       for (int g = 0; g < groups; ++g) {

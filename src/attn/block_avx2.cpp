@@ -10,7 +10,7 @@ struct Ops256 {
   using V = __m256;
   static constexpr int kWidth = 8;
   static constexpr int kRows = 2;    // 8 score accumulators + 4 keys
-  static constexpr int kPvRows = 1;
+  static constexpr int kPvRows = 1;  // 8 accumulators over 64 columns + 8 values
   static V zero() { return _mm256_setzero_ps(); }
   static V set1(float x) { return _mm256_set1_ps(x); }
   static V load(const float* p) { return _mm256_loadu_ps(p); }

@@ -12,8 +12,8 @@ namespace {
 struct Ops512 {
   using V = __m512;
   static constexpr int kWidth = 16;
-  static constexpr int kRows = 6;    // score rows per register block (16 accumulators)
-  static constexpr int kPvRows = 3;  // output rows per register block (<= 24 accumulators)
+  static constexpr int kRows = 6;    // score rows per register block (24 accumulators)
+  static constexpr int kPvRows = 6;  // output rows per register block (24 accumulators)
   static V zero() { return _mm512_setzero_ps(); }
   static V set1(float x) { return _mm512_set1_ps(x); }
   static V load(const float* p) { return _mm512_loadu_ps(p); }

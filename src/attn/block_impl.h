@@ -52,28 +52,33 @@ void scores_tile(const cs::BlockJob& j, const float* qs, int r0, int nr, int col
     for (int t = 0; t < 4; ++t) Ops::store(S + (r0 + r) * ldS + col + t * W, acc[r][t]);
 }
 
-// o[r] += sum_t P[r][t] V[t] for up to Ops::kPvRows rows.
+// o[r] += sum_t P[r][t] V[t] for up to Ops::kPvRows rows, 64 output columns
+// at a time: per key, kPvRows broadcasts and 64/W loads feed kPvRows * 64/W
+// FMAs from registers.
 template <class Ops, class E, int D>
 void pv_rows(const cs::BlockJob& j, const float* P, int ldP, int r0, int nr, int len) {
   using V = typename Ops::V;
   constexpr int R = Ops::kPvRows;
   constexpr int W = Ops::kWidth;
-  constexpr int NV = D / W;
-  V acc[R][NV];
-  for (int r = 0; r < R; ++r)
-    for (int i = 0; i < NV; ++i)
-      acc[r][i] = r < nr ? Ops::loadf(j.o + (r0 + r) * j.o_stride + i * W) : Ops::zero();
+  constexpr int DH = D < 64 ? D : 64;
+  constexpr int NV = DH / W;
   const E* vb = reinterpret_cast<const E*>(j.v);
-  for (int t = 0; t < len; ++t) {
-    V p[R];
-    for (int r = 0; r < R; ++r) p[r] = Ops::set1(r < nr ? P[(r0 + r) * ldP + t] : 0.0f);
-    for (int i = 0; i < NV; ++i) {
-      const V v = Ops::load(vb + t * D + i * W);
-      for (int r = 0; r < R; ++r) acc[r][i] = Ops::fma(p[r], v, acc[r][i]);
+  for (int c0 = 0; c0 < D; c0 += DH) {
+    V acc[R][NV];
+    for (int r = 0; r < R; ++r)
+      for (int i = 0; i < NV; ++i)
+        acc[r][i] = r < nr ? Ops::loadf(j.o + (r0 + r) * j.o_stride + c0 + i * W) : Ops::zero();
+    for (int t = 0; t < len; ++t) {
+      V v[NV];
+      for (int i = 0; i < NV; ++i) v[i] = Ops::load(vb + t * D + c0 + i * W);
+      for (int r = 0; r < R; ++r) {
+        const V p = Ops::set1(r < nr ? P[(r0 + r) * ldP + t] : 0.0f);
+        for (int i = 0; i < NV; ++i) acc[r][i] = Ops::fma(p, v[i], acc[r][i]);
+      }
     }
+    for (int r = 0; r < nr; ++r)
+      for (int i = 0; i < NV; ++i) Ops::storef(j.o + (r0 + r) * j.o_stride + c0 + i * W, acc[r][i]);
   }
-  for (int r = 0; r < nr; ++r)
-    for (int i = 0; i < NV; ++i) Ops::storef(j.o + (r0 + r) * j.o_stride + i * W, acc[r][i]);
 }
 
 template <class Ops, class E, int D>
@@ -110,7 +115,8 @@ void block_impl(const cs::BlockJob& j) {
     const float m_blk = Ops::max_row(s, cols);
     const float m_old = j.m[r];
     const float m_new = m_blk > m_old ? m_blk : m_old;
-    const float alpha = m_old == kNegInf ? 0.0f : Ops::exp1(m_old - m_new);
+    // The running max rarely moves after the first chunks: skip the exp then.
+    const float alpha = m_old == kNegInf ? 0.0f : m_old == m_new ? 1.0f : Ops::exp1(m_old - m_new);
     const float sum = Ops::exp_row(s, cols, m_new);  // s[t] = exp(s[t] - m_new), masked -> 0
     j.l[r] = j.l[r] * alpha + sum;
     j.m[r] = m_new;
