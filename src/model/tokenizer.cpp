@@ -53,6 +53,38 @@ struct Symbol {
   size_t start, len;
 };
 
+// Merges adjacent symbols, the pair of smallest priority first (leftmost on
+// ties), until no adjacent pair has one. priority(l, r) is nullopt for a pair
+// that may not merge. A priority queue over the linked list keeps this
+// O(n log n) even for long runs (e.g. thousands of spaces).
+template <class P, class Priority>
+void merge_pairs(std::vector<Symbol>& sym, Priority priority) {
+  using Cand = std::tuple<P, int, size_t>;  // priority, left index, combined length
+  std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> q;
+  auto push = [&](int l) {
+    const int r = sym[size_t(l)].next;
+    if (r < 0) return;
+    if (auto p = priority(l, r)) q.emplace(*p, l, sym[size_t(l)].len + sym[size_t(r)].len);
+  };
+  for (int i = 0; i + 1 < int(sym.size()); ++i) push(i);
+  while (!q.empty()) {
+    const auto [prio, l, len] = q.top();
+    q.pop();
+    Symbol& a = sym[size_t(l)];
+    const int r = a.next;
+    // Stale entries: one side was merged away since this pair was queued
+    // (lengths only grow, so a changed sum means a changed pair).
+    if (a.len == 0 || r < 0 || a.len + sym[size_t(r)].len != len) continue;
+    Symbol& b = sym[size_t(r)];
+    a.len += b.len;
+    b.len = 0;
+    a.next = b.next;
+    if (b.next >= 0) sym[size_t(b.next)].prev = l;
+    if (a.prev >= 0) push(a.prev);
+    push(l);
+  }
+}
+
 std::string replace_all(std::string s, const std::string& from, const std::string& to) {
   for (size_t p = 0; (p = s.find(from, p)) != std::string::npos; p += to.size())
     s.replace(p, from.size(), to);
@@ -195,32 +227,15 @@ void Tokenizer::encode_bpe_piece(std::string_view bytes, std::vector<int32_t>& o
   }
   if (sym.empty()) return;
   sym.back().next = -1;
-  using Cand = std::tuple<int32_t, int, size_t>;  // rank, left index, combined length
-  std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> q;
   std::string key;
-  auto push = [&](int l) {
-    const int r = sym[l].next;
-    if (r < 0) return;
+  merge_pairs<int32_t>(sym, [&](int l, int r) -> std::optional<int32_t> {
     key.assign(word, sym[l].start, sym[l].len);
     key += ' ';
     key.append(word, sym[r].start, sym[r].len);
     auto it = merge_rank_.find(key);
-    if (it != merge_rank_.end()) q.emplace(it->second, l, sym[l].len + sym[r].len);
-  };
-  for (int i = 0; i + 1 < int(sym.size()); ++i) push(i);
-  while (!q.empty()) {
-    auto [rank, l, len] = q.top();
-    q.pop();
-    const int r = sym[l].next;
-    // Stale entries: one side was merged away since this pair was queued.
-    if (sym[l].len == 0 || r < 0 || sym[l].len + sym[r].len != len) continue;
-    sym[l].len += sym[r].len;
-    sym[r].len = 0;
-    sym[l].next = sym[r].next;
-    if (sym[r].next >= 0) sym[sym[r].next].prev = l;
-    if (sym[l].prev >= 0) push(sym[l].prev);
-    push(l);
-  }
+    if (it == merge_rank_.end()) return std::nullopt;
+    return it->second;
+  });
   for (int i = 0; i >= 0; i = sym[i].next) {
     const std::string s = word.substr(sym[i].start, sym[i].len);
     if (auto it = token_to_id_.find(s); it != token_to_id_.end()) {
@@ -252,28 +267,11 @@ void Tokenizer::encode_spm(std::string_view text, bool at_start, std::vector<int
   }
   if (sym.empty()) return;
   sym.back().next = -1;
-  using Cand = std::tuple<float, int, size_t>;  // -score, left index, combined length
-  std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> q;
-  auto push = [&](int l) {
-    const int r = sym[l].next;
-    if (r < 0) return;
+  merge_pairs<float>(sym, [&](int l, int r) -> std::optional<float> {
     auto it = token_to_id_.find(s.substr(sym[l].start, sym[l].len + sym[r].len));
-    if (it != token_to_id_.end())
-      q.emplace(-spec_.scores[it->second], l, sym[l].len + sym[r].len);
-  };
-  for (int i = 0; i + 1 < int(sym.size()); ++i) push(i);
-  while (!q.empty()) {
-    auto [score, l, len] = q.top();
-    q.pop();
-    const int r = sym[l].next;
-    if (sym[l].len == 0 || r < 0 || sym[l].len + sym[r].len != len) continue;
-    sym[l].len += sym[r].len;
-    sym[r].len = 0;
-    sym[l].next = sym[r].next;
-    if (sym[r].next >= 0) sym[sym[r].next].prev = l;
-    if (sym[l].prev >= 0) push(sym[l].prev);
-    push(l);
-  }
+    if (it == token_to_id_.end()) return std::nullopt;
+    return -spec_.scores[it->second];  // highest score first
+  });
   for (int i = 0; i >= 0; i = sym[i].next) {
     auto it = token_to_id_.find(s.substr(sym[i].start, sym[i].len));
     if (it != token_to_id_.end()) {
