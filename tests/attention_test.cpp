@@ -104,6 +104,17 @@ float max_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return worst;
 }
 
+// True when no sequence reads shared chunks of two different sharing ranges.
+bool single_run(const KernelContext& ctx) {
+  for (size_t a = 0; a < ctx.shared.size(); ++a)
+    for (size_t b = a + 1; b < ctx.shared.size(); ++b) {
+      const auto &x = ctx.shared[a], &y = ctx.shared[b];
+      const bool overlap = x.begin < y.end && y.begin < x.end;
+      if (overlap && (x.begin != y.begin || x.end != y.end)) return false;
+    }
+  return true;
+}
+
 int g_shared_seen = 0;  // shared chunks over all cases: the chunk-first path ran
 
 void check(const Case& c) {
@@ -125,6 +136,12 @@ void check(const Case& c) {
     EXPECT_LT(max_diff(tpp, ref), tol) << "tpp, " << isa_name(isa);
     EXPECT_LT(max_diff(relay, ref), tol) << "relay, " << isa_name(isa);
     EXPECT_LT(max_diff(tpp, per), tol);
+    // Where every sequence's shared chunks form a single run (one shared
+    // prefix each), two-phase partition does each row's arithmetic exactly as
+    // per-sequence does: shared runs are split by sequences, never by chunks.
+    if (single_run(*w.ctx)) {
+      EXPECT_EQ(tpp, per) << "tpp vs per-sequence, " << isa_name(isa);
+    }
     EXPECT_LT(max_diff(relay, tpp), tol);
   }
   set_isa_for_testing(hw);
@@ -147,6 +164,47 @@ TEST(Attention, CasesExerciseSharing) {
   check({32, 2, 1, 64, KvType::kF32, 7});
   check({48, 1, 4, 128, KvType::kF16, 8});
   EXPECT_GT(g_shared_seen, 4);
+}
+
+// One system prompt shared by every sequence, private suffixes: two-phase and
+// per-sequence agree bit for bit (the property that makes sharing exact).
+TEST(Attention, OneSharedPrefixIsBitExact) {
+  for (KvType type : {KvType::kF32, KvType::kF16}) {
+    const KvLayout L{1, 2, 64, 64, type};
+    PrefixTree t(L, L.chunk_bytes() * 64);
+    std::mt19937 rng(9);
+    std::normal_distribution<float> nd;
+    std::vector<float> k(64), v(64);
+    std::vector<int32_t> sys(200);
+    for (auto& x : sys) x = int32_t(rng() % 100);
+    for (SeqId s = 0; s < 12; ++s) {
+      std::vector<int32_t> prompt = sys;
+      for (int i = 0; i < int(s) * 7 + 1; ++i) prompt.push_back(1000 + int32_t(s));
+      int m;
+      ASSERT_TRUE(t.join(s, prompt, &m).ok());
+      ASSERT_TRUE(t.append(s, std::span(prompt).subspan(size_t(m))).ok());
+      for (int i = m; i < int(prompt.size()); ++i)
+        for (int h = 0; h < 2; ++h) {
+          for (int x = 0; x < 64; ++x) k[size_t(x)] = nd(rng), v[size_t(x)] = nd(rng);
+          t.write_kv(s, i, 0, h, k.data(), v.data());
+        }
+    }
+    const auto ctx = t.context();
+    ASSERT_TRUE(single_run(*ctx));
+    std::vector<float> q(12 * 4 * 64);
+    for (auto& x : q) x = nd(rng);
+    AttnProblem p;
+    p.tree = &t;
+    p.ctx = ctx.get();
+    p.n_heads = 4;
+    p.q = q.data();
+    std::vector<float> per(q.size()), tpp(q.size());
+    p.out = per.data();
+    attn_per_sequence(p);
+    p.out = tpp.data();
+    attn_tpp(p);
+    EXPECT_EQ(tpp, per) << kv_type_name(type);
+  }
 }
 
 TEST(Attention, PrefillRowsAreCausal) {

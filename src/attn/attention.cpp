@@ -248,17 +248,18 @@ void sequence_first_phase(const AttnProblem& p, const std::vector<Segment>& segs
 }
 
 // Splits segments into pieces so that phase one has at least `items` work
-// items (segment x KV head): every piece costs a partial state per row and a
-// merge, so split only as far as keeping the threads busy needs.
+// items (segment x KV head). A segment is split by its sequences, never by its
+// chunks: each row then sees the same chunks in the same order as the
+// per-sequence kernel would, so two-phase partition computes every row with
+// the very same arithmetic (bit-identical results with sharing on or off),
+// and no extra partial state or merge is needed.
 std::vector<Segment> split_segments(const std::vector<Segment>& segs, int kv_heads, int items) {
   if (segs.empty() || int(segs.size()) * kv_heads >= items) return segs;
   const int factor = (items + int(segs.size()) * kv_heads - 1) / (int(segs.size()) * kv_heads);
   std::vector<Segment> out;
   for (const Segment& s : segs) {
-    const int n = int(s.chunks.size()), per = std::max(1, (n + factor - 1) / factor);
-    for (int k = 0; k < n; k += per)
-      out.push_back({s.begin, s.end, s.depth + k,
-                     {s.chunks.begin() + k, s.chunks.begin() + std::min(n, k + per)}});
+    const int n = s.end - s.begin, per = std::max(1, (n + factor - 1) / factor);
+    for (int b = s.begin; b < s.end; b += per) out.push_back({b, std::min(s.end, b + per), s.depth, s.chunks});
   }
   return out;
 }

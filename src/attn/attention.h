@@ -46,8 +46,10 @@ void attn_per_sequence(const AttnProblem& p);
 // the saved partials (attn_reduce, Eq. 2).
 struct TppOptions {
   int min_rows = 2;            // chunk-first only when this many query rows share a chunk
-  // Chunk-first work items span at most this many chunks; 0 = split runs of
-  // shared chunks only as far as needed to keep every thread busy.
+  // Chunk-first work items span at most this many chunks (their partial
+  // states are merged in phase two). 0 = whole runs of shared chunks, split
+  // by sequences when the threads need more items: then every row is computed
+  // with exactly the arithmetic of attn_per_sequence.
   int max_segment_chunks = 0;
 };
 void attn_tpp(const AttnProblem& p, const TppOptions& opt = {});
