@@ -7,6 +7,7 @@
 
 #include <filesystem>
 
+#include "engine/prefix_kv.h"
 #include "kv/prefix_tree.h"
 #include "model/llama.h"
 
@@ -114,6 +115,70 @@ void BM_DecodeStepBatch32(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_DecodeStepBatch32)->Unit(benchmark::kMillisecond)->Iterations(20);
+
+// The workload chunkserve is built for, end to end: one decode step of the
+// default model for 32 sequences that share a 2048-token system prompt and
+// have 64 tokens of their own. Arg 0: the contiguous per-sequence cache
+// (fp32, no sharing); 1: the chunk cache (fp16) with two-phase partition;
+// 2: the chunk cache with per-sequence attention; 3: the chunk cache with
+// sharing off (every prompt distinct) and per-sequence attention. K/V are synthetic (the
+// timing does not depend on their values), so no prefill is needed.
+void BM_DecodeStepSharedPrompt(benchmark::State& state) {
+  if (!std::filesystem::exists(CS_MODEL)) {
+    state.SkipWithError("model not present");
+    return;
+  }
+  static auto model = LlamaModel::load(CS_MODEL);
+  const LlamaConfig& c = model->config();
+  const int b = 32, n_s = 2048, n_own = 64, kw = c.n_kv_heads * c.head_dim;
+  const int mode = int(state.range(0));
+  std::unique_ptr<KvStore> store;
+  std::unique_ptr<PrefixTree> tree;
+  // Fills a batch's K/V with small synthetic values, layer by layer.
+  auto fill = [&](KvStore& kv, const Batch& batch) {
+    kv.begin_batch(batch);
+    std::vector<float> k(size_t(batch.size()) * kw), v(k.size());
+    for (size_t i = 0; i < k.size(); ++i) k[i] = float(int(i % 7) - 3) * 0.1f, v[i] = float(int(i % 5) - 2) * 0.1f;
+    for (int l = 0; l < c.n_layers; ++l) kv.store(l, k.data(), v.data());
+  };
+  if (mode == 0) {
+    store = std::make_unique<ContiguousKv>(c.kv_shape(), n_s + n_own + 64);
+    for (int s = 0; s < b; ++s) {
+      Batch batch;
+      for (int i = 0; i < n_s + n_own; ++i) batch.add(i < n_s ? 100 + i % 1000 : 5000 + s, i, s, false);
+      fill(*store, batch);
+    }
+  } else {
+    const KvLayout layout{c.n_layers, c.n_kv_heads, c.head_dim, 64, KvType::kF16};
+    const bool share = mode != 3;
+    tree = std::make_unique<PrefixTree>(layout, layout.chunk_bytes() * size_t((share ? n_s / 64 : b * n_s / 64) + b * 4 + 8));
+    auto kv = std::make_unique<PrefixKv>(*tree, c.n_heads, mode == 1 ? AttnPath::kTwoPhase : AttnPath::kPerSequence);
+
+    std::vector<int32_t> sys(static_cast<size_t>(n_s));
+    for (int i = 0; i < n_s; ++i) sys[size_t(i)] = 100 + i % 1000;
+    for (int s = 0; s < b; ++s) {
+      int matched;
+      if (!share)
+        for (auto& t : sys) t += 1000;  // a different prompt for every sequence
+      if (!tree->join(s, sys, &matched).ok()) std::abort();
+      Batch batch;
+      for (int i = matched; i < n_s + n_own; ++i) batch.add(i < n_s ? sys[size_t(i)] : 40000 + s, i, s, false);
+      fill(*kv, batch);
+    }
+    store = std::move(kv);
+  }
+  Workspace ws;
+  std::vector<float> logits;
+  int pos = n_s + n_own;
+  for (auto _ : state) {
+    Batch d;
+    for (int s = 0; s < b; ++s) d.add(7, pos, s, true);
+    ++pos;
+    model->forward(d, *store, ws, logits);
+  }
+  state.counters["tokens/s"] = benchmark::Counter(double(b), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_DecodeStepSharedPrompt)->Arg(0)->Arg(3)->Arg(2)->Arg(1)->Unit(benchmark::kMillisecond)->Iterations(10);
 
 }  // namespace
 }  // namespace cs
