@@ -55,7 +55,7 @@ class Tokenizer {
 
   // Bytes of the tokens. Control tokens are omitted unless render_special.
   std::string decode(std::span<const int32_t> ids, bool render_special = false) const;
-  // Bytes of one token; `first` drops SentencePiece's leading space.
+  // Bytes of one token (SentencePiece's "▁" as a space).
   std::string piece(int32_t id, bool render_special = false) const;
 
   int32_t vocab_size() const { return int32_t(spec_.tokens.size()); }
