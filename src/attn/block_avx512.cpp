@@ -2,6 +2,7 @@
 // GCC 12 warns inside its own avx512fintrin.h (_mm512_undefined_* in the
 // reduce and convert intrinsics); the warning is about the header, not us.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
 #include "attn/exp_impl.h"

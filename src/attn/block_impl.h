@@ -8,6 +8,8 @@
 // row's visible keys; online softmax update of (o, m, l); o += P . V.
 #include <immintrin.h>
 
+#include <type_traits>
+
 #include "attn/block.h"
 
 namespace {
@@ -81,13 +83,19 @@ void pv_rows(const cs::BlockJob& j, const float* P, int ldP, int r0, int nr, int
   }
 }
 
-template <class Ops, class E, int D>
-void block_impl(const cs::BlockJob& j) {
+// One chunk for nq rows. kWiden (fp16/bf16 storage, many rows): K^T is
+// widened to fp32 once for all row blocks, scored, and then V is widened into
+// the same buffer for P.V, so the working set stays near L1 size.
+template <class Ops, class E, int D, bool kWiden>
+void block_impl(const cs::BlockJob& job) {
   constexpr int W = Ops::kWidth;
   constexpr int kMaxRows = 64;
   constexpr int kMaxC = 256;
+  using EW = typename std::conditional<kWiden, float, E>::type;
   alignas(64) float qcopy[kMaxRows * D];
   alignas(64) float S[kMaxRows * kMaxC];
+  alignas(64) float wide[kWiden ? D * kMaxC : 16];
+  cs::BlockJob j = job;
   int len = 0;
   for (int r = 0; r < j.nq; ++r) len = j.limit[r] > len ? j.limit[r] : len;
   if (len == 0) return;
@@ -99,9 +107,16 @@ void block_impl(const cs::BlockJob& j) {
       for (int k = 0; k < D; ++k) qcopy[r * D + k] = j.q[r * j.q_stride + k] * j.scale;
     qs = qcopy;
   }
+  if constexpr (kWiden) {
+    const E* skt = reinterpret_cast<const E*>(j.kt);
+    for (int k = 0; k < D; ++k)
+      for (int t = 0; t < cols; t += W) Ops::storef(wide + k * cols + t, Ops::load(skt + k * j.c + t));
+    j.kt = reinterpret_cast<const uint8_t*>(wide);
+    j.c = cols;
+  }
   for (int r0 = 0; r0 < j.nq; r0 += Ops::kRows) {
     const int nr = j.nq - r0 < Ops::kRows ? j.nq - r0 : Ops::kRows;
-    for (int col = 0; col < cols; col += 4 * W) scores_tile<Ops, E, D>(j, qs, r0, nr, col, S, cols);
+    for (int col = 0; col < cols; col += 4 * W) scores_tile<Ops, EW, D>(j, qs, r0, nr, col, S, cols);
   }
   // Online softmax: rescale what is accumulated, turn scores into weights.
   for (int r = 0; r < j.nq; ++r) {
@@ -125,38 +140,21 @@ void block_impl(const cs::BlockJob& j) {
       for (int i = 0; i < D; ++i) o[i] *= alpha;
     }
   }
+  if constexpr (kWiden) {
+    const E* sv = reinterpret_cast<const E*>(j.v);
+    for (int t = 0; t < len * D; t += W) Ops::storef(wide + t, Ops::load(sv + t));
+    j.v = reinterpret_cast<const uint8_t*>(wide);
+  }
   for (int r0 = 0; r0 < j.nq; r0 += Ops::kPvRows) {
     const int nr = j.nq - r0 < Ops::kPvRows ? j.nq - r0 : Ops::kPvRows;
-    pv_rows<Ops, E, D>(j, S, cols, r0, nr, len);
+    pv_rows<Ops, EW, D>(j, S, cols, r0, nr, len);
   }
-}
-
-// Many rows (a chunk-first GEMM): widen K^T and V to fp32 once, then run the
-// fp32 kernel on the copies instead of widening them again per row block.
-template <class Ops, class E, int D>
-void block_widened(const cs::BlockJob& j) {
-  constexpr int kMaxC = 256;
-  alignas(64) float kt[D * kMaxC];
-  alignas(64) float v[kMaxC * D];
-  int len = 0;
-  for (int r = 0; r < j.nq; ++r) len = j.limit[r] > len ? j.limit[r] : len;
-  const int cols = (len + 4 * Ops::kWidth - 1) / (4 * Ops::kWidth) * (4 * Ops::kWidth);
-  const E* skt = reinterpret_cast<const E*>(j.kt);
-  const E* sv = reinterpret_cast<const E*>(j.v);
-  for (int k = 0; k < D; ++k)
-    for (int t = 0; t < cols; t += Ops::kWidth) Ops::storef(kt + k * cols + t, Ops::load(skt + k * j.c + t));
-  for (int t = 0; t < len * D; t += Ops::kWidth) Ops::storef(v + t, Ops::load(sv + t));
-  cs::BlockJob w = j;
-  w.kt = reinterpret_cast<const uint8_t*>(kt);
-  w.v = reinterpret_cast<const uint8_t*>(v);
-  w.c = cols;
-  block_impl<Ops, float, D>(w);
 }
 
 template <class Ops, class E, int D>
 void dispatch_rows(const cs::BlockJob& j) {
-  if (j.nq > 4 && sizeof(E) == 2) return block_widened<Ops, E, D>(j);
-  block_impl<Ops, E, D>(j);
+  if (j.nq > 4 && sizeof(E) == 2) return block_impl<Ops, E, D, true>(j);
+  block_impl<Ops, E, D, false>(j);
 }
 
 template <class Ops, int D>
