@@ -5,8 +5,11 @@
 // cost is compared with (skipped when the model file is absent).
 #include <benchmark/benchmark.h>
 
+#include <cstring>
 #include <filesystem>
 
+#include "attn/attention.h"
+#include "base/f16.h"
 #include "engine/prefix_kv.h"
 #include "kv/prefix_tree.h"
 #include "model/llama.h"
@@ -179,6 +182,45 @@ void BM_DecodeStepSharedPrompt(benchmark::State& state) {
   state.counters["tokens/s"] = benchmark::Counter(double(b), benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_DecodeStepSharedPrompt)->Arg(0)->Arg(3)->Arg(2)->Arg(1)->Unit(benchmark::kMillisecond)->Iterations(10);
+
+// Table 3's heaviest cell alone (b=32, h=32, d=128, c=64, fp16, n_p = n_s =
+// 4096): arg 0 per-sequence on the shared chunks, 1 two-phase partition,
+// 2 relay. Reports GFLOP/s (4 b h n d per call).
+void BM_AttentionSharedCell(benchmark::State& state) {
+  const int b = 32, h = 32, d = 128, n = 4096;
+  const KvLayout L{1, h, d, 64, KvType::kF16};
+  static std::unique_ptr<PrefixTree> t;
+  static std::shared_ptr<const KernelContext> ctx;
+  if (!t) {
+    t = std::make_unique<PrefixTree>(L, L.chunk_bytes() * size_t(n / 64 + 40));
+    const auto prompt = tokens(0, n);
+    for (int s = 0; s < b; ++s) {
+      int m;
+      if (!t->join(s, prompt, &m).ok() || !t->append(s, std::span(prompt).subspan(size_t(m))).ok()) std::abort();
+    }
+    ctx = t->context();
+    std::vector<uint16_t> noise(L.chunk_bytes() / 2);
+    for (size_t i = 0; i < noise.size(); ++i) noise[i] = f32_to_f16(float(int(i * 2654435761u % 2001) - 1000) / 500);
+    for (ChunkId c : t->chunks_of(0)) std::memcpy(t->pool().data(c), noise.data(), L.chunk_bytes());
+  }
+  std::vector<float> q(size_t(b) * h * d, 0.01f), out(q.size());
+  AttnProblem p;
+  p.tree = t.get();
+  p.ctx = ctx.get();
+  p.n_heads = h;
+  p.q = q.data();
+  p.out = out.data();
+  for (auto _ : state) {
+    switch (state.range(0)) {
+      case 0: attn_per_sequence(p); break;
+      case 1: attn_tpp(p); break;
+      default: attn_relay(p); break;
+    }
+  }
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(4.0 * b * h * n * d, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_AttentionSharedCell)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->MinTime(2.0);
 
 }  // namespace
 }  // namespace cs
