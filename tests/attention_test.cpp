@@ -7,6 +7,7 @@
 
 #include "attn/state.h"
 #include "base/cpu.h"
+#include "base/error.h"
 
 namespace cs {
 namespace {
@@ -263,6 +264,20 @@ TEST(Attention, EdgeShapes) {
       EXPECT_LT(max_diff(relay, ref), tol);
       EXPECT_LT(max_diff(per, ref), tol);
     }
+  }
+}
+
+TEST(Attention, UnsupportedShapesAreErrors) {
+  for (KvLayout L : {KvLayout{1, 1, 64, 32, KvType::kF32}, KvLayout{1, 1, 96, 64, KvType::kF32}}) {
+    PrefixTree t(L, L.chunk_bytes() * 2);
+    const auto ctx = t.context();
+    AttnProblem p;
+    p.tree = &t;
+    p.ctx = ctx.get();
+    p.n_heads = 1;
+    EXPECT_THROW(attn_tpp(p), Error);
+    EXPECT_THROW(attn_per_sequence(p), Error);
+    EXPECT_THROW(attn_relay(p), Error);
   }
 }
 

@@ -6,6 +6,7 @@
 
 #include "attn/block.h"
 #include "attn/state.h"
+#include "base/error.h"
 
 namespace cs {
 namespace {
@@ -102,6 +103,14 @@ void sequence_first(const AttnProblem& p, RowSet& rows, int i, int kv_head, int 
   }
 }
 
+// The kernels' shape limits, checked at every entry point.
+void check(const AttnProblem& p) {
+  const KvLayout& L = p.tree->layout();
+  if (L.head_dim != 64 && L.head_dim != 128) throw Error("attention: head_dim must be 64 or 128");
+  if (L.chunk_size % 64 || L.chunk_size > 256) throw Error("attention: chunk size must be 64, 128, 192 or 256");
+  if (p.n_heads % L.n_kv_heads) throw Error("attention: query heads must be a multiple of KV heads");
+}
+
 }  // namespace
 
 void attn_reference(const AttnProblem& p) {
@@ -138,6 +147,7 @@ void attn_reference(const AttnProblem& p) {
 }
 
 void attn_per_sequence(const AttnProblem& p) {
+  check(p);
   // Work items are (KV head, group of sequences adjacent in context order). Within an item the group walks its chunk lists depth by depth, so
   // a chunk the group shares is read from memory once and from L1/L2 by the
   // others: the strongest per-sequence order, short of batching the queries.
@@ -267,6 +277,7 @@ std::vector<Segment> split_segments(const std::vector<Segment>& segs, int kv_hea
 }  // namespace
 
 void attn_tpp(const AttnProblem& p, const TppOptions& opt) {
+  check(p);
   const int kvh = p.tree->layout().n_kv_heads;
   auto segs = chunk_first_segments(p, std::max(2, opt.min_rows),
                                    opt.max_segment_chunks > 0 ? opt.max_segment_chunks : 1 << 30, false);
@@ -276,6 +287,7 @@ void attn_tpp(const AttnProblem& p, const TppOptions& opt) {
 }
 
 void attn_relay(const AttnProblem& p) {
+  check(p);
   // System attention: every query row of the batch against the system prompt
   // (the chunks the whole batch shares, from the root), one GEMM per KV head,
   // split into pieces only when there are too few KV heads for the threads.
