@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "engine/prefix_kv.h"
 #include "kv/contiguous_kv.h"
 #include "model/utf8.h"
 
@@ -47,7 +48,11 @@ GenerateResult generate(const LlamaModel& model, const std::vector<int32_t>& pro
     throw Error("the prompt has " + std::to_string(prompt.size()) +
                 " tokens, more than fits the context of " + std::to_string(n_ctx));
   const Tokenizer& tok = model.tokenizer();
-  ContiguousKv kv(c.kv_shape(), n_ctx);
+  ContiguousKv contiguous(c.kv_shape(), params.chunk_cache ? 0 : n_ctx);
+  const KvLayout layout{c.n_layers, c.n_kv_heads, c.head_dim, 64, KvType::kF16};
+  PrefixTree tree(layout, params.chunk_cache ? layout.chunk_bytes() * size_t(n_ctx / 64 + 2) : 0);
+  PrefixKv chunked(tree, c.n_heads, AttnPath::kTwoPhase);
+  KvStore& kv = params.chunk_cache ? static_cast<KvStore&>(chunked) : contiguous;
   Workspace ws;
   std::vector<float> logits;
   GenerateResult r;

@@ -17,6 +17,9 @@ struct GenerateParams {
   std::vector<std::string> stop;  // stop strings
   int n_ctx = 0;                  // 0 = the model's training context
   int prefill_chunk = 256;        // prompt tokens per forward call
+  // KV storage: the contiguous fp32 cache, or the prefix-aware chunk cache
+  // (fp16, two-phase partition attention) that batches of requests share.
+  bool chunk_cache = false;
 };
 
 struct GenerateResult {
