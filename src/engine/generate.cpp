@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 
 #include "engine/prefix_kv.h"
 #include "kv/contiguous_kv.h"
@@ -48,11 +49,16 @@ GenerateResult generate(const LlamaModel& model, const std::vector<int32_t>& pro
     throw Error("the prompt has " + std::to_string(prompt.size()) +
                 " tokens, more than fits the context of " + std::to_string(n_ctx));
   const Tokenizer& tok = model.tokenizer();
-  ContiguousKv contiguous(c.kv_shape(), params.chunk_cache ? 0 : n_ctx);
-  const KvLayout layout{c.n_layers, c.n_kv_heads, c.head_dim, 64, KvType::kF16};
-  PrefixTree tree(layout, params.chunk_cache ? layout.chunk_bytes() * size_t(n_ctx / 64 + 2) : 0);
-  PrefixKv chunked(tree, c.n_heads, AttnPath::kTwoPhase);
-  KvStore& kv = params.chunk_cache ? static_cast<KvStore&>(chunked) : contiguous;
+  std::unique_ptr<PrefixTree> tree;
+  std::unique_ptr<KvStore> store;
+  if (params.chunk_cache) {
+    const KvLayout layout{c.n_layers, c.n_kv_heads, c.head_dim, 64, KvType::kF16};
+    tree = std::make_unique<PrefixTree>(layout, layout.chunk_bytes() * size_t(n_ctx / 64 + 2));
+    store = std::make_unique<PrefixKv>(*tree, c.n_heads, AttnPath::kTwoPhase);
+  } else {
+    store = std::make_unique<ContiguousKv>(c.kv_shape(), n_ctx);
+  }
+  KvStore& kv = *store;
   Workspace ws;
   std::vector<float> logits;
   GenerateResult r;
