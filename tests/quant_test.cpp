@@ -215,3 +215,35 @@ TEST(Matmul, MultiEqualsSeparateProducts) {
 
 }  // namespace
 }  // namespace cs
+
+namespace cs {
+namespace {
+
+// The repacked 16-row AVX-512 kernel computes the same products as the
+// scalar kernel on the file's layout (rows not a multiple of 16 included).
+TEST(Matmul, RepackedQ4EqualsScalar) {
+  if (cpu_isa() != Isa::kAvx512) GTEST_SKIP() << "no AVX-512 VNNI";
+  std::mt19937 rng(21);
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1}) {
+    const int rows = 37, cols = 256;
+    const auto data = random_rows(t, rows, cols, rng);
+    const Weight w = make_weight(t, rows, cols, data.data());
+    ASSERT_FALSE(w.packed.empty());
+    for (int n_tok : {1, 3, 4, 6}) {
+      std::vector<float> x(size_t(n_tok) * cols);
+      std::normal_distribution<float> nd;
+      for (auto& v : x) v = nd(rng);
+      std::vector<float> fast(size_t(n_tok) * rows), slow(fast.size());
+      std::vector<BlockQ8> scratch;
+      matmul(w, x.data(), n_tok, fast.data(), scratch);
+      set_isa_for_testing(Isa::kScalar);
+      matmul(w, x.data(), n_tok, slow.data(), scratch);
+      set_isa_for_testing(Isa::kAvx512);
+      for (size_t i = 0; i < fast.size(); ++i)
+        ASSERT_NEAR(fast[i], slow[i], 1e-4 + 1e-4 * std::fabs(slow[i])) << type_info(uint32_t(t))->name << " " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cs

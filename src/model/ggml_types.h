@@ -52,6 +52,11 @@ struct BlockQ8 {
   int8_t qs[32];
 };
 
+// Repacked Q4 layout of the AVX-512 kernel (see Weight::packed): 16 rows a
+// group; per block 16 scales, 16 minimums and 64 words of nibbles.
+constexpr int kPackRows = 16;
+constexpr int kPackBlockWords = 96;
+
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ8_0) == 34);
 
 // Dequantize n values (n a multiple of the type's block size) to fp32.

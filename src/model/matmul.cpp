@@ -9,6 +9,37 @@
 
 namespace cs {
 
+std::vector<uint32_t> pack_q4_rows(GgmlType type, const uint8_t* data, int64_t rows, int64_t cols) {
+  const int nb = int(cols / kQBlock);
+  const bool q41 = type == GgmlType::Q4_1;
+  const size_t bs = q41 ? sizeof(BlockQ4_1) : sizeof(BlockQ4_0);
+  const int64_t groups = (rows + kPackRows - 1) / kPackRows;
+  std::vector<uint32_t> out(size_t(groups) * nb * kPackBlockWords, 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t g = r / kPackRows;
+    const int lane = int(r % kPackRows);
+    for (int b = 0; b < nb; ++b) {
+      const uint8_t* blk = data + (size_t(r) * nb + b) * bs;
+      uint16_t dh, mh = 0;
+      std::memcpy(&dh, blk, 2);
+      if (q41) std::memcpy(&mh, blk + 2, 2);
+      const uint8_t* qs = blk + (q41 ? 4 : 2);
+      const float d = f16_to_f32(dh), m = q41 ? f16_to_f32(mh) : -8.0f * d;
+      uint32_t* w = out.data() + (size_t(g) * nb + b) * kPackBlockWords;
+      std::memcpy(&w[lane], &d, 4);
+      std::memcpy(&w[16 + lane], &m, 4);
+      auto nib = [&](int e) { return e < 16 ? qs[e] & 0xf : qs[e - 16] >> 4; };
+      for (int k = 0; k < 4; ++k) {
+        uint32_t word = 0;
+        for (int i = 0; i < 4; ++i)
+          word |= uint32_t(nib(8 * k + i) | nib(8 * k + 4 + i) << 4) << (8 * i);
+        w[32 + k * 16 + lane] = word;
+      }
+    }
+  }
+  return out;
+}
+
 Weight make_weight(GgmlType type, int64_t rows, int64_t cols, const uint8_t* data) {
   Weight w;
   w.type = type;
@@ -24,6 +55,8 @@ Weight make_weight(GgmlType type, int64_t rows, int64_t cols, const uint8_t* dat
     w.row_bytes = size_t(cols) * 4;
     w.data = reinterpret_cast<const uint8_t*>(w.owned.data());
   }
+  if ((type == GgmlType::Q4_0 || type == GgmlType::Q4_1) && cpu_isa() == Isa::kAvx512)
+    w.packed = pack_q4_rows(type, data, rows, cols);
   return w;
 }
 
@@ -92,7 +125,7 @@ QDotKernel pick_kernel() {
 
 // Rows per task: small enough to balance two cores, large enough that the
 // activations stay in L1 while a tile of rows streams past.
-constexpr int kRowTile = 16;
+constexpr int kRowTile = kPackRows;
 
 void matmul_f32(const Weight& w, const float* x, int n_tok, float* y) {
   const auto* W = reinterpret_cast<const float*>(w.data);
@@ -144,6 +177,7 @@ void matmul_multi(std::span<const Weight* const> ws, const float* x, int n_tok,
   // One parallel region over the row tiles of every weight: fewer fork/joins
   // per layer, which is what a small model's decode step is made of.
   const QDotKernel kernel = pick_kernel();
+  const bool use_packed = cpu_isa() == Isa::kAvx512;
   int64_t tiles_before[8] = {0};
   const size_t nw = ws.size();
   for (size_t i = 0; i < nw; ++i) tiles_before[i + 1] = tiles_before[i] + (ws[i]->rows + kRowTile - 1) / kRowTile;
@@ -155,11 +189,16 @@ void matmul_multi(std::span<const Weight* const> ws, const float* x, int n_tok,
       size_t i = 0;
       while (tile >= tiles_before[i + 1]) ++i;
       const Weight& w = *ws[i];
+      const bool packed = use_packed && !w.packed.empty();
       const int64_t r0 = (tile - tiles_before[i]) * kRowTile;
       const int nr = int(std::min<int64_t>(kRowTile, w.rows - r0));
       const int nt = std::min(kTokTile, n_tok - t0);
-      kernel(w.type, w.data + size_t(r0) * w.row_bytes, w.row_bytes, nr, acts + size_t(t0) * nb, nb,
-             nt, ys[i] + size_t(t0) * w.rows + r0, int(w.rows));
+      if (packed)  // kRowTile == kPackRows: a tile is one packed group
+        qdot16_avx512(w.packed.data() + size_t(r0 / kPackRows) * nb * kPackBlockWords, nb, nr,
+                      acts + size_t(t0) * nb, nt, ys[i] + size_t(t0) * w.rows + r0, int(w.rows));
+      else
+        kernel(w.type, w.data + size_t(r0) * w.row_bytes, w.row_bytes, nr, acts + size_t(t0) * nb, nb,
+               nt, ys[i] + size_t(t0) * w.rows + r0, int(w.rows));
     }
   }
 }

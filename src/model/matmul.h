@@ -22,7 +22,14 @@ struct Weight {
   const uint8_t* data = nullptr;
   size_t row_bytes = 0;
   std::vector<float> owned;  // fp32 copy when the file's type is a plain float
+  // Q4_0/Q4_1 repacked for the AVX-512 kernel (built at load on such CPUs):
+  // groups of 16 rows; per block, 16 fp32 scales d, 16 fp32 minimums m, then
+  // 4 x 64 bytes of nibbles where 32-bit lane r of vector k holds row r's
+  // elements 8k..8k+3 (low nibbles) and 8k+4..8k+7 (high nibbles). One
+  // vpdpbusd then advances 16 rows by 4 elements, and scales are vectors.
+  std::vector<uint32_t> packed;
 };
+
 
 // Wraps tensor data. Plain-float types are converted to an owned fp32 copy.
 Weight make_weight(GgmlType type, int64_t rows, int64_t cols, const uint8_t* data);
@@ -48,5 +55,10 @@ using QDotKernel = void (*)(GgmlType type, const uint8_t* rows, size_t row_bytes
 void qdot_scalar(GgmlType, const uint8_t*, size_t, int, const BlockQ8*, int, int, float*, int);
 void qdot_avx2(GgmlType, const uint8_t*, size_t, int, const BlockQ8*, int, int, float*, int);
 void qdot_avx512(GgmlType, const uint8_t*, size_t, int, const BlockQ8*, int, int, float*, int);
+// The repacked kernel: one group of 16 rows (n_rows of them real).
+void qdot16_avx512(const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok, float* y,
+                   int ldy);
+// Builds Weight::packed from Q4_0/Q4_1 rows.
+std::vector<uint32_t> pack_q4_rows(GgmlType type, const uint8_t* data, int64_t rows, int64_t cols);
 
 }  // namespace cs

@@ -1,7 +1,11 @@
-// AVX-512 VNNI instantiation of the block-dot kernel (vpdpbusd on 256-bit
-// vectors, which needs AVX512VL + AVX512VNNI). Compiled with AVX-512 flags;
+// AVX-512 VNNI kernels: the block-dot kernel on the file's layout (vpdpbusd on
+// 256-bit vectors, AVX512VL + AVX512VNNI) and the 16-row kernel on repacked
+// Q4 weights (512-bit vpdpbusd, one per 16 rows x 4 elements). Compiled with AVX-512 flags;
 // called only when cpu_isa() says the CPU has them.
 #include "model/qdot_impl.h"
+
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 namespace {
 struct Avx512Ops {
@@ -15,9 +19,57 @@ struct Avx512Ops {
     return dot_u8s8(_mm256_abs_epi8(w), xs);
   }
 };
+
+// The repacked kernel: T tokens share each unpacked weight vector.
+template <int T>
+void q4x16(const uint32_t* group, int nb, int n_rows, const cs::BlockQ8* acts, float* y, int ldy) {
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  const __m512i low = _mm512_set1_epi8(0x0f);
+  for (int b = 0; b < nb; ++b) {
+    const uint32_t* w = group + size_t(b) * cs::kPackBlockWords;
+    __m512i isum[T];
+    for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
+    for (int k = 0; k < 4; ++k) {
+      const __m512i v = _mm512_loadu_si512(w + 32 + 16 * k);
+      const __m512i lo = _mm512_and_si512(v, low);
+      const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+      for (int t = 0; t < T; ++t) {
+        const int8_t* x = acts[size_t(t) * nb + b].qs + 8 * k;
+        int xl, xh;
+        __builtin_memcpy(&xl, x, 4);
+        __builtin_memcpy(&xh, x + 4, 4);
+        isum[t] = _mm512_dpbusd_epi32(isum[t], lo, _mm512_set1_epi32(xl));
+        isum[t] = _mm512_dpbusd_epi32(isum[t], hi, _mm512_set1_epi32(xh));
+      }
+    }
+    const __m512 d = _mm512_loadu_ps(reinterpret_cast<const float*>(w));
+    const __m512 m = _mm512_loadu_ps(reinterpret_cast<const float*>(w + 16));
+    for (int t = 0; t < T; ++t) {
+      const cs::BlockQ8& a = acts[size_t(t) * nb + b];
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(d, _mm512_set1_ps(a.d)), acc[t]);
+      acc[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(a.s), acc[t]);
+    }
+  }
+  const __mmask16 rows = __mmask16((1u << n_rows) - 1);
+  for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + size_t(t) * ldy, rows, acc[t]);
+}
+
 }  // namespace
 
 namespace cs {
+void qdot16_avx512(const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok, float* y,
+                   int ldy) {
+  int t = 0;
+  for (; t + 4 <= n_tok; t += 4) q4x16<4>(group, nb, n_rows, acts + size_t(t) * nb, y + size_t(t) * ldy, ldy);
+  switch (n_tok - t) {
+    case 3: q4x16<3>(group, nb, n_rows, acts + size_t(t) * nb, y + size_t(t) * ldy, ldy); break;
+    case 2: q4x16<2>(group, nb, n_rows, acts + size_t(t) * nb, y + size_t(t) * ldy, ldy); break;
+    case 1: q4x16<1>(group, nb, n_rows, acts + size_t(t) * nb, y + size_t(t) * ldy, ldy); break;
+    default: break;
+  }
+}
+
 void qdot_avx512(GgmlType type, const uint8_t* rows, size_t row_bytes, int n_rows,
                  const BlockQ8* acts, int nb, int n_tok, float* y, int ldy) {
   qdot<Avx512Ops>(type, rows, row_bytes, n_rows, acts, nb, n_tok, y, ldy);
