@@ -221,10 +221,10 @@ namespace {
 
 // The repacked 16-row AVX-512 kernel computes the same products as the
 // scalar kernel on the file's layout (rows not a multiple of 16 included).
-TEST(Matmul, RepackedQ4EqualsScalar) {
+TEST(Matmul, RepackedEqualsScalar) {
   if (cpu_isa() != Isa::kAvx512) GTEST_SKIP() << "no AVX-512 VNNI";
   std::mt19937 rng(21);
-  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1}) {
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0}) {
     const int rows = 37, cols = 256;
     const auto data = random_rows(t, rows, cols, rng);
     const Weight w = make_weight(t, rows, cols, data.data());

@@ -49,13 +49,16 @@ struct BlockQ8_0 {
 struct BlockQ8 {
   float d;
   float s;
+  int32_t sum;  // sum(q), exact: the repacked Q8_0 kernel offsets weights by 128
   int8_t qs[32];
 };
 
-// Repacked Q4 layout of the AVX-512 kernel (see Weight::packed): 16 rows a
-// group; per block 16 scales, 16 minimums and 64 words of nibbles.
+// Repacked layouts of the AVX-512 kernels (see Weight::packed): 16 rows a
+// group. Q4: per block 16 scales, 16 minimums and 64 words of nibbles. Q8_0:
+// per block 16 scales and 128 words of weights + 128 (unsigned bytes).
 constexpr int kPackRows = 16;
 constexpr int kPackBlockWords = 96;
+constexpr int kPackQ8BlockWords = 144;
 
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ8_0) == 34);
 

@@ -40,6 +40,28 @@ std::vector<uint32_t> pack_q4_rows(GgmlType type, const uint8_t* data, int64_t r
   return out;
 }
 
+std::vector<uint32_t> pack_q8_rows(const uint8_t* data, int64_t rows, int64_t cols) {
+  const int nb = int(cols / kQBlock);
+  const int64_t groups = (rows + kPackRows - 1) / kPackRows;
+  std::vector<uint32_t> out(size_t(groups) * nb * kPackQ8BlockWords, 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t g = r / kPackRows;
+    const int lane = int(r % kPackRows);
+    for (int b = 0; b < nb; ++b) {
+      const auto* blk = reinterpret_cast<const BlockQ8_0*>(data) + size_t(r) * nb + b;
+      const float d = f16_to_f32(blk->d);
+      uint32_t* w = out.data() + (size_t(g) * nb + b) * kPackQ8BlockWords;
+      std::memcpy(&w[lane], &d, 4);
+      for (int k = 0; k < 8; ++k) {
+        uint32_t word = 0;
+        for (int i = 0; i < 4; ++i) word |= uint32_t(uint8_t(blk->qs[4 * k + i] + 128)) << (8 * i);
+        w[16 + k * 16 + lane] = word;
+      }
+    }
+  }
+  return out;
+}
+
 Weight make_weight(GgmlType type, int64_t rows, int64_t cols, const uint8_t* data) {
   Weight w;
   w.type = type;
@@ -55,8 +77,10 @@ Weight make_weight(GgmlType type, int64_t rows, int64_t cols, const uint8_t* dat
     w.row_bytes = size_t(cols) * 4;
     w.data = reinterpret_cast<const uint8_t*>(w.owned.data());
   }
-  if ((type == GgmlType::Q4_0 || type == GgmlType::Q4_1) && cpu_isa() == Isa::kAvx512)
-    w.packed = pack_q4_rows(type, data, rows, cols);
+  if (cpu_isa() == Isa::kAvx512) {
+    if (type == GgmlType::Q4_0 || type == GgmlType::Q4_1) w.packed = pack_q4_rows(type, data, rows, cols);
+    if (type == GgmlType::Q8_0) w.packed = pack_q8_rows(data, rows, cols);
+  }
   return w;
 }
 
@@ -74,6 +98,7 @@ void quantize_q8(const float* x, size_t n, BlockQ8* out) {
       out[b].qs[j] = int8_t(q);
       sum += q;
     }
+    out[b].sum = sum;
     out[b].d = f16_to_f32(f32_to_f16(d));
     out[b].s = f16_to_f32(f32_to_f16(d * float(sum)));
   }
@@ -193,7 +218,10 @@ void matmul_multi(std::span<const Weight* const> ws, const float* x, int n_tok,
       const int64_t r0 = (tile - tiles_before[i]) * kRowTile;
       const int nr = int(std::min<int64_t>(kRowTile, w.rows - r0));
       const int nt = std::min(kTokTile, n_tok - t0);
-      if (packed)  // kRowTile == kPackRows: a tile is one packed group
+      if (packed && w.type == GgmlType::Q8_0)  // kRowTile == kPackRows: a tile is one group
+        qdot16q8_avx512(w.packed.data() + size_t(r0 / kPackRows) * nb * kPackQ8BlockWords, nb, nr,
+                        acts + size_t(t0) * nb, nt, ys[i] + size_t(t0) * w.rows + r0, int(w.rows));
+      else if (packed)
         qdot16_avx512(w.packed.data() + size_t(r0 / kPackRows) * nb * kPackBlockWords, nb, nr,
                       acts + size_t(t0) * nb, nt, ys[i] + size_t(t0) * w.rows + r0, int(w.rows));
       else

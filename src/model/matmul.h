@@ -22,7 +22,8 @@ struct Weight {
   const uint8_t* data = nullptr;
   size_t row_bytes = 0;
   std::vector<float> owned;  // fp32 copy when the file's type is a plain float
-  // Q4_0/Q4_1 repacked for the AVX-512 kernel (built at load on such CPUs):
+  // Q4_0/Q4_1 (and, alike, Q8_0) repacked for the AVX-512 kernel (built at
+  // load on such CPUs):
   // groups of 16 rows; per block, 16 fp32 scales d, 16 fp32 minimums m, then
   // 4 x 64 bytes of nibbles where 32-bit lane r of vector k holds row r's
   // elements 8k..8k+3 (low nibbles) and 8k+4..8k+7 (high nibbles). One
@@ -58,7 +59,10 @@ void qdot_avx512(GgmlType, const uint8_t*, size_t, int, const BlockQ8*, int, int
 // The repacked kernel: one group of 16 rows (n_rows of them real).
 void qdot16_avx512(const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok, float* y,
                    int ldy);
-// Builds Weight::packed from Q4_0/Q4_1 rows.
+void qdot16q8_avx512(const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok, float* y,
+                     int ldy);
+// Build Weight::packed from Q4_0/Q4_1 or Q8_0 rows.
 std::vector<uint32_t> pack_q4_rows(GgmlType type, const uint8_t* data, int64_t rows, int64_t cols);
+std::vector<uint32_t> pack_q8_rows(const uint8_t* data, int64_t rows, int64_t cols);
 
 }  // namespace cs

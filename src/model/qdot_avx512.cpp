@@ -55,19 +55,66 @@ void q4x16(const uint32_t* group, int nb, int n_rows, const cs::BlockQ8* acts, f
   for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + size_t(t) * ldy, rows, acc[t]);
 }
 
+// Repacked Q8_0: weights stored + 128 as unsigned bytes, so
+// sum (w + 128) x - 128 sum x = sum w x, all exact in int32.
+template <int T>
+void q8x16(const uint32_t* group, int nb, int n_rows, const cs::BlockQ8* acts, float* y, int ldy) {
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int b = 0; b < nb; ++b) {
+    const uint32_t* w = group + size_t(b) * cs::kPackQ8BlockWords;
+    __m512i isum[T];
+    for (int t = 0; t < T; ++t) isum[t] = _mm512_set1_epi32(-128 * acts[size_t(t) * nb + b].sum);
+    for (int k = 0; k < 8; ++k) {
+      const __m512i v = _mm512_loadu_si512(w + 16 + 16 * k);
+      for (int t = 0; t < T; ++t) {
+        int x;
+        __builtin_memcpy(&x, acts[size_t(t) * nb + b].qs + 4 * k, 4);
+        isum[t] = _mm512_dpbusd_epi32(isum[t], v, _mm512_set1_epi32(x));
+      }
+    }
+    const __m512 d = _mm512_loadu_ps(reinterpret_cast<const float*>(w));
+    for (int t = 0; t < T; ++t)
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]),
+                               _mm512_mul_ps(d, _mm512_set1_ps(acts[size_t(t) * nb + b].d)), acc[t]);
+  }
+  const __mmask16 rows = __mmask16((1u << n_rows) - 1);
+  for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + size_t(t) * ldy, rows, acc[t]);
+}
+
+// Runs K (a q4x16 or q8x16 instantiation) over tokens four at a time.
+template <template <int> class K>
+void over_tokens(const uint32_t* group, int nb, int n_rows, const cs::BlockQ8* acts, int n_tok, float* y,
+                 int ldy) {
+  int t = 0;
+  for (; t + 4 <= n_tok; t += 4) K<4>::run(group, nb, n_rows, acts + size_t(t) * nb, y + size_t(t) * ldy, ldy);
+  switch (n_tok - t) {
+    case 3: K<3>::run(group, nb, n_rows, acts + size_t(t) * nb, y + size_t(t) * ldy, ldy); break;
+    case 2: K<2>::run(group, nb, n_rows, acts + size_t(t) * nb, y + size_t(t) * ldy, ldy); break;
+    case 1: K<1>::run(group, nb, n_rows, acts + size_t(t) * nb, y + size_t(t) * ldy, ldy); break;
+    default: break;
+  }
+}
+template <int T>
+struct Q4K {
+  static void run(const uint32_t* g, int nb, int nr, const cs::BlockQ8* a, float* y, int ldy) { q4x16<T>(g, nb, nr, a, y, ldy); }
+};
+template <int T>
+struct Q8K {
+  static void run(const uint32_t* g, int nb, int nr, const cs::BlockQ8* a, float* y, int ldy) { q8x16<T>(g, nb, nr, a, y, ldy); }
+};
+
 }  // namespace
 
 namespace cs {
+void qdot16q8_avx512(const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok, float* y,
+                     int ldy) {
+  over_tokens<Q8K>(group, nb, n_rows, acts, n_tok, y, ldy);
+}
+
 void qdot16_avx512(const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok, float* y,
                    int ldy) {
-  int t = 0;
-  for (; t + 4 <= n_tok; t += 4) q4x16<4>(group, nb, n_rows, acts + size_t(t) * nb, y + size_t(t) * ldy, ldy);
-  switch (n_tok - t) {
-    case 3: q4x16<3>(group, nb, n_rows, acts + size_t(t) * nb, y + size_t(t) * ldy, ldy); break;
-    case 2: q4x16<2>(group, nb, n_rows, acts + size_t(t) * nb, y + size_t(t) * ldy, ldy); break;
-    case 1: q4x16<1>(group, nb, n_rows, acts + size_t(t) * nb, y + size_t(t) * ldy, ldy); break;
-    default: break;
-  }
+  over_tokens<Q4K>(group, nb, n_rows, acts, n_tok, y, ldy);
 }
 
 void qdot_avx512(GgmlType type, const uint8_t* rows, size_t row_bytes, int n_rows,
