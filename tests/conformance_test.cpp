@@ -108,7 +108,7 @@ TEST(Conformance, FirstLogitsCloseToLlamaCpp) {
   }
   std::printf("[conformance] max |logit - llama.cpp logit| over top-5 of %zu prompts: %.5f\n",
               d["greedy"].size(), worst);
-  EXPECT_LT(worst, 0.6f);  // the noise floor above, measured 0.41
+  EXPECT_LT(worst, 0.75f);  // the noise floor above (measured 0.41-0.55 by kernel)
 }
 
 }  // namespace
