@@ -174,6 +174,9 @@ TEST(PrefixTree, ForkSharesEverythingAndCopiesTheTailOnWrite) {
   EXPECT_EQ(t.chunks_of(2), t.chunks_of(1));
   EXPECT_EQ(t.stats().used, 2);
   std::vector<int32_t> b = a, c = a;
+  EXPECT_EQ(t.chunks_to_append(2, 1), 1);  // the shared partial tail is copied
+  EXPECT_EQ(t.chunks_to_append(2, 3), 2);  // ... and fills, then a new chunk
+  EXPECT_EQ(t.chunks_to_append(99, 5), 2);  // an unknown sequence starts empty
   append_with_kv(t, 2, b, std::vector<int32_t>{7});
   append_with_kv(t, 3, c, std::vector<int32_t>{8, 9, 10});
   append_with_kv(t, 1, a, std::vector<int32_t>{6});

@@ -14,15 +14,11 @@ void PrefixKv::begin_batch(const Batch& batch) {
   // them first so a full pool changes nothing.
   std::map<SeqId, std::vector<int32_t>> add;
   for (int t = 0; t < batch.size(); ++t) add[batch.seq[size_t(t)]].push_back(batch.tokens[size_t(t)]);
-  const int c = tree_.layout().chunk_size;
   int need = 0;
-  for (const auto& [id, toks] : add) {
-    const int len = tree_.length(id);
-    need += (len + int(toks.size()) + c - 1) / c - (len + c - 1) / c + 1;  // +1: a copy-on-write tail
-  }
-  const KvStats s = tree_.stats();
-  if (need > s.free + s.cached) throw KvFull("KV pool full: the batch needs up to " + std::to_string(need) +
-                                             " chunks, " + std::to_string(s.free + s.cached) + " available");
+  for (const auto& [id, toks] : add) need += tree_.chunks_to_append(id, int(toks.size()));
+  if (need > tree_.available())
+    throw KvFull("KV pool full: the batch needs " + std::to_string(need) + " chunks, " +
+                 std::to_string(tree_.available()) + " available");
   std::map<SeqId, int> next;
   for (const auto& [id, toks] : add) {
     if (!tree_.contains(id)) {

@@ -222,9 +222,8 @@ KvStatus PrefixTree::append(SeqId id, std::span<const int32_t> tokens) {
   const int c = layout().chunk_size, n = int(tokens.size());
   if (n == 0) return KvStatus::Ok();
   const ChunkId tail = seq.chunks.empty() ? -1 : seq.chunks.back();
-  const int room = tail < 0 ? 0 : c - chunk_length(tail);
-  const bool cow = room > 0 && meta_[size_t(tail)].ref > 1;  // a forked partial tail
-  const int need = (std::max(0, n - room) + c - 1) / c + (cow ? 1 : 0);
+  const bool cow = tail >= 0 && chunk_length(tail) < c && meta_[size_t(tail)].ref > 1;  // a forked partial tail
+  const int need = chunks_to_append(id, n);
   if (need > available())
     return {KvCode::kPoolExhausted, "need " + std::to_string(need) + " chunks, " +
                                         std::to_string(available()) + " available"};
@@ -251,6 +250,17 @@ KvStatus PrefixTree::append(SeqId id, std::span<const int32_t> tokens) {
     ++seq.length;
   }
   return KvStatus::Ok();
+}
+
+int PrefixTree::chunks_to_append(SeqId id, int n) const {
+  auto it = seqs_.find(id);
+  const std::vector<ChunkId> none;
+  const auto& chunks = it == seqs_.end() ? none : it->second.chunks;
+  const int c = layout().chunk_size;
+  const ChunkId tail = chunks.empty() ? -1 : chunks.back();
+  const int room = tail < 0 ? 0 : c - chunk_length(tail);
+  const bool cow = n > 0 && room > 0 && meta_[size_t(tail)].ref > 1;
+  return (std::max(0, n - room) + c - 1) / c + (cow ? 1 : 0);
 }
 
 KvStatus PrefixTree::leave(SeqId id) {

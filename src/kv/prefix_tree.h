@@ -67,6 +67,13 @@ class PrefixTree {
   // returned by slot() for the caller to write.
   KvStatus append(SeqId id, std::span<const int32_t> tokens);
 
+  // Chunks append(id, n tokens) would allocate (a copy-on-write tail
+  // included), and how many allocations can get: free chunks plus every
+  // cached one (a cached chunk's descendants are cached too, so all can be
+  // evicted). Callers appending to several sequences check the sum first.
+  int chunks_to_append(SeqId id, int n) const;
+  int available() const { return pool_.free_count() + cached_; }
+
   // Ends a sequence, releasing what only it used (or caching its full chunks).
   KvStatus leave(SeqId id);
 
@@ -115,9 +122,6 @@ class PrefixTree {
 
   void check_writer();
   ChunkId allocate_chunk();           // evicts cached chunks if needed
-  // Chunks an allocation can get: free ones plus every cached one (all
-  // descendants of a cached chunk are cached, so all of them can be evicted).
-  int available() const { return pool_.free_count() + cached_; }
   void add_ref(ChunkId c);
   void attach(ChunkId c, ChunkId parent);
   void detach_and_free(ChunkId c);
