@@ -154,6 +154,27 @@ double time_contiguous(const Opts& o, int b, int n, const std::vector<float>& q)
       o.reps);
 }
 
+// Median us of per-sequence attention on a cache of b sequences of n tokens
+// with nothing shared (each world freed before the next is built).
+double time_unshared(const Opts& o, int b, int n, const std::vector<float>& q, std::vector<float>& out) {
+  World w = build(o, b, 0, n, false);
+  return time_path(o, w, q, out, attn_per_sequence);
+}
+
+// The figures' three columns: per-sequence unshared, per-sequence on the
+// shared chunks, two-phase partition; b sequences, n_s shared + n_c own tokens.
+struct Trio {
+  double noshare, per, tpp;
+};
+Trio time_trio(const Opts& o, int b, int n_s, int n_c, const std::vector<float>& q, std::vector<float>& out) {
+  Trio r;
+  r.noshare = time_unshared(o, b, n_s + n_c, q, out);
+  World w = build(o, b, n_s, n_s + n_c, true);
+  r.per = time_path(o, w, q, out, attn_per_sequence);
+  r.tpp = time_path(o, w, q, out, tpp_default);
+  return r;
+}
+
 int run(const Opts& o) {
   set_threads(o.threads);
   nlohmann::json js;
@@ -174,11 +195,7 @@ int run(const Opts& o) {
   const auto q = queries(o, b);
   for (int n_p : nps) {
     const double contiguous = time_contiguous(o, b, n_p, q);
-    double noshare;
-    {
-      World w = build(o, b, 0, n_p, false);
-      noshare = time_path(o, w, q, out, attn_per_sequence);
-    }
+    const double noshare = time_unshared(o, b, n_p, q, out);
     for (int n_s : {0, n_p / 2, 3 * n_p / 4, n_p}) {
       World w = build(o, b, n_s, n_p, true);
       const double per = time_path(o, w, q, out, attn_per_sequence);
@@ -208,17 +225,10 @@ int run(const Opts& o) {
   std::printf("| batch | per-seq (no sharing) | per-seq (shared) | TPP | TPP vs per-seq shared |\n|---|---|---|---|---|\n");
   const std::vector<int> batches = o.quick ? std::vector<int>{1, 8} : std::vector<int>{1, 4, 8, 16, 32, 48, 64, 96};
   for (int bb : batches) {
-    const auto qb = queries(o, bb);
-    double noshare;
-    {
-      World w = build(o, bb, 0, n_s + n_c, false);
-      noshare = time_path(o, w, qb, out, attn_per_sequence);
-    }
-    World w = build(o, bb, n_s, n_s + n_c, true);
-    const double per = time_path(o, w, qb, out, attn_per_sequence);
-    const double tpp = time_path(o, w, qb, out, tpp_default);
-    std::printf("| %d | %.1f | %.1f | %.1f | %.2fx |\n", bb, bb / noshare * 1e3, bb / per * 1e3, bb / tpp * 1e3, per / tpp);
-    js["figure4"].push_back({{"batch", bb}, {"per_seq_noshare_us", noshare}, {"per_seq_shared_us", per}, {"tpp_us", tpp}});
+    const Trio t = time_trio(o, bb, n_s, n_c, queries(o, bb), out);
+    std::printf("| %d | %.1f | %.1f | %.1f | %.2fx |\n", bb, bb / t.noshare * 1e3, bb / t.per * 1e3, bb / t.tpp * 1e3,
+                t.per / t.tpp);
+    js["figure4"].push_back({{"batch", bb}, {"per_seq_noshare_us", t.noshare}, {"per_seq_shared_us", t.per}, {"tpp_us", t.tpp}});
   }
 
   // Figure 3: as sequences diverge (n_c private tokens each).
@@ -226,17 +236,10 @@ int run(const Opts& o) {
   std::printf("| n_c | per-seq (no sharing) | per-seq (shared) | TPP | TPP vs per-seq no-share | TPP vs per-seq shared |\n|---|---|---|---|---|---|\n");
   const std::vector<int> ncs = o.quick ? std::vector<int>{64} : std::vector<int>{64, 512, 1024, 2048};
   for (int nc : ncs) {
-    double noshare;
-    {
-      World w = build(o, b, 0, n_s + nc, false);
-      noshare = time_path(o, w, q, out, attn_per_sequence);
-    }
-    World w = build(o, b, n_s, n_s + nc, true);
-    const double per = time_path(o, w, q, out, attn_per_sequence);
-    const double tpp = time_path(o, w, q, out, tpp_default);
-    std::printf("| %d | %.1f | %.1f | %.1f | %.2fx | %.2fx |\n", nc, b / noshare * 1e3, b / per * 1e3, b / tpp * 1e3,
-                noshare / tpp, per / tpp);
-    js["figure3"].push_back({{"n_c", nc}, {"per_seq_noshare_us", noshare}, {"per_seq_shared_us", per}, {"tpp_us", tpp}});
+    const Trio t = time_trio(o, b, n_s, nc, q, out);
+    std::printf("| %d | %.1f | %.1f | %.1f | %.2fx | %.2fx |\n", nc, b / t.noshare * 1e3, b / t.per * 1e3, b / t.tpp * 1e3,
+                t.noshare / t.tpp, t.per / t.tpp);
+    js["figure3"].push_back({{"n_c", nc}, {"per_seq_noshare_us", t.noshare}, {"per_seq_shared_us", t.per}, {"tpp_us", t.tpp}});
   }
 
   // RelayAttention Eq. 10: p = (s + c + 2) / (s / b + c + 7), against
@@ -247,11 +250,7 @@ int run(const Opts& o) {
   std::printf("| system prompt s | theoretical | measured | relay us | per-seq us |\n|---|---|---|---|---|\n");
   const std::vector<int> ss = o.quick ? std::vector<int>{128} : std::vector<int>{256, 512, 1024, 2048, 4096};
   for (int s : ss) {
-    double noshare;
-    {
-      World w = build(o, b, 0, s + ctxlen, false);
-      noshare = time_path(o, w, q, out, attn_per_sequence);
-    }
+    const double noshare = time_unshared(o, b, s + ctxlen, q, out);
     World w = build(o, b, s, s + ctxlen, true);
     const double relay = time_path(o, w, q, out, attn_relay);
     const double theory = (s + ctxlen + 2.0) / (double(s) / b + ctxlen + 7.0);
