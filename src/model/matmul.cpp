@@ -9,57 +9,57 @@
 
 namespace cs {
 
+namespace {
+
+// Lays rows out in groups of kPackRows: calls fill(words, lane, row, block)
+// for every row and block, `words` being that group's block of block_words.
+template <class Fill>
+std::vector<uint32_t> pack_rows(int64_t rows, int64_t cols, int block_words, Fill fill) {
+  const int nb = int(cols / kQBlock);
+  const int64_t groups = (rows + kPackRows - 1) / kPackRows;
+  std::vector<uint32_t> out(size_t(groups) * nb * block_words, 0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int b = 0; b < nb; ++b)
+      fill(out.data() + (size_t(r / kPackRows) * nb + b) * block_words, int(r % kPackRows), r, b);
+  return out;
+}
+
+}  // namespace
+
 std::vector<uint32_t> pack_q4_rows(GgmlType type, const uint8_t* data, int64_t rows, int64_t cols) {
   const int nb = int(cols / kQBlock);
   const bool q41 = type == GgmlType::Q4_1;
   const size_t bs = q41 ? sizeof(BlockQ4_1) : sizeof(BlockQ4_0);
-  const int64_t groups = (rows + kPackRows - 1) / kPackRows;
-  std::vector<uint32_t> out(size_t(groups) * nb * kPackBlockWords, 0);
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t g = r / kPackRows;
-    const int lane = int(r % kPackRows);
-    for (int b = 0; b < nb; ++b) {
-      const uint8_t* blk = data + (size_t(r) * nb + b) * bs;
-      uint16_t dh, mh = 0;
-      std::memcpy(&dh, blk, 2);
-      if (q41) std::memcpy(&mh, blk + 2, 2);
-      const uint8_t* qs = blk + (q41 ? 4 : 2);
-      const float d = f16_to_f32(dh), m = q41 ? f16_to_f32(mh) : -8.0f * d;
-      uint32_t* w = out.data() + (size_t(g) * nb + b) * kPackBlockWords;
-      std::memcpy(&w[lane], &d, 4);
-      std::memcpy(&w[16 + lane], &m, 4);
-      auto nib = [&](int e) { return e < 16 ? qs[e] & 0xf : qs[e - 16] >> 4; };
-      for (int k = 0; k < 4; ++k) {
-        uint32_t word = 0;
-        for (int i = 0; i < 4; ++i)
-          word |= uint32_t(nib(8 * k + i) | nib(8 * k + 4 + i) << 4) << (8 * i);
-        w[32 + k * 16 + lane] = word;
-      }
+  return pack_rows(rows, cols, kPackBlockWords, [&](uint32_t* w, int lane, int64_t r, int b) {
+    const uint8_t* blk = data + (size_t(r) * nb + b) * bs;
+    uint16_t dh, mh = 0;
+    std::memcpy(&dh, blk, 2);
+    if (q41) std::memcpy(&mh, blk + 2, 2);
+    const uint8_t* qs = blk + (q41 ? 4 : 2);
+    const float d = f16_to_f32(dh), m = q41 ? f16_to_f32(mh) : -8.0f * d;
+    std::memcpy(&w[lane], &d, 4);
+    std::memcpy(&w[16 + lane], &m, 4);
+    auto nib = [&](int e) { return e < 16 ? qs[e] & 0xf : qs[e - 16] >> 4; };
+    for (int k = 0; k < 4; ++k) {
+      uint32_t word = 0;
+      for (int i = 0; i < 4; ++i) word |= uint32_t(nib(8 * k + i) | nib(8 * k + 4 + i) << 4) << (8 * i);
+      w[32 + k * 16 + lane] = word;
     }
-  }
-  return out;
+  });
 }
 
 std::vector<uint32_t> pack_q8_rows(const uint8_t* data, int64_t rows, int64_t cols) {
   const int nb = int(cols / kQBlock);
-  const int64_t groups = (rows + kPackRows - 1) / kPackRows;
-  std::vector<uint32_t> out(size_t(groups) * nb * kPackQ8BlockWords, 0);
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t g = r / kPackRows;
-    const int lane = int(r % kPackRows);
-    for (int b = 0; b < nb; ++b) {
-      const auto* blk = reinterpret_cast<const BlockQ8_0*>(data) + size_t(r) * nb + b;
-      const float d = f16_to_f32(blk->d);
-      uint32_t* w = out.data() + (size_t(g) * nb + b) * kPackQ8BlockWords;
-      std::memcpy(&w[lane], &d, 4);
-      for (int k = 0; k < 8; ++k) {
-        uint32_t word = 0;
-        for (int i = 0; i < 4; ++i) word |= uint32_t(uint8_t(blk->qs[4 * k + i] + 128)) << (8 * i);
-        w[16 + k * 16 + lane] = word;
-      }
+  return pack_rows(rows, cols, kPackQ8BlockWords, [&](uint32_t* w, int lane, int64_t r, int b) {
+    const auto* blk = reinterpret_cast<const BlockQ8_0*>(data) + size_t(r) * nb + b;
+    const float d = f16_to_f32(blk->d);
+    std::memcpy(&w[lane], &d, 4);
+    for (int k = 0; k < 8; ++k) {
+      uint32_t word = 0;
+      for (int i = 0; i < 4; ++i) word |= uint32_t(uint8_t(blk->qs[4 * k + i] + 128)) << (8 * i);
+      w[16 + k * 16 + lane] = word;
     }
-  }
-  return out;
+  });
 }
 
 Weight make_weight(GgmlType type, int64_t rows, int64_t cols, const uint8_t* data) {
