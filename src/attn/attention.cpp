@@ -49,32 +49,30 @@ struct RowSet {
   int rows() const { return int(m.size()); }
 
   // Folds one chunk at `depth` of these rows' sequences into their states.
-  void apply(const AttnProblem& p, ChunkId chunk, int depth, int kv_head, int row_from = 0,
-             int row_to = -1) {
-    if (row_to < 0) row_to = rows();
+  void apply(const AttnProblem& p, ChunkId chunk, int depth, int kv_head) {
     const KvLayout& L = p.tree->layout();
     const int len = p.tree->chunk_length(chunk), base = depth * L.chunk_size;
     bool any = false;
-    for (int r = row_from; r < row_to; ++r) {
+    for (int r = 0; r < rows(); ++r) {
       limit[size_t(r)] = std::clamp(visible[size_t(r)] - base, 0, len);
       any = any || limit[size_t(r)] > 0;
     }
     if (!any) return;
     BlockJob j;
-    j.q = q.data() + size_t(row_from) * d;
+    j.q = q.data();
     j.q_stride = d;
-    j.nq = row_to - row_from;
+    j.nq = rows();
     j.kt = p.tree->pool().block(chunk, p.layer, kv_head, false);
     j.v = p.tree->pool().block(chunk, p.layer, kv_head, true);
     j.kv_type = int(L.type);
     j.c = L.chunk_size;
     j.d = d;
-    j.limit = limit.data() + row_from;
+    j.limit = limit.data();
     j.scale = 1.0f;
-    j.o = o.data() + size_t(row_from) * d;
+    j.o = o.data();
     j.o_stride = d;
-    j.m = m.data() + row_from;
-    j.l = l.data() + row_from;
+    j.m = m.data();
+    j.l = l.data();
     block_update(j);
   }
 
@@ -92,14 +90,13 @@ struct RowSet {
   }
 };
 
-// Walks sequence i's chunks from depth `from` on, into `rows` (one sequence).
-void sequence_first(const AttnProblem& p, RowSet& rows, int i, int kv_head, int from,
-                    const std::vector<char>* skip = nullptr) {
+// Walks sequence i's chunks into `rows` (one sequence), skipping the depths
+// phase one already folded in.
+void sequence_first(const AttnProblem& p, RowSet& rows, int i, int kv_head, const std::vector<char>& done) {
   const auto& c = *p.ctx;
-  for (int k = c.chunk_begin[size_t(i)] + from; k < c.chunk_begin[size_t(i) + 1]; ++k) {
+  for (int k = c.chunk_begin[size_t(i)]; k < c.chunk_begin[size_t(i) + 1]; ++k) {
     const int depth = k - c.chunk_begin[size_t(i)];
-    if (skip && depth < int(skip->size()) && (*skip)[size_t(depth)]) continue;
-    rows.apply(p, c.chunks[size_t(k)], depth, kv_head);
+    if (!done[size_t(depth)]) rows.apply(p, c.chunks[size_t(k)], depth, kv_head);
   }
 }
 
@@ -251,7 +248,7 @@ void sequence_first_phase(const AttnProblem& p, const std::vector<Segment>& segs
                   part.l[size_t(first + r)], rows.d);
           for (size_t k = 0; k < segs[s].chunks.size(); ++k) done[size_t(segs[s].depth) + k] = 1;
         }
-        sequence_first(p, rows, i, h, 0, &done);
+        sequence_first(p, rows, i, h, done);
         rows.scatter(p, i, i + 1, h);
       }
   }
