@@ -6,9 +6,11 @@
 #include <benchmark/benchmark.h>
 
 #include <cstring>
+#include <limits>
 #include <filesystem>
 
 #include "attn/attention.h"
+#include "attn/block.h"
 #include "base/f16.h"
 #include "engine/prefix_kv.h"
 #include "kv/prefix_tree.h"
@@ -221,6 +223,42 @@ void BM_AttentionSharedCell(benchmark::State& state) {
       benchmark::Counter(4.0 * b * h * n * d, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 BENCHMARK(BM_AttentionSharedCell)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+
+// The block kernel alone on one cache-resident fp16 chunk (c = 64, d = 128):
+// nq query rows, the compute ceiling TPP's phase one can reach per chunk.
+void BM_BlockUpdate(benchmark::State& state) {
+  const int nq = int(state.range(0)), c = 64, d = 128;
+  std::vector<uint16_t> kt(size_t(c) * d), v(kt.size());
+  for (size_t i = 0; i < kt.size(); ++i) {
+    kt[i] = f32_to_f16(float(int(i * 2654435761u % 2001) - 1000) / 500);
+    v[i] = f32_to_f16(float(int(i * 40503u % 2001) - 1000) / 1000);
+  }
+  std::vector<float> q(size_t(nq) * d, 0.01f), o(q.size()), m(static_cast<size_t>(nq)), l(static_cast<size_t>(nq));
+  std::vector<int> limit(size_t(nq), c);
+  BlockJob j;
+  j.q = q.data();
+  j.q_stride = d;
+  j.nq = nq;
+  j.kt = reinterpret_cast<const uint8_t*>(kt.data());
+  j.v = reinterpret_cast<const uint8_t*>(v.data());
+  j.kv_type = 1;
+  j.c = c;
+  j.d = d;
+  j.limit = limit.data();
+  j.o = o.data();
+  j.o_stride = d;
+  j.m = m.data();
+  j.l = l.data();
+  for (auto _ : state) {
+    std::fill(m.begin(), m.end(), -std::numeric_limits<float>::infinity());
+    std::fill(l.begin(), l.end(), 0.0f);
+    block_update(j);
+    benchmark::DoNotOptimize(o.data());
+  }
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(4.0 * nq * c * d, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_BlockUpdate)->Arg(1)->Arg(4)->Arg(8)->Arg(32)->Arg(64);
 
 }  // namespace
 }  // namespace cs

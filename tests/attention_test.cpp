@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
+#include "attn/block.h"
 #include "attn/state.h"
+#include "base/f16.h"
 #include "base/cpu.h"
 #include "base/error.h"
 
@@ -319,6 +322,95 @@ TEST(Merge, TwoHalvesEqualTheWhole) {
   finalize(o1.data(), l1, 2, out);
   EXPECT_NEAR(out[0], want[0], 1e-6);
   EXPECT_NEAR(out[1], want[1], 1e-6);
+}
+
+// The block kernel on one chunk, two folds in a row (so the running max
+// moves and o is rescaled), with random visible limits (0 included): every
+// row agrees with the scalar kernel, and gets the very same bits whether it
+// is computed in a batch of nq rows or alone. The second property is what
+// makes two-phase partition bit-identical to per-sequence attention.
+TEST(Block, RowsAgreeWithScalarAndDoNotDependOnTheBatch) {
+  const Isa hw = cpu_isa();
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd;
+  for (int type = 0; type < 3; ++type)
+    for (int d : {64, 128})
+      for (int c : {64, 128})
+        for (int nq : {1, 3, 5, 8, 16, 17, 33, 70}) {
+          const int esz = type == 0 ? 4 : 2;
+          std::vector<uint8_t> kt[2], v[2];
+          for (int b = 0; b < 2; ++b) {
+            kt[b].resize(size_t(c) * d * esz);
+            v[b].resize(kt[b].size());
+            for (auto* buf : {&kt[b], &v[b]})
+              for (size_t i = 0; i < buf->size() / esz; ++i) {
+                const float x = nd(rng) * (b + 1);
+                if (type == 0) std::memcpy(buf->data() + i * 4, &x, 4);
+                else {
+                  const uint16_t h = type == 1 ? f32_to_f16(x) : f32_to_bf16(x);
+                  std::memcpy(buf->data() + i * 2, &h, 2);
+                }
+              }
+          }
+          std::vector<float> q(size_t(nq) * d);
+          for (auto& x : q) x = nd(rng);
+          std::vector<int> limit(static_cast<size_t>(nq));
+          for (auto& x : limit) x = int(rng() % 4) == 0 ? 0 : int(rng() % uint32_t(c)) + 1;
+          // Runs rows [r0, r0 + n) through both chunks with the current ISA.
+          auto run = [&](int r0, int n, std::vector<float>& o, std::vector<float>& m, std::vector<float>& l) {
+            o.assign(size_t(n) * d, 0.0f);
+            m.assign(size_t(n), -INFINITY);
+            l.assign(size_t(n), 0.0f);
+            for (int b = 0; b < 2; ++b) {
+              BlockJob j;
+              j.q = q.data() + size_t(r0) * d;
+              j.q_stride = d;
+              j.nq = n;
+              j.kt = kt[b].data();
+              j.v = v[b].data();
+              j.kv_type = type;
+              j.c = c;
+              j.d = d;
+              j.limit = limit.data() + r0;
+              j.scale = 0.125f;
+              j.o = o.data();
+              j.o_stride = d;
+              j.m = m.data();
+              j.l = l.data();
+              j.next_kt = kt[1 - b].data();  // a prefetch hint changes nothing
+              j.next_v = v[1 - b].data();
+              block_update(j);
+            }
+          };
+          std::vector<float> o_ref, m_ref, l_ref;
+          set_isa_for_testing(Isa::kScalar);
+          run(0, nq, o_ref, m_ref, l_ref);
+          for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
+            if (int(isa) > int(hw)) continue;
+            set_isa_for_testing(isa);
+            const std::string at = std::string(isa_name(isa)) + " type " + std::to_string(type) + " d " +
+                                   std::to_string(d) + " c " + std::to_string(c) + " nq " + std::to_string(nq);
+            std::vector<float> o, m, l, o1, m1, l1;
+            run(0, nq, o, m, l);
+            for (int r = 0; r < nq; ++r) {
+              if (limit[size_t(r)] == 0) {  // saw no key: the empty state
+                ASSERT_EQ(m[size_t(r)], -INFINITY) << at;
+                ASSERT_EQ(l[size_t(r)], 0.0f) << at;
+              } else {
+                ASSERT_NEAR(m[size_t(r)], m_ref[size_t(r)], 1e-5f * (1 + std::fabs(m_ref[size_t(r)]))) << at;
+                ASSERT_NEAR(l[size_t(r)], l_ref[size_t(r)], 1e-5 * l_ref[size_t(r)]) << at;
+              }
+              for (int x = 0; x < d && limit[size_t(r)] > 0; ++x)
+                ASSERT_NEAR(o[size_t(r) * d + x] / l[size_t(r)], o_ref[size_t(r) * d + x] / l_ref[size_t(r)], 1e-5)
+                    << at << " row " << r;
+              run(r, 1, o1, m1, l1);
+              ASSERT_EQ(m1[0], m[size_t(r)]) << at << " row " << r;
+              ASSERT_EQ(l1[0], l[size_t(r)]) << at << " row " << r;
+              for (int x = 0; x < d; ++x) ASSERT_EQ(o1[size_t(x)], o[size_t(r) * d + x]) << at << " row " << r;
+            }
+          }
+          set_isa_for_testing(hw);
+        }
 }
 
 }  // namespace

@@ -48,8 +48,9 @@ struct RowSet {
   }
   int rows() const { return int(m.size()); }
 
-  // Folds one chunk at `depth` of these rows' sequences into their states.
-  void apply(const AttnProblem& p, ChunkId chunk, int depth, int kv_head) {
+  // Folds one chunk at `depth` of these rows' sequences into their states;
+  // `next` (or kNoChunk) is the chunk the caller folds in after it.
+  void apply(const AttnProblem& p, ChunkId chunk, int depth, int kv_head, ChunkId next) {
     const KvLayout& L = p.tree->layout();
     const int len = p.tree->chunk_length(chunk), base = depth * L.chunk_size;
     bool any = false;
@@ -73,6 +74,10 @@ struct RowSet {
     j.o_stride = d;
     j.m = m.data();
     j.l = l.data();
+    if (next != kNoChunk) {
+      j.next_kt = p.tree->pool().block(next, p.layer, kv_head, false);
+      j.next_v = p.tree->pool().block(next, p.layer, kv_head, true);
+    }
     block_update(j);
   }
 
@@ -94,9 +99,12 @@ struct RowSet {
 // phase one already folded in.
 void sequence_first(const AttnProblem& p, RowSet& rows, int i, int kv_head, const std::vector<char>& done) {
   const auto& c = *p.ctx;
-  for (int k = c.chunk_begin[size_t(i)]; k < c.chunk_begin[size_t(i) + 1]; ++k) {
-    const int depth = k - c.chunk_begin[size_t(i)];
-    if (!done[size_t(depth)]) rows.apply(p, c.chunks[size_t(k)], depth, kv_head);
+  const int b = c.chunk_begin[size_t(i)], e = c.chunk_begin[size_t(i) + 1];
+  for (int k = b; k < e; ++k) {
+    if (done[size_t(k - b)]) continue;
+    int n = k + 1;
+    while (n < e && done[size_t(n - b)]) ++n;
+    rows.apply(p, c.chunks[size_t(k)], k - b, kv_head, n < e ? c.chunks[size_t(n)] : kNoChunk);
   }
 }
 
@@ -168,10 +176,22 @@ void attn_per_sequence(const AttnProblem& p) {
           rows[size_t(i - i0)].gather(p, i, i + 1, h);
           depth = std::max(depth, c.chunk_begin[size_t(i) + 1] - c.chunk_begin[size_t(i)]);
         }
+        // (depth, sequence) steps in walk order; each step prefetches the next's chunk.
+        auto chunk_at = [&](int i, int k) {
+          return c.chunk_begin[size_t(i)] + k < c.chunk_begin[size_t(i) + 1]
+                     ? c.chunks[size_t(c.chunk_begin[size_t(i)] + k)] : kNoChunk;
+        };
+        auto next_after = [&](int i, int k) {
+          for (;;) {
+            if (++i == i1) i = i0, ++k;
+            if (k >= depth) return kNoChunk;
+            if (const ChunkId n = chunk_at(i, k); n != kNoChunk) return n;
+          }
+        };
         for (int k = 0; k < depth; ++k)
           for (int i = i0; i < i1; ++i)
-            if (c.chunk_begin[size_t(i)] + k < c.chunk_begin[size_t(i) + 1])
-              rows[size_t(i - i0)].apply(p, c.chunks[size_t(c.chunk_begin[size_t(i)] + k)], k, h);
+            if (const ChunkId ch = chunk_at(i, k); ch != kNoChunk)
+              rows[size_t(i - i0)].apply(p, ch, k, h, next_after(i, k));
         for (int i = i0; i < i1; ++i) rows[size_t(i - i0)].scatter(p, i, i + 1, h);
       }
   }
@@ -218,7 +238,8 @@ std::vector<RowSet> chunk_first(const AttnProblem& p, const std::vector<Segment>
       RowSet& rows = partial[s * size_t(kvh) + size_t(h)];
       rows.gather(p, segs[s].begin, segs[s].end, h);
       for (size_t k = 0; k < segs[s].chunks.size(); ++k)
-        rows.apply(p, segs[s].chunks[k], segs[s].depth + int(k), h);
+        rows.apply(p, segs[s].chunks[k], segs[s].depth + int(k), h,
+                   k + 1 < segs[s].chunks.size() ? segs[s].chunks[k + 1] : kNoChunk);
     }
   return partial;
 }

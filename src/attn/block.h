@@ -23,6 +23,10 @@ struct BlockJob {
   int o_stride = 0;
   float* m = nullptr;           // per row running max (-inf to start)
   float* l = nullptr;           // per row running sum (0 to start)
+  // The K^T and V blocks the caller will pass next (or null): prefetched
+  // while this chunk is computed, so the next call does not wait on DRAM.
+  const uint8_t* next_kt = nullptr;
+  const uint8_t* next_v = nullptr;
 };
 
 void block_update(const BlockJob& job);

@@ -10,6 +10,8 @@ struct Ops256 {
   using V = __m256;
   static constexpr int kWidth = 8;
   static constexpr int kRows = 2;    // 8 score accumulators + 4 keys
+  static constexpr int kTile = 4;
+  static constexpr int kPvCols = 64;
   static constexpr int kPvRows = 1;  // 8 accumulators over 64 columns + 8 values
   static V zero() { return _mm256_setzero_ps(); }
   static V set1(float x) { return _mm256_set1_ps(x); }
@@ -33,36 +35,23 @@ struct Ops256 {
     const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
   }
-  static float hmax(V v) {
-    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_max_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
+  static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  // key == -inf ? 0 : a (masked-out keys and empty states get no weight).
+  static V zero_where_neginf(V a, V key) {
+    return _mm256_and_ps(_mm256_cmp_ps(key, set1(kNegInf), _CMP_NEQ_OQ), a);
   }
-  static float hsum(V v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
+  // Transpose-reduction of 8 row vectors fed in kRowOrder: lane i of the
+  // result is op over all lanes of row i.
+  static constexpr int kRowOrder[8] = {0, 4, 1, 5, 2, 6, 3, 7};
+  template <class F>
+  static V reduce_rows(const V* v, F op) {
+    V z[4], p[2];
+    for (int i = 0; i < 4; ++i)
+      z[i] = op(_mm256_permute2f128_ps(v[2 * i], v[2 * i + 1], 0x20), _mm256_permute2f128_ps(v[2 * i], v[2 * i + 1], 0x31));
+    for (int i = 0; i < 2; ++i)
+      p[i] = op(_mm256_shuffle_ps(z[2 * i], z[2 * i + 1], 0x44), _mm256_shuffle_ps(z[2 * i], z[2 * i + 1], 0xEE));
+    return op(_mm256_shuffle_ps(p[0], p[1], 0x88), _mm256_shuffle_ps(p[0], p[1], 0xDD));
   }
-  static float max_row(const float* s, int n) {
-    V m = set1(kNegInf);
-    for (int t = 0; t < n; t += kWidth) m = max(m, load(s + t));
-    return hmax(m);
-  }
-  static float exp_row(float* s, int n, float mx) {
-    V sum = zero();
-    const V vm = set1(mx);
-    for (int t = 0; t < n; t += kWidth) {
-      const V x = load(s + t);
-      const V live = _mm256_cmp_ps(x, set1(kNegInf), _CMP_NEQ_OQ);
-      const V p = _mm256_and_ps(live, exp_nonpos<V, Ops256>(sub(x, vm)));
-      store(s + t, p);
-      sum = _mm256_add_ps(sum, p);
-    }
-    return hsum(sum);
-  }
-  static float exp1(float x) { return _mm256_cvtss_f32(exp_nonpos<V, Ops256>(set1(x))); }
 };
 
 }  // namespace

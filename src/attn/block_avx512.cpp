@@ -14,7 +14,9 @@ struct Ops512 {
   using V = __m512;
   static constexpr int kWidth = 16;
   static constexpr int kRows = 6;    // score rows per register block (24 accumulators)
+  static constexpr int kTile = 4;    // key vectors per score block
   static constexpr int kPvRows = 6;  // output rows per register block (24 accumulators)
+  static constexpr int kPvCols = 64; // output columns per block
   static V zero() { return _mm512_setzero_ps(); }
   static V set1(float x) { return _mm512_set1_ps(x); }
   static V load(const float* p) { return _mm512_loadu_ps(p); }
@@ -32,29 +34,28 @@ struct Ops512 {
   static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
   static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
   static V max(V a, V b) { return _mm512_max_ps(a, b); }
-  static V round(V a) { return _mm512_cvtepi32_ps(_mm512_cvtps_epi32(a)); }
-  static V scale_pow2(V p, V n) {
-    const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+  static V round(V a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  // p * 2^n in one instruction (n integral and the result normal, as x >= -87).
+  static V scale_pow2(V p, V n) { return _mm512_scalef_ps(p, n); }
+  static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  // key == -inf ? 0 : a (masked-out keys and empty states get no weight).
+  static V zero_where_neginf(V a, V key) {
+    return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(key, set1(kNegInf), _CMP_NEQ_OQ), a);
   }
-  static float max_row(const float* s, int n) {
-    V m = set1(kNegInf);
-    for (int t = 0; t < n; t += kWidth) m = max(m, load(s + t));
-    return _mm512_reduce_max_ps(m);
+  // Transpose-reduction of 16 row vectors fed in kRowOrder: lane i of the
+  // result is op over all lanes of row i. Four shuffle levels serve 16 rows.
+  static constexpr int kRowOrder[16] = {0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15};
+  template <class F>
+  static V reduce_rows(const V* v, F op) {
+    V z[8], w[4], p[2];
+    for (int i = 0; i < 8; ++i)
+      z[i] = op(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44), _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE));
+    for (int i = 0; i < 4; ++i)
+      w[i] = op(_mm512_shuffle_f32x4(z[2 * i], z[2 * i + 1], 0x88), _mm512_shuffle_f32x4(z[2 * i], z[2 * i + 1], 0xDD));
+    for (int i = 0; i < 2; ++i)
+      p[i] = op(_mm512_shuffle_ps(w[2 * i], w[2 * i + 1], 0x44), _mm512_shuffle_ps(w[2 * i], w[2 * i + 1], 0xEE));
+    return op(_mm512_shuffle_ps(p[0], p[1], 0x88), _mm512_shuffle_ps(p[0], p[1], 0xDD));
   }
-  static float exp_row(float* s, int n, float mx) {
-    V sum = zero();
-    const V vm = set1(mx);
-    for (int t = 0; t < n; t += kWidth) {
-      const V x = load(s + t);
-      const __mmask16 live = _mm512_cmp_ps_mask(x, set1(kNegInf), _CMP_NEQ_OQ);
-      const V p = _mm512_maskz_mov_ps(live, exp_nonpos<V, Ops512>(sub(x, vm)));
-      store(s + t, p);
-      sum = _mm512_add_ps(sum, p);
-    }
-    return _mm512_reduce_add_ps(sum);
-  }
-  static float exp1(float x) { return _mm512_cvtss_f32(exp_nonpos<V, Ops512>(set1(x))); }
 };
 
 }  // namespace

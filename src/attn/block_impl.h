@@ -9,6 +9,7 @@
 #include <immintrin.h>
 
 #include <type_traits>
+#include <utility>
 
 #include "attn/block.h"
 
@@ -24,62 +25,167 @@ struct BHalf {
   unsigned short bits;
 };
 
-// Scores of up to Ops::kRows rows against one 4-vector column tile of K^T.
-template <class Ops, class E, int D>
-void scores_tile(const cs::BlockJob& j, const float* qs, int r0, int nr, int col, float* S, int ldS) {
+// Cache lines of the next chunk still to be prefetched. The kernels call
+// step() once per inner-loop iteration and a request goes out every `every`
+// steps, so they spread evenly over the compute instead of queueing for the
+// few line-fill buffers at once (the hardware prefetcher stops at every 4 KB
+// page, so a 16 KB block needs this help).
+struct Prefetch {
+  const char* p = nullptr;
+  int lines = 0, per = 1, every = 1, tick = 0;
+  Prefetch() = default;
+  // `iters`: the inner-loop steps that will call step().
+  Prefetch(const uint8_t* block, int bytes, int iters)
+      : p(reinterpret_cast<const char*>(block)), lines(block ? bytes / 64 : 0) {
+    if (lines == 0 || iters <= 0) return;
+    every = iters > lines ? iters / lines : 1;
+    per = (lines + iters - 1) / iters;
+  }
+  void step() {
+    if (lines <= 0 || ++tick < every) return;
+    tick = 0;
+    for (int i = 0; i < per; ++i) _mm_prefetch(p + i * 64, _MM_HINT_T1);
+    p += per * 64;
+    lines -= per;
+  }
+};
+
+// Scores of R rows (a compile-time count: the accumulators stay in
+// registers and the loops unroll) against all `cols` keys of a KD-row slice
+// of K^T, 4 vectors of keys at a time: per k, 4 loads and R broadcasts feed
+// 4R FMAs. `first`: start from zero, else continue the sums already in S
+// (fp32 stores and loads are exact, so slicing k changes no bit).
+template <class Ops, class E, int KD, int R>
+void scores_rows(const float* qs, int ldq, const E* kt, int ldk, int cols, float* S, int ldS, bool first,
+                 Prefetch& pf) {
+  Prefetch f = pf;
   using V = typename Ops::V;
-  constexpr int R = Ops::kRows;
   constexpr int W = Ops::kWidth;
-  V acc[R][4];
-  for (int r = 0; r < R; ++r)
-    for (int t = 0; t < 4; ++t) acc[r][t] = Ops::zero();
-  const E* kt = reinterpret_cast<const E*>(j.kt) + col;
-  for (int k = 0; k < D; ++k) {
-    const E* row = kt + k * j.c;
-    V kv[4];
-    for (int t = 0; t < 4; ++t) kv[t] = Ops::load(row + t * W);
-    if (nr == R) {  // full register block: no per-row test in the hot loop
+  constexpr int T = Ops::kTile;
+  for (int col = 0; col < cols; col += T * W) {
+    V acc[R][T];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+      for (int t = 0; t < T; ++t) acc[r][t] = first ? Ops::zero() : Ops::loadf(S + r * ldS + col + t * W);
+    const E* kp = kt + col;
+    for (int k = 0; k < KD; ++k, kp += ldk) {
+      f.step();
+      V kv[T];
+#pragma GCC unroll 4
+      for (int t = 0; t < T; ++t) kv[t] = Ops::load(kp + t * W);
+#pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
-        const V qb = Ops::set1(qs[(r0 + r) * D + k]);
-        for (int t = 0; t < 4; ++t) acc[r][t] = Ops::fma(qb, kv[t], acc[r][t]);
-      }
-    } else {
-      for (int r = 0; r < nr; ++r) {
-        const V qb = Ops::set1(qs[(r0 + r) * D + k]);
-        for (int t = 0; t < 4; ++t) acc[r][t] = Ops::fma(qb, kv[t], acc[r][t]);
+        const V qb = Ops::set1(qs[r * ldq + k]);
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) acc[r][t] = Ops::fma(qb, kv[t], acc[r][t]);
       }
     }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+      for (int t = 0; t < T; ++t) Ops::store(S + r * ldS + col + t * W, acc[r][t]);
   }
-  for (int r = 0; r < nr; ++r)
-    for (int t = 0; t < 4; ++t) Ops::store(S + (r0 + r) * ldS + col + t * W, acc[r][t]);
+  pf = f;
 }
 
-// o[r] += sum_t P[r][t] V[t] for up to Ops::kPvRows rows, 64 output columns
-// at a time: per key, kPvRows broadcasts and 64/W loads feed kPvRows * 64/W
-// FMAs from registers.
-template <class Ops, class E, int D>
-void pv_rows(const cs::BlockJob& j, const float* P, int ldP, int r0, int nr, int len) {
+// o[r][0, DH) += sum_t P[r][t] V[t][0, DH) for R rows (DH <= 64 columns, V
+// rows ldv elements apart): per key, R broadcasts and DH/W loads feed
+// R * DH/W FMAs from registers.
+template <class Ops, class E, int DH, int R>
+void pv_rows(const float* P, int ldP, const E* v, int ldv, int len, float* o, int ldo, Prefetch& pf) {
+  Prefetch f = pf;
   using V = typename Ops::V;
-  constexpr int R = Ops::kPvRows;
   constexpr int W = Ops::kWidth;
-  constexpr int DH = D < 64 ? D : 64;
   constexpr int NV = DH / W;
-  const E* vb = reinterpret_cast<const E*>(j.v);
-  for (int c0 = 0; c0 < D; c0 += DH) {
-    V acc[R][NV];
-    for (int r = 0; r < R; ++r)
-      for (int i = 0; i < NV; ++i)
-        acc[r][i] = r < nr ? Ops::loadf(j.o + (r0 + r) * j.o_stride + c0 + i * W) : Ops::zero();
-    for (int t = 0; t < len; ++t) {
-      V v[NV];
-      for (int i = 0; i < NV; ++i) v[i] = Ops::load(vb + t * D + c0 + i * W);
-      for (int r = 0; r < R; ++r) {
-        const V p = Ops::set1(r < nr ? P[(r0 + r) * ldP + t] : 0.0f);
-        for (int i = 0; i < NV; ++i) acc[r][i] = Ops::fma(p, v[i], acc[r][i]);
+  V acc[R][NV];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int i = 0; i < NV; ++i) acc[r][i] = Ops::loadf(o + r * ldo + i * W);
+  const E* vp = v;
+  for (int t = 0; t < len; ++t, vp += ldv) {
+    f.step();
+    V vv[NV];
+#pragma GCC unroll 8
+    for (int i = 0; i < NV; ++i) vv[i] = Ops::load(vp + i * W);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const V p = Ops::set1(P[r * ldP + t]);
+#pragma GCC unroll 8
+      for (int i = 0; i < NV; ++i) acc[r][i] = Ops::fma(p, vv[i], acc[r][i]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int i = 0; i < NV; ++i) Ops::storef(o + r * ldo + i * W, acc[r][i]);
+  pf = f;
+}
+
+// Calls f(std::integral_constant<int, nr>) for 1 <= nr <= N, so a row
+// count known only at run time selects a kernel compiled for it.
+template <int N, class F>
+void with_rows(int nr, F&& f) {
+  if constexpr (N > 1) {
+    if (nr != N) return with_rows<N - 1>(nr, f);
+  }
+  f(std::integral_constant<int, N>{});
+}
+
+// Online softmax for all rows, Ops::kWidth rows at a time: turns S into
+// weights exp(s - m_new) (0 where masked), folds their sums into l, moves m,
+// and rescales o where m moved. Row maxima and sums of a group come out of
+// one transpose-reduction, not two horizontal reductions per row; the order
+// of every row's sum is fixed by its lane, whatever the other rows are, so a
+// row gets the same bits in a batch of 1 or of 96.
+template <class Ops, int D>
+void softmax_rows(const cs::BlockJob& j, float* S, int cols) {
+  using V = typename Ops::V;
+  constexpr int W = Ops::kWidth;
+  auto vmax = [](V a, V b) { return Ops::max(a, b); };
+  auto vadd = [](V a, V b) { return Ops::add(a, b); };
+  for (int g = 0; g < j.nq; g += W) {
+    const int n = j.nq - g < W ? j.nq - g : W;
+    V rv[W];
+    for (int k = 0; k < W; ++k) {
+      const int i = Ops::kRowOrder[k];
+      rv[k] = Ops::set1(kNegInf);
+      if (i >= n) continue;
+      float* s = S + (g + i) * cols;
+      for (int t = j.limit[g + i]; t < cols; ++t) s[t] = kNegInf;
+      for (int t = 0; t < cols; t += W) rv[k] = Ops::max(rv[k], Ops::load(s + t));
+    }
+    alignas(64) float m_old[W], m_new[W], alpha[W], sum[W];
+    for (int i = 0; i < W; ++i) m_old[i] = i < n ? j.m[g + i] : kNegInf;
+    const V mo = Ops::load(m_old);
+    const V mn = Ops::max(Ops::reduce_rows(rv, vmax), mo);
+    Ops::store(m_new, mn);
+    // alpha = exp(m_old - m_new): exactly 1 when the max did not move, 0 for
+    // an empty state.
+    Ops::store(alpha, Ops::zero_where_neginf(exp_nonpos<V, Ops>(Ops::sub(mo, mn)), mo));
+    for (int k = 0; k < W; ++k) {
+      const int i = Ops::kRowOrder[k];
+      rv[k] = Ops::zero();
+      if (i >= n) continue;
+      float* s = S + (g + i) * cols;
+      const V vm = Ops::set1(m_new[i]);
+      for (int t = 0; t < cols; t += W) {
+        const V x = Ops::load(s + t);
+        const V p = Ops::zero_where_neginf(exp_nonpos<V, Ops>(Ops::sub(x, vm)), x);
+        Ops::store(s + t, p);
+        rv[k] = Ops::add(rv[k], p);
       }
     }
-    for (int r = 0; r < nr; ++r)
-      for (int i = 0; i < NV; ++i) Ops::storef(j.o + (r0 + r) * j.o_stride + c0 + i * W, acc[r][i]);
+    Ops::store(sum, Ops::reduce_rows(rv, vadd));
+    for (int i = 0; i < n; ++i) {
+      j.l[g + i] = j.l[g + i] * alpha[i] + sum[i];
+      j.m[g + i] = m_new[i];
+      if (alpha[i] != 1.0f) {
+        float* o = j.o + (g + i) * j.o_stride;
+        for (int x = 0; x < D; ++x) o[x] *= alpha[i];
+      }
+    }
   }
 }
 
@@ -94,12 +200,12 @@ void block_impl(const cs::BlockJob& job) {
   using EW = typename std::conditional<kWiden, float, E>::type;
   alignas(64) float qcopy[kMaxRows * D];
   alignas(64) float S[kMaxRows * kMaxC];
-  alignas(64) float wide[kWiden ? D * kMaxC : 16];
+  alignas(64) float wide[kWiden ? 64 * kMaxC : 16];
   cs::BlockJob j = job;
   int len = 0;
   for (int r = 0; r < j.nq; ++r) len = j.limit[r] > len ? j.limit[r] : len;
   if (len == 0) return;
-  const int cols = (len + 4 * W - 1) / (4 * W) * (4 * W);
+  const int cols = (len + Ops::kTile * W - 1) / (Ops::kTile * W) * (Ops::kTile * W);
   // Callers that pre-scale their queries into contiguous rows skip this copy.
   const float* qs = j.q;
   if (j.scale != 1.0f || j.q_stride != D) {
@@ -107,47 +213,58 @@ void block_impl(const cs::BlockJob& job) {
       for (int k = 0; k < D; ++k) qcopy[r * D + k] = j.q[r * j.q_stride + k] * j.scale;
     qs = qcopy;
   }
-  if constexpr (kWiden) {
-    const E* skt = reinterpret_cast<const E*>(j.kt);
-    for (int k = 0; k < D; ++k)
-      for (int t = 0; t < cols; t += W) Ops::storef(wide + k * cols + t, Ops::load(skt + k * j.c + t));
-    j.kt = reinterpret_cast<const uint8_t*>(wide);
-    j.c = cols;
-  }
-  for (int r0 = 0; r0 < j.nq; r0 += Ops::kRows) {
-    const int nr = j.nq - r0 < Ops::kRows ? j.nq - r0 : Ops::kRows;
-    for (int col = 0; col < cols; col += 4 * W) scores_tile<Ops, EW, D>(j, qs, r0, nr, col, S, cols);
-  }
-  // Online softmax: rescale what is accumulated, turn scores into weights.
-  for (int r = 0; r < j.nq; ++r) {
-    float* s = S + r * cols;  // rows packed at the used width: S stays in L1
-    const int lim = j.limit[r];
-    for (int t = lim; t < cols; ++t) s[t] = kNegInf;
-    if (lim == 0) {
-      for (int t = 0; t < cols; ++t) s[t] = 0;
-      continue;
+  const int block_bytes = D * j.c * int(sizeof(E));
+  constexpr int KD = kWiden && D > 64 ? 64 : D;
+  constexpr int DH = D < Ops::kPvCols ? D : Ops::kPvCols;
+  const int blocks = (j.nq + Ops::kRows - 1) / Ops::kRows, pv_blocks = (j.nq + Ops::kPvRows - 1) / Ops::kPvRows;
+  Prefetch pf_k(j.next_kt, block_bytes, blocks * D * (cols / (Ops::kTile * W)));
+  Prefetch pf_v(j.next_v, block_bytes, pv_blocks * (D / DH) * len);
+  // S = q . K^T in 64-row slices of K^T; with fp16/bf16 storage each slice is
+  // widened once for all row blocks (16 KB, so it, q and S fit L1 together).
+  for (int k0 = 0; k0 < D; k0 += KD) {
+    const EW* ks;
+    int ldk = j.c;
+    if constexpr (kWiden) {
+      const E* skt = reinterpret_cast<const E*>(j.kt) + k0 * j.c;
+      for (int k = 0; k < KD; ++k) {
+        for (int t = 0; t < cols; t += W) Ops::storef(wide + k * cols + t, Ops::load(skt + k * j.c + t));
+      }
+      ks = wide;
+      ldk = cols;
+    } else {
+      ks = reinterpret_cast<const E*>(j.kt) + k0 * j.c;
     }
-    const float m_blk = Ops::max_row(s, cols);
-    const float m_old = j.m[r];
-    const float m_new = m_blk > m_old ? m_blk : m_old;
-    // The running max rarely moves after the first chunks: skip the exp then.
-    const float alpha = m_old == kNegInf ? 0.0f : m_old == m_new ? 1.0f : Ops::exp1(m_old - m_new);
-    const float sum = Ops::exp_row(s, cols, m_new);  // s[t] = exp(s[t] - m_new), masked -> 0
-    j.l[r] = j.l[r] * alpha + sum;
-    j.m[r] = m_new;
-    if (alpha != 1.0f) {
-      float* o = j.o + r * j.o_stride;
-      for (int i = 0; i < D; ++i) o[i] *= alpha;
+    for (int r0 = 0; r0 < j.nq; r0 += Ops::kRows) {
+      const int nr = j.nq - r0 < Ops::kRows ? j.nq - r0 : Ops::kRows;
+      with_rows<Ops::kRows>(nr, [&](auto R) {
+        scores_rows<Ops, EW, KD, decltype(R)::value>(qs + r0 * D + k0, D, ks, ldk, cols, S + r0 * cols, cols,
+                                                     k0 == 0, pf_k);
+      });
     }
   }
-  if constexpr (kWiden) {
-    const E* sv = reinterpret_cast<const E*>(j.v);
-    for (int t = 0; t < len * D; t += W) Ops::storef(wide + t, Ops::load(sv + t));
-    j.v = reinterpret_cast<const uint8_t*>(wide);
-  }
-  for (int r0 = 0; r0 < j.nq; r0 += Ops::kPvRows) {
-    const int nr = j.nq - r0 < Ops::kPvRows ? j.nq - r0 : Ops::kPvRows;
-    pv_rows<Ops, EW, D>(j, S, cols, r0, nr, len);
+  softmax_rows<Ops, D>(j, S, cols);
+  // P.V in 64-column slices; with fp16/bf16 storage each slice of V is
+  // widened once for all row blocks (16 KB, so it, S and o fit L1 together).
+  for (int c0 = 0; c0 < D; c0 += DH) {
+    const EW* vs;
+    int ldv = D;
+    if constexpr (kWiden) {
+      const E* sv = reinterpret_cast<const E*>(j.v) + c0;
+      for (int t = 0; t < len; ++t) {
+        for (int x = 0; x < DH; x += W) Ops::storef(wide + t * DH + x, Ops::load(sv + t * D + x));
+      }
+      vs = wide;
+      ldv = DH;
+    } else {
+      vs = reinterpret_cast<const E*>(j.v) + c0;
+    }
+    for (int r0 = 0; r0 < j.nq; r0 += Ops::kPvRows) {
+      const int nr = j.nq - r0 < Ops::kPvRows ? j.nq - r0 : Ops::kPvRows;
+      with_rows<Ops::kPvRows>(nr, [&](auto R) {
+        pv_rows<Ops, EW, DH, decltype(R)::value>(S + r0 * cols, cols, vs, ldv, len, j.o + r0 * j.o_stride + c0,
+                                                 j.o_stride, pf_v);
+      });
+    }
   }
 }
 

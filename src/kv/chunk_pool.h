@@ -40,6 +40,7 @@ struct KvLayout {
 };
 
 using ChunkId = int32_t;
+inline constexpr ChunkId kNoChunk = -1;
 
 class ChunkPool {
  public:
