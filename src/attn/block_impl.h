@@ -56,7 +56,7 @@ struct Prefetch {
 // 4R FMAs. `first`: start from zero, else continue the sums already in S
 // (fp32 stores and loads are exact, so slicing k changes no bit).
 template <class Ops, class E, int KD, int R>
-void scores_rows(const float* qs, int ldq, const E* kt, int ldk, int cols, float* S, int ldS, bool first,
+void scores_rows(const float* __restrict qs, int ldq, const E* __restrict kt, int ldk, int cols, float* __restrict S, int ldS, bool first,
                  Prefetch& pf) {
   Prefetch f = pf;
   using V = typename Ops::V;
@@ -93,7 +93,7 @@ void scores_rows(const float* qs, int ldq, const E* kt, int ldk, int cols, float
 // rows ldv elements apart): per key, R broadcasts and DH/W loads feed
 // R * DH/W FMAs from registers.
 template <class Ops, class E, int DH, int R>
-void pv_rows(const float* P, int ldP, const E* v, int ldv, int len, float* o, int ldo, Prefetch& pf) {
+void pv_rows(const float* __restrict P, int ldP, const E* __restrict v, int ldv, int len, float* __restrict o, int ldo, Prefetch& pf) {
   Prefetch f = pf;
   using V = typename Ops::V;
   constexpr int W = Ops::kWidth;

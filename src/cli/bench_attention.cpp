@@ -50,6 +50,25 @@ double median_us(const std::function<void()>& fn, int reps) {
   return t[t.size() / 2];
 }
 
+// Median over reps of (kernel GFLOP/s) / (fp32 FMA peak measured by a probe
+// of about the same length run right after the call). This host's speed
+// drifts by up to +-30% within seconds (neighbours on the same cores), so a
+// peak read at start and a kernel timed a minute later are not like with
+// like; a pair taken together is.
+double paired_fraction(const std::function<void()>& fn, double flops, int reps) {
+  fn();
+  std::vector<double> f;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double peak = fma_probe_gflops(std::max(100000L, long(t * 4e8)));
+    f.push_back(flops / t / 1e9 / peak);
+  }
+  std::sort(f.begin(), f.end());
+  return f[f.size() / 2];
+}
+
 // b sequences of n_s shared + n_p - n_s private tokens (all private when
 // !share), K/V filled with random fp16 values.
 struct World {
@@ -94,8 +113,7 @@ std::vector<float> queries(const Opts& o, int b) {
   return q;
 }
 
-double time_path(const Opts& o, const World& w, const std::vector<float>& q, std::vector<float>& out,
-                 void (*path)(const AttnProblem&)) {
+AttnProblem problem(const Opts& o, const World& w, const std::vector<float>& q, std::vector<float>& out) {
   AttnProblem p;
   p.tree = w.tree.get();
   p.ctx = w.ctx.get();
@@ -103,6 +121,12 @@ double time_path(const Opts& o, const World& w, const std::vector<float>& q, std
   p.q = q.data();
   out.resize(q.size());
   p.out = out.data();
+  return p;
+}
+
+double time_path(const Opts& o, const World& w, const std::vector<float>& q, std::vector<float>& out,
+                 void (*path)(const AttnProblem&)) {
+  const AttnProblem p = problem(o, w, q, out);
   return median_us([&] { path(p); }, o.reps);
 }
 
@@ -190,8 +214,8 @@ int run(const Opts& o) {
   std::printf("### ChunkAttention Table 3 (b=%d, h=%d, d=%d, c=%d, fp16 K/V; median us per call)\n\n", b,
               o.heads, o.dim, o.chunk);
   std::printf("| n_p | n_s | contiguous | per-seq (no sharing) | per-seq (shared chunks) | TPP | relay | "
-              "TPP vs per-seq no-share | TPP vs per-seq shared | TPP roofline |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+              "TPP vs per-seq no-share | TPP vs per-seq shared | TPP roofline | TPP vs paired FMA peak |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
   const auto q = queries(o, b);
   for (int n_p : nps) {
     const double contiguous = time_contiguous(o, b, n_p, q);
@@ -203,15 +227,23 @@ int run(const Opts& o) {
       const double relay = time_path(o, w, q, out, attn_relay);
       const double flops = 4.0 * b * o.heads * double(n_p) * o.dim;
       const double bytes = (double(n_s) + double(b) * (n_p - n_s)) * o.heads * o.dim * 2 * 2;
+      const bool compute = flops / (roof.fp32_gflops * 1e3) > bytes / (roof.read_gbs * 1e3);
       const double bound_us = std::max(flops / (roof.fp32_gflops * 1e3), bytes / (roof.read_gbs * 1e3));
-      std::printf("| %d | %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.2fx | %.2fx | %.0f%% (%s-bound; %.0f GFLOP/s) |\n",
-                  n_p, n_s, contiguous, noshare, per, tpp, relay, noshare / tpp, per / tpp,
-                  100 * bound_us / tpp, flops / (roof.fp32_gflops * 1e3) > bytes / (roof.read_gbs * 1e3) ? "compute" : "memory",
-                  flops / tpp / 1e3);
+      double paired = 0;
+      if (compute) {
+        AttnProblem p = problem(o, w, q, out);
+        paired = paired_fraction([&] { attn_tpp(p); }, flops, o.reps);
+      }
+      char paired_txt[32] = "-";
+      if (compute) std::snprintf(paired_txt, sizeof paired_txt, "%.0f%%", 100 * paired);
+      std::printf("| %d | %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.2fx | %.2fx | %.0f%% (%s-bound; %.0f GFLOP/s) | %s |\n",
+                  n_p, n_s, contiguous, noshare, per, tpp, relay, noshare / tpp, per / tpp, 100 * bound_us / tpp,
+                  compute ? "compute" : "memory", flops / tpp / 1e3, paired_txt);
       js["table3"].push_back({{"n_p", n_p}, {"n_s", n_s}, {"contiguous_us", contiguous},
                               {"per_seq_noshare_us", noshare}, {"per_seq_shared_us", per},
                               {"tpp_us", tpp}, {"relay_us", relay}, {"tpp_roofline_fraction", bound_us / tpp},
                               {"tpp_gflops", flops / tpp / 1e3}});
+      if (compute) js["table3"].back()["tpp_paired_peak_fraction"] = paired;
     }
   }
 

@@ -13,4 +13,9 @@ struct Roofline {
 
 Roofline measure_roofline();
 
+// fp32 FMA throughput of one short probe (all threads, `iters` x 12 FMAs per
+// thread, about iters / 1e5 ms): read right next to a kernel's timing it
+// says what the cores could do at that moment.
+double fma_probe_gflops(long iters);
+
 }  // namespace cs
