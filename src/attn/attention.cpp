@@ -299,6 +299,9 @@ void attn_tpp(const AttnProblem& p, const TppOptions& opt) {
   const int kvh = p.tree->layout().n_kv_heads;
   auto segs = chunk_first_segments(p, std::max(2, opt.min_rows),
                                    opt.max_segment_chunks > 0 ? opt.max_segment_chunks : 1 << 30, false);
+  // Nothing worth the chunk-first path: TPP is per-sequence attention, so run
+  // exactly that (same work order, same bits).
+  if (segs.empty()) return attn_per_sequence(p);
   if (opt.max_segment_chunks <= 0) segs = split_segments(segs, kvh, 2 * omp_get_max_threads());
   const auto partial = chunk_first(p, segs);
   sequence_first_phase(p, segs, partial);
