@@ -55,9 +55,11 @@ struct Prefetch {
 // of K^T, 4 vectors of keys at a time: per k, 4 loads and R broadcasts feed
 // 4R FMAs. `first`: start from zero, else continue the sums already in S
 // (fp32 stores and loads are exact, so slicing k changes no bit).
-template <class Ops, class E, int KD, int R>
-void scores_rows(const float* __restrict qs, int ldq, const E* __restrict kt, int ldk, int cols, float* __restrict S, int ldS, bool first,
-                 Prefetch& pf) {
+// kStore: also write the (widened) K^T tile to `wide` (row stride cols), so
+// the first row block widens fp16/bf16 K^T for the others while it computes.
+template <class Ops, class E, int KD, int R, bool kStore = false>
+void scores_rows(const float* __restrict qs, int ldq, const E* __restrict kt, int ldk, int cols, float* __restrict S,
+                 int ldS, bool first, Prefetch& pf, float* __restrict wide = nullptr) {
   Prefetch f = pf;
   using V = typename Ops::V;
   constexpr int W = Ops::kWidth;
@@ -74,6 +76,10 @@ void scores_rows(const float* __restrict qs, int ldq, const E* __restrict kt, in
       V kv[T];
 #pragma GCC unroll 4
       for (int t = 0; t < T; ++t) kv[t] = Ops::load(kp + t * W);
+      if constexpr (kStore) {
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) Ops::storef(wide + k * cols + col + t * W, kv[t]);
+      }
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
         const V qb = Ops::set1(qs[r * ldq + k]);
@@ -92,8 +98,10 @@ void scores_rows(const float* __restrict qs, int ldq, const E* __restrict kt, in
 // o[r][0, DH) += sum_t P[r][t] V[t][0, DH) for R rows (DH <= 64 columns, V
 // rows ldv elements apart): per key, R broadcasts and DH/W loads feed
 // R * DH/W FMAs from registers.
-template <class Ops, class E, int DH, int R>
-void pv_rows(const float* __restrict P, int ldP, const E* __restrict v, int ldv, int len, float* __restrict o, int ldo, Prefetch& pf) {
+// kStore: also write the (widened) V tile to `wide` (row stride DH).
+template <class Ops, class E, int DH, int R, bool kStore = false>
+void pv_rows(const float* __restrict P, int ldP, const E* __restrict v, int ldv, int len, float* __restrict o, int ldo,
+             Prefetch& pf, float* __restrict wide = nullptr) {
   Prefetch f = pf;
   using V = typename Ops::V;
   constexpr int W = Ops::kWidth;
@@ -109,6 +117,10 @@ void pv_rows(const float* __restrict P, int ldP, const E* __restrict v, int ldv,
     V vv[NV];
 #pragma GCC unroll 8
     for (int i = 0; i < NV; ++i) vv[i] = Ops::load(vp + i * W);
+    if constexpr (kStore) {
+#pragma GCC unroll 8
+      for (int i = 0; i < NV; ++i) Ops::storef(wide + t * DH + i * W, vv[i]);
+    }
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const V p = Ops::set1(P[r * ldP + t]);
@@ -189,15 +201,15 @@ void softmax_rows(const cs::BlockJob& j, float* S, int cols) {
   }
 }
 
-// One chunk for nq rows. kWiden (fp16/bf16 storage, many rows): K^T is
-// widened to fp32 once for all row blocks, scored, and then V is widened into
-// the same buffer for P.V, so the working set stays near L1 size.
+// One chunk for nq rows. kWiden (fp16/bf16 storage, many rows): each 64-row
+// slice of K^T, then each 64-column slice of V, is widened to fp32 once, by
+// the first row block while it computes, into one buffer the other row
+// blocks read, so the working set stays near L1 size.
 template <class Ops, class E, int D, bool kWiden>
 void block_impl(const cs::BlockJob& job) {
   constexpr int W = Ops::kWidth;
   constexpr int kMaxRows = 64;
   constexpr int kMaxC = 256;
-  using EW = typename std::conditional<kWiden, float, E>::type;
   alignas(64) float qcopy[kMaxRows * D];
   alignas(64) float S[kMaxRows * kMaxC];
   alignas(64) float wide[kWiden ? 64 * kMaxC : 16];
@@ -219,50 +231,36 @@ void block_impl(const cs::BlockJob& job) {
   const int blocks = (j.nq + Ops::kRows - 1) / Ops::kRows, pv_blocks = (j.nq + Ops::kPvRows - 1) / Ops::kPvRows;
   Prefetch pf_k(j.next_kt, block_bytes, blocks * D * (cols / (Ops::kTile * W)));
   Prefetch pf_v(j.next_v, block_bytes, pv_blocks * (D / DH) * len);
-  // S = q . K^T in 64-row slices of K^T; with fp16/bf16 storage each slice is
-  // widened once for all row blocks (16 KB, so it, q and S fit L1 together).
+  // S = q . K^T in 64-row slices of K^T. With fp16/bf16 storage the first row
+  // block reads the slice and widens it into `wide` as it goes (16 KB, so it,
+  // q and S fit L1 together); the other row blocks read the fp32 copy.
   for (int k0 = 0; k0 < D; k0 += KD) {
-    const EW* ks;
-    int ldk = j.c;
-    if constexpr (kWiden) {
-      const E* skt = reinterpret_cast<const E*>(j.kt) + k0 * j.c;
-      for (int k = 0; k < KD; ++k) {
-        for (int t = 0; t < cols; t += W) Ops::storef(wide + k * cols + t, Ops::load(skt + k * j.c + t));
-      }
-      ks = wide;
-      ldk = cols;
-    } else {
-      ks = reinterpret_cast<const E*>(j.kt) + k0 * j.c;
-    }
+    const E* src = reinterpret_cast<const E*>(j.kt) + k0 * j.c;
     for (int r0 = 0; r0 < j.nq; r0 += Ops::kRows) {
       const int nr = j.nq - r0 < Ops::kRows ? j.nq - r0 : Ops::kRows;
       with_rows<Ops::kRows>(nr, [&](auto R) {
-        scores_rows<Ops, EW, KD, decltype(R)::value>(qs + r0 * D + k0, D, ks, ldk, cols, S + r0 * cols, cols,
-                                                     k0 == 0, pf_k);
+        constexpr int RR = decltype(R)::value;
+        float* s = S + r0 * cols;
+        const float* qr = qs + r0 * D + k0;
+        if constexpr (!kWiden) scores_rows<Ops, E, KD, RR>(qr, D, src, j.c, cols, s, cols, k0 == 0, pf_k);
+        else if (r0 == 0) scores_rows<Ops, E, KD, RR, true>(qr, D, src, j.c, cols, s, cols, k0 == 0, pf_k, wide);
+        else scores_rows<Ops, float, KD, RR>(qr, D, wide, cols, cols, s, cols, k0 == 0, pf_k);
       });
     }
   }
   softmax_rows<Ops, D>(j, S, cols);
-  // P.V in 64-column slices; with fp16/bf16 storage each slice of V is
-  // widened once for all row blocks (16 KB, so it, S and o fit L1 together).
+  // P.V in 64-column slices of V, widened the same way by the first row block.
   for (int c0 = 0; c0 < D; c0 += DH) {
-    const EW* vs;
-    int ldv = D;
-    if constexpr (kWiden) {
-      const E* sv = reinterpret_cast<const E*>(j.v) + c0;
-      for (int t = 0; t < len; ++t) {
-        for (int x = 0; x < DH; x += W) Ops::storef(wide + t * DH + x, Ops::load(sv + t * D + x));
-      }
-      vs = wide;
-      ldv = DH;
-    } else {
-      vs = reinterpret_cast<const E*>(j.v) + c0;
-    }
+    const E* src = reinterpret_cast<const E*>(j.v) + c0;
     for (int r0 = 0; r0 < j.nq; r0 += Ops::kPvRows) {
       const int nr = j.nq - r0 < Ops::kPvRows ? j.nq - r0 : Ops::kPvRows;
       with_rows<Ops::kPvRows>(nr, [&](auto R) {
-        pv_rows<Ops, EW, DH, decltype(R)::value>(S + r0 * cols, cols, vs, ldv, len, j.o + r0 * j.o_stride + c0,
-                                                 j.o_stride, pf_v);
+        constexpr int RR = decltype(R)::value;
+        const float* p = S + r0 * cols;
+        float* o = j.o + r0 * j.o_stride + c0;
+        if constexpr (!kWiden) pv_rows<Ops, E, DH, RR>(p, cols, src, D, len, o, j.o_stride, pf_v);
+        else if (r0 == 0) pv_rows<Ops, E, DH, RR, true>(p, cols, src, D, len, o, j.o_stride, pf_v, wide);
+        else pv_rows<Ops, float, DH, RR>(p, cols, wide, DH, len, o, j.o_stride, pf_v);
       });
     }
   }
