@@ -50,88 +50,47 @@ struct Prefetch {
   }
 };
 
-// Scores of R rows (a compile-time count: the accumulators stay in
-// registers and the loops unroll) against all `cols` keys of a KD-row slice
-// of K^T, 4 vectors of keys at a time: per k, 4 loads and R broadcasts feed
-// 4R FMAs. `first`: start from zero, else continue the sums already in S
-// (fp32 stores and loads are exact, so slicing k changes no bit).
-// kStore: also write the (widened) K^T tile to `wide` (row stride cols), so
-// the first row block widens fp16/bf16 K^T for the others while it computes.
-template <class Ops, class E, int KD, int R, bool kStore = false>
-void scores_rows(const float* __restrict qs, int ldq, const E* __restrict kt, int ldk, int cols, float* __restrict S,
-                 int ldS, bool first, Prefetch& pf, float* __restrict wide = nullptr) {
-  Prefetch f = pf;
+// The micro-kernel both GEMMs of a chunk are made of: for R rows (a
+// compile-time count, so the accumulators stay in registers and the loops
+// unroll), C[r][0, N*W) = (load_c ? C[r] : 0) + sum_s A[r][s] * B[s][0, N*W):
+// per step, N loads of B and R broadcasts of A feed R*N FMAs. Scores are
+// A = q, B = a tile of K^T (steps over d); P.V is A = P, B = V (steps over
+// keys). kStore: also write the (widened) B tile to `wide`, so the first row
+// block widens fp16/bf16 K/V for the others while it computes. Each C element
+// sums its steps in order, so a row's bits do not depend on R or on how the
+// caller slices the steps (fp32 stores and loads of C in between are exact).
+template <class Ops, class E, int N, int R, bool kStore = false>
+void rank1_rows(const float* __restrict A, int lda, const E* __restrict B, int ldb, int steps, float* __restrict C,
+                int ldc, bool load_c, Prefetch& pf, float* __restrict wide = nullptr, int ldw = 0) {
   using V = typename Ops::V;
   constexpr int W = Ops::kWidth;
-  constexpr int T = Ops::kTile;
-  for (int col = 0; col < cols; col += T * W) {
-    V acc[R][T];
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-      for (int t = 0; t < T; ++t) acc[r][t] = first ? Ops::zero() : Ops::loadf(S + r * ldS + col + t * W);
-    const E* kp = kt + col;
-    for (int k = 0; k < KD; ++k, kp += ldk) {
-      f.step();
-      V kv[T];
-#pragma GCC unroll 4
-      for (int t = 0; t < T; ++t) kv[t] = Ops::load(kp + t * W);
-      if constexpr (kStore) {
-#pragma GCC unroll 4
-        for (int t = 0; t < T; ++t) Ops::storef(wide + k * cols + col + t * W, kv[t]);
-      }
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) {
-        const V qb = Ops::set1(qs[r * ldq + k]);
-#pragma GCC unroll 4
-        for (int t = 0; t < T; ++t) acc[r][t] = Ops::fma(qb, kv[t], acc[r][t]);
-      }
-    }
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-      for (int t = 0; t < T; ++t) Ops::store(S + r * ldS + col + t * W, acc[r][t]);
-  }
-  pf = f;
-}
-
-// o[r][0, DH) += sum_t P[r][t] V[t][0, DH) for R rows (DH <= 64 columns, V
-// rows ldv elements apart): per key, R broadcasts and DH/W loads feed
-// R * DH/W FMAs from registers.
-// kStore: also write the (widened) V tile to `wide` (row stride DH).
-template <class Ops, class E, int DH, int R, bool kStore = false>
-void pv_rows(const float* __restrict P, int ldP, const E* __restrict v, int ldv, int len, float* __restrict o, int ldo,
-             Prefetch& pf, float* __restrict wide = nullptr) {
   Prefetch f = pf;
-  using V = typename Ops::V;
-  constexpr int W = Ops::kWidth;
-  constexpr int NV = DH / W;
-  V acc[R][NV];
+  V acc[R][N];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
-    for (int i = 0; i < NV; ++i) acc[r][i] = Ops::loadf(o + r * ldo + i * W);
-  const E* vp = v;
-  for (int t = 0; t < len; ++t, vp += ldv) {
+    for (int i = 0; i < N; ++i) acc[r][i] = load_c ? Ops::loadf(C + r * ldc + i * W) : Ops::zero();
+  const E* bp = B;
+  for (int s = 0; s < steps; ++s, bp += ldb) {
     f.step();
-    V vv[NV];
+    V b[N];
 #pragma GCC unroll 8
-    for (int i = 0; i < NV; ++i) vv[i] = Ops::load(vp + i * W);
+    for (int i = 0; i < N; ++i) b[i] = Ops::load(bp + i * W);
     if constexpr (kStore) {
 #pragma GCC unroll 8
-      for (int i = 0; i < NV; ++i) Ops::storef(wide + t * DH + i * W, vv[i]);
+      for (int i = 0; i < N; ++i) Ops::storef(wide + s * ldw + i * W, b[i]);
     }
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      const V p = Ops::set1(P[r * ldP + t]);
+      const V a = Ops::set1(A[r * lda + s]);
 #pragma GCC unroll 8
-      for (int i = 0; i < NV; ++i) acc[r][i] = Ops::fma(p, vv[i], acc[r][i]);
+      for (int i = 0; i < N; ++i) acc[r][i] = Ops::fma(a, b[i], acc[r][i]);
     }
   }
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
-    for (int i = 0; i < NV; ++i) Ops::storef(o + r * ldo + i * W, acc[r][i]);
+    for (int i = 0; i < N; ++i) Ops::storef(C + r * ldc + i * W, acc[r][i]);
   pf = f;
 }
 
@@ -234,17 +193,21 @@ void block_impl(const cs::BlockJob& job) {
   // S = q . K^T in 64-row slices of K^T. With fp16/bf16 storage the first row
   // block reads the slice and widens it into `wide` as it goes (16 KB, so it,
   // q and S fit L1 together); the other row blocks read the fp32 copy.
+  constexpr int T = Ops::kTile, NV = DH / W;
   for (int k0 = 0; k0 < D; k0 += KD) {
     const E* src = reinterpret_cast<const E*>(j.kt) + k0 * j.c;
     for (int r0 = 0; r0 < j.nq; r0 += Ops::kRows) {
       const int nr = j.nq - r0 < Ops::kRows ? j.nq - r0 : Ops::kRows;
       with_rows<Ops::kRows>(nr, [&](auto R) {
         constexpr int RR = decltype(R)::value;
-        float* s = S + r0 * cols;
-        const float* qr = qs + r0 * D + k0;
-        if constexpr (!kWiden) scores_rows<Ops, E, KD, RR>(qr, D, src, j.c, cols, s, cols, k0 == 0, pf_k);
-        else if (r0 == 0) scores_rows<Ops, E, KD, RR, true>(qr, D, src, j.c, cols, s, cols, k0 == 0, pf_k, wide);
-        else scores_rows<Ops, float, KD, RR>(qr, D, wide, cols, cols, s, cols, k0 == 0, pf_k);
+        const float* q = qs + r0 * D + k0;
+        for (int col = 0; col < cols; col += T * W) {
+          float* s = S + r0 * cols + col;
+          if constexpr (!kWiden) rank1_rows<Ops, E, T, RR>(q, D, src + col, j.c, KD, s, cols, k0 > 0, pf_k);
+          else if (r0 == 0)
+            rank1_rows<Ops, E, T, RR, true>(q, D, src + col, j.c, KD, s, cols, k0 > 0, pf_k, wide + col, cols);
+          else rank1_rows<Ops, float, T, RR>(q, D, wide + col, cols, KD, s, cols, k0 > 0, pf_k);
+        }
       });
     }
   }
@@ -258,9 +221,9 @@ void block_impl(const cs::BlockJob& job) {
         constexpr int RR = decltype(R)::value;
         const float* p = S + r0 * cols;
         float* o = j.o + r0 * j.o_stride + c0;
-        if constexpr (!kWiden) pv_rows<Ops, E, DH, RR>(p, cols, src, D, len, o, j.o_stride, pf_v);
-        else if (r0 == 0) pv_rows<Ops, E, DH, RR, true>(p, cols, src, D, len, o, j.o_stride, pf_v, wide);
-        else pv_rows<Ops, float, DH, RR>(p, cols, wide, DH, len, o, j.o_stride, pf_v);
+        if constexpr (!kWiden) rank1_rows<Ops, E, NV, RR>(p, cols, src, D, len, o, j.o_stride, true, pf_v);
+        else if (r0 == 0) rank1_rows<Ops, E, NV, RR, true>(p, cols, src, D, len, o, j.o_stride, true, pf_v, wide, DH);
+        else rank1_rows<Ops, float, NV, RR>(p, cols, wide, DH, len, o, j.o_stride, true, pf_v);
       });
     }
   }
