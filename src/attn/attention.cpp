@@ -1,8 +1,10 @@
 #include "attn/attention.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
-#include <omp.h>
+#include <span>
 
 #include "attn/block.h"
 #include "attn/state.h"
@@ -228,10 +230,14 @@ std::vector<Segment> chunk_first_segments(const AttnProblem& p, int min_rows, in
 }
 
 // Phase one: each (segment, KV head) is a small GEMM over its chunks; the
-// partial states it leaves are kept for phase two.
-std::vector<RowSet> chunk_first(const AttnProblem& p, const std::vector<Segment>& segs) {
+// partial states it leaves are kept for phase two. The states live on per
+// calling thread from call to call: their buffers (1 MB for Table 3's cell)
+// were otherwise allocated, faulted in and zeroed by the OS on every call.
+std::span<RowSet> chunk_first(const AttnProblem& p, const std::vector<Segment>& segs) {
   const int kvh = p.tree->layout().n_kv_heads;
-  std::vector<RowSet> partial(segs.size() * size_t(kvh));
+  thread_local std::vector<RowSet> kept;
+  if (kept.size() < segs.size() * size_t(kvh)) kept.resize(segs.size() * size_t(kvh));
+  const std::span<RowSet> partial(kept.data(), segs.size() * size_t(kvh));
 #pragma omp parallel for schedule(dynamic) collapse(2)
   for (size_t s = 0; s < segs.size(); ++s)
     for (int h = 0; h < kvh; ++h) {
@@ -247,7 +253,7 @@ std::vector<RowSet> chunk_first(const AttnProblem& p, const std::vector<Segment>
 // Phase two: per (sequence, KV head), the saved partials of the segments
 // covering it are merged in, then its remaining chunks are walked.
 void sequence_first_phase(const AttnProblem& p, const std::vector<Segment>& segs,
-                          const std::vector<RowSet>& partial) {
+                          std::span<const RowSet> partial) {
   const int n = p.n_seqs(), kvh = p.tree->layout().n_kv_heads;
   const int group = p.n_heads / kvh;
 #pragma omp parallel
@@ -303,8 +309,7 @@ void attn_tpp(const AttnProblem& p, const TppOptions& opt) {
   // exactly that (same work order, same bits).
   if (segs.empty()) return attn_per_sequence(p);
   if (opt.max_segment_chunks <= 0) segs = split_segments(segs, kvh, 2 * omp_get_max_threads());
-  const auto partial = chunk_first(p, segs);
-  sequence_first_phase(p, segs, partial);
+  sequence_first_phase(p, segs, chunk_first(p, segs));
 }
 
 void attn_relay(const AttnProblem& p) {
@@ -316,7 +321,7 @@ void attn_relay(const AttnProblem& p) {
   if (!segs.empty() && segs[0].depth != 0) segs.clear();
   if (segs.size() > 1) segs.resize(1);
   segs = split_segments(segs, p.tree->layout().n_kv_heads, 2 * omp_get_max_threads());
-  auto partial = chunk_first(p, segs);
+  const std::span<RowSet> partial = chunk_first(p, segs);
   // Relay returns (o, lse) from system attention; fusion (Eq. 7) is the same
   // merge, applied to the log-sum-exp form.
   for (RowSet& rs : partial)
