@@ -97,17 +97,31 @@ struct RowSet {
   }
 };
 
+// One chunk to fold into a row set. Every walker lists its folds in order and
+// hands them to fold_all, which tells the kernel each fold's successor so it
+// can prefetch that chunk.
+struct Fold {
+  RowSet* rows;
+  ChunkId chunk;
+  int depth;
+};
+
+void fold_all(const AttnProblem& p, const std::vector<Fold>& walk, int kv_head) {
+  for (size_t s = 0; s < walk.size(); ++s)
+    walk[s].rows->apply(p, walk[s].chunk, walk[s].depth, kv_head,
+                        s + 1 < walk.size() ? walk[s + 1].chunk : kNoChunk);
+}
+
 // Walks sequence i's chunks into `rows` (one sequence), skipping the depths
 // phase one already folded in.
-void sequence_first(const AttnProblem& p, RowSet& rows, int i, int kv_head, const std::vector<char>& done) {
+void sequence_first(const AttnProblem& p, RowSet& rows, int i, int kv_head, const std::vector<char>& done,
+                    std::vector<Fold>& walk) {
   const auto& c = *p.ctx;
   const int b = c.chunk_begin[size_t(i)], e = c.chunk_begin[size_t(i) + 1];
-  for (int k = b; k < e; ++k) {
-    if (done[size_t(k - b)]) continue;
-    int n = k + 1;
-    while (n < e && done[size_t(n - b)]) ++n;
-    rows.apply(p, c.chunks[size_t(k)], k - b, kv_head, n < e ? c.chunks[size_t(n)] : kNoChunk);
-  }
+  walk.clear();
+  for (int k = b; k < e; ++k)
+    if (!done[size_t(k - b)]) walk.push_back({&rows, c.chunks[size_t(k)], k - b});
+  fold_all(p, walk, kv_head);
 }
 
 // The kernels' shape limits, checked at every entry point.
@@ -155,9 +169,9 @@ void attn_reference(const AttnProblem& p) {
 
 void attn_per_sequence(const AttnProblem& p) {
   check(p);
-  // Work items are (KV head, group of sequences adjacent in context order). Within an item the group walks its chunk lists depth by depth, so
-  // a chunk the group shares is read from memory once and from L1/L2 by the
-  // others: the strongest per-sequence order, short of batching the queries.
+  // Work items are (KV head, group of sequences adjacent in context order).
+  // Within an item the group walks its chunk lists depth by depth, so a chunk
+  // the group shares is read from memory once and from L1/L2 by the others: the strongest per-sequence order, short of batching the queries.
   // Groups are as large as possible (up to 32 sequences, so a chunk shared by
   // all of them comes from memory once) while leaving two items per thread.
   const int n = p.n_seqs(), kvh = p.tree->layout().n_kv_heads;
@@ -169,6 +183,7 @@ void attn_per_sequence(const AttnProblem& p) {
 #pragma omp parallel
   {
     std::vector<RowSet> rows(static_cast<size_t>(kGroup));
+    std::vector<Fold> walk;
 #pragma omp for schedule(static) collapse(2)
     for (int h = 0; h < kvh; ++h)
       for (int g = 0; g < groups; ++g) {
@@ -178,22 +193,12 @@ void attn_per_sequence(const AttnProblem& p) {
           rows[size_t(i - i0)].gather(p, i, i + 1, h);
           depth = std::max(depth, c.chunk_begin[size_t(i) + 1] - c.chunk_begin[size_t(i)]);
         }
-        // (depth, sequence) steps in walk order; each step prefetches the next's chunk.
-        auto chunk_at = [&](int i, int k) {
-          return c.chunk_begin[size_t(i)] + k < c.chunk_begin[size_t(i) + 1]
-                     ? c.chunks[size_t(c.chunk_begin[size_t(i)] + k)] : kNoChunk;
-        };
-        auto next_after = [&](int i, int k) {
-          for (;;) {
-            if (++i == i1) i = i0, ++k;
-            if (k >= depth) return kNoChunk;
-            if (const ChunkId n = chunk_at(i, k); n != kNoChunk) return n;
-          }
-        };
+        walk.clear();
         for (int k = 0; k < depth; ++k)
           for (int i = i0; i < i1; ++i)
-            if (const ChunkId ch = chunk_at(i, k); ch != kNoChunk)
-              rows[size_t(i - i0)].apply(p, ch, k, h, next_after(i, k));
+            if (c.chunk_begin[size_t(i)] + k < c.chunk_begin[size_t(i) + 1])
+              walk.push_back({&rows[size_t(i - i0)], c.chunks[size_t(c.chunk_begin[size_t(i)] + k)], k});
+        fold_all(p, walk, h);
         for (int i = i0; i < i1; ++i) rows[size_t(i - i0)].scatter(p, i, i + 1, h);
       }
   }
@@ -238,15 +243,20 @@ std::span<RowSet> chunk_first(const AttnProblem& p, const std::vector<Segment>& 
   thread_local std::vector<RowSet> kept;
   if (kept.size() < segs.size() * size_t(kvh)) kept.resize(segs.size() * size_t(kvh));
   const std::span<RowSet> partial(kept.data(), segs.size() * size_t(kvh));
-#pragma omp parallel for schedule(dynamic) collapse(2)
-  for (size_t s = 0; s < segs.size(); ++s)
-    for (int h = 0; h < kvh; ++h) {
-      RowSet& rows = partial[s * size_t(kvh) + size_t(h)];
-      rows.gather(p, segs[s].begin, segs[s].end, h);
-      for (size_t k = 0; k < segs[s].chunks.size(); ++k)
-        rows.apply(p, segs[s].chunks[k], segs[s].depth + int(k), h,
-                   k + 1 < segs[s].chunks.size() ? segs[s].chunks[k + 1] : kNoChunk);
-    }
+#pragma omp parallel
+  {
+    std::vector<Fold> walk;
+#pragma omp for schedule(dynamic) collapse(2)
+    for (size_t s = 0; s < segs.size(); ++s)
+      for (int h = 0; h < kvh; ++h) {
+        RowSet& rows = partial[s * size_t(kvh) + size_t(h)];
+        rows.gather(p, segs[s].begin, segs[s].end, h);
+        walk.clear();
+        for (size_t k = 0; k < segs[s].chunks.size(); ++k)
+          walk.push_back({&rows, segs[s].chunks[k], segs[s].depth + int(k)});
+        fold_all(p, walk, h);
+      }
+  }
   return partial;
 }
 
@@ -260,6 +270,7 @@ void sequence_first_phase(const AttnProblem& p, const std::vector<Segment>& segs
   {
     RowSet rows;
     std::vector<char> done;
+    std::vector<Fold> walk;
 #pragma omp for schedule(static) collapse(2)
     for (int h = 0; h < kvh; ++h)
       for (int i = 0; i < n; ++i) {
@@ -275,7 +286,7 @@ void sequence_first_phase(const AttnProblem& p, const std::vector<Segment>& segs
                   part.l[size_t(first + r)], rows.d);
           for (size_t k = 0; k < segs[s].chunks.size(); ++k) done[size_t(segs[s].depth) + k] = 1;
         }
-        sequence_first(p, rows, i, h, done);
+        sequence_first(p, rows, i, h, done, walk);
         rows.scatter(p, i, i + 1, h);
       }
   }
