@@ -38,36 +38,27 @@ struct Opts {
   std::string json;
 };
 
-double median_us(const std::function<void()>& fn, int reps) {
-  fn();  // warm-up
+// One warm-up call, then `reps` timed calls; returns each call's seconds.
+// `after(seconds)` runs after each timed call, outside its timing.
+std::vector<double> timed_calls(const std::function<void()>& fn, int reps,
+                                const std::function<void(double)>& after = nullptr) {
+  fn();
   std::vector<double> t;
   for (int r = 0; r < reps; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
     fn();
-    t.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    if (after) after(t.back());
   }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return t;
 }
 
-// Median over reps of (kernel GFLOP/s) / (fp32 FMA peak measured by a probe
-// of about the same length run right after the call). This host's speed
-// drifts by up to +-30% within seconds (neighbours on the same cores), so a
-// peak read at start and a kernel timed a minute later are not like with
-// like; a pair taken together is.
-double paired_fraction(const std::function<void()>& fn, double flops, int reps) {
-  fn();
-  std::vector<double> f;
-  for (int r = 0; r < reps; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    fn();
-    const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const double peak = fma_probe_gflops(std::max(100000L, long(t * 4e8)));
-    f.push_back(flops / t / 1e9 / peak);
-  }
-  std::sort(f.begin(), f.end());
-  return f[f.size() / 2];
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
 }
+
+double median_us(const std::function<void()>& fn, int reps) { return median(timed_calls(fn, reps)) * 1e6; }
 
 // b sequences of n_s shared + n_p - n_s private tokens (all private when
 // !share), K/V filled with random fp16 values.
@@ -223,17 +214,25 @@ int run(const Opts& o) {
     for (int n_s : {0, n_p / 2, 3 * n_p / 4, n_p}) {
       World w = build(o, b, n_s, n_p, true);
       const double per = time_path(o, w, q, out, attn_per_sequence);
-      const double tpp = time_path(o, w, q, out, tpp_default);
-      const double relay = time_path(o, w, q, out, attn_relay);
       const double flops = 4.0 * b * o.heads * double(n_p) * o.dim;
       const double bytes = (double(n_s) + double(b) * (n_p - n_s)) * o.heads * o.dim * 2 * 2;
       const bool compute = flops / (roof.fp32_gflops * 1e3) > bytes / (roof.read_gbs * 1e3);
       const double bound_us = std::max(flops / (roof.fp32_gflops * 1e3), bytes / (roof.read_gbs * 1e3));
-      double paired = 0;
-      if (compute) {
-        AttnProblem p = problem(o, w, q, out);
-        paired = paired_fraction([&] { attn_tpp(p); }, flops, o.reps);
-      }
+      // Compute-bound cells also pair each timed call with an FMA probe of
+      // about its length, run right after it. This host's speed drifts by up
+      // to +-30% within seconds (neighbours on the same cores), so a peak read
+      // at start and a kernel timed a minute later are not like with like; a
+      // pair taken together is. The cell reports the median pair's ratio.
+      std::vector<double> fractions;
+      std::function<void(double)> pair;
+      if (compute)
+        pair = [&](double t) {
+          fractions.push_back(flops / t / 1e9 / fma_probe_gflops(std::max(100000L, long(t * 4e8))));
+        };
+      const AttnProblem tp = problem(o, w, q, out);
+      const double tpp = median(timed_calls([&] { attn_tpp(tp); }, o.reps, pair)) * 1e6;
+      const double relay = time_path(o, w, q, out, attn_relay);
+      const double paired = compute ? median(fractions) : 0;
       char paired_txt[32] = "-";
       if (compute) std::snprintf(paired_txt, sizeof paired_txt, "%.0f%%", 100 * paired);
       std::printf("| %d | %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.2fx | %.2fx | %.0f%% (%s-bound; %.0f GFLOP/s) | %s |\n",
