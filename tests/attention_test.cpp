@@ -28,6 +28,19 @@ std::string name(const Case& c) {
          std::to_string(c.seed) + (c.prefill ? " prefill" : "");
 }
 
+// Random K/V for tokens [from, to) of sequence id, every layer and KV head.
+void write_random_kv(PrefixTree& t, SeqId id, int from, int to, std::mt19937& rng,
+                     std::normal_distribution<float>& nd) {
+  const KvLayout& L = t.layout();
+  std::vector<float> k(size_t(L.head_dim)), v(size_t(L.head_dim));
+  for (int i = from; i < to; ++i)
+    for (int l = 0; l < L.n_layers; ++l)
+      for (int h = 0; h < L.n_kv_heads; ++h) {
+        for (int x = 0; x < L.head_dim; ++x) k[size_t(x)] = nd(rng), v[size_t(x)] = nd(rng);
+        t.write_kv(id, i, l, h, k.data(), v.data());
+      }
+}
+
 // A random tree: sequences in a few families (shared prefixes of random
 // length, so some end mid-chunk and get copied), private suffixes of random
 // length (some empty), a few forks; random K/V for every appended token.
@@ -50,7 +63,6 @@ struct World {
       for (auto& t : fam) t = int32_t(rng() % 50);
       families.push_back(fam);
     }
-    std::vector<float> k(size_t(c.d)), v(size_t(c.d));
     SeqId id = 0;
     while (int(tree->context()->seqs.size()) < c.batch) {
       const int live = int(tree->context()->seqs.size());
@@ -65,12 +77,7 @@ struct World {
       int m;
       if (!tree->join(id, prompt, &m).ok()) std::abort();
       if (!tree->append(id, std::span(prompt).subspan(size_t(m))).ok()) std::abort();
-      for (int t = m; t < int(prompt.size()); ++t)
-        for (int l = 0; l < L.n_layers; ++l)
-          for (int h = 0; h < L.n_kv_heads; ++h) {
-            for (int i = 0; i < c.d; ++i) k[size_t(i)] = nd(rng), v[size_t(i)] = nd(rng);
-            tree->write_kv(id, t, l, h, k.data(), v.data());
-          }
+      write_random_kv(*tree, id, m, int(prompt.size()), rng, nd);
       ++id;
     }
     ctx = tree->context();
@@ -178,7 +185,6 @@ TEST(Attention, OneSharedPrefixIsBitExact) {
     PrefixTree t(L, L.chunk_bytes() * 64);
     std::mt19937 rng(9);
     std::normal_distribution<float> nd;
-    std::vector<float> k(64), v(64);
     std::vector<int32_t> sys(200);
     for (auto& x : sys) x = int32_t(rng() % 100);
     for (SeqId s = 0; s < 12; ++s) {
@@ -187,11 +193,7 @@ TEST(Attention, OneSharedPrefixIsBitExact) {
       int m;
       ASSERT_TRUE(t.join(s, prompt, &m).ok());
       ASSERT_TRUE(t.append(s, std::span(prompt).subspan(size_t(m))).ok());
-      for (int i = m; i < int(prompt.size()); ++i)
-        for (int h = 0; h < 2; ++h) {
-          for (int x = 0; x < 64; ++x) k[size_t(x)] = nd(rng), v[size_t(x)] = nd(rng);
-          t.write_kv(s, i, 0, h, k.data(), v.data());
-        }
+      write_random_kv(t, s, m, int(prompt.size()), rng, nd);
     }
     const auto ctx = t.context();
     ASSERT_TRUE(single_run(*ctx));
@@ -223,20 +225,16 @@ TEST(Attention, EdgeShapes) {
     PrefixTree t(L, L.chunk_bytes() * 16);
     std::mt19937 rng(3);
     std::normal_distribution<float> nd;
-    std::vector<float> k(64), v(64);
     const std::vector<int32_t> prompt(128, 5);  // two full chunks
     int m;
     ASSERT_TRUE(t.join(0, prompt, &m).ok());
     ASSERT_TRUE(t.append(0, prompt).ok());
-    for (int i = 0; i < 128; ++i) {
-      for (int x = 0; x < 64; ++x) k[size_t(x)] = nd(rng), v[size_t(x)] = nd(rng);
-      t.write_kv(0, i, 0, 0, k.data(), v.data());
-    }
+    write_random_kv(t, 0, 0, 128, rng, nd);
     ASSERT_TRUE(t.join(1, prompt, &m).ok());  // shares both chunks, nothing private
     EXPECT_EQ(m, 128);
     ASSERT_TRUE(t.join(2, std::vector<int32_t>{9}, &m).ok());  // shares nothing
     ASSERT_TRUE(t.append(2, std::vector<int32_t>{9}).ok());
-    t.write_kv(2, 0, 0, 0, k.data(), v.data());
+    write_random_kv(t, 2, 0, 1, rng, nd);
     const auto ctx = t.context();
     EXPECT_EQ(ctx->shared.size(), 2u);
     std::vector<float> q(3 * 64);
