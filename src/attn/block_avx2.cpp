@@ -10,9 +10,9 @@ struct Ops256 {
   using V = __m256;
   static constexpr int kWidth = 8;
   static constexpr int kRows = 2;    // 8 score accumulators + 4 keys
-  static constexpr int kTile = 4;
-  static constexpr int kPvCols = 64;
+  static constexpr int kTile = 4;    // key vectors per score block
   static constexpr int kPvRows = 1;  // 8 accumulators over 64 columns + 8 values
+  static constexpr int kPvCols = 64; // output columns per block
   static V zero() { return _mm256_setzero_ps(); }
   static V set1(float x) { return _mm256_set1_ps(x); }
   static V load(const float* p) { return _mm256_loadu_ps(p); }
@@ -23,9 +23,7 @@ struct Ops256 {
     const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
   }
-  static V loadf(const float* p) { return _mm256_loadu_ps(p); }
   static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
-  static void storef(float* p, V v) { _mm256_storeu_ps(p, v); }
   static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
   static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
   static V sub(V a, V b) { return _mm256_sub_ps(a, b); }

@@ -69,7 +69,7 @@ void rank1_rows(const float* __restrict A, int lda, const E* __restrict B, int l
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
-    for (int i = 0; i < N; ++i) acc[r][i] = load_c ? Ops::loadf(C + r * ldc + i * W) : Ops::zero();
+    for (int i = 0; i < N; ++i) acc[r][i] = load_c ? Ops::load(C + r * ldc + i * W) : Ops::zero();
   const E* bp = B;
   for (int s = 0; s < steps; ++s, bp += ldb) {
     f.step();
@@ -78,7 +78,7 @@ void rank1_rows(const float* __restrict A, int lda, const E* __restrict B, int l
     for (int i = 0; i < N; ++i) b[i] = Ops::load(bp + i * W);
     if constexpr (kStore) {
 #pragma GCC unroll 8
-      for (int i = 0; i < N; ++i) Ops::storef(wide + s * ldw + i * W, b[i]);
+      for (int i = 0; i < N; ++i) Ops::store(wide + s * ldw + i * W, b[i]);
     }
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
@@ -90,7 +90,7 @@ void rank1_rows(const float* __restrict A, int lda, const E* __restrict B, int l
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
-    for (int i = 0; i < N; ++i) Ops::storef(C + r * ldc + i * W, acc[r][i]);
+    for (int i = 0; i < N; ++i) Ops::store(C + r * ldc + i * W, acc[r][i]);
   pf = f;
 }
 
