@@ -45,7 +45,8 @@ void attn_per_sequence(const AttnProblem& p);
 // shared chunks (all query rows of the sequences a chunk covers, for every
 // query head of a KV head, against the chunk: one small GEMM), saving partial
 // states; sequence-first over each sequence's remaining chunks, merged with
-// the saved partials (attn_reduce, Eq. 2).
+// the saved partials (attn_reduce, Eq. 2). With no chunk shared by min_rows
+// rows it is attn_per_sequence itself.
 struct TppOptions {
   int min_rows = 2;            // chunk-first only when this many query rows share a chunk
   // Chunk-first work items span at most this many chunks (their partial
