@@ -411,5 +411,63 @@ TEST(Block, RowsAgreeWithScalarAndDoNotDependOnTheBatch) {
         }
 }
 
+// Scores hundreds apart: weights that underflow come out exactly 0, never
+// NaN, on every ISA (the vector exp has no clamp; masked keys are a finite
+// sentinel), and a later chunk whose max is far higher wipes the old state.
+TEST(Block, ScoresFarBelowTheMaxGetZeroWeight) {
+  const Isa hw = cpu_isa();
+  const int d = 64, c = 64;
+  const float key0[2][4] = {{0, -300, -95, -1e6f}, {400, 0, -50, 0}};
+  std::vector<float> kt[2], v[2];
+  for (int b = 0; b < 2; ++b) {
+    kt[b].assign(size_t(c) * d, 0.0f);
+    v[b].assign(size_t(c) * d, 0.0f);
+    for (int t = 0; t < c; ++t) {
+      kt[b][size_t(t)] = t < 4 ? key0[b][t] : -1000.0f;  // K^T row 0: the score of key t (q = e_0)
+      for (int x = 0; x < d; ++x) v[b][size_t(t) * d + x] = float(b * 1000 + t * 10 + x % 7 + 1);
+    }
+  }
+  const int nq = 3;
+  std::vector<float> q(size_t(nq) * d, 0.0f);
+  for (int r = 0; r < nq; ++r) q[size_t(r) * d] = 1.0f;
+  const int limits[2][nq] = {{3, 64, 0}, {2, 64, 1}};
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    if (int(isa) > int(hw)) continue;
+    set_isa_for_testing(isa);
+    std::vector<float> o(size_t(nq) * d, 0.0f), m(nq, -INFINITY), l(nq, 0.0f);
+    for (int b = 0; b < 2; ++b) {
+      BlockJob j;
+      j.q = q.data();
+      j.q_stride = d;
+      j.nq = nq;
+      j.kt = reinterpret_cast<const uint8_t*>(kt[b].data());
+      j.v = reinterpret_cast<const uint8_t*>(v[b].data());
+      j.c = c;
+      j.d = d;
+      j.limit = limits[b];
+      j.o = o.data();
+      j.o_stride = d;
+      j.m = m.data();
+      j.l = l.data();
+      block_update(j);
+      // After chunk 0: rows 0 and 1 have max 0 and weights {1, 0, exp(-95)};
+      // row 2 saw nothing. After chunk 1 every row's max is 400 (row 2: key
+      // 0 only), all earlier weight is gone and the output is V[1] row 0.
+      for (int r = 0; r < nq; ++r) {
+        const std::string at = std::string(isa_name(isa)) + " chunk " + std::to_string(b) + " row " + std::to_string(r);
+        if (b == 0 && r == 2) {
+          EXPECT_EQ(m[size_t(r)], -INFINITY) << at;
+          EXPECT_EQ(l[size_t(r)], 0.0f) << at;
+          continue;
+        }
+        EXPECT_EQ(m[size_t(r)], b == 0 ? 0.0f : 400.0f) << at;
+        EXPECT_EQ(l[size_t(r)], 1.0f) << at;
+        for (int x = 0; x < d; ++x) EXPECT_EQ(o[size_t(r) * d + x], float(b * 1000 + x % 7 + 1)) << at << " x " << x;
+      }
+    }
+  }
+  set_isa_for_testing(hw);
+}
+
 }  // namespace
 }  // namespace cs

@@ -29,7 +29,10 @@ struct Ops256 {
   static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
   static V max(V a, V b) { return _mm256_max_ps(a, b); }
   static V round(V a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  // p * 2^n, n integral, built from exponent bits: n below -126 is raised to
+  // -127, whose bits are those of +0 (results under 2^-126 flush to 0).
   static V scale_pow2(V p, V n) {
+    n = max(n, set1(-127.0f));
     const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
   }

@@ -33,7 +33,8 @@ struct Ops512 {
   static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
   static V max(V a, V b) { return _mm512_max_ps(a, b); }
   static V round(V a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
-  // p * 2^n in one instruction (n integral and the result normal, as x >= -87).
+  // p * 2^n in one instruction, n integral: rounds to a subnormal or +0
+  // when n is very negative (no penalty for subnormal results here).
   static V scale_pow2(V p, V n) { return _mm512_scalef_ps(p, n); }
   static V add(V a, V b) { return _mm512_add_ps(a, b); }
   // key == -inf ? 0 : a (masked-out keys and empty states get no weight).

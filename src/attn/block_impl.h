@@ -16,6 +16,9 @@
 namespace {
 
 constexpr float kNegInf = -__builtin_inff();
+// Score of a key a row may not see. Finite, so exp_nonpos needs neither a
+// clamp nor a mask: exp(kMasked - m) is exactly 0 for any real row max m.
+constexpr float kMasked = -1e30f;
 
 // Storage element types, distinct so loads can widen them.
 struct Half {
@@ -60,7 +63,7 @@ struct Prefetch {
 // sums its steps in order, so a row's bits do not depend on R or on how the
 // caller slices the steps (fp32 stores and loads of C in between are exact).
 template <class Ops, class E, int N, int R, bool kStore = false>
-void rank1_rows(const float* __restrict A, int lda, const E* __restrict B, int ldb, int steps, float* __restrict C,
+__attribute__((always_inline)) inline void rank1_rows(const float* __restrict A, int lda, const E* __restrict B, int ldb, int steps, float* __restrict C,
                 int ldc, bool load_c, Prefetch& pf, float* __restrict wide = nullptr, int ldw = 0) {
   using V = typename Ops::V;
   constexpr int W = Ops::kWidth;
@@ -104,6 +107,17 @@ void with_rows(int nr, F&& f) {
   f(std::integral_constant<int, N>{});
 }
 
+// Splits nq rows into ceil(nq / K) register blocks of nearly equal size,
+// largest first, and calls f(r0, nr) for each. A remainder block of one or
+// two rows would have too few independent accumulators to cover the FMA
+// latency and ran at half speed (32 rows: 6+6+5+5+5+5, not 6*5+2).
+template <int K, class F>
+void for_row_blocks(int nq, F&& f) {
+  if (nq <= 0) return;
+  const int blocks = (nq + K - 1) / K, base = nq / blocks, extra = nq % blocks;
+  for (int b = 0, r0 = 0; b < blocks; r0 += base + (b < extra), ++b) f(r0, base + (b < extra));
+}
+
 // Online softmax for all rows, Ops::kWidth rows at a time: turns S into
 // weights exp(s - m_new) (0 where masked), folds their sums into l, moves m,
 // and rescales o where m moved. Row maxima and sums of a group come out of
@@ -122,9 +136,10 @@ void softmax_rows(const cs::BlockJob& j, float* S, int cols) {
     for (int k = 0; k < W; ++k) {
       const int i = Ops::kRowOrder[k];
       rv[k] = Ops::set1(kNegInf);
-      if (i >= n) continue;
+      // A row that sees no key of this chunk keeps its max (and gets P = 0).
+      if (i >= n || j.limit[g + i] == 0) continue;
       float* s = S + (g + i) * cols;
-      for (int t = j.limit[g + i]; t < cols; ++t) s[t] = kNegInf;
+      for (int t = j.limit[g + i]; t < cols; ++t) s[t] = kMasked;
       for (int t = 0; t < cols; t += W) rv[k] = Ops::max(rv[k], Ops::load(s + t));
     }
     alignas(64) float m_old[W], m_new[W], alpha[W], sum[W];
@@ -140,10 +155,13 @@ void softmax_rows(const cs::BlockJob& j, float* S, int cols) {
       rv[k] = Ops::zero();
       if (i >= n) continue;
       float* s = S + (g + i) * cols;
+      if (j.limit[g + i] == 0) {
+        for (int t = 0; t < cols; t += W) Ops::store(s + t, Ops::zero());
+        continue;
+      }
       const V vm = Ops::set1(m_new[i]);
       for (int t = 0; t < cols; t += W) {
-        const V x = Ops::load(s + t);
-        const V p = Ops::zero_where_neginf(exp_nonpos<V, Ops>(Ops::sub(x, vm)), x);
+        const V p = exp_nonpos<V, Ops>(Ops::sub(Ops::load(s + t), vm));
         Ops::store(s + t, p);
         rv[k] = Ops::add(rv[k], p);
       }
@@ -196,8 +214,7 @@ void block_impl(const cs::BlockJob& job) {
   constexpr int T = Ops::kTile, NV = DH / W;
   for (int k0 = 0; k0 < D; k0 += KD) {
     const E* src = reinterpret_cast<const E*>(j.kt) + k0 * j.c;
-    for (int r0 = 0; r0 < j.nq; r0 += Ops::kRows) {
-      const int nr = j.nq - r0 < Ops::kRows ? j.nq - r0 : Ops::kRows;
+    for_row_blocks<Ops::kRows>(j.nq, [&](int r0, int nr) {
       with_rows<Ops::kRows>(nr, [&](auto R) {
         constexpr int RR = decltype(R)::value;
         const float* q = qs + r0 * D + k0;
@@ -209,14 +226,13 @@ void block_impl(const cs::BlockJob& job) {
           else rank1_rows<Ops, float, T, RR>(q, D, wide + col, cols, KD, s, cols, k0 > 0, pf_k);
         }
       });
-    }
+    });
   }
   softmax_rows<Ops, D>(j, S, cols);
   // P.V in 64-column slices of V, widened the same way by the first row block.
   for (int c0 = 0; c0 < D; c0 += DH) {
     const E* src = reinterpret_cast<const E*>(j.v) + c0;
-    for (int r0 = 0; r0 < j.nq; r0 += Ops::kPvRows) {
-      const int nr = j.nq - r0 < Ops::kPvRows ? j.nq - r0 : Ops::kPvRows;
+    for_row_blocks<Ops::kPvRows>(j.nq, [&](int r0, int nr) {
       with_rows<Ops::kPvRows>(nr, [&](auto R) {
         constexpr int RR = decltype(R)::value;
         const float* p = S + r0 * cols;
@@ -225,7 +241,7 @@ void block_impl(const cs::BlockJob& job) {
         else if (r0 == 0) rank1_rows<Ops, E, NV, RR, true>(p, cols, src, D, len, o, j.o_stride, true, pf_v, wide, DH);
         else rank1_rows<Ops, float, NV, RR>(p, cols, wide, DH, len, o, j.o_stride, true, pf_v);
       });
-    }
+    });
   }
 }
 

@@ -1,11 +1,12 @@
 // Vector exp for the softmax, shared by the AVX2 and AVX-512 kernels (see
 // block_impl.h for why it lives in the including file's anonymous namespace).
 namespace {
-// exp(x) for x <= 0 (and -inf -> 0): 2^(x log2 e) as 2^n * p(f), |f| <= 1/2,
-// p the degree-6 Taylor polynomial of 2^f (relative error < 2e-7).
+// exp(x) for finite x <= 0: 2^(x log2 e) as 2^n * p(f), |f| <= 1/2, p the
+// degree-6 Taylor polynomial of 2^f (relative error < 2e-7). No clamp: a
+// masked key's x is about -1e30 (block_impl.h, kMasked), for which f = 0 and
+// Ops::scale_pow2 gives exactly +0, as it does for any x below about -104.
 template <class V, class Ops>
 V exp_nonpos(V x) {
-  x = Ops::max(x, Ops::set1(-87.0f));
   const V y = Ops::mul(x, Ops::set1(1.44269504088896341f));
   const V n = Ops::round(y);
   const V f = Ops::sub(y, n);
