@@ -5,13 +5,12 @@
 // cost is compared with (skipped when the model file is absent).
 #include <benchmark/benchmark.h>
 
-#include <cstring>
-#include <limits>
 #include <filesystem>
+#include <limits>
 
 #include "attn/attention.h"
 #include "attn/block.h"
-#include "base/f16.h"
+#include "attn_fixtures.h"
 #include "engine/prefix_kv.h"
 #include "kv/prefix_tree.h"
 #include "model/llama.h"
@@ -189,29 +188,8 @@ BENCHMARK(BM_DecodeStepSharedPrompt)->Arg(0)->Arg(3)->Arg(2)->Arg(1)->Unit(bench
 // 4096): arg 0 per-sequence on the shared chunks, 1 two-phase partition,
 // 2 relay. Reports GFLOP/s (4 b h n d per call).
 void BM_AttentionSharedCell(benchmark::State& state) {
-  const int b = 32, h = 32, d = 128, n = 4096;
-  const KvLayout L{1, h, d, 64, KvType::kF16};
-  static std::unique_ptr<PrefixTree> t;
-  static std::shared_ptr<const KernelContext> ctx;
-  if (!t) {
-    t = std::make_unique<PrefixTree>(L, L.chunk_bytes() * size_t(n / 64 + 40));
-    const auto prompt = tokens(0, n);
-    for (int s = 0; s < b; ++s) {
-      int m;
-      if (!t->join(s, prompt, &m).ok() || !t->append(s, std::span(prompt).subspan(size_t(m))).ok()) std::abort();
-    }
-    ctx = t->context();
-    std::vector<uint16_t> noise(L.chunk_bytes() / 2);
-    for (size_t i = 0; i < noise.size(); ++i) noise[i] = f32_to_f16(float(int(i * 2654435761u % 2001) - 1000) / 500);
-    for (ChunkId c : t->chunks_of(0)) std::memcpy(t->pool().data(c), noise.data(), L.chunk_bytes());
-  }
-  std::vector<float> q(size_t(b) * h * d, 0.01f), out(q.size());
-  AttnProblem p;
-  p.tree = t.get();
-  p.ctx = ctx.get();
-  p.n_heads = h;
-  p.q = q.data();
-  p.out = out.data();
+  static bench::SharedCell cell(32, 32, 4096);
+  const AttnProblem p = cell.problem();
   for (auto _ : state) {
     switch (state.range(0)) {
       case 0: attn_per_sequence(p); break;
@@ -220,43 +198,23 @@ void BM_AttentionSharedCell(benchmark::State& state) {
     }
   }
   state.counters["GFLOP/s"] =
-      benchmark::Counter(4.0 * b * h * n * d, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+      benchmark::Counter(cell.flops(), benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 BENCHMARK(BM_AttentionSharedCell)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->MinTime(2.0);
 
 // The block kernel alone on one cache-resident fp16 chunk (c = 64, d = 128):
 // nq query rows, the compute ceiling TPP's phase one can reach per chunk.
+// Every call starts from empty states, so o is also rescaled (by 0).
 void BM_BlockUpdate(benchmark::State& state) {
-  const int nq = int(state.range(0)), c = 64, d = 128;
-  std::vector<uint16_t> kt(size_t(c) * d), v(kt.size());
-  for (size_t i = 0; i < kt.size(); ++i) {
-    kt[i] = f32_to_f16(float(int(i * 2654435761u % 2001) - 1000) / 500);
-    v[i] = f32_to_f16(float(int(i * 40503u % 2001) - 1000) / 1000);
-  }
-  std::vector<float> q(size_t(nq) * d, 0.01f), o(q.size()), m(static_cast<size_t>(nq)), l(static_cast<size_t>(nq));
-  std::vector<int> limit(size_t(nq), c);
-  BlockJob j;
-  j.q = q.data();
-  j.q_stride = d;
-  j.nq = nq;
-  j.kt = reinterpret_cast<const uint8_t*>(kt.data());
-  j.v = reinterpret_cast<const uint8_t*>(v.data());
-  j.kv_type = 1;
-  j.c = c;
-  j.d = d;
-  j.limit = limit.data();
-  j.o = o.data();
-  j.o_stride = d;
-  j.m = m.data();
-  j.l = l.data();
+  bench::BlockFixture f(int(state.range(0)), KvType::kF16);
   for (auto _ : state) {
-    std::fill(m.begin(), m.end(), -std::numeric_limits<float>::infinity());
-    std::fill(l.begin(), l.end(), 0.0f);
-    block_update(j);
-    benchmark::DoNotOptimize(o.data());
+    std::fill(f.m.begin(), f.m.end(), -std::numeric_limits<float>::infinity());
+    std::fill(f.l.begin(), f.l.end(), 0.0f);
+    block_update(f.job);
+    benchmark::DoNotOptimize(f.o.data());
   }
   state.counters["GFLOP/s"] =
-      benchmark::Counter(4.0 * nq * c * d, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+      benchmark::Counter(f.flops(), benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 BENCHMARK(BM_BlockUpdate)->Arg(1)->Arg(4)->Arg(8)->Arg(32)->Arg(64);
 

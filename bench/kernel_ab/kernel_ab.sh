@@ -30,7 +30,8 @@ a = a.replace('block_update(j);', 'kernel(j);').replace('return attn_per_sequenc
 open(d + '/attention.cpp', 'w').write(a)
 P
 done
-g++ -O3 -std=c++20 -fopenmp -I "$root/src" -I "$tmp" -mavx512f -mavx512bw -mavx512vl -mavx512vnni -mavx512bf16 \
-  -Wno-maybe-uninitialized -Wno-uninitialized "$root/bench/kernel_ab/kernel_ab.cpp" \
-  "$root/build/libchunkserve_lib.a" -lpcre2-8 -o "$tmp/kernel_ab"
+g++ -O3 -std=c++20 -fopenmp -I "$root/src" -I "$root/bench" -I "$tmp" \
+  -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512vnni -mavx512bf16 -Wno-maybe-uninitialized -Wno-uninitialized \
+  "$root/bench/kernel_ab/kernel_ab.cpp" "$root/src/cli/roofline.cpp" "$root/build/libchunkserve_lib.a" -lpcre2-8 \
+  -o "$tmp/kernel_ab"
 "$tmp/kernel_ab" "$rounds"
