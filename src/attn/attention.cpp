@@ -171,7 +171,8 @@ void attn_per_sequence(const AttnProblem& p) {
   check(p);
   // Work items are (KV head, group of sequences adjacent in context order).
   // Within an item the group walks its chunk lists depth by depth, so a chunk
-  // the group shares is read from memory once and from L1/L2 by the others: the strongest per-sequence order, short of batching the queries.
+  // the group shares is read from memory once and from L1/L2 by the others:
+  // the strongest per-sequence order, short of batching the queries.
   // Groups are as large as possible (up to 32 sequences, so a chunk shared by
   // all of them comes from memory once) while leaving two items per thread.
   const int n = p.n_seqs(), kvh = p.tree->layout().n_kv_heads;

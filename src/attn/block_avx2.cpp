@@ -37,7 +37,7 @@ struct Ops256 {
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
   }
   static V add(V a, V b) { return _mm256_add_ps(a, b); }
-  // key == -inf ? 0 : a (masked-out keys and empty states get no weight).
+  // key == -inf ? 0 : a: the rescale factor of an empty state (m = -inf) is 0.
   static V zero_where_neginf(V a, V key) {
     return _mm256_and_ps(_mm256_cmp_ps(key, set1(kNegInf), _CMP_NEQ_OQ), a);
   }

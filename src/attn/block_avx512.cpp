@@ -37,7 +37,7 @@ struct Ops512 {
   // when n is very negative (no penalty for subnormal results here).
   static V scale_pow2(V p, V n) { return _mm512_scalef_ps(p, n); }
   static V add(V a, V b) { return _mm512_add_ps(a, b); }
-  // key == -inf ? 0 : a (masked-out keys and empty states get no weight).
+  // key == -inf ? 0 : a: the rescale factor of an empty state (m = -inf) is 0.
   static V zero_where_neginf(V a, V key) {
     return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(key, set1(kNegInf), _CMP_NEQ_OQ), a);
   }

@@ -111,10 +111,13 @@ void with_rows(int nr, F&& f) {
 // largest first, and calls f(r0, nr) for each. A remainder block of one or
 // two rows would have too few independent accumulators to cover the FMA
 // latency and ran at half speed (32 rows: 6+6+5+5+5+5, not 6*5+2).
+template <int K>
+constexpr int row_blocks(int nq) { return (nq + K - 1) / K; }
+
 template <int K, class F>
 void for_row_blocks(int nq, F&& f) {
   if (nq <= 0) return;
-  const int blocks = (nq + K - 1) / K, base = nq / blocks, extra = nq % blocks;
+  const int blocks = row_blocks<K>(nq), base = nq / blocks, extra = nq % blocks;
   for (int b = 0, r0 = 0; b < blocks; r0 += base + (b < extra), ++b) f(r0, base + (b < extra));
 }
 
@@ -205,9 +208,9 @@ void block_impl(const cs::BlockJob& job) {
   const int block_bytes = D * j.c * int(sizeof(E));
   constexpr int KD = kWiden && D > 64 ? 64 : D;
   constexpr int DH = D < Ops::kPvCols ? D : Ops::kPvCols;
-  const int blocks = (j.nq + Ops::kRows - 1) / Ops::kRows, pv_blocks = (j.nq + Ops::kPvRows - 1) / Ops::kPvRows;
-  Prefetch pf_k(j.next_kt, block_bytes, blocks * D * (cols / (Ops::kTile * W)));
-  Prefetch pf_v(j.next_v, block_bytes, pv_blocks * (D / DH) * len);
+  // Each row block steps once per d (scores) or key (P.V) of every tile.
+  Prefetch pf_k(j.next_kt, block_bytes, row_blocks<Ops::kRows>(j.nq) * D * (cols / (Ops::kTile * W)));
+  Prefetch pf_v(j.next_v, block_bytes, row_blocks<Ops::kPvRows>(j.nq) * (D / DH) * len);
   // S = q . K^T in 64-row slices of K^T. With fp16/bf16 storage the first row
   // block reads the slice and widens it into `wide` as it goes (16 KB, so it,
   // q and S fit L1 together); the other row blocks read the fp32 copy.

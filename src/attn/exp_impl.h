@@ -4,7 +4,8 @@ namespace {
 // exp(x) for finite x <= 0: 2^(x log2 e) as 2^n * p(f), |f| <= 1/2, p the
 // degree-6 Taylor polynomial of 2^f (relative error < 2e-7). No clamp: a
 // masked key's x is about -1e30 (block_impl.h, kMasked), for which f = 0 and
-// Ops::scale_pow2 gives exactly +0, as it does for any x below about -104.
+// Ops::scale_pow2 gives exactly +0, as it does for any x below about -104
+// (AVX-512, after subnormals) or -88 (AVX2, which flushes them).
 template <class V, class Ops>
 V exp_nonpos(V x) {
   const V y = Ops::mul(x, Ops::set1(1.44269504088896341f));

@@ -216,8 +216,9 @@ int run(const Opts& o) {
       const double per = time_path(o, w, q, out, attn_per_sequence);
       const double flops = 4.0 * b * o.heads * double(n_p) * o.dim;
       const double bytes = (double(n_s) + double(b) * (n_p - n_s)) * o.heads * o.dim * 2 * 2;
-      const bool compute = flops / (roof.fp32_gflops * 1e3) > bytes / (roof.read_gbs * 1e3);
-      const double bound_us = std::max(flops / (roof.fp32_gflops * 1e3), bytes / (roof.read_gbs * 1e3));
+      const double flop_us = flops / (roof.fp32_gflops * 1e3), byte_us = bytes / (roof.read_gbs * 1e3);
+      const bool compute = flop_us > byte_us;
+      const double bound_us = std::max(flop_us, byte_us);
       // Compute-bound cells also pair each timed call with an FMA probe of
       // about its length, run right after it. This host's speed drifts by up
       // to +-30% within seconds (neighbours on the same cores), so a peak read

@@ -158,10 +158,10 @@ KvStatus PrefixTree::join(SeqId id, std::span<const int32_t> tokens, int* matche
   if (seqs_.count(id)) return {KvCode::kSequenceExists, "sequence " + std::to_string(id) + " exists"};
   const int c = layout().chunk_size, n = int(tokens.size());
   std::vector<ChunkId> path;
-  ChunkId node = -1;
+  ChunkId node = kNoChunk;
   int i = 0;
   while (i + c <= n) {
-    ChunkId next = -1;
+    ChunkId next = kNoChunk;
     for (ChunkId ch : children_of(node)) {
       const auto& t = meta_[size_t(ch)].tokens;
       if (int(t.size()) == c && std::equal(t.begin(), t.end(), tokens.begin() + i)) {
@@ -175,7 +175,7 @@ KvStatus PrefixTree::join(SeqId id, std::span<const int32_t> tokens, int* matche
     i += c;
   }
   // The longest partial match among the children of where the walk stopped.
-  ChunkId best = -1;
+  ChunkId best = kNoChunk;
   int best_m = 0;
   for (ChunkId ch : children_of(node)) {
     const auto& t = meta_[size_t(ch)].tokens;
@@ -221,8 +221,8 @@ KvStatus PrefixTree::append(SeqId id, std::span<const int32_t> tokens) {
   Seq& seq = it->second;
   const int c = layout().chunk_size, n = int(tokens.size());
   if (n == 0) return KvStatus::Ok();
-  const ChunkId tail = seq.chunks.empty() ? -1 : seq.chunks.back();
-  const bool cow = tail >= 0 && chunk_length(tail) < c && meta_[size_t(tail)].ref > 1;  // a forked partial tail
+  const ChunkId tail = seq.chunks.empty() ? kNoChunk : seq.chunks.back();
+  const bool cow = tail != kNoChunk && chunk_length(tail) < c && meta_[size_t(tail)].ref > 1;  // a forked partial tail
   const int need = chunks_to_append(id, n);
   if (need > available())
     return {KvCode::kPoolExhausted, "need " + std::to_string(need) + " chunks, " +
@@ -237,7 +237,7 @@ KvStatus PrefixTree::append(SeqId id, std::span<const int32_t> tokens) {
     dirty_ = true;
   }
   for (int32_t t : tokens) {
-    ChunkId last = seq.chunks.empty() ? -1 : seq.chunks.back();
+    ChunkId last = seq.chunks.empty() ? kNoChunk : seq.chunks.back();
     if (last < 0 || chunk_length(last) == c) {
       const ChunkId fresh = allocate_chunk();  // cannot fail: counted above
       attach(fresh, last);
@@ -257,8 +257,8 @@ int PrefixTree::chunks_to_append(SeqId id, int n) const {
   const std::vector<ChunkId> none;
   const auto& chunks = it == seqs_.end() ? none : it->second.chunks;
   const int c = layout().chunk_size;
-  const ChunkId tail = chunks.empty() ? -1 : chunks.back();
-  const int room = tail < 0 ? 0 : c - chunk_length(tail);
+  const ChunkId tail = chunks.empty() ? kNoChunk : chunks.back();
+  const int room = tail == kNoChunk ? 0 : c - chunk_length(tail);
   const bool cow = n > 0 && room > 0 && meta_[size_t(tail)].ref > 1;
   return (std::max(0, n - room) + c - 1) / c + (cow ? 1 : 0);
 }
@@ -356,7 +356,7 @@ std::shared_ptr<const KernelContext> PrefixTree::context() {
   auto ctx = std::make_shared<KernelContext>();
   ctx->version = ++version_;
   std::unordered_map<ChunkId, std::vector<SeqId>> ending;
-  for (const auto& [id, s] : seqs_) ending[s.chunks.empty() ? -1 : s.chunks.back()].push_back(id);
+  for (const auto& [id, s] : seqs_) ending[s.chunks.empty() ? kNoChunk : s.chunks.back()].push_back(id);
   for (auto& [c, ids] : ending) std::sort(ids.begin(), ids.end());
 
   struct Frame {

@@ -110,7 +110,7 @@ class PrefixTree {
  private:
   struct Chunk {
     std::vector<int32_t> tokens;
-    ChunkId parent = -1;
+    ChunkId parent = kNoChunk;
     std::vector<ChunkId> children;
     int ref = 0;  // live sequences whose path contains this chunk
     uint64_t last_used = 0;
