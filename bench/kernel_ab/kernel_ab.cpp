@@ -1,4 +1,4 @@
-// Two versions of the AVX-512 block kernel and of attention.cpp (A = a git
+// Two versions of one ISA's block kernel and of attention.cpp (A = a git
 // revision, B = the working tree; see kernel_ab.sh) timed in one process:
 // the block kernel on one cache-resident chunk and the Table 3 cell at
 // n_p = n_s = 4096, A and B alternating within every round, best time of each
@@ -28,16 +28,16 @@
 #include "cli/roofline.h"
 
 namespace A {
-#include "A/attn/block_avx512.cpp"
+#include "A/attn/block_kernel.cpp"
 #include "A/attn/attention.cpp"
-void cs::kernel(const ::cs::BlockJob& j) { block_entry<Ops512>(j); }
-void block(const ::cs::BlockJob& j) { block_entry<Ops512>(j); }
+void cs::kernel(const ::cs::BlockJob& j) { block_entry<OPS>(j); }
+void block(const ::cs::BlockJob& j) { block_entry<OPS>(j); }
 }  // namespace A
 namespace B {
-#include "B/attn/block_avx512.cpp"
+#include "B/attn/block_kernel.cpp"
 #include "B/attn/attention.cpp"
-void cs::kernel(const ::cs::BlockJob& j) { block_entry<Ops512>(j); }
-void block(const ::cs::BlockJob& j) { block_entry<Ops512>(j); }
+void cs::kernel(const ::cs::BlockJob& j) { block_entry<OPS>(j); }
+void block(const ::cs::BlockJob& j) { block_entry<OPS>(j); }
 }  // namespace B
 
 namespace {
@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
   std::vector<Case> cases;
   std::vector<std::unique_ptr<bench::BlockFixture>> blocks;
   for (KvType type : {KvType::kF16, KvType::kF32})
-    for (int nq : {8, 32, 64}) {
+    for (int nq : {1, 4, 8, 32, 64}) {
       blocks.push_back(std::make_unique<bench::BlockFixture>(nq, type));
       bench::BlockFixture* b = blocks.back().get();
       cases.push_back({std::string(type == KvType::kF16 ? "block f16" : "block f32") + " rows " + std::to_string(nq), 1,
@@ -69,15 +69,34 @@ int main(int argc, char** argv) {
                          for (int i = 0; i < 50; ++i) (v ? B::block : A::block)(b->job);
                        }});
     }
-  bench::SharedCell cell(32, 32, 4096);
-  AttnProblem p = cell.problem();
-  std::vector<float> out[2] = {cell.out, cell.out};
-  for (int threads : {1, 2})
+  // The same cache-resident chunk on both threads at once (each its own copy):
+  // how the kernel scales when nothing is shared but the core pair.
+  blocks.push_back(std::make_unique<bench::BlockFixture>(32, KvType::kF16));
+  blocks.push_back(std::make_unique<bench::BlockFixture>(32, KvType::kF16));
+  bench::BlockFixture* pair[2] = {blocks[blocks.size() - 2].get(), blocks.back().get()};
+  cases.push_back({"block f16 rows 32", 2, 2 * 400 * pair[0]->flops(), [pair](int v) {
+#pragma omp parallel num_threads(2)
+                     for (int i = 0; i < 400; ++i) (v ? B::block : A::block)(pair[omp_get_thread_num()]->job);
+                   }});
+  // The Table 3 cell, and a 512-token one whose K/V (8 MB) stays in L3: the
+  // gap between the two is time spent waiting on DRAM.
+  bench::SharedCell cell(32, 32, 4096), small(32, 32, 512);
+  AttnProblem p = cell.problem(), ps = small.problem();
+  std::vector<float> out[2] = {cell.out, cell.out}, outs[2] = {small.out, small.out};
+  for (int threads : {1, 2}) {
     cases.push_back({"TPP cell 4096/4096", threads, cell.flops(), [&p, &out](int v) {
                        p.out = out[v].data();
                        if (v) B::cs::attn_tpp(p, {});
                        else A::cs::attn_tpp(p, {});
                      }});
+    cases.push_back({"TPP cell 512/512", threads, 8 * small.flops(), [&ps, &outs](int v) {
+                       ps.out = outs[v].data();
+                       for (int i = 0; i < 8; ++i) {
+                         if (v) B::cs::attn_tpp(ps, {});
+                         else A::cs::attn_tpp(ps, {});
+                       }
+                     }});
+  }
   double peak[3] = {0, 0, 0};
   for (int r = 0; r < rounds; ++r)
     for (Case& c : cases) {

@@ -13,10 +13,11 @@ namespace {
 struct Ops512 {
   using V = __m512;
   static constexpr int kWidth = 16;
-  static constexpr int kRows = 6;    // score rows per register block (24 accumulators)
-  static constexpr int kTile = 4;    // key vectors per score block
-  static constexpr int kPvRows = 6;  // output rows per register block (24 accumulators)
-  static constexpr int kPvCols = 64; // output columns per block
+  // 32 registers: 6 rows x 4 vectors = 24 accumulators for either GEMM;
+  // one row still has 4 independent chains, so no separate few-row shape.
+  using Many = Shape<6, 4, 6, 64>;
+  using Few = Many;
+  static constexpr int kFewRows = 0;
   static V zero() { return _mm512_setzero_ps(); }
   static V set1(float x) { return _mm512_set1_ps(x); }
   static V load(const float* p) { return _mm512_loadu_ps(p); }

@@ -121,6 +121,16 @@ void for_row_blocks(int nq, F&& f) {
   for (int b = 0, r0 = 0; b < blocks; r0 += base + (b < extra), ++b) f(r0, base + (b < extra));
 }
 
+// Register tiling of the two GEMMs: score blocks of kRows rows x kTile
+// vectors of keys, P.V blocks of kPvRows rows x kPvCols output columns. Each
+// ISA's Ops names two: `Many` for batched rows and `Few` for jobs of at most
+// Ops::kFewRows rows, where a tall block would leave too few independent
+// accumulators to cover the FMA latency (one decode row of one sequence).
+template <int Rows, int Tile, int PvRows, int PvCols>
+struct Shape {
+  static constexpr int kRows = Rows, kTile = Tile, kPvRows = PvRows, kPvCols = PvCols;
+};
+
 // Online softmax for all rows, Ops::kWidth rows at a time: turns S into
 // weights exp(s - m_new) (0 where masked), folds their sums into l, moves m,
 // and rescales o where m moved. Row maxima and sums of a group come out of
@@ -185,7 +195,7 @@ void softmax_rows(const cs::BlockJob& j, float* S, int cols) {
 // slice of K^T, then each 64-column slice of V, is widened to fp32 once, by
 // the first row block while it computes, into one buffer the other row
 // blocks read, so the working set stays near L1 size.
-template <class Ops, class E, int D, bool kWiden>
+template <class Ops, class Sh, class E, int D, bool kWiden>
 void block_impl(const cs::BlockJob& job) {
   constexpr int W = Ops::kWidth;
   constexpr int kMaxRows = 64;
@@ -197,7 +207,7 @@ void block_impl(const cs::BlockJob& job) {
   int len = 0;
   for (int r = 0; r < j.nq; ++r) len = j.limit[r] > len ? j.limit[r] : len;
   if (len == 0) return;
-  const int cols = (len + Ops::kTile * W - 1) / (Ops::kTile * W) * (Ops::kTile * W);
+  const int cols = (len + Sh::kTile * W - 1) / (Sh::kTile * W) * (Sh::kTile * W);
   // Callers that pre-scale their queries into contiguous rows skip this copy.
   const float* qs = j.q;
   if (j.scale != 1.0f || j.q_stride != D) {
@@ -207,18 +217,18 @@ void block_impl(const cs::BlockJob& job) {
   }
   const int block_bytes = D * j.c * int(sizeof(E));
   constexpr int KD = kWiden && D > 64 ? 64 : D;
-  constexpr int DH = D < Ops::kPvCols ? D : Ops::kPvCols;
+  constexpr int DH = D < Sh::kPvCols ? D : Sh::kPvCols;
   // Each row block steps once per d (scores) or key (P.V) of every tile.
-  Prefetch pf_k(j.next_kt, block_bytes, row_blocks<Ops::kRows>(j.nq) * D * (cols / (Ops::kTile * W)));
-  Prefetch pf_v(j.next_v, block_bytes, row_blocks<Ops::kPvRows>(j.nq) * (D / DH) * len);
+  Prefetch pf_k(j.next_kt, block_bytes, row_blocks<Sh::kRows>(j.nq) * D * (cols / (Sh::kTile * W)));
+  Prefetch pf_v(j.next_v, block_bytes, row_blocks<Sh::kPvRows>(j.nq) * (D / DH) * len);
   // S = q . K^T in 64-row slices of K^T. With fp16/bf16 storage the first row
   // block reads the slice and widens it into `wide` as it goes (16 KB, so it,
   // q and S fit L1 together); the other row blocks read the fp32 copy.
-  constexpr int T = Ops::kTile, NV = DH / W;
+  constexpr int T = Sh::kTile, NV = DH / W;
   for (int k0 = 0; k0 < D; k0 += KD) {
     const E* src = reinterpret_cast<const E*>(j.kt) + k0 * j.c;
-    for_row_blocks<Ops::kRows>(j.nq, [&](int r0, int nr) {
-      with_rows<Ops::kRows>(nr, [&](auto R) {
+    for_row_blocks<Sh::kRows>(j.nq, [&](int r0, int nr) {
+      with_rows<Sh::kRows>(nr, [&](auto R) {
         constexpr int RR = decltype(R)::value;
         const float* q = qs + r0 * D + k0;
         for (int col = 0; col < cols; col += T * W) {
@@ -235,8 +245,8 @@ void block_impl(const cs::BlockJob& job) {
   // P.V in 64-column slices of V, widened the same way by the first row block.
   for (int c0 = 0; c0 < D; c0 += DH) {
     const E* src = reinterpret_cast<const E*>(j.v) + c0;
-    for_row_blocks<Ops::kPvRows>(j.nq, [&](int r0, int nr) {
-      with_rows<Ops::kPvRows>(nr, [&](auto R) {
+    for_row_blocks<Sh::kPvRows>(j.nq, [&](int r0, int nr) {
+      with_rows<Sh::kPvRows>(nr, [&](auto R) {
         constexpr int RR = decltype(R)::value;
         const float* p = S + r0 * cols;
         float* o = j.o + r0 * j.o_stride + c0;
@@ -250,8 +260,9 @@ void block_impl(const cs::BlockJob& job) {
 
 template <class Ops, class E, int D>
 void dispatch_rows(const cs::BlockJob& j) {
-  if (j.nq > 4 && sizeof(E) == 2) return block_impl<Ops, E, D, true>(j);
-  block_impl<Ops, E, D, false>(j);
+  if (j.nq <= Ops::kFewRows) return block_impl<Ops, typename Ops::Few, E, D, false>(j);
+  if (j.nq > 4 && sizeof(E) == 2) return block_impl<Ops, typename Ops::Many, E, D, true>(j);
+  block_impl<Ops, typename Ops::Many, E, D, false>(j);
 }
 
 template <class Ops, int D>
