@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
   std::vector<Case> cases;
   std::vector<std::unique_ptr<bench::BlockFixture>> blocks;
   for (KvType type : {KvType::kF16, KvType::kF32})
-    for (int nq : {1, 4, 8, 32, 64}) {
+    for (int nq : {1, 2, 3, 8, 32}) {
       blocks.push_back(std::make_unique<bench::BlockFixture>(nq, type));
       bench::BlockFixture* b = blocks.back().get();
       cases.push_back({std::string(type == KvType::kF16 ? "block f16" : "block f32") + " rows " + std::to_string(nq), 1,

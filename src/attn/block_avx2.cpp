@@ -11,11 +11,17 @@ struct Ops256 {
   static constexpr int kWidth = 8;
   // 16 registers: 6 rows x 2 vectors = 12 accumulators, 2 for K^T or V, one
   // broadcast; 8 loads feed 12 FMAs (4 rows x 2 ran at ~70% of peak on Zen 3,
-  // load-bound; 6 x 2 at ~80%). One or two rows take 4 (scores) and 8 (P.V)
-  // vectors per row instead, so 8 FMA chains stay in flight.
+  // load-bound; 6 x 2 at ~80%). One or two rows take 8 or 4 vectors per row
+  // instead, so 8 FMA chains stay in flight.
   using Many = Shape<6, 2, 6, 16>;
-  using Few = Shape<2, 4, 1, 64>;
+  using One = Shape<1, 8, 1, 64>;
+  using Two = Shape<2, 4, 2, 32>;
   static constexpr int kFewRows = 2;
+  // fp16/bf16 K/V are widened in registers by every row block, never into a
+  // shared fp32 copy: on Zen 3 the conversions issue beside the FMAs, and
+  // the copy's first row block stalled on K/V lines arriving from L2/DRAM
+  // (the Table 3 cell ran 17% slower with it).
+  static constexpr int kWidenRows = 1 << 30;
   static V zero() { return _mm256_setzero_ps(); }
   static V set1(float x) { return _mm256_set1_ps(x); }
   static V load(const float* p) { return _mm256_loadu_ps(p); }

@@ -16,8 +16,13 @@ struct Ops512 {
   // 32 registers: 6 rows x 4 vectors = 24 accumulators for either GEMM;
   // one row still has 4 independent chains, so no separate few-row shape.
   using Many = Shape<6, 4, 6, 64>;
-  using Few = Many;
+  using One = Many;
+  using Two = Many;
   static constexpr int kFewRows = 0;
+  // From this many rows on, fp16/bf16 K/V are widened once into a shared fp32
+  // copy (block_impl): vcvtph2ps takes the FMA ports here, so one conversion
+  // per element beats one per row block.
+  static constexpr int kWidenRows = 5;
   static V zero() { return _mm512_setzero_ps(); }
   static V set1(float x) { return _mm512_set1_ps(x); }
   static V load(const float* p) { return _mm512_loadu_ps(p); }

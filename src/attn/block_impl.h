@@ -260,8 +260,11 @@ void block_impl(const cs::BlockJob& job) {
 
 template <class Ops, class E, int D>
 void dispatch_rows(const cs::BlockJob& j) {
-  if (j.nq <= Ops::kFewRows) return block_impl<Ops, typename Ops::Few, E, D, false>(j);
-  if (j.nq > 4 && sizeof(E) == 2) return block_impl<Ops, typename Ops::Many, E, D, true>(j);
+  if (j.nq <= Ops::kFewRows) {
+    if (j.nq == 1) return block_impl<Ops, typename Ops::One, E, D, false>(j);
+    return block_impl<Ops, typename Ops::Two, E, D, false>(j);
+  }
+  if (j.nq >= Ops::kWidenRows && sizeof(E) == 2) return block_impl<Ops, typename Ops::Many, E, D, true>(j);
   block_impl<Ops, typename Ops::Many, E, D, false>(j);
 }
 

@@ -8,7 +8,10 @@
 //  - RelayAttention Eq. 10: theoretical vs measured speedup over system-prompt
 //    length (b = 32, 128 request-specific tokens).
 // The roofline (memory read GB/s, fp32 GFLOP/s) is measured first and each
-// TPP cell reports the fraction of its roofline bound it reaches.
+// TPP cell reports the fraction of its roofline bound it reaches (the fp32
+// peak being the highest FMA probe so far, so a slow probe cannot inflate
+// it), and, when compute-bound, the median ratio to a probe run beside each
+// timed call.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -39,16 +42,13 @@ struct Opts {
 };
 
 // One warm-up call, then `reps` timed calls; returns each call's seconds.
-// `after(seconds)` runs after each timed call, outside its timing.
-std::vector<double> timed_calls(const std::function<void()>& fn, int reps,
-                                const std::function<void(double)>& after = nullptr) {
+std::vector<double> timed_calls(const std::function<void()>& fn, int reps) {
   fn();
   std::vector<double> t;
   for (int r = 0; r < reps; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
     fn();
     t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    if (after) after(t.back());
   }
   return t;
 }
@@ -59,6 +59,31 @@ double median(std::vector<double> v) {
 }
 
 double median_us(const std::function<void()>& fn, int reps) { return median(timed_calls(fn, reps)) * 1e6; }
+
+// Times calls against each other: one warm-up each, then `reps` rounds in
+// which every call runs once, in an order that rotates from round to round;
+// returns each call's median microseconds. This host's neighbours slow it in
+// spells of seconds, so columns timed in the same rounds share the spells and
+// their ratios hold, where columns timed one after the other did not (two
+// runs of the very same code once differed by 16%). `after[i](seconds)`, if
+// given, runs after each timed call of fns[i], outside its timing.
+std::vector<double> interleaved_us(const std::vector<std::function<void()>>& fns, int reps,
+                                   const std::vector<std::function<void(double)>>& after = {}) {
+  const size_t n = fns.size();
+  std::vector<std::vector<double>> t(n);
+  for (const auto& f : fns) f();
+  for (int r = 0; r < reps; ++r)
+    for (size_t k = 0; k < n; ++k) {
+      const size_t i = (k + size_t(r)) % n;
+      const auto t0 = std::chrono::steady_clock::now();
+      fns[i]();
+      t[i].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      if (i < after.size() && after[i]) after[i](t[i].back());
+    }
+  std::vector<double> us(n);
+  for (size_t i = 0; i < n; ++i) us[i] = median(t[i]) * 1e6;
+  return us;
+}
 
 // b sequences of n_s shared + n_p - n_s private tokens (all private when
 // !share), K/V filled with random fp16 values.
@@ -115,10 +140,11 @@ AttnProblem problem(const Opts& o, const World& w, const std::vector<float>& q, 
   return p;
 }
 
-double time_path(const Opts& o, const World& w, const std::vector<float>& q, std::vector<float>& out,
-                 void (*path)(const AttnProblem&)) {
+// A call of one attention path on a world (its problem captured by value).
+std::function<void()> call(const Opts& o, const World& w, const std::vector<float>& q, std::vector<float>& out,
+                           void (*path)(const AttnProblem&)) {
   const AttnProblem p = problem(o, w, q, out);
-  return median_us([&] { path(p); }, o.reps);
+  return [p, path] { path(p); };
 }
 
 void tpp_default(const AttnProblem& p) { attn_tpp(p); }
@@ -169,25 +195,17 @@ double time_contiguous(const Opts& o, int b, int n, const std::vector<float>& q)
       o.reps);
 }
 
-// Median us of per-sequence attention on a cache of b sequences of n tokens
-// with nothing shared (each world freed before the next is built).
-double time_unshared(const Opts& o, int b, int n, const std::vector<float>& q, std::vector<float>& out) {
-  World w = build(o, b, 0, n, false);
-  return time_path(o, w, q, out, attn_per_sequence);
-}
-
-// The figures' three columns: per-sequence unshared, per-sequence on the
-// shared chunks, two-phase partition; b sequences, n_s shared + n_c own tokens.
+// Per-sequence without sharing, per-sequence on shared chunks, two-phase
+// partition, timed in the same rounds; b sequences, n_s shared + n_c own tokens.
 struct Trio {
   double noshare, per, tpp;
 };
 Trio time_trio(const Opts& o, int b, int n_s, int n_c, const std::vector<float>& q, std::vector<float>& out) {
-  Trio r;
-  r.noshare = time_unshared(o, b, n_s + n_c, q, out);
-  World w = build(o, b, n_s, n_s + n_c, true);
-  r.per = time_path(o, w, q, out, attn_per_sequence);
-  r.tpp = time_path(o, w, q, out, tpp_default);
-  return r;
+  const World alone = build(o, b, 0, n_s + n_c, false), shared = build(o, b, n_s, n_s + n_c, true);
+  const auto us = interleaved_us({call(o, alone, q, out, attn_per_sequence), call(o, shared, q, out, attn_per_sequence),
+                                  call(o, shared, q, out, tpp_default)},
+                                 o.reps);
+  return {us[0], us[1], us[2]};
 }
 
 int run(const Opts& o) {
@@ -208,31 +226,38 @@ int run(const Opts& o) {
               "TPP vs per-seq no-share | TPP vs per-seq shared | TPP roofline | TPP vs paired FMA peak |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
   const auto q = queries(o, b);
+  // The fp32 peak the fractions are taken of: the start-of-run probe, raised
+  // by every paired probe that reads higher. A probe that ran during a noisy
+  // spell (this host's neighbours at times halve it) then cannot inflate a
+  // cell's fraction; the fraction only errs low.
+  double peak = roof.fp32_gflops;
   for (int n_p : nps) {
     const double contiguous = time_contiguous(o, b, n_p, q);
-    const double noshare = time_unshared(o, b, n_p, q, out);
+    const World alone = build(o, b, 0, n_p, false);
     for (int n_s : {0, n_p / 2, 3 * n_p / 4, n_p}) {
-      World w = build(o, b, n_s, n_p, true);
-      const double per = time_path(o, w, q, out, attn_per_sequence);
+      const World w = build(o, b, n_s, n_p, true);
       const double flops = 4.0 * b * o.heads * double(n_p) * o.dim;
       const double bytes = (double(n_s) + double(b) * (n_p - n_s)) * o.heads * o.dim * 2 * 2;
-      const double flop_us = flops / (roof.fp32_gflops * 1e3), byte_us = bytes / (roof.read_gbs * 1e3);
-      const bool compute = flop_us > byte_us;
-      const double bound_us = std::max(flop_us, byte_us);
+      const double byte_us = bytes / (roof.read_gbs * 1e3);
+      const bool compute = flops / (peak * 1e3) > byte_us;
       // Compute-bound cells also pair each timed call with an FMA probe of
       // about its length, run right after it. This host's speed drifts by up
       // to +-30% within seconds (neighbours on the same cores), so a peak read
       // at start and a kernel timed a minute later are not like with like; a
       // pair taken together is. The cell reports the median pair's ratio.
       std::vector<double> fractions;
-      std::function<void(double)> pair;
+      std::function<void(double)> pair = nullptr;
       if (compute)
         pair = [&](double t) {
-          fractions.push_back(flops / t / 1e9 / fma_probe_gflops(std::max(100000L, long(t * 4e8))));
+          const double probe = fma_probe_gflops(std::max(100000L, long(t * 4e8)));
+          peak = std::max(peak, probe);
+          fractions.push_back(flops / t / 1e9 / probe);
         };
-      const AttnProblem tp = problem(o, w, q, out);
-      const double tpp = median(timed_calls([&] { attn_tpp(tp); }, o.reps, pair)) * 1e6;
-      const double relay = time_path(o, w, q, out, attn_relay);
+      const auto us = interleaved_us({call(o, alone, q, out, attn_per_sequence), call(o, w, q, out, attn_per_sequence),
+                                      call(o, w, q, out, tpp_default), call(o, w, q, out, attn_relay)},
+                                     o.reps, {nullptr, nullptr, pair});
+      const double noshare = us[0], per = us[1], tpp = us[2], relay = us[3];
+      const double bound_us = std::max(flops / (peak * 1e3), byte_us);
       const double paired = compute ? median(fractions) : 0;
       char paired_txt[32] = "-";
       if (compute) std::snprintf(paired_txt, sizeof paired_txt, "%.0f%%", 100 * paired);
@@ -247,6 +272,8 @@ int run(const Opts& o) {
     }
   }
 
+  std::printf("\nfp32 peak the fractions use: %.1f GFLOP/s (highest FMA probe so far)\n", peak);
+  js["fp32_peak_used_gflops"] = peak;
   if (o.table3_only) {
     if (!o.json.empty()) std::ofstream(o.json) << js.dump(1) << "\n";
     return 0;
@@ -282,9 +309,9 @@ int run(const Opts& o) {
   std::printf("| system prompt s | theoretical | measured | relay us | per-seq us |\n|---|---|---|---|---|\n");
   const std::vector<int> ss = o.quick ? std::vector<int>{128} : std::vector<int>{256, 512, 1024, 2048, 4096};
   for (int s : ss) {
-    const double noshare = time_unshared(o, b, s + ctxlen, q, out);
-    World w = build(o, b, s, s + ctxlen, true);
-    const double relay = time_path(o, w, q, out, attn_relay);
+    const World alone = build(o, b, 0, s + ctxlen, false), w = build(o, b, s, s + ctxlen, true);
+    const auto us = interleaved_us({call(o, alone, q, out, attn_per_sequence), call(o, w, q, out, attn_relay)}, o.reps);
+    const double noshare = us[0], relay = us[1];
     const double theory = (s + ctxlen + 2.0) / (double(s) / b + ctxlen + 7.0);
     std::printf("| %d | %.2fx | %.2fx | %.0f | %.0f |\n", s, theory, noshare / relay, relay, noshare);
     js["relay_eq10"].push_back({{"s", s}, {"theoretical", theory}, {"measured", noshare / relay}});
