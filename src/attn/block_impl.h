@@ -242,17 +242,30 @@ void block_impl(const cs::BlockJob& job) {
     });
   }
   softmax_rows<Ops, D>(j, S, cols);
-  // P.V in 64-column slices of V, widened the same way by the first row block.
-  for (int c0 = 0; c0 < D; c0 += DH) {
-    const E* src = reinterpret_cast<const E*>(j.v) + c0;
+  // P.V in DH-column slices of V. With the shared fp32 copy, slice by slice
+  // (the first row block widens each); without it, each row block sweeps all
+  // slices in one compiled-for-its-height loop, so the dispatch on the row
+  // count is paid once per row block, not once per slice.
+  if constexpr (kWiden) {
+    for (int c0 = 0; c0 < D; c0 += DH) {
+      const E* src = reinterpret_cast<const E*>(j.v) + c0;
+      for_row_blocks<Sh::kPvRows>(j.nq, [&](int r0, int nr) {
+        with_rows<Sh::kPvRows>(nr, [&](auto R) {
+          constexpr int RR = decltype(R)::value;
+          const float* p = S + r0 * cols;
+          float* o = j.o + r0 * j.o_stride + c0;
+          if (r0 == 0) rank1_rows<Ops, E, NV, RR, true>(p, cols, src, D, len, o, j.o_stride, true, pf_v, wide, DH);
+          else rank1_rows<Ops, float, NV, RR>(p, cols, wide, DH, len, o, j.o_stride, true, pf_v);
+        });
+      });
+    }
+  } else {
+    const E* v = reinterpret_cast<const E*>(j.v);
     for_row_blocks<Sh::kPvRows>(j.nq, [&](int r0, int nr) {
       with_rows<Sh::kPvRows>(nr, [&](auto R) {
         constexpr int RR = decltype(R)::value;
-        const float* p = S + r0 * cols;
-        float* o = j.o + r0 * j.o_stride + c0;
-        if constexpr (!kWiden) rank1_rows<Ops, E, NV, RR>(p, cols, src, D, len, o, j.o_stride, true, pf_v);
-        else if (r0 == 0) rank1_rows<Ops, E, NV, RR, true>(p, cols, src, D, len, o, j.o_stride, true, pf_v, wide, DH);
-        else rank1_rows<Ops, float, NV, RR>(p, cols, wide, DH, len, o, j.o_stride, true, pf_v);
+        for (int c0 = 0; c0 < D; c0 += DH)
+          rank1_rows<Ops, E, NV, RR>(S + r0 * cols, cols, v + c0, D, len, j.o + r0 * j.o_stride + c0, j.o_stride, true, pf_v);
       });
     });
   }
