@@ -22,6 +22,10 @@ struct Ops256 {
   // the copy's first row block stalled on K/V lines arriving from L2/DRAM
   // (the Table 3 cell ran 17% slower with it).
   static constexpr int kWidenRows = 1 << 30;
+  // The next chunk's prefetches go out in the first half of this chunk's
+  // steps (one per ~36 cycles): spread over all of them, the cell lost 13%
+  // to K/V arriving late; much denser, Zen 3 drops some requests.
+  static constexpr int kPrefetchFront = 2;
   static V zero() { return _mm256_setzero_ps(); }
   static V set1(float x) { return _mm256_set1_ps(x); }
   static V load(const float* p) { return _mm256_loadu_ps(p); }

@@ -218,9 +218,11 @@ void block_impl(const cs::BlockJob& job) {
   const int block_bytes = D * j.c * int(sizeof(E));
   constexpr int KD = kWiden && D > 64 ? 64 : D;
   constexpr int DH = D < Sh::kPvCols ? D : Sh::kPvCols;
-  // Each row block steps once per d (scores) or key (P.V) of every tile.
-  Prefetch pf_k(j.next_kt, block_bytes, row_blocks<Sh::kRows>(j.nq) * D * (cols / (Sh::kTile * W)));
-  Prefetch pf_v(j.next_v, block_bytes, row_blocks<Sh::kPvRows>(j.nq) * (D / DH) * len);
+  // Each row block steps once per d (scores) or key (P.V) of every tile; the
+  // requests are spread over the first 1 / Ops::kPrefetchFront of the steps.
+  constexpr int F = Ops::kPrefetchFront;
+  Prefetch pf_k(j.next_kt, block_bytes, row_blocks<Sh::kRows>(j.nq) * D * (cols / (Sh::kTile * W)) / F);
+  Prefetch pf_v(j.next_v, block_bytes, row_blocks<Sh::kPvRows>(j.nq) * (D / DH) * len / F);
   // S = q . K^T in 64-row slices of K^T. With fp16/bf16 storage the first row
   // block reads the slice and widens it into `wide` as it goes (16 KB, so it,
   // q and S fit L1 together); the other row blocks read the fp32 copy.
