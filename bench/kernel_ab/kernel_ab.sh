@@ -2,7 +2,8 @@
 # In-process A/B of the attention kernel: the kernel and attention.cpp
 # at git revision REV (A) and in the working tree (B) are compiled into one
 # binary and timed in interleaved rounds, so both see the same machine noise.
-# Prints the best time of each as a fraction of the best FMA probe, and B/A.
+# Prints the best time of each as a fraction of the best FMA probe, B/A of the
+# best times and the median of the rounds' B/A.
 #   [ISA=avx2|avx512] bench/kernel_ab/kernel_ab.sh REV [rounds]   (after building build/)
 # ISA picks the kernel compared (default: AVX-512 when the CPU has it, else AVX2).
 # Knock-out runs: edit the working tree (e.g. skip softmax_rows) and compare to HEAD.
