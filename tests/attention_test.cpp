@@ -355,6 +355,7 @@ TEST(Block, RowsAgreeWithScalarAndDoNotDependOnTheBatch) {
           std::vector<int> limit(static_cast<size_t>(nq));
           for (auto& x : limit) x = int(rng() % 4) == 0 ? 0 : int(rng() % uint32_t(c)) + 1;
           // Runs rows [r0, r0 + n) through both chunks with the current ISA.
+          void (*kernel)(const BlockJob&) = block_update;
           auto run = [&](int r0, int n, std::vector<float>& o, std::vector<float>& m, std::vector<float>& l) {
             o.assign(size_t(n) * d, 0.0f);
             m.assign(size_t(n), -INFINITY);
@@ -377,16 +378,28 @@ TEST(Block, RowsAgreeWithScalarAndDoNotDependOnTheBatch) {
               j.l = l.data();
               j.next_kt = kt[1 - b].data();  // a prefetch hint changes nothing
               j.next_v = v[1 - b].data();
-              block_update(j);
+              kernel(j);
             }
           };
           std::vector<float> o_ref, m_ref, l_ref;
           set_isa_for_testing(Isa::kScalar);
           run(0, nq, o_ref, m_ref, l_ref);
-          for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
+          // The AVX2 kernel twice: as dispatched, and forced onto the shared
+          // fp32 copy of fp16/bf16 K/V that only AVX-512 picks, so that path
+          // is checked on any CPU with AVX2.
+          const struct {
+            Isa isa;
+            void (*fn)(const BlockJob&);
+            const char* name;
+          } variants[] = {{Isa::kAvx2, block_update, "avx2"},
+                          {Isa::kAvx2, block_update_avx2_shared_copy, "avx2 shared copy"},
+                          {Isa::kAvx512, block_update, "avx512"}};
+          for (const auto& var : variants) {
+            const Isa isa = var.isa;
             if (int(isa) > int(hw)) continue;
             set_isa_for_testing(isa);
-            const std::string at = std::string(isa_name(isa)) + " type " + std::to_string(type) + " d " +
+            kernel = var.fn;
+            const std::string at = std::string(var.name) + " type " + std::to_string(type) + " d " +
                                    std::to_string(d) + " c " + std::to_string(c) + " nq " + std::to_string(nq);
             std::vector<float> o, m, l, o1, m1, l1;
             run(0, nq, o, m, l);
@@ -407,6 +420,7 @@ TEST(Block, RowsAgreeWithScalarAndDoNotDependOnTheBatch) {
               for (int x = 0; x < d; ++x) ASSERT_EQ(o1[size_t(x)], o[size_t(r) * d + x]) << at << " row " << r;
             }
           }
+          kernel = block_update;
           set_isa_for_testing(hw);
         }
 }

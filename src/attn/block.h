@@ -35,5 +35,8 @@ void block_update(const BlockJob& job);
 void block_update_scalar(const BlockJob& job);
 void block_update_avx2(const BlockJob& job);
 void block_update_avx512(const BlockJob& job);
+// The AVX2 kernel forced to widen fp16/bf16 K/V into a shared fp32 copy for
+// 5 or more rows, as AVX-512 does: that code path, tested on AVX2 CPUs.
+void block_update_avx2_shared_copy(const BlockJob& job);
 
 }  // namespace cs

@@ -68,8 +68,14 @@ struct Ops256 {
   }
 };
 
+// Ops256 with the shared fp32 copy switched on (for tests only).
+struct Ops256SharedCopy : Ops256 {
+  static constexpr int kWidenRows = 5;
+};
+
 }  // namespace
 
 namespace cs {
 void block_update_avx2(const BlockJob& job) { block_entry<Ops256>(job); }
+void block_update_avx2_shared_copy(const BlockJob& job) { block_entry<Ops256SharedCopy>(job); }
 }  // namespace cs
