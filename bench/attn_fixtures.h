@@ -62,21 +62,23 @@ struct BlockFixture {
 };
 
 // Table 3's all-shared cell: b sequences holding one n-token prompt (h heads,
-// d = 128, c = 64, fp16), so every chunk is shared by all of them; K/V noise
-// that differs from chunk to chunk (so the running max moves) and b x h
-// queries, one decode row per sequence.
+// d = 128, c = 64, fp16), so every chunk is shared by all of them; with
+// `own` > 0 each sequence then has `own` tokens of its own (a decode batch
+// after a shared prompt: phase two walks those chunks). K/V noise that
+// differs from chunk to chunk (so the running max moves) and b x h queries,
+// one decode row per sequence.
 struct SharedCell {
-  int b, h, n;
+  int b, h, n, own;
   std::unique_ptr<PrefixTree> tree;
   std::shared_ptr<const KernelContext> ctx;
   std::vector<float> q, out;
 
-  SharedCell(int b_, int h_, int n_) : b(b_), h(h_), n(n_) {
+  SharedCell(int b_, int h_, int n_, int own_ = 0) : b(b_), h(h_), n(n_), own(own_) {
     const KvLayout L{1, h, 128, 64, KvType::kF16};
-    tree = std::make_unique<PrefixTree>(L, L.chunk_bytes() * size_t(n / 64 + 40));
-    std::vector<int32_t> prompt(static_cast<size_t>(n));
-    for (int i = 0; i < n; ++i) prompt[size_t(i)] = i;
+    tree = std::make_unique<PrefixTree>(L, L.chunk_bytes() * size_t(n / 64 + b * (own / 64 + 1) + 40));
     for (int s = 0; s < b; ++s) {
+      std::vector<int32_t> prompt(static_cast<size_t>(n + own));
+      for (int i = 0; i < n + own; ++i) prompt[size_t(i)] = i < n ? i : 1000000 * (s + 1) + i;
       int matched = 0;
       if (!tree->join(s, prompt, &matched).ok() ||
           !tree->append(s, std::span<const int32_t>(prompt).subspan(size_t(matched))).ok())
@@ -84,8 +86,11 @@ struct SharedCell {
     }
     ctx = tree->context();
     std::vector<uint16_t> kv(L.chunk_bytes() / 2);
+    std::vector<char> done(size_t(tree->pool().capacity()), 0);
     size_t chunk = 0;
-    for (ChunkId c : tree->chunks_of(0)) {
+    for (ChunkId c : ctx->chunks) {
+      if (done[size_t(c)]) continue;
+      done[size_t(c)] = 1;
       for (size_t i = 0; i < kv.size(); ++i) kv[i] = f32_to_f16(noise(i + 7919 * chunk, 2654435761u, 500));
       std::memcpy(tree->pool().data(c), kv.data(), L.chunk_bytes());
       ++chunk;
@@ -103,7 +108,7 @@ struct SharedCell {
     p.out = out.data();
     return p;
   }
-  double flops() const { return 4.0 * b * h * n * 128; }
+  double flops() const { return 4.0 * b * h * (n + own) * 128; }
 };
 
 }  // namespace cs::bench

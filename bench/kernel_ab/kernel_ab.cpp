@@ -83,9 +83,14 @@ int main(int argc, char** argv) {
                    }});
   // The Table 3 cell, and a 512-token one whose K/V (8 MB) stays in L3: the
   // gap between the two is time spent waiting on DRAM.
-  bench::SharedCell cell(32, 32, 4096), small(32, 32, 512);
-  AttnProblem p = cell.problem(), ps = small.problem();
-  std::vector<float> out[2] = {cell.out, cell.out}, outs[2] = {small.out, small.out};
+  // Figure 4's cell (2048 shared + 64 own tokens per sequence), where phase
+  // two walks one private chunk per sequence and KV head; and 1024 own tokens
+  // each with nothing shared (per-sequence attention, memory-bound: its
+  // fraction of the FMA peak says little, its B/A does).
+  bench::SharedCell cell(32, 32, 4096), small(32, 32, 512), own(32, 32, 2048, 64), alone(32, 32, 0, 1024);
+  AttnProblem p = cell.problem(), ps = small.problem(), po = own.problem(), pa = alone.problem();
+  std::vector<float> out[2] = {cell.out, cell.out}, outs[2] = {small.out, small.out}, outo[2] = {own.out, own.out},
+                     outa[2] = {alone.out, alone.out};
   for (int threads : {1, 2}) {
     cases.push_back({"TPP cell 4096/4096", threads, cell.flops(), [&p, &out](int v) {
                        p.out = out[v].data();
@@ -98,6 +103,18 @@ int main(int argc, char** argv) {
                          if (v) B::cs::attn_tpp(ps, {});
                          else A::cs::attn_tpp(ps, {});
                        }
+                     }});
+    cases.push_back({"TPP cell 2048+64 own", threads, 2 * own.flops(), [&po, &outo](int v) {
+                       po.out = outo[v].data();
+                       for (int i = 0; i < 2; ++i) {
+                         if (v) B::cs::attn_tpp(po, {});
+                         else A::cs::attn_tpp(po, {});
+                       }
+                     }});
+    cases.push_back({"no sharing 0+1024 own", threads, alone.flops(), [&pa, &outa](int v) {
+                       pa.out = outa[v].data();
+                       if (v) B::cs::attn_tpp(pa, {});
+                       else A::cs::attn_tpp(pa, {});
                      }});
   }
   double peak[3] = {0, 0, 0};
@@ -127,6 +144,7 @@ int main(int argc, char** argv) {
                 c.best[0] / c.best[1], c.ratios[c.ratios.size() / 2]);
   }
   double diff = 0;
-  for (size_t i = 0; i < out[0].size(); ++i) diff = std::max(diff, double(std::fabs(out[0][i] - out[1][i])));
-  std::printf("TPP cell: max |A - B| = %.3g\n", diff);
+  for (const auto* o : {out, outs, outo, outa})
+    for (size_t i = 0; i < o[0].size(); ++i) diff = std::max(diff, double(std::fabs(o[0][i] - o[1][i])));
+  std::printf("TPP cells: max |A - B| = %.3g\n", diff);
 }

@@ -220,9 +220,13 @@ void block_impl(const cs::BlockJob& job) {
   constexpr int DH = D < Sh::kPvCols ? D : Sh::kPvCols;
   // Each row block steps once per d (scores) or key (P.V) of every tile; the
   // requests are spread over the first 1 / Ops::kPrefetchFront of the steps.
+  // Jobs of fewer than Ops::kPrefetchMinRows rows are memory-bound (a chunk's
+  // 32 KB feed too few FMAs to hide its fetch) and leave the next chunk to the
+  // hardware prefetcher, which streams it faster than these requests do.
   constexpr int F = Ops::kPrefetchFront;
-  Prefetch pf_k(j.next_kt, block_bytes, row_blocks<Sh::kRows>(j.nq) * D * (cols / (Sh::kTile * W)) / F);
-  Prefetch pf_v(j.next_v, block_bytes, row_blocks<Sh::kPvRows>(j.nq) * (D / DH) * len / F);
+  const bool pf = j.nq >= Ops::kPrefetchMinRows;
+  Prefetch pf_k(pf ? j.next_kt : nullptr, block_bytes, row_blocks<Sh::kRows>(j.nq) * D * (cols / (Sh::kTile * W)) / F);
+  Prefetch pf_v(pf ? j.next_v : nullptr, block_bytes, row_blocks<Sh::kPvRows>(j.nq) * (D / DH) * len / F);
   // S = q . K^T in 64-row slices of K^T. With fp16/bf16 storage the first row
   // block reads the slice and widens it into `wide` as it goes (16 KB, so it,
   // q and S fit L1 together); the other row blocks read the fp32 copy.
