@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
   bench::SharedCell cell(32, 32, 4096), small(32, 32, 512), own(32, 32, 2048, 64), alone(32, 32, 0, 1024);
   AttnProblem p = cell.problem(), ps = small.problem(), po = own.problem(), pa = alone.problem();
   std::vector<float> out[2] = {cell.out, cell.out}, outs[2] = {small.out, small.out}, outo[2] = {own.out, own.out},
-                     outa[2] = {alone.out, alone.out};
+                     outa[2] = {alone.out, alone.out}, outp[2] = {cell.out, cell.out};
   for (int threads : {1, 2}) {
     cases.push_back({"TPP cell 4096/4096", threads, cell.flops(), [&p, &out](int v) {
                        p.out = out[v].data();
@@ -110,6 +110,13 @@ int main(int argc, char** argv) {
                          if (v) B::cs::attn_tpp(po, {});
                          else A::cs::attn_tpp(po, {});
                        }
+                     }});
+    // Per-sequence attention on the 4096 cell's shared chunks: TPP's
+    // "PagedAttn*" baseline (its result is checked against TPP's bits below).
+    cases.push_back({"per-seq cell 4096/4096", threads, cell.flops(), [&p, &outp](int v) {
+                       p.out = outp[v].data();
+                       if (v) B::cs::attn_per_sequence(p);
+                       else A::cs::attn_per_sequence(p);
                      }});
     cases.push_back({"no sharing 0+1024 own", threads, alone.flops(), [&pa, &outa](int v) {
                        pa.out = outa[v].data();
@@ -144,7 +151,10 @@ int main(int argc, char** argv) {
                 c.best[0] / c.best[1], c.ratios[c.ratios.size() / 2]);
   }
   double diff = 0;
-  for (const auto* o : {out, outs, outo, outa})
+  for (const auto* o : {out, outs, outo, outa, outp})
     for (size_t i = 0; i < o[0].size(); ++i) diff = std::max(diff, double(std::fabs(o[0][i] - o[1][i])));
-  std::printf("TPP cells: max |A - B| = %.3g\n", diff);
+  std::printf("cells: max |A - B| = %.3g\n", diff);
+  diff = 0;
+  for (size_t i = 0; i < out[1].size(); ++i) diff = std::max(diff, double(std::fabs(out[1][i] - outp[1][i])));
+  std::printf("4096 cell, B: max |TPP - per-seq| = %.3g\n", diff);
 }
