@@ -64,17 +64,19 @@ struct BlockFixture {
 // Table 3's all-shared cell: b sequences holding one n-token prompt (h heads,
 // d = 128, c = 64, fp16), so every chunk is shared by all of them; with
 // `own` > 0 each sequence then has `own` tokens of its own (a decode batch
-// after a shared prompt: phase two walks those chunks). K/V noise that
-// differs from chunk to chunk (so the running max moves) and b x h queries,
-// one decode row per sequence.
+// after a shared prompt: phase two walks those chunks). `group` query heads
+// per KV head and head size `d` give other models' shapes (SmolLM2: h = 3,
+// group 3, d 64). K/V noise that differs from chunk to chunk (so the running
+// max moves) and b x h x group queries, one decode row per sequence.
 struct SharedCell {
-  int b, h, n, own;
+  int b, h, n, own, group, d;
   std::unique_ptr<PrefixTree> tree;
   std::shared_ptr<const KernelContext> ctx;
   std::vector<float> q, out;
 
-  SharedCell(int b_, int h_, int n_, int own_ = 0) : b(b_), h(h_), n(n_), own(own_) {
-    const KvLayout L{1, h, 128, 64, KvType::kF16};
+  SharedCell(int b_, int h_, int n_, int own_ = 0, int group_ = 1, int d_ = 128)
+      : b(b_), h(h_), n(n_), own(own_), group(group_), d(d_) {
+    const KvLayout L{1, h, d, 64, KvType::kF16};
     tree = std::make_unique<PrefixTree>(L, L.chunk_bytes() * size_t(n / 64 + b * (own / 64 + 1) + 40));
     for (int s = 0; s < b; ++s) {
       std::vector<int32_t> prompt(static_cast<size_t>(n + own));
@@ -95,7 +97,7 @@ struct SharedCell {
       std::memcpy(tree->pool().data(c), kv.data(), L.chunk_bytes());
       ++chunk;
     }
-    q.resize(size_t(b) * h * 128);
+    q.resize(size_t(b) * h * group * d);
     for (size_t i = 0; i < q.size(); ++i) q[i] = noise(i, 40503u, 1000);
     out.resize(q.size());
   }
@@ -103,12 +105,12 @@ struct SharedCell {
     AttnProblem p;
     p.tree = tree.get();
     p.ctx = ctx.get();
-    p.n_heads = h;
+    p.n_heads = h * group;
     p.q = q.data();
     p.out = out.data();
     return p;
   }
-  double flops() const { return 4.0 * b * h * (n + own) * 128; }
+  double flops() const { return 4.0 * b * h * group * (n + own) * d; }
 };
 
 }  // namespace cs::bench

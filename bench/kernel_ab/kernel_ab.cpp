@@ -87,10 +87,16 @@ int main(int argc, char** argv) {
   // two walks one private chunk per sequence and KV head; and 1024 own tokens
   // each with nothing shared (per-sequence attention, memory-bound: its
   // fraction of the FMA peak says little, its B/A does).
-  bench::SharedCell cell(32, 32, 4096), small(32, 32, 512), own(32, 32, 2048, 64), alone(32, 32, 0, 1024);
-  AttnProblem p = cell.problem(), ps = small.problem(), po = own.problem(), pa = alone.problem();
+  // Last, two GQA shapes decoding without sharing, past L3: SmolLM2's (3 KV
+  // heads, 3 query heads each, d = 64; 4096 own tokens; three-row jobs) and
+  // 8 KV heads x 2 (d = 128; 2048 own tokens; two-row jobs).
+  bench::SharedCell cell(32, 32, 4096), small(32, 32, 512), own(32, 32, 2048, 64), alone(32, 32, 0, 1024),
+      smol(32, 3, 0, 4096, 3, 64), gqa2(32, 8, 0, 2048, 2, 128);
+  AttnProblem p = cell.problem(), ps = small.problem(), po = own.problem(), pa = alone.problem(), pm = smol.problem(),
+              pg = gqa2.problem();
   std::vector<float> out[2] = {cell.out, cell.out}, outs[2] = {small.out, small.out}, outo[2] = {own.out, own.out},
-                     outa[2] = {alone.out, alone.out}, outp[2] = {cell.out, cell.out};
+                     outa[2] = {alone.out, alone.out}, outp[2] = {cell.out, cell.out}, outm[2] = {smol.out, smol.out},
+                     outg[2] = {gqa2.out, gqa2.out};
   for (int threads : {1, 2}) {
     cases.push_back({"TPP cell 4096/4096", threads, cell.flops(), [&p, &out](int v) {
                        p.out = out[v].data();
@@ -123,6 +129,18 @@ int main(int argc, char** argv) {
                        if (v) B::cs::attn_tpp(pa, {});
                        else A::cs::attn_tpp(pa, {});
                      }});
+    cases.push_back({"SmolLM2 shape 0+4096", threads, 2 * smol.flops(), [&pm, &outm](int v) {
+                       pm.out = outm[v].data();
+                       for (int i = 0; i < 2; ++i) {
+                         if (v) B::cs::attn_tpp(pm, {});
+                         else A::cs::attn_tpp(pm, {});
+                       }
+                     }});
+    cases.push_back({"GQA 2 d128 0+2048", threads, gqa2.flops(), [&pg, &outg](int v) {
+                       pg.out = outg[v].data();
+                       if (v) B::cs::attn_tpp(pg, {});
+                       else A::cs::attn_tpp(pg, {});
+                     }});
   }
   double peak[3] = {0, 0, 0};
   for (int r = 0; r < rounds; ++r)
@@ -151,7 +169,7 @@ int main(int argc, char** argv) {
                 c.best[0] / c.best[1], c.ratios[c.ratios.size() / 2]);
   }
   double diff = 0;
-  for (const auto* o : {out, outs, outo, outa, outp})
+  for (const auto* o : {out, outs, outo, outa, outp, outm, outg})
     for (size_t i = 0; i < o[0].size(); ++i) diff = std::max(diff, double(std::fabs(o[0][i] - o[1][i])));
   std::printf("cells: max |A - B| = %.3g\n", diff);
   diff = 0;

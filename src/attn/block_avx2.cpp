@@ -26,10 +26,12 @@ struct Ops256 {
   // steps (one per ~36 cycles): spread over all of them, the cell lost 13%
   // to K/V arriving late; much denser, Zen 3 drops some requests.
   static constexpr int kPrefetchFront = 2;
-  // One- and two-row jobs (decode without sharing, phase two's private
-  // chunks) issue no prefetches: per-sequence attention over 1024 private
-  // tokens ran 1.13-1.23x faster (1 thread) without them.
-  static constexpr int kPrefetchMinRows = 3;
+  // One-row jobs (decode of a model without GQA, phase two's private chunks)
+  // issue no prefetches: 32 KFLOP per 32 KB chunk leave too little time to
+  // space them, and the hardware prefetcher streams the chunk faster
+  // (per-sequence attention 1.13-1.32x faster without). From two rows on
+  // they pay: two-row jobs ran 1.25-1.55x slower without them.
+  static constexpr int kPrefetchMinRows = 2;
   static V zero() { return _mm256_setzero_ps(); }
   static V set1(float x) { return _mm256_set1_ps(x); }
   static V load(const float* p) { return _mm256_loadu_ps(p); }

@@ -220,8 +220,8 @@ void block_impl(const cs::BlockJob& job) {
   constexpr int DH = D < Sh::kPvCols ? D : Sh::kPvCols;
   // Each row block steps once per d (scores) or key (P.V) of every tile; the
   // requests are spread over the first 1 / Ops::kPrefetchFront of the steps.
-  // Jobs of fewer than Ops::kPrefetchMinRows rows are memory-bound (a chunk's
-  // 32 KB feed too few FMAs to hide its fetch) and leave the next chunk to the
+  // Jobs of fewer than Ops::kPrefetchMinRows rows are the most memory-bound
+  // (one FLOP per byte of K/V per row) and leave the next chunk to the
   // hardware prefetcher, which streams it faster than these requests do.
   constexpr int F = Ops::kPrefetchFront;
   const bool pf = j.nq >= Ops::kPrefetchMinRows;
