@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <span>
@@ -92,56 +93,38 @@ int main(int argc, char** argv) {
   // 8 KV heads x 2 (d = 128; 2048 own tokens; two-row jobs).
   bench::SharedCell cell(32, 32, 4096), small(32, 32, 512), own(32, 32, 2048, 64), alone(32, 32, 0, 1024),
       smol(32, 3, 0, 4096, 3, 64), gqa2(32, 8, 0, 2048, 2, 128);
-  AttnProblem p = cell.problem(), ps = small.problem(), po = own.problem(), pa = alone.problem(), pm = smol.problem(),
-              pg = gqa2.problem();
-  std::vector<float> out[2] = {cell.out, cell.out}, outs[2] = {small.out, small.out}, outo[2] = {own.out, own.out},
-                     outa[2] = {alone.out, alone.out}, outp[2] = {cell.out, cell.out}, outm[2] = {smol.out, smol.out},
-                     outg[2] = {gqa2.out, gqa2.out};
-  for (int threads : {1, 2}) {
-    cases.push_back({"TPP cell 4096/4096", threads, cell.flops(), [&p, &out](int v) {
-                       p.out = out[v].data();
-                       if (v) B::cs::attn_tpp(p, {});
-                       else A::cs::attn_tpp(p, {});
-                     }});
-    cases.push_back({"TPP cell 512/512", threads, 8 * small.flops(), [&ps, &outs](int v) {
-                       ps.out = outs[v].data();
-                       for (int i = 0; i < 8; ++i) {
-                         if (v) B::cs::attn_tpp(ps, {});
-                         else A::cs::attn_tpp(ps, {});
-                       }
-                     }});
-    cases.push_back({"TPP cell 2048+64 own", threads, 2 * own.flops(), [&po, &outo](int v) {
-                       po.out = outo[v].data();
-                       for (int i = 0; i < 2; ++i) {
-                         if (v) B::cs::attn_tpp(po, {});
-                         else A::cs::attn_tpp(po, {});
-                       }
-                     }});
-    // Per-sequence attention on the 4096 cell's shared chunks: TPP's
-    // "PagedAttn*" baseline (its result is checked against TPP's bits below).
-    cases.push_back({"per-seq cell 4096/4096", threads, cell.flops(), [&p, &outp](int v) {
-                       p.out = outp[v].data();
-                       if (v) B::cs::attn_per_sequence(p);
-                       else A::cs::attn_per_sequence(p);
-                     }});
-    cases.push_back({"no sharing 0+1024 own", threads, alone.flops(), [&pa, &outa](int v) {
-                       pa.out = outa[v].data();
-                       if (v) B::cs::attn_tpp(pa, {});
-                       else A::cs::attn_tpp(pa, {});
-                     }});
-    cases.push_back({"SmolLM2 shape 0+4096", threads, 2 * smol.flops(), [&pm, &outm](int v) {
-                       pm.out = outm[v].data();
-                       for (int i = 0; i < 2; ++i) {
-                         if (v) B::cs::attn_tpp(pm, {});
-                         else A::cs::attn_tpp(pm, {});
-                       }
-                     }});
-    cases.push_back({"GQA 2 d128 0+2048", threads, gqa2.flops(), [&pg, &outg](int v) {
-                       pg.out = outg[v].data();
-                       if (v) B::cs::attn_tpp(pg, {});
-                       else A::cs::attn_tpp(pg, {});
-                     }});
-  }
+  // One cell on one path, `calls` calls per timing (small cells); A and B
+  // write their own outputs, compared at the end.
+  struct CellRun {
+    const char* name;
+    const bench::SharedCell* cell;
+    int calls;
+    bool per_seq;  // attn_per_sequence instead of attn_tpp
+    AttnProblem p;
+    std::vector<float> out[2];
+  };
+  std::deque<CellRun> runs;  // stable addresses for the cases' lambdas
+  auto add = [&runs](const char* name, bench::SharedCell& c, int calls, bool per_seq = false) {
+    runs.push_back({name, &c, calls, per_seq, c.problem(), {c.out, c.out}});
+  };
+  add("TPP cell 4096/4096", cell, 1);
+  add("TPP cell 512/512", small, 8);
+  add("TPP cell 2048+64 own", own, 2);
+  // Per-sequence attention on the 4096 cell's shared chunks: TPP's
+  // "PagedAttn*" baseline (its result is checked against TPP's bits below).
+  add("per-seq cell 4096/4096", cell, 1, true);
+  add("no sharing 0+1024 own", alone, 1);
+  add("SmolLM2 shape 0+4096", smol, 2);
+  add("GQA 2 d128 0+2048", gqa2, 1);
+  for (int threads : {1, 2})
+    for (CellRun& r : runs)
+      cases.push_back({r.name, threads, r.calls * r.cell->flops(), [&r](int v) {
+                         r.p.out = r.out[v].data();
+                         for (int i = 0; i < r.calls; ++i) {
+                           if (r.per_seq) v ? B::cs::attn_per_sequence(r.p) : A::cs::attn_per_sequence(r.p);
+                           else v ? B::cs::attn_tpp(r.p, {}) : A::cs::attn_tpp(r.p, {});
+                         }
+                       }});
   double peak[3] = {0, 0, 0};
   for (int r = 0; r < rounds; ++r)
     for (Case& c : cases) {
@@ -169,10 +152,11 @@ int main(int argc, char** argv) {
                 c.best[0] / c.best[1], c.ratios[c.ratios.size() / 2]);
   }
   double diff = 0;
-  for (const auto* o : {out, outs, outo, outa, outp, outm, outg})
-    for (size_t i = 0; i < o[0].size(); ++i) diff = std::max(diff, double(std::fabs(o[0][i] - o[1][i])));
+  for (const CellRun& r : runs)
+    for (size_t i = 0; i < r.out[0].size(); ++i) diff = std::max(diff, double(std::fabs(r.out[0][i] - r.out[1][i])));
   std::printf("cells: max |A - B| = %.3g\n", diff);
   diff = 0;
-  for (size_t i = 0; i < out[1].size(); ++i) diff = std::max(diff, double(std::fabs(out[1][i] - outp[1][i])));
+  for (size_t i = 0; i < runs[0].out[1].size(); ++i)
+    diff = std::max(diff, double(std::fabs(runs[0].out[1][i] - runs[3].out[1][i])));
   std::printf("4096 cell, B: max |TPP - per-seq| = %.3g\n", diff);
 }
