@@ -180,8 +180,8 @@ TEST(Attention, CasesExerciseSharing) {
 // One system prompt shared by every sequence, private suffixes: two-phase and
 // per-sequence agree bit for bit (the property that makes sharing exact).
 // With a 256-token prompt (four whole chunks) every third sequence has no
-// private token, so phase two has nothing to walk for it (its output is its
-// phase-one partial) and prefetches the next sequence's chunk instead.
+// private token, so phase two has nothing to walk for it: its output is its
+// phase-one partial, merged into an empty state.
 TEST(Attention, OneSharedPrefixIsBitExact) {
   for (int sys_len : {200, 256})
   for (KvType type : {KvType::kF32, KvType::kF16}) {

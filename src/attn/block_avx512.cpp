@@ -26,8 +26,8 @@ struct Ops512 {
   // The next chunk's prefetches are spread over all of this chunk's steps
   // (front-loading them measured slower on the Intel host).
   static constexpr int kPrefetchFront = 1;
-  // Every job prefetches: the AVX2 finding that one- and two-row jobs run
-  // faster without (Zen 3) could not be measured on an AVX-512 host yet.
+  // Every job prefetches: the AVX2 finding that one-row jobs run faster
+  // without (Zen 3) could not be measured on an AVX-512 host yet.
   static constexpr int kPrefetchMinRows = 1;
   static V zero() { return _mm512_setzero_ps(); }
   static V set1(float x) { return _mm512_set1_ps(x); }
