@@ -425,7 +425,6 @@ TEST(Block, RowsAgreeWithScalarAndDoNotDependOnTheBatch) {
               for (int x = 0; x < d; ++x) ASSERT_EQ(o1[size_t(x)], o[size_t(r) * d + x]) << at << " row " << r;
             }
           }
-          kernel = block_update;
           set_isa_for_testing(hw);
         }
 }

@@ -104,15 +104,15 @@ int main(int argc, char** argv) {
     std::vector<float> out[2];
   };
   std::deque<CellRun> runs;  // stable addresses for the cases' lambdas
-  auto add = [&runs](const char* name, bench::SharedCell& c, int calls, bool per_seq = false) {
-    runs.push_back({name, &c, calls, per_seq, c.problem(), {c.out, c.out}});
+  auto add = [&runs](const char* name, bench::SharedCell& c, int calls, bool per_seq = false) -> CellRun& {
+    return runs.emplace_back(CellRun{name, &c, calls, per_seq, c.problem(), {c.out, c.out}});
   };
-  add("TPP cell 4096/4096", cell, 1);
+  const CellRun& tpp_cell = add("TPP cell 4096/4096", cell, 1);
   add("TPP cell 512/512", small, 8);
   add("TPP cell 2048+64 own", own, 2);
   // Per-sequence attention on the 4096 cell's shared chunks: TPP's
   // "PagedAttn*" baseline (its result is checked against TPP's bits below).
-  add("per-seq cell 4096/4096", cell, 1, true);
+  const CellRun& per_seq_cell = add("per-seq cell 4096/4096", cell, 1, true);
   add("no sharing 0+1024 own", alone, 1);
   add("SmolLM2 shape 0+4096", smol, 2);
   add("GQA 2 d128 0+2048", gqa2, 1);
@@ -151,12 +151,13 @@ int main(int argc, char** argv) {
                 100 * c.flops / c.best[0] / 1e9 / peak[c.threads], 100 * c.flops / c.best[1] / 1e9 / peak[c.threads],
                 c.best[0] / c.best[1], c.ratios[c.ratios.size() / 2]);
   }
+  auto max_diff = [](const std::vector<float>& a, const std::vector<float>& b) {
+    double d = 0;
+    for (size_t i = 0; i < a.size(); ++i) d = std::max(d, double(std::fabs(a[i] - b[i])));
+    return d;
+  };
   double diff = 0;
-  for (const CellRun& r : runs)
-    for (size_t i = 0; i < r.out[0].size(); ++i) diff = std::max(diff, double(std::fabs(r.out[0][i] - r.out[1][i])));
+  for (const CellRun& r : runs) diff = std::max(diff, max_diff(r.out[0], r.out[1]));
   std::printf("cells: max |A - B| = %.3g\n", diff);
-  diff = 0;
-  for (size_t i = 0; i < runs[0].out[1].size(); ++i)
-    diff = std::max(diff, double(std::fabs(runs[0].out[1][i] - runs[3].out[1][i])));
-  std::printf("4096 cell, B: max |TPP - per-seq| = %.3g\n", diff);
+  std::printf("4096 cell, B: max |TPP - per-seq| = %.3g\n", max_diff(tpp_cell.out[1], per_seq_cell.out[1]));
 }

@@ -41,24 +41,10 @@ struct Opts {
   std::string json;
 };
 
-// One warm-up call, then `reps` timed calls; returns each call's seconds.
-std::vector<double> timed_calls(const std::function<void()>& fn, int reps) {
-  fn();
-  std::vector<double> t;
-  for (int r = 0; r < reps; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    fn();
-    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return t;
-}
-
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
-
-double median_us(const std::function<void()>& fn, int reps) { return median(timed_calls(fn, reps)) * 1e6; }
 
 // Times calls against each other: one warm-up each, then `reps` rounds in
 // which every call runs once, in an order that rotates from round to round;
@@ -84,6 +70,9 @@ std::vector<double> interleaved_us(const std::vector<std::function<void()>>& fns
   for (size_t i = 0; i < n; ++i) us[i] = median(t[i]) * 1e6;
   return us;
 }
+
+// One call timed alone: a warm-up, then the median of `reps` timed calls.
+double median_us(const std::function<void()>& fn, int reps) { return interleaved_us({fn}, reps)[0]; }
 
 // b sequences of n_s shared + n_p - n_s private tokens (all private when
 // !share), K/V filled with random fp16 values.
