@@ -4,8 +4,9 @@
 # binary and timed in interleaved rounds, so both see the same machine noise.
 # Prints the best time of each as a fraction of the best FMA probe, B/A of the
 # best times and the median of the rounds' B/A.
-#   [ISA=avx2|avx512] bench/kernel_ab/kernel_ab.sh REV [rounds]   (after building build/)
-# ISA picks the kernel compared (default: AVX-512 when the CPU has it, else AVX2).
+#   [ISA=avx2|avx512] [CASES=substring] bench/kernel_ab/kernel_ab.sh REV [rounds]   (after building build/)
+# ISA picks the kernel compared (default: AVX-512 when the CPU has it, else AVX2);
+# CASES="a|b" keeps only the cases whose names contain a or b.
 # Knock-out runs: edit the working tree (e.g. skip softmax_rows) and compare to HEAD.
 set -euo pipefail
 rev=${1:?usage: kernel_ab.sh REV [rounds]}

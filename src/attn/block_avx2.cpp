@@ -32,6 +32,9 @@ struct Ops256 {
   // (per-sequence attention 1.13-1.32x faster without). From two rows on
   // they pay: two-row jobs ran 1.25-1.55x slower without them.
   static constexpr int kPrefetchMinRows = 2;
+  // Row blocks of 4+ rows ask the prefetch pacer once per 8 steps, not every
+  // step (Table 3 cell 1.03-1.06x; block_impl.h, prefetch_group).
+  static constexpr int kPrefetchGroup = 8;
   static V zero() { return _mm256_setzero_ps(); }
   static V set1(float x) { return _mm256_set1_ps(x); }
   static V load(const float* p) { return _mm256_loadu_ps(p); }
