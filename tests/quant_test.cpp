@@ -219,28 +219,67 @@ TEST(Matmul, MultiEqualsSeparateProducts) {
 namespace cs {
 namespace {
 
-// The repacked 16-row AVX-512 kernel computes the same products as the
-// scalar kernel on the file's layout (rows not a multiple of 16 included).
+// The repacked 16-row kernels (AVX2, and AVX-512 where the CPU has it)
+// compute the same products as the scalar kernel on the file's layout (rows
+// not a multiple of 16 or of 8 included), and give each other's bits.
 TEST(Matmul, RepackedEqualsScalar) {
-  if (cpu_isa() != Isa::kAvx512) GTEST_SKIP() << "no AVX-512 VNNI";
+  const Isa best = cpu_isa();
+  if (best < Isa::kAvx2) GTEST_SKIP() << "no AVX2";
   std::mt19937 rng(21);
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0})
+    for (int rows : {37, 16, 5}) {
+      const int cols = 256;
+      const auto data = random_rows(t, rows, cols, rng);
+      const Weight w = make_weight(t, rows, cols, data.data());
+      ASSERT_FALSE(w.packed.empty());
+      for (int n_tok : {1, 3, 4, 6, 9}) {
+        std::vector<float> x(size_t(n_tok) * cols);
+        std::normal_distribution<float> nd;
+        for (auto& v : x) v = nd(rng);
+        std::vector<BlockQ8> scratch;
+        std::vector<float> slow(size_t(n_tok) * rows), first;
+        set_isa_for_testing(Isa::kScalar);
+        matmul(w, x.data(), n_tok, slow.data(), scratch);
+        for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
+          if (isa > best) continue;
+          set_isa_for_testing(isa);
+          std::vector<float> fast(slow.size(), NAN);
+          matmul(w, x.data(), n_tok, fast.data(), scratch);
+          for (size_t i = 0; i < fast.size(); ++i)
+            ASSERT_NEAR(fast[i], slow[i], 1e-4 + 1e-4 * std::fabs(slow[i]))
+                << type_info(uint32_t(t))->name << " " << isa_name(isa) << " rows " << rows << " i " << i;
+          if (first.empty()) first = fast;
+          else EXPECT_EQ(first, fast) << "AVX2 and AVX-512 repacked kernels differ";
+        }
+        set_isa_for_testing(best);
+      }
+    }
+}
+
+// The AVX2 kernel adds vpmaddubsw pairs in 16 bits: the extreme block (every
+// nibble 15, or every Q8_0 weight -128, against activations all +-127) must
+// not saturate.
+TEST(Matmul, RepackedExtremesDoNotSaturate) {
+  const Isa best = cpu_isa();
+  if (best < Isa::kAvx2) GTEST_SKIP() << "no AVX2";
   for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0}) {
-    const int rows = 37, cols = 256;
-    const auto data = random_rows(t, rows, cols, rng);
+    const int rows = 16, cols = 64;
+    std::mt19937 rng(3);
+    auto data = random_rows(t, rows, cols, rng);
+    const int bs = int(type_info(uint32_t(t))->block_bytes), head = t == GgmlType::Q4_1 ? 4 : 2;
+    for (size_t off = 0; off < data.size(); off += size_t(bs))
+      for (int i = head; i < bs; ++i) data[off + size_t(i)] = t == GgmlType::Q8_0 ? 0x80 : 0xff;
     const Weight w = make_weight(t, rows, cols, data.data());
-    ASSERT_FALSE(w.packed.empty());
-    for (int n_tok : {1, 3, 4, 6}) {
-      std::vector<float> x(size_t(n_tok) * cols);
-      std::normal_distribution<float> nd;
-      for (auto& v : x) v = nd(rng);
-      std::vector<float> fast(size_t(n_tok) * rows), slow(fast.size());
+    for (float sign : {1.0f, -1.0f}) {
+      const std::vector<float> x(cols, 0.5f * sign);
       std::vector<BlockQ8> scratch;
-      matmul(w, x.data(), n_tok, fast.data(), scratch);
+      std::vector<float> fast(rows), slow(rows);
+      matmul(w, x.data(), 1, fast.data(), scratch);
       set_isa_for_testing(Isa::kScalar);
-      matmul(w, x.data(), n_tok, slow.data(), scratch);
-      set_isa_for_testing(Isa::kAvx512);
-      for (size_t i = 0; i < fast.size(); ++i)
-        ASSERT_NEAR(fast[i], slow[i], 1e-4 + 1e-4 * std::fabs(slow[i])) << type_info(uint32_t(t))->name << " " << i;
+      matmul(w, x.data(), 1, slow.data(), scratch);
+      set_isa_for_testing(best);
+      for (int r = 0; r < rows; ++r)
+        ASSERT_NEAR(fast[size_t(r)], slow[size_t(r)], 1e-4 + 1e-4 * std::fabs(slow[size_t(r)])) << type_info(uint32_t(t))->name;
     }
   }
 }

@@ -53,7 +53,7 @@ struct BlockQ8 {
   int8_t qs[32];
 };
 
-// Repacked layouts of the AVX-512 kernels (see Weight::packed): 16 rows a
+// Repacked layouts of the 16-row kernels (see Weight::packed): 16 rows a
 // group. Q4: per block 16 scales, 16 minimums and 64 words of nibbles. Q8_0:
 // per block 16 scales and 128 words of weights + 128 (unsigned bytes).
 constexpr int kPackRows = 16;

@@ -77,7 +77,7 @@ Weight make_weight(GgmlType type, int64_t rows, int64_t cols, const uint8_t* dat
     w.row_bytes = size_t(cols) * 4;
     w.data = reinterpret_cast<const uint8_t*>(w.owned.data());
   }
-  if (cpu_isa() == Isa::kAvx512) {
+  if (cpu_isa() >= Isa::kAvx2) {
     if (type == GgmlType::Q4_0 || type == GgmlType::Q4_1) w.packed = pack_q4_rows(type, data, rows, cols);
     if (type == GgmlType::Q8_0) w.packed = pack_q8_rows(data, rows, cols);
   }
@@ -202,7 +202,10 @@ void matmul_multi(std::span<const Weight* const> ws, const float* x, int n_tok,
   // One parallel region over the row tiles of every weight: fewer fork/joins
   // per layer, which is what a small model's decode step is made of.
   const QDotKernel kernel = pick_kernel();
-  const bool use_packed = cpu_isa() == Isa::kAvx512;
+  const Isa isa = cpu_isa();
+  const bool use_packed = isa >= Isa::kAvx2;
+  const auto q4_group = isa == Isa::kAvx512 ? qdot16_avx512 : qdot16_avx2;
+  const auto q8_group = isa == Isa::kAvx512 ? qdot16q8_avx512 : qdot16q8_avx2;
   int64_t tiles_before[8] = {0};
   const size_t nw = ws.size();
   for (size_t i = 0; i < nw; ++i) tiles_before[i + 1] = tiles_before[i] + (ws[i]->rows + kRowTile - 1) / kRowTile;
@@ -219,10 +222,10 @@ void matmul_multi(std::span<const Weight* const> ws, const float* x, int n_tok,
       const int nr = int(std::min<int64_t>(kRowTile, w.rows - r0));
       const int nt = std::min(kTokTile, n_tok - t0);
       if (packed && w.type == GgmlType::Q8_0)  // kRowTile == kPackRows: a tile is one group
-        qdot16q8_avx512(w.packed.data() + size_t(r0 / kPackRows) * nb * kPackQ8BlockWords, nb, nr,
+        q8_group(w.packed.data() + size_t(r0 / kPackRows) * nb * kPackQ8BlockWords, nb, nr,
                         acts + size_t(t0) * nb, nt, ys[i] + size_t(t0) * w.rows + r0, int(w.rows));
       else if (packed)
-        qdot16_avx512(w.packed.data() + size_t(r0 / kPackRows) * nb * kPackBlockWords, nb, nr,
+        q4_group(w.packed.data() + size_t(r0 / kPackRows) * nb * kPackBlockWords, nb, nr,
                       acts + size_t(t0) * nb, nt, ys[i] + size_t(t0) * w.rows + r0, int(w.rows));
       else
         kernel(w.type, w.data + size_t(r0) * w.row_bytes, w.row_bytes, nr, acts + size_t(t0) * nb, nb,

@@ -22,12 +22,13 @@ struct Weight {
   const uint8_t* data = nullptr;
   size_t row_bytes = 0;
   std::vector<float> owned;  // fp32 copy when the file's type is a plain float
-  // Q4_0/Q4_1 (and, alike, Q8_0) repacked for the AVX-512 kernel (built at
-  // load on such CPUs):
+  // Q4_0/Q4_1 (and, alike, Q8_0) repacked for the 16-row kernels (built at
+  // load on AVX2 and AVX-512 CPUs):
   // groups of 16 rows; per block, 16 fp32 scales d, 16 fp32 minimums m, then
   // 4 x 64 bytes of nibbles where 32-bit lane r of vector k holds row r's
   // elements 8k..8k+3 (low nibbles) and 8k+4..8k+7 (high nibbles). One
-  // vpdpbusd then advances 16 rows by 4 elements, and scales are vectors.
+  // vpdpbusd then advances 16 rows by 4 elements (AVX2: two vpmaddubsw per
+  // 8 rows by 8), and scales are vectors.
   std::vector<uint32_t> packed;
 };
 
@@ -56,7 +57,9 @@ using QDotKernel = void (*)(GgmlType type, const uint8_t* rows, size_t row_bytes
 void qdot_scalar(GgmlType, const uint8_t*, size_t, int, const BlockQ8*, int, int, float*, int);
 void qdot_avx2(GgmlType, const uint8_t*, size_t, int, const BlockQ8*, int, int, float*, int);
 void qdot_avx512(GgmlType, const uint8_t*, size_t, int, const BlockQ8*, int, int, float*, int);
-// The repacked kernel: one group of 16 rows (n_rows of them real).
+// The repacked kernels: one group of 16 rows (n_rows of them real).
+void qdot16_avx2(const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok, float* y, int ldy);
+void qdot16q8_avx2(const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok, float* y, int ldy);
 void qdot16_avx512(const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok, float* y,
                    int ldy);
 void qdot16q8_avx512(const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok, float* y,

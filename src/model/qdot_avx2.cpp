@@ -1,4 +1,5 @@
-// AVX2 instantiation of the block-dot kernel (maddubs + madd).
+// AVX2 kernels: the block-dot kernel on the file's layout (maddubs + madd)
+// and the 16-row kernels on repacked weights.
 #include "model/qdot_impl.h"
 
 namespace {
@@ -11,9 +12,129 @@ struct Avx2Ops {
     return dot_u8s8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
   }
 };
+
+// Stores T accumulators (token t's 8 rows at y + t * ldy), n_rows of 8 real.
+inline void store_rows(const __m256* acc, int T, int n_rows, float* y, int ldy) {
+  for (int t = 0; t < T; ++t) {
+    if (n_rows == 8) {
+      _mm256_storeu_ps(y + size_t(t) * ldy, acc[t]);
+      continue;
+    }
+    alignas(32) float tmp[8];
+    _mm256_store_ps(tmp, acc[t]);
+    for (int r = 0; r < n_rows; ++r) y[size_t(t) * ldy + r] = tmp[r];
+  }
+}
+
+// The 16-row kernels on repacked weights (Weight::packed; the layout the
+// AVX-512 kernels read), run as two 8-row halves of 256 bits. Without VNNI
+// the int8 products are vpmaddubsw pairs: for Q4 a 16-bit lane gathers at
+// most 8 of them per block (8 x 2 x 15 x 127 = 30480 < 2^15), so the block's
+// integer sum is widened to 32 bits once (vpmaddwd) instead of per 4
+// elements. Integer sums are exact and the float steps are those of the
+// AVX-512 kernels, so both give the same bits.
+template <int T>
+void q4x8(const uint32_t* group, int half, int nb, int n_rows, const cs::BlockQ8* acts, float* y, int ldy) {
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  const __m256i low = _mm256_set1_epi8(0x0f);
+  for (int b = 0; b < nb; ++b) {
+    const uint32_t* w = group + size_t(b) * cs::kPackBlockWords + 8 * half;
+    __m256i s16[T];
+    for (int t = 0; t < T; ++t) s16[t] = _mm256_setzero_si256();
+    for (int k = 0; k < 4; ++k) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 32 + 16 * k));
+      const __m256i lo = _mm256_and_si256(v, low);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+      for (int t = 0; t < T; ++t) {
+        const int8_t* x = acts[size_t(t) * nb + b].qs + 8 * k;
+        int xl, xh;
+        __builtin_memcpy(&xl, x, 4);
+        __builtin_memcpy(&xh, x + 4, 4);
+        s16[t] = _mm256_add_epi16(s16[t], _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_set1_epi32(xl)),
+                                                           _mm256_maddubs_epi16(hi, _mm256_set1_epi32(xh))));
+      }
+    }
+    const __m256 d = _mm256_loadu_ps(reinterpret_cast<const float*>(w));
+    const __m256 m = _mm256_loadu_ps(reinterpret_cast<const float*>(w + 16));
+    for (int t = 0; t < T; ++t) {
+      const cs::BlockQ8& a = acts[size_t(t) * nb + b];
+      const __m256i isum = _mm256_madd_epi16(s16[t], _mm256_set1_epi16(1));
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, _mm256_set1_ps(a.d)), acc[t]);
+      acc[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(a.s), acc[t]);
+    }
+  }
+  store_rows(acc, T, n_rows, y, ldy);
+}
+
+// Repacked Q8_0 (stored + 128): the xor gives back the signed weight, and
+// vpmaddubsw takes |w| with w's sign moved onto x (pairs <= 2 x 128 x 127).
+template <int T>
+void q8x8(const uint32_t* group, int half, int nb, int n_rows, const cs::BlockQ8* acts, float* y, int ldy) {
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  const __m256i bias = _mm256_set1_epi8(char(0x80)), ones = _mm256_set1_epi16(1);
+  for (int b = 0; b < nb; ++b) {
+    const uint32_t* w = group + size_t(b) * cs::kPackQ8BlockWords + 8 * half;
+    __m256i isum[T];
+    for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
+    for (int k = 0; k < 8; ++k) {
+      const __m256i v = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16 + 16 * k)), bias);
+      const __m256i mag = _mm256_abs_epi8(v);
+      for (int t = 0; t < T; ++t) {
+        int x;
+        __builtin_memcpy(&x, acts[size_t(t) * nb + b].qs + 4 * k, 4);
+        const __m256i xs = _mm256_sign_epi8(_mm256_set1_epi32(x), v);
+        isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(mag, xs), ones));
+      }
+    }
+    const __m256 d = _mm256_loadu_ps(reinterpret_cast<const float*>(w));
+    for (int t = 0; t < T; ++t)
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]),
+                               _mm256_mul_ps(d, _mm256_set1_ps(acts[size_t(t) * nb + b].d)), acc[t]);
+  }
+  store_rows(acc, T, n_rows, y, ldy);
+}
+
+// A 16-row group: each 8-row half over the tokens, four at a time.
+template <template <int> class K>
+void over_group(const uint32_t* group, int nb, int n_rows, const cs::BlockQ8* acts, int n_tok, float* y, int ldy) {
+  for (int half = 0; half < 2 && 8 * half < n_rows; ++half) {
+    const int nr = n_rows - 8 * half < 8 ? n_rows - 8 * half : 8;
+    float* yh = y + 8 * half;
+    int t = 0;
+    for (; t + 4 <= n_tok; t += 4) K<4>::run(group, half, nb, nr, acts + size_t(t) * nb, yh + size_t(t) * ldy, ldy);
+    switch (n_tok - t) {
+      case 3: K<3>::run(group, half, nb, nr, acts + size_t(t) * nb, yh + size_t(t) * ldy, ldy); break;
+      case 2: K<2>::run(group, half, nb, nr, acts + size_t(t) * nb, yh + size_t(t) * ldy, ldy); break;
+      case 1: K<1>::run(group, half, nb, nr, acts + size_t(t) * nb, yh + size_t(t) * ldy, ldy); break;
+      default: break;
+    }
+  }
+}
+template <int T>
+struct Q4K {
+  static void run(const uint32_t* g, int h, int nb, int nr, const cs::BlockQ8* a, float* y, int ldy) {
+    q4x8<T>(g, h, nb, nr, a, y, ldy);
+  }
+};
+template <int T>
+struct Q8K {
+  static void run(const uint32_t* g, int h, int nb, int nr, const cs::BlockQ8* a, float* y, int ldy) {
+    q8x8<T>(g, h, nb, nr, a, y, ldy);
+  }
+};
 }  // namespace
 
 namespace cs {
+void qdot16_avx2(const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok, float* y, int ldy) {
+  over_group<Q4K>(group, nb, n_rows, acts, n_tok, y, ldy);
+}
+
+void qdot16q8_avx2(const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok, float* y, int ldy) {
+  over_group<Q8K>(group, nb, n_rows, acts, n_tok, y, ldy);
+}
+
 void qdot_avx2(GgmlType type, const uint8_t* rows, size_t row_bytes, int n_rows,
                const BlockQ8* acts, int nb, int n_tok, float* y, int ldy) {
   qdot<Avx2Ops>(type, rows, row_bytes, n_rows, acts, nb, n_tok, y, ldy);
