@@ -16,6 +16,10 @@ fi
 if [ ! -d "llama_cpp_python-$VERSION" ]; then
   tar xzf "llama_cpp_python-$VERSION.tar.gz"
 fi
+# The sdist keeps llama.cpp's submodule gitlink, which points at a .git/modules
+# folder it does not ship: llama.cpp's build-info step then depends on a missing
+# git index and ninja re-runs CMake forever ("build.ninja still dirty").
+rm -f "llama_cpp_python-$VERSION/vendor/llama.cpp/.git"
 ln -sfn "llama_cpp_python-$VERSION/vendor/llama.cpp" llama.cpp
 ln -sfn "llama_cpp_python-$VERSION" llama_cpp_python
 cmake -S llama.cpp -B llama.cpp/build -G Ninja -DCMAKE_BUILD_TYPE=Release \
