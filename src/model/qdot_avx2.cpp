@@ -47,12 +47,9 @@ void q4x8(const uint32_t* group, int half, int nb, int n_rows, const cs::BlockQ8
       const __m256i lo = _mm256_and_si256(v, low);
       const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
       for (int t = 0; t < T; ++t) {
-        const int8_t* x = acts[size_t(t) * nb + b].qs + 8 * k;
-        int xl, xh;
-        __builtin_memcpy(&xl, x, 4);
-        __builtin_memcpy(&xh, x + 4, 4);
-        s16[t] = _mm256_add_epi16(s16[t], _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_set1_epi32(xl)),
-                                                           _mm256_maddubs_epi16(hi, _mm256_set1_epi32(xh))));
+        const ActWords x = act_words(acts[size_t(t) * nb + b], k);
+        s16[t] = _mm256_add_epi16(s16[t], _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_set1_epi32(x.lo)),
+                                                           _mm256_maddubs_epi16(hi, _mm256_set1_epi32(x.hi))));
       }
     }
     const __m256 d = _mm256_loadu_ps(reinterpret_cast<const float*>(w));

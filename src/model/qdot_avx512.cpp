@@ -35,12 +35,9 @@ void q4x16(const uint32_t* group, int nb, int n_rows, const cs::BlockQ8* acts, f
       const __m512i lo = _mm512_and_si512(v, low);
       const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
       for (int t = 0; t < T; ++t) {
-        const int8_t* x = acts[size_t(t) * nb + b].qs + 8 * k;
-        int xl, xh;
-        __builtin_memcpy(&xl, x, 4);
-        __builtin_memcpy(&xh, x + 4, 4);
-        isum[t] = _mm512_dpbusd_epi32(isum[t], lo, _mm512_set1_epi32(xl));
-        isum[t] = _mm512_dpbusd_epi32(isum[t], hi, _mm512_set1_epi32(xh));
+        const ActWords x = act_words(acts[size_t(t) * nb + b], k);
+        isum[t] = _mm512_dpbusd_epi32(isum[t], lo, _mm512_set1_epi32(x.lo));
+        isum[t] = _mm512_dpbusd_epi32(isum[t], hi, _mm512_set1_epi32(x.hi));
       }
     }
     const __m512 d = _mm512_loadu_ps(reinterpret_cast<const float*>(w));

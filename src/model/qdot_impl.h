@@ -24,6 +24,18 @@ inline __m256i unpack_nibbles(const uint8_t* qs) {
   return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
 }
 
+// Activation bytes 8k..8k+3 and 8k+4..8k+7 of a block as two 32-bit words:
+// the repacked Q4 kernels broadcast them against the low and high nibbles.
+struct ActWords {
+  int lo, hi;
+};
+inline ActWords act_words(const BlockQ8& a, int k) {
+  ActWords w;
+  __builtin_memcpy(&w.lo, a.qs + 8 * k, 4);
+  __builtin_memcpy(&w.hi, a.qs + 8 * k + 4, 4);
+  return w;
+}
+
 inline float hsum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
