@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
+#include <string>
 #include <random>
 
 namespace cs {
@@ -27,49 +29,91 @@ std::vector<float> reference(const std::vector<float>& q, const std::vector<std:
   return out;
 }
 
-// Random interleaved batches of several sequences: each query sees exactly
-// its own sequence's tokens up to itself, through the right KV head (GQA).
-TEST(ContiguousKv, CausalGqaAttentionMatchesReference) {
-  std::mt19937 rng(11);
+struct CausalCase {
+  KvShape shape;
+  int max_batch;    // tokens per sequence per batch: 1..max_batch
+  int steps;
+  int prefill = 0;  // if > 0: the first batch holds this many tokens of each sequence
+};
+
+// Random interleaved batches of several sequences (decode steps and prefills
+// that cross the cache's 64-token blocks): each query sees exactly its own
+// sequence's tokens up to itself, through the right KV head (GQA), in every
+// layer. Head dims 64 and 128 run the block kernel; 16 the plain loop.
+class ContiguousKvCausal : public ::testing::TestWithParam<CausalCase> {};
+
+TEST_P(ContiguousKvCausal, MatchesReference) {
+  const auto [shape, max_batch, steps, prefill] = GetParam();
+  std::mt19937 rng(11 + shape.head_dim + max_batch);
   std::normal_distribution<float> nd;
-  const KvShape shape{1, 4, 2, 16};
-  const int d = shape.head_dim, kw = shape.kv_width(), qw = shape.n_heads * d;
-  ContiguousKv kv(shape, 64);
-  std::map<int, std::vector<std::vector<float>>> ks, vs;  // per seq: rows of kv_width
-  for (int step = 0; step < 6; ++step) {
+  const int d = shape.head_dim, kw = shape.kv_width(), qw = shape.n_heads * d, L = shape.n_layers;
+  ContiguousKv kv(shape, 400);
+  // per layer, per seq: rows of kv_width
+  std::vector<std::map<int, std::vector<std::vector<float>>>> ks(static_cast<size_t>(L)), vs(static_cast<size_t>(L));
+  double worst = 0;
+  for (int step = 0; step < steps; ++step) {
     Batch b;
-    std::uniform_int_distribution<int> pick(0, 2), len(1, 4);
+    std::uniform_int_distribution<int> pick(0, 2), len(1, max_batch);
     for (int s = 0; s < 3; ++s)
       if (pick(rng) || step == 0)
-        for (int n = len(rng); n > 0; --n) b.add(0, 0, s, true);
+        for (int n = step == 0 && prefill ? prefill : len(rng); n > 0; --n) b.add(0, 0, s, true);
     const int n = b.size();
-    std::vector<float> k(size_t(n) * kw), v(size_t(n) * kw), q(size_t(n) * qw), out(q.size());
-    for (auto* a : {&k, &v, &q})
-      for (auto& x : *a) x = nd(rng);
     kv.begin_batch(b);
-    kv.store(0, k.data(), v.data());
-    kv.attend(0, q.data(), out.data());
-    for (int t = 0; t < n; ++t) {
-      const int s = b.seq[t];
-      ks[s].emplace_back(k.begin() + t * kw, k.begin() + (t + 1) * kw);
-      vs[s].emplace_back(v.begin() + t * kw, v.begin() + (t + 1) * kw);
-      for (int h = 0; h < shape.n_heads; ++h) {
-        const int kvh = h / (shape.n_heads / shape.n_kv_heads);
-        std::vector<std::vector<float>> kh, vh;
-        for (size_t j = 0; j < ks[s].size(); ++j) {
-          kh.emplace_back(ks[s][j].begin() + kvh * d, ks[s][j].begin() + (kvh + 1) * d);
-          vh.emplace_back(vs[s][j].begin() + kvh * d, vs[s][j].begin() + (kvh + 1) * d);
+    for (int layer = 0; layer < L; ++layer) {
+      std::vector<float> k(size_t(n) * kw), v(size_t(n) * kw), q(size_t(n) * qw), out(q.size());
+      for (auto* a : {&k, &v, &q})
+        for (auto& x : *a) x = nd(rng);
+      kv.store(layer, k.data(), v.data());
+      kv.attend(layer, q.data(), out.data());
+      auto& lk = ks[size_t(layer)];
+      auto& lv = vs[size_t(layer)];
+      for (int t = 0; t < n; ++t) {
+        const int s = b.seq[t];
+        lk[s].emplace_back(k.begin() + t * kw, k.begin() + (t + 1) * kw);
+        lv[s].emplace_back(v.begin() + t * kw, v.begin() + (t + 1) * kw);
+        for (int h = 0; h < shape.n_heads; ++h) {
+          const int kvh = h / (shape.n_heads / shape.n_kv_heads);
+          std::vector<std::vector<float>> kh, vh;
+          for (size_t j = 0; j < lk[s].size(); ++j) {
+            kh.emplace_back(lk[s][j].begin() + kvh * d, lk[s][j].begin() + (kvh + 1) * d);
+            vh.emplace_back(lv[s][j].begin() + kvh * d, lv[s][j].begin() + (kvh + 1) * d);
+          }
+          const std::vector<float> qh(q.begin() + t * qw + h * d, q.begin() + t * qw + (h + 1) * d);
+          const auto ref = reference(qh, kh, vh, d);
+          for (int i = 0; i < d; ++i) {
+            const float got = out[size_t(t) * qw + h * d + i];
+            ASSERT_NEAR(got, ref[size_t(i)], 1e-5) << "layer " << layer << " token " << t << " head " << h;
+            worst = std::max(worst, double(std::fabs(got - ref[size_t(i)])));
+          }
         }
-        const std::vector<float> qh(q.begin() + t * qw + h * d, q.begin() + t * qw + (h + 1) * d);
-        const auto ref = reference(qh, kh, vh, d);
-        for (int i = 0; i < d; ++i) ASSERT_NEAR(out[size_t(t) * qw + h * d + i], ref[i], 1e-5);
       }
     }
   }
-  EXPECT_EQ(kv.length(0), int(ks[0].size()));
+  for (int s = 0; s < 3; ++s) EXPECT_EQ(kv.length(s), int(ks[0][s].size()));
+  EXPECT_GT(kv.length(0), 64);  // the walk crossed blocks
   kv.remove(0);
   EXPECT_EQ(kv.length(0), 0);
+  RecordProperty("max_abs_error", std::to_string(worst));
 }
+
+INSTANTIATE_TEST_SUITE_P(Shapes, ContiguousKvCausal,
+                         ::testing::Values(CausalCase{{1, 4, 2, 16}, 40, 6},     // plain loop
+                                           CausalCase{{2, 9, 3, 64}, 70, 5},     // SmolLM2's GQA 3
+                                           CausalCase{{1, 4, 1, 128}, 90, 4},    // GQA 4, d 128
+                                           CausalCase{{1, 2, 2, 64}, 3, 40},     // no GQA, decode-like
+                                           // Decode after a long prefill: few calls, so each
+                                           // walk is split into parts merged afterwards.
+                                           CausalCase{{1, 4, 1, 64}, 1, 5, 300},
+                                           CausalCase{{2, 3, 1, 128}, 2, 4, 380}),
+                         [](const auto& info) {
+                           const KvShape& s = info.param.shape;
+                           std::string name = "d";  // appended, not '+'-chained (GCC 12 -Wrestrict)
+                           name += std::to_string(s.head_dim);
+                           name += "_gqa" + std::to_string(s.n_heads / s.n_kv_heads);
+                           name += "_batch" + std::to_string(info.param.max_batch);
+                           if (info.param.prefill) name += "_prefill" + std::to_string(info.param.prefill);
+                           return name;
+                         });
 
 TEST(ContiguousKv, FullIsATypedErrorThatChangesNothing) {
   ContiguousKv kv({1, 1, 1, 4}, 3);

@@ -2,33 +2,111 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
-namespace cs {
+#include "attn/block.h"
+#include "attn/state.h"
 
-void attend_one(const float* q, const DenseKv& kv, int d, float* out) {
+namespace cs {
+namespace {
+
+constexpr int kSlice = 64;  // rows per block-kernel call (its stack buffers)
+
+// Up to kSlice rows through the block kernel over blocks [b0, b1), into the
+// caller's states. Blocks no row may see yet (causal prefill) are skipped.
+void slice_states(const float* q, const size_t* off, const int* visible, int nq, const DenseBlocks& kv, int b0,
+                  int b1, float* o, float* m, float* l) {
+  const int d = kv.d;
+  alignas(64) float qs[kSlice * 128];
+  // Queries pre-scaled once here, not once per block by the kernel.
+  const float scale = 1.0f / std::sqrt(float(d));
+  for (int r = 0; r < nq; ++r) {
+    for (int x = 0; x < d; ++x) qs[r * d + x] = q[off[r] + size_t(x)] * scale;
+    std::fill(o + r * d, o + (r + 1) * d, 0.0f);
+    m[r] = -INFINITY;
+    l[r] = 0.0f;
+  }
+  int limit[kSlice];
+  BlockJob j;
+  j.q = qs;
+  j.q_stride = d;
+  j.nq = nq;
+  j.kv_type = 0;
+  j.c = kDenseBlock;
+  j.d = d;
+  j.limit = limit;
+  j.o = o;
+  j.o_stride = d;
+  j.m = m;
+  j.l = l;
+  auto bytes = [](const float* p) { return reinterpret_cast<const uint8_t*>(p); };
+  for (int b = b0; b < b1; ++b) {
+    bool any = false;
+    for (int r = 0; r < nq; ++r) {
+      limit[r] = std::clamp(visible[r] - b * kDenseBlock, 0, kDenseBlock);
+      any = any || limit[r] > 0;
+    }
+    if (!any) continue;
+    j.kt = bytes(kv.kt + size_t(b) * kv.stride);
+    j.v = bytes(kv.v + size_t(b) * kv.stride);
+    const bool last = b + 1 == b1;
+    j.next_kt = last ? nullptr : bytes(kv.kt + size_t(b + 1) * kv.stride);
+    j.next_v = last ? nullptr : bytes(kv.v + size_t(b + 1) * kv.stride);
+    block_update(j);
+  }
+}
+
+void attend_slice(const float* q, float* out, const size_t* off, const int* visible, int nq,
+                  const DenseBlocks& kv) {
+  const int d = kv.d;
+  alignas(64) float o[kSlice * 128];
+  float m[kSlice], l[kSlice];
+  int seen = 0;
+  for (int r = 0; r < nq; ++r) seen = std::max(seen, visible[r]);
+  slice_states(q, off, visible, nq, kv, 0, (seen + kDenseBlock - 1) / kDenseBlock, o, m, l);
+  for (int r = 0; r < nq; ++r) finalize(o + r * d, l[r], d, out + off[r]);
+}
+
+// Any head dim: scores, a numerically safe softmax, then the weighted V sum.
+void attend_row_plain(const float* q, float* out, int n, const DenseBlocks& kv) {
   thread_local std::vector<float> score;
-  score.resize(size_t(kv.n));
+  score.resize(size_t(n));
+  const int d = kv.d;
   const float scale = 1.0f / std::sqrt(float(d));
   float m = -INFINITY;
-  for (int t = 0; t < kv.n; ++t) {
-    const float* k = kv.k + size_t(t) * kv.stride;
+  for (int t = 0; t < n; ++t) {
+    const float* kt = kv.kt + size_t(t / kDenseBlock) * kv.stride + t % kDenseBlock;
     float s = 0;
-#pragma omp simd reduction(+ : s)
-    for (int i = 0; i < d; ++i) s += q[i] * k[i];
-    score[t] = s * scale;
-    m = std::max(m, score[t]);
+    for (int x = 0; x < d; ++x) s += q[x] * kt[x * kDenseBlock];
+    score[size_t(t)] = s * scale;
+    m = std::max(m, score[size_t(t)]);
   }
   float sum = 0;
-  for (int t = 0; t < kv.n; ++t) sum += (score[t] = std::exp(score[t] - m));
-  const float inv = 1.0f / sum;
+  for (int t = 0; t < n; ++t) sum += (score[size_t(t)] = std::exp(score[size_t(t)] - m));
   std::fill(out, out + d, 0.0f);
-  for (int t = 0; t < kv.n; ++t) {
-    const float* v = kv.v + size_t(t) * kv.stride;
-    const float p = score[t] * inv;
-#pragma omp simd
-    for (int i = 0; i < d; ++i) out[i] += p * v[i];
+  for (int t = 0; t < n; ++t) {
+    const float* v = kv.v + size_t(t / kDenseBlock) * kv.stride + size_t(t % kDenseBlock) * d;
+    const float p = score[size_t(t)] / sum;
+    for (int x = 0; x < d; ++x) out[x] += p * v[x];
   }
+}
+
+}  // namespace
+
+void attend_rows(const float* q, float* out, const size_t* off, const int* visible, int nq,
+                 const DenseBlocks& kv) {
+  if (kv.d == 64 || kv.d == 128) {
+    for (int r0 = 0; r0 < nq; r0 += kSlice)
+      attend_slice(q, out, off + r0, visible + r0, std::min(kSlice, nq - r0), kv);
+    return;
+  }
+  for (int r = 0; r < nq; ++r) attend_row_plain(q + off[r], out + off[r], visible[r], kv);
+}
+
+void attend_rows_part(const float* q, const size_t* off, const int* visible, int nq, const DenseBlocks& kv,
+                      int b0, int b1, float* o, float* m, float* l) {
+  slice_states(q, off, visible, nq, kv, b0, b1, o, m, l);
 }
 
 }  // namespace cs

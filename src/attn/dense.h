@@ -1,18 +1,34 @@
-// Attention of one query row over K/V stored densely (one row per token),
-// fp32, with a numerically safe softmax. The path of the contiguous cache.
+// Attention over one sequence's K/V held densely in fp32 blocks of
+// kDenseBlock tokens (the contiguous cache's layout): block b of one KV head
+// keeps K transposed ([d][kDenseBlock], like a chunk, so the block kernel's
+// q . K^T reads runs of keys) and V row-major ([kDenseBlock][d]).
 #pragma once
 #include <cstddef>
 
 namespace cs {
 
-struct DenseKv {
-  const float* k;  // row t at k + t * stride
-  const float* v;
-  size_t stride;   // floats between consecutive tokens
-  int n;           // tokens
+constexpr int kDenseBlock = 64;
+
+struct DenseBlocks {
+  const float* kt;  // block b's K^T at kt + b * stride
+  const float* v;   // block b's V at v + b * stride
+  size_t stride;    // floats between consecutive blocks
+  int d;            // head dim
 };
 
-// out[0..d) = softmax(q . K^T / sqrt(d)) V over the n tokens.
-void attend_one(const float* q, const DenseKv& kv, int d, float* out);
+// For the nq rows r (query q + off[r], d floats; output out + off[r]):
+// out = softmax(q . K^T / sqrt(d)) V over keys [0, visible[r]), visible[r] >= 1.
+// Head dims 64 and 128 run the block kernel (runtime-dispatched SIMD, online
+// softmax, the next block prefetched) on up to 64 rows per call; any other
+// head dim runs a plain two-pass loop per row.
+void attend_rows(const float* q, float* out, const size_t* off, const int* visible, int nq,
+                 const DenseBlocks& kv);
+
+// One part of a long walk split over threads (head dims 64 and 128, nq <= 64):
+// the rows' unnormalised states (o: nq x d, m, l) over blocks [b0, b1) only.
+// The parts are folded together with merge() and written with finalize()
+// (attn/state.h).
+void attend_rows_part(const float* q, const size_t* off, const int* visible, int nq, const DenseBlocks& kv,
+                      int b0, int b1, float* o, float* m, float* l);
 
 }  // namespace cs

@@ -1,9 +1,10 @@
 #include "kv/contiguous_kv.h"
 
-#include <cstring>
+#include <algorithm>
 #include <string>
 
 #include "attn/dense.h"
+#include "attn/state.h"
 
 namespace cs {
 
@@ -16,6 +17,21 @@ int ContiguousKv::length(int seq) const {
 
 void ContiguousKv::remove(int seq) { seqs_.erase(seq); }
 
+size_t ContiguousKv::block_floats() const {
+  return size_t(shape_.n_kv_heads) * 2 * size_t(shape_.head_dim) * kDenseBlock;
+}
+
+float* ContiguousKv::k_slot(Seq& s, int layer, int idx, int kv_head) {
+  const size_t head = 2 * size_t(shape_.head_dim) * kDenseBlock;
+  return s.kv[size_t(layer)].data() + size_t(idx / kDenseBlock) * block_floats() + size_t(kv_head) * head +
+         size_t(idx % kDenseBlock);
+}
+
+float* ContiguousKv::v_slot(Seq& s, int layer, int idx, int kv_head) {
+  const size_t d = size_t(shape_.head_dim);
+  return k_slot(s, layer, idx - idx % kDenseBlock, kv_head) + d * kDenseBlock + size_t(idx % kDenseBlock) * d;
+}
+
 void ContiguousKv::begin_batch(const Batch& batch) {
   std::map<int, int> added;
   for (int s : batch.seq) ++added[s];
@@ -26,40 +42,127 @@ void ContiguousKv::begin_batch(const Batch& batch) {
                    std::to_string(max_tokens_));
   tok_seq_.clear();
   tok_idx_.clear();
-  const size_t w = size_t(shape_.kv_width());
   for (int s : batch.seq) {
     Seq& q = seqs_[s];
-    if (q.k.empty()) q.k.resize(shape_.n_layers), q.v.resize(shape_.n_layers);
+    if (q.kv.empty()) q.kv.resize(size_t(shape_.n_layers));
     tok_seq_.push_back(&q);
     tok_idx_.push_back(q.len++);
-    for (int l = 0; l < shape_.n_layers; ++l) {
-      q.k[l].resize(size_t(q.len) * w);
-      q.v[l].resize(size_t(q.len) * w);
-    }
+    const size_t need = size_t((q.len + kDenseBlock - 1) / kDenseBlock) * block_floats();
+    for (auto& buf : q.kv)
+      if (buf.size() < need) buf.resize(need);
   }
+  plan_rows();
 }
 
-void ContiguousKv::store(int layer, const float* k, const float* v) {
-  const size_t w = size_t(shape_.kv_width());
+// Groups the batch's query rows by (sequence, KV head) and cuts them into
+// attend_rows calls. A call's rows share every K/V block they read, so a
+// GQA group's query heads and a prefill's tokens go through the block kernel
+// together (one GEMM per block instead of one dot product per key and row).
+void ContiguousKv::plan_rows() {
+  const int H = shape_.n_heads, D = shape_.head_dim, group = H / shape_.n_kv_heads;
+  std::map<const Seq*, std::vector<int>> toks;  // sequence -> its batch tokens, in order
+  std::vector<const Seq*> seqs;
   for (size_t t = 0; t < tok_seq_.size(); ++t) {
-    std::memcpy(tok_seq_[t]->k[layer].data() + size_t(tok_idx_[t]) * w, k + t * w, w * 4);
-    std::memcpy(tok_seq_[t]->v[layer].data() + size_t(tok_idx_[t]) * w, v + t * w, w * 4);
+    auto [it, fresh] = toks.try_emplace(tok_seq_[t]);
+    if (fresh) seqs.push_back(tok_seq_[t]);
+    it->second.push_back(int(t));
   }
+  row_off_.clear();
+  row_visible_.clear();
+  work_.clear();
+  splits_.clear();
+  constexpr int kRowsPerCall = 64;
+  for (const Seq* s : seqs)
+    for (int kvh = 0; kvh < shape_.n_kv_heads; ++kvh) {
+      const int r0 = int(row_off_.size());
+      for (int t : toks[s])
+        for (int g = 0; g < group; ++g) {
+          row_off_.push_back((size_t(t) * H + size_t(kvh * group + g)) * D);
+          row_visible_.push_back(tok_idx_[size_t(t)] + 1);
+        }
+      const int r1 = int(row_off_.size());
+      for (int r = r0; r < r1; r += kRowsPerCall) work_.push_back({s, kvh, r, std::min(kRowsPerCall, r1 - r)});
+    }
+  split_long_walks();
+}
+
+// Decode of one or a few sequences gives fewer calls than threads (SmolLM2:
+// 3 KV heads, so one of 2 threads would do two of the 3 walks). Then every
+// walk is cut into parts of at least 2 blocks, up to kTasks calls in all
+// (12 divides evenly over 2, 3, 4 or 6 threads). The parts depend on the
+// batch only, never on the thread count, so the output bits do not either.
+void ContiguousKv::split_long_walks() {
+  constexpr int kTasks = 12, kMinBlocks = 2;
+  const int n = int(work_.size());
+  if (n >= kTasks || (shape_.head_dim != 64 && shape_.head_dim != 128)) return;
+  std::vector<Work> split;
+  int slot = 0;
+  for (const Work& w : work_) {
+    int seen = 0;
+    for (int r = w.r0; r < w.r0 + w.n; ++r) seen = std::max(seen, row_visible_[size_t(r)]);
+    const int blocks = (seen + kDenseBlock - 1) / kDenseBlock;
+    const int parts = std::min((kTasks + n - 1) / n, blocks / kMinBlocks);
+    if (parts < 2) {
+      split.push_back(w);
+      continue;
+    }
+    splits_.push_back({int(split.size()), parts});
+    for (int p = 0; p < parts; ++p) {
+      Work part = w;
+      part.b0 = blocks * p / parts;
+      part.b1 = blocks * (p + 1) / parts;
+      part.part = slot++;
+      split.push_back(part);
+    }
+  }
+  work_ = std::move(split);
+  parts_.resize(size_t(slot) * part_floats());
+}
+
+size_t ContiguousKv::part_floats() const { return size_t(kDenseBlock) * (size_t(shape_.head_dim) + 2); }
+
+void ContiguousKv::store(int layer, const float* k, const float* v) {
+  const int D = shape_.head_dim, w = shape_.kv_width();
+  for (size_t t = 0; t < tok_seq_.size(); ++t)
+    for (int h = 0; h < shape_.n_kv_heads; ++h) {
+      const float* kr = k + t * size_t(w) + size_t(h) * D;
+      const float* vr = v + t * size_t(w) + size_t(h) * D;
+      float* kt = k_slot(*tok_seq_[t], layer, tok_idx_[t], h);
+      float* vt = v_slot(*tok_seq_[t], layer, tok_idx_[t], h);
+      for (int x = 0; x < D; ++x) kt[size_t(x) * kDenseBlock] = kr[x];
+      std::copy(vr, vr + D, vt);
+    }
 }
 
 void ContiguousKv::attend(int layer, const float* q, float* out) {
-  const int n_tok = int(tok_seq_.size());
-  const int H = shape_.n_heads, D = shape_.head_dim;
-  const int group = H / shape_.n_kv_heads;
-#pragma omp parallel for schedule(dynamic) collapse(2) if (n_tok * H > 4)
-  for (int t = 0; t < n_tok; ++t) {
-    for (int h = 0; h < H; ++h) {
-      const Seq& s = *tok_seq_[t];
-      const int kvh = h / group;
-      DenseKv kv{s.k[layer].data() + size_t(kvh) * D, s.v[layer].data() + size_t(kvh) * D,
-                 size_t(shape_.kv_width()), tok_idx_[t] + 1};
-      attend_one(q + (size_t(t) * H + h) * D, kv, D, out + (size_t(t) * H + h) * D);
+  const size_t d = size_t(shape_.head_dim), head = 2 * d * kDenseBlock;
+  const int n = int(work_.size());
+  // Later row slices of a prefill see more blocks: hand them out first.
+#pragma omp parallel for schedule(dynamic) if (n > 1)
+  for (int i = n - 1; i >= 0; --i) {
+    const Work& w = work_[size_t(i)];
+    const float* base = w.seq->kv[size_t(layer)].data() + size_t(w.kv_head) * head;
+    const DenseBlocks kv{base, base + d * kDenseBlock, block_floats(), shape_.head_dim};
+    const size_t* off = row_off_.data() + w.r0;
+    const int* visible = row_visible_.data() + w.r0;
+    if (w.part < 0) {
+      attend_rows(q, out, off, visible, w.n, kv);
+      continue;
     }
+    float* o = parts_.data() + size_t(w.part) * part_floats();
+    attend_rows_part(q, off, visible, w.n, kv, w.b0, w.b1, o, o + kDenseBlock * d, o + kDenseBlock * (d + 1));
+  }
+  // Fold each split walk's parts, in block order, into its first part.
+  for (const Split& s : splits_) {
+    const Work& w = work_[size_t(s.first)];
+    float* o0 = parts_.data() + size_t(w.part) * part_floats();
+    float *m0 = o0 + kDenseBlock * d, *l0 = m0 + kDenseBlock;
+    for (int p = 1; p < s.parts; ++p) {
+      const float* o = parts_.data() + size_t(work_[size_t(s.first + p)].part) * part_floats();
+      const float *m = o + kDenseBlock * d, *l = m + kDenseBlock;
+      for (int r = 0; r < w.n; ++r) merge({o0 + r * d, m0 + r, l0 + r}, o + r * d, m[r], l[r], int(d));
+    }
+    for (int r = 0; r < w.n; ++r) finalize(o0 + r * d, l0[r], int(d), out + row_off_[size_t(w.r0 + r)]);
   }
 }
 

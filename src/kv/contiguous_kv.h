@@ -1,6 +1,9 @@
 // A KV cache with one contiguous fp32 buffer per sequence and layer: the
-// simple cache that needs no sharing. Sequences are created on first use and
-// dropped with remove(). Single-threaded use (the engine's thread).
+// simple cache that needs no sharing. The buffer is a run of kDenseBlock-token
+// blocks in the layout of attn/dense.h (per block and KV head: K transposed,
+// then V), so attention runs on the same block kernel as the chunk cache.
+// Sequences are created on first use and dropped with remove().
+// Single-threaded use (the engine's thread); attend() itself is parallel.
 #pragma once
 #include <map>
 #include <vector>
@@ -32,13 +35,40 @@ class ContiguousKv : public KvStore {
  private:
   struct Seq {
     int len = 0;
-    std::vector<std::vector<float>> k, v;  // [layer][token * kv_width]
+    std::vector<std::vector<float>> kv;  // [layer]: blocks of block_floats()
   };
+  // One attend_rows call: rows [r0, r0 + n) of the batch's row lists, all of
+  // one sequence and KV head. A part (part >= 0) covers only blocks
+  // [b0, b1) and leaves its states in parts_ slot `part`.
+  struct Work {
+    const Seq* seq;
+    int kv_head, r0, n;
+    int b0 = 0, b1 = 0, part = -1;
+  };
+  // Rows split into `parts` Works from work_[first]; their states are
+  // merged after the parallel loop.
+  struct Split {
+    int first, parts;
+  };
+  size_t block_floats() const;
+  float* k_slot(Seq& s, int layer, int idx, int kv_head);  // K^T column of token idx
+  float* v_slot(Seq& s, int layer, int idx, int kv_head);  // V row of token idx
+  void plan_rows();
+  void split_long_walks();
+  size_t part_floats() const;
+
   KvShape shape_;
   int max_tokens_;
   std::map<int, Seq> seqs_;
   std::vector<Seq*> tok_seq_;  // per batch token
   std::vector<int> tok_idx_;   // per batch token: its index in the sequence
+  // Query rows of the batch grouped by (sequence, KV head), token-major:
+  // offset of the row in q / out, and how many keys it sees.
+  std::vector<size_t> row_off_;
+  std::vector<int> row_visible_;
+  std::vector<Work> work_;
+  std::vector<Split> splits_;
+  std::vector<float> parts_;  // per part slot: o (64 x head_dim), m (64), l (64)
 };
 
 }  // namespace cs
