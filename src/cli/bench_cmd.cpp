@@ -1,14 +1,19 @@
 // `chunkserve bench model`: prefill and single-sequence decode speed on a
 // model, measured the way llama-bench measures pp/tg (prompt of N tokens in
-// one batch; N tokens decoded one at a time), median of repetitions.
+// one batch; N tokens decoded one at a time), median of repetitions. With
+// --n-depth D both run after D context tokens (prefilled, untimed), as
+// llama-bench -d does: the attention over a long context is then part of
+// what is timed.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <omp.h>
 
 #include "base/cpu.h"
+#include "base/error.h"
 #include "cli/commands.h"
 #include "model/llama.h"
 
@@ -17,12 +22,22 @@ namespace {
 
 struct BenchOptions {
   std::string model;
-  int n_prompt = 512, n_gen = 128, reps = 5, threads = 0;
+  int n_prompt = 512, n_gen = 128, reps = 5, threads = 0, depth = 0;
   bool json = false;
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Prefills `depth` tokens of sequence 0 into kv (untimed), in batches of 512.
+void fill_context(LlamaModel& model, ContiguousKv& kv, Workspace& ws, std::vector<float>& logits, int depth) {
+  const int n_vocab = model.config().n_vocab;
+  for (int i0 = 0; i0 < depth; i0 += 512) {
+    Batch b;
+    for (int i = i0; i < std::min(depth, i0 + 512); ++i) b.add((i * 104729 + 7) % n_vocab, i, 0, false);
+    model.forward(b, kv, ws, logits);
+  }
 }
 
 double median(std::vector<double> v) {
@@ -35,24 +50,33 @@ int run_bench_model(const BenchOptions& o) {
   const std::string path = o.model.empty() ? default_model_path() : o.model;
   auto model = LlamaModel::load(path);
   const LlamaConfig& c = model->config();
+  // Both tests must fit the model's context (this also keeps positions and
+  // the synthetic token ids far from int overflow).
+  const int64_t need = int64_t(o.depth) + std::max(o.n_prompt, o.n_gen);
+  if (c.n_ctx_train > 0 && need > c.n_ctx_train)
+    throw Error("-d " + std::to_string(o.depth) + " plus " + std::to_string(std::max(o.n_prompt, o.n_gen)) +
+                " test tokens exceeds the model's context of " + std::to_string(c.n_ctx_train));
   Workspace ws;
   std::vector<float> logits;
   std::vector<double> pp, tg;
+  const int D = o.depth;
   for (int rep = 0; rep < o.reps + 1; ++rep) {  // the first run warms up
     {
-      ContiguousKv kv(c.kv_shape(), o.n_prompt + 1);
+      ContiguousKv kv(c.kv_shape(), D + o.n_prompt + 1);
+      fill_context(*model, kv, ws, logits, D);
       Batch b;
-      for (int i = 0; i < o.n_prompt; ++i) b.add((i * 7919 + 13) % c.n_vocab, i, 0, i + 1 == o.n_prompt);
+      for (int i = 0; i < o.n_prompt; ++i) b.add((i * 7919 + 13) % c.n_vocab, D + i, 0, i + 1 == o.n_prompt);
       const auto t0 = std::chrono::steady_clock::now();
       model->forward(b, kv, ws, logits);
       if (rep) pp.push_back(o.n_prompt / seconds_since(t0));
     }
     {
-      ContiguousKv kv(c.kv_shape(), o.n_gen + 1);
+      ContiguousKv kv(c.kv_shape(), D + o.n_gen + 1);
+      fill_context(*model, kv, ws, logits, D);
       const auto t0 = std::chrono::steady_clock::now();
       for (int i = 0; i < o.n_gen; ++i) {
         Batch b;
-        b.add((i * 7919 + 13) % c.n_vocab, i, 0, true);
+        b.add((i * 7919 + 13) % c.n_vocab, D + i, 0, true);
         model->forward(b, kv, ws, logits);
       }
       if (rep) tg.push_back(o.n_gen / seconds_since(t0));
@@ -61,12 +85,13 @@ int run_bench_model(const BenchOptions& o) {
   const int threads = o.threads > 0 ? o.threads : omp_get_max_threads();
   if (o.json) {
     std::printf("{\"model\": \"%s\", \"threads\": %d, \"isa\": \"%s\", \"pp\": %d, \"tg\": %d, "
-                "\"pp_tps\": %.2f, \"tg_tps\": %.2f}\n",
-                path.c_str(), threads, isa_name(cpu_isa()), o.n_prompt, o.n_gen, median(pp), median(tg));
+                "\"depth\": %d, \"pp_tps\": %.2f, \"tg_tps\": %.2f}\n",
+                path.c_str(), threads, isa_name(cpu_isa()), o.n_prompt, o.n_gen, D, median(pp), median(tg));
   } else {
+    const std::string at = D ? " @ d" + std::to_string(D) : "";
     std::printf("| test | threads | isa | tokens/s |\n|---|---|---|---|\n");
-    std::printf("| pp%d | %d | %s | %.2f |\n", o.n_prompt, threads, isa_name(cpu_isa()), median(pp));
-    std::printf("| tg%d | %d | %s | %.2f |\n", o.n_gen, threads, isa_name(cpu_isa()), median(tg));
+    std::printf("| pp%d%s | %d | %s | %.2f |\n", o.n_prompt, at.c_str(), threads, isa_name(cpu_isa()), median(pp));
+    std::printf("| tg%d%s | %d | %s | %.2f |\n", o.n_gen, at.c_str(), threads, isa_name(cpu_isa()), median(tg));
   }
   return 0;
 }
@@ -81,6 +106,8 @@ Action add_bench_command(CLI::App& app) {
   m->add_option("-m,--model", o->model, "GGUF model file (default: the SmolLM2 model)");
   m->add_option("-p,--n-prompt", o->n_prompt, "Prompt tokens (pp test)")->check(CLI::PositiveNumber);
   m->add_option("-n,--n-gen", o->n_gen, "Generated tokens (tg test)")->check(CLI::PositiveNumber);
+  m->add_option("-d,--n-depth", o->depth, "Context tokens cached before each test (untimed)")
+      ->check(CLI::NonNegativeNumber);
   m->add_option("-r,--reps", o->reps, "Repetitions (median reported)")->check(CLI::PositiveNumber);
   m->add_option("-t,--threads", o->threads, "Threads (0 = all cores)")->check(CLI::NonNegativeNumber);
   m->add_flag("--json", o->json, "Print one JSON line");
