@@ -123,7 +123,7 @@ BENCHMARK(BM_DecodeStepBatch32)->Unit(benchmark::kMillisecond)->Iterations(20);
 // The workload chunkserve is built for, end to end: one decode step of the
 // default model for 32 sequences that share a 2048-token system prompt and
 // have 64 tokens of their own. Arg 0: the contiguous per-sequence cache
-// (fp32, no sharing); 1: the chunk cache (fp16) with two-phase partition;
+// (fp16, no sharing; 4: the same in fp32); 1: the chunk cache (fp16) with two-phase partition;
 // 2: the chunk cache with per-sequence attention; 3: the chunk cache with
 // sharing off (every prompt distinct) and per-sequence attention. K/V are synthetic (the
 // timing does not depend on their values), so no prefill is needed.
@@ -145,8 +145,8 @@ void BM_DecodeStepSharedPrompt(benchmark::State& state) {
     for (size_t i = 0; i < k.size(); ++i) k[i] = float(int(i % 7) - 3) * 0.1f, v[i] = float(int(i % 5) - 2) * 0.1f;
     for (int l = 0; l < c.n_layers; ++l) kv.store(l, k.data(), v.data());
   };
-  if (mode == 0) {
-    store = std::make_unique<ContiguousKv>(c.kv_shape(), n_s + n_own + 64);
+  if (mode == 0 || mode == 4) {
+    store = std::make_unique<ContiguousKv>(c.kv_shape(), n_s + n_own + 64, mode == 0 ? KvType::kF16 : KvType::kF32);
     for (int s = 0; s < b; ++s) {
       Batch batch;
       for (int i = 0; i < n_s + n_own; ++i) batch.add(i < n_s ? 100 + i % 1000 : 5000 + s, i, s, false);
@@ -182,7 +182,7 @@ void BM_DecodeStepSharedPrompt(benchmark::State& state) {
   }
   state.counters["tokens/s"] = benchmark::Counter(double(b), benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_DecodeStepSharedPrompt)->Arg(0)->Arg(3)->Arg(2)->Arg(1)->Unit(benchmark::kMillisecond)->Iterations(10);
+BENCHMARK(BM_DecodeStepSharedPrompt)->Arg(4)->Arg(0)->Arg(3)->Arg(2)->Arg(1)->Unit(benchmark::kMillisecond)->Iterations(10);
 
 // Table 3's heaviest cell alone (b=32, h=32, d=128, c=64, fp16, n_p = n_s =
 // 4096): arg 0 per-sequence on the shared chunks, 1 two-phase partition,

@@ -68,6 +68,7 @@ TEST(Conformance, GreedyContinuationsMatchLlamaCpp) {
     const auto their_gap = g["top2_gaps"].get<std::vector<float>>();
     GenerateParams p;
     p.max_tokens = int(want.size());
+    p.kv_type = KvType::kF32;  // as llama.cpp was run (make_conformance.py)
     const GenerateResult r = generate(model(), ids, p);
     size_t i = 0;
     while (i < want.size() && i < r.tokens.size() && r.tokens[i] == want[i]) ++i;
@@ -95,7 +96,7 @@ TEST(Conformance, FirstLogitsCloseToLlamaCpp) {
   float worst = 0;
   for (const auto& g : d["greedy"]) {
     const auto ids = g["prompt_ids"].get<std::vector<int32_t>>();
-    ContiguousKv kv(model().config().kv_shape(), int(ids.size()) + 1);
+    ContiguousKv kv(model().config().kv_shape(), int(ids.size()) + 1, KvType::kF32);
     Workspace ws;
     Batch b;
     for (size_t i = 0; i < ids.size(); ++i) b.add(ids[i], int32_t(i), 0, i + 1 == ids.size());

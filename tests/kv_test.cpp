@@ -6,6 +6,9 @@
 #include <map>
 #include <string>
 #include <random>
+#include <tuple>
+
+#include "base/f16.h"
 
 namespace cs {
 namespace {
@@ -40,14 +43,24 @@ struct CausalCase {
 // that cross the cache's 64-token blocks): each query sees exactly its own
 // sequence's tokens up to itself, through the right KV head (GQA), in every
 // layer. Head dims 64 and 128 run the block kernel; 16 the plain loop.
-class ContiguousKvCausal : public ::testing::TestWithParam<CausalCase> {};
+// Each case runs for every storage type. The reference reads the K/V the
+// cache holds (rounded to the type), so the bound is fp32 accumulation's
+// 1e-5 for all three: rounding at store is the only effect of the type.
+class ContiguousKvCausal : public ::testing::TestWithParam<std::tuple<CausalCase, KvType>> {};
+
+float stored(KvType type, float x) {
+  uint8_t b[4];
+  store_kv_elem(b, int(type), x);
+  return load_kv_elem(b, int(type));
+}
 
 TEST_P(ContiguousKvCausal, MatchesReference) {
-  const auto [shape, max_batch, steps, prefill] = GetParam();
+  const auto [shape, max_batch, steps, prefill] = std::get<0>(GetParam());
+  const KvType type = std::get<1>(GetParam());
   std::mt19937 rng(11 + shape.head_dim + max_batch);
   std::normal_distribution<float> nd;
   const int d = shape.head_dim, kw = shape.kv_width(), qw = shape.n_heads * d, L = shape.n_layers;
-  ContiguousKv kv(shape, 400);
+  ContiguousKv kv(shape, 400, type);
   // per layer, per seq: rows of kv_width
   std::vector<std::map<int, std::vector<std::vector<float>>>> ks(static_cast<size_t>(L)), vs(static_cast<size_t>(L));
   double worst = 0;
@@ -65,6 +78,8 @@ TEST_P(ContiguousKvCausal, MatchesReference) {
         for (auto& x : *a) x = nd(rng);
       kv.store(layer, k.data(), v.data());
       kv.attend(layer, q.data(), out.data());
+      for (auto* a : {&k, &v})
+        for (auto& x : *a) x = stored(type, x);
       auto& lk = ks[size_t(layer)];
       auto& lv = vs[size_t(layer)];
       for (int t = 0; t < n; ++t) {
@@ -97,7 +112,7 @@ TEST_P(ContiguousKvCausal, MatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, ContiguousKvCausal,
-                         ::testing::Values(CausalCase{{1, 4, 2, 16}, 40, 6},     // plain loop
+                         ::testing::Combine(::testing::Values(CausalCase{{1, 4, 2, 16}, 40, 6},     // plain loop
                                            CausalCase{{2, 9, 3, 64}, 70, 5},     // SmolLM2's GQA 3
                                            CausalCase{{1, 4, 1, 128}, 90, 4},    // GQA 4, d 128
                                            CausalCase{{1, 2, 2, 64}, 3, 40},     // no GQA, decode-like
@@ -105,13 +120,17 @@ INSTANTIATE_TEST_SUITE_P(Shapes, ContiguousKvCausal,
                                            // walk is split into parts merged afterwards.
                                            CausalCase{{1, 4, 1, 64}, 1, 5, 300},
                                            CausalCase{{2, 3, 1, 128}, 2, 4, 380}),
+                                            ::testing::Values(KvType::kF32, KvType::kF16, KvType::kBF16)),
                          [](const auto& info) {
-                           const KvShape& s = info.param.shape;
+                           const CausalCase& c = std::get<0>(info.param);
+                           const KvShape& s = c.shape;
                            std::string name = "d";  // appended, not '+'-chained (GCC 12 -Wrestrict)
                            name += std::to_string(s.head_dim);
                            name += "_gqa" + std::to_string(s.n_heads / s.n_kv_heads);
-                           name += "_batch" + std::to_string(info.param.max_batch);
-                           if (info.param.prefill) name += "_prefill" + std::to_string(info.param.prefill);
+                           name += "_batch" + std::to_string(c.max_batch);
+                           if (c.prefill) name += "_prefill" + std::to_string(c.prefill);
+                           name += "_";
+                           name += kv_type_name(std::get<1>(info.param));
                            return name;
                          });
 

@@ -50,7 +50,7 @@ void record(GreedyRun& run, size_t s, const float* l, int n_vocab) {
 }
 
 // Each prompt alone on the plain contiguous cache.
-GreedyRun contiguous() {
+GreedyRun contiguous(KvType type) {
   const auto ps = prompts();
   const LlamaConfig& c = model().config();
   Workspace ws;
@@ -59,7 +59,7 @@ GreedyRun contiguous() {
   run.tokens.resize(ps.size());
   run.gaps.resize(ps.size());
   for (size_t s = 0; s < ps.size(); ++s) {
-    ContiguousKv kv(c.kv_shape(), 1024);
+    ContiguousKv kv(c.kv_shape(), 1024, type);
     Batch b;
     for (size_t i = 0; i < ps[s].size(); ++i) b.add(ps[s][i], int32_t(i), 0, i + 1 == ps[s].size());
     model().forward(b, kv, ws, logits);
@@ -162,9 +162,13 @@ TEST(Sharing, SharingOnOrOffGivesIdenticalLogits) {
 // softmax, relay's log-sum-exp fusion) agree with it up to this model's noise
 // floor (see conformance_test.cpp): greedy tokens may part only at a near-tie.
 TEST(Sharing, OtherPathsAgreeWithTheContiguousCacheUpToNearTies) {
-  const GreedyRun plain = contiguous();
+  const GreedyRun plain = contiguous(KvType::kF32);
   report(plain, chunked(true, AttnPath::kTwoPhase, KvType::kF32), "two-phase vs contiguous", 0.25f);
   report(plain, chunked(true, AttnPath::kRelay, KvType::kF32), "relay vs contiguous", 0.25f);
+  // fp16 K/V (both caches' default) round the same values the same way.
+  report(contiguous(KvType::kF16), chunked(true, AttnPath::kTwoPhase, KvType::kF16),
+         "two-phase vs contiguous, f16", 0.25f);
+  report(plain, contiguous(KvType::kF16), "contiguous f16 vs f32", 0.25f);
   report(chunked(true, AttnPath::kTwoPhase, KvType::kF32), chunked(true, AttnPath::kRelay, KvType::kF32),
          "relay vs two-phase", 0.25f);
 }

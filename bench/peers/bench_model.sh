@@ -12,13 +12,14 @@ THREADS=${THREADS:-2}
 PP=${PP:-512}
 TG=${TG:-128}
 DEPTH=${DEPTH:-0}  # context tokens cached before each test (llama-bench -d)
+KV=${KV:-f16}      # KV cache element type, both engines (f16 is both defaults)
 REPS=${REPS:-3}
 ROUNDS=${ROUNDS:-5}
 lb="$here/.work/llama.cpp/build/bin/llama-bench"
 out=$(mktemp)
 for _ in $(seq "$ROUNDS"); do
-  ours=$("$root/build/chunkserve" bench model -m "$MODEL" -t "$THREADS" -p "$PP" -n "$TG" -d "$DEPTH" -r "$REPS" --json)
-  theirs=$("$lb" -m "$MODEL" -t "$THREADS" -p "$PP" -n "$TG" -d "$DEPTH" -r "$REPS" -o json 2>/dev/null | tr -d '\n')
+  ours=$("$root/build/chunkserve" bench model -m "$MODEL" -t "$THREADS" -p "$PP" -n "$TG" -d "$DEPTH" --kv-type "$KV" -r "$REPS" --json)
+  theirs=$("$lb" -m "$MODEL" -t "$THREADS" -p "$PP" -n "$TG" -d "$DEPTH" -ctk "$KV" -ctv "$KV" -r "$REPS" -o json 2>/dev/null | tr -d '\n')
   echo "$ours	$theirs" >> "$out"
 done
 python3 - "$out" "$PP" "$TG" "$THREADS" "$DEPTH" <<'PY'

@@ -7,6 +7,7 @@
 
 #include "attn/block.h"
 #include "attn/state.h"
+#include "base/f16.h"
 
 namespace cs {
 namespace {
@@ -32,7 +33,7 @@ void slice_states(const float* q, const size_t* off, const int* visible, int nq,
   j.q = qs;
   j.q_stride = d;
   j.nq = nq;
-  j.kv_type = 0;
+  j.kv_type = kv.type;
   j.c = kDenseBlock;
   j.d = d;
   j.limit = limit;
@@ -40,7 +41,6 @@ void slice_states(const float* q, const size_t* off, const int* visible, int nq,
   j.o_stride = d;
   j.m = m;
   j.l = l;
-  auto bytes = [](const float* p) { return reinterpret_cast<const uint8_t*>(p); };
   for (int b = b0; b < b1; ++b) {
     bool any = false;
     for (int r = 0; r < nq; ++r) {
@@ -48,11 +48,11 @@ void slice_states(const float* q, const size_t* off, const int* visible, int nq,
       any = any || limit[r] > 0;
     }
     if (!any) continue;
-    j.kt = bytes(kv.kt + size_t(b) * kv.stride);
-    j.v = bytes(kv.v + size_t(b) * kv.stride);
+    j.kt = kv.kt + size_t(b) * kv.stride;
+    j.v = kv.v + size_t(b) * kv.stride;
     const bool last = b + 1 == b1;
-    j.next_kt = last ? nullptr : bytes(kv.kt + size_t(b + 1) * kv.stride);
-    j.next_v = last ? nullptr : bytes(kv.v + size_t(b + 1) * kv.stride);
+    j.next_kt = last ? nullptr : kv.kt + size_t(b + 1) * kv.stride;
+    j.next_v = last ? nullptr : kv.v + size_t(b + 1) * kv.stride;
     block_update(j);
   }
 }
@@ -74,11 +74,12 @@ void attend_row_plain(const float* q, float* out, int n, const DenseBlocks& kv) 
   score.resize(size_t(n));
   const int d = kv.d;
   const float scale = 1.0f / std::sqrt(float(d));
+  const size_t es = kv.type == 0 ? 4 : 2;
   float m = -INFINITY;
   for (int t = 0; t < n; ++t) {
-    const float* kt = kv.kt + size_t(t / kDenseBlock) * kv.stride + t % kDenseBlock;
+    const uint8_t* kt = kv.kt + size_t(t / kDenseBlock) * kv.stride + size_t(t % kDenseBlock) * es;
     float s = 0;
-    for (int x = 0; x < d; ++x) s += q[x] * kt[x * kDenseBlock];
+    for (int x = 0; x < d; ++x) s += q[x] * load_kv_elem(kt + size_t(x) * kDenseBlock * es, kv.type);
     score[size_t(t)] = s * scale;
     m = std::max(m, score[size_t(t)]);
   }
@@ -86,9 +87,9 @@ void attend_row_plain(const float* q, float* out, int n, const DenseBlocks& kv) 
   for (int t = 0; t < n; ++t) sum += (score[size_t(t)] = std::exp(score[size_t(t)] - m));
   std::fill(out, out + d, 0.0f);
   for (int t = 0; t < n; ++t) {
-    const float* v = kv.v + size_t(t / kDenseBlock) * kv.stride + size_t(t % kDenseBlock) * d;
+    const uint8_t* v = kv.v + size_t(t / kDenseBlock) * kv.stride + size_t(t % kDenseBlock) * d * es;
     const float p = score[size_t(t)] / sum;
-    for (int x = 0; x < d; ++x) out[x] += p * v[x];
+    for (int x = 0; x < d; ++x) out[x] += p * load_kv_elem(v + size_t(x) * es, kv.type);
   }
 }
 

@@ -1,26 +1,28 @@
-// Attention over one sequence's K/V held densely in fp32 blocks of
-// kDenseBlock tokens (the contiguous cache's layout): block b of one KV head
-// keeps K transposed ([d][kDenseBlock], like a chunk, so the block kernel's
-// q . K^T reads runs of keys) and V row-major ([kDenseBlock][d]).
+// Attention over one sequence's K/V held densely in blocks of kDenseBlock
+// tokens (the contiguous cache's layout), elements fp32, fp16 or bf16: block b
+// of one KV head keeps K transposed ([d][kDenseBlock], like a chunk, so the
+// block kernel's q . K^T reads runs of keys) and V row-major ([kDenseBlock][d]).
 #pragma once
 #include <cstddef>
+#include <cstdint>
 
 namespace cs {
 
 constexpr int kDenseBlock = 64;
 
 struct DenseBlocks {
-  const float* kt;  // block b's K^T at kt + b * stride
-  const float* v;   // block b's V at v + b * stride
-  size_t stride;    // floats between consecutive blocks
-  int d;            // head dim
+  const uint8_t* kt;  // block b's K^T at kt + b * stride
+  const uint8_t* v;   // block b's V at v + b * stride
+  size_t stride;      // bytes between consecutive blocks
+  int d;              // head dim
+  int type;           // element type code: 0 fp32, 1 fp16, 2 bf16 (KvType)
 };
 
 // For the nq rows r (query q + off[r], d floats; output out + off[r]):
 // out = softmax(q . K^T / sqrt(d)) V over keys [0, visible[r]), visible[r] >= 1.
 // Head dims 64 and 128 run the block kernel (runtime-dispatched SIMD, online
 // softmax, the next block prefetched) on up to 64 rows per call; any other
-// head dim runs a plain two-pass loop per row.
+// head dim runs a plain two-pass loop per row. fp32 accumulation throughout.
 void attend_rows(const float* q, float* out, const size_t* off, const int* visible, int nq,
                  const DenseBlocks& kv);
 

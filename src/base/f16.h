@@ -55,4 +55,27 @@ inline uint16_t f32_to_bf16(float f) {
   return uint16_t(x >> 16);
 }
 
+// One element of K/V storage by type code (0 fp32, 1 fp16, 2 bf16: KvType's
+// values, BlockJob::kv_type), little-endian, through memcpy so any alignment
+// works. The scalar paths of both KV caches read and write through these.
+inline float load_kv_elem(const uint8_t* p, int type) {
+  if (type == 0) {
+    float f;
+    std::memcpy(&f, p, 4);
+    return f;
+  }
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return type == 1 ? f16_to_f32(h) : bf16_to_f32(h);
+}
+
+inline void store_kv_elem(uint8_t* p, int type, float x) {
+  if (type == 0) {
+    std::memcpy(p, &x, 4);
+    return;
+  }
+  const uint16_t h = type == 1 ? f32_to_f16(x) : f32_to_bf16(x);
+  std::memcpy(p, &h, 2);
+}
+
 }  // namespace cs

@@ -23,6 +23,7 @@ namespace {
 struct BenchOptions {
   std::string model;
   int n_prompt = 512, n_gen = 128, reps = 5, threads = 0, depth = 0;
+  KvType kv_type = KvType::kF16;
   bool json = false;
 };
 
@@ -62,7 +63,7 @@ int run_bench_model(const BenchOptions& o) {
   const int D = o.depth;
   for (int rep = 0; rep < o.reps + 1; ++rep) {  // the first run warms up
     {
-      ContiguousKv kv(c.kv_shape(), D + o.n_prompt + 1);
+      ContiguousKv kv(c.kv_shape(), D + o.n_prompt + 1, o.kv_type);
       fill_context(*model, kv, ws, logits, D);
       Batch b;
       for (int i = 0; i < o.n_prompt; ++i) b.add((i * 7919 + 13) % c.n_vocab, D + i, 0, i + 1 == o.n_prompt);
@@ -71,7 +72,7 @@ int run_bench_model(const BenchOptions& o) {
       if (rep) pp.push_back(o.n_prompt / seconds_since(t0));
     }
     {
-      ContiguousKv kv(c.kv_shape(), D + o.n_gen + 1);
+      ContiguousKv kv(c.kv_shape(), D + o.n_gen + 1, o.kv_type);
       fill_context(*model, kv, ws, logits, D);
       const auto t0 = std::chrono::steady_clock::now();
       for (int i = 0; i < o.n_gen; ++i) {
@@ -84,14 +85,16 @@ int run_bench_model(const BenchOptions& o) {
   }
   const int threads = o.threads > 0 ? o.threads : omp_get_max_threads();
   if (o.json) {
-    std::printf("{\"model\": \"%s\", \"threads\": %d, \"isa\": \"%s\", \"pp\": %d, \"tg\": %d, "
-                "\"depth\": %d, \"pp_tps\": %.2f, \"tg_tps\": %.2f}\n",
-                path.c_str(), threads, isa_name(cpu_isa()), o.n_prompt, o.n_gen, D, median(pp), median(tg));
+    std::printf("{\"model\": \"%s\", \"threads\": %d, \"isa\": \"%s\", \"kv_type\": \"%s\", \"pp\": %d, "
+                "\"tg\": %d, \"depth\": %d, \"pp_tps\": %.2f, \"tg_tps\": %.2f}\n",
+                path.c_str(), threads, isa_name(cpu_isa()), kv_type_name(o.kv_type), o.n_prompt, o.n_gen, D,
+                median(pp), median(tg));
   } else {
     const std::string at = D ? " @ d" + std::to_string(D) : "";
-    std::printf("| test | threads | isa | tokens/s |\n|---|---|---|---|\n");
-    std::printf("| pp%d%s | %d | %s | %.2f |\n", o.n_prompt, at.c_str(), threads, isa_name(cpu_isa()), median(pp));
-    std::printf("| tg%d%s | %d | %s | %.2f |\n", o.n_gen, at.c_str(), threads, isa_name(cpu_isa()), median(tg));
+    const char *isa = isa_name(cpu_isa()), *kv = kv_type_name(o.kv_type);
+    std::printf("| test | threads | isa | kv | tokens/s |\n|---|---|---|---|---|\n");
+    std::printf("| pp%d%s | %d | %s | %s | %.2f |\n", o.n_prompt, at.c_str(), threads, isa, kv, median(pp));
+    std::printf("| tg%d%s | %d | %s | %s | %.2f |\n", o.n_gen, at.c_str(), threads, isa, kv, median(tg));
   }
   return 0;
 }
@@ -111,6 +114,7 @@ Action add_bench_command(CLI::App& app) {
   m->add_option("-r,--reps", o->reps, "Repetitions (median reported)")->check(CLI::PositiveNumber);
   m->add_option("-t,--threads", o->threads, "Threads (0 = all cores)")->check(CLI::NonNegativeNumber);
   m->add_flag("--json", o->json, "Print one JSON line");
+  add_kv_type_option(*m, o->kv_type);
   Action attention = add_bench_attention_command(*bench);
   return [o, m, attention] { return m->parsed() ? run_bench_model(*o) : attention(); };
 }

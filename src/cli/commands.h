@@ -4,6 +4,8 @@
 #include <functional>
 #include <string>
 
+#include "kv/chunk_pool.h"
+
 namespace CLI {
 class App;
 }
@@ -22,5 +24,7 @@ Action add_bench_attention_command(CLI::App& bench);
 std::string default_model_path();
 // Applies --threads (0 = all cores).
 void set_threads(int n);
+// Registers --kv-type f16|bf16|f32 (the KV cache's element type) on cmd.
+void add_kv_type_option(CLI::App& cmd, KvType& type);
 
 }  // namespace cs

@@ -62,7 +62,8 @@ Action add_generate_command(CLI::App& app) {
   cmd->add_option("--ctx", o->params.n_ctx, "Context size (default: the model's)")->check(CLI::NonNegativeNumber);
   cmd->add_option("-t,--threads", o->threads, "Threads (0 = all cores)")->check(CLI::NonNegativeNumber);
   cmd->add_flag("--chunk-cache", o->params.chunk_cache,
-                "KV in the prefix-aware chunk cache (fp16, two-phase attention) instead of the contiguous fp32 cache");
+                "KV in the prefix-aware chunk cache (two-phase attention) instead of the contiguous cache");
+  add_kv_type_option(*cmd, o->params.kv_type);
   return [o] { return run_generate(*o); };
 }
 

@@ -1,5 +1,6 @@
 // chunkserve: LLM inference on CPU built around shared prompt prefixes.
 #include <CLI/CLI.hpp>
+#include <string>
 #include <cstdio>
 #include <omp.h>
 
@@ -15,6 +16,17 @@ std::string default_model_path() {
 
 void set_threads(int n) {
   if (n > 0) omp_set_num_threads(n);
+}
+
+void add_kv_type_option(CLI::App& cmd, KvType& type) {
+  cmd.add_option_function<std::string>(
+         "--kv-type",
+         [&type](const std::string& name) {
+           for (KvType t : {KvType::kF16, KvType::kBF16, KvType::kF32})
+             if (name == kv_type_name(t)) type = t;
+         },
+         "KV cache element type: f16 (default, as llama.cpp's), bf16 or f32")
+      ->check(CLI::IsMember({"f16", "bf16", "f32"}));
 }
 
 }  // namespace cs

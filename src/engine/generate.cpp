@@ -52,11 +52,11 @@ GenerateResult generate(const LlamaModel& model, const std::vector<int32_t>& pro
   std::unique_ptr<PrefixTree> tree;
   std::unique_ptr<KvStore> store;
   if (params.chunk_cache) {
-    const KvLayout layout{c.n_layers, c.n_kv_heads, c.head_dim, 64, KvType::kF16};
+    const KvLayout layout{c.n_layers, c.n_kv_heads, c.head_dim, 64, params.kv_type};
     tree = std::make_unique<PrefixTree>(layout, layout.chunk_bytes() * size_t(n_ctx / 64 + 2));
     store = std::make_unique<PrefixKv>(*tree, c.n_heads, AttnPath::kTwoPhase);
   } else {
-    store = std::make_unique<ContiguousKv>(c.kv_shape(), n_ctx);
+    store = std::make_unique<ContiguousKv>(c.kv_shape(), n_ctx, params.kv_type);
   }
   KvStore& kv = *store;
   Workspace ws;

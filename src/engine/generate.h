@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/sampler.h"
+#include "kv/chunk_pool.h"
 #include "model/llama.h"
 
 namespace cs {
@@ -17,9 +18,11 @@ struct GenerateParams {
   std::vector<std::string> stop;  // stop strings
   int n_ctx = 0;                  // 0 = the model's training context
   int prefill_chunk = 256;        // prompt tokens per forward call
-  // KV storage: the contiguous fp32 cache, or the prefix-aware chunk cache
-  // (fp16, two-phase partition attention) that batches of requests share.
+  // KV storage: the contiguous cache, or the prefix-aware chunk cache
+  // (two-phase partition attention) that batches of requests share; either
+  // holds elements of kv_type (attention accumulates in fp32).
   bool chunk_cache = false;
+  KvType kv_type = KvType::kF16;
 };
 
 struct GenerateResult {

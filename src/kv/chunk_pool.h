@@ -19,6 +19,8 @@
 namespace cs {
 
 enum class KvType { kF32, kF16, kBF16 };
+// The values are the type codes of BlockJob::kv_type and base/f16.h.
+static_assert(int(KvType::kF32) == 0 && int(KvType::kF16) == 1 && int(KvType::kBF16) == 2);
 size_t kv_type_size(KvType t);
 const char* kv_type_name(KvType t);
 

@@ -5,10 +5,12 @@
 
 #include "attn/dense.h"
 #include "attn/state.h"
+#include "base/f16.h"
 
 namespace cs {
 
-ContiguousKv::ContiguousKv(KvShape shape, int max_tokens) : shape_(shape), max_tokens_(max_tokens) {}
+ContiguousKv::ContiguousKv(KvShape shape, int max_tokens, KvType type)
+    : shape_(shape), max_tokens_(max_tokens), type_(type), es_(kv_type_size(type)) {}
 
 int ContiguousKv::length(int seq) const {
   auto it = seqs_.find(seq);
@@ -17,19 +19,18 @@ int ContiguousKv::length(int seq) const {
 
 void ContiguousKv::remove(int seq) { seqs_.erase(seq); }
 
-size_t ContiguousKv::block_floats() const {
-  return size_t(shape_.n_kv_heads) * 2 * size_t(shape_.head_dim) * kDenseBlock;
+size_t ContiguousKv::head_bytes() const { return 2 * size_t(shape_.head_dim) * kDenseBlock * es_; }
+
+size_t ContiguousKv::block_bytes() const { return size_t(shape_.n_kv_heads) * head_bytes(); }
+
+uint8_t* ContiguousKv::k_slot(Seq& s, int layer, int idx, int kv_head) {
+  return s.kv[size_t(layer)].data() + size_t(idx / kDenseBlock) * block_bytes() + size_t(kv_head) * head_bytes() +
+         size_t(idx % kDenseBlock) * es_;
 }
 
-float* ContiguousKv::k_slot(Seq& s, int layer, int idx, int kv_head) {
-  const size_t head = 2 * size_t(shape_.head_dim) * kDenseBlock;
-  return s.kv[size_t(layer)].data() + size_t(idx / kDenseBlock) * block_floats() + size_t(kv_head) * head +
-         size_t(idx % kDenseBlock);
-}
-
-float* ContiguousKv::v_slot(Seq& s, int layer, int idx, int kv_head) {
+uint8_t* ContiguousKv::v_slot(Seq& s, int layer, int idx, int kv_head) {
   const size_t d = size_t(shape_.head_dim);
-  return k_slot(s, layer, idx - idx % kDenseBlock, kv_head) + d * kDenseBlock + size_t(idx % kDenseBlock) * d;
+  return k_slot(s, layer, idx - idx % kDenseBlock, kv_head) + (d * kDenseBlock + size_t(idx % kDenseBlock) * d) * es_;
 }
 
 void ContiguousKv::begin_batch(const Batch& batch) {
@@ -47,7 +48,7 @@ void ContiguousKv::begin_batch(const Batch& batch) {
     if (q.kv.empty()) q.kv.resize(size_t(shape_.n_layers));
     tok_seq_.push_back(&q);
     tok_idx_.push_back(q.len++);
-    const size_t need = size_t((q.len + kDenseBlock - 1) / kDenseBlock) * block_floats();
+    const size_t need = size_t((q.len + kDenseBlock - 1) / kDenseBlock) * block_bytes();
     for (auto& buf : q.kv)
       if (buf.size() < need) buf.resize(need);
   }
@@ -127,22 +128,24 @@ void ContiguousKv::store(int layer, const float* k, const float* v) {
     for (int h = 0; h < shape_.n_kv_heads; ++h) {
       const float* kr = k + t * size_t(w) + size_t(h) * D;
       const float* vr = v + t * size_t(w) + size_t(h) * D;
-      float* kt = k_slot(*tok_seq_[t], layer, tok_idx_[t], h);
-      float* vt = v_slot(*tok_seq_[t], layer, tok_idx_[t], h);
-      for (int x = 0; x < D; ++x) kt[size_t(x) * kDenseBlock] = kr[x];
-      std::copy(vr, vr + D, vt);
+      uint8_t* kt = k_slot(*tok_seq_[t], layer, tok_idx_[t], h);
+      uint8_t* vt = v_slot(*tok_seq_[t], layer, tok_idx_[t], h);
+      for (int x = 0; x < D; ++x) {
+        store_kv_elem(kt + size_t(x) * kDenseBlock * es_, int(type_), kr[x]);
+        store_kv_elem(vt + size_t(x) * es_, int(type_), vr[x]);
+      }
     }
 }
 
 void ContiguousKv::attend(int layer, const float* q, float* out) {
-  const size_t d = size_t(shape_.head_dim), head = 2 * d * kDenseBlock;
+  const size_t d = size_t(shape_.head_dim);
   const int n = int(work_.size());
   // Later row slices of a prefill see more blocks: hand them out first.
 #pragma omp parallel for schedule(dynamic) if (n > 1)
   for (int i = n - 1; i >= 0; --i) {
     const Work& w = work_[size_t(i)];
-    const float* base = w.seq->kv[size_t(layer)].data() + size_t(w.kv_head) * head;
-    const DenseBlocks kv{base, base + d * kDenseBlock, block_floats(), shape_.head_dim};
+    const uint8_t* base = w.seq->kv[size_t(layer)].data() + size_t(w.kv_head) * head_bytes();
+    const DenseBlocks kv{base, base + d * kDenseBlock * es_, block_bytes(), shape_.head_dim, int(type_)};
     const size_t* off = row_off_.data() + w.r0;
     const int* visible = row_visible_.data() + w.r0;
     if (w.part < 0) {

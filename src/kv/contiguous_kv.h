@@ -1,13 +1,17 @@
-// A KV cache with one contiguous fp32 buffer per sequence and layer: the
-// simple cache that needs no sharing. The buffer is a run of kDenseBlock-token
-// blocks in the layout of attn/dense.h (per block and KV head: K transposed,
-// then V), so attention runs on the same block kernel as the chunk cache.
+// A KV cache with one contiguous buffer per sequence and layer: the simple
+// cache that needs no sharing. Elements are fp16 (the default, as llama.cpp's
+// KV cache), bf16 or fp32; attention accumulates in fp32 either way. The
+// buffer is a run of kDenseBlock-token blocks in the layout of attn/dense.h
+// (per block and KV head: K transposed, then V), so attention runs on the
+// same block kernel as the chunk cache.
 // Sequences are created on first use and dropped with remove().
 // Single-threaded use (the engine's thread); attend() itself is parallel.
 #pragma once
+#include <cstdint>
 #include <map>
 #include <vector>
 
+#include "kv/chunk_pool.h"
 #include "kv/kv_store.h"
 
 namespace cs {
@@ -23,7 +27,7 @@ struct KvShape {
 class ContiguousKv : public KvStore {
  public:
   // max_tokens bounds each sequence's length (the context size).
-  ContiguousKv(KvShape shape, int max_tokens);
+  ContiguousKv(KvShape shape, int max_tokens, KvType type = KvType::kF16);
 
   void begin_batch(const Batch& batch) override;
   void store(int layer, const float* k, const float* v) override;
@@ -35,7 +39,7 @@ class ContiguousKv : public KvStore {
  private:
   struct Seq {
     int len = 0;
-    std::vector<std::vector<float>> kv;  // [layer]: blocks of block_floats()
+    std::vector<std::vector<uint8_t>> kv;  // [layer]: blocks of block_bytes()
   };
   // One attend_rows call: rows [r0, r0 + n) of the batch's row lists, all of
   // one sequence and KV head. A part (part >= 0) covers only blocks
@@ -50,15 +54,18 @@ class ContiguousKv : public KvStore {
   struct Split {
     int first, parts;
   };
-  size_t block_floats() const;
-  float* k_slot(Seq& s, int layer, int idx, int kv_head);  // K^T column of token idx
-  float* v_slot(Seq& s, int layer, int idx, int kv_head);  // V row of token idx
+  size_t block_bytes() const;
+  size_t head_bytes() const;                                  // one KV head's K^T + V in a block
+  uint8_t* k_slot(Seq& s, int layer, int idx, int kv_head);  // K^T column of token idx
+  uint8_t* v_slot(Seq& s, int layer, int idx, int kv_head);  // V row of token idx
   void plan_rows();
   void split_long_walks();
   size_t part_floats() const;
 
   KvShape shape_;
   int max_tokens_;
+  KvType type_;
+  size_t es_;  // bytes per element
   std::map<int, Seq> seqs_;
   std::vector<Seq*> tok_seq_;  // per batch token
   std::vector<int> tok_idx_;   // per batch token: its index in the sequence

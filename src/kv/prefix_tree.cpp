@@ -298,30 +298,6 @@ std::pair<ChunkId, int> PrefixTree::slot(SeqId id, int index) const {
   return {s.chunks.at(size_t(index / c)), index % c};
 }
 
-namespace {
-
-float load_elem(const uint8_t* p, KvType t) {
-  switch (t) {
-    case KvType::kF32: {
-      float f;
-      std::memcpy(&f, p, 4);
-      return f;
-    }
-    case KvType::kF16: return f16_to_f32(uint16_t(p[0] | p[1] << 8));
-    default: return bf16_to_f32(uint16_t(p[0] | p[1] << 8));
-  }
-}
-
-void store_elem(uint8_t* p, KvType t, float x) {
-  if (t == KvType::kF32) {
-    std::memcpy(p, &x, 4);
-    return;
-  }
-  const uint16_t h = t == KvType::kF16 ? f32_to_f16(x) : f32_to_bf16(x);
-  std::memcpy(p, &h, 2);
-}
-
-}  // namespace
 
 void PrefixTree::write_kv(SeqId id, int index, int layer, int head, const float* k, const float* v) {
   check_writer();
@@ -331,8 +307,8 @@ void PrefixTree::write_kv(SeqId id, int index, int layer, int head, const float*
   uint8_t* kb = pool_.block(chunk, layer, head, false);
   uint8_t* vb = pool_.block(chunk, layer, head, true) + size_t(off) * L.head_dim * es;
   for (int i = 0; i < L.head_dim; ++i) {
-    store_elem(kb + (size_t(i) * L.chunk_size + off) * es, L.type, k[i]);
-    store_elem(vb + size_t(i) * es, L.type, v[i]);
+    store_kv_elem(kb + (size_t(i) * L.chunk_size + off) * es, int(L.type), k[i]);
+    store_kv_elem(vb + size_t(i) * es, int(L.type), v[i]);
   }
 }
 
@@ -343,8 +319,8 @@ void PrefixTree::read_kv(SeqId id, int index, int layer, int head, float* k, flo
   const uint8_t* kb = pool_.block(chunk, layer, head, false);
   const uint8_t* vb = pool_.block(chunk, layer, head, true) + size_t(off) * L.head_dim * es;
   for (int i = 0; i < L.head_dim; ++i) {
-    k[i] = load_elem(kb + (size_t(i) * L.chunk_size + off) * es, L.type);
-    v[i] = load_elem(vb + size_t(i) * es, L.type);
+    k[i] = load_kv_elem(kb + (size_t(i) * L.chunk_size + off) * es, int(L.type));
+    v[i] = load_kv_elem(vb + size_t(i) * es, int(L.type));
   }
 }
 
