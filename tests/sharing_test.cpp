@@ -162,15 +162,15 @@ TEST(Sharing, SharingOnOrOffGivesIdenticalLogits) {
 // softmax, relay's log-sum-exp fusion) agree with it up to this model's noise
 // floor (see conformance_test.cpp): greedy tokens may part only at a near-tie.
 TEST(Sharing, OtherPathsAgreeWithTheContiguousCacheUpToNearTies) {
-  const GreedyRun plain = contiguous(KvType::kF32);
-  report(plain, chunked(true, AttnPath::kTwoPhase, KvType::kF32), "two-phase vs contiguous", 0.25f);
-  report(plain, chunked(true, AttnPath::kRelay, KvType::kF32), "relay vs contiguous", 0.25f);
+  const GreedyRun plain = contiguous(KvType::kF32), half = contiguous(KvType::kF16);
+  const GreedyRun tpp = chunked(true, AttnPath::kTwoPhase, KvType::kF32);
+  const GreedyRun relay = chunked(true, AttnPath::kRelay, KvType::kF32);
+  report(plain, tpp, "two-phase vs contiguous", 0.25f);
+  report(plain, relay, "relay vs contiguous", 0.25f);
   // fp16 K/V (both caches' default) round the same values the same way.
-  report(contiguous(KvType::kF16), chunked(true, AttnPath::kTwoPhase, KvType::kF16),
-         "two-phase vs contiguous, f16", 0.25f);
-  report(plain, contiguous(KvType::kF16), "contiguous f16 vs f32", 0.25f);
-  report(chunked(true, AttnPath::kTwoPhase, KvType::kF32), chunked(true, AttnPath::kRelay, KvType::kF32),
-         "relay vs two-phase", 0.25f);
+  report(half, chunked(true, AttnPath::kTwoPhase, KvType::kF16), "two-phase vs contiguous, f16", 0.25f);
+  report(plain, half, "contiguous f16 vs f32", 0.25f);
+  report(tpp, relay, "relay vs two-phase", 0.25f);
 }
 
 }  // namespace

@@ -14,49 +14,6 @@ namespace {
 
 constexpr int kSlice = 64;  // rows per block-kernel call (its stack buffers)
 
-// Up to kSlice rows through the block kernel over blocks [b0, b1), into the
-// caller's states. Blocks no row may see yet (causal prefill) are skipped.
-void slice_states(const float* q, const size_t* off, const int* visible, int nq, const DenseBlocks& kv, int b0,
-                  int b1, float* o, float* m, float* l) {
-  const int d = kv.d;
-  alignas(64) float qs[kSlice * 128];
-  // Queries pre-scaled once here, not once per block by the kernel.
-  const float scale = 1.0f / std::sqrt(float(d));
-  for (int r = 0; r < nq; ++r) {
-    for (int x = 0; x < d; ++x) qs[r * d + x] = q[off[r] + size_t(x)] * scale;
-    std::fill(o + r * d, o + (r + 1) * d, 0.0f);
-    m[r] = -INFINITY;
-    l[r] = 0.0f;
-  }
-  int limit[kSlice];
-  BlockJob j;
-  j.q = qs;
-  j.q_stride = d;
-  j.nq = nq;
-  j.kv_type = kv.type;
-  j.c = kDenseBlock;
-  j.d = d;
-  j.limit = limit;
-  j.o = o;
-  j.o_stride = d;
-  j.m = m;
-  j.l = l;
-  for (int b = b0; b < b1; ++b) {
-    bool any = false;
-    for (int r = 0; r < nq; ++r) {
-      limit[r] = std::clamp(visible[r] - b * kDenseBlock, 0, kDenseBlock);
-      any = any || limit[r] > 0;
-    }
-    if (!any) continue;
-    j.kt = kv.kt + size_t(b) * kv.stride;
-    j.v = kv.v + size_t(b) * kv.stride;
-    const bool last = b + 1 == b1;
-    j.next_kt = last ? nullptr : kv.kt + size_t(b + 1) * kv.stride;
-    j.next_v = last ? nullptr : kv.v + size_t(b + 1) * kv.stride;
-    block_update(j);
-  }
-}
-
 void attend_slice(const float* q, float* out, const size_t* off, const int* visible, int nq,
                   const DenseBlocks& kv) {
   const int d = kv.d;
@@ -64,7 +21,7 @@ void attend_slice(const float* q, float* out, const size_t* off, const int* visi
   float m[kSlice], l[kSlice];
   int seen = 0;
   for (int r = 0; r < nq; ++r) seen = std::max(seen, visible[r]);
-  slice_states(q, off, visible, nq, kv, 0, (seen + kDenseBlock - 1) / kDenseBlock, o, m, l);
+  attend_rows_part(q, off, visible, nq, kv, 0, (seen + kDenseBlock - 1) / kDenseBlock, o, m, l);
   for (int r = 0; r < nq; ++r) finalize(o + r * d, l[r], d, out + off[r]);
 }
 
@@ -105,9 +62,47 @@ void attend_rows(const float* q, float* out, const size_t* off, const int* visib
   for (int r = 0; r < nq; ++r) attend_row_plain(q + off[r], out + off[r], visible[r], kv);
 }
 
+// Blocks no row may see yet (causal prefill) are skipped.
 void attend_rows_part(const float* q, const size_t* off, const int* visible, int nq, const DenseBlocks& kv,
                       int b0, int b1, float* o, float* m, float* l) {
-  slice_states(q, off, visible, nq, kv, b0, b1, o, m, l);
+  const int d = kv.d;
+  alignas(64) float qs[kSlice * 128];
+  // Queries pre-scaled once here, not once per block by the kernel.
+  const float scale = 1.0f / std::sqrt(float(d));
+  for (int r = 0; r < nq; ++r) {
+    for (int x = 0; x < d; ++x) qs[r * d + x] = q[off[r] + size_t(x)] * scale;
+    std::fill(o + r * d, o + (r + 1) * d, 0.0f);
+    m[r] = -INFINITY;
+    l[r] = 0.0f;
+  }
+  int limit[kSlice];
+  BlockJob j;
+  j.q = qs;
+  j.q_stride = d;
+  j.nq = nq;
+  j.kv_type = kv.type;
+  j.c = kDenseBlock;
+  j.d = d;
+  j.limit = limit;
+  j.o = o;
+  j.o_stride = d;
+  j.m = m;
+  j.l = l;
+  for (int b = b0; b < b1; ++b) {
+    bool any = false;
+    for (int r = 0; r < nq; ++r) {
+      limit[r] = std::clamp(visible[r] - b * kDenseBlock, 0, kDenseBlock);
+      any = any || limit[r] > 0;
+    }
+    if (!any) continue;
+    j.kt = kv.kt + size_t(b) * kv.stride;
+    j.v = kv.v + size_t(b) * kv.stride;
+    const bool last = b + 1 == b1;
+    j.next_kt = last ? nullptr : kv.kt + size_t(b + 1) * kv.stride;
+    j.next_v = last ? nullptr : kv.v + size_t(b + 1) * kv.stride;
+    block_update(j);
+  }
 }
+
 
 }  // namespace cs

@@ -53,9 +53,9 @@ int run_bench_model(const BenchOptions& o) {
   const LlamaConfig& c = model->config();
   // Both tests must fit the model's context (this also keeps positions and
   // the synthetic token ids far from int overflow).
-  const int64_t need = int64_t(o.depth) + std::max(o.n_prompt, o.n_gen);
-  if (c.n_ctx_train > 0 && need > c.n_ctx_train)
-    throw Error("-d " + std::to_string(o.depth) + " plus " + std::to_string(std::max(o.n_prompt, o.n_gen)) +
+  const int longest = std::max(o.n_prompt, o.n_gen);
+  if (c.n_ctx_train > 0 && int64_t(o.depth) + longest > c.n_ctx_train)
+    throw Error("-d " + std::to_string(o.depth) + " plus " + std::to_string(longest) +
                 " test tokens exceeds the model's context of " + std::to_string(c.n_ctx_train));
   Workspace ws;
   std::vector<float> logits;

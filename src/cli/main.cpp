@@ -1,8 +1,8 @@
 // chunkserve: LLM inference on CPU built around shared prompt prefixes.
 #include <CLI/CLI.hpp>
-#include <string>
 #include <cstdio>
 #include <omp.h>
+#include <string>
 
 #include "base/error.h"
 #include "cli/commands.h"

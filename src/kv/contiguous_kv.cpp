@@ -120,6 +120,13 @@ void ContiguousKv::split_long_walks() {
   parts_.resize(size_t(slot) * part_floats());
 }
 
+// Part slot `slot` of parts_: o (64 x head_dim), then m (64), then l (64).
+StateRef ContiguousKv::part_state(int slot) {
+  float* o = parts_.data() + size_t(slot) * part_floats();
+  float* m = o + size_t(kDenseBlock) * size_t(shape_.head_dim);
+  return {o, m, m + kDenseBlock};
+}
+
 size_t ContiguousKv::part_floats() const { return size_t(kDenseBlock) * (size_t(shape_.head_dim) + 2); }
 
 void ContiguousKv::store(int layer, const float* k, const float* v) {
@@ -152,20 +159,18 @@ void ContiguousKv::attend(int layer, const float* q, float* out) {
       attend_rows(q, out, off, visible, w.n, kv);
       continue;
     }
-    float* o = parts_.data() + size_t(w.part) * part_floats();
-    attend_rows_part(q, off, visible, w.n, kv, w.b0, w.b1, o, o + kDenseBlock * d, o + kDenseBlock * (d + 1));
+    const StateRef p = part_state(w.part);
+    attend_rows_part(q, off, visible, w.n, kv, w.b0, w.b1, p.o, p.m, p.l);
   }
   // Fold each split walk's parts, in block order, into its first part.
   for (const Split& s : splits_) {
     const Work& w = work_[size_t(s.first)];
-    float* o0 = parts_.data() + size_t(w.part) * part_floats();
-    float *m0 = o0 + kDenseBlock * d, *l0 = m0 + kDenseBlock;
+    const StateRef a = part_state(w.part);
     for (int p = 1; p < s.parts; ++p) {
-      const float* o = parts_.data() + size_t(work_[size_t(s.first + p)].part) * part_floats();
-      const float *m = o + kDenseBlock * d, *l = m + kDenseBlock;
-      for (int r = 0; r < w.n; ++r) merge({o0 + r * d, m0 + r, l0 + r}, o + r * d, m[r], l[r], int(d));
+      const StateRef b = part_state(work_[size_t(s.first + p)].part);
+      for (int r = 0; r < w.n; ++r) merge({a.o + r * d, a.m + r, a.l + r}, b.o + r * d, b.m[r], b.l[r], int(d));
     }
-    for (int r = 0; r < w.n; ++r) finalize(o0 + r * d, l0[r], int(d), out + row_off_[size_t(w.r0 + r)]);
+    for (int r = 0; r < w.n; ++r) finalize(a.o + r * d, a.l[r], int(d), out + row_off_[size_t(w.r0 + r)]);
   }
 }
 

@@ -11,6 +11,7 @@
 #include <map>
 #include <vector>
 
+#include "attn/state.h"
 #include "kv/chunk_pool.h"
 #include "kv/kv_store.h"
 
@@ -61,6 +62,7 @@ class ContiguousKv : public KvStore {
   void plan_rows();
   void split_long_walks();
   size_t part_floats() const;
+  StateRef part_state(int slot);
 
   KvShape shape_;
   int max_tokens_;
@@ -75,7 +77,7 @@ class ContiguousKv : public KvStore {
   std::vector<int> row_visible_;
   std::vector<Work> work_;
   std::vector<Split> splits_;
-  std::vector<float> parts_;  // per part slot: o (64 x head_dim), m (64), l (64)
+  std::vector<float> parts_;  // per part slot: a state of 64 rows (part_state)
 };
 
 }  // namespace cs

@@ -298,7 +298,6 @@ std::pair<ChunkId, int> PrefixTree::slot(SeqId id, int index) const {
   return {s.chunks.at(size_t(index / c)), index % c};
 }
 
-
 void PrefixTree::write_kv(SeqId id, int index, int layer, int head, const float* k, const float* v) {
   check_writer();
   const auto [chunk, off] = slot(id, index);
