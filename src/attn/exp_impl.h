@@ -1,8 +1,11 @@
-// Vector exp for the softmax, shared by the AVX2 and AVX-512 kernels (see
-// block_impl.h for why it lives in the including file's anonymous namespace).
+// Vector exp for the softmax, shared by the AVX2 and AVX-512 kernels and the
+// forward pass's SwiGLU (see block_impl.h for why it lives in the including
+// file's anonymous namespace).
 namespace {
 // exp(x) for finite x <= 0: 2^(x log2 e) as 2^n * p(f), |f| <= 1/2, p the
-// degree-6 Taylor polynomial of 2^f (relative error < 2e-7). No clamp: a
+// degree-6 Taylor polynomial of 2^f. Relative error < 2e-7 + |x| * 6e-8: the
+// second term is x log2 e rounded to fp32 (1.3e-6 at x = -27, where exp(x) is
+// 2e-12; a softmax weight or SiLU that small does not matter). No clamp: a
 // masked key's x is about -1e30 (block_impl.h, kMasked), for which f = 0 and
 // Ops::scale_pow2 gives exactly +0, as it does for any x below about -104
 // (AVX-512, after subnormals) or -88 (AVX2, which flushes them).

@@ -1,6 +1,48 @@
 #include "model/ops.h"
 
+#include <immintrin.h>
+
 #include <cmath>
+
+#include "attn/exp_impl.h"
+
+namespace {
+
+// The 8-wide operations attn/exp_impl.h's exp needs. AVX2 is the binary's
+// baseline (CMakeLists.txt, CS_BASE_FLAGS), so no dispatch is needed here.
+struct Avx2 {
+  using V = __m256;
+  static V set1(float x) { return _mm256_set1_ps(x); }
+  static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+  static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
+  static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static V round(V a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  static V scale_pow2(V p, V n) {  // p * 2^n; n < -126 gives +0 (as in block_avx2.cpp)
+    n = _mm256_max_ps(n, set1(-127.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+  }
+};
+
+// silu(g) * u with e = exp(-|g|) in (0, 1], so nothing overflows:
+// sigmoid(g) = 1 / (1 + e) for g >= 0 and e / (1 + e) for g < 0.
+__m256 swiglu8(__m256 g, __m256 u) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  // exp(-|g|); the clamp keeps x log2(e) finite for |g| near FLT_MAX (the
+  // exp is 0 from -88 on anyway).
+  const __m256 x = _mm256_max_ps(_mm256_or_ps(g, sign), _mm256_set1_ps(-100.0f));
+  const __m256 e = exp_nonpos<__m256, Avx2>(x);
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 num = _mm256_blendv_ps(one, e, g);  // e where g's sign bit is set
+  return _mm256_mul_ps(_mm256_mul_ps(g, _mm256_div_ps(num, _mm256_add_ps(one, e))), u);
+}
+
+float swiglu1(float g, float u) {
+  const float e = std::exp(-std::fabs(g));
+  return g * ((std::signbit(g) ? e : 1.0f) / (1.0f + e)) * u;
+}
+
+}  // namespace
 
 namespace cs {
 
@@ -17,7 +59,13 @@ void rmsnorm(const float* x, const float* w, int n, float eps, float* out) {
 }
 
 void swiglu(const float* gate, const float* up, size_t n, float* out) {
-  for (size_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+  // A prefill's n is large (512 tokens x SmolLM2's 1536 = 786k), and this
+  // runs between two parallel matmuls: split it too, or one core idles.
+  const long n8 = long(n / 8);
+#pragma omp parallel for schedule(static) if (n8 >= 4096)
+  for (long b = 0; b < n8; ++b)
+    _mm256_storeu_ps(out + 8 * b, swiglu8(_mm256_loadu_ps(gate + 8 * b), _mm256_loadu_ps(up + 8 * b)));
+  for (size_t i = size_t(n8) * 8; i < n; ++i) out[i] = swiglu1(gate[i], up[i]);
 }
 
 void RopeTable::build(const int32_t* pos, int n_tok, int rot_dim, double freq_base) {

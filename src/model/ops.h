@@ -9,7 +9,11 @@ namespace cs {
 // out = x / rms(x) * w, over n values.
 void rmsnorm(const float* x, const float* w, int n, float eps, float* out);
 
-// out[i] = silu(gate[i]) * up[i].
+// out[i] = silu(gate[i]) * up[i] for any finite gate (none overflows), to a
+// relative error below (1 + |gate| / 10) * 1e-6 (attn/exp_impl.h's vector
+// exp; the second term only for negative gates, whose output is then near
+// 0). out may be gate or up. Large n is split over threads; no element's
+// bits depend on that.
 void swiglu(const float* gate, const float* up, size_t n, float* out);
 
 // RoPE angles for the given position ids: cos/sin of pos * base^(-2i/rot_dim),
