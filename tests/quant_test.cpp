@@ -89,6 +89,45 @@ TEST(QuantizeQ8, ScaleAndSum) {
   EXPECT_NEAR(b.s, b.d * sum, 0.01);
 }
 
+// The vector quantizer is bit for bit the scalar formula (llama.cpp's
+// quantize_row_q8_0 scale and rounding): random blocks over many magnitudes,
+// an all-zero block, and exact halves that must round to even.
+TEST(QuantizeQ8, MatchesScalarFormulaBitForBit) {
+  std::mt19937 rng(8);
+  std::normal_distribution<float> nd;
+  std::uniform_int_distribution<int> expo(-20, 20);
+  const int nb = 200;
+  std::vector<float> x(size_t(nb) * 32);
+  for (int b = 0; b < nb; ++b) {
+    const float scale = std::ldexp(1.0f, expo(rng));
+    for (int j = 0; j < 32; ++j) x[size_t(b) * 32 + j] = nd(rng) * scale;
+  }
+  std::fill(x.begin() + 32, x.begin() + 64, 0.0f);  // block 1: all zero
+  for (int j = 0; j < 32; ++j) x[64 + j] = float(j - 16) + 0.5f;  // block 2: halves
+  x[64] = 127.0f;  // amax 127: id = 1, so x * id keeps its .5
+  std::vector<BlockQ8> got(static_cast<size_t>(nb));
+  quantize_q8(x.data(), x.size(), got.data());
+  for (int b = 0; b < nb; ++b) {
+    const float* v = x.data() + size_t(b) * 32;
+    float amax = 0;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(v[j]));
+    const float d = amax / 127.0f, id = amax != 0 ? 127.0f / amax : 0.0f;
+    int sum = 0;
+    for (int j = 0; j < 32; ++j) {
+      const int q = int(std::nearbyint(v[j] * id));
+      ASSERT_EQ(got[size_t(b)].qs[j], q) << "block " << b << " element " << j;
+      sum += q;
+    }
+    EXPECT_EQ(got[size_t(b)].sum, sum) << "block " << b;
+    EXPECT_EQ(got[size_t(b)].d, f16_to_f32(f32_to_f16(d))) << "block " << b;
+    EXPECT_EQ(got[size_t(b)].s, f16_to_f32(f32_to_f16(d * float(sum)))) << "block " << b;
+  }
+  EXPECT_EQ(got[2].qs[1], -14);  // -14.5 -> -14 (even)
+  EXPECT_EQ(got[2].qs[3], -12);  // -12.5 -> -12
+  EXPECT_EQ(got[2].qs[19], 4);   // 3.5 -> 4
+  EXPECT_EQ(got[1].d, 0.0f);
+}
+
 std::vector<uint8_t> random_rows(GgmlType t, int rows, int cols, std::mt19937& rng) {
   const TypeInfo info = *type_info(uint32_t(t));
   std::vector<uint8_t> data(size_t(rows) * cols / info.block_elems * info.block_bytes);

@@ -1,5 +1,7 @@
 #include "model/matmul.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -84,23 +86,40 @@ Weight make_weight(GgmlType type, int64_t rows, int64_t cols, const uint8_t* dat
   return w;
 }
 
+// Scale and inverse as llama.cpp computes them (d = amax / 127, values
+// rounded to nearest even at x * 127 / amax), so the rounded values, and hence
+// results on models with outlier activations, agree with it. AVX2 is the
+// binary's baseline: cvtps_epi32 rounds to nearest even as nearbyint does in
+// the default mode, and F16C rounds the scales as f32_to_f16 does, so this
+// is bit for bit the scalar formula (tests/quant_test.cpp).
 void quantize_q8(const float* x, size_t n, BlockQ8* out) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   for (size_t b = 0; b < n / kQBlock; ++b, x += kQBlock) {
-    float amax = 0;
-    for (int j = 0; j < kQBlock; ++j) amax = std::max(amax, std::fabs(x[j]));
-    // Scale and inverse as llama.cpp computes them, so the rounded values
-    // (and hence results on models with outlier activations) agree with it.
+    __m256 v[4];
+    for (int i = 0; i < 4; ++i) v[i] = _mm256_loadu_ps(x + 8 * i);
+    __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v[0], abs_mask), _mm256_and_ps(v[1], abs_mask)),
+                             _mm256_max_ps(_mm256_and_ps(v[2], abs_mask), _mm256_and_ps(v[3], abs_mask)));
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    const float amax = _mm_cvtss_f32(h);
     const float d = amax / 127.0f;
-    const float id = amax != 0 ? 127.0f / amax : 0.0f;
-    int sum = 0;
-    for (int j = 0; j < kQBlock; ++j) {
-      const int q = int(std::nearbyint(x[j] * id));
-      out[b].qs[j] = int8_t(q);
-      sum += q;
-    }
+    const __m256 id = _mm256_set1_ps(amax != 0 ? 127.0f / amax : 0.0f);
+    __m256i q[4];
+    for (int i = 0; i < 4; ++i) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], id));
+    // |q| <= 127, so the saturating packs are exact; they interleave 128-bit
+    // lanes, which the permute puts back in order.
+    const __m256i q8 = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].qs),
+                        _mm256_permutevar8x32_epi32(q8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    const __m256i s8 = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    const int sum = _mm_cvtsi128_si32(s);
     out[b].sum = sum;
-    out[b].d = f16_to_f32(f32_to_f16(d));
-    out[b].s = f16_to_f32(f32_to_f16(d * float(sum)));
+    out[b].d = _cvtsh_ss(_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT));
+    out[b].s = _cvtsh_ss(_cvtss_sh(d * float(sum), _MM_FROUND_TO_NEAREST_INT));
   }
 }
 
