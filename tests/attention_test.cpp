@@ -1,6 +1,7 @@
 #include "attn/attention.h"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstring>
@@ -220,6 +221,62 @@ TEST(Attention, OneSharedPrefixIsBitExact) {
 
 TEST(Attention, PrefillRowsAreCausal) {
   for (uint32_t s = 0; s < 6; ++s) check({1 + int(s * 5), 1, 1 + int(s % 4), s % 2 ? 128 : 64, KvType(s % 3), 200 + s, true});
+}
+
+// A long prefill of one or two sequences: per-sequence attention cuts each
+// sequence's query tokens into slices over the threads (more slices with more
+// threads). Every row must come out with the same bits whatever the slicing,
+// and match the reference.
+TEST(Attention, LongPrefillSlicesAreExact) {
+  struct Shape {
+    int kv_heads, group, d, seqs;
+    KvType type;
+  };
+  for (const Shape& sh : {Shape{3, 3, 64, 1, KvType::kF16}, Shape{1, 1, 128, 1, KvType::kF32},
+                          Shape{2, 4, 64, 2, KvType::kBF16}}) {
+    SCOPED_TRACE("kv_heads " + std::to_string(sh.kv_heads) + " seqs " + std::to_string(sh.seqs));
+    const KvLayout L{1, sh.kv_heads, sh.d, 64, sh.type};
+    PrefixTree t(L, L.chunk_bytes() * 32);
+    std::mt19937 rng(17);
+    std::normal_distribution<float> nd;
+    std::vector<int> q_begin{0};
+    for (int s = 0; s < sh.seqs; ++s) {  // 190 or 450 tokens, the last 150 or 300 as queries
+      std::vector<int32_t> prompt(size_t(190 + 260 * s));
+      for (auto& x : prompt) x = int32_t(100 * s + rng() % 50);
+      int m;
+      ASSERT_TRUE(t.join(s, prompt, &m).ok());
+      ASSERT_TRUE(t.append(s, std::span(prompt).subspan(size_t(m))).ok());
+      write_random_kv(t, s, m, int(prompt.size()), rng, nd);
+      q_begin.push_back(q_begin.back() + 150 * (s + 1));
+    }
+    const auto ctx = t.context();
+    ASSERT_TRUE(ctx->shared.empty());
+    const int n_heads = sh.kv_heads * sh.group;
+    std::vector<float> q(size_t(q_begin.back()) * n_heads * sh.d);
+    for (auto& x : q) x = nd(rng);
+    AttnProblem p;
+    p.tree = &t;
+    p.ctx = ctx.get();
+    p.n_heads = n_heads;
+    p.q = q.data();
+    p.q_begin = q_begin;
+    std::vector<float> ref(q.size()), first;
+    p.out = ref.data();
+    attn_reference(p);
+    const int threads = omp_get_max_threads();
+    for (int n : {1, 2, 3, 4}) {
+      omp_set_num_threads(n);
+      for (bool tpp : {false, true}) {
+        std::vector<float> got(q.size(), NAN);
+        p.out = got.data();
+        tpp ? attn_tpp(p) : attn_per_sequence(p);
+        EXPECT_LT(max_diff(got, ref), sh.type == KvType::kF32 ? 1e-5f : 2e-3f) << n << " threads";
+        if (first.empty()) first = got;
+        EXPECT_EQ(std::memcmp(got.data(), first.data(), got.size() * 4), 0) << n << " threads, tpp " << tpp;
+      }
+    }
+    omp_set_num_threads(threads);
+  }
 }
 
 // Edge shapes: one sequence; no shared chunk; sequences living entirely in

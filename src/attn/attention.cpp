@@ -13,6 +13,14 @@
 namespace cs {
 namespace {
 
+// Query tokens [t0, t1) of each sequence of a range: all of them by default,
+// a slice when one sequence's prefill is split over threads.
+struct Tokens {
+  int t0 = 0, t1 = 1 << 30;
+  int begin(const AttnProblem& p, int s) const { return std::min(t0, p.rows_of(s)); }
+  int end(const AttnProblem& p, int s) const { return std::min(t1, p.rows_of(s)); }
+};
+
 // Query rows of one (sequence range, KV head), gathered contiguously, with
 // their running states. Row index = (query row - first row) * group + head in group.
 struct RowSet {
@@ -21,12 +29,12 @@ struct RowSet {
   std::vector<int> visible;  // keys each row may see (sequence-relative)
   std::vector<int> limit;    // per chunk: visible keys of that chunk
 
-  void gather(const AttnProblem& p, int seq_begin, int seq_end, int kv_head) {
+  void gather(const AttnProblem& p, int seq_begin, int seq_end, int kv_head, Tokens tok = {}) {
     const KvLayout& L = p.tree->layout();
     d = L.head_dim;
     const int group = p.n_heads / L.n_kv_heads;
-    const int r0 = p.rows_begin(seq_begin), r1 = p.rows_begin(seq_end);
-    const int n = (r1 - r0) * group;
+    int n = 0;
+    for (int s = seq_begin; s < seq_end; ++s) n += (tok.end(p, s) - tok.begin(p, s)) * group;
     q.resize(size_t(n) * d);
     o.assign(size_t(n) * d, 0.0f);
     m.assign(size_t(n), -INFINITY);
@@ -39,7 +47,7 @@ struct RowSet {
     for (int s = seq_begin; s < seq_end; ++s) {
       const int len = p.tree->length(p.ctx->seqs[size_t(s)]);
       const int nr = p.rows_of(s);
-      for (int k = 0; k < nr; ++k)
+      for (int k = tok.begin(p, s); k < tok.end(p, s); ++k)
         for (int g = 0; g < group; ++g, ++row) {
           const int h = kv_head * group + g;
           const float* src = p.q + (size_t(p.rows_begin(s) + k) * p.n_heads + h) * d;
@@ -84,11 +92,11 @@ struct RowSet {
   }
 
   // Writes rows back to the output layout (o / l).
-  void scatter(const AttnProblem& p, int seq_begin, int seq_end, int kv_head) const {
+  void scatter(const AttnProblem& p, int seq_begin, int seq_end, int kv_head, Tokens tok = {}) const {
     const int group = p.n_heads / p.tree->layout().n_kv_heads;
     int row = 0;
     for (int s = seq_begin; s < seq_end; ++s)
-      for (int k = 0; k < p.rows_of(s); ++k)
+      for (int k = tok.begin(p, s); k < tok.end(p, s); ++k)
         for (int g = 0; g < group; ++g, ++row) {
           const int h = kv_head * group + g;
           finalize(o.data() + size_t(row) * d, l[size_t(row)], d,
@@ -130,6 +138,33 @@ void check(const AttnProblem& p) {
   if (L.head_dim != 64 && L.head_dim != 128) throw Error("attention: head_dim must be 64 or 128");
   if (L.chunk_size % 64 || L.chunk_size > 256) throw Error("attention: chunk size must be 64, 128, 192 or 256");
   if (p.n_heads % L.n_kv_heads) throw Error("attention: query heads must be a multiple of KV heads");
+}
+
+// A prefill of one sequence (or a few) leaves fewer work items than the
+// threads want: SmolLM2 has 3 KV heads, so one of 2 threads would walk two of
+// the three. Then each sequence's query tokens are cut into up to this many
+// slices of at least kSliceRows rows, walked as separate items. The block
+// kernel computes every row the same way whatever rows share its call, so
+// the output bits do not change. Only for groups of one sequence.
+constexpr int kSliceRows = 64;
+
+int token_slices(const AttnProblem& p, int group_size, int items, int want_items) {
+  if (group_size != 1 || items >= want_items) return 1;
+  const int per_token = p.n_heads / p.tree->layout().n_kv_heads;
+  int most = 0;
+  for (int i = 0; i < p.n_seqs(); ++i) most = std::max(most, p.rows_of(i) * per_token / kSliceRows);
+  return std::clamp(2 * want_items / items, 1, std::max(1, most));
+}
+
+// Slice j of `slices` of sequence i's query tokens (empty if the sequence
+// has too few rows for that many slices).
+Tokens slice_of(const AttnProblem& p, int i, int j, int slices) {
+  if (slices == 1) return {};
+  const int nr = p.rows_of(i);
+  const int per_token = p.n_heads / p.tree->layout().n_kv_heads;
+  const int usable = std::clamp(nr * per_token / kSliceRows, 1, slices);
+  if (j >= usable) return {0, 0};
+  return {nr * j / usable, nr * (j + 1) / usable};
 }
 
 }  // namespace
@@ -180,28 +215,33 @@ void attn_per_sequence(const AttnProblem& p) {
   const int groups_per_head = std::max(1, (want_items + kvh - 1) / kvh);
   const int kGroup = std::clamp((n + groups_per_head - 1) / groups_per_head, 1, 32);
   const int groups = (n + kGroup - 1) / kGroup;
+  const int slices = token_slices(p, kGroup, kvh * groups, want_items);
   const auto& c = *p.ctx;
 #pragma omp parallel
   {
     std::vector<RowSet> rows(static_cast<size_t>(kGroup));
     std::vector<Fold> walk;
-#pragma omp for schedule(static) collapse(2)
+    // Heaviest first: a prefill's later slices see more keys.
+#pragma omp for schedule(dynamic) collapse(3)
     for (int h = 0; h < kvh; ++h)
-      for (int g = 0; g < groups; ++g) {
-        const int i0 = g * kGroup, i1 = std::min(n, i0 + kGroup);
-        int depth = 0;
-        for (int i = i0; i < i1; ++i) {
-          rows[size_t(i - i0)].gather(p, i, i + 1, h);
-          depth = std::max(depth, c.chunk_begin[size_t(i) + 1] - c.chunk_begin[size_t(i)]);
+      for (int g = 0; g < groups; ++g)
+        for (int j = slices - 1; j >= 0; --j) {
+          const int i0 = g * kGroup, i1 = std::min(n, i0 + kGroup);
+          const Tokens tok = slice_of(p, i0, j, slices);
+          if (tok.t0 >= tok.t1) continue;
+          int depth = 0;
+          for (int i = i0; i < i1; ++i) {
+            rows[size_t(i - i0)].gather(p, i, i + 1, h, tok);
+            depth = std::max(depth, c.chunk_begin[size_t(i) + 1] - c.chunk_begin[size_t(i)]);
+          }
+          walk.clear();
+          for (int k = 0; k < depth; ++k)
+            for (int i = i0; i < i1; ++i)
+              if (c.chunk_begin[size_t(i)] + k < c.chunk_begin[size_t(i) + 1])
+                walk.push_back({&rows[size_t(i - i0)], c.chunks[size_t(c.chunk_begin[size_t(i)] + k)], k});
+          fold_all(p, walk, h);
+          for (int i = i0; i < i1; ++i) rows[size_t(i - i0)].scatter(p, i, i + 1, h, tok);
         }
-        walk.clear();
-        for (int k = 0; k < depth; ++k)
-          for (int i = i0; i < i1; ++i)
-            if (c.chunk_begin[size_t(i)] + k < c.chunk_begin[size_t(i) + 1])
-              walk.push_back({&rows[size_t(i - i0)], c.chunks[size_t(c.chunk_begin[size_t(i)] + k)], k});
-        fold_all(p, walk, h);
-        for (int i = i0; i < i1; ++i) rows[size_t(i - i0)].scatter(p, i, i + 1, h);
-      }
   }
 }
 

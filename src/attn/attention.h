@@ -39,6 +39,8 @@ void attn_reference(const AttnProblem& p);
 // Each (sequence, KV head) walks its own chunk list with online softmax
 // (PagedAttention-style). Work is ordered KV head-major, then in context
 // order, so sequences that share a chunk read it back to back while it is hot.
+// A long prefill with too few (sequence, KV head) items for the threads is
+// cut into token slices; the output bits do not depend on the thread count.
 void attn_per_sequence(const AttnProblem& p);
 
 // Two-phase partition (ChunkAttention §3.2, Algorithms 1-2): chunk-first over
