@@ -148,21 +148,24 @@ void check(const AttnProblem& p) {
 // the output bits do not change. Only for groups of one sequence.
 constexpr int kSliceRows = 64;
 
+// Slices of at least kSliceRows rows that sequence i's query tokens make, 1..cap.
+int slices_of(const AttnProblem& p, int i, int cap) {
+  const int rows = p.rows_of(i) * (p.n_heads / p.tree->layout().n_kv_heads);
+  return std::clamp(rows / kSliceRows, 1, cap);
+}
+
 int token_slices(const AttnProblem& p, int group_size, int items, int want_items) {
   if (group_size != 1 || items >= want_items) return 1;
-  const int per_token = p.n_heads / p.tree->layout().n_kv_heads;
-  int most = 0;
-  for (int i = 0; i < p.n_seqs(); ++i) most = std::max(most, p.rows_of(i) * per_token / kSliceRows);
-  return std::clamp(2 * want_items / items, 1, std::max(1, most));
+  int most = 1;
+  for (int i = 0; i < p.n_seqs(); ++i) most = std::max(most, slices_of(p, i, 2 * want_items / items));
+  return most;
 }
 
 // Slice j of `slices` of sequence i's query tokens (empty if the sequence
 // has too few rows for that many slices).
 Tokens slice_of(const AttnProblem& p, int i, int j, int slices) {
   if (slices == 1) return {};
-  const int nr = p.rows_of(i);
-  const int per_token = p.n_heads / p.tree->layout().n_kv_heads;
-  const int usable = std::clamp(nr * per_token / kSliceRows, 1, slices);
+  const int nr = p.rows_of(i), usable = slices_of(p, i, slices);
   if (j >= usable) return {0, 0};
   return {nr * j / usable, nr * (j + 1) / usable};
 }
