@@ -125,30 +125,42 @@ void LlamaModel::forward(const Batch& batch, KvStore& kv, Workspace& ws,
         *v = ws.v.data(), *att = ws.att.data(), *hb = ws.hb.data(), *hb2 = ws.hb2.data();
   ws.rope.build(batch.pos.data(), n, c.rot_dim, c.rope_base);
 
+  // The per-token steps (norms, rope, residuals) run between parallel
+  // matmuls: in a prefill they are split over the threads too, or one core
+  // idles. Each token is computed alone, so no bit depends on the split.
+  auto per_token = [n](auto&& step) {
+#pragma omp parallel for schedule(static) if (n >= 32)
+    for (int t = 0; t < n; ++t) step(size_t(t));
+  };
+  auto residual = [&](size_t t) {
+    for (int i = 0; i < E; ++i) x[t * E + size_t(i)] += xb[t * E + size_t(i)];
+  };
+
   for (int t = 0; t < n; ++t) embed(batch.tokens[t], x + size_t(t) * E);
 
   for (int l = 0; l < c.n_layers; ++l) {
     const LlamaLayer& L = layers_[size_t(l)];
-    for (int t = 0; t < n; ++t) rmsnorm(x + size_t(t) * E, L.attn_norm.data(), E, c.rms_eps, xb + size_t(t) * E);
+    per_token([&](size_t t) { rmsnorm(x + t * E, L.attn_norm.data(), E, c.rms_eps, xb + t * E); });
     const Weight* qkv[] = {&L.wq, &L.wk, &L.wv};
     float* qkv_out[] = {q, k, v};
     matmul_multi(qkv, xb, n, qkv_out, ws.qx);
-    for (int t = 0; t < n; ++t) {
-      rope(q + size_t(t) * E, c.n_heads, c.head_dim, ws.rope, t);
-      rope(k + size_t(t) * KW, c.n_kv_heads, c.head_dim, ws.rope, t);
-    }
+    per_token([&](size_t t) {
+      rope(q + t * E, c.n_heads, c.head_dim, ws.rope, int(t));
+      rope(k + t * KW, c.n_kv_heads, c.head_dim, ws.rope, int(t));
+    });
     kv.store(l, k, v);
     kv.attend(l, q, att);
     matmul(L.wo, att, n, xb, ws.qx);
-    for (size_t i = 0; i < size_t(n) * E; ++i) x[i] += xb[i];
-
-    for (int t = 0; t < n; ++t) rmsnorm(x + size_t(t) * E, L.ffn_norm.data(), E, c.rms_eps, xb + size_t(t) * E);
+    per_token([&](size_t t) {
+      residual(t);
+      rmsnorm(x + t * E, L.ffn_norm.data(), E, c.rms_eps, xb + t * E);
+    });
     const Weight* gate_up[] = {&L.w_gate, &L.w_up};
     float* gate_up_out[] = {hb, hb2};
     matmul_multi(gate_up, xb, n, gate_up_out, ws.qx);
     swiglu(hb, hb2, size_t(n) * F, hb);
     matmul(L.w_down, hb, n, xb, ws.qx);
-    for (size_t i = 0; i < size_t(n) * E; ++i) x[i] += xb[i];
+    per_token(residual);
   }
 
   // Only the rows the caller asked for go through the (large) output head.
