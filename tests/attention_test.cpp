@@ -330,6 +330,26 @@ TEST(Attention, EdgeShapes) {
   }
 }
 
+// A step with no sequence (an empty batch) is a no-op on every path.
+TEST(Attention, NoSequenceIsANoOp) {
+  const KvLayout L{1, 3, 64, 64, KvType::kF16};
+  PrefixTree t(L, L.chunk_bytes() * 2);
+  const auto ctx = t.context();
+  ASSERT_TRUE(ctx->seqs.empty());
+  AttnProblem p;
+  p.tree = &t;
+  p.ctx = ctx.get();
+  p.n_heads = 9;
+  float q = 1.0f, out = 7.0f;
+  p.q = &q;
+  p.out = &out;
+  attn_per_sequence(p);
+  attn_tpp(p);
+  attn_relay(p);
+  attn_reference(p);
+  EXPECT_EQ(out, 7.0f);
+}
+
 TEST(Attention, UnsupportedShapesAreErrors) {
   for (KvLayout L : {KvLayout{1, 1, 64, 32, KvType::kF32}, KvLayout{1, 1, 96, 64, KvType::kF32}}) {
     PrefixTree t(L, L.chunk_bytes() * 2);
