@@ -417,20 +417,13 @@ TEST(Block, RowsAgreeWithScalarAndDoNotDependOnTheBatch) {
     for (int d : {64, 128})
       for (int c : {64, 128})
         for (int nq : {1, 3, 5, 8, 16, 17, 33, 70}) {
-          const int esz = type == 0 ? 4 : 2;
+          const int esz = int(kv_type_size(KvType(type)));
           std::vector<uint8_t> kt[2], v[2];
           for (int b = 0; b < 2; ++b) {
             kt[b].resize(size_t(c) * d * esz);
             v[b].resize(kt[b].size());
             for (auto* buf : {&kt[b], &v[b]})
-              for (size_t i = 0; i < buf->size() / esz; ++i) {
-                const float x = nd(rng) * (b + 1);
-                if (type == 0) std::memcpy(buf->data() + i * 4, &x, 4);
-                else {
-                  const uint16_t h = type == 1 ? f32_to_f16(x) : f32_to_bf16(x);
-                  std::memcpy(buf->data() + i * 2, &h, 2);
-                }
-              }
+              for (size_t i = 0; i < buf->size() / esz; ++i) store_kv_elem(buf->data() + i * esz, type, nd(rng) * (b + 1));
           }
           std::vector<float> q(size_t(nq) * d);
           for (auto& x : q) x = nd(rng);

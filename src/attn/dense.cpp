@@ -8,6 +8,7 @@
 #include "attn/block.h"
 #include "attn/state.h"
 #include "base/f16.h"
+#include "kv/chunk_pool.h"
 
 namespace cs {
 namespace {
@@ -31,7 +32,7 @@ void attend_row_plain(const float* q, float* out, int n, const DenseBlocks& kv) 
   score.resize(size_t(n));
   const int d = kv.d;
   const float scale = 1.0f / std::sqrt(float(d));
-  const size_t es = kv.type == 0 ? 4 : 2;
+  const size_t es = kv_type_size(KvType(kv.type));
   float m = -INFINITY;
   for (int t = 0; t < n; ++t) {
     const uint8_t* kt = kv.kt + size_t(t / kDenseBlock) * kv.stride + size_t(t % kDenseBlock) * es;
@@ -103,6 +104,5 @@ void attend_rows_part(const float* q, const size_t* off, const int* visible, int
     block_update(j);
   }
 }
-
 
 }  // namespace cs

@@ -1,6 +1,7 @@
 // chunkserve: LLM inference on CPU built around shared prompt prefixes.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <map>
 #include <omp.h>
 #include <string>
 
@@ -19,14 +20,12 @@ void set_threads(int n) {
 }
 
 void add_kv_type_option(CLI::App& cmd, KvType& type) {
+  std::map<std::string, KvType> names;
+  for (KvType t : {KvType::kF16, KvType::kBF16, KvType::kF32}) names[kv_type_name(t)] = t;
   cmd.add_option_function<std::string>(
-         "--kv-type",
-         [&type](const std::string& name) {
-           for (KvType t : {KvType::kF16, KvType::kBF16, KvType::kF32})
-             if (name == kv_type_name(t)) type = t;
-         },
+         "--kv-type", [&type, names](const std::string& name) { type = names.at(name); },
          "KV cache element type: f16 (default, as llama.cpp's), bf16 or f32")
-      ->check(CLI::IsMember({"f16", "bf16", "f32"}));
+      ->check(CLI::IsMember(names));
 }
 
 }  // namespace cs

@@ -93,6 +93,7 @@ Weight make_weight(GgmlType type, int64_t rows, int64_t cols, const uint8_t* dat
 // the default mode, and F16C rounds the scales as f32_to_f16 does, so this
 // is bit for bit the scalar formula (tests/quant_test.cpp).
 void quantize_q8(const float* x, size_t n, BlockQ8* out) {
+  static_assert(kQBlock == 32, "a block is four 8-float vectors below");
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   for (size_t b = 0; b < n / kQBlock; ++b, x += kQBlock) {
     __m256 v[4];
