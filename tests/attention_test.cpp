@@ -12,6 +12,7 @@
 #include "base/f16.h"
 #include "base/cpu.h"
 #include "base/error.h"
+#include "omp_threads.h"
 
 namespace cs {
 namespace {
@@ -263,7 +264,7 @@ TEST(Attention, LongPrefillSlicesAreExact) {
     std::vector<float> ref(q.size()), first;
     p.out = ref.data();
     attn_reference(p);
-    const int threads = omp_get_max_threads();
+    const SavedOmpThreads saved;
     for (int n : {1, 2, 3, 4}) {
       omp_set_num_threads(n);
       for (bool tpp : {false, true}) {
@@ -275,7 +276,6 @@ TEST(Attention, LongPrefillSlicesAreExact) {
         EXPECT_EQ(std::memcmp(got.data(), first.data(), got.size() * 4), 0) << n << " threads, tpp " << tpp;
       }
     }
-    omp_set_num_threads(threads);
   }
 }
 

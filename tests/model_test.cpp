@@ -9,6 +9,7 @@
 #include "base/cpu.h"
 #include "engine/generate.h"
 #include "model/llama.h"
+#include "omp_threads.h"
 
 namespace cs {
 namespace {
@@ -61,7 +62,7 @@ TEST(Model, ThreadCountChangesNoBit) {
   for (int i = 0; i < 12; ++i) text += "The quick brown fox jumps over the lazy dog. ";
   const auto ids = model().tokenizer().encode(text, false);
   ASSERT_GE(ids.size(), 100u);
-  const int threads = omp_get_max_threads();
+  const SavedOmpThreads saved;
   omp_set_num_threads(1);
   const auto one = last_logits(ids, 512);
   for (int n : {2, 3}) {
@@ -70,7 +71,6 @@ TEST(Model, ThreadCountChangesNoBit) {
     ASSERT_EQ(got.size(), one.size());
     EXPECT_EQ(std::memcmp(got.data(), one.data(), one.size() * sizeof(float)), 0) << n << " threads";
   }
-  omp_set_num_threads(threads);
 }
 
 // Every SIMD level computes the same function. Kernels agree to float
