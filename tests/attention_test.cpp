@@ -279,6 +279,97 @@ TEST(Attention, LongPrefillSlicesAreExact) {
   }
 }
 
+// Walks longer than a part (32 chunks) are cut into parts merged in depth
+// order by every path. Five sequences share a 45-chunk-and-a-bit prefix and
+// own 0-33 chunks each (up to 3 parts). Per-sequence and two-phase attention
+// over the shared tree, and per-sequence attention over each sequence alone
+// in a tree of its own (a lone decode, whose parts run as separate items),
+// must give the same bits on 1-3 threads, and match the reference.
+TEST(Attention, LongWalksArePartedExactly) {
+  struct Shape {
+    int kv_heads, group, d;
+    KvType type;
+  };
+  for (const Shape sh : {Shape{3, 3, 64, KvType::kF16}, Shape{2, 1, 128, KvType::kF32}}) {
+    SCOPED_TRACE(std::to_string(sh.kv_heads) + " KV heads, d " + std::to_string(sh.d) + " " + kv_type_name(sh.type));
+    const KvLayout L{1, sh.kv_heads, sh.d, 64, sh.type};
+    constexpr int kShared = 45 * 64 + 20, kSeqs = 5;
+    const int own[kSeqs] = {0, 1, 100, 1000, 2100};
+    // K/V of a token depend only on its position, or on (sequence, position)
+    // past the shared prefix, so every tree holds the same values.
+    auto fill = [&](PrefixTree& t, SeqId id, int from, int to) {
+      std::vector<float> k(size_t(sh.d)), v(size_t(sh.d));
+      for (int i = from; i < to; ++i) {
+        std::mt19937 rng(uint32_t(i < kShared ? i : 100000 * (id + 1) + i));
+        std::normal_distribution<float> nd;
+        for (int h = 0; h < sh.kv_heads; ++h) {
+          for (int x = 0; x < sh.d; ++x) k[size_t(x)] = nd(rng), v[size_t(x)] = nd(rng);
+          t.write_kv(id, i, 0, h, k.data(), v.data());
+        }
+      }
+    };
+    auto prompt_of = [&](int s) {
+      std::vector<int32_t> pr(size_t(kShared), 3);
+      for (int i = 0; i < own[s]; ++i) pr.push_back(100 + s);
+      return pr;
+    };
+    auto add = [&](PrefixTree& t, int s) {
+      const auto pr = prompt_of(s);
+      int m;
+      ASSERT_TRUE(t.join(SeqId(s), pr, &m).ok());
+      ASSERT_TRUE(t.append(SeqId(s), std::span(pr).subspan(size_t(m))).ok());
+      fill(t, SeqId(s), m, int(pr.size()));
+    };
+    const int n_heads = sh.kv_heads * sh.group;
+    std::vector<float> q(size_t(kSeqs * n_heads * sh.d));
+    std::mt19937 rng(11);
+    std::normal_distribution<float> nd;
+    for (auto& x : q) x = nd(rng) * 2;
+    PrefixTree all(L, L.chunk_bytes() * 160);
+    for (int s = 0; s < kSeqs; ++s) add(all, s);
+    const auto ctx = all.context();
+    ASSERT_TRUE(single_run(*ctx));
+    ASSERT_EQ(ctx->seqs, (std::vector<SeqId>{0, 1, 2, 3, 4}));
+    AttnProblem p;
+    p.tree = &all;
+    p.ctx = ctx.get();
+    p.n_heads = n_heads;
+    p.q = q.data();
+    std::vector<float> ref(q.size()), first;
+    p.out = ref.data();
+    attn_reference(p);
+    const size_t row = size_t(n_heads * sh.d);
+    std::vector<std::unique_ptr<PrefixTree>> lone;
+    for (int s = 0; s < kSeqs; ++s) {
+      lone.push_back(std::make_unique<PrefixTree>(L, L.chunk_bytes() * 128));
+      add(*lone.back(), s);
+    }
+    const SavedOmpThreads saved;
+    for (int threads : {1, 2, 3}) {
+      omp_set_num_threads(threads);
+      std::vector<float> per(q.size()), tpp(q.size()), alone(q.size());
+      p.out = per.data();
+      attn_per_sequence(p);
+      p.out = tpp.data();
+      attn_tpp(p);
+      for (int s = 0; s < kSeqs; ++s) {
+        const auto c1 = lone[size_t(s)]->context();
+        AttnProblem p1 = p;
+        p1.tree = lone[size_t(s)].get();
+        p1.ctx = c1.get();
+        p1.q = q.data() + size_t(s) * row;
+        p1.out = alone.data() + size_t(s) * row;
+        attn_per_sequence(p1);
+      }
+      EXPECT_LT(max_diff(per, ref), sh.type == KvType::kF32 ? 1e-5f : 2e-3f) << threads << " threads";
+      EXPECT_EQ(tpp, per) << "two-phase vs per-sequence, " << threads << " threads";
+      EXPECT_EQ(alone, per) << "alone vs in the batch, " << threads << " threads";
+      if (first.empty()) first = per;
+      EXPECT_EQ(per, first) << threads << " threads vs 1";
+    }
+  }
+}
+
 // Edge shapes: one sequence; no shared chunk; sequences living entirely in
 // shared chunks (empty private part).
 TEST(Attention, EdgeShapes) {

@@ -90,9 +90,12 @@ int main(int argc, char** argv) {
   // fraction of the FMA peak says little, its B/A does).
   // Last, two GQA shapes decoding without sharing, past L3: SmolLM2's (3 KV
   // heads, 3 query heads each, d = 64; 4096 own tokens; three-row jobs) and
-  // 8 KV heads x 2 (d = 128; 2048 own tokens; two-row jobs).
+  // 8 KV heads x 2 (d = 128; 2048 own tokens; two-row jobs). And one
+  // SmolLM2 sequence decoding alone (3 walks for the threads; 2.4 MB, so
+  // L3-resident here, unlike a real model's 30 layers).
   bench::SharedCell cell(32, 32, 4096), small(32, 32, 512), own(32, 32, 2048, 64), alone(32, 32, 0, 1024),
-      smol(32, 3, 0, 4096, 3, 64), gqa2(32, 8, 0, 2048, 2, 128);
+      smol(32, 3, 0, 4096, 3, 64), gqa2(32, 8, 0, 2048, 2, 128),
+      lone(1, 3, 0, 3072, 3, 64);
   // One cell on one path, `calls` calls per timing (small cells); A and B
   // write their own outputs, compared at the end.
   struct CellRun {
@@ -117,6 +120,7 @@ int main(int argc, char** argv) {
   add("no sharing 0+1024 own", alone, 1);
   add("SmolLM2 shape 0+4096", smol, 2);
   add("GQA 2 d128 0+2048", gqa2, 1);
+  add("SmolLM2 lone 0+3072", lone, 40);
   for (int threads : {1, 2})
     for (CellRun& r : runs)
       cases.push_back({r.name, threads, r.calls * r.cell->flops(), [&r](int v) {

@@ -58,6 +58,24 @@ struct RowSet {
   }
   int rows() const { return int(m.size()); }
 
+  // The same rows with empty states: the start of one part of their walk.
+  void start_like(const RowSet& from) {
+    d = from.d;
+    q = from.q;
+    visible = from.visible;
+    limit.resize(from.limit.size());
+    o.assign(from.o.size(), 0.0f);
+    m.assign(from.m.size(), -INFINITY);
+    l.assign(from.l.size(), 0.0f);
+  }
+
+  // this <- this (+) part, row by row: how every path joins a walk's parts.
+  void merge_part(const RowSet& part) {
+    for (int r = 0; r < rows(); ++r)
+      merge({o.data() + size_t(r) * d, &m[size_t(r)], &l[size_t(r)]}, part.o.data() + size_t(r) * d, part.m[size_t(r)],
+            part.l[size_t(r)], d);
+  }
+
   // Folds one chunk at `depth` of these rows' sequences into their states;
   // `next` (or kNoChunk) is the chunk the caller folds in after it.
   void apply(const AttnProblem& p, ChunkId chunk, int depth, int kv_head, ChunkId next) {
@@ -120,15 +138,33 @@ void fold_all(const AttnProblem& p, const std::vector<Fold>& walk, int kv_head) 
                         s + 1 < walk.size() ? walk[s + 1].chunk : kNoChunk);
 }
 
-// Walks sequence i's chunks into `rows` (one sequence), skipping the depths
-// phase one already folded in.
-void sequence_first(const AttnProblem& p, RowSet& rows, int i, int kv_head, const std::vector<char>& done,
-                    std::vector<Fold>& walk) {
+// Every path cuts each (sequence, KV head)'s walk at the chunk depths that
+// are multiples of kPartChunks: each part is folded from an empty state and
+// the parts are merged in depth order. That one arithmetic, whatever the
+// batch, the sharing and the thread count, keeps results bit-identical across
+// them, and gives the threads independent work when there is little of it
+// (one sequence decoding with SmolLM2's 3 KV heads: 3 walks for 2 threads).
+// Each part costs a merge per row, and TPP one saved state per part of a
+// shared run: 8-chunk parts made Table 3's cell 7-8% slower (8x the saved
+// states, no longer cache-resident); 32-chunk parts cost it nothing
+// measurable and make a lone 3072-token SmolLM2 decode's attention 1.16x
+// faster on 2 threads (bench/kernel_ab).
+constexpr int kPartChunks = 32;
+
+int parts_of(int chunks) { return (chunks + kPartChunks - 1) / kPartChunks; }
+int chunks_of(const AttnProblem& p, int i) { return p.ctx->chunk_begin[size_t(i) + 1] - p.ctx->chunk_begin[size_t(i)]; }
+
+// Folds the chunks at depths [d0, d1) of sequences [i0, i1) into rows[0..),
+// depth by depth, so a chunk the sequences share is read back to back while
+// it is hot. `skip` (per depth of sequence i0, or empty): depths already folded.
+void fold_depths(const AttnProblem& p, RowSet* rows, int i0, int i1, int kv_head, int d0, int d1,
+                 std::vector<Fold>& walk, const std::vector<char>& skip = {}) {
   const auto& c = *p.ctx;
-  const int b = c.chunk_begin[size_t(i)], e = c.chunk_begin[size_t(i) + 1];
   walk.clear();
-  for (int k = b; k < e; ++k)
-    if (!done[size_t(k - b)]) walk.push_back({&rows, c.chunks[size_t(k)], k - b});
+  for (int k = d0; k < d1; ++k)
+    for (int i = i0; i < i1; ++i)
+      if (k < chunks_of(p, i) && (skip.empty() || !skip[size_t(k)]))
+        walk.push_back({&rows[i - i0], c.chunks[size_t(c.chunk_begin[size_t(i)] + k)], k});
   fold_all(p, walk, kv_head);
 }
 
@@ -168,6 +204,51 @@ Tokens slice_of(const AttnProblem& p, int i, int j, int slices) {
   const int nr = p.rows_of(i), usable = slices_of(p, i, slices);
   if (j >= usable) return {0, 0};
   return {nr * j / usable, nr * (j + 1) / usable};
+}
+
+// attn_per_sequence with every (KV head, group, slice, part) an item of its
+// own: the parts' states are kept until all are folded, then merged in depth
+// order. They live on per calling thread from call to call, like phase one's.
+void per_sequence_parts(const AttnProblem& p, int kGroup, int groups, int slices, int parts) {
+  const int n = p.n_seqs(), kvh = p.tree->layout().n_kv_heads;
+  thread_local std::vector<RowSet> kept;
+  const size_t need = size_t(kvh) * size_t(groups) * size_t(slices) * size_t(parts) * size_t(kGroup);
+  if (kept.size() < need) kept.resize(need);
+  // The row sets of item (h, g, j, k): kGroup of them, one per sequence.
+  // (Through a pointer: inside the parallel region `kept` would name each
+  // worker thread's own, empty, vector.)
+  RowSet* const base = kept.data();
+  auto at = [&](int h, int g, int j, int k) {
+    return base + (((size_t(h) * size_t(groups) + size_t(g)) * size_t(slices) + size_t(j)) * size_t(parts) + size_t(k)) * size_t(kGroup);
+  };
+#pragma omp parallel
+  {
+    std::vector<Fold> walk;
+#pragma omp for schedule(dynamic) collapse(4)
+    for (int h = 0; h < kvh; ++h)
+      for (int g = 0; g < groups; ++g)
+        for (int j = slices - 1; j >= 0; --j)
+          for (int k = 0; k < parts; ++k) {
+            const int i0 = g * kGroup, i1 = std::min(n, i0 + kGroup);
+            const Tokens tok = slice_of(p, i0, j, slices);
+            if (tok.t0 >= tok.t1) continue;
+            RowSet* rows = at(h, g, j, k);
+            for (int i = i0; i < i1; ++i) rows[i - i0].gather(p, i, i + 1, h, tok);
+            fold_depths(p, rows, i0, i1, h, k * kPartChunks, (k + 1) * kPartChunks, walk);
+          }
+#pragma omp for schedule(static) collapse(3)
+    for (int h = 0; h < kvh; ++h)
+      for (int g = 0; g < groups; ++g)
+        for (int j = 0; j < slices; ++j) {
+          const int i0 = g * kGroup, i1 = std::min(n, i0 + kGroup);
+          const Tokens tok = slice_of(p, i0, j, slices);
+          if (tok.t0 >= tok.t1) continue;
+          RowSet* rows = at(h, g, j, 0);
+          for (int k = 1; k < parts; ++k)
+            for (int i = i0; i < i1; ++i) rows[i - i0].merge_part(at(h, g, j, k)[i - i0]);
+          for (int i = i0; i < i1; ++i) rows[i - i0].scatter(p, i, i + 1, h, tok);
+        }
+  }
 }
 
 }  // namespace
@@ -219,10 +300,15 @@ void attn_per_sequence(const AttnProblem& p) {
   const int kGroup = std::clamp((n + groups_per_head - 1) / groups_per_head, 1, 32);
   const int groups = (n + kGroup - 1) / kGroup;
   const int slices = token_slices(p, kGroup, kvh * groups, want_items);
-  const auto& c = *p.ctx;
+  int parts = 0;
+  for (int i = 0; i < n; ++i) parts = std::max(parts, parts_of(chunks_of(p, i)));
+  // Still too few items (a decode of one or a few sequences): each part of
+  // the walks becomes an item of its own, merged once all are done. Either
+  // way every part is folded and merged alike, so the bits do not change.
+  if (parts > 1 && kvh * groups * slices < want_items) return per_sequence_parts(p, kGroup, groups, slices, parts);
 #pragma omp parallel
   {
-    std::vector<RowSet> rows(static_cast<size_t>(kGroup));
+    std::vector<RowSet> rows(static_cast<size_t>(kGroup)), part(static_cast<size_t>(kGroup));
     std::vector<Fold> walk;
     // Heaviest first: a prefill's later slices see more keys.
 #pragma omp for schedule(dynamic) collapse(3)
@@ -235,14 +321,14 @@ void attn_per_sequence(const AttnProblem& p) {
           int depth = 0;
           for (int i = i0; i < i1; ++i) {
             rows[size_t(i - i0)].gather(p, i, i + 1, h, tok);
-            depth = std::max(depth, c.chunk_begin[size_t(i) + 1] - c.chunk_begin[size_t(i)]);
+            depth = std::max(depth, chunks_of(p, i));
           }
-          walk.clear();
-          for (int k = 0; k < depth; ++k)
-            for (int i = i0; i < i1; ++i)
-              if (c.chunk_begin[size_t(i)] + k < c.chunk_begin[size_t(i) + 1])
-                walk.push_back({&rows[size_t(i - i0)], c.chunks[size_t(c.chunk_begin[size_t(i)] + k)], k});
-          fold_all(p, walk, h);
+          fold_depths(p, rows.data(), i0, i1, h, 0, kPartChunks, walk);
+          for (int k = 1; k < parts_of(depth); ++k) {
+            for (int i = i0; i < i1; ++i) part[size_t(i - i0)].start_like(rows[size_t(i - i0)]);
+            fold_depths(p, part.data(), i0, i1, h, k * kPartChunks, (k + 1) * kPartChunks, walk);
+            for (int i = i0; i < i1; ++i) rows[size_t(i - i0)].merge_part(part[size_t(i - i0)]);
+          }
           for (int i = i0; i < i1; ++i) rows[size_t(i - i0)].scatter(p, i, i + 1, h, tok);
         }
   }
@@ -257,18 +343,19 @@ struct Segment {
   std::vector<ChunkId> chunks;
 };
 
-std::vector<Segment> chunk_first_segments(const AttnProblem& p, int min_rows, int max_chunks,
-                                          bool whole_batch_only) {
+// Runs of shared chunks read by at least min_rows query rows of at least
+// min_seqs sequences (one sequence's chunk-first GEMM would be exactly its
+// per-sequence walk).
+std::vector<Segment> chunk_first_segments(const AttnProblem& p, int min_rows, int min_seqs, bool whole_batch_only) {
   std::vector<Segment> segs;
   const int group = p.n_heads / p.tree->layout().n_kv_heads;
   for (const SharedChunk& s : p.ctx->shared) {
     const int rows = (p.rows_begin(s.end) - p.rows_begin(s.begin)) * group;
-    if (rows < min_rows) continue;
+    if (rows < min_rows || s.end - s.begin < min_seqs) continue;
     if (whole_batch_only && (s.begin != 0 || s.end != p.n_seqs())) continue;
     if (!segs.empty()) {
       Segment& last = segs.back();
-      if (last.begin == s.begin && last.end == s.end &&
-          last.depth + int(last.chunks.size()) == s.depth && int(last.chunks.size()) < max_chunks) {
+      if (last.begin == s.begin && last.end == s.end && last.depth + int(last.chunks.size()) == s.depth) {
         last.chunks.push_back(s.chunk);
         continue;
       }
@@ -278,59 +365,109 @@ std::vector<Segment> chunk_first_segments(const AttnProblem& p, int min_rows, in
   return segs;
 }
 
-// Phase one: each (segment, KV head) is a small GEMM over its chunks; the
-// partial states it leaves are kept for phase two. The states live on per
-// calling thread from call to call: their buffers (1 MB for Table 3's cell)
-// were otherwise allocated, faulted in and zeroed by the OS on every call.
-std::span<RowSet> chunk_first(const AttnProblem& p, const std::vector<Segment>& segs) {
+// The depths [d0, d1) of segment `seg` that lie in one part of the walks
+// (TPP: kPartChunks; relay: its system run whole). Phase one leaves one
+// partial state per piece and KV head; phase two merges it into that part.
+struct Piece {
+  int seg, d0, d1;
+};
+
+std::vector<Piece> pieces_of(const std::vector<Segment>& segs, int cut) {
+  std::vector<Piece> out;
+  for (int s = 0; s < int(segs.size()); ++s) {
+    const int end = segs[size_t(s)].depth + int(segs[size_t(s)].chunks.size());
+    for (int d = segs[size_t(s)].depth; d < end;) {
+      const int next = std::min(end, (d / cut + 1) * cut);
+      out.push_back({s, d, next});
+      d = next;
+    }
+  }
+  return out;
+}
+
+// Phase one: each (segment, KV head) is a small GEMM over its chunks, one
+// walk (so each chunk's successor is prefetched across pieces) that starts a
+// fresh state at every piece; the states are kept for phase two. They live on
+// per calling thread from call to call: their buffers (1 MB for Table 3's
+// cell) were otherwise allocated, faulted in and zeroed by the OS every call.
+std::span<RowSet> chunk_first(const AttnProblem& p, const std::vector<Segment>& segs, const std::vector<Piece>& pieces) {
   const int kvh = p.tree->layout().n_kv_heads;
   thread_local std::vector<RowSet> kept;
-  if (kept.size() < segs.size() * size_t(kvh)) kept.resize(segs.size() * size_t(kvh));
-  const std::span<RowSet> partial(kept.data(), segs.size() * size_t(kvh));
+  if (kept.size() < pieces.size() * size_t(kvh)) kept.resize(pieces.size() * size_t(kvh));
+  const std::span<RowSet> partial(kept.data(), pieces.size() * size_t(kvh));
+  std::vector<int> first_piece(segs.size() + 1, int(pieces.size()));
+  for (int j = int(pieces.size()) - 1; j >= 0; --j) first_piece[size_t(pieces[size_t(j)].seg)] = j;
 #pragma omp parallel
   {
     std::vector<Fold> walk;
 #pragma omp for schedule(dynamic) collapse(2)
     for (size_t s = 0; s < segs.size(); ++s)
       for (int h = 0; h < kvh; ++h) {
-        RowSet& rows = partial[s * size_t(kvh) + size_t(h)];
-        rows.gather(p, segs[s].begin, segs[s].end, h);
         walk.clear();
-        for (size_t k = 0; k < segs[s].chunks.size(); ++k)
-          walk.push_back({&rows, segs[s].chunks[k], segs[s].depth + int(k)});
+        RowSet& head = partial[size_t(first_piece[s]) * size_t(kvh) + size_t(h)];
+        head.gather(p, segs[s].begin, segs[s].end, h);
+        for (int j = first_piece[s]; j < first_piece[s + 1]; ++j) {
+          RowSet& rows = partial[size_t(j) * size_t(kvh) + size_t(h)];
+          if (&rows != &head) rows.start_like(head);
+          for (int d = pieces[size_t(j)].d0; d < pieces[size_t(j)].d1; ++d)
+            walk.push_back({&rows, segs[s].chunks[size_t(d - segs[s].depth)], d});
+        }
         fold_all(p, walk, h);
       }
   }
   return partial;
 }
 
-// Phase two: per (sequence, KV head), the saved partials of the segments
-// covering it are merged in, then its remaining chunks are walked.
-void sequence_first_phase(const AttnProblem& p, const std::vector<Segment>& segs,
+// Phase two: per (sequence, KV head), part by part (kPartChunks): the saved
+// states of the pieces that start in the part are merged into its empty
+// state, then its remaining chunks are walked, and the part is merged into
+// the row's state. A TPP piece starts where a part or its run starts, so a
+// row of a single shared run gets each part's bits exactly as
+// attn_per_sequence computes them (relay's one system piece may span parts).
+void sequence_first_phase(const AttnProblem& p, const std::vector<Segment>& segs, const std::vector<Piece>& pieces,
                           std::span<const RowSet> partial) {
   const int n = p.n_seqs(), kvh = p.tree->layout().n_kv_heads;
   const int group = p.n_heads / kvh;
 #pragma omp parallel
   {
-    RowSet rows;
+    RowSet rows, part;
     std::vector<char> done;
+    std::vector<int> mine;
     std::vector<Fold> walk;
 #pragma omp for schedule(static) collapse(2)
     for (int h = 0; h < kvh; ++h)
       for (int i = 0; i < n; ++i) {
         rows.gather(p, i, i + 1, h);
-        done.assign(size_t(p.ctx->chunk_begin[size_t(i) + 1] - p.ctx->chunk_begin[size_t(i)]), 0);
-        for (size_t s = 0; s < segs.size(); ++s) {
-          if (i < segs[s].begin || i >= segs[s].end) continue;
-          const RowSet& part = partial[s * size_t(kvh) + size_t(h)];
-          const int first = (p.rows_begin(i) - p.rows_begin(segs[s].begin)) * group;
-          for (int r = 0; r < rows.rows(); ++r)
-            merge({rows.o.data() + size_t(r) * rows.d, &rows.m[size_t(r)], &rows.l[size_t(r)]},
-                  part.o.data() + size_t(first + r) * rows.d, part.m[size_t(first + r)],
-                  part.l[size_t(first + r)], rows.d);
-          for (size_t k = 0; k < segs[s].chunks.size(); ++k) done[size_t(segs[s].depth) + k] = 1;
+        done.assign(size_t(chunks_of(p, i)), 0);
+        for (int k = 0; k < std::max(1, parts_of(chunks_of(p, i))); ++k) {
+          const int d0 = k * kPartChunks, d1 = d0 + kPartChunks;
+          mine.clear();  // the saved pieces of sequence i that start in this part
+          for (int j = 0; j < int(pieces.size()); ++j) {
+            const Piece& pc = pieces[size_t(j)];
+            const Segment& sg = segs[size_t(pc.seg)];
+            if (i < sg.begin || i >= sg.end || pc.d0 < d0 || pc.d0 >= d1) continue;
+            mine.push_back(j);
+            std::fill(done.begin() + pc.d0, done.begin() + pc.d1, 1);
+          }
+          const auto lo = done.begin() + std::min(d0, int(done.size())), hi = done.begin() + std::min(d1, int(done.size()));
+          const bool walk_part = std::find(lo, hi, 0) != hi;
+          // Part 0 starts from the row's empty state. A later part that is
+          // one saved piece and nothing else is merged straight into the
+          // row's state: the same bits as through an empty part state.
+          const bool direct = k == 0 || (mine.size() == 1 && !walk_part);
+          if (!direct) part.start_like(rows);
+          RowSet& st = direct ? rows : part;
+          for (int j : mine) {
+            const RowSet& saved = partial[size_t(j) * size_t(kvh) + size_t(h)];
+            const int first = (p.rows_begin(i) - p.rows_begin(segs[size_t(pieces[size_t(j)].seg)].begin)) * group;
+            for (int r = 0; r < st.rows(); ++r)
+              merge({st.o.data() + size_t(r) * st.d, &st.m[size_t(r)], &st.l[size_t(r)]},
+                    saved.o.data() + size_t(first + r) * st.d, saved.m[size_t(first + r)], saved.l[size_t(first + r)],
+                    st.d);
+          }
+          if (walk_part) fold_depths(p, &st, i, i + 1, h, d0, d1, walk, done);
+          if (!direct) rows.merge_part(part);
         }
-        sequence_first(p, rows, i, h, done, walk);
         rows.scatter(p, i, i + 1, h);
       }
   }
@@ -358,13 +495,13 @@ std::vector<Segment> split_segments(const std::vector<Segment>& segs, int kv_hea
 void attn_tpp(const AttnProblem& p, const TppOptions& opt) {
   check(p);
   const int kvh = p.tree->layout().n_kv_heads;
-  auto segs = chunk_first_segments(p, std::max(2, opt.min_rows),
-                                   opt.max_segment_chunks > 0 ? opt.max_segment_chunks : 1 << 30, false);
+  auto segs = chunk_first_segments(p, std::max(2, opt.min_rows), 2, false);
   // Nothing worth the chunk-first path: TPP is per-sequence attention, so run
   // exactly that (same work order, same bits).
   if (segs.empty()) return attn_per_sequence(p);
-  if (opt.max_segment_chunks <= 0) segs = split_segments(segs, kvh, 2 * omp_get_max_threads());
-  sequence_first_phase(p, segs, chunk_first(p, segs));
+  segs = split_segments(segs, kvh, 2 * omp_get_max_threads());
+  const auto pieces = pieces_of(segs, kPartChunks);
+  sequence_first_phase(p, segs, pieces, chunk_first(p, segs, pieces));
 }
 
 void attn_relay(const AttnProblem& p) {
@@ -372,11 +509,13 @@ void attn_relay(const AttnProblem& p) {
   // System attention: every query row of the batch against the system prompt
   // (the chunks the whole batch shares, from the root), one GEMM per KV head,
   // split into pieces only when there are too few KV heads for the threads.
-  auto segs = chunk_first_segments(p, 1, 1 << 30, true);
+  auto segs = chunk_first_segments(p, 1, 1, true);
   if (!segs.empty() && segs[0].depth != 0) segs.clear();
   if (segs.size() > 1) segs.resize(1);
   segs = split_segments(segs, p.tree->layout().n_kv_heads, 2 * omp_get_max_threads());
-  const std::span<RowSet> partial = chunk_first(p, segs);
+  // One piece per segment: system attention is one state per row.
+  const auto pieces = pieces_of(segs, 1 << 30);
+  const std::span<RowSet> partial = chunk_first(p, segs, pieces);
   // Relay returns (o, lse) from system attention; fusion (Eq. 7) is the same
   // merge, applied to the log-sum-exp form.
   for (RowSet& rs : partial)
@@ -386,7 +525,7 @@ void attn_relay(const AttnProblem& p) {
       finalize(rs.o.data() + size_t(r) * rs.d, l, rs.d, rs.o.data() + size_t(r) * rs.d);
       state_from_lse(lse_of(rs.m[size_t(r)], l), &rs.m[size_t(r)], &rs.l[size_t(r)]);
     }
-  sequence_first_phase(p, segs, partial);
+  sequence_first_phase(p, segs, pieces, partial);
 }
 
 }  // namespace cs

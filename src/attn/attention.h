@@ -33,6 +33,11 @@ struct AttnProblem {
   int rows_of(int i) const { return rows_begin(i + 1) - rows_begin(i); }
 };
 
+// Every chunk path cuts each (sequence, KV head)'s walk at chunk depths that
+// are multiples of 32, folds each part from an empty state and merges the parts
+// in depth order: one arithmetic whatever the batch, the sharing and the
+// thread count, so none of them changes a bit (attention.cpp, kPartChunks).
+
 // Plain double-precision softmax over each row's keys. Tests only.
 void attn_reference(const AttnProblem& p);
 
@@ -40,7 +45,8 @@ void attn_reference(const AttnProblem& p);
 // (PagedAttention-style). Work is ordered KV head-major, then in context
 // order, so sequences that share a chunk read it back to back while it is hot.
 // A long prefill with too few (sequence, KV head) items for the threads is
-// cut into token slices; the output bits do not depend on the thread count.
+// cut into token slices, a decode into its walks' parts; the output bits do
+// not depend on the thread count.
 void attn_per_sequence(const AttnProblem& p);
 
 // Two-phase partition (ChunkAttention §3.2, Algorithms 1-2): chunk-first over
@@ -48,14 +54,10 @@ void attn_per_sequence(const AttnProblem& p);
 // query head of a KV head, against the chunk: one small GEMM), saving partial
 // states; sequence-first over each sequence's remaining chunks, merged with
 // the saved partials (attn_reduce, Eq. 2). With no chunk shared by min_rows
-// rows it is attn_per_sequence itself.
+// rows of two or more sequences it is attn_per_sequence itself; with one
+// shared run per sequence it gives attn_per_sequence's bits.
 struct TppOptions {
-  int min_rows = 2;            // chunk-first only when this many query rows share a chunk
-  // Chunk-first work items span at most this many chunks (their partial
-  // states are merged in phase two). 0 = whole runs of shared chunks, split
-  // by sequences when the threads need more items: then every row is computed
-  // with exactly the arithmetic of attn_per_sequence.
-  int max_segment_chunks = 0;
+  int min_rows = 2;  // chunk-first only when this many query rows (of 2+ sequences) share a chunk
 };
 void attn_tpp(const AttnProblem& p, const TppOptions& opt = {});
 
