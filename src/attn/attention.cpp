@@ -308,7 +308,8 @@ void attn_per_sequence(const AttnProblem& p) {
   if (parts > 1 && kvh * groups * slices < want_items) return per_sequence_parts(p, kGroup, groups, slices, parts);
 #pragma omp parallel
   {
-    std::vector<RowSet> rows(static_cast<size_t>(kGroup)), part(static_cast<size_t>(kGroup));
+    // sets[k * kGroup + s]: part k's state of the group's s-th sequence.
+    std::vector<RowSet> sets(static_cast<size_t>(std::max(parts, 1) * kGroup));
     std::vector<Fold> walk;
     // Heaviest first: a prefill's later slices see more keys.
 #pragma omp for schedule(dynamic) collapse(3)
@@ -320,16 +321,25 @@ void attn_per_sequence(const AttnProblem& p) {
           if (tok.t0 >= tok.t1) continue;
           int depth = 0;
           for (int i = i0; i < i1; ++i) {
-            rows[size_t(i - i0)].gather(p, i, i + 1, h, tok);
+            sets[size_t(i - i0)].gather(p, i, i + 1, h, tok);
             depth = std::max(depth, chunks_of(p, i));
           }
-          fold_depths(p, rows.data(), i0, i1, h, 0, kPartChunks, walk);
-          for (int k = 1; k < parts_of(depth); ++k) {
-            for (int i = i0; i < i1; ++i) part[size_t(i - i0)].start_like(rows[size_t(i - i0)]);
-            fold_depths(p, part.data(), i0, i1, h, k * kPartChunks, (k + 1) * kPartChunks, walk);
-            for (int i = i0; i < i1; ++i) rows[size_t(i - i0)].merge_part(part[size_t(i - i0)]);
+          const int np = std::max(1, parts_of(depth));
+          for (int k = 1; k < np; ++k)
+            for (int i = i0; i < i1; ++i) sets[size_t(k * kGroup + i - i0)].start_like(sets[size_t(i - i0)]);
+          // One walk over all parts (each chunk's successor is prefetched
+          // across part boundaries), each part folding into its own states.
+          walk.clear();
+          for (int k = 0; k < depth; ++k)
+            for (int i = i0; i < i1; ++i)
+              if (k < chunks_of(p, i))
+                walk.push_back({&sets[size_t(k / kPartChunks * kGroup + i - i0)],
+                                p.ctx->chunks[size_t(p.ctx->chunk_begin[size_t(i)] + k)], k});
+          fold_all(p, walk, h);
+          for (int i = i0; i < i1; ++i) {
+            for (int k = 1; k < np; ++k) sets[size_t(i - i0)].merge_part(sets[size_t(k * kGroup + i - i0)]);
+            sets[size_t(i - i0)].scatter(p, i, i + 1, h, tok);
           }
-          for (int i = i0; i < i1; ++i) rows[size_t(i - i0)].scatter(p, i, i + 1, h, tok);
         }
   }
 }
