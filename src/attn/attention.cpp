@@ -154,17 +154,25 @@ constexpr int kPartChunks = 32;
 int parts_of(int chunks) { return (chunks + kPartChunks - 1) / kPartChunks; }
 int chunks_of(const AttnProblem& p, int i) { return p.ctx->chunk_begin[size_t(i) + 1] - p.ctx->chunk_begin[size_t(i)]; }
 
-// Folds the chunks at depths [d0, d1) of sequences [i0, i1) into rows[0..),
+// Appends to `walk` the chunks at depths [d0, d1) of sequences [i0, i1),
 // depth by depth, so a chunk the sequences share is read back to back while
-// it is hot. `skip` (per depth of sequence i0, or empty): depths already folded.
-void fold_depths(const AttnProblem& p, RowSet* rows, int i0, int i1, int kv_head, int d0, int d1,
-                 std::vector<Fold>& walk, const std::vector<char>& skip = {}) {
+// it is hot; state(k, s) is where the s-th sequence's chunk at depth k folds.
+// `skip` (per depth of sequence i0, or empty): depths already folded.
+template <class State>
+void add_depths(const AttnProblem& p, int i0, int i1, int d0, int d1, State state, std::vector<Fold>& walk,
+                const std::vector<char>& skip = {}) {
   const auto& c = *p.ctx;
-  walk.clear();
   for (int k = d0; k < d1; ++k)
     for (int i = i0; i < i1; ++i)
       if (k < chunks_of(p, i) && (skip.empty() || !skip[size_t(k)]))
-        walk.push_back({&rows[i - i0], c.chunks[size_t(c.chunk_begin[size_t(i)] + k)], k});
+        walk.push_back({state(k, i - i0), c.chunks[size_t(c.chunk_begin[size_t(i)] + k)], k});
+}
+
+// Folds the chunks at depths [d0, d1) of sequences [i0, i1) into rows[0..).
+void fold_depths(const AttnProblem& p, RowSet* rows, int i0, int i1, int kv_head, int d0, int d1,
+                 std::vector<Fold>& walk, const std::vector<char>& skip = {}) {
+  walk.clear();
+  add_depths(p, i0, i1, d0, d1, [rows](int, int s) { return &rows[s]; }, walk, skip);
   fold_all(p, walk, kv_head);
 }
 
@@ -330,11 +338,7 @@ void attn_per_sequence(const AttnProblem& p) {
           // One walk over all parts (each chunk's successor is prefetched
           // across part boundaries), each part folding into its own states.
           walk.clear();
-          for (int k = 0; k < depth; ++k)
-            for (int i = i0; i < i1; ++i)
-              if (k < chunks_of(p, i))
-                walk.push_back({&sets[size_t(k / kPartChunks * kGroup + i - i0)],
-                                p.ctx->chunks[size_t(p.ctx->chunk_begin[size_t(i)] + k)], k});
+          add_depths(p, i0, i1, 0, depth, [&](int k, int s) { return &sets[size_t(k / kPartChunks * kGroup + s)]; }, walk);
           fold_all(p, walk, h);
           for (int i = i0; i < i1; ++i) {
             for (int k = 1; k < np; ++k) sets[size_t(i - i0)].merge_part(sets[size_t(k * kGroup + i - i0)]);
