@@ -69,11 +69,12 @@ struct RowSet {
     l.assign(from.l.size(), 0.0f);
   }
 
-  // this <- this (+) part, row by row: how every path joins a walk's parts.
-  void merge_part(const RowSet& part) {
+  // this <- this (+) rows [first, first + rows()) of `from`, row by row: how
+  // every path joins a walk's parts, and phase two a saved piece.
+  void merge_rows(const RowSet& from, int first = 0) {
     for (int r = 0; r < rows(); ++r)
-      merge({o.data() + size_t(r) * d, &m[size_t(r)], &l[size_t(r)]}, part.o.data() + size_t(r) * d, part.m[size_t(r)],
-            part.l[size_t(r)], d);
+      merge({o.data() + size_t(r) * d, &m[size_t(r)], &l[size_t(r)]}, from.o.data() + size_t(first + r) * d,
+            from.m[size_t(first + r)], from.l[size_t(first + r)], d);
   }
 
   // Folds one chunk at `depth` of these rows' sequences into their states;
@@ -214,11 +215,22 @@ Tokens slice_of(const AttnProblem& p, int i, int j, int slices) {
   return {nr * j / usable, nr * (j + 1) / usable};
 }
 
+// Sequences [i0, i1) of group g, and slice j of their query tokens (slices
+// of a one-sequence group; empty when that sequence has too few rows).
+struct GroupItem {
+  int i0, i1;
+  Tokens tok;
+};
+GroupItem group_item(const AttnProblem& p, int kGroup, int g, int j, int slices) {
+  const int i0 = g * kGroup;
+  return {i0, std::min(p.n_seqs(), i0 + kGroup), slice_of(p, i0, j, slices)};
+}
+
 // attn_per_sequence with every (KV head, group, slice, part) an item of its
 // own: the parts' states are kept until all are folded, then merged in depth
 // order. They live on per calling thread from call to call, like phase one's.
 void per_sequence_parts(const AttnProblem& p, int kGroup, int groups, int slices, int parts) {
-  const int n = p.n_seqs(), kvh = p.tree->layout().n_kv_heads;
+  const int kvh = p.tree->layout().n_kv_heads;
   thread_local std::vector<RowSet> kept;
   const size_t need = size_t(kvh) * size_t(groups) * size_t(slices) * size_t(parts) * size_t(kGroup);
   if (kept.size() < need) kept.resize(need);
@@ -237,8 +249,7 @@ void per_sequence_parts(const AttnProblem& p, int kGroup, int groups, int slices
       for (int g = 0; g < groups; ++g)
         for (int j = slices - 1; j >= 0; --j)
           for (int k = 0; k < parts; ++k) {
-            const int i0 = g * kGroup, i1 = std::min(n, i0 + kGroup);
-            const Tokens tok = slice_of(p, i0, j, slices);
+            const auto [i0, i1, tok] = group_item(p, kGroup, g, j, slices);
             if (tok.t0 >= tok.t1) continue;
             RowSet* rows = at(h, g, j, k);
             for (int i = i0; i < i1; ++i) rows[i - i0].gather(p, i, i + 1, h, tok);
@@ -248,12 +259,11 @@ void per_sequence_parts(const AttnProblem& p, int kGroup, int groups, int slices
     for (int h = 0; h < kvh; ++h)
       for (int g = 0; g < groups; ++g)
         for (int j = 0; j < slices; ++j) {
-          const int i0 = g * kGroup, i1 = std::min(n, i0 + kGroup);
-          const Tokens tok = slice_of(p, i0, j, slices);
+          const auto [i0, i1, tok] = group_item(p, kGroup, g, j, slices);
           if (tok.t0 >= tok.t1) continue;
           RowSet* rows = at(h, g, j, 0);
           for (int k = 1; k < parts; ++k)
-            for (int i = i0; i < i1; ++i) rows[i - i0].merge_part(at(h, g, j, k)[i - i0]);
+            for (int i = i0; i < i1; ++i) rows[i - i0].merge_rows(at(h, g, j, k)[i - i0]);
           for (int i = i0; i < i1; ++i) rows[i - i0].scatter(p, i, i + 1, h, tok);
         }
   }
@@ -324,8 +334,7 @@ void attn_per_sequence(const AttnProblem& p) {
     for (int h = 0; h < kvh; ++h)
       for (int g = 0; g < groups; ++g)
         for (int j = slices - 1; j >= 0; --j) {
-          const int i0 = g * kGroup, i1 = std::min(n, i0 + kGroup);
-          const Tokens tok = slice_of(p, i0, j, slices);
+          const auto [i0, i1, tok] = group_item(p, kGroup, g, j, slices);
           if (tok.t0 >= tok.t1) continue;
           int depth = 0;
           for (int i = i0; i < i1; ++i) {
@@ -341,7 +350,7 @@ void attn_per_sequence(const AttnProblem& p) {
           add_depths(p, i0, i1, 0, depth, [&](int k, int s) { return &sets[size_t(k / kPartChunks * kGroup + s)]; }, walk);
           fold_all(p, walk, h);
           for (int i = i0; i < i1; ++i) {
-            for (int k = 1; k < np; ++k) sets[size_t(i - i0)].merge_part(sets[size_t(k * kGroup + i - i0)]);
+            for (int k = 1; k < np; ++k) sets[size_t(i - i0)].merge_rows(sets[size_t(k * kGroup + i - i0)]);
             sets[size_t(i - i0)].scatter(p, i, i + 1, h, tok);
           }
         }
@@ -472,15 +481,11 @@ void sequence_first_phase(const AttnProblem& p, const std::vector<Segment>& segs
           if (!direct) part.start_like(rows);
           RowSet& st = direct ? rows : part;
           for (int j : mine) {
-            const RowSet& saved = partial[size_t(j) * size_t(kvh) + size_t(h)];
             const int first = (p.rows_begin(i) - p.rows_begin(segs[size_t(pieces[size_t(j)].seg)].begin)) * group;
-            for (int r = 0; r < st.rows(); ++r)
-              merge({st.o.data() + size_t(r) * st.d, &st.m[size_t(r)], &st.l[size_t(r)]},
-                    saved.o.data() + size_t(first + r) * st.d, saved.m[size_t(first + r)], saved.l[size_t(first + r)],
-                    st.d);
+            st.merge_rows(partial[size_t(j) * size_t(kvh) + size_t(h)], first);
           }
           if (walk_part) fold_depths(p, &st, i, i + 1, h, d0, d1, walk, done);
-          if (!direct) rows.merge_part(part);
+          if (!direct) rows.merge_rows(part);
         }
         rows.scatter(p, i, i + 1, h);
       }
