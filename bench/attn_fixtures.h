@@ -72,6 +72,8 @@ struct SharedCell {
   int b, h, n, own, group, d;
   std::unique_ptr<PrefixTree> tree;
   std::shared_ptr<const KernelContext> ctx;
+  AttnPlan plan;
+  AttnWorkspace ws;
   std::vector<float> q, out;
 
   SharedCell(int b_, int h_, int n_, int own_ = 0, int group_ = 1, int d_ = 128)
@@ -87,6 +89,7 @@ struct SharedCell {
         std::abort();
     }
     ctx = tree->context();
+    plan = plan_attention(*tree, {}, h * group);
     std::vector<uint16_t> kv(L.chunk_bytes() / 2);
     std::vector<char> done(size_t(tree->pool().capacity()), 0);
     size_t chunk = 0;
@@ -101,15 +104,7 @@ struct SharedCell {
     for (size_t i = 0; i < q.size(); ++i) q[i] = noise(i, 40503u, 1000);
     out.resize(q.size());
   }
-  AttnProblem problem() {
-    AttnProblem p;
-    p.tree = tree.get();
-    p.ctx = ctx.get();
-    p.n_heads = h * group;
-    p.q = q.data();
-    p.out = out.data();
-    return p;
-  }
+  AttnProblem problem() { return {&tree->pool(), &plan, 0, q.data(), out.data(), &ws}; }
   double flops() const { return 4.0 * b * h * group * (n + own) * d; }
 };
 

@@ -137,7 +137,6 @@ void BM_DecodeStepSharedPrompt(benchmark::State& state) {
   const int b = 32, n_s = 2048, n_own = 64, kw = c.n_kv_heads * c.head_dim;
   const int mode = int(state.range(0));
   std::unique_ptr<KvStore> store;
-  std::unique_ptr<PrefixTree> tree;
   // Fills a batch's K/V with small synthetic values, layer by layer.
   auto fill = [&](KvStore& kv, const Batch& batch) {
     kv.begin_batch(batch);
@@ -155,8 +154,8 @@ void BM_DecodeStepSharedPrompt(benchmark::State& state) {
   } else {
     const KvLayout layout{c.n_layers, c.n_kv_heads, c.head_dim, 64, KvType::kF16};
     const bool share = mode != 3;
-    tree = std::make_unique<PrefixTree>(layout, layout.chunk_bytes() * size_t((share ? n_s / 64 : b * n_s / 64) + b * 4 + 8));
-    auto kv = std::make_unique<PrefixKv>(*tree, c.n_heads, mode == 1 ? AttnPath::kTwoPhase : AttnPath::kPerSequence);
+    auto kv = std::make_unique<PrefixKv>(layout, layout.chunk_bytes() * size_t((share ? n_s / 64 : b * n_s / 64) + b * 4 + 8),
+                                         c.n_heads, mode == 1 ? AttnPath::kTwoPhase : AttnPath::kPerSequence);
 
     std::vector<int32_t> sys(static_cast<size_t>(n_s));
     for (int i = 0; i < n_s; ++i) sys[size_t(i)] = 100 + i % 1000;
@@ -164,7 +163,7 @@ void BM_DecodeStepSharedPrompt(benchmark::State& state) {
       int matched;
       if (!share)
         for (auto& t : sys) t += 1000;  // a different prompt for every sequence
-      if (!tree->join(s, sys, &matched).ok()) std::abort();
+      if (!kv->join(s, sys, &matched).ok()) std::abort();
       Batch batch;
       for (int i = matched; i < n_s + n_own; ++i) batch.add(i < n_s ? sys[size_t(i)] : 40000 + s, i, s, false);
       fill(*kv, batch);

@@ -43,6 +43,19 @@ void write_random_kv(PrefixTree& t, SeqId id, int from, int to, std::mt19937& rn
       }
 }
 
+// A plan and a workspace for attention problems on one tree.
+struct Planned {
+  const PrefixTree& tree;
+  AttnPlan plan;
+  AttnWorkspace ws;
+  Planned(PrefixTree& t, std::vector<int> q_begin, int n_heads) : tree(t), plan(plan_attention(t, q_begin, n_heads)) {}
+  Planned(const PrefixTree& t, std::shared_ptr<const KernelContext> ctx, int n_heads)
+      : tree(t), plan(plan_attention(t, std::move(ctx), {}, n_heads)) {}
+  AttnProblem problem(const float* q, float* out, int layer = 0) {
+    return {&tree.pool(), &plan, layer, q, out, &ws};
+  }
+};
+
 // A random tree: sequences in a few families (shared prefixes of random
 // length, so some end mid-chunk and get copied), private suffixes of random
 // length (some empty), a few forks; random K/V for every appended token.
@@ -94,18 +107,12 @@ struct World {
     for (auto& x : q) x = nd(rng) * 2;
   }
 
-  AttnProblem problem(std::vector<float>& out) const {
-    AttnProblem p;
-    p.tree = tree.get();
-    p.ctx = ctx.get();
-    p.layer = 1;
-    p.n_heads = n_heads;
-    p.q = q.data();
-    p.q_begin = q_begin;
+  AttnProblem problem(std::vector<float>& out) {
+    if (!run) run = std::make_unique<Planned>(*tree, q_begin, n_heads);
     out.assign(q.size(), NAN);
-    p.out = out.data();
-    return p;
+    return run->problem(q.data(), out.data(), 1);
   }
+  std::unique_ptr<Planned> run;
 };
 
 float max_diff(const std::vector<float>& a, const std::vector<float>& b) {
@@ -132,10 +139,10 @@ int g_shared_seen = 0;  // shared chunks over all cases: the chunk-first path ra
 
 void check(const Case& c) {
   SCOPED_TRACE(name(c));
-  const World w(c);
+  World w(c);
   g_shared_seen += int(w.ctx->shared.size());
   std::vector<float> ref, got;
-  attn_reference(w.problem(ref));
+  attn_reference(*w.tree, w.problem(ref));
   const float tol = c.type == KvType::kF32 ? 1e-5f : 2e-3f;
   const Isa hw = cpu_isa();
   for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
@@ -206,16 +213,10 @@ TEST(Attention, OneSharedPrefixIsBitExact) {
     ASSERT_TRUE(single_run(*ctx));
     std::vector<float> q(12 * 4 * 64);
     for (auto& x : q) x = nd(rng);
-    AttnProblem p;
-    p.tree = &t;
-    p.ctx = ctx.get();
-    p.n_heads = 4;
-    p.q = q.data();
+    Planned run(t, {}, 4);
     std::vector<float> per(q.size()), tpp(q.size());
-    p.out = per.data();
-    attn_per_sequence(p);
-    p.out = tpp.data();
-    attn_tpp(p);
+    attn_per_sequence(run.problem(q.data(), per.data()));
+    attn_tpp(run.problem(q.data(), tpp.data()));
     EXPECT_EQ(tpp, per) << kv_type_name(type) << " system prompt " << sys_len;
   }
 }
@@ -255,21 +256,15 @@ TEST(Attention, LongPrefillSlicesAreExact) {
     const int n_heads = sh.kv_heads * sh.group;
     std::vector<float> q(size_t(q_begin.back()) * n_heads * sh.d);
     for (auto& x : q) x = nd(rng);
-    AttnProblem p;
-    p.tree = &t;
-    p.ctx = ctx.get();
-    p.n_heads = n_heads;
-    p.q = q.data();
-    p.q_begin = q_begin;
     std::vector<float> ref(q.size()), first;
-    p.out = ref.data();
-    attn_reference(p);
+    attn_reference(t, Planned(t, q_begin, n_heads).problem(q.data(), ref.data()));
     const SavedOmpThreads saved;
     for (int n : {1, 2, 3, 4}) {
       omp_set_num_threads(n);
+      Planned run(t, q_begin, n_heads);  // planned for n threads
       for (bool tpp : {false, true}) {
         std::vector<float> got(q.size(), NAN);
-        p.out = got.data();
+        const AttnProblem p = run.problem(q.data(), got.data());
         tpp ? attn_tpp(p) : attn_per_sequence(p);
         EXPECT_LT(max_diff(got, ref), sh.type == KvType::kF32 ? 1e-5f : 2e-3f) << n << " threads";
         if (first.empty()) first = got;
@@ -330,14 +325,8 @@ TEST(Attention, LongWalksArePartedExactly) {
     const auto ctx = all.context();
     ASSERT_TRUE(single_run(*ctx));
     ASSERT_EQ(ctx->seqs, (std::vector<SeqId>{0, 1, 2, 3, 4}));
-    AttnProblem p;
-    p.tree = &all;
-    p.ctx = ctx.get();
-    p.n_heads = n_heads;
-    p.q = q.data();
     std::vector<float> ref(q.size()), first;
-    p.out = ref.data();
-    attn_reference(p);
+    attn_reference(all, Planned(all, {}, n_heads).problem(q.data(), ref.data()));
     const size_t row = size_t(n_heads * sh.d);
     std::vector<std::unique_ptr<PrefixTree>> lone;
     for (int s = 0; s < kSeqs; ++s) {
@@ -348,18 +337,12 @@ TEST(Attention, LongWalksArePartedExactly) {
     for (int threads : {1, 2, 3}) {
       omp_set_num_threads(threads);
       std::vector<float> per(q.size()), tpp(q.size()), alone(q.size());
-      p.out = per.data();
-      attn_per_sequence(p);
-      p.out = tpp.data();
-      attn_tpp(p);
+      Planned run(all, {}, n_heads);
+      attn_per_sequence(run.problem(q.data(), per.data()));
+      attn_tpp(run.problem(q.data(), tpp.data()));
       for (int s = 0; s < kSeqs; ++s) {
-        const auto c1 = lone[size_t(s)]->context();
-        AttnProblem p1 = p;
-        p1.tree = lone[size_t(s)].get();
-        p1.ctx = c1.get();
-        p1.q = q.data() + size_t(s) * row;
-        p1.out = alone.data() + size_t(s) * row;
-        attn_per_sequence(p1);
+        Planned one(*lone[size_t(s)], {}, n_heads);
+        attn_per_sequence(one.problem(q.data() + size_t(s) * row, alone.data() + size_t(s) * row));
       }
       EXPECT_LT(max_diff(per, ref), sh.type == KvType::kF32 ? 1e-5f : 2e-3f) << threads << " threads";
       EXPECT_EQ(tpp, per) << "two-phase vs per-sequence, " << threads << " threads";
@@ -393,26 +376,18 @@ TEST(Attention, EdgeShapes) {
     std::vector<float> q(3 * 64);
     for (auto& x : q) x = nd(rng);
     for (int n : {1, 3}) {  // the first sequence alone, then all three
-      AttnProblem p;
-      p.tree = &t;
-      KernelContext one = *ctx;
+      auto one = std::make_shared<KernelContext>(*ctx);
       if (n == 1) {
-        one.seqs.resize(1);
-        one.chunk_begin.resize(2);
-        one.shared.clear();
+        one->seqs.resize(1);
+        one->chunk_begin.resize(2);
+        one->shared.clear();
       }
-      p.ctx = n == 1 ? &one : ctx.get();
-      p.n_heads = 1;
-      p.q = q.data();
+      Planned run(t, one, 1);
       std::vector<float> ref(size_t(n) * 64), tpp(ref.size()), relay(ref.size()), per(ref.size());
-      p.out = ref.data();
-      attn_reference(p);
-      p.out = tpp.data();
-      attn_tpp(p);
-      p.out = relay.data();
-      attn_relay(p);
-      p.out = per.data();
-      attn_per_sequence(p);
+      attn_reference(t, run.problem(q.data(), ref.data()));
+      attn_tpp(run.problem(q.data(), tpp.data()));
+      attn_relay(run.problem(q.data(), relay.data()));
+      attn_per_sequence(run.problem(q.data(), per.data()));
       const float tol = type == KvType::kF32 ? 1e-5f : 2e-3f;
       EXPECT_LT(max_diff(tpp, ref), tol);
       EXPECT_LT(max_diff(relay, ref), tol);
@@ -427,28 +402,21 @@ TEST(Attention, NoSequenceIsANoOp) {
   PrefixTree t(L, L.chunk_bytes() * 2);
   const auto ctx = t.context();
   ASSERT_TRUE(ctx->seqs.empty());
-  AttnProblem p;
-  p.tree = &t;
-  p.ctx = ctx.get();
-  p.n_heads = 9;
   float q = 1.0f, out = 7.0f;
-  p.q = &q;
-  p.out = &out;
+  Planned run(t, {}, 9);
+  const AttnProblem p = run.problem(&q, &out);
   attn_per_sequence(p);
   attn_tpp(p);
   attn_relay(p);
-  attn_reference(p);
+  attn_reference(t, p);
   EXPECT_EQ(out, 7.0f);
 }
 
 TEST(Attention, UnsupportedShapesAreErrors) {
   for (KvLayout L : {KvLayout{1, 1, 64, 32, KvType::kF32}, KvLayout{1, 1, 96, 64, KvType::kF32}}) {
     PrefixTree t(L, L.chunk_bytes() * 2);
-    const auto ctx = t.context();
-    AttnProblem p;
-    p.tree = &t;
-    p.ctx = ctx.get();
-    p.n_heads = 1;
+    Planned run(t, {}, 1);
+    const AttnProblem p = run.problem(nullptr, nullptr);
     EXPECT_THROW(attn_tpp(p), Error);
     EXPECT_THROW(attn_per_sequence(p), Error);
     EXPECT_THROW(attn_relay(p), Error);

@@ -142,7 +142,13 @@ TEST(ContiguousKv, FullIsATypedErrorThatChangesNothing) {
   Batch more;
   more.add(0, 3, 5, false);
   more.add(0, 0, 6, false);
-  EXPECT_THROW(kv.begin_batch(more), KvFull);
+  try {
+    kv.begin_batch(more);
+    ADD_FAILURE() << "no KvError";
+  } catch (const KvError& e) {
+    EXPECT_EQ(e.code(), KvCode::kContextFull);
+    EXPECT_STREQ(e.what(), "sequence 5 would hold 4 tokens, more than the context of 3");
+  }
   EXPECT_EQ(kv.length(5), 3);
   EXPECT_EQ(kv.length(6), 0);
 }

@@ -156,7 +156,7 @@ TEST(Model, KvFullLeavesCacheUnchanged) {
   std::vector<float> logits;
   Batch b;
   for (int i = 0; i < 5; ++i) b.add(1, i, 0, true);
-  EXPECT_THROW(model().forward(b, kv, ws, logits), KvFull);
+  EXPECT_THROW(model().forward(b, kv, ws, logits), KvError);
   EXPECT_EQ(kv.length(0), 0);
 }
 

@@ -87,19 +87,16 @@ GreedyRun chunked(bool shared, AttnPath path, KvType type) {
   GreedyRun run;
   run.tokens.resize(ps.size());
   run.gaps.resize(ps.size());
-  std::vector<std::unique_ptr<PrefixTree>> trees;
   std::vector<std::unique_ptr<PrefixKv>> kvs;
-  for (size_t s = 0; s < (shared ? 1 : ps.size()); ++s) {
-    trees.push_back(std::make_unique<PrefixTree>(layout, layout.chunk_bytes() * 32));
-    kvs.push_back(std::make_unique<PrefixKv>(*trees.back(), c.n_heads, path));
-  }
+  for (size_t s = 0; s < (shared ? 1 : ps.size()); ++s)
+    kvs.push_back(std::make_unique<PrefixKv>(layout, layout.chunk_bytes() * 32, c.n_heads, path));
   std::vector<std::vector<float>> last(ps.size());
   // Join with the prompt but its last token (whose logits we need); prefill
   // only what the tree did not already hold.
   for (size_t s = 0; s < ps.size(); ++s) {
     PrefixKv& kv = *kvs[shared ? 0 : s];
     int matched;
-    if (!kv.tree().join(SeqId(s), std::span(ps[s]).first(ps[s].size() - 1), &matched).ok()) std::abort();
+    if (!kv.join(SeqId(s), std::span(ps[s]).first(ps[s].size() - 1), &matched).ok()) std::abort();
     Batch b;
     for (size_t i = size_t(matched); i < ps[s].size(); ++i)
       b.add(ps[s][i], int32_t(i), int32_t(s), i + 1 == ps[s].size());

@@ -105,11 +105,12 @@ int main(int argc, char** argv) {
     bool per_seq;  // attn_per_sequence instead of attn_tpp
     AttnProblem p;
     std::vector<float> out[2];
+    AttnWorkspace ws[2];  // each variant keeps its own kernel types in it
     bool ran = false;  // CASES may leave it out
   };
   std::deque<CellRun> runs;  // stable addresses for the cases' lambdas
   auto add = [&runs](const char* name, bench::SharedCell& c, int calls, bool per_seq = false) -> CellRun& {
-    return runs.emplace_back(CellRun{name, &c, calls, per_seq, c.problem(), {c.out, c.out}});
+    return runs.emplace_back(CellRun{name, &c, calls, per_seq, c.problem(), {c.out, c.out}, {}});
   };
   const CellRun& tpp_cell = add("TPP cell 4096/4096", cell, 1);
   add("TPP cell 512/512", small, 8);
@@ -125,10 +126,11 @@ int main(int argc, char** argv) {
     for (CellRun& r : runs)
       cases.push_back({r.name, threads, r.calls * r.cell->flops(), [&r](int v) {
                          r.p.out = r.out[v].data();
+                         r.p.ws = &r.ws[v];
                          r.ran = true;
                          for (int i = 0; i < r.calls; ++i) {
                            if (r.per_seq) v ? B::cs::attn_per_sequence(r.p) : A::cs::attn_per_sequence(r.p);
-                           else v ? B::cs::attn_tpp(r.p, {}) : A::cs::attn_tpp(r.p, {});
+                           else v ? B::cs::attn_tpp(r.p) : A::cs::attn_tpp(r.p);
                          }
                        }});
   // CASES="a|b" keeps only the cases whose name contains a or b (e.g.

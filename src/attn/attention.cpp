@@ -30,9 +30,9 @@ struct RowSet {
   std::vector<int> limit;    // per chunk: visible keys of that chunk
 
   void gather(const AttnProblem& p, int seq_begin, int seq_end, int kv_head, Tokens tok = {}) {
-    const KvLayout& L = p.tree->layout();
+    const KvLayout& L = p.plan->layout;
     d = L.head_dim;
-    const int group = p.n_heads / L.n_kv_heads;
+    const int group = p.plan->n_heads / L.n_kv_heads;
     int n = 0;
     for (int s = seq_begin; s < seq_end; ++s) n += (tok.end(p, s) - tok.begin(p, s)) * group;
     q.resize(size_t(n) * d);
@@ -45,12 +45,12 @@ struct RowSet {
     const float scale = 1.0f / std::sqrt(float(d));
     int row = 0;
     for (int s = seq_begin; s < seq_end; ++s) {
-      const int len = p.tree->length(p.ctx->seqs[size_t(s)]);
+      const int len = p.plan->seq_len[size_t(s)];
       const int nr = p.rows_of(s);
       for (int k = tok.begin(p, s); k < tok.end(p, s); ++k)
         for (int g = 0; g < group; ++g, ++row) {
           const int h = kv_head * group + g;
-          const float* src = p.q + (size_t(p.rows_begin(s) + k) * p.n_heads + h) * d;
+          const float* src = p.q + (size_t(p.rows_begin(s) + k) * p.plan->n_heads + h) * d;
           for (int x = 0; x < d; ++x) q[size_t(row) * d + size_t(x)] = src[x] * scale;
           visible[size_t(row)] = len - nr + k + 1;
         }
@@ -77,14 +77,14 @@ struct RowSet {
             from.m[size_t(first + r)], from.l[size_t(first + r)], d);
   }
 
-  // Folds one chunk at `depth` of these rows' sequences into their states;
-  // `next` (or kNoChunk) is the chunk the caller folds in after it.
-  void apply(const AttnProblem& p, ChunkId chunk, int depth, int kv_head, ChunkId next) {
-    const KvLayout& L = p.tree->layout();
-    const int len = p.tree->chunk_length(chunk), base = depth * L.chunk_size;
+  // Folds one chunk into these rows' states: `len` keys whose first is key
+  // `start` of the rows' sequences; `next` (or kNoChunk) is the chunk the
+  // caller folds in after it.
+  void apply(const AttnProblem& p, ChunkId chunk, int start, int len, int kv_head, ChunkId next) {
+    const KvLayout& L = p.plan->layout;
     bool any = false;
     for (int r = 0; r < rows(); ++r) {
-      limit[size_t(r)] = std::clamp(visible[size_t(r)] - base, 0, len);
+      limit[size_t(r)] = std::clamp(visible[size_t(r)] - start, 0, len);
       any = any || limit[size_t(r)] > 0;
     }
     if (!any) return;
@@ -92,8 +92,8 @@ struct RowSet {
     j.q = q.data();
     j.q_stride = d;
     j.nq = rows();
-    j.kt = p.tree->pool().block(chunk, p.layer, kv_head, false);
-    j.v = p.tree->pool().block(chunk, p.layer, kv_head, true);
+    j.kt = p.pool->block(chunk, p.layer, kv_head, false);
+    j.v = p.pool->block(chunk, p.layer, kv_head, true);
     j.kv_type = int(L.type);
     j.c = L.chunk_size;
     j.d = d;
@@ -104,25 +104,31 @@ struct RowSet {
     j.m = m.data();
     j.l = l.data();
     if (next != kNoChunk) {
-      j.next_kt = p.tree->pool().block(next, p.layer, kv_head, false);
-      j.next_v = p.tree->pool().block(next, p.layer, kv_head, true);
+      j.next_kt = p.pool->block(next, p.layer, kv_head, false);
+      j.next_v = p.pool->block(next, p.layer, kv_head, true);
     }
     block_update(j);
   }
 
   // Writes rows back to the output layout (o / l).
   void scatter(const AttnProblem& p, int seq_begin, int seq_end, int kv_head, Tokens tok = {}) const {
-    const int group = p.n_heads / p.tree->layout().n_kv_heads;
+    const int n_heads = p.plan->n_heads, group = n_heads / p.plan->layout.n_kv_heads;
     int row = 0;
     for (int s = seq_begin; s < seq_end; ++s)
       for (int k = tok.begin(p, s); k < tok.end(p, s); ++k)
         for (int g = 0; g < group; ++g, ++row) {
           const int h = kv_head * group + g;
           finalize(o.data() + size_t(row) * d, l[size_t(row)], d,
-                   p.out + (size_t(p.rows_begin(s) + k) * p.n_heads + h) * d);
+                   p.out + (size_t(p.rows_begin(s) + k) * n_heads + h) * d);
         }
   }
 };
+
+// The row sets a workspace slot holds.
+std::vector<RowSet>& kept_rows(std::shared_ptr<void>& slot) {
+  if (!slot) slot = std::make_shared<std::vector<RowSet>>();
+  return *static_cast<std::vector<RowSet>*>(slot.get());
+}
 
 // One chunk to fold into a row set. Every walker lists its folds in order and
 // hands them to fold_all, which tells the kernel each fold's successor so it
@@ -130,12 +136,12 @@ struct RowSet {
 struct Fold {
   RowSet* rows;
   ChunkId chunk;
-  int depth;
+  int start, len;  // the chunk's first key (sequence-relative) and key count
 };
 
 void fold_all(const AttnProblem& p, const std::vector<Fold>& walk, int kv_head) {
   for (size_t s = 0; s < walk.size(); ++s)
-    walk[s].rows->apply(p, walk[s].chunk, walk[s].depth, kv_head,
+    walk[s].rows->apply(p, walk[s].chunk, walk[s].start, walk[s].len, kv_head,
                         s + 1 < walk.size() ? walk[s + 1].chunk : kNoChunk);
 }
 
@@ -153,7 +159,7 @@ void fold_all(const AttnProblem& p, const std::vector<Fold>& walk, int kv_head) 
 constexpr int kPartChunks = 32;
 
 int parts_of(int chunks) { return (chunks + kPartChunks - 1) / kPartChunks; }
-int chunks_of(const AttnProblem& p, int i) { return p.ctx->chunk_begin[size_t(i) + 1] - p.ctx->chunk_begin[size_t(i)]; }
+int chunks_of(const AttnProblem& p, int i) { return p.plan->chunks_of(i); }
 
 // Appends to `walk` the chunks at depths [d0, d1) of sequences [i0, i1),
 // depth by depth, so a chunk the sequences share is read back to back while
@@ -162,11 +168,13 @@ int chunks_of(const AttnProblem& p, int i) { return p.ctx->chunk_begin[size_t(i)
 template <class State>
 void add_depths(const AttnProblem& p, int i0, int i1, int d0, int d1, State state, std::vector<Fold>& walk,
                 const std::vector<char>& skip = {}) {
-  const auto& c = *p.ctx;
+  const AttnPlan& plan = *p.plan;
   for (int k = d0; k < d1; ++k)
     for (int i = i0; i < i1; ++i)
-      if (k < chunks_of(p, i) && (skip.empty() || !skip[size_t(k)]))
-        walk.push_back({state(k, i - i0), c.chunks[size_t(c.chunk_begin[size_t(i)] + k)], k});
+      if (k < chunks_of(p, i) && (skip.empty() || !skip[size_t(k)])) {
+        const size_t e = size_t(plan.ctx->chunk_begin[size_t(i)] + k);
+        walk.push_back({state(k, i - i0), plan.ctx->chunks[e], plan.chunk_start[e], plan.chunk_len[e]});
+      }
 }
 
 // Folds the chunks at depths [d0, d1) of sequences [i0, i1) into rows[0..).
@@ -179,10 +187,10 @@ void fold_depths(const AttnProblem& p, RowSet* rows, int i0, int i1, int kv_head
 
 // The kernels' shape limits, checked at every entry point.
 void check(const AttnProblem& p) {
-  const KvLayout& L = p.tree->layout();
+  const KvLayout& L = p.plan->layout;
   if (L.head_dim != 64 && L.head_dim != 128) throw Error("attention: head_dim must be 64 or 128");
   if (L.chunk_size % 64 || L.chunk_size > 256) throw Error("attention: chunk size must be 64, 128, 192 or 256");
-  if (p.n_heads % L.n_kv_heads) throw Error("attention: query heads must be a multiple of KV heads");
+  if (p.plan->n_heads % L.n_kv_heads) throw Error("attention: query heads must be a multiple of KV heads");
 }
 
 // A prefill of one sequence (or a few) leaves fewer work items than the
@@ -195,7 +203,7 @@ constexpr int kSliceRows = 64;
 
 // Slices of at least kSliceRows rows that sequence i's query tokens make, 1..cap.
 int slices_of(const AttnProblem& p, int i, int cap) {
-  const int rows = p.rows_of(i) * (p.n_heads / p.tree->layout().n_kv_heads);
+  const int rows = p.rows_of(i) * (p.plan->n_heads / p.plan->layout.n_kv_heads);
   return std::clamp(rows / kSliceRows, 1, cap);
 }
 
@@ -228,10 +236,10 @@ GroupItem group_item(const AttnProblem& p, int kGroup, int g, int j, int slices)
 
 // attn_per_sequence with every (KV head, group, slice, part) an item of its
 // own: the parts' states are kept until all are folded, then merged in depth
-// order. They live on per calling thread from call to call, like phase one's.
+// order. They live in the caller's workspace from call to call, like phase one's.
 void per_sequence_parts(const AttnProblem& p, int kGroup, int groups, int slices, int parts) {
-  const int kvh = p.tree->layout().n_kv_heads;
-  thread_local std::vector<RowSet> kept;
+  const int kvh = p.plan->layout.n_kv_heads;
+  std::vector<RowSet>& kept = kept_rows(p.ws->parts);
   const size_t need = size_t(kvh) * size_t(groups) * size_t(slices) * size_t(parts) * size_t(kGroup);
   if (kept.size() < need) kept.resize(need);
   // The row sets of item (h, g, j, k): kGroup of them, one per sequence.
@@ -271,22 +279,22 @@ void per_sequence_parts(const AttnProblem& p, int kGroup, int groups, int slices
 
 }  // namespace
 
-void attn_reference(const AttnProblem& p) {
-  const KvLayout& L = p.tree->layout();
-  const int d = L.head_dim, group = p.n_heads / L.n_kv_heads;
+void attn_reference(const PrefixTree& tree, const AttnProblem& p) {
+  const KvLayout& L = tree.layout();
+  const int n_heads = p.plan->n_heads, d = L.head_dim, group = n_heads / L.n_kv_heads;
   std::vector<float> k(static_cast<size_t>(d)), v(static_cast<size_t>(d));
   for (int i = 0; i < p.n_seqs(); ++i) {
-    const SeqId id = p.ctx->seqs[size_t(i)];
-    const int len = p.tree->length(id), nr = p.rows_of(i);
+    const SeqId id = p.plan->ctx->seqs[size_t(i)];
+    const int len = tree.length(id), nr = p.rows_of(i);
     for (int r = 0; r < nr; ++r)
-      for (int h = 0; h < p.n_heads; ++h) {
-        const size_t row = (size_t(p.rows_begin(i) + r) * p.n_heads + h) * d;
+      for (int h = 0; h < n_heads; ++h) {
+        const size_t row = (size_t(p.rows_begin(i) + r) * n_heads + h) * d;
         const float* q = p.q + row;
         const int vis = len - nr + r + 1;
         std::vector<double> s(static_cast<size_t>(vis)), acc(static_cast<size_t>(d), 0.0);
         double mx = -INFINITY;
         for (int t = 0; t < vis; ++t) {
-          p.tree->read_kv(id, t, p.layer, h / group, k.data(), v.data());
+          tree.read_kv(id, t, p.layer, h / group, k.data(), v.data());
           double dot = 0;
           for (int x = 0; x < d; ++x) dot += double(q[x]) * k[size_t(x)];
           s[size_t(t)] = dot / std::sqrt(double(d));
@@ -296,7 +304,7 @@ void attn_reference(const AttnProblem& p) {
         for (int t = 0; t < vis; ++t) {
           const double w = std::exp(s[size_t(t)] - mx);
           z += w;
-          p.tree->read_kv(id, t, p.layer, h / group, k.data(), v.data());
+          tree.read_kv(id, t, p.layer, h / group, k.data(), v.data());
           for (int x = 0; x < d; ++x) acc[size_t(x)] += w * v[size_t(x)];
         }
         for (int x = 0; x < d; ++x) p.out[row + size_t(x)] = vis > 0 ? float(acc[size_t(x)] / z) : 0.0f;
@@ -312,7 +320,7 @@ void attn_per_sequence(const AttnProblem& p) {
   // the strongest per-sequence order, short of batching the queries.
   // Groups are as large as possible (up to 32 sequences, so a chunk shared by
   // all of them comes from memory once) while leaving two items per thread.
-  const int n = p.n_seqs(), kvh = p.tree->layout().n_kv_heads;
+  const int n = p.n_seqs(), kvh = p.plan->layout.n_kv_heads;
   const int want_items = 2 * omp_get_max_threads();
   const int groups_per_head = std::max(1, (want_items + kvh - 1) / kvh);
   const int kGroup = std::clamp((n + groups_per_head - 1) / groups_per_head, 1, 32);
@@ -359,25 +367,18 @@ void attn_per_sequence(const AttnProblem& p) {
 
 namespace {
 
-// A run of shared chunks along one path that all cover sequences [begin, end).
-struct Segment {
-  int begin, end;
-  int depth;                    // depth of the first chunk
-  std::vector<ChunkId> chunks;
-};
-
 // Runs of shared chunks read by at least min_rows query rows of at least
 // min_seqs sequences (one sequence's chunk-first GEMM would be exactly its
 // per-sequence walk).
-std::vector<Segment> chunk_first_segments(const AttnProblem& p, int min_rows, int min_seqs, bool whole_batch_only) {
-  std::vector<Segment> segs;
-  const int group = p.n_heads / p.tree->layout().n_kv_heads;
+std::vector<SharedRun> chunk_first_runs(const AttnPlan& p, int min_rows, int min_seqs, bool whole_batch_only) {
+  std::vector<SharedRun> segs;
+  const int group = p.n_heads / p.layout.n_kv_heads;
   for (const SharedChunk& s : p.ctx->shared) {
     const int rows = (p.rows_begin(s.end) - p.rows_begin(s.begin)) * group;
     if (rows < min_rows || s.end - s.begin < min_seqs) continue;
     if (whole_batch_only && (s.begin != 0 || s.end != p.n_seqs())) continue;
     if (!segs.empty()) {
-      Segment& last = segs.back();
+      SharedRun& last = segs.back();
       if (last.begin == s.begin && last.end == s.end && last.depth + int(last.chunks.size()) == s.depth) {
         last.chunks.push_back(s.chunk);
         continue;
@@ -388,15 +389,9 @@ std::vector<Segment> chunk_first_segments(const AttnProblem& p, int min_rows, in
   return segs;
 }
 
-// The depths [d0, d1) of segment `seg` that lie in one part of the walks
-// (TPP: kPartChunks; relay: its system run whole). Phase one leaves one
-// partial state per piece and KV head; phase two merges it into that part.
-struct Piece {
-  int seg, d0, d1;
-};
-
-std::vector<Piece> pieces_of(const std::vector<Segment>& segs, int cut) {
-  std::vector<Piece> out;
+// The pieces of the runs: their depths cut at multiples of `cut`.
+std::vector<RunPiece> pieces_of(const std::vector<SharedRun>& segs, int cut) {
+  std::vector<RunPiece> out;
   for (int s = 0; s < int(segs.size()); ++s) {
     const int end = segs[size_t(s)].depth + int(segs[size_t(s)].chunks.size());
     for (int d = segs[size_t(s)].depth; d < end;) {
@@ -410,16 +405,17 @@ std::vector<Piece> pieces_of(const std::vector<Segment>& segs, int cut) {
 
 // Phase one: each (segment, KV head) is a small GEMM over its chunks, one
 // walk (so each chunk's successor is prefetched across pieces) that starts a
-// fresh state at every piece; the states are kept for phase two. They live on
-// per calling thread from call to call: their buffers (1 MB for Table 3's
+// fresh state at every piece; the states are kept for phase two. They live in
+// the caller's workspace from call to call: their buffers (1 MB for Table 3's
 // cell) were otherwise allocated, faulted in and zeroed by the OS every call.
-std::span<RowSet> chunk_first(const AttnProblem& p, const std::vector<Segment>& segs, const std::vector<Piece>& pieces) {
-  const int kvh = p.tree->layout().n_kv_heads;
-  thread_local std::vector<RowSet> kept;
+std::span<RowSet> chunk_first(const AttnProblem& p, const std::vector<SharedRun>& segs,
+                              const std::vector<RunPiece>& pieces) {
+  const int kvh = p.plan->layout.n_kv_heads;
+  std::vector<RowSet>& kept = kept_rows(p.ws->partial);
   if (kept.size() < pieces.size() * size_t(kvh)) kept.resize(pieces.size() * size_t(kvh));
   const std::span<RowSet> partial(kept.data(), pieces.size() * size_t(kvh));
   std::vector<int> first_piece(segs.size() + 1, int(pieces.size()));
-  for (int j = int(pieces.size()) - 1; j >= 0; --j) first_piece[size_t(pieces[size_t(j)].seg)] = j;
+  for (int j = int(pieces.size()) - 1; j >= 0; --j) first_piece[size_t(pieces[size_t(j)].run)] = j;
 #pragma omp parallel
   {
     std::vector<Fold> walk;
@@ -432,8 +428,11 @@ std::span<RowSet> chunk_first(const AttnProblem& p, const std::vector<Segment>& 
         for (int j = first_piece[s]; j < first_piece[s + 1]; ++j) {
           RowSet& rows = partial[size_t(j) * size_t(kvh) + size_t(h)];
           if (&rows != &head) rows.start_like(head);
+          // A shared chunk's keys sit at the same place in all its readers.
+          const size_t e0 = size_t(p.plan->ctx->chunk_begin[size_t(segs[s].begin)]);
           for (int d = pieces[size_t(j)].d0; d < pieces[size_t(j)].d1; ++d)
-            walk.push_back({&rows, segs[s].chunks[size_t(d - segs[s].depth)], d});
+            walk.push_back({&rows, segs[s].chunks[size_t(d - segs[s].depth)], p.plan->chunk_start[e0 + size_t(d)],
+                            p.plan->chunk_len[e0 + size_t(d)]});
         }
         fold_all(p, walk, h);
       }
@@ -447,10 +446,10 @@ std::span<RowSet> chunk_first(const AttnProblem& p, const std::vector<Segment>& 
 // the row's state. A TPP piece starts where a part or its run starts, so a
 // row of a single shared run gets each part's bits exactly as
 // attn_per_sequence computes them (relay's one system piece may span parts).
-void sequence_first_phase(const AttnProblem& p, const std::vector<Segment>& segs, const std::vector<Piece>& pieces,
-                          std::span<const RowSet> partial) {
-  const int n = p.n_seqs(), kvh = p.tree->layout().n_kv_heads;
-  const int group = p.n_heads / kvh;
+void sequence_first_phase(const AttnProblem& p, const std::vector<SharedRun>& segs,
+                          const std::vector<RunPiece>& pieces, std::span<const RowSet> partial) {
+  const int n = p.n_seqs(), kvh = p.plan->layout.n_kv_heads;
+  const int group = p.plan->n_heads / kvh;
 #pragma omp parallel
   {
     RowSet rows, part;
@@ -466,8 +465,8 @@ void sequence_first_phase(const AttnProblem& p, const std::vector<Segment>& segs
           const int d0 = k * kPartChunks, d1 = d0 + kPartChunks;
           mine.clear();  // the saved pieces of sequence i that start in this part
           for (int j = 0; j < int(pieces.size()); ++j) {
-            const Piece& pc = pieces[size_t(j)];
-            const Segment& sg = segs[size_t(pc.seg)];
+            const RunPiece& pc = pieces[size_t(j)];
+            const SharedRun& sg = segs[size_t(pc.run)];
             if (i < sg.begin || i >= sg.end || pc.d0 < d0 || pc.d0 >= d1) continue;
             mine.push_back(j);
             std::fill(done.begin() + pc.d0, done.begin() + pc.d1, 1);
@@ -481,7 +480,7 @@ void sequence_first_phase(const AttnProblem& p, const std::vector<Segment>& segs
           if (!direct) part.start_like(rows);
           RowSet& st = direct ? rows : part;
           for (int j : mine) {
-            const int first = (p.rows_begin(i) - p.rows_begin(segs[size_t(pieces[size_t(j)].seg)].begin)) * group;
+            const int first = (p.rows_begin(i) - p.rows_begin(segs[size_t(pieces[size_t(j)].run)].begin)) * group;
             st.merge_rows(partial[size_t(j) * size_t(kvh) + size_t(h)], first);
           }
           if (walk_part) fold_depths(p, &st, i, i + 1, h, d0, d1, walk, done);
@@ -498,11 +497,11 @@ void sequence_first_phase(const AttnProblem& p, const std::vector<Segment>& segs
 // per-sequence kernel would, so two-phase partition computes every row with
 // the very same arithmetic (bit-identical results with sharing on or off),
 // and no extra partial state or merge is needed.
-std::vector<Segment> split_segments(const std::vector<Segment>& segs, int kv_heads, int items) {
+std::vector<SharedRun> split_segments(const std::vector<SharedRun>& segs, int kv_heads, int items) {
   if (segs.empty() || int(segs.size()) * kv_heads >= items) return segs;
   const int factor = (items + int(segs.size()) * kv_heads - 1) / (int(segs.size()) * kv_heads);
-  std::vector<Segment> out;
-  for (const Segment& s : segs) {
+  std::vector<SharedRun> out;
+  for (const SharedRun& s : segs) {
     const int n = s.end - s.begin, per = std::max(1, (n + factor - 1) / factor);
     for (int b = s.begin; b < s.end; b += per) out.push_back({b, std::min(s.end, b + per), s.depth, s.chunks});
   }
@@ -511,29 +510,61 @@ std::vector<Segment> split_segments(const std::vector<Segment>& segs, int kv_hea
 
 }  // namespace
 
-void attn_tpp(const AttnProblem& p, const TppOptions& opt) {
+AttnPlan plan_attention(PrefixTree& tree, std::vector<int> q_begin, int n_heads, const TppOptions& opt) {
+  return plan_attention(tree, tree.context(), std::move(q_begin), n_heads, opt);
+}
+
+AttnPlan plan_attention(const PrefixTree& tree, std::shared_ptr<const KernelContext> ctx, std::vector<int> q_begin,
+                        int n_heads, const TppOptions& opt) {
+  AttnPlan p;
+  p.ctx = std::move(ctx);
+  p.layout = tree.layout();
+  p.n_heads = n_heads;
+  p.q_begin = std::move(q_begin);
+  const KernelContext& c = *p.ctx;
+  const int cs = p.layout.chunk_size;
+  p.seq_len.reserve(c.seqs.size());
+  for (SeqId id : c.seqs) p.seq_len.push_back(tree.length(id));
+  // Chunk k of a sequence holds its keys from k * chunk_size on: the tree
+  // keys chunks by depth (a partially filled chunk is a sequence's last).
+  p.chunk_len.resize(c.chunks.size());
+  p.chunk_start.resize(c.chunks.size());
+  for (size_t i = 0; i + 1 < c.chunk_begin.size(); ++i)
+    for (int e = c.chunk_begin[i]; e < c.chunk_begin[i + 1]; ++e) {
+      p.chunk_len[size_t(e)] = tree.chunk_length(c.chunks[size_t(e)]);
+      p.chunk_start[size_t(e)] = (e - c.chunk_begin[i]) * cs;
+    }
+  const int items = 2 * omp_get_max_threads(), kvh = p.layout.n_kv_heads;
+  p.tpp_runs = chunk_first_runs(p, std::max(2, opt.min_rows), 2, false);
+  p.tpp_runs = split_segments(p.tpp_runs, kvh, items);
+  p.tpp_pieces = pieces_of(p.tpp_runs, kPartChunks);
+  // Relay's system run: the chunks the whole batch shares from the root,
+  // split into pieces only when there are too few KV heads for the threads;
+  // one piece per run, since system attention is one state per row.
+  p.relay_runs = chunk_first_runs(p, 1, 1, true);
+  if (!p.relay_runs.empty() && p.relay_runs[0].depth != 0) p.relay_runs.clear();
+  if (p.relay_runs.size() > 1) p.relay_runs.resize(1);
+  p.relay_runs = split_segments(p.relay_runs, kvh, items);
+  p.relay_pieces = pieces_of(p.relay_runs, 1 << 30);
+  return p;
+}
+
+void attn_tpp(const AttnProblem& p) {
   check(p);
-  const int kvh = p.tree->layout().n_kv_heads;
-  auto segs = chunk_first_segments(p, std::max(2, opt.min_rows), 2, false);
   // Nothing worth the chunk-first path: TPP is per-sequence attention, so run
   // exactly that (same work order, same bits).
-  if (segs.empty()) return attn_per_sequence(p);
-  segs = split_segments(segs, kvh, 2 * omp_get_max_threads());
-  const auto pieces = pieces_of(segs, kPartChunks);
+  if (p.plan->tpp_runs.empty()) return attn_per_sequence(p);
+  const auto& segs = p.plan->tpp_runs;
+  const auto& pieces = p.plan->tpp_pieces;
   sequence_first_phase(p, segs, pieces, chunk_first(p, segs, pieces));
 }
 
 void attn_relay(const AttnProblem& p) {
   check(p);
   // System attention: every query row of the batch against the system prompt
-  // (the chunks the whole batch shares, from the root), one GEMM per KV head,
-  // split into pieces only when there are too few KV heads for the threads.
-  auto segs = chunk_first_segments(p, 1, 1, true);
-  if (!segs.empty() && segs[0].depth != 0) segs.clear();
-  if (segs.size() > 1) segs.resize(1);
-  segs = split_segments(segs, p.tree->layout().n_kv_heads, 2 * omp_get_max_threads());
-  // One piece per segment: system attention is one state per row.
-  const auto pieces = pieces_of(segs, 1 << 30);
+  // as one GEMM per KV head (the plan's relay run).
+  const auto& segs = p.plan->relay_runs;
+  const auto& pieces = p.plan->relay_pieces;
   const std::span<RowSet> partial = chunk_first(p, segs, pieces);
   // Relay returns (o, lse) from system attention; fusion (Eq. 7) is the same
   // merge, applied to the log-sum-exp form.

@@ -1,17 +1,25 @@
 // Attention over the prefix-aware KV cache for one layer: the paths of
 // ChunkAttention (per-sequence, two-phase partition) and RelayAttention. All
-// read the cache through a KernelContext (the plan) and compute, for every
-// query row, softmax(q K^T / sqrt(d)) V over the keys that row may see.
+// compute, for every query row, softmax(q K^T / sqrt(d)) V over the keys that
+// row may see.
+//
+// Plan and run (FlashInfer's split): plan_attention() reads the prefix tree
+// once per batch, on the thread that owns the tree, and captures everything
+// the kernels need (the tree's KernelContext, every sequence's length, every
+// chunk's token count and the index of its first key, the chunk-first runs of
+// two-phase partition and relay). The kernels then read only that plan and
+// the chunk pool, never the tree, for every layer of the batch.
 //
 // Queries: rows of n_heads * head_dim floats, grouped by sequence in the
 // context's order; sequence i has rows [q_begin[i], q_begin[i+1]) (one row
 // each when q_begin is empty: decode). Its k-th of n_i rows sees the first
-// L_i - n_i + k + 1 of its L_i cached tokens (causal prefill; decode sees all).
+// L_i - n_i + k + 1 of its L_i cached keys (causal prefill; decode sees all).
 // Grouped-query attention: query head h reads KV head h / (n_heads / n_kv_heads).
 // fp32 accumulation; K/V read in the pool's storage type. Multithreaded.
 // Shapes: head_dim 64 or 128, chunk size a multiple of 64 up to 256 (else
 // cs::Error).
 #pragma once
+#include <memory>
 #include <vector>
 
 #include "kv/kernel_context.h"
@@ -19,18 +27,71 @@
 
 namespace cs {
 
-struct AttnProblem {
-  const PrefixTree* tree = nullptr;
-  const KernelContext* ctx = nullptr;
-  int layer = 0;
-  int n_heads = 0;  // query heads; head_dim and KV heads come from the tree
-  const float* q = nullptr;
-  std::vector<int> q_begin;  // empty = one row per sequence
-  float* out = nullptr;
+// A run of shared chunks along one path that all cover sequences [begin,
+// end) (context indices), from chunk list index `depth` on.
+struct SharedRun {
+  int begin, end;
+  int depth;
+  std::vector<ChunkId> chunks;
+};
+
+// The depths [d0, d1) of run `run` that lie in one part of the walks
+// (two-phase partition: 32 chunks; relay: its system run whole). Phase one
+// leaves one partial state per piece and KV head; phase two merges it.
+struct RunPiece {
+  int run, d0, d1;
+};
+
+struct TppOptions {
+  int min_rows = 2;  // chunk-first only when this many query rows (of 2+ sequences) share a chunk
+};
+
+struct AttnPlan {
+  std::shared_ptr<const KernelContext> ctx;
+  KvLayout layout;
+  int n_heads = 0;               // query heads
+  std::vector<int> q_begin;      // empty = one row per sequence
+  std::vector<int> seq_len;      // per sequence: keys cached, this batch's included
+  std::vector<int> chunk_len;    // per ctx->chunks entry: keys the chunk holds
+  std::vector<int> chunk_start;  // per ctx->chunks entry: index of its first key in the sequence
+  // Chunk-first work, decided once per batch: two-phase partition's shared
+  // runs (empty: nothing worth it, TPP runs per-sequence attention) and
+  // relay's system run (the chunks the whole batch shares, from the root).
+  std::vector<SharedRun> tpp_runs, relay_runs;
+  std::vector<RunPiece> tpp_pieces, relay_pieces;
 
   int n_seqs() const { return int(ctx->seqs.size()); }
   int rows_begin(int i) const { return q_begin.empty() ? i : q_begin[size_t(i)]; }
   int rows_of(int i) const { return rows_begin(i + 1) - rows_begin(i); }
+  int chunks_of(int i) const { return ctx->chunk_begin[size_t(i) + 1] - ctx->chunk_begin[size_t(i)]; }
+};
+
+// The plan of one batch over the tree's live sequences (the tree's context()
+// may rebuild, so this runs on the tree's writer thread). q_begin as above.
+AttnPlan plan_attention(PrefixTree& tree, std::vector<int> q_begin, int n_heads, const TppOptions& opt = {});
+// The same for the sequences of `ctx` (the tree's context, or part of it).
+AttnPlan plan_attention(const PrefixTree& tree, std::shared_ptr<const KernelContext> ctx, std::vector<int> q_begin,
+                        int n_heads, const TppOptions& opt = {});
+
+// Scratch the kernels keep between calls (partial states of the chunk-first
+// phase and of walk parts), owned by the caller: one per thread that calls
+// the kernels. Opaque: the kernels keep their own types in it.
+struct AttnWorkspace {
+  std::shared_ptr<void> partial;  // chunk-first states, per (piece, KV head)
+  std::shared_ptr<void> parts;    // per-sequence walk parts kept until merged
+};
+
+struct AttnProblem {
+  const ChunkPool* pool = nullptr;
+  const AttnPlan* plan = nullptr;
+  int layer = 0;
+  const float* q = nullptr;
+  float* out = nullptr;
+  AttnWorkspace* ws = nullptr;
+
+  int n_seqs() const { return plan->n_seqs(); }
+  int rows_begin(int i) const { return plan->rows_begin(i); }
+  int rows_of(int i) const { return plan->rows_of(i); }
 };
 
 // Every chunk path cuts each (sequence, KV head)'s walk at chunk depths that
@@ -38,8 +99,9 @@ struct AttnProblem {
 // in depth order: one arithmetic whatever the batch, the sharing and the
 // thread count, so none of them changes a bit (attention.cpp, kPartChunks).
 
-// Plain double-precision softmax over each row's keys. Tests only.
-void attn_reference(const AttnProblem& p);
+// Plain double-precision softmax over each row's keys, read from the tree
+// token by token (its own positions, not the plan's). Tests only.
+void attn_reference(const PrefixTree& tree, const AttnProblem& p);
 
 // Each (sequence, KV head) walks its own chunk list with online softmax
 // (PagedAttention-style). Work is ordered KV head-major, then in context
@@ -56,10 +118,7 @@ void attn_per_sequence(const AttnProblem& p);
 // the saved partials (attn_reduce, Eq. 2). With no chunk shared by min_rows
 // rows of two or more sequences it is attn_per_sequence itself; with one
 // shared run per sequence it gives attn_per_sequence's bits.
-struct TppOptions {
-  int min_rows = 2;  // chunk-first only when this many query rows (of 2+ sequences) share a chunk
-};
-void attn_tpp(const AttnProblem& p, const TppOptions& opt = {});
+void attn_tpp(const AttnProblem& p);
 
 // RelayAttention §3.3 / Appendix A: system attention of all queries against
 // the system prompt (the chunks every sequence shares, from the root) as one

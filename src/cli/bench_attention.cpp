@@ -79,6 +79,8 @@ double median_us(const std::function<void()>& fn, int reps) { return interleaved
 struct World {
   std::unique_ptr<PrefixTree> tree;
   std::shared_ptr<const KernelContext> ctx;
+  AttnPlan plan;  // one decode row per sequence
+  std::unique_ptr<AttnWorkspace> ws = std::make_unique<AttnWorkspace>();
 };
 
 World build(const Opts& o, int b, int n_s, int n_p, bool share) {
@@ -94,6 +96,7 @@ World build(const Opts& o, int b, int n_s, int n_p, bool share) {
       throw cs::Error("bench: KV pool too small");
   }
   w.ctx = w.tree->context();
+  w.plan = plan_attention(*w.tree, {}, o.heads);
   static std::vector<uint16_t> noise;
   if (noise.size() != L.chunk_bytes() / 2) {
     std::mt19937 rng(1);
@@ -118,21 +121,15 @@ std::vector<float> queries(const Opts& o, int b) {
   return q;
 }
 
-AttnProblem problem(const Opts& o, const World& w, const std::vector<float>& q, std::vector<float>& out) {
-  AttnProblem p;
-  p.tree = w.tree.get();
-  p.ctx = w.ctx.get();
-  p.n_heads = o.heads;
-  p.q = q.data();
+AttnProblem problem(const World& w, const std::vector<float>& q, std::vector<float>& out) {
   out.resize(q.size());
-  p.out = out.data();
-  return p;
+  return {&w.tree->pool(), &w.plan, 0, q.data(), out.data(), w.ws.get()};
 }
 
 // A call of one attention path on a world (its problem captured by value).
-std::function<void()> call(const Opts& o, const World& w, const std::vector<float>& q, std::vector<float>& out,
+std::function<void()> call(const World& w, const std::vector<float>& q, std::vector<float>& out,
                            void (*path)(const AttnProblem&)) {
-  const AttnProblem p = problem(o, w, q, out);
+  const AttnProblem p = problem(w, q, out);
   return [p, path] { path(p); };
 }
 
@@ -191,8 +188,8 @@ struct Trio {
 };
 Trio time_trio(const Opts& o, int b, int n_s, int n_c, const std::vector<float>& q, std::vector<float>& out) {
   const World alone = build(o, b, 0, n_s + n_c, false), shared = build(o, b, n_s, n_s + n_c, true);
-  const auto us = interleaved_us({call(o, alone, q, out, attn_per_sequence), call(o, shared, q, out, attn_per_sequence),
-                                  call(o, shared, q, out, tpp_default)},
+  const auto us = interleaved_us({call(alone, q, out, attn_per_sequence), call(shared, q, out, attn_per_sequence),
+                                  call(shared, q, out, tpp_default)},
                                  o.reps);
   return {us[0], us[1], us[2]};
 }
@@ -242,8 +239,8 @@ int run(const Opts& o) {
           peak = std::max(peak, probe);
           fractions.push_back(flops / t / 1e9 / probe);
         };
-      const auto us = interleaved_us({call(o, alone, q, out, attn_per_sequence), call(o, w, q, out, attn_per_sequence),
-                                      call(o, w, q, out, tpp_default), call(o, w, q, out, attn_relay)},
+      const auto us = interleaved_us({call(alone, q, out, attn_per_sequence), call(w, q, out, attn_per_sequence),
+                                      call(w, q, out, tpp_default), call(w, q, out, attn_relay)},
                                      o.reps, {nullptr, nullptr, pair});
       const double noshare = us[0], per = us[1], tpp = us[2], relay = us[3];
       const double bound_us = std::max(flops / (peak * 1e3), byte_us);
@@ -299,7 +296,7 @@ int run(const Opts& o) {
   const std::vector<int> ss = o.quick ? std::vector<int>{128} : std::vector<int>{256, 512, 1024, 2048, 4096};
   for (int s : ss) {
     const World alone = build(o, b, 0, s + ctxlen, false), w = build(o, b, s, s + ctxlen, true);
-    const auto us = interleaved_us({call(o, alone, q, out, attn_per_sequence), call(o, w, q, out, attn_relay)}, o.reps);
+    const auto us = interleaved_us({call(alone, q, out, attn_per_sequence), call(w, q, out, attn_relay)}, o.reps);
     const double noshare = us[0], relay = us[1];
     const double theory = (s + ctxlen + 2.0) / (double(s) / b + ctxlen + 7.0);
     std::printf("| %d | %.2fx | %.2fx | %.0f | %.0f |\n", s, theory, noshare / relay, relay, noshare);

@@ -15,6 +15,7 @@
 #include "base/cpu.h"
 #include "base/error.h"
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "model/llama.h"
 
 namespace cs {

@@ -22,9 +22,7 @@ Action add_bench_attention_command(CLI::App& bench);
 // The model used when -m is not given: $CHUNKSERVE_MODEL, else the default
 // model fetched by scripts/setup.sh.
 std::string default_model_path();
-// Applies --threads (0 = all cores).
+// Applies --threads (0 = all cores; never more than the cores available).
 void set_threads(int n);
-// Registers --kv-type f16|bf16|f32 (the KV cache's element type) on cmd.
-void add_kv_type_option(CLI::App& cmd, KvType& type);
 
 }  // namespace cs

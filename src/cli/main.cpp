@@ -1,11 +1,11 @@
 // chunkserve: LLM inference on CPU built around shared prompt prefixes.
 #include <CLI/CLI.hpp>
 #include <cstdio>
-#include <map>
 #include <omp.h>
 #include <string>
 
 #include "base/error.h"
+#include "base/threads.h"
 #include "cli/commands.h"
 
 namespace cs {
@@ -15,18 +15,7 @@ std::string default_model_path() {
   return CHUNKSERVE_DEFAULT_MODEL;
 }
 
-void set_threads(int n) {
-  if (n > 0) omp_set_num_threads(n);
-}
-
-void add_kv_type_option(CLI::App& cmd, KvType& type) {
-  std::map<std::string, KvType> names;
-  for (KvType t : {KvType::kF16, KvType::kBF16, KvType::kF32}) names[kv_type_name(t)] = t;
-  cmd.add_option_function<std::string>(
-         "--kv-type", [&type, names](const std::string& name) { type = names.at(name); },
-         "KV cache element type: f16 (default, as llama.cpp's), bf16 or f32")
-      ->check(CLI::IsMember(names));
-}
+void set_threads(int n) { omp_set_num_threads(thread_cap(n)); }
 
 }  // namespace cs
 
@@ -35,6 +24,12 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   cs::Action generate = cs::add_generate_command(app);
   cs::Action bench = cs::add_bench_command(app);
+  // CLI11 would only say that a subcommand is required.
+  const auto known = app.get_subcommands([&](const CLI::App* c) { return argc > 1 && c->check_name(argv[1]); });
+  if (argc > 1 && argv[1][0] != '-' && known.empty()) {
+    std::fprintf(stderr, "chunkserve: unknown command '%s' (commands: generate, bench; see --help)\n", argv[1]);
+    return 109;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

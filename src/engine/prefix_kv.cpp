@@ -2,79 +2,90 @@
 
 #include <algorithm>
 #include <cstring>
-#include <map>
+#include <unordered_map>
 
 namespace cs {
 
-PrefixKv::PrefixKv(PrefixTree& tree, int n_heads, AttnPath path)
-    : tree_(tree), n_heads_(n_heads), path_(path) {}
+PrefixKv::PrefixKv(KvLayout layout, size_t capacity_bytes, int n_heads, AttnPath path, bool retain)
+    : tree_(layout, capacity_bytes, retain), n_heads_(n_heads), path_(path) {}
+
+void PrefixKv::group(const Batch& batch, std::vector<SeqTokens>& out) const {
+  out.clear();
+  for (int t = 0; t < batch.size(); ++t) {
+    const SeqId id = batch.seq[size_t(t)];
+    // A sequence's tokens are usually adjacent: look at the last group first.
+    auto it = !out.empty() && out.back().id == id
+                  ? out.end() - 1
+                  : std::find_if(out.begin(), out.end(), [id](const SeqTokens& g) { return g.id == id; });
+    if (it == out.end()) it = out.insert(out.end(), SeqTokens{id, {}});
+    it->tokens.push_back(batch.tokens[size_t(t)]);
+  }
+}
+
+int PrefixKv::chunks_needed(const Batch& batch) const {
+  std::vector<SeqTokens> g;
+  group(batch, g);
+  int need = 0;
+  for (const auto& s : g) need += tree_.chunks_to_append(s.id, int(s.tokens.size()));
+  return need;
+}
 
 void PrefixKv::begin_batch(const Batch& batch) {
-  // Tokens of a sequence are appended in batch order; check room for all of
-  // them first so a full pool changes nothing.
-  std::map<SeqId, std::vector<int32_t>> add;
-  for (int t = 0; t < batch.size(); ++t) add[batch.seq[size_t(t)]].push_back(batch.tokens[size_t(t)]);
+  // Check everything first so a failing batch changes nothing.
+  group(batch, groups_);
   int need = 0;
-  for (const auto& [id, toks] : add) need += tree_.chunks_to_append(id, int(toks.size()));
-  if (need > tree_.available())
-    throw KvFull("KV pool full: the batch needs " + std::to_string(need) + " chunks, " +
-                 std::to_string(tree_.available()) + " available");
-  std::map<SeqId, int> next;
-  for (const auto& [id, toks] : add) {
-    if (!tree_.contains(id)) {
-      int matched;
-      if (!tree_.join(id, {}, &matched).ok()) throw Error("sequence " + std::to_string(id) + " cannot join");
-    }
-    next[id] = tree_.length(id);
-    const KvStatus st = tree_.append(id, toks);
-    if (!st.ok()) throw KvFull(st.message);
+  for (const auto& s : groups_) {
+    if (!tree_.contains(s.id))
+      throw KvError({KvCode::kUnknownSequence, "batch names sequence " + std::to_string(s.id) + ", which has not joined"});
+    need += tree_.chunks_to_append(s.id, int(s.tokens.size()));
   }
-  tok_seq_.assign(batch.seq.begin(), batch.seq.end());
-  tok_idx_.clear();
-  for (SeqId id : tok_seq_) tok_idx_.push_back(next[id]++);
+  if (need > tree_.available())
+    throw KvError({KvCode::kPoolExhausted, "KV pool full: the batch needs " + std::to_string(need) + " chunks, " +
+                                               std::to_string(tree_.available()) + " available"});
+  std::unordered_map<SeqId, int> next;  // per sequence: index of its next batch token
+  for (const auto& s : groups_) {
+    next[s.id] = tree_.length(s.id);
+    const KvStatus st = tree_.append(s.id, s.tokens);
+    if (!st.ok()) throw KvError(st);
+  }
+  slot_.clear();
+  for (SeqId id : batch.seq) slot_.push_back(tree_.slot(id, next[id]++));
 
   // The kernels take query rows grouped by sequence in context order.
-  ctx_ = tree_.context();
-  std::vector<int> rows(ctx_->seqs.size(), 0);
-  std::map<SeqId, int> index;
-  for (size_t i = 0; i < ctx_->seqs.size(); ++i) index[ctx_->seqs[i]] = int(i);
-  for (SeqId id : tok_seq_) ++rows[size_t(index.at(id))];
-  q_begin_.assign(1, 0);
-  for (int r : rows) q_begin_.push_back(q_begin_.back() + r);
-  std::vector<int> fill(q_begin_.begin(), q_begin_.end() - 1);
+  const auto ctx = tree_.context();
+  std::unordered_map<SeqId, int> index;
+  for (size_t i = 0; i < ctx->seqs.size(); ++i) index[ctx->seqs[i]] = int(i);
+  std::vector<int> q_begin(ctx->seqs.size() + 1, 0);
+  for (SeqId id : batch.seq) ++q_begin[size_t(index.at(id)) + 1];
+  for (size_t i = 1; i < q_begin.size(); ++i) q_begin[i] += q_begin[i - 1];
+  std::vector<int> fill(q_begin.begin(), q_begin.end() - 1);
   row_of_tok_.clear();
-  for (SeqId id : tok_seq_) row_of_tok_.push_back(fill[size_t(index.at(id))]++);
+  for (SeqId id : batch.seq) row_of_tok_.push_back(fill[size_t(index.at(id))]++);
+  plan_ = plan_attention(tree_, std::move(q_begin), n_heads_);
 }
 
 void PrefixKv::store(int layer, const float* k, const float* v) {
   const KvLayout& L = tree_.layout();
   const size_t w = size_t(L.n_kv_heads) * L.head_dim;
-  for (size_t t = 0; t < tok_seq_.size(); ++t)
+  for (size_t t = 0; t < slot_.size(); ++t)
     for (int h = 0; h < L.n_kv_heads; ++h)
-      tree_.write_kv(tok_seq_[t], tok_idx_[t], layer, h, k + t * w + size_t(h) * L.head_dim,
-                     v + t * w + size_t(h) * L.head_dim);
+      tree_.write_kv_at(slot_[t].first, slot_[t].second, layer, h, k + t * w + size_t(h) * L.head_dim,
+                        v + t * w + size_t(h) * L.head_dim);
 }
 
 void PrefixKv::attend(int layer, const float* q, float* out) {
   const size_t w = size_t(n_heads_) * tree_.layout().head_dim;
-  q_.resize(tok_seq_.size() * w);
+  q_.resize(row_of_tok_.size() * w);
   out_.resize(q_.size());
-  for (size_t t = 0; t < tok_seq_.size(); ++t)
+  for (size_t t = 0; t < row_of_tok_.size(); ++t)
     std::memcpy(q_.data() + size_t(row_of_tok_[t]) * w, q + t * w, w * 4);
-  AttnProblem p;
-  p.tree = &tree_;
-  p.ctx = ctx_.get();
-  p.layer = layer;
-  p.n_heads = n_heads_;
-  p.q = q_.data();
-  p.q_begin = q_begin_;
-  p.out = out_.data();
+  const AttnProblem p{&tree_.pool(), &plan_, layer, q_.data(), out_.data(), &ws_};
   switch (path_) {
     case AttnPath::kPerSequence: attn_per_sequence(p); break;
     case AttnPath::kTwoPhase: attn_tpp(p); break;
     case AttnPath::kRelay: attn_relay(p); break;
   }
-  for (size_t t = 0; t < tok_seq_.size(); ++t)
+  for (size_t t = 0; t < row_of_tok_.size(); ++t)
     std::memcpy(out + t * w, out_.data() + size_t(row_of_tok_[t]) * w, w * 4);
 }
 

@@ -1,13 +1,17 @@
 // The model's KvStore backed by the prefix-aware chunk cache and the attention
 // kernels: what makes shared prompt prefixes cost memory and time once.
 //
-// Sequences join the tree first (PrefixTree::join with their prompt; prefill
-// then runs only the tokens after `matched`). A sequence the tree does not know
-// joins with an empty prompt on its first batch. begin_batch appends the
-// batch's tokens (KvFull, nothing changed, when the pool has no room);
-// store() writes their K/V; attend() runs the chosen kernel over the tree's
-// kernel context. Single-threaded use (the engine thread), like the tree.
+// Sequences are explicit: join() starts one (sharing whatever of its tokens
+// the tree already holds; prefill then runs only the tokens after `matched`),
+// leave() ends it, fork() copies one for parallel sampling. A batch naming a
+// sequence that did not join is an error (KvError kUnknownSequence).
+// begin_batch appends the batch's tokens (KvError kPoolExhausted, nothing
+// changed, when the pool has no room) and plans the batch's attention once
+// (attn/attention.h); store() writes their K/V; attend() runs the chosen
+// kernel on that plan for each layer. Single-threaded use (the engine
+// thread), like the tree it owns; attend() itself is parallel.
 #pragma once
+#include <span>
 #include <vector>
 
 #include "attn/attention.h"
@@ -20,23 +24,47 @@ enum class AttnPath { kPerSequence, kTwoPhase, kRelay };
 
 class PrefixKv : public KvStore {
  public:
-  PrefixKv(PrefixTree& tree, int n_heads, AttnPath path = AttnPath::kTwoPhase);
+  // retain: keep full chunks of sequences that left, for later joins.
+  PrefixKv(KvLayout layout, size_t capacity_bytes, int n_heads, AttnPath path = AttnPath::kTwoPhase,
+           bool retain = true);
+
+  // Starts sequence `id` with `tokens` already known (it shares every full
+  // chunk the tree holds for them, and copies a partial match); *matched is
+  // how many leading tokens have their K/V present. The caller appends the
+  // rest through batches. Join with no tokens to share nothing.
+  KvStatus join(SeqId id, std::span<const int32_t> tokens, int* matched) { return tree_.join(id, tokens, matched); }
+  KvStatus leave(SeqId id) { return tree_.leave(id); }
+  KvStatus fork(SeqId parent, SeqId child) { return tree_.fork(parent, child); }
+
+  // Chunks the batch would allocate, and how many can be had: begin_batch
+  // fails when the first exceeds the second.
+  int chunks_needed(const Batch& batch) const;
+  int chunks_available() const { return tree_.available(); }
 
   void begin_batch(const Batch& batch) override;
   void store(int layer, const float* k, const float* v) override;
   void attend(int layer, const float* q, float* out) override;
 
+  const PrefixTree& tree() const { return tree_; }
   PrefixTree& tree() { return tree_; }
+  const AttnPlan& plan() const { return plan_; }
 
  private:
-  PrefixTree& tree_;
+  // The batch's tokens grouped by sequence, in first-appearance order.
+  struct SeqTokens {
+    SeqId id;
+    std::vector<int32_t> tokens;
+  };
+  void group(const Batch& batch, std::vector<SeqTokens>& out) const;
+
+  PrefixTree tree_;
   int n_heads_;
   AttnPath path_;
-  std::vector<SeqId> tok_seq_;  // per batch token
-  std::vector<int> tok_idx_;    // per batch token: index in its sequence
-  std::shared_ptr<const KernelContext> ctx_;
-  std::vector<int> q_begin_;    // rows per context sequence
-  std::vector<int> row_of_tok_; // batch token -> row in context order
+  AttnPlan plan_;
+  AttnWorkspace ws_;
+  std::vector<SeqTokens> groups_;
+  std::vector<std::pair<ChunkId, int>> slot_;  // per batch token: chunk and offset of its K/V
+  std::vector<int> row_of_tok_;                // batch token -> query row in context order
   std::vector<float> q_, out_;
 };
 

@@ -10,6 +10,34 @@ int32_t argmax(std::span<const float> v) {
   return int32_t(std::max_element(v.begin(), v.end()) - v.begin());
 }
 
+namespace {
+
+double log_sum_exp(std::span<const float> v) {
+  const float m = *std::max_element(v.begin(), v.end());
+  double s = 0;
+  for (float x : v) s += std::exp(double(x) - m);
+  return m + std::log(s);
+}
+
+}  // namespace
+
+float token_logprob(std::span<const float> logits, int32_t token) {
+  return float(double(logits[size_t(token)]) - log_sum_exp(logits));
+}
+
+std::vector<std::pair<int32_t, float>> top_logprobs(std::span<const float> logits, int k) {
+  k = std::min(k, int(logits.size()));
+  std::vector<int32_t> ids(logits.size());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i);
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
+    return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
+  });
+  const double lse = log_sum_exp(logits);
+  std::vector<std::pair<int32_t, float>> out;
+  for (int i = 0; i < k; ++i) out.emplace_back(ids[size_t(i)], float(double(logits[size_t(ids[size_t(i)])]) - lse));
+  return out;
+}
+
 Sampler::Sampler(SamplingParams p) : p_(p), rng_(p.seed) {}
 
 int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {

@@ -34,4 +34,10 @@ class Sampler {
 // The index of the largest value (the lowest index on ties).
 int32_t argmax(std::span<const float> v);
 
+// log softmax(logits)[token], computed in double.
+float token_logprob(std::span<const float> logits, int32_t token);
+// The k most likely tokens and their log probabilities, best first (the
+// lowest id first on ties).
+std::vector<std::pair<int32_t, float>> top_logprobs(std::span<const float> logits, int k);
+
 }  // namespace cs

@@ -38,9 +38,9 @@ void ContiguousKv::begin_batch(const Batch& batch) {
   for (int s : batch.seq) ++added[s];
   for (auto [s, n] : added)
     if (length(s) + n > max_tokens_)
-      throw KvFull("sequence " + std::to_string(s) + " would hold " +
-                   std::to_string(length(s) + n) + " tokens, more than the context of " +
-                   std::to_string(max_tokens_));
+      throw KvError({KvCode::kContextFull, "sequence " + std::to_string(s) + " would hold " +
+                                               std::to_string(length(s) + n) +
+                                               " tokens, more than the context of " + std::to_string(max_tokens_)});
   tok_seq_.clear();
   tok_idx_.clear();
   for (int s : batch.seq) {

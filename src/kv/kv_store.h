@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "base/error.h"
+#include "kv/kv_status.h"
 
 namespace cs {
 
@@ -28,18 +28,13 @@ struct Batch {
   int size() const { return int(tokens.size()); }
 };
 
-// Thrown by begin_batch when the cache cannot hold the batch; nothing is
-// changed, so the caller can shrink the batch, queue or preempt.
-class KvFull : public Error {
- public:
-  using Error::Error;
-};
-
 class KvStore {
  public:
   virtual ~KvStore() = default;
   // Reserves room for the batch's tokens at the end of their sequences.
-  // Throws KvFull (no change made) when there is no room.
+  // Throws KvError (no change made): kPoolExhausted or kContextFull when
+  // there is no room (the caller can shrink the batch, queue or preempt),
+  // kUnknownSequence for a sequence the store does not know.
   virtual void begin_batch(const Batch& batch) = 0;
   // K and V of one layer for every token of the batch, rows of
   // n_kv_heads * head_dim floats.

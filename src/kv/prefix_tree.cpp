@@ -299,8 +299,12 @@ std::pair<ChunkId, int> PrefixTree::slot(SeqId id, int index) const {
 }
 
 void PrefixTree::write_kv(SeqId id, int index, int layer, int head, const float* k, const float* v) {
-  check_writer();
   const auto [chunk, off] = slot(id, index);
+  write_kv_at(chunk, off, layer, head, k, v);
+}
+
+void PrefixTree::write_kv_at(ChunkId chunk, int off, int layer, int head, const float* k, const float* v) {
+  check_writer();
   const KvLayout& L = layout();
   const size_t es = kv_type_size(L.type);
   uint8_t* kb = pool_.block(chunk, layer, head, false);

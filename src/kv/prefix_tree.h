@@ -28,17 +28,9 @@
 
 #include "kv/chunk_pool.h"
 #include "kv/kernel_context.h"
+#include "kv/kv_status.h"
 
 namespace cs {
-
-enum class KvCode { kOk, kPoolExhausted, kUnknownSequence, kSequenceLeft, kSequenceExists };
-
-struct [[nodiscard]] KvStatus {
-  KvCode code = KvCode::kOk;
-  std::string message;
-  bool ok() const { return code == KvCode::kOk; }
-  static KvStatus Ok() { return {}; }
-};
 
 struct KvStats {
   int chunks = 0;      // pool capacity
@@ -99,6 +91,8 @@ class PrefixTree {
   // Writes K and V (head_dim floats each, converted to the storage type) of one
   // token for one layer and KV head.
   void write_kv(SeqId id, int index, int layer, int head, const float* k, const float* v);
+  // The same at a slot() found earlier (the chunk is the writer's own).
+  void write_kv_at(ChunkId chunk, int offset, int layer, int head, const float* k, const float* v);
   // Reads them back as floats (tests, reference kernels).
   void read_kv(SeqId id, int index, int layer, int head, float* k, float* v) const;
 

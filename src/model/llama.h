@@ -49,7 +49,7 @@ class LlamaModel {
 
   // Runs the batch: writes K/V into kv and returns, in `logits`, one row of
   // n_vocab values per token whose logits flag is set, in batch order.
-  // Throws KvFull (nothing changed) when kv has no room.
+  // Throws KvError (nothing changed) when kv has no room.
   void forward(const Batch& batch, KvStore& kv, Workspace& ws, std::vector<float>& logits) const;
 
  private:

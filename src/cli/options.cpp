@@ -1,0 +1,105 @@
+#include "cli/options.h"
+
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <map>
+#include <sstream>
+
+namespace cs {
+namespace {
+
+std::string num(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+}  // namespace
+
+CLI::Validator finite_in(double lo, double hi, bool lo_open) {
+  const std::string range = (lo_open ? "(" : "[") + num(lo) + ", " + num(hi) + "]";
+  return CLI::Validator(
+      [=](std::string& in) -> std::string {
+        double v;
+        size_t used = 0;
+        try {
+          v = std::stod(in, &used);
+        } catch (...) {
+          return "'" + in + "' is not a number";
+        }
+        if (used != in.size()) return "'" + in + "' is not a number";
+        if (!std::isfinite(v) || v < lo || v > hi || (lo_open && v == lo))
+          return in + " is not a number in " + range;
+        return {};
+      },
+      "NUMBER in " + range);
+}
+
+CLI::Validator int_in(long long lo, long long hi) {
+  return CLI::Validator(
+      [=](std::string& in) -> std::string {
+        long long v;
+        size_t used = 0;
+        try {
+          v = std::stoll(in, &used);
+        } catch (...) {
+          return "'" + in + "' is not an integer";
+        }
+        if (used != in.size()) return "'" + in + "' is not an integer";
+        if (v < lo || v > hi) return in + " is not in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+        return {};
+      },
+      "INT in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+}
+
+size_t parse_bytes(const std::string& text) {
+  size_t used = 0;
+  double v;
+  try {
+    v = std::stod(text, &used);
+  } catch (...) {
+    throw Error("'" + text + "' is not a byte count (e.g. 512M, 2G)");
+  }
+  std::string unit = text.substr(used);
+  for (auto& ch : unit) ch = char(std::toupper(static_cast<unsigned char>(ch)));
+  static const std::map<std::string, double> scale = {
+      {"", 1},           {"B", 1},          {"K", 1024.0},         {"KB", 1024.0},        {"KIB", 1024.0},
+      {"M", 1048576.0},  {"MB", 1048576.0}, {"MIB", 1048576.0},    {"G", 1073741824.0},   {"GB", 1073741824.0},
+      {"GIB", 1073741824.0}};
+  const auto it = scale.find(unit);
+  if (it == scale.end() || !std::isfinite(v) || v <= 0 || v * it->second > 1e15)
+    throw Error("'" + text + "' is not a byte count (e.g. 512M, 2G)");
+  return size_t(v * it->second);
+}
+
+void add_kv_type_option(CLI::App& cmd, KvType& type) {
+  std::map<std::string, KvType> names;
+  for (KvType t : {KvType::kF16, KvType::kBF16, KvType::kF32}) names[kv_type_name(t)] = t;
+  cmd.add_option_function<std::string>(
+         "--kv-type", [&type, names](const std::string& name) { type = names.at(name); },
+         "KV cache element type: f16 (default, as llama.cpp's), bf16 or f32")
+      ->check(CLI::IsMember(names));
+}
+
+void add_engine_options(CLI::App& cmd, EngineOptions& o, bool serving) {
+  cmd.add_option_function<std::string>(
+         "--attention", [&o](const std::string& name) { o.mode = *attn_mode_from(name); },
+         "How sequences share KV: tpp (two-phase partition, default), per-sequence, relay, none")
+      ->check(CLI::IsMember({"tpp", "per-sequence", "relay", "none"}));
+  cmd.add_option("--chunk-size", o.chunk_size, "Tokens per KV chunk (64, 128, 192 or 256)")
+      ->check(CLI::IsMember({64, 128, 192, 256}));
+  cmd.add_option_function<std::string>(
+      "--kv-memory", [&o](const std::string& s) { o.kv_memory = parse_bytes(s); },
+      "KV pool size, e.g. 512M or 2G (default: max batch x context, at most 2G)");
+  add_kv_type_option(cmd, o.kv_type);
+  cmd.add_option("--ctx", o.n_ctx, "Context per sequence (default: the model's)")->check(int_in(0, 1 << 24));
+  cmd.add_option("-t,--threads", o.threads, "Compute threads at most (0 = the available cores)")
+      ->check(int_in(0, 4096));
+  if (serving) {
+    cmd.add_option("--max-batch", o.max_batch, "Running sequences at most")->check(int_in(1, 1024));
+    cmd.add_option("--step-tokens", o.step_tokens, "Tokens per forward pass (decode + prefill chunks)")
+        ->check(int_in(1, 65536));
+  }
+}
+
+}  // namespace cs

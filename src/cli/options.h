@@ -1,0 +1,31 @@
+// Options several subcommands share, and validators whose messages name the
+// value and the range plainly (CLI11's own print the full range of a double
+// and let nan through).
+#pragma once
+#include <string>
+
+#include "engine/engine.h"
+
+namespace CLI {
+class App;
+class Validator;
+}  // namespace CLI
+
+namespace cs {
+
+// A finite number in [lo, hi] (lo excluded when lo_open).
+CLI::Validator finite_in(double lo, double hi, bool lo_open = false);
+// An integer in [lo, hi].
+CLI::Validator int_in(long long lo, long long hi);
+
+// Parses a byte count: a number with an optional K, M, G (powers of 1024;
+// KiB, MiB, GiB and KB, MB, GB are read the same). Throws cs::Error.
+size_t parse_bytes(const std::string& text);
+
+// --kv-type f16|bf16|f32.
+void add_kv_type_option(CLI::App& cmd, KvType& type);
+// The engine's options: --attention, --chunk-size, --kv-memory, --kv-type,
+// --ctx, --threads (and, when `serving`, --max-batch and --step-tokens).
+void add_engine_options(CLI::App& cmd, EngineOptions& o, bool serving);
+
+}  // namespace cs

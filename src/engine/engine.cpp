@@ -1,0 +1,418 @@
+#include "engine/engine.h"
+
+#include <omp.h>
+
+#include <cmath>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "base/threads.h"
+#include "engine/request_state.h"
+#include "engine/scheduler.h"
+
+namespace cs {
+
+const char* attn_mode_name(AttnMode m) {
+  switch (m) {
+    case AttnMode::kTpp: return "tpp";
+    case AttnMode::kPerSequence: return "per-sequence";
+    case AttnMode::kRelay: return "relay";
+    case AttnMode::kNone: return "none";
+  }
+  return "?";
+}
+
+std::optional<AttnMode> attn_mode_from(const std::string& name) {
+  for (AttnMode m : {AttnMode::kTpp, AttnMode::kPerSequence, AttnMode::kRelay, AttnMode::kNone})
+    if (name == attn_mode_name(m)) return m;
+  return std::nullopt;
+}
+
+// --- RequestHandle ---
+
+RequestHandle::RequestHandle(std::shared_ptr<RequestState> s) : s_(std::move(s)) {}
+RequestHandle::RequestHandle(RequestHandle&&) noexcept = default;
+RequestHandle& RequestHandle::operator=(RequestHandle&& o) noexcept {
+  if (this != &o) {
+    if (s_) cancel();
+    s_ = std::move(o.s_);
+  }
+  return *this;
+}
+RequestHandle::~RequestHandle() {
+  if (s_) cancel();
+}
+
+uint64_t RequestHandle::id() const { return s_->id; }
+
+std::optional<StreamEvent> RequestHandle::next(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(s_->mu);
+  s_->cv.wait_for(lock, timeout, [&] { return !s_->events.empty() || s_->finished; });
+  if (s_->events.empty()) return std::nullopt;
+  StreamEvent ev = std::move(s_->events.front());
+  s_->events.pop_front();
+  return ev;
+}
+
+bool RequestHandle::done() const {
+  std::lock_guard lock(s_->mu);
+  return s_->finished && s_->events.empty();
+}
+
+Result RequestHandle::wait() {
+  std::unique_lock lock(s_->mu);
+  s_->cv.wait(lock, [&] { return s_->finished; });
+  return s_->result;
+}
+
+void RequestHandle::cancel() {
+  {
+    std::lock_guard lock(s_->mu);
+    if (s_->finished) return;
+  }
+  s_->cancel_requested = true;
+  if (s_->wake_engine) s_->wake_engine();
+}
+
+// --- Engine ---
+
+struct Engine::Impl {
+  Impl(Engine& e, const KvLayout& layout, size_t pool_bytes)
+      : engine(e),
+        model(e.model_),
+        kv(layout, pool_bytes, model.config().n_heads, path_of(e.opt_.mode),
+           e.opt_.retain && e.opt_.mode != AttnMode::kNone),
+        sched(kv, {e.opt_.mode != AttnMode::kNone, e.opt_.max_batch, e.opt_.step_tokens}),
+        threads(e.opt_.threads) {}
+
+  static AttnPath path_of(AttnMode m) {
+    return m == AttnMode::kPerSequence ? AttnPath::kPerSequence
+           : m == AttnMode::kRelay     ? AttnPath::kRelay
+                                       : AttnPath::kTwoPhase;
+  }
+
+  void loop();
+  bool take_inbox();
+  void start(const std::shared_ptr<RequestState>& r);
+  void handle_cancels();
+  // Holds its own reference: retiring the last sequence may drop the others.
+  void end_request(std::shared_ptr<RequestState> r, FinishReason reason, const std::string& message);
+  void step();
+  void sample_row(Sequence* s, std::span<const float> logits, std::vector<Sequence*>& done);
+  void publish_stats();
+  void wake() {
+    {
+      std::lock_guard lock(mu);
+      poked = true;
+    }
+    cv.notify_one();
+  }
+
+  Engine& engine;
+  const LlamaModel& model;
+  // Engine thread only.
+  PrefixKv kv;
+  Scheduler sched;
+  Workspace ws;
+  ThreadBudget threads;
+  std::vector<float> logits;
+  Batch batch;
+  std::vector<Scheduler::Row> rows;
+  std::vector<Sequence*> stuck;
+  SeqId next_seq = 0;
+  EngineStats counters;
+  // Shared with submitters (guarded by mu).
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::shared_ptr<RequestState>> inbox;
+  bool poked = false;
+  bool accepting = true;
+  bool stopping = false;
+  int queued = 0;  // inbox + waiting, for max_waiting
+  uint64_t next_request = 0;
+  mutable std::mutex stats_mu;
+  EngineStats stats;
+  std::thread thread;
+};
+
+Engine::Engine(const LlamaModel& model, EngineOptions opt) : model_(model), opt_(opt) {
+  const LlamaConfig& c = model.config();
+  n_ctx_ = opt_.n_ctx > 0 ? opt_.n_ctx : c.n_ctx_train;
+  if (opt_.n_ctx > c.n_ctx_train)
+    throw Error("--ctx " + std::to_string(opt_.n_ctx) + " is larger than the model's trained context of " +
+                std::to_string(c.n_ctx_train) + " tokens");
+  if (opt_.chunk_size <= 0 || opt_.chunk_size % 64 || opt_.chunk_size > 256)
+    throw Error("chunk size " + std::to_string(opt_.chunk_size) + " is not supported (64, 128, 192 or 256)");
+  if (c.head_dim != 64 && c.head_dim != 128)
+    throw Error("head dimension " + std::to_string(c.head_dim) + " is not supported by the chunk cache (64 or 128)");
+  if (opt_.max_batch < 1) throw Error("max batch must be at least 1");
+  if (opt_.step_tokens < 1) throw Error("step tokens must be at least 1");
+  const KvLayout layout{c.n_layers, c.n_kv_heads, c.head_dim, opt_.chunk_size, opt_.kv_type};
+  size_t bytes = opt_.kv_memory;
+  if (bytes == 0) {
+    const size_t full = layout.chunk_bytes() * size_t(opt_.max_batch) * size_t(n_ctx_ / opt_.chunk_size + 2);
+    bytes = std::min(full, size_t(2) << 30);
+  }
+  if (bytes / layout.chunk_bytes() < 2)
+    throw Error("KV memory of " + std::to_string(bytes) + " bytes holds fewer than 2 chunks of " +
+                std::to_string(layout.chunk_bytes()) + " bytes");
+  impl_ = std::make_unique<Impl>(*this, layout, bytes);
+  impl_->publish_stats();
+  impl_->thread = std::thread([this] { impl_->loop(); });
+}
+
+Engine::~Engine() {
+  shutdown();
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+namespace {
+
+void check_finite(float v, float lo, float hi, const char* name, bool lo_open = false) {
+  if (!std::isfinite(v) || v < lo || v > hi || (lo_open && v == lo))
+    throw RequestError(std::string(name) + " must be a number in " + (lo_open ? "(" : "[") +
+                           std::to_string(lo).substr(0, std::to_string(lo).find('.') + 2) + ", " +
+                           std::to_string(hi).substr(0, std::to_string(hi).find('.') + 2) + "]",
+                       name);
+}
+
+}  // namespace
+
+RequestHandle Engine::submit(Request r) {
+  const LlamaConfig& c = model_.config();
+  if (r.prompt.empty()) throw RequestError("the prompt is empty", "prompt");
+  for (int32_t t : r.prompt)
+    if (t < 0 || t >= c.n_vocab)
+      throw RequestError("prompt token " + std::to_string(t) + " is not in the vocabulary (0 to " +
+                             std::to_string(c.n_vocab - 1) + ")",
+                         "prompt");
+  if (int(r.prompt.size()) >= n_ctx_)
+    throw RequestError("the prompt has " + std::to_string(r.prompt.size()) +
+                           " tokens, more than fits the context of " + std::to_string(n_ctx_),
+                       "prompt");
+  const KvLayout& L = impl_->kv.tree().layout();
+  const int pool = impl_->kv.tree().pool().capacity();
+  const int need = int(r.prompt.size()) / L.chunk_size + 1;
+  if (need > pool)
+    throw RequestError("the prompt has " + std::to_string(r.prompt.size()) + " tokens and needs " +
+                           std::to_string(need) + " chunks of KV memory; the pool holds " + std::to_string(pool) +
+                           " (" + std::to_string(impl_->kv.tree().pool().bytes() >> 20) + " MiB)",
+                       "prompt");
+  if (r.max_tokens < 0) throw RequestError("max_tokens must not be negative", "max_tokens");
+  if (r.n < 1 || r.n > opt_.max_batch)
+    throw RequestError("n must be between 1 and " + std::to_string(opt_.max_batch), "n");
+  if (r.logprobs > 20) throw RequestError("logprobs must be at most 20", "logprobs");
+  check_finite(r.sampling.temperature, 0, 100, "temperature");
+  check_finite(r.sampling.top_p, 0, 1, "top_p", true);
+  check_finite(r.sampling.repeat_penalty, 0, 100, "repeat_penalty", true);
+  if (r.sampling.top_k < 0) throw RequestError("top_k must not be negative", "top_k");
+
+  Impl& m = *impl_;
+  std::shared_ptr<RequestState> s;
+  {
+    std::lock_guard lock(m.mu);
+    if (!m.accepting) throw RequestError("the engine is shutting down", "");
+    if (m.queued >= opt_.max_waiting)
+      throw RequestError("too many requests are waiting (" + std::to_string(m.queued) + ")", "");
+    s = std::make_shared<RequestState>(++m.next_request, std::move(r));
+    s->wake_engine = [&m] { m.wake(); };
+    ++m.queued;
+    m.inbox.push_back(s);
+    m.poked = true;
+  }
+  m.cv.notify_one();
+  return RequestHandle(s);
+}
+
+void Engine::shutdown(std::chrono::milliseconds grace) {
+  Impl& m = *impl_;
+  std::unique_lock lock(m.mu);
+  m.accepting = false;
+  m.cv.notify_all();
+  m.cv.wait_for(lock, grace, [&] { return m.queued == 0 && m.stats.running == 0; });
+  m.stopping = true;
+  m.poked = true;
+  m.cv.notify_all();
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard lock(impl_->stats_mu);
+  return impl_->stats;
+}
+
+void Engine::Impl::publish_stats() {
+  EngineStats s = counters;
+  s.running = int(sched.running().size());
+  s.waiting = int(sched.waiting().size());
+  s.kv = kv.tree().stats();
+  s.preemptions = sched.preemptions();
+  s.threads = threads.threads();
+  {
+    std::lock_guard lock(stats_mu);
+    stats = s;
+  }
+  std::lock_guard lock(mu);
+  queued = int(inbox.size()) + s.waiting;
+  stats.running = s.running;  // read by shutdown() under mu
+  cv.notify_all();
+}
+
+// Moves new requests in. False when the engine should stop.
+bool Engine::Impl::take_inbox() {
+  std::deque<std::shared_ptr<RequestState>> fresh;
+  {
+    std::unique_lock lock(mu);
+    if (!stopping && !poked && sched.idle()) cv.wait(lock, [&] { return poked || stopping; });
+    poked = false;
+    if (stopping) return false;
+    fresh.swap(inbox);
+  }
+  for (auto& r : fresh) start(r);
+  return true;
+}
+
+void Engine::Impl::start(const std::shared_ptr<RequestState>& r) {
+  const Request& q = r->req;
+  r->building.completions.resize(size_t(q.n));
+  r->ended.assign(size_t(q.n), false);
+  r->building.usage.prompt_tokens = int(q.prompt.size());
+  r->live = q.n;
+  ++counters.requests;
+  counters.prompt_tokens += q.prompt.size();
+  if (q.max_tokens == 0) {
+    end_request(r, FinishReason::kLength, "");
+    return;
+  }
+  // Sharing modes fork the other completions from the first after its
+  // prefill; mode none prefills each on its own.
+  const int seqs = engine.opt_.mode == AttnMode::kNone ? q.n : 1;
+  if (seqs == q.n) r->forked = true;
+  for (int i = 0; i < seqs; ++i) sched.enqueue(std::make_unique<Sequence>(next_seq++, r, i, model.tokenizer()));
+}
+
+// Finishes every completion of r that has no sequence (not yet forked, or
+// never started) and every sequence of r.
+void Engine::Impl::end_request(std::shared_ptr<RequestState> rp, FinishReason reason, const std::string& message) {
+  RequestState& r = *rp;
+  std::vector<Sequence*> mine;
+  for (const auto& s : sched.running())
+    if (&s->request() == &r) mine.push_back(s.get());
+  for (const auto& s : sched.waiting())
+    if (&s->request() == &r) mine.push_back(s.get());
+  for (Sequence* s : mine) {
+    s->finish(reason, message);
+    sched.retire(s);
+  }
+  // Completions that have no sequence (not forked yet) end as well.
+  for (int i = 0; i < r.req.n; ++i) r.end_completion(i, reason, message);
+}
+
+void Engine::Impl::loop() {
+  while (take_inbox()) {
+    handle_cancels();
+    step();
+    publish_stats();
+  }
+  // Stopping: whatever is left ends as cancelled.
+  std::deque<std::shared_ptr<RequestState>> rest;
+  {
+    std::lock_guard lock(mu);
+    rest.swap(inbox);
+  }
+  for (auto& r : rest) start(r);
+  while (!sched.idle()) {
+    Sequence* s = !sched.running().empty() ? sched.running().front().get() : sched.waiting().front().get();
+    end_request(s->request_ptr(), FinishReason::kCancelled, "the engine stopped");
+  }
+  publish_stats();
+}
+
+void Engine::Impl::handle_cancels() {
+  std::vector<std::shared_ptr<RequestState>> cancel;
+  auto look = [&](const auto& seqs) {
+    for (const auto& s : seqs)
+      if (s->request().cancel_requested && std::find(cancel.begin(), cancel.end(), s->request_ptr()) == cancel.end())
+        cancel.push_back(s->request_ptr());
+  };
+  look(sched.running());
+  look(sched.waiting());
+  for (const auto& r : cancel) end_request(r, FinishReason::kCancelled, "");
+}
+
+void Engine::Impl::step() {
+  omp_set_num_threads(threads.update());
+  if (!sched.plan(batch, rows, stuck)) {
+    for (Sequence* s : stuck) {
+      s->finish(FinishReason::kLength, "the KV memory is full (the sequence alone fills the pool)");
+      sched.retire(s);
+    }
+    return;
+  }
+  const auto now = Clock::now();
+  for (const auto& row : rows) {
+    RequestState& r = row.seq->request();
+    if (r.admitted) continue;
+    r.admitted = true;
+    r.building.timings.queued_s = std::chrono::duration<double>(now - r.submitted).count();
+    r.building.usage.cached_tokens = row.seq->cached();
+    counters.prompt_tokens_cached += uint64_t(row.seq->cached());
+  }
+  try {
+    model.forward(batch, kv, ws, logits);
+  } catch (const std::exception& e) {
+    // Nothing the requests could have caused (they were validated), but the
+    // engine goes on serving the others.
+    std::vector<std::shared_ptr<RequestState>> failed;
+    for (const auto& row : rows)
+      if (std::find(failed.begin(), failed.end(), row.seq->request_ptr()) == failed.end())
+        failed.push_back(row.seq->request_ptr());
+    for (const auto& r : failed) end_request(r, FinishReason::kError, e.what());
+    return;
+  }
+  ++counters.steps;
+  // Prefill: every token run but a sequence's latest sampled one.
+  for (const auto& row : rows) {
+    const Sequence& s = *row.seq;
+    const bool decode = row.take == 1 && s.pending() == 1 && s.tokens().size() > s.request().req.prompt.size();
+    if (!decode) counters.prefill_tokens += uint64_t(row.take);
+  }
+  sched.committed(rows);
+  const size_t V = size_t(model.config().n_vocab);
+  size_t li = 0;
+  std::vector<Sequence*> done;
+  for (const auto& row : rows) {
+    if (!row.logits) continue;
+    sample_row(row.seq, std::span<const float>(logits.data() + li * V, V), done);
+    ++li;
+  }
+  for (Sequence* s : done) sched.retire(s);
+}
+
+void Engine::Impl::sample_row(Sequence* s, std::span<const float> lg, std::vector<Sequence*>& done) {
+  RequestState& r = s->request();
+  const Tokenizer& tok = model.tokenizer();
+  std::vector<Sequence*> children;
+  if (s->index() == 0 && !r.forked) {
+    // n > 1: the other completions fork from this prefill (sharing every chunk).
+    r.forked = true;
+    for (int i = 1; i < r.req.n; ++i) {
+      auto child = s->fork(next_seq++, i, tok);
+      const KvStatus st = kv.fork(s->id(), child->id());
+      if (!st.ok()) {
+        r.end_completion(i, FinishReason::kError, st.message);
+        continue;
+      }
+      children.push_back(child.get());
+      sched.add_running(std::move(child));
+    }
+  }
+  ++counters.generated_tokens;
+  if (s->sample(lg, tok, engine.n_ctx_)) done.push_back(s);
+  for (Sequence* c : children) {
+    ++counters.generated_tokens;
+    if (c->sample(lg, tok, engine.n_ctx_)) done.push_back(c);
+  }
+}
+
+}  // namespace cs

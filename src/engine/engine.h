@@ -1,0 +1,121 @@
+// The serving engine: many concurrent requests on one shared prefix-aware KV
+// cache, with continuous batching (ChunkAttention §4.2, RelayAttention §4).
+//
+// Threading: submit(), cancel and the handles' calls are thread-safe. One
+// engine thread owns the model's workspace, the PrefixKv and its tree (the
+// tree's single writer) and runs the loop: take new requests and
+// cancellations, admit first-come-first-served while the pool has room, run
+// one batched forward pass for the step (decode tokens of running sequences
+// and chunks of new prompts under a token budget), sample, stream, retire.
+// When the pool cannot hold a step, the most recently admitted sequence is
+// preempted (it leaves the tree and is recomputed later, its stream going on
+// where it was); nothing aborts.
+//
+// Exactness: a sequence's tokens do not depend on what else is in the batch,
+// on the attention mode (tpp, per-sequence, none), on the prefill chunking or
+// on preemption: the forward pass and the kernels compute each row alone.
+#pragma once
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "engine/prefix_kv.h"
+#include "engine/request.h"
+#include "model/llama.h"
+
+namespace cs {
+
+// How sequences share KV: tpp (two-phase partition, the default),
+// per-sequence (PagedAttention-like, on shared chunks), relay (the chunks the
+// whole batch shares are the system part), none (each sequence stores all of
+// its own chunks; nothing is shared or retained).
+enum class AttnMode { kTpp, kPerSequence, kRelay, kNone };
+const char* attn_mode_name(AttnMode m);
+std::optional<AttnMode> attn_mode_from(const std::string& name);
+
+struct EngineOptions {
+  AttnMode mode = AttnMode::kTpp;
+  int chunk_size = 64;          // tokens per KV chunk (64, 128, 192 or 256)
+  size_t kv_memory = 0;         // bytes for the chunk pool; 0 = enough for max_batch full contexts, at most 2 GiB
+  KvType kv_type = KvType::kF16;
+  int max_batch = 32;           // running sequences at most
+  int step_tokens = 512;        // tokens per forward pass (decode + prefill chunks)
+  int n_ctx = 0;                // per-sequence context; 0 = the model's training context
+  int threads = 0;              // compute threads at most; 0 = the cores available
+  bool retain = true;           // keep finished prompts' full chunks for later requests
+  int max_waiting = 4096;       // submit() refuses (busy) beyond this many queued requests
+};
+
+// A snapshot of the engine (for metrics); counters only grow.
+struct EngineStats {
+  int running = 0, waiting = 0;
+  KvStats kv;
+  uint64_t requests = 0, finished = 0, cancelled = 0, errors = 0;
+  uint64_t prompt_tokens = 0;         // prompt tokens of submitted requests
+  uint64_t prompt_tokens_cached = 0;  // of which found in the cache at admission
+  uint64_t prefill_tokens = 0;        // tokens run as prefill (recomputation included)
+  uint64_t generated_tokens = 0;
+  uint64_t preemptions = 0;
+  uint64_t steps = 0;
+  int threads = 0;                    // threads the last step used
+};
+
+class Engine;
+struct RequestState;
+
+// The client's end of a request. Destroying it before the request finished
+// cancels the request.
+class RequestHandle {
+ public:
+  RequestHandle() = default;
+  explicit RequestHandle(std::shared_ptr<RequestState> s);
+  RequestHandle(RequestHandle&&) noexcept;
+  RequestHandle& operator=(RequestHandle&&) noexcept;
+  ~RequestHandle();
+
+  uint64_t id() const;
+  // The next event, waiting at most `timeout`; nullopt on timeout or when the
+  // request finished and every event was read (then done() is true).
+  std::optional<StreamEvent> next(std::chrono::milliseconds timeout = std::chrono::hours(24));
+  bool done() const;
+  // Waits until the request finished (its events stay readable) and returns its result.
+  Result wait();
+  // Asks the engine to stop the request; it finishes with kCancelled.
+  void cancel();
+
+ private:
+  std::shared_ptr<RequestState> s_;
+};
+
+class Engine {
+ public:
+  // Throws cs::Error for options the model or the kernels cannot take.
+  Engine(const LlamaModel& model, EngineOptions opt = {});
+  ~Engine();  // cancels what is left and stops the thread
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Queues a request. Throws RequestError naming the problem for a request
+  // that is invalid or could never run (a prompt longer than the context or
+  // than the whole KV pool), or when too many requests are waiting.
+  RequestHandle submit(Request r);
+
+  // Stops taking requests and waits up to `grace` for the running and
+  // waiting ones to finish; what is left is cancelled. Idempotent.
+  void shutdown(std::chrono::milliseconds grace = std::chrono::milliseconds(0));
+
+  EngineStats stats() const;
+  const EngineOptions& options() const { return opt_; }
+  const LlamaModel& model() const { return model_; }
+  int n_ctx() const { return n_ctx_; }
+
+ private:
+  struct Impl;
+  const LlamaModel& model_;
+  EngineOptions opt_;
+  int n_ctx_ = 0;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cs

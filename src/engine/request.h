@@ -1,0 +1,90 @@
+// What a client gives the engine and what it gets back. A Request is token
+// ids plus how to sample them; the engine streams StreamEvents (tokens and
+// text in whole UTF-8 characters, then one finish event per completion) and
+// ends with a Result (every completion's text, usage, timings).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "engine/sampler.h"
+
+namespace cs {
+
+struct Request {
+  std::vector<int32_t> prompt;      // token ids, BOS/template already applied
+  SamplingParams sampling;          // completion i samples with seed + i
+  int max_tokens = 128;             // per completion
+  std::vector<std::string> stop;    // stop strings (never emitted, even in part)
+  int n = 1;                        // completions, forked from one prefill
+  int logprobs = -1;                // -1: off; k >= 0: each token's logprob and the top k
+  bool ignore_eos = false;          // generate max_tokens whatever is sampled (benchmarks)
+};
+
+// A request the engine refuses at submit(): the message names the problem,
+// `param` the request field it is about (as OpenAI's error objects do).
+class RequestError : public Error {
+ public:
+  RequestError(const std::string& message, std::string param) : Error(message), param_(std::move(param)) {}
+  const std::string& param() const { return param_; }
+
+ private:
+  std::string param_;
+};
+
+enum class FinishReason { kStop, kLength, kCancelled, kError };
+// "stop", "length", "cancelled", "error".
+const char* finish_reason_name(FinishReason r);
+
+struct TokenLogprob {
+  int32_t token;
+  float logprob;  // natural log of the model's probability (raw logits, before sampling settings)
+};
+
+struct StreamEvent {
+  enum class Kind { kToken, kFinish } kind = Kind::kToken;
+  int index = 0;                  // which completion
+  // kToken: the sampled token, the text it releases (may be empty: a UTF-8
+  // character or a possible stop string still incomplete), its logprobs.
+  // token -1: text held back until the end, released with no new token.
+  // end_of_generation: the token ended the completion and is not part of
+  // its text or tokens.
+  int32_t token = -1;
+  bool end_of_generation = false;
+  std::string text;
+  float logprob = 0;              // when the request asked for logprobs
+  std::vector<TokenLogprob> top;  // the top `logprobs` alternatives, best first
+  // kFinish
+  FinishReason reason = FinishReason::kStop;
+  std::string message;            // for kError (and why a kLength ended early)
+};
+
+struct Usage {
+  int prompt_tokens = 0;
+  int cached_tokens = 0;      // prompt tokens whose K/V were found in the cache (no prefill)
+  int completion_tokens = 0;  // sampled tokens over all completions (an end-of-generation token included)
+};
+
+struct Timings {
+  double queued_s = 0;  // submit -> first admitted
+  double ttft_s = 0;    // submit -> first token
+  double decode_s = 0;  // first token -> finished
+  double total_s = 0;   // submit -> finished
+};
+
+struct Completion {
+  std::string text;
+  std::vector<int32_t> tokens;  // without an end-of-generation token
+  FinishReason reason = FinishReason::kStop;
+  std::string message;
+};
+
+struct Result {
+  std::vector<Completion> completions;
+  Usage usage;
+  Timings timings;
+  int preemptions = 0;
+};
+
+}  // namespace cs

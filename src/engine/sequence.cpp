@@ -1,0 +1,101 @@
+#include "engine/sequence.h"
+
+namespace cs {
+namespace {
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+SamplingParams seeded(SamplingParams p, int index) {
+  p.seed += uint64_t(index);
+  return p;
+}
+
+}  // namespace
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kError: return "error";
+  }
+  return "?";
+}
+
+Sequence::Sequence(SeqId id, std::shared_ptr<RequestState> req, int index, const Tokenizer& tok)
+    : id_(id),
+      req_(std::move(req)),
+      index_(index),
+      tokens_(req_->req.prompt),
+      sampler_(seeded(req_->req.sampling, index)),
+      text_(tok, req_->req.stop) {}
+
+std::unique_ptr<Sequence> Sequence::fork(SeqId id, int index, const Tokenizer& tok) const {
+  auto s = std::make_unique<Sequence>(id, req_, index, tok);
+  s->tokens_ = tokens_;
+  s->cached_ = cached_;
+  s->admit_order = admit_order;
+  return s;
+}
+
+bool Sequence::sample(std::span<const float> logits, const Tokenizer& tok, int n_ctx) {
+  RequestState& r = *req_;
+  const Request& q = r.req;
+  const int32_t id = sampler_.sample(logits, tokens_);
+  if (!r.first_token) {
+    r.first_token = true;
+    r.building.timings.ttft_s = seconds(Clock::now() - r.submitted);
+  }
+  ++r.building.usage.completion_tokens;
+  Completion& out = r.building.completions[size_t(index_)];
+  const bool eos = tok.is_end_of_generation(id) && !q.ignore_eos;
+  StreamEvent ev;
+  ev.index = index_;
+  ev.token = id;
+  if (q.logprobs >= 0) {
+    ev.logprob = token_logprob(logits, id);
+    for (auto [t, lp] : top_logprobs(logits, q.logprobs)) ev.top.push_back({t, lp});
+  }
+  if (eos) {
+    // The end-of-generation token is not part of the text or the tokens.
+    ev.end_of_generation = true;
+    r.emit(std::move(ev));
+    finish(FinishReason::kStop);
+    return true;
+  }
+  tokens_.push_back(id);
+  out.tokens.push_back(id);
+  bool stopped = false;
+  ev.text = text_.push(id, &stopped);
+  out.text += ev.text;
+  r.emit(std::move(ev));
+  if (stopped) {
+    stopped_ = true;
+    finish(FinishReason::kStop);
+    return true;
+  }
+  if (int(out.tokens.size()) >= q.max_tokens || int(tokens_.size()) >= n_ctx) {
+    finish(FinishReason::kLength);
+    return true;
+  }
+  return false;
+}
+
+void Sequence::finish(FinishReason reason, const std::string& message) {
+  RequestState& r = *req_;
+  Completion& out = r.building.completions[size_t(index_)];
+  if (!stopped_ && reason != FinishReason::kError) {
+    std::string rest = text_.flush();
+    if (!rest.empty()) {
+      out.text += rest;
+      StreamEvent ev;
+      ev.index = index_;
+      ev.text = std::move(rest);
+      r.emit(std::move(ev));
+    }
+  }
+  r.building.preemptions += preemptions;
+  r.end_completion(index_, reason, message);
+}
+
+}  // namespace cs

@@ -1,0 +1,58 @@
+// One completion the engine is generating: its tokens (prompt, then what it
+// sampled), how many of them have K/V in the cache, its own sampler and its
+// text stream. A request with n completions has n sequences (forked from the
+// first after its prefill). Engine thread only.
+#pragma once
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "engine/request_state.h"
+#include "engine/sampler.h"
+#include "engine/text_stream.h"
+#include "kv/kernel_context.h"
+
+namespace cs {
+
+class Sequence {
+ public:
+  Sequence(SeqId id, std::shared_ptr<RequestState> req, int index, const Tokenizer& tok);
+
+  SeqId id() const { return id_; }
+  RequestState& request() const { return *req_; }
+  const std::shared_ptr<RequestState>& request_ptr() const { return req_; }
+  int index() const { return index_; }
+
+  // Tokens known (prompt + sampled) and how many of them the cache holds.
+  const std::vector<int32_t>& tokens() const { return tokens_; }
+  int cached() const { return cached_; }
+  void set_cached(int n) { cached_ = n; }
+  int pending() const { return int(tokens_.size()) - cached_; }  // to run through the model
+  bool prefilling() const { return pending() > 1; }
+
+  // A copy sampling completion `index` after this one's prefill (n > 1).
+  std::unique_ptr<Sequence> fork(SeqId id, int index, const Tokenizer& tok) const;
+
+  // Samples the next token from its logits and streams it. Returns true when
+  // the completion ended (end of generation, stop string, max tokens or the
+  // context `n_ctx`); finish() has then been called.
+  bool sample(std::span<const float> logits, const Tokenizer& tok, int n_ctx);
+  // Ends the completion (flushing held-back text unless it stopped on a stop
+  // string) and, when it was the request's last, publishes the result.
+  void finish(FinishReason reason, const std::string& message = {});
+
+  uint64_t admit_order = 0;  // larger = admitted later (preempted first)
+  int preemptions = 0;
+
+ private:
+  SeqId id_;
+  std::shared_ptr<RequestState> req_;
+  int index_;
+  std::vector<int32_t> tokens_;
+  int cached_ = 0;
+  Sampler sampler_;
+  TextStream text_;
+  bool stopped_ = false;
+};
+
+}  // namespace cs

@@ -1,0 +1,29 @@
+// Turns a completion's tokens into the text a client may see: whole UTF-8
+// characters only, and never any part of a stop string (text that might still
+// become one is held back until it cannot). One per completion.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "model/tokenizer.h"
+
+namespace cs {
+
+class TextStream {
+ public:
+  TextStream(const Tokenizer& tok, std::vector<std::string> stop);
+
+  // Adds a token's text; returns what can be released now. When a stop string
+  // completes, the text before it is released, *stopped is set and the rest
+  // is dropped.
+  std::string push(int32_t token, bool* stopped);
+  // At the end (not after a stop): the text held back.
+  std::string flush();
+
+ private:
+  const Tokenizer* tok_;
+  std::vector<std::string> stop_;
+  std::string pending_;
+};
+
+}  // namespace cs

@@ -1,0 +1,31 @@
+// The one error model of the KV layer. Tree operations return a KvStatus (a
+// failed call changes nothing); the KvStore seam the model writes through
+// throws it as a KvError, which keeps the code so the engine can tell a full
+// pool (queue or preempt) from a caller's mistake (a sequence that never
+// joined).
+#pragma once
+#include <string>
+
+#include "base/error.h"
+
+namespace cs {
+
+enum class KvCode { kOk, kPoolExhausted, kUnknownSequence, kSequenceLeft, kSequenceExists, kContextFull };
+
+struct [[nodiscard]] KvStatus {
+  KvCode code = KvCode::kOk;
+  std::string message;
+  bool ok() const { return code == KvCode::kOk; }
+  static KvStatus Ok() { return {}; }
+};
+
+class KvError : public Error {
+ public:
+  explicit KvError(KvStatus st) : Error(st.message), code_(st.code) {}
+  KvCode code() const { return code_; }
+
+ private:
+  KvCode code_;
+};
+
+}  // namespace cs
