@@ -144,12 +144,13 @@ TEST(PrefixTree, RetainedPrefixIsReusedThenEvictedLru) {
   append_with_kv(t, 1, a, range(100, 10));  // 2 full chunks + partial
   ASSERT_TRUE(t.leave(1).ok());
   KvStats s = t.stats();
-  EXPECT_EQ(s.cached, 2);  // the partial tail is freed, full chunks retained
-  EXPECT_EQ(s.free, 2);
-  // Same prefix again: both full chunks are found, their K/V intact.
+  EXPECT_EQ(s.cached, 3);  // the full chunks and the partial tail are retained
+  EXPECT_EQ(s.free, 1);
+  // Same prefix again: both full chunks are found, and the first token of
+  // the partial tail is copied, their K/V intact.
   ASSERT_TRUE(t.join(2, range(100, 9), &m).ok());
-  EXPECT_EQ(m, 8);
-  std::vector<int32_t> b = range(100, 8);
+  EXPECT_EQ(m, 9);
+  std::vector<int32_t> b = range(100, 9);
   expect_reads_back(t, 2, b);
   ASSERT_TRUE(t.leave(2).ok());
   // A different sequence needing all 4 chunks evicts the cached ones.

@@ -101,6 +101,7 @@ struct Engine::Impl {
   void step();
   void sample_row(Sequence* s, std::span<const float> logits, std::vector<Sequence*>& done);
   void publish_stats();
+  void count_finished();
   void wake() {
     {
       std::lock_guard lock(mu);
@@ -122,6 +123,7 @@ struct Engine::Impl {
   std::vector<Sequence*> stuck;
   SeqId next_seq = 0;
   EngineStats counters;
+  std::vector<std::shared_ptr<RequestState>> live;  // started, not yet counted as finished
   // Shared with submitters (guarded by mu).
   std::mutex mu;
   std::condition_variable cv;
@@ -129,7 +131,8 @@ struct Engine::Impl {
   bool poked = false;
   bool accepting = true;
   bool stopping = false;
-  int queued = 0;  // inbox + waiting, for max_waiting
+  int queued = 0;   // inbox + waiting, for max_waiting
+  int running = 0;  // as last published
   uint64_t next_request = 0;
   mutable std::mutex stats_mu;
   EngineStats stats;
@@ -169,11 +172,10 @@ Engine::~Engine() {
 
 namespace {
 
-void check_finite(float v, float lo, float hi, const char* name, bool lo_open = false) {
-  if (!std::isfinite(v) || v < lo || v > hi || (lo_open && v == lo))
-    throw RequestError(std::string(name) + " must be a number in " + (lo_open ? "(" : "[") +
-                           std::to_string(lo).substr(0, std::to_string(lo).find('.') + 2) + ", " +
-                           std::to_string(hi).substr(0, std::to_string(hi).find('.') + 2) + "]",
+void check_finite(float v, int lo, int hi, const char* name, bool lo_open = false) {
+  if (!std::isfinite(v) || v < float(lo) || v > float(hi) || (lo_open && v == float(lo)))
+    throw RequestError(std::string(name) + " must be a number in " + (lo_open ? "(" : "[") + std::to_string(lo) +
+                           ", " + std::to_string(hi) + "]",
                        name);
 }
 
@@ -230,10 +232,16 @@ void Engine::shutdown(std::chrono::milliseconds grace) {
   std::unique_lock lock(m.mu);
   m.accepting = false;
   m.cv.notify_all();
-  m.cv.wait_for(lock, grace, [&] { return m.queued == 0 && m.stats.running == 0; });
+  m.cv.wait_for(lock, grace, [&] { return m.queued == 0 && m.running == 0; });
   m.stopping = true;
   m.poked = true;
   m.cv.notify_all();
+}
+
+bool Engine::wait_idle(std::chrono::milliseconds timeout) {
+  Impl& m = *impl_;
+  std::unique_lock lock(m.mu);
+  return m.cv.wait_for(lock, timeout, [&] { return m.queued == 0 && m.running == 0; });
 }
 
 EngineStats Engine::stats() const {
@@ -254,7 +262,7 @@ void Engine::Impl::publish_stats() {
   }
   std::lock_guard lock(mu);
   queued = int(inbox.size()) + s.waiting;
-  stats.running = s.running;  // read by shutdown() under mu
+  running = s.running;
   cv.notify_all();
 }
 
@@ -278,6 +286,7 @@ void Engine::Impl::start(const std::shared_ptr<RequestState>& r) {
   r->ended.assign(size_t(q.n), false);
   r->building.usage.prompt_tokens = int(q.prompt.size());
   r->live = q.n;
+  live.push_back(r);
   ++counters.requests;
   counters.prompt_tokens += q.prompt.size();
   if (q.max_tokens == 0) {
@@ -312,6 +321,7 @@ void Engine::Impl::loop() {
   while (take_inbox()) {
     handle_cancels();
     step();
+    count_finished();
     publish_stats();
   }
   // Stopping: whatever is left ends as cancelled.
@@ -325,7 +335,23 @@ void Engine::Impl::loop() {
     Sequence* s = !sched.running().empty() ? sched.running().front().get() : sched.waiting().front().get();
     end_request(s->request_ptr(), FinishReason::kCancelled, "the engine stopped");
   }
+  count_finished();
   publish_stats();
+}
+
+void Engine::Impl::count_finished() {
+  std::erase_if(live, [&](const std::shared_ptr<RequestState>& r) {
+    if (r->live > 0) return false;
+    ++counters.finished;
+    bool cancelled = false, error = false;
+    for (const Completion& c : r->building.completions) {
+      cancelled = cancelled || c.reason == FinishReason::kCancelled;
+      error = error || c.reason == FinishReason::kError;
+    }
+    counters.cancelled += cancelled;
+    counters.errors += error && !cancelled;
+    return true;
+  });
 }
 
 void Engine::Impl::handle_cancels() {

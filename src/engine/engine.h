@@ -43,7 +43,7 @@ struct EngineOptions {
   int step_tokens = 512;        // tokens per forward pass (decode + prefill chunks)
   int n_ctx = 0;                // per-sequence context; 0 = the model's training context
   int threads = 0;              // compute threads at most; 0 = the cores available
-  bool retain = true;           // keep finished prompts' full chunks for later requests
+  bool retain = true;           // keep finished sequences' chunks for later requests (prefix caching)
   int max_waiting = 4096;       // submit() refuses (busy) beyond this many queued requests
 };
 
@@ -104,6 +104,10 @@ class Engine {
   // Stops taking requests and waits up to `grace` for the running and
   // waiting ones to finish; what is left is cancelled. Idempotent.
   void shutdown(std::chrono::milliseconds grace = std::chrono::milliseconds(0));
+
+  // Waits until no request is queued or running (and the stats say so).
+  // False on timeout.
+  bool wait_idle(std::chrono::milliseconds timeout);
 
   EngineStats stats() const;
   const EngineOptions& options() const { return opt_; }

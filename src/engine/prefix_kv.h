@@ -24,7 +24,7 @@ enum class AttnPath { kPerSequence, kTwoPhase, kRelay };
 
 class PrefixKv : public KvStore {
  public:
-  // retain: keep full chunks of sequences that left, for later joins.
+  // retain: keep the chunks of sequences that left, for later joins.
   PrefixKv(KvLayout layout, size_t capacity_bytes, int n_heads, AttnPath path = AttnPath::kTwoPhase,
            bool retain = true);
 

@@ -116,9 +116,10 @@ void PrefixTree::detach_and_free(ChunkId c) {
 void PrefixTree::unref(ChunkId c) {
   Chunk& m = meta_[size_t(c)];
   if (--m.ref > 0) return;
-  const bool full = int(m.tokens.size()) == layout().chunk_size;
   ++cached_;  // every unreferenced chunk in the tree counts as cached
-  if ((retain_ && full) || !m.children.empty()) {  // kept: a retained prefix
+  // A partially filled chunk is kept too: a later prompt that matches part of
+  // it copies those tokens' K/V instead of computing them.
+  if (retain_ || !m.children.empty()) {  // kept: a retained prefix
     touch(c);
     update_evictable(c);
   } else {

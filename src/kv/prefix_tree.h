@@ -3,8 +3,8 @@
 // several sequences share is stored once, found at join time with no
 // registration. Beyond the paper (as SGLang's radix cache), chunks of
 // sequences that left stay in the tree, unreferenced, so a later request with
-// the same prefix skips their prefill; they are evicted least-recently-used
-// when the pool needs room.
+// the same prefix skips their prefill (a partially filled one is copied from);
+// they are evicted least-recently-used when the pool needs room.
 //
 // Vocabulary: join, append, leave, fork, evict, context.
 //
@@ -44,7 +44,7 @@ struct KvStats {
 
 class PrefixTree {
  public:
-  // retain: keep full chunks of sequences that left, for later joins.
+  // retain: keep the chunks of sequences that left, for later joins.
   PrefixTree(KvLayout layout, size_t capacity_bytes, bool retain = true);
 
   // Starts sequence `id` with prompt `tokens`: shares every full chunk of the
@@ -66,7 +66,7 @@ class PrefixTree {
   int chunks_to_append(SeqId id, int n) const;
   int available() const { return pool_.free_count() + cached_; }
 
-  // Ends a sequence, releasing what only it used (or caching its full chunks).
+  // Ends a sequence, releasing what only it used (or caching it: retain).
   KvStatus leave(SeqId id);
 
   // New sequence `child` sharing all of `parent`'s chunks (parallel sampling).

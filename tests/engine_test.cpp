@@ -1,0 +1,348 @@
+// The serving engine on a tiny random model (fast enough for the sanitizers):
+// exactness across attention modes, batch sizes, retained prefixes and
+// preemption; cached prompt tokens; cancellation; pool overflow; validation;
+// n > 1; concurrent clients.
+#include "engine/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "engine_helpers.h"
+#include "tiny_model.h"
+
+namespace cs {
+namespace {
+
+using test::expect_same_tokens;
+using test::run_all;
+using test::run_each;
+
+const LlamaModel& tiny() {
+  static std::unique_ptr<LlamaModel> m = LlamaModel::load(test::tiny_model());
+  return *m;
+}
+
+// A system prompt of `sys` tokens shared by every request, then a private
+// tail; ids from the tiny vocabulary.
+std::vector<Request> shared_prompts(int n, int sys, int max_tokens, int tail = 7) {
+  std::vector<Request> out;
+  for (int i = 0; i < n; ++i) {
+    Request r;
+    for (int t = 0; t < sys; ++t) r.prompt.push_back(3 + (t * 31) % 256);
+    for (int t = 0; t < tail + i % 5; ++t) r.prompt.push_back(3 + (i * 17 + t * 7) % 268);
+    r.max_tokens = max_tokens;
+    r.ignore_eos = true;
+    out.push_back(r);
+  }
+  return out;
+}
+
+EngineOptions opts(AttnMode mode, int max_batch = 32) {
+  EngineOptions o;
+  o.mode = mode;
+  o.max_batch = max_batch;
+  o.threads = 2;
+  return o;
+}
+
+// The guarantee: a sequence's greedy tokens do not depend on the attention
+// mode, on what it is batched with, on retained prefixes or on preemption.
+TEST(Engine, GreedyTokensAreIdenticalAcrossModesBatchesAndPreemption) {
+  const auto reqs = shared_prompts(12, 150, 24);
+  Engine alone(tiny(), opts(AttnMode::kNone, 1));
+  const auto ref = run_each(alone, reqs);
+  for (AttnMode mode : {AttnMode::kTpp, AttnMode::kPerSequence, AttnMode::kNone}) {
+    Engine e(tiny(), opts(mode));
+    expect_same_tokens(run_all(e, reqs), ref, std::string(attn_mode_name(mode)) + " batched");
+    // Again: now the prompts' chunks are retained and skip their prefill.
+    expect_same_tokens(run_all(e, reqs), ref, std::string(attn_mode_name(mode)) + " retained");
+  }
+  EngineOptions no_retain = opts(AttnMode::kTpp);
+  no_retain.retain = false;
+  Engine nr(tiny(), no_retain);
+  expect_same_tokens(run_all(nr, reqs), ref, "retain off");
+  // Prefill in small pieces: chunked prefill changes nothing either.
+  EngineOptions chunked = opts(AttnMode::kTpp);
+  chunked.step_tokens = 5;
+  Engine ch(tiny(), chunked);
+  expect_same_tokens(run_all(ch, reqs), ref, "step of 5 tokens");
+}
+
+// Sequences that outgrow a small pool while decoding are preempted (they
+// leave, requeue and are recomputed) and still produce their own tokens.
+TEST(Engine, PreemptedSequencesGiveTheSameTokens) {
+  const auto reqs = shared_prompts(10, 150, 150);
+  Engine alone(tiny(), opts(AttnMode::kNone, 1));
+  const auto ref = run_each(alone, reqs);
+  EngineOptions small = opts(AttnMode::kTpp);
+  Engine probe(tiny(), small);
+  small.kv_memory = 14 * probe.stats().kv.chunk_bytes;
+  for (AttnMode mode : {AttnMode::kTpp, AttnMode::kNone}) {
+    small.mode = mode;
+    Engine tight(tiny(), small);
+    expect_same_tokens(run_all(tight, reqs), ref, std::string("preempted, ") + attn_mode_name(mode));
+    ASSERT_TRUE(tight.wait_idle(std::chrono::seconds(30)));
+    EXPECT_GT(tight.stats().preemptions, 0u) << attn_mode_name(mode);
+    EXPECT_EQ(tight.stats().kv.used, 0);
+  }
+}
+
+TEST(Engine, RepeatedPromptIsServedFromCache) {
+  Engine e(tiny(), opts(AttnMode::kTpp));
+  auto reqs = shared_prompts(1, 200, 4);
+  const Result first = e.submit(reqs[0]).wait();
+  EXPECT_EQ(first.usage.cached_tokens, 0);
+  ASSERT_TRUE(e.wait_idle(std::chrono::seconds(30)));
+  const uint64_t prefilled = e.stats().prefill_tokens;
+  EXPECT_EQ(prefilled, reqs[0].prompt.size());
+  const Result again = e.submit(reqs[0]).wait();
+  ASSERT_TRUE(e.wait_idle(std::chrono::seconds(30)));
+  // Every chunk of the prompt (and of what it generated) is retained: all of
+  // the prompt but its last token, which must run for its logits.
+  const int n = int(reqs[0].prompt.size());
+  EXPECT_EQ(again.usage.cached_tokens, n - 1);
+  EXPECT_EQ(e.stats().prefill_tokens - prefilled, 1u);
+  EXPECT_EQ(again.completions[0].tokens, first.completions[0].tokens);
+  EXPECT_EQ(e.stats().prompt_tokens_cached, uint64_t(n - 1));
+}
+
+TEST(Engine, CancelFreesItsChunks) {
+  Engine e(tiny(), opts(AttnMode::kTpp));
+  const KvStats before = e.stats().kv;
+  Request r = shared_prompts(1, 300, 100000)[0];
+  r.max_tokens = 900;
+  RequestHandle h = e.submit(r);
+  auto ev = h.next();  // the first token
+  ASSERT_TRUE(ev.has_value());
+  EXPECT_EQ(ev->kind, StreamEvent::Kind::kToken);
+  h.cancel();
+  const Result res = h.wait();
+  EXPECT_EQ(res.completions[0].reason, FinishReason::kCancelled);
+  while (!h.done()) h.next();
+  ASSERT_TRUE(e.wait_idle(std::chrono::seconds(30)));
+  const EngineStats s = e.stats();
+  EXPECT_EQ(s.running, 0);
+  EXPECT_EQ(s.kv.used, before.used);  // nothing held by a live sequence
+  EXPECT_EQ(s.kv.used + s.kv.cached + s.kv.free, s.kv.chunks);
+  EXPECT_EQ(s.cancelled, 1u);
+}
+
+TEST(Engine, DroppingTheHandleCancels) {
+  Engine e(tiny(), opts(AttnMode::kTpp));
+  Request r = shared_prompts(1, 100, 5000)[0];
+  r.max_tokens = 1000;
+  {
+    RequestHandle h = e.submit(r);
+    ASSERT_TRUE(h.next().has_value());
+  }
+  e.shutdown(std::chrono::seconds(30));  // drains: returns once nothing runs
+  EXPECT_EQ(e.stats().running, 0);
+  EXPECT_EQ(e.stats().cancelled, 1u);
+}
+
+// More long requests than the pool holds at once: all complete, some after
+// preemption, and each gets the tokens it gets alone.
+TEST(Engine, RequestsOverflowingThePoolAllComplete) {
+  EngineOptions o = opts(AttnMode::kTpp);
+  Engine probe(tiny(), o);
+  o.kv_memory = 40 * probe.stats().kv.chunk_bytes;
+  Engine e(tiny(), o);
+  std::vector<Request> reqs;
+  for (int i = 0; i < 64; ++i) {
+    Request r;
+    for (int t = 0; t < 90 + i % 40; ++t) r.prompt.push_back(3 + (i * 13 + t * 5) % 268);
+    r.max_tokens = 100;
+    r.ignore_eos = true;
+    reqs.push_back(r);
+  }
+  const auto got = run_all(e, reqs);
+  for (const Result& r : got) {
+    EXPECT_EQ(r.completions[0].reason, FinishReason::kLength);
+    EXPECT_EQ(r.completions[0].tokens.size(), 100u);
+  }
+  ASSERT_TRUE(e.wait_idle(std::chrono::seconds(30)));
+  EXPECT_GT(e.stats().preemptions, 0u);
+  EXPECT_EQ(e.stats().kv.used, 0);
+  Engine ref(tiny(), opts(AttnMode::kTpp, 1));
+  std::vector<Request> some(reqs.begin(), reqs.begin() + 8);
+  expect_same_tokens(std::vector<Result>(got.begin(), got.begin() + 8), run_each(ref, some), "overflow vs alone");
+}
+
+void expect_refused(Engine& e, const Request& r, const std::string& message, const std::string& param) {
+  try {
+    e.submit(r);
+    ADD_FAILURE() << "accepted; expected: " << message;
+  } catch (const RequestError& err) {
+    EXPECT_EQ(err.what(), message);
+    EXPECT_EQ(err.param(), param);
+  }
+}
+
+TEST(Engine, InvalidRequestsAreRefusedWithTheirReason) {
+  EngineOptions o = opts(AttnMode::kTpp);
+  o.n_ctx = 512;
+  Engine probe(tiny(), o);
+  o.kv_memory = 4 * probe.stats().kv.chunk_bytes;
+  Engine e(tiny(), o);
+  Request ok;
+  ok.prompt = {5, 6, 7};
+  ok.max_tokens = 2;
+  Request r = ok;
+  r.prompt.clear();
+  expect_refused(e, r, "the prompt is empty", "prompt");
+  r = ok;
+  r.prompt[1] = 100000;
+  expect_refused(e, r, "prompt token 100000 is not in the vocabulary (0 to 270)", "prompt");
+  r = ok;
+  r.prompt.assign(600, 5);
+  expect_refused(e, r, "the prompt has 600 tokens, more than fits the context of 512", "prompt");
+  r = ok;
+  r.prompt.assign(300, 5);
+  expect_refused(e, r, "the prompt has 300 tokens and needs 5 chunks of KV memory; the pool holds 4 (0 MiB)", "prompt");
+  r = ok;
+  r.sampling.temperature = NAN;
+  expect_refused(e, r, "temperature must be a number in [0, 100]", "temperature");
+  r = ok;
+  r.sampling.top_p = 0;
+  expect_refused(e, r, "top_p must be a number in (0, 1]", "top_p");
+  r = ok;
+  r.sampling.repeat_penalty = INFINITY;
+  expect_refused(e, r, "repeat_penalty must be a number in (0, 100]", "repeat_penalty");
+  r = ok;
+  r.n = 33;
+  expect_refused(e, r, "n must be between 1 and 32", "n");
+  r = ok;
+  r.max_tokens = -1;
+  expect_refused(e, r, "max_tokens must not be negative", "max_tokens");
+  r = ok;
+  r.logprobs = 21;
+  expect_refused(e, r, "logprobs must be at most 20", "logprobs");
+  // The engine goes on serving.
+  EXPECT_EQ(e.submit(ok).wait().completions[0].tokens.size() + 0, e.submit(ok).wait().completions[0].tokens.size());
+  EXPECT_EQ(e.stats().requests, 2u);
+}
+
+TEST(Engine, ParallelCompletionsForkFromOnePrefill) {
+  Engine e(tiny(), opts(AttnMode::kTpp));
+  Request r = shared_prompts(1, 130, 12)[0];
+  r.n = 3;
+  const Result greedy = e.submit(r).wait();
+  ASSERT_TRUE(e.wait_idle(std::chrono::seconds(30)));
+  ASSERT_EQ(greedy.completions.size(), 3u);
+  EXPECT_EQ(e.stats().prefill_tokens, r.prompt.size());  // one prefill for three completions
+  EXPECT_EQ(greedy.completions[1].tokens, greedy.completions[0].tokens);
+  EXPECT_EQ(greedy.completions[2].tokens, greedy.completions[0].tokens);
+  EXPECT_EQ(greedy.usage.completion_tokens, 36);
+  // Sampled: completion i uses seed + i, so it equals a lone request with that seed.
+  r.sampling.temperature = 1.5f;
+  r.sampling.seed = 40;
+  const Result sampled = e.submit(r).wait();
+  Request one = r;
+  one.n = 1;
+  one.sampling.seed = 42;
+  EXPECT_EQ(e.submit(one).wait().completions[0].tokens, sampled.completions[2].tokens);
+  EXPECT_NE(sampled.completions[0].tokens, sampled.completions[1].tokens);
+}
+
+TEST(Engine, StreamedEventsMakeTheResult) {
+  Engine e(tiny(), opts(AttnMode::kTpp));
+  Request r = shared_prompts(1, 70, 20)[0];
+  r.n = 2;
+  r.sampling.temperature = 1.0f;
+  r.logprobs = 3;
+  RequestHandle h = e.submit(r);
+  std::string text[2];
+  int tokens[2] = {0, 0}, finished = 0;
+  while (auto ev = h.next()) {
+    if (ev->kind == StreamEvent::Kind::kFinish) {
+      ++finished;
+      EXPECT_EQ(ev->reason, FinishReason::kLength);
+      continue;
+    }
+    text[ev->index] += ev->text;
+    if (ev->token >= 0) {
+      ++tokens[ev->index];
+      ASSERT_EQ(ev->top.size(), 3u);
+      EXPECT_LE(ev->logprob, ev->top[0].logprob);
+      EXPECT_GE(ev->top[0].logprob, ev->top[1].logprob);
+    }
+  }
+  EXPECT_EQ(finished, 2);
+  EXPECT_TRUE(h.done());
+  const Result res = h.wait();
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(text[i], res.completions[size_t(i)].text);
+    EXPECT_EQ(tokens[i], 20);
+  }
+  EXPECT_GE(res.timings.ttft_s, res.timings.queued_s);
+  EXPECT_GE(res.timings.total_s, res.timings.ttft_s);
+}
+
+TEST(Engine, ZeroMaxTokensEndsAtOnce) {
+  Engine e(tiny(), opts(AttnMode::kTpp));
+  Request r;
+  r.prompt = {5, 6};
+  r.max_tokens = 0;
+  r.n = 2;
+  const Result res = e.submit(r).wait();
+  ASSERT_EQ(res.completions.size(), 2u);
+  EXPECT_EQ(res.completions[1].reason, FinishReason::kLength);
+  EXPECT_EQ(res.usage.prompt_tokens, 2);
+  EXPECT_EQ(res.usage.completion_tokens, 0);
+}
+
+TEST(Engine, ShutdownCancelsWhatIsLeft) {
+  auto e = std::make_unique<Engine>(tiny(), opts(AttnMode::kTpp));
+  Request r = shared_prompts(1, 50, 100000)[0];
+  r.max_tokens = 900;
+  RequestHandle h = e->submit(r);
+  ASSERT_TRUE(h.next().has_value());
+  e->shutdown();
+  EXPECT_EQ(h.wait().completions[0].reason, FinishReason::kCancelled);
+  try {
+    e->submit(r);
+    ADD_FAILURE() << "accepted after shutdown";
+  } catch (const RequestError& err) {
+    EXPECT_STREQ(err.what(), "the engine is shutting down");
+  }
+  e.reset();
+  EXPECT_TRUE(h.done() || h.next().has_value());
+}
+
+// Clients on many threads submitting and cancelling at once (run under
+// ThreadSanitizer in CI): every request ends, and the pool is whole after.
+TEST(EngineThreads, ConcurrentSubmitAndCancel) {
+  EngineOptions o = opts(AttnMode::kTpp, 8);
+  o.threads = 1;
+  Engine e(tiny(), o);
+  std::atomic<int> ended{0}, cancelled{0};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 8; ++c)
+    clients.emplace_back([&, c] {
+      for (int i = 0; i < 6; ++i) {
+        Request r = shared_prompts(1, 40 + 10 * (c % 3), 6 + i)[0];
+        r.prompt.push_back(3 + c);
+        RequestHandle h = e.submit(r);
+        if ((c + i) % 3 == 0) {
+          h.next();
+          h.cancel();
+        }
+        const Result res = h.wait();
+        ++ended;
+        if (res.completions[0].reason == FinishReason::kCancelled) ++cancelled;
+      }
+    });
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(ended.load(), 48);
+  e.shutdown(std::chrono::seconds(30));
+  const EngineStats s = e.stats();
+  EXPECT_EQ(s.running + s.waiting, 0);
+  EXPECT_EQ(s.kv.used, 0);
+  EXPECT_EQ(s.requests, 48u);
+  EXPECT_EQ(s.cancelled, uint64_t(cancelled.load()));
+}
+
+}  // namespace
+}  // namespace cs

@@ -1,0 +1,81 @@
+#include "tiny_model.h"
+
+#include <cstdio>
+#include <random>
+
+#include "gguf_writer.h"
+
+namespace cs::test {
+
+std::string tiny_model(const std::string& name, TinyModelShape s) {
+  GgufWriter w;
+  w.kv_str("general.architecture", "llama");
+  w.kv_u32("llama.block_count", uint32_t(s.n_layers));
+  w.kv_u32("llama.embedding_length", uint32_t(s.n_embd));
+  w.kv_u32("llama.feed_forward_length", uint32_t(s.n_ff));
+  w.kv_u32("llama.attention.head_count", uint32_t(s.n_heads));
+  w.kv_u32("llama.attention.head_count_kv", uint32_t(s.n_kv_heads));
+  w.kv_u32("llama.context_length", uint32_t(s.n_ctx));
+  w.kv_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  // <unk> <s> </s>, the 256 byte tokens, then words.
+  std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
+  std::vector<int32_t> types = {2, 3, 3};
+  for (int b = 0; b < 256; ++b) {
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "<0x%02X>", b);
+    tokens.push_back(hex);
+    types.push_back(6);
+  }
+  const std::string sp = "\xe2\x96\x81";  // SentencePiece's space
+  for (const std::string& word : {sp + "the", sp + "a", sp + "cat", sp + "dog", sp + "sat", sp + "on", sp + "mat",
+                                 sp + "is", sp, std::string("t"), std::string("h"), std::string("e")}) {
+    tokens.push_back(word);
+    types.push_back(1);
+  }
+  std::vector<float> scores(tokens.size());
+  for (size_t i = 0; i < scores.size(); ++i) scores[i] = -float(i);
+  w.kv_str("tokenizer.ggml.model", "llama");
+  w.kv_strs("tokenizer.ggml.tokens", tokens);
+  w.kv_f32s("tokenizer.ggml.scores", scores);
+  w.kv_i32s("tokenizer.ggml.token_type", types);
+  w.kv_u32("tokenizer.ggml.bos_token_id", 1);
+  w.kv_u32("tokenizer.ggml.eos_token_id", 2);
+
+  const uint64_t E = uint64_t(s.n_embd), F = uint64_t(s.n_ff), V = tokens.size();
+  const uint64_t KW = E / uint64_t(s.n_heads) * uint64_t(s.n_kv_heads);
+  std::vector<uint8_t> data;
+  std::mt19937 rng(s.seed);
+  std::normal_distribution<float> nd;
+  // F32 tensor of shape ne (ne[0] = columns), values scale * N(0, 1) (or
+  // exactly 1 for norms), 32-byte aligned in the data section.
+  auto add = [&](const std::string& tname, std::vector<uint64_t> ne, float scale, bool ones = false) {
+    while (data.size() % 32) data.push_back(0);
+    w.tensor(tname, ne, 0, data.size());
+    uint64_t n = 1;
+    for (auto x : ne) n *= x;
+    for (uint64_t i = 0; i < n; ++i) {
+      const float v = ones ? 1.0f + 0.1f * nd(rng) : scale * nd(rng);
+      const auto* p = reinterpret_cast<const uint8_t*>(&v);
+      data.insert(data.end(), p, p + 4);
+    }
+  };
+  add("token_embd.weight", {E, V}, 1.0f);
+  add("output_norm.weight", {E}, 0, true);
+  add("output.weight", {E, V}, 0.2f);
+  for (int l = 0; l < s.n_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    add(p + "attn_norm.weight", {E}, 0, true);
+    add(p + "ffn_norm.weight", {E}, 0, true);
+    add(p + "attn_q.weight", {E, E}, 0.15f);
+    add(p + "attn_k.weight", {E, KW}, 0.15f);
+    add(p + "attn_v.weight", {E, KW}, 0.1f);
+    add(p + "attn_output.weight", {E, E}, 0.1f);
+    add(p + "ffn_gate.weight", {E, F}, 0.1f);
+    add(p + "ffn_up.weight", {E, F}, 0.1f);
+    add(p + "ffn_down.weight", {F, E}, 0.1f);
+  }
+  w.data(data);
+  return w.write(name);
+}
+
+}  // namespace cs::test
