@@ -73,9 +73,17 @@ struct Timings {
   double total_s = 0;   // submit -> finished
 };
 
+// A sampled token's log probability and the top alternatives (best first).
+struct TokenLogprobs {
+  int32_t token;
+  float logprob;
+  std::vector<TokenLogprob> top;
+};
+
 struct Completion {
   std::string text;
   std::vector<int32_t> tokens;  // without an end-of-generation token
+  std::vector<TokenLogprobs> logprobs;  // per token of `tokens`, when the request asked
   FinishReason reason = FinishReason::kStop;
   std::string message;
 };

@@ -65,6 +65,7 @@ bool Sequence::sample(std::span<const float> logits, const Tokenizer& tok, int n
   }
   tokens_.push_back(id);
   out.tokens.push_back(id);
+  if (q.logprobs >= 0) out.logprobs.push_back({id, ev.logprob, ev.top});
   bool stopped = false;
   ev.text = text_.push(id, &stopped);
   out.text += ev.text;

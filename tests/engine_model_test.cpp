@@ -1,0 +1,132 @@
+// The serving engine on the real default model: many chat requests sharing a
+// system prompt, served at once, give every request the greedy tokens it gets
+// alone, whatever the attention mode, the batch or preemption.
+#include <gtest/gtest.h>
+
+#include "engine/engine.h"
+#include "engine_helpers.h"
+#include "model/chat_template.h"
+
+namespace cs {
+namespace {
+
+using test::expect_same_tokens;
+using test::run_all;
+using test::run_each;
+
+const LlamaModel& model() {
+  static std::unique_ptr<LlamaModel> m = LlamaModel::load(CS_MODEL);
+  return *m;
+}
+
+// 32 chat requests: one system prompt (two full chunks and a bit), 8
+// questions asked 4 times each; greedy, 20 tokens.
+std::vector<Request> chat_requests(int n = 32, int max_tokens = 20) {
+  const Tokenizer& tok = model().tokenizer();
+  const ChatTemplate t = ChatTemplate::detect(tok.chat_template(), tok.model());
+  const std::string system =
+      "You are a careful assistant for a bookstore. Answer in one short sentence. The store opens at nine, "
+      "closes at six, sells new and used books, orders any title within three days, and offers a ten percent "
+      "discount to students and teachers. Gift cards never expire. Returns are accepted within thirty days with "
+      "a receipt. The cafe on the first floor serves coffee, tea and cakes until five. Readings by local authors "
+      "take place every second Thursday at seven in the evening, and the children's corner has story time on "
+      "Saturday mornings.";
+  const char* questions[] = {"When do you open?", "Can teachers get a discount?", "Do gift cards expire?",
+                             "How long do orders take?", "Is there coffee?", "When are the readings?",
+                             "Can I return a book?", "What is on Saturday mornings?"};
+  std::vector<Request> out;
+  for (int i = 0; i < n; ++i) {
+    Request r;
+    r.prompt = tok.encode(t.apply({{"system", system}, {"user", questions[i % 8]}}), true);
+    r.max_tokens = max_tokens;
+    r.logprobs = 2;
+    out.push_back(r);
+  }
+  return out;
+}
+
+EngineOptions opts(AttnMode mode, int max_batch = 32) {
+  EngineOptions o;
+  o.mode = mode;
+  o.max_batch = max_batch;
+  o.kv_memory = size_t(256) << 20;
+  return o;
+}
+
+TEST(EngineModel, GreedyTokensAreIdenticalAcrossModesBatchesAndPreemption) {
+  const auto reqs = chat_requests();
+  Engine alone(model(), opts(AttnMode::kNone, 1));
+  const std::vector<Request> first8(reqs.begin(), reqs.begin() + 8);
+  auto ref8 = run_each(alone, first8);
+  std::vector<Result> ref;
+  for (int i = 0; i < 32; ++i) ref.push_back(ref8[size_t(i % 8)]);
+  for (AttnMode mode : {AttnMode::kTpp, AttnMode::kPerSequence, AttnMode::kNone}) {
+    Engine e(model(), opts(mode));
+    expect_same_tokens(run_all(e, reqs), ref, std::string(attn_mode_name(mode)) + ", batch 32");
+    ASSERT_TRUE(e.wait_idle(std::chrono::seconds(60)));
+    const EngineStats s = e.stats();
+    if (mode != AttnMode::kNone) {
+      // The system prompt was computed once, each question's tail once.
+      EXPECT_LT(s.prefill_tokens, s.prompt_tokens / 4) << attn_mode_name(mode);
+    } else {
+      EXPECT_EQ(s.prefill_tokens, s.prompt_tokens);
+    }
+    std::printf("[engine] %s: %llu of %llu prompt tokens computed, peak %d chunks\n", attn_mode_name(mode),
+                (unsigned long long)s.prefill_tokens, (unsigned long long)s.prompt_tokens, s.kv.peak);
+  }
+  // A pool too small for the batch: sequences are preempted and recomputed.
+  EngineOptions tight = opts(AttnMode::kTpp);
+  Engine probe(model(), tight);
+  tight.kv_memory = 24 * probe.stats().kv.chunk_bytes;
+  auto longer = chat_requests(16, 120);
+  for (auto& r : longer) r.ignore_eos = true;  // long enough to outgrow the pool
+  Engine t(model(), tight);
+  const auto got = run_all(t, longer);
+  ASSERT_TRUE(t.wait_idle(std::chrono::seconds(60)));
+  EXPECT_GT(t.stats().preemptions, 0u);
+  Engine one(model(), opts(AttnMode::kTpp, 1));
+  expect_same_tokens(got, run_each(one, longer), "preempted");
+}
+
+// Relay's log-sum-exp fusion rounds differently, and its system part (the
+// chunks every running sequence shares) changes as sequences join and leave:
+// greedy tokens may part from two-phase partition's, but only where the
+// top-2 gap is within the model's noise floor. Its outlier channels turn
+// float-rounding differences into logit differences of up to ~0.55 (our own
+// scalar and SIMD kernels, both exact to rounding: Model.IsaLevelsAgree).
+constexpr float kNoiseFloor = 0.6f;
+TEST(EngineModel, RelayAgreesUpToNearTies) {
+  const auto reqs = chat_requests(16);
+  Engine tpp(model(), opts(AttnMode::kTpp)), relay(model(), opts(AttnMode::kRelay));
+  const auto a = run_all(tpp, reqs), b = run_all(relay, reqs);
+  int identical = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const auto &x = a[i].completions[0], &y = b[i].completions[0];
+    size_t k = 0;
+    while (k < x.tokens.size() && k < y.tokens.size() && x.tokens[k] == y.tokens[k]) ++k;
+    if (k == x.tokens.size() && k == y.tokens.size()) {
+      ++identical;
+      continue;
+    }
+    ASSERT_LT(k, x.logprobs.size());
+    const float gap = x.logprobs[k].top[0].logprob - x.logprobs[k].top[1].logprob;
+    std::printf("[engine] relay vs tpp: request %zu parts at token %zu, top-2 gap %.5f\n", i, k, gap);
+    EXPECT_LT(gap, kNoiseFloor) << "request " << i;
+  }
+  std::printf("[engine] relay vs tpp: %d of %zu completions identical\n", identical, a.size());
+}
+
+TEST(EngineModel, RepeatedSystemPromptIsServedFromCache) {
+  Engine e(model(), opts(AttnMode::kTpp));
+  const auto reqs = chat_requests(2);
+  const Result a = e.submit(reqs[0]).wait();
+  const Result b = e.submit(reqs[1]).wait();
+  EXPECT_EQ(a.usage.cached_tokens, 0);
+  EXPECT_GT(b.usage.cached_tokens, 100);  // the system prompt
+  EXPECT_LT(b.usage.cached_tokens, b.usage.prompt_tokens);
+  std::printf("[engine] second request: %d of %d prompt tokens from the cache\n", b.usage.cached_tokens,
+              b.usage.prompt_tokens);
+}
+
+}  // namespace
+}  // namespace cs
