@@ -2,7 +2,8 @@
 # Runs the whole test suite: unit tests, the real-model tests (conformance with
 # llama.cpp's recorded outputs) and the CLI error paths.
 #   scripts/test.sh             release build, every test
-#   scripts/test.sh --sanitize  ASan+UBSan build, unit tests only
+#   scripts/test.sh --sanitize  ASan+UBSan build, unit tests; ThreadSanitizer
+#                               build, the tests of concurrent clients
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/setup.sh"
@@ -12,6 +13,12 @@ if [ "${1:-}" = "--sanitize" ]; then
   cd "$dir"
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --output-on-failure -L unit -j2
+  tsan="$root/build-tsan"
+  [ -f "$tsan/build.ninja" ] || cmake -S "$root" -B "$tsan" -G Ninja -DCHUNKSERVE_TSAN=ON \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  ninja -C "$tsan" --quiet unit_tests
+  cd "$tsan"
+  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --output-on-failure -L threads
 else
   dir="$root/build"
   "$root/scripts/build.sh" "$dir"

@@ -117,7 +117,9 @@ Action add_bench_command(CLI::App& app) {
   m->add_flag("--json", o->json, "Print one JSON line");
   add_kv_type_option(*m, o->kv_type);
   Action attention = add_bench_attention_command(*bench);
-  return [o, m, attention] { return m->parsed() ? run_bench_model(*o) : attention(); };
+  Action engine = add_bench_engine_command(*bench);
+  CLI::App* a = bench->get_subcommand("attention");
+  return [o, m, a, attention, engine] { return m->parsed() ? run_bench_model(*o) : a->parsed() ? attention() : engine(); };
 }
 
 }  // namespace cs

@@ -252,6 +252,8 @@ EngineStats Engine::stats() const {
 void Engine::Impl::publish_stats() {
   EngineStats s = counters;
   s.running = int(sched.running().size());
+  counters.peak_running = std::max(counters.peak_running, s.running);
+  s.peak_running = counters.peak_running;
   s.waiting = int(sched.waiting().size());
   s.kv = kv.tree().stats();
   s.preemptions = sched.preemptions();

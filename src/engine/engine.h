@@ -50,6 +50,7 @@ struct EngineOptions {
 // A snapshot of the engine (for metrics); counters only grow.
 struct EngineStats {
   int running = 0, waiting = 0;
+  int peak_running = 0;               // most sequences ever running at once
   KvStats kv;
   uint64_t requests = 0, finished = 0, cancelled = 0, errors = 0;
   uint64_t prompt_tokens = 0;         // prompt tokens of submitted requests

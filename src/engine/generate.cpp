@@ -19,7 +19,7 @@ GenerateResult generate(const LlamaModel& model, const std::vector<int32_t>& pro
   r.sampling = params.sampling;
   r.max_tokens = params.max_tokens;
   r.stop = params.stop;
-  r.logprobs = 2;  // the top-2 gap of every step
+  if (params.top2_gaps) r.logprobs = 2;
   RequestHandle h = engine.submit(std::move(r));
   GenerateResult out;
   bool eos = false;

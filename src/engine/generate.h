@@ -20,11 +20,12 @@ struct GenerateParams {
   int chunk_size = 64;
   size_t kv_memory = 0;           // 0 = enough for the context
   int threads = 0;                // at most; 0 = the cores available
+  bool top2_gaps = false;         // record each step's top-2 gap (costs a softmax per token)
 };
 
 struct GenerateResult {
   std::vector<int32_t> tokens;   // generated ids (without the prompt)
-  std::vector<float> top2_gap;   // per sampled token: top-1 minus top-2 logit
+  std::vector<float> top2_gap;   // per sampled token: top-1 minus top-2 logit (top2_gaps)
   std::string text;
   std::string stop_reason;       // "eos", "stop" (a stop string), "length"
   double prefill_seconds = 0;    // time to the first token

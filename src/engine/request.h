@@ -68,7 +68,7 @@ struct Usage {
 
 struct Timings {
   double queued_s = 0;  // submit -> first admitted
-  double ttft_s = 0;    // submit -> first token
+  double ttft_s = 0;    // submit -> first token (of any completion)
   double decode_s = 0;  // first token -> finished
   double total_s = 0;   // submit -> finished
 };
@@ -84,6 +84,7 @@ struct Completion {
   std::string text;
   std::vector<int32_t> tokens;  // without an end-of-generation token
   std::vector<TokenLogprobs> logprobs;  // per token of `tokens`, when the request asked
+  double ttft_s = 0;                    // submit -> this completion's first token
   FinishReason reason = FinishReason::kStop;
   std::string message;
 };

@@ -48,6 +48,10 @@ bool Sequence::sample(std::span<const float> logits, const Tokenizer& tok, int n
   }
   ++r.building.usage.completion_tokens;
   Completion& out = r.building.completions[size_t(index_)];
+  if (!sampled_any_) {
+    sampled_any_ = true;
+    out.ttft_s = seconds(Clock::now() - r.submitted);
+  }
   const bool eos = tok.is_end_of_generation(id) && !q.ignore_eos;
   StreamEvent ev;
   ev.index = index_;

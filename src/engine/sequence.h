@@ -53,6 +53,7 @@ class Sequence {
   Sampler sampler_;
   TextStream text_;
   bool stopped_ = false;
+  bool sampled_any_ = false;
 };
 
 }  // namespace cs
