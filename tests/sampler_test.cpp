@@ -70,5 +70,28 @@ TEST(Sampler, FrequenciesFollowSoftmax) {
   EXPECT_NEAR(double(ones) / n, 0.75, 0.02);
 }
 
+// OpenAI's penalties count generated tokens only: logit - presence - frequency * count.
+TEST(Sampler, PresenceAndFrequencyPenaltiesCountGeneratedTokens) {
+  SamplingParams p;
+  p.presence_penalty = 0.05f;
+  p.frequency_penalty = 0.04f;
+  Sampler s(p);
+  // Prompt {1, 1, 1}, generated {2}: only token 2 is penalised, 2.9 - 0.09 < 3.0.
+  const std::vector<int32_t> hist = {1, 1, 1, 2};
+  EXPECT_EQ(s.sample(kLogits, hist, 3), 1);
+  // Generated {1, 1}: 3.0 - 0.05 - 0.08 = 2.87 < 2.9.
+  const std::vector<int32_t> twice = {4, 1, 1};
+  EXPECT_EQ(s.sample(kLogits, twice, 1), 2);
+  // One 1 generated: 3.0 - 0.09 = 2.91 > 2.9.
+  const std::vector<int32_t> once = {4, 1};
+  EXPECT_EQ(s.sample(kLogits, once, 1), 1);
+  // A negative penalty promotes: 2.9 + 0.2 > 3.0.
+  p.presence_penalty = -0.2f;
+  p.frequency_penalty = 0.0f;
+  Sampler n(p);
+  const std::vector<int32_t> gen2 = {2};
+  EXPECT_EQ(n.sample(kLogits, gen2, 0), 2);
+}
+
 }  // namespace
 }  // namespace cs

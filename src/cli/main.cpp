@@ -23,11 +23,12 @@ int main(int argc, char** argv) {
   CLI::App app{"chunkserve: CPU LLM inference for workloads that share prompt prefixes"};
   app.require_subcommand(1);
   cs::Action generate = cs::add_generate_command(app);
+  cs::Action serve = cs::add_serve_command(app);
   cs::Action bench = cs::add_bench_command(app);
   // CLI11 would only say that a subcommand is required.
   const auto known = app.get_subcommands([&](const CLI::App* c) { return argc > 1 && c->check_name(argv[1]); });
   if (argc > 1 && argv[1][0] != '-' && known.empty()) {
-    std::fprintf(stderr, "chunkserve: unknown command '%s' (commands: generate, bench; see --help)\n", argv[1]);
+    std::fprintf(stderr, "chunkserve: unknown command '%s' (commands: generate, serve, bench; see --help)\n", argv[1]);
     return 109;
   }
   try {
@@ -37,6 +38,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (app.got_subcommand("generate")) return generate();
+    if (app.got_subcommand("serve")) return serve();
     if (app.got_subcommand("bench")) return bench();
   } catch (const cs::Error& e) {
     std::fprintf(stderr, "chunkserve: error: %s\n", e.what());

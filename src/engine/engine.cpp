@@ -208,15 +208,18 @@ RequestHandle Engine::submit(Request r) {
   check_finite(r.sampling.temperature, 0, 100, "temperature");
   check_finite(r.sampling.top_p, 0, 1, "top_p", true);
   check_finite(r.sampling.repeat_penalty, 0, 100, "repeat_penalty", true);
+  check_finite(r.sampling.presence_penalty, -2, 2, "presence_penalty");
+  check_finite(r.sampling.frequency_penalty, -2, 2, "frequency_penalty");
   if (r.sampling.top_k < 0) throw RequestError("top_k must not be negative", "top_k");
 
   Impl& m = *impl_;
   std::shared_ptr<RequestState> s;
   {
     std::lock_guard lock(m.mu);
-    if (!m.accepting) throw RequestError("the engine is shutting down", "");
+    if (!m.accepting) throw RequestError("the engine is shutting down", "", RequestError::Kind::kUnavailable);
     if (m.queued >= opt_.max_waiting)
-      throw RequestError("too many requests are waiting (" + std::to_string(m.queued) + ")", "");
+      throw RequestError("too many requests are waiting (" + std::to_string(m.queued) + ")", "",
+                         RequestError::Kind::kBusy);
     s = std::make_shared<RequestState>(++m.next_request, std::move(r));
     s->wake_engine = [&m] { m.wake(); };
     ++m.queued;
@@ -435,12 +438,17 @@ void Engine::Impl::sample_row(Sequence* s, std::span<const float> lg, std::vecto
       sched.add_running(std::move(child));
     }
   }
-  ++counters.generated_tokens;
-  if (s->sample(lg, tok, engine.n_ctx_)) done.push_back(s);
-  for (Sequence* c : children) {
+  const bool first = !r.first_token;
+  const auto now = Clock::now();
+  for (Sequence* q : children) q->last_token = s->last_token;
+  children.insert(children.begin(), s);
+  for (Sequence* q : children) {
     ++counters.generated_tokens;
-    if (c->sample(lg, tok, engine.n_ctx_)) done.push_back(c);
+    if (q->last_token) counters.itl.observe(std::chrono::duration<double>(now - *q->last_token).count());
+    q->last_token = now;
+    if (q->sample(lg, tok, engine.n_ctx_)) done.push_back(q);
   }
+  if (first) counters.ttft.observe(r.building.timings.ttft_s);
 }
 
 }  // namespace cs

@@ -20,6 +20,7 @@
 #include <optional>
 #include <string>
 
+#include "engine/histogram.h"
 #include "engine/prefix_kv.h"
 #include "engine/request.h"
 #include "model/llama.h"
@@ -60,6 +61,8 @@ struct EngineStats {
   uint64_t preemptions = 0;
   uint64_t steps = 0;
   int threads = 0;                    // threads the last step used
+  Histogram ttft = ttft_histogram();  // submit -> first token, per request
+  Histogram itl = itl_histogram();    // between a sequence's consecutive tokens
 };
 
 class Engine;

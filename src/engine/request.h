@@ -24,13 +24,19 @@ struct Request {
 
 // A request the engine refuses at submit(): the message names the problem,
 // `param` the request field it is about (as OpenAI's error objects do).
+// kInvalid: the request itself; kBusy: too many are waiting (try again);
+// kUnavailable: the engine is shutting down.
 class RequestError : public Error {
  public:
-  RequestError(const std::string& message, std::string param) : Error(message), param_(std::move(param)) {}
+  enum class Kind { kInvalid, kBusy, kUnavailable };
+  RequestError(const std::string& message, std::string param, Kind kind = Kind::kInvalid)
+      : Error(message), param_(std::move(param)), kind_(kind) {}
   const std::string& param() const { return param_; }
+  Kind kind() const { return kind_; }
 
  private:
   std::string param_;
+  Kind kind_;
 };
 
 enum class FinishReason { kStop, kLength, kCancelled, kError };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <unordered_map>
 #include <unordered_set>
 
 namespace cs {
@@ -40,8 +41,14 @@ std::vector<std::pair<int32_t, float>> top_logprobs(std::span<const float> logit
 
 Sampler::Sampler(SamplingParams p) : p_(p), rng_(p.seed) {}
 
-int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
+int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history, size_t prompt_len) {
   work_.assign(logits.begin(), logits.end());
+  if ((p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f) && history.size() > prompt_len) {
+    std::unordered_map<int32_t, int> count;
+    for (int32_t id : history.subspan(prompt_len)) ++count[id];
+    for (auto [id, c] : count)
+      if (id >= 0 && size_t(id) < work_.size()) work_[size_t(id)] -= p_.presence_penalty + p_.frequency_penalty * float(c);
+  }
   if (p_.repeat_penalty != 1.0f && p_.repeat_last_n != 0) {
     const size_t n = p_.repeat_last_n < 0 ? history.size()
                                           : std::min(history.size(), size_t(p_.repeat_last_n));

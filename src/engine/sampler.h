@@ -1,6 +1,7 @@
-// Turns a row of logits into the next token: repetition penalty, then greedy
-// (temperature 0) or temperature + top-k + top-p sampling from a seeded
-// generator, so a given seed reproduces the same tokens. One per sequence.
+// Turns a row of logits into the next token: repetition penalty, OpenAI's
+// presence and frequency penalties, then greedy (temperature 0) or
+// temperature + top-k + top-p sampling from a seeded generator, so a given
+// seed reproduces the same tokens. One per sequence.
 #pragma once
 #include <cstdint>
 #include <random>
@@ -15,14 +16,19 @@ struct SamplingParams {
   float top_p = 1.0f;        // 1 = off
   float repeat_penalty = 1.0f;  // 1 = off; CTRL-style: logit / p if > 0 else logit * p
   int repeat_last_n = 64;    // how many recent tokens the penalty looks at
+  // OpenAI's: logit -= presence * (count > 0) + frequency * count, over the
+  // tokens generated so far (not the prompt).
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
   uint64_t seed = 0;
 };
 
 class Sampler {
  public:
   explicit Sampler(SamplingParams p);
-  // Picks a token from `logits` given the tokens so far (for the penalty).
-  int32_t sample(std::span<const float> logits, std::span<const int32_t> history);
+  // Picks a token from `logits` given the tokens so far (for the penalties);
+  // the first `prompt_len` of them are the prompt.
+  int32_t sample(std::span<const float> logits, std::span<const int32_t> history, size_t prompt_len = 0);
 
  private:
   SamplingParams p_;

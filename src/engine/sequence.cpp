@@ -41,7 +41,7 @@ std::unique_ptr<Sequence> Sequence::fork(SeqId id, int index, const Tokenizer& t
 bool Sequence::sample(std::span<const float> logits, const Tokenizer& tok, int n_ctx) {
   RequestState& r = *req_;
   const Request& q = r.req;
-  const int32_t id = sampler_.sample(logits, tokens_);
+  const int32_t id = sampler_.sample(logits, tokens_, q.prompt.size());
   if (!r.first_token) {
     r.first_token = true;
     r.building.timings.ttft_s = seconds(Clock::now() - r.submitted);

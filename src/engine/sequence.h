@@ -4,6 +4,7 @@
 // first after its prefill). Engine thread only.
 #pragma once
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -42,6 +43,7 @@ class Sequence {
   void finish(FinishReason reason, const std::string& message = {});
 
   uint64_t admit_order = 0;  // larger = admitted later (preempted first)
+  std::optional<Clock::time_point> last_token;  // when it last sampled
   int preemptions = 0;
 
  private:

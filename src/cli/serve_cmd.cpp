@@ -1,0 +1,89 @@
+// `chunkserve serve`: load the model, start the engine, then serve the
+// OpenAI-compatible API until SIGINT or SIGTERM (in-flight requests finish
+// within the grace period; exit 0).
+#include <CLI/CLI.hpp>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <pthread.h>
+#include <thread>
+
+#include "cli/commands.h"
+#include "cli/options.h"
+#include "server/server.h"
+
+namespace cs {
+namespace {
+
+struct ServeOptions {
+  std::string model;
+  EngineOptions engine;
+  ServerOptions server;
+  double grace_s = 30;
+  std::string log_format = "text";
+};
+
+int run_serve(ServeOptions o) {
+  // Signals go to one thread that waits for them; every thread started from
+  // here (engine, HTTP workers) inherits the blocked mask.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  const std::string path = o.model.empty() ? default_model_path() : o.model;
+  auto model = LlamaModel::load(path);
+  if (o.server.model_id.empty()) o.server.model_id = std::filesystem::path(path).stem().string();
+  if (o.server.api_key.empty())
+    if (const char* k = std::getenv("CHUNKSERVE_API_KEY")) o.server.api_key = k;
+  o.server.grace = std::chrono::milliseconds(long(o.grace_s * 1000));
+  o.server.log_json = o.log_format == "json";
+  Engine engine(*model, o.engine);
+  Server server(engine, o.server);
+  const int port = server.bind();
+  std::thread waiter([&] {
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    std::fprintf(stderr, "chunkserve: %s: finishing in-flight requests (up to %.0f s)\n",
+                 sig == SIGINT ? "SIGINT" : "SIGTERM", o.grace_s);
+    server.stop();
+  });
+  const EngineStats s = engine.stats();
+  std::fprintf(stderr,
+               "chunkserve: serving %s (%s attention, KV pool %zu MiB in %d chunks, up to %d sequences, %d threads)\n"
+               "chunkserve: listening on http://%s:%d (OpenAI API under /v1)\n",
+               o.server.model_id.c_str(), attn_mode_name(o.engine.mode), s.kv.bytes >> 20, s.kv.chunks,
+               o.engine.max_batch, s.threads, o.server.host.c_str(), port);
+  std::fflush(stderr);
+  server.serve();
+  // serve() also returns if listening fails: wake the waiter so it can end.
+  pthread_kill(waiter.native_handle(), SIGTERM);
+  waiter.join();
+  std::fprintf(stderr, "chunkserve: stopped\n");
+  return 0;
+}
+
+}  // namespace
+
+Action add_serve_command(CLI::App& app) {
+  auto o = std::make_shared<ServeOptions>();
+  CLI::App* c = app.add_subcommand("serve", "Serve the OpenAI-compatible HTTP API");
+  c->add_option("-m,--model", o->model, "GGUF model file (default: the SmolLM2 model)");
+  c->add_option("--host", o->server.host, "Address to listen on (default 127.0.0.1: this machine only)");
+  c->add_option("--port", o->server.port, "Port (0: any free port)")->check(int_in(0, 65535));
+  c->add_option("--api-key", o->server.api_key, "Require 'Authorization: Bearer KEY' (or $CHUNKSERVE_API_KEY)");
+  c->add_option("--alias", o->server.model_id, "Model name clients use (default: the file name without .gguf)");
+  c->add_option("--parallel-http", o->server.http_threads, "HTTP worker threads (default: 4 x max batch + 8)")
+      ->check(int_in(0, 4096));
+  c->add_option("--max-waiting", o->engine.max_waiting, "Queued requests before 429 (default 4096)")
+      ->check(int_in(1, 1 << 20));
+  c->add_option("--grace", o->grace_s, "Seconds in-flight requests may take after SIGINT/SIGTERM")
+      ->check(finite_in(0, 86400));
+  c->add_option("--log-format", o->log_format, "Request log lines: text or json")->check(CLI::IsMember({"text", "json"}));
+  add_engine_options(*c, o->engine, true);
+  return [o] { return run_serve(*o); };
+}
+
+}  // namespace cs

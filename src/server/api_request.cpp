@@ -1,0 +1,270 @@
+#include "server/api_request.h"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace cs {
+
+using json = nlohmann::json;
+
+std::string error_json(const ApiError& e) {
+  json j = {{"error",
+             {{"message", e.message},
+              {"type", e.type},
+              {"param", e.param.empty() ? json(nullptr) : json(e.param)},
+              {"code", e.code.empty() ? json(nullptr) : json(e.code)}}}};
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+namespace {
+
+ApiError invalid(const std::string& param, const std::string& message, const std::string& code = "invalid_value") {
+  return {400, message, "invalid_request_error", param, code};
+}
+
+std::string num(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+// Typed access to a request's optional fields (null counts as absent).
+class Fields {
+ public:
+  explicit Fields(const json& j) : j_(j) {}
+
+  const json* get(const char* name) const {
+    auto it = j_.find(name);
+    return it == j_.end() || it->is_null() ? nullptr : &*it;
+  }
+  std::optional<double> number(const char* name, double lo, double hi, bool lo_open = false) const {
+    const json* v = get(name);
+    if (!v) return std::nullopt;
+    if (!v->is_number()) throw invalid(name, std::string(name) + " must be a number", "invalid_type");
+    const double x = v->get<double>();
+    if (!std::isfinite(x) || x < lo || x > hi || (lo_open && x == lo))
+      throw invalid(name, std::string(name) + " must be in " + (lo_open ? "(" : "[") + num(lo) + ", " + num(hi) +
+                              "], got " + num(x));
+    return x;
+  }
+  std::optional<long long> integer(const char* name, long long lo, long long hi) const {
+    const json* v = get(name);
+    if (!v) return std::nullopt;
+    if (!v->is_number_integer())
+      throw invalid(name, std::string(name) + " must be an integer", "invalid_type");
+    if (v->is_number_unsigned() ? v->get<uint64_t>() > uint64_t(hi) : (v->get<long long>() < lo || v->get<long long>() > hi))
+      throw invalid(name, std::string(name) + " must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                              "], got " + v->dump());
+    return v->get<long long>();
+  }
+  std::optional<bool> boolean(const char* name) const {
+    const json* v = get(name);
+    if (!v) return std::nullopt;
+    if (!v->is_boolean()) throw invalid(name, std::string(name) + " must be true or false", "invalid_type");
+    return v->get<bool>();
+  }
+  std::optional<std::string> string(const char* name) const {
+    const json* v = get(name);
+    if (!v) return std::nullopt;
+    if (!v->is_string()) throw invalid(name, std::string(name) + " must be a string", "invalid_type");
+    return v->get<std::string>();
+  }
+
+ private:
+  const json& j_;
+};
+
+json parse_body(const std::string& body) {
+  json j;
+  try {
+    j = json::parse(body);
+  } catch (const json::exception& e) {
+    throw invalid("", std::string("the body is not valid JSON: ") + e.what(), "invalid_json");
+  }
+  if (!j.is_object()) throw invalid("", "the body must be a JSON object", "invalid_json");
+  return j;
+}
+
+// Parameters OpenAI defines that we do not implement: a clear 400 rather
+// than answers that silently ignore them.
+void refuse_unsupported(const json& j, bool chat) {
+  const Fields f(j);
+  auto refuse = [](const char* name, const std::string& why) {
+    throw invalid(name, std::string(name) + " is not supported" + why, "unsupported_parameter");
+  };
+  if (f.boolean("echo").value_or(false)) refuse("echo", "");
+  if (f.get("suffix")) refuse("suffix", "");
+  if (f.integer("best_of", 0, 1 << 20).value_or(1) > 1) refuse("best_of", " (use n)");
+  if (const json* b = f.get("logit_bias"); b && !(b->is_object() && b->empty())) refuse("logit_bias", "");
+  if (chat) {
+    if (const json* t = f.get("tools"); t && !(t->is_array() && t->empty())) refuse("tools", "");
+    if (f.get("functions")) refuse("functions", "");
+    if (f.get("tool_choice") && f.string("tool_choice").value_or("none") != "none") refuse("tool_choice", "");
+    if (const json* rf = f.get("response_format")) {
+      if (!rf->is_object() || rf->value("type", "") != "text") refuse("response_format", " (only {\"type\": \"text\"})");
+    }
+    if (const json* m = f.get("modalities"); m && *m != json::array({"text"})) refuse("modalities", " (text only)");
+  }
+}
+
+// The fields both routes share.
+void parse_common(const json& j, const ApiLimits& lim, ApiRequest& out) {
+  const Fields f(j);
+  const std::optional<std::string> model = f.string("model");
+  if (!model) throw invalid("model", "model is required (this server serves '" + lim.model_id + "')", "missing_required_parameter");
+  if (*model != lim.model_id)
+    throw ApiError{404, "the model '" + *model + "' does not exist (this server serves '" + lim.model_id + "')",
+                   "invalid_request_error", "model", "model_not_found"};
+  out.model = *model;
+  out.stream = f.boolean("stream").value_or(false);
+  if (const json* so = f.get("stream_options")) {
+    if (!so->is_object()) throw invalid("stream_options", "stream_options must be an object", "invalid_type");
+    if (!out.stream) throw invalid("stream_options", "stream_options is only allowed with stream: true");
+    out.include_usage = Fields(*so).boolean("include_usage").value_or(false);
+  }
+  SamplingParams& s = out.engine.sampling;
+  s.temperature = float(f.number("temperature", 0, 2).value_or(1.0));
+  s.top_p = float(f.number("top_p", 0, 1, true).value_or(1.0));
+  s.top_k = int(f.integer("top_k", 0, 1 << 20).value_or(0));
+  s.presence_penalty = float(f.number("presence_penalty", -2, 2).value_or(0));
+  s.frequency_penalty = float(f.number("frequency_penalty", -2, 2).value_or(0));
+  s.repeat_penalty = float(f.number("repetition_penalty", 0, 10, true).value_or(1.0));
+  if (auto seed = f.integer("seed", std::numeric_limits<long long>::min(), std::numeric_limits<long long>::max()))
+    s.seed = uint64_t(*seed);
+  else
+    s.seed = std::random_device{}();
+  out.engine.n = int(f.integer("n", 1, lim.max_n).value_or(1));
+  if (const json* stop = f.get("stop")) {
+    if (stop->is_string()) {
+      out.engine.stop = {stop->get<std::string>()};
+    } else if (stop->is_array()) {
+      if (stop->size() > 4) throw invalid("stop", "stop takes at most 4 strings");
+      for (const json& x : *stop) {
+        if (!x.is_string()) throw invalid("stop", "stop must be a string or a list of strings", "invalid_type");
+        out.engine.stop.push_back(x.get<std::string>());
+      }
+    } else {
+      throw invalid("stop", "stop must be a string or a list of strings", "invalid_type");
+    }
+    for (const auto& x : out.engine.stop)
+      if (x.empty()) throw invalid("stop", "stop strings must not be empty");
+  }
+}
+
+// max_tokens against the context: absent means up to the context's end.
+void set_max_tokens(std::optional<long long> max, const char* param, const ApiLimits& lim, ApiRequest& out) {
+  const int prompt = int(out.engine.prompt.size());
+  if (prompt >= lim.n_ctx)
+    throw invalid("messages", "this model's context is " + std::to_string(lim.n_ctx) + " tokens; the prompt has " +
+                                  std::to_string(prompt),
+                  "context_length_exceeded");
+  if (max && prompt + *max > lim.n_ctx)
+    throw invalid(param, "this model's context is " + std::to_string(lim.n_ctx) + " tokens; " + std::to_string(prompt) +
+                             " in the prompt plus " + param + " " + std::to_string(*max) + " do not fit",
+                  "context_length_exceeded");
+  out.engine.max_tokens = max ? int(*max) : lim.n_ctx - prompt;
+}
+
+std::vector<int32_t> token_list(const json& a, const ApiLimits& lim) {
+  std::vector<int32_t> ids;
+  for (const json& t : a) {
+    if (!t.is_number_integer()) throw invalid("prompt", "a token prompt must be a list of integers", "invalid_type");
+    const long long v = t.get<long long>();
+    if (v < 0 || v >= lim.tokenizer->vocab_size())
+      throw invalid("prompt", "token " + t.dump() + " is not in the vocabulary (0 to " +
+                                  std::to_string(lim.tokenizer->vocab_size() - 1) + ")");
+    ids.push_back(int32_t(v));
+  }
+  return ids;
+}
+
+}  // namespace
+
+ApiRequest parse_completion_request(const std::string& body, const ApiLimits& lim) {
+  const json j = parse_body(body);
+  refuse_unsupported(j, false);
+  ApiRequest out;
+  parse_common(j, lim, out);
+  const Fields f(j);
+  const json* p = f.get("prompt");
+  if (!p) throw invalid("prompt", "prompt is required", "missing_required_parameter");
+  // One prompt: a string, a list of token ids, or a list holding one of those.
+  const json* one = p;
+  if (p->is_array() && !p->empty() && (p->at(0).is_string() || p->at(0).is_array())) {
+    if (p->size() != 1) throw invalid("prompt", "only one prompt per request is supported (use n for more completions)");
+    one = &p->at(0);
+  }
+  if (one->is_string()) {
+    const std::string text = one->get<std::string>();
+    if (text.empty()) throw invalid("prompt", "the prompt is empty");
+    // Raw completions: special-token text stays text; BOS as the model wants.
+    out.engine.prompt = lim.tokenizer->encode(text, false, true);
+  } else if (one->is_array()) {
+    out.engine.prompt = token_list(*one, lim);
+  } else {
+    throw invalid("prompt", "prompt must be a string or a list of token ids", "invalid_type");
+  }
+  if (out.engine.prompt.empty()) throw invalid("prompt", "the prompt is empty");
+  if (auto lp = f.integer("logprobs", 0, 20)) {
+    out.logprobs = true;
+    out.engine.logprobs = int(*lp);
+  }
+  set_max_tokens(f.integer("max_tokens", 0, 1 << 24).value_or(16), "max_tokens", lim, out);
+  return out;
+}
+
+ApiRequest parse_chat_request(const std::string& body, const ApiLimits& lim) {
+  const json j = parse_body(body);
+  refuse_unsupported(j, true);
+  ApiRequest out;
+  out.chat = true;
+  parse_common(j, lim, out);
+  const Fields f(j);
+  const json* msgs = f.get("messages");
+  if (!msgs) throw invalid("messages", "messages is required", "missing_required_parameter");
+  if (!msgs->is_array()) throw invalid("messages", "messages must be a list", "invalid_type");
+  if (msgs->empty()) throw invalid("messages", "messages must not be empty");
+  std::vector<ChatMessage> conv;
+  for (size_t i = 0; i < msgs->size(); ++i) {
+    const json& m = msgs->at(i);
+    const std::string at = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) throw invalid(at, at + " must be an object", "invalid_type");
+    const json* role = Fields(m).get("role");
+    if (!role || !role->is_string()) throw invalid(at + ".role", at + " has no role");
+    std::string r = role->get<std::string>();
+    if (r == "developer") r = "system";  // OpenAI's newer name for the system role
+    if (r != "system" && r != "user" && r != "assistant")
+      throw invalid(at + ".role", at + " has the unknown role '" + role->get<std::string>() +
+                                      "' (system, developer, user or assistant)");
+    const json* c = Fields(m).get("content");
+    std::string text;
+    if (c && c->is_string()) {
+      text = c->get<std::string>();
+    } else if (c && c->is_array()) {
+      for (const json& part : *c) {
+        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+          throw invalid(at + ".content", at + ": only text content parts are supported");
+        text += part["text"].get<std::string>();
+      }
+    } else {
+      throw invalid(at + ".content", at + " must have a string content", "invalid_type");
+    }
+    conv.push_back({r, text});
+  }
+  // The template renders special tokens as text: parse them back as tokens.
+  out.engine.prompt = lim.tokenizer->encode(lim.chat->apply(conv), true, true);
+  if (f.boolean("logprobs").value_or(false)) {
+    out.logprobs = true;
+    out.engine.logprobs = int(f.integer("top_logprobs", 0, 20).value_or(0));
+  } else if (f.get("top_logprobs")) {
+    throw invalid("top_logprobs", "top_logprobs needs logprobs: true");
+  }
+  std::optional<long long> max = f.integer("max_completion_tokens", 0, 1 << 24);
+  const char* param = "max_completion_tokens";
+  if (!max) max = f.integer("max_tokens", 0, 1 << 24), param = "max_tokens";
+  set_max_tokens(max, param, lim, out);
+  return out;
+}
+
+}  // namespace cs

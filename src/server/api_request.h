@@ -1,0 +1,39 @@
+// OpenAI requests (/v1/completions, /v1/chat/completions) parsed and checked
+// into what the engine runs plus how to answer. Every problem is an ApiError
+// naming the field: bad JSON, wrong types, values out of range, an unknown
+// model, empty or malformed messages, unknown roles, parameters we do not
+// support, a prompt longer than the context. Pure functions of their input:
+// the fuzz target for request bodies calls them directly.
+#pragma once
+#include <string>
+
+#include "engine/request.h"
+#include "model/chat_template.h"
+#include "model/tokenizer.h"
+#include "server/api_error.h"
+
+namespace cs {
+
+// What requests are checked against.
+struct ApiLimits {
+  const Tokenizer* tokenizer = nullptr;
+  const ChatTemplate* chat = nullptr;
+  std::string model_id;  // the one model served
+  int n_ctx = 0;         // context per sequence
+  int max_n = 1;         // completions per request
+};
+
+struct ApiRequest {
+  bool chat = false;
+  Request engine;              // prompt ids, sampling, max_tokens, stop, n, logprobs
+  std::string model;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  bool logprobs = false;       // answer with logprobs (engine.logprobs = how many alternatives)
+};
+
+// Throws ApiError.
+ApiRequest parse_completion_request(const std::string& body, const ApiLimits& limits);
+ApiRequest parse_chat_request(const std::string& body, const ApiLimits& limits);
+
+}  // namespace cs

@@ -1,0 +1,137 @@
+#include "server/api_response.h"
+
+#include <nlohmann/json.hpp>
+
+namespace cs {
+
+using json = nlohmann::json;
+
+namespace {
+
+// Token pieces may be part of a UTF-8 character: invalid sequences become
+// U+FFFD in JSON text (the exact bytes go in "bytes").
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+json usage_of(const Result& r) {
+  const Usage& u = r.usage;
+  return {{"prompt_tokens", u.prompt_tokens},
+          {"completion_tokens", u.completion_tokens},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+}
+
+json bytes_of(const std::string& s) {
+  json b = json::array();
+  for (unsigned char c : s) b.push_back(int(c));
+  return b;
+}
+
+// Chat logprobs: {"content": [{"token", "logprob", "bytes", "top_logprobs"}]}.
+json chat_entry(const Tokenizer& tok, int32_t id, float lp, const std::vector<TokenLogprob>& top) {
+  const std::string piece = tok.piece(id);
+  json alts = json::array();
+  for (const auto& t : top) {
+    const std::string p = tok.piece(t.token);
+    alts.push_back({{"token", p}, {"logprob", t.logprob}, {"bytes", bytes_of(p)}});
+  }
+  return {{"token", piece}, {"logprob", lp}, {"bytes", bytes_of(piece)}, {"top_logprobs", alts}};
+}
+
+// Completion logprobs: parallel lists.
+json completion_logprobs(const Tokenizer& tok, const std::vector<TokenLogprobs>& lps, size_t text_offset) {
+  json tokens = json::array(), lp = json::array(), top = json::array(), off = json::array();
+  for (const auto& t : lps) {
+    const std::string piece = tok.piece(t.token);
+    tokens.push_back(piece);
+    lp.push_back(t.logprob);
+    json alts = json::object();
+    for (const auto& a : t.top) alts[tok.piece(a.token)] = a.logprob;
+    top.push_back(alts);
+    off.push_back(text_offset);
+    text_offset += piece.size();
+  }
+  return {{"tokens", tokens}, {"token_logprobs", lp}, {"top_logprobs", top}, {"text_offset", off}};
+}
+
+}  // namespace
+
+const char* api_finish_reason(FinishReason r) { return r == FinishReason::kStop ? "stop" : "length"; }
+
+ApiResponder::ApiResponder(const ApiRequest& req, const Tokenizer& tok, std::string id, long long created)
+    : req_(req), tok_(tok), id_(std::move(id)), created_(created), started_(size_t(req.engine.n), false) {}
+
+std::string ApiResponder::response(const Result& r) const {
+  json choices = json::array();
+  for (size_t i = 0; i < r.completions.size(); ++i) {
+    const Completion& c = r.completions[i];
+    json ch = {{"index", i}, {"finish_reason", api_finish_reason(c.reason)}};
+    if (req_.chat) {
+      ch["message"] = {{"role", "assistant"}, {"content", c.text}};
+      if (req_.logprobs) {
+        json content = json::array();
+        for (const auto& t : c.logprobs) content.push_back(chat_entry(tok_, t.token, t.logprob, t.top));
+        ch["logprobs"] = {{"content", content}};
+      } else {
+        ch["logprobs"] = nullptr;
+      }
+    } else {
+      ch["text"] = c.text;
+      ch["logprobs"] = req_.logprobs ? completion_logprobs(tok_, c.logprobs, 0) : json(nullptr);
+    }
+    choices.push_back(ch);
+  }
+  return dump({{"id", id_},
+               {"object", req_.chat ? "chat.completion" : "text_completion"},
+               {"created", created_},
+               {"model", req_.model},
+               {"system_fingerprint", "chunkserve"},
+               {"choices", choices},
+               {"usage", usage_of(r)}});
+}
+
+std::string ApiResponder::chunk(const StreamEvent& ev) {
+  if (ev.kind == StreamEvent::Kind::kToken && ev.end_of_generation) return {};
+  const bool fin = ev.kind == StreamEvent::Kind::kFinish;
+  if (fin && ev.reason == FinishReason::kError) return error_chunk({500, ev.message, "server_error", "", ""});
+  const bool has_lp = req_.logprobs && !fin && ev.token >= 0;
+  if (!fin && ev.text.empty() && !has_lp) return {};
+  json choice = {{"index", ev.index}, {"finish_reason", fin ? json(api_finish_reason(ev.reason)) : json(nullptr)}};
+  if (req_.chat) {
+    json delta = json::object();
+    if (!started_[size_t(ev.index)]) {
+      delta["role"] = "assistant";
+      started_[size_t(ev.index)] = true;
+    }
+    if (!fin) delta["content"] = ev.text;
+    choice["delta"] = delta;
+    choice["logprobs"] = has_lp ? json{{"content", json::array({chat_entry(tok_, ev.token, ev.logprob, ev.top)})}}
+                                : json(nullptr);
+  } else {
+    choice["text"] = fin ? "" : ev.text;
+    choice["logprobs"] =
+        has_lp ? completion_logprobs(tok_, {{ev.token, ev.logprob, ev.top}}, 0) : json(nullptr);
+  }
+  json j = {{"id", id_},
+            {"object", req_.chat ? "chat.completion.chunk" : "text_completion"},
+            {"created", created_},
+            {"model", req_.model},
+            {"system_fingerprint", "chunkserve"},
+            {"choices", json::array({choice})}};
+  if (req_.include_usage) j["usage"] = nullptr;
+  return "data: " + dump(j) + "\n\n";
+}
+
+std::string ApiResponder::usage_chunk(const Result& r) const {
+  json j = {{"id", id_},
+            {"object", req_.chat ? "chat.completion.chunk" : "text_completion"},
+            {"created", created_},
+            {"model", req_.model},
+            {"system_fingerprint", "chunkserve"},
+            {"choices", json::array()},
+            {"usage", usage_of(r)}};
+  return "data: " + dump(j) + "\n\n";
+}
+
+std::string ApiResponder::error_chunk(const ApiError& e) { return "data: " + error_json(e) + "\n\n"; }
+
+}  // namespace cs

@@ -1,0 +1,41 @@
+// Answers in OpenAI's shapes: the whole response of a non-streamed request,
+// and the server-sent event chunks of a streamed one (chat.completion.chunk
+// or text_completion), ending with an optional usage chunk and [DONE].
+#pragma once
+#include <string>
+#include <vector>
+
+#include "engine/request.h"
+#include "model/tokenizer.h"
+#include "server/api_request.h"
+
+namespace cs {
+
+class ApiResponder {
+ public:
+  ApiResponder(const ApiRequest& req, const Tokenizer& tok, std::string id, long long created);
+
+  const std::string& id() const { return id_; }
+  // The body of a non-streamed answer.
+  std::string response(const Result& r) const;
+  // The SSE lines ("data: ...\n\n") an event adds to a stream; may be empty.
+  std::string chunk(const StreamEvent& ev);
+  // The usage chunk (stream_options.include_usage) and the end of the stream.
+  std::string usage_chunk(const Result& r) const;
+  static std::string done() { return "data: [DONE]\n\n"; }
+  // An error inside a stream (after the 200 status was sent).
+  static std::string error_chunk(const ApiError& e);
+
+ private:
+  const ApiRequest& req_;
+  const Tokenizer& tok_;
+  std::string id_;
+  long long created_;
+  std::vector<bool> started_;  // per choice: the assistant role was sent (chat)
+};
+
+// OpenAI's finish_reason for ours ("stop", "length"; a cancelled completion
+// was cut short: "length").
+const char* api_finish_reason(FinishReason r);
+
+}  // namespace cs

@@ -1,0 +1,86 @@
+#include "server/metrics.h"
+
+#include <sstream>
+
+namespace cs {
+namespace {
+
+struct Writer {
+  std::ostringstream out;
+  std::string labels;  // {model="..."}
+
+  void head(const std::string& name, const char* type, const char* help) {
+    out << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n';
+  }
+  template <class T>
+  void metric(const std::string& name, const char* type, const char* help, T v) {
+    head(name, type, help);
+    out << name << labels << ' ' << v << '\n';
+  }
+  void histogram(const std::string& name, const char* help, const Histogram& h) {
+    head(name, "histogram", help);
+    const std::string inner = labels.substr(1, labels.size() - 2);  // model="..."
+    uint64_t cum = 0;
+    for (size_t i = 0; i < h.bounds.size(); ++i) {
+      cum += h.counts[i];
+      out << name << "_bucket{" << inner << ",le=\"" << h.bounds[i] << "\"} " << cum << '\n';
+    }
+    out << name << "_bucket{" << inner << ",le=\"+Inf\"} " << h.count << '\n';
+    out << name << "_sum" << labels << ' ' << h.sum << '\n' << name << "_count" << labels << ' ' << h.count << '\n';
+  }
+};
+
+std::string escape(const std::string& v) {
+  std::string o;
+  for (char c : v) {
+    if (c == '\\' || c == '"') o += '\\';
+    if (c == '\n') {
+      o += "\\n";
+      continue;
+    }
+    o += c;
+  }
+  return o;
+}
+
+}  // namespace
+
+std::string prometheus_text(const EngineStats& s, const HttpCounts& http, const std::string& model) {
+  Writer w;
+  w.labels = "{model=\"" + escape(model) + "\"}";
+  const std::string p = "chunkserve:";
+  w.metric(p + "num_requests_waiting", "gauge", "Requests queued, not yet running (TotalQueuedRequests).", s.waiting);
+  w.metric(p + "num_requests_running", "gauge", "Sequences running in the engine (TotalRunningRequests).", s.running);
+  w.metric(p + "kv_cache_usage_perc", "gauge",
+           "KV chunks held by running sequences over the pool's capacity, 0..1 (KVCacheUtilization).",
+           s.kv.chunks ? double(s.kv.used) / s.kv.chunks : 0.0);
+  w.head(p + "kv_chunks", "gauge", "KV chunks by state: used (live sequences), cached (retained, evictable), free.");
+  const std::string inner = w.labels.substr(1, w.labels.size() - 2);
+  w.out << p << "kv_chunks{" << inner << ",state=\"used\"} " << s.kv.used << '\n'
+        << p << "kv_chunks{" << inner << ",state=\"cached\"} " << s.kv.cached << '\n'
+        << p << "kv_chunks{" << inner << ",state=\"free\"} " << s.kv.free << '\n';
+  w.metric(p + "kv_chunk_bytes", "gauge", "Bytes per KV chunk.", s.kv.chunk_bytes);
+  w.metric(p + "kv_pool_bytes", "gauge", "Bytes of the KV pool.", s.kv.bytes);
+  w.metric(p + "kv_chunks_peak", "gauge", "Most KV chunks ever allocated at once.", s.kv.peak);
+  w.metric(p + "prompt_tokens_total", "counter", "Prompt tokens of submitted requests.", s.prompt_tokens);
+  w.metric(p + "prompt_tokens_cached_total", "counter", "Prompt tokens found in the KV cache (no prefill).",
+           s.prompt_tokens_cached);
+  w.metric(p + "prefill_tokens_total", "counter", "Tokens computed as prefill (recomputation after preemption included).",
+           s.prefill_tokens);
+  w.metric(p + "generation_tokens_total", "counter", "Tokens generated.", s.generated_tokens);
+  w.metric(p + "requests_total", "counter", "Requests submitted to the engine.", s.requests);
+  w.metric(p + "requests_finished_total", "counter", "Requests finished.", s.finished);
+  w.metric(p + "requests_cancelled_total", "counter", "Requests cancelled (client gone, or shutdown).", s.cancelled);
+  w.metric(p + "num_preemptions_total", "counter", "Sequences preempted for KV memory.", s.preemptions);
+  w.metric(p + "engine_steps_total", "counter", "Forward passes run.", s.steps);
+  w.metric(p + "engine_threads", "gauge", "Compute threads the last step used.", s.threads);
+  w.histogram(p + "time_to_first_token_seconds", "Time from a request's arrival to its first token.", s.ttft);
+  w.histogram(p + "inter_token_latency_seconds", "Time between a sequence's consecutive tokens.", s.itl);
+  w.head(p + "http_responses_total", "counter", "HTTP responses by route and status.");
+  for (const auto& [key, n] : http.responses)
+    w.out << p << "http_responses_total{" << inner << ",route=\"" << escape(key.first) << "\",code=\"" << key.second
+          << "\"} " << n << '\n';
+  return w.out.str();
+}
+
+}  // namespace cs

@@ -1,0 +1,49 @@
+// `chunkserve serve`: the OpenAI-compatible HTTP API over the engine
+// (cpp-httplib for HTTP, nlohmann-json for JSON). HTTP threads parse and
+// check requests, submit them to the engine and stream what it returns; they
+// never touch the model or the KV cache.
+//
+// Routes: POST /v1/completions, POST /v1/chat/completions (streamed as
+// server-sent events or not), GET /v1/models, GET /health, POST /tokenize,
+// POST /detokenize, GET /metrics. Every invalid request gets a 4xx with
+// OpenAI's error object; a client that disconnects mid-stream cancels its
+// request. With an API key, everything but /health needs
+// "Authorization: Bearer KEY".
+#pragma once
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "engine/engine.h"
+
+namespace cs {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;                 // 0: any free port
+  std::string api_key;             // empty: no authentication
+  std::string model_id;            // the name clients use
+  int http_threads = 0;            // 0: 4 per sequence the engine runs at once, plus 8
+  size_t max_body = 8 << 20;       // larger bodies get 413
+  std::chrono::milliseconds grace{30000};  // on stop: how long in-flight requests may take
+  bool log_json = false;           // one JSON object per request log line
+};
+
+class Server {
+ public:
+  Server(Engine& engine, ServerOptions opt);
+  ~Server();
+  // Binds the listening socket; returns the port. Throws cs::Error.
+  int bind();
+  // Serves until stop(); returns after in-flight requests ended.
+  void serve();
+  // Thread-safe: stops taking requests (503), lets in-flight ones finish
+  // within the grace period (then cancels them) and ends serve().
+  void stop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cs
