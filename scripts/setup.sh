@@ -19,6 +19,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
+# The server's integration tests talk to it through the official client.
+if ! python3 -c "import openai" 2>/dev/null; then
+  echo "setup: installing the openai client (PyPI)" >&2
+  python3 -m pip install --quiet "openai>=1.0,<4"
+fi
+
 MODEL="$root/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
 if [ -f "$MODEL" ] && echo "$SHA256  $MODEL" | sha256sum -c --status; then

@@ -1,0 +1,51 @@
+"""Starts `chunkserve serve` on a free loopback port for a test and stops it."""
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+
+
+class Server:
+    """A chunkserve server process. `url` is http://127.0.0.1:PORT; `log` the stderr lines so far."""
+
+    def __init__(self, binary, model, *args, env=None):
+        cmd = [binary, "serve", "-m", model, "--port", "0", *args]
+        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+        self.log = []
+        self.port = None
+        ready = threading.Event()
+
+        def read():
+            for line in self.proc.stderr:
+                self.log.append(line.rstrip("\n"))
+                m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
+                if m:
+                    self.port = int(m.group(1))
+                    ready.set()
+            ready.set()
+
+        self.reader = threading.Thread(target=read, daemon=True)
+        self.reader.start()
+        if not ready.wait(120) or self.port is None:
+            self.proc.kill()
+            raise RuntimeError("server did not start:\n" + "\n".join(self.log))
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def stop(self, sig=signal.SIGTERM, timeout=60):
+        """Signals the server; returns its exit status."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            self.reader.join(5)
+
+    def wait_for_log(self, pattern, timeout=30):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if any(re.search(pattern, l) for l in self.log):
+                return True
+            time.sleep(0.05)
+        return False

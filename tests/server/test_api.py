@@ -1,0 +1,328 @@
+"""Integration tests of `chunkserve serve` through the official `openai` client
+(and raw HTTP where a client would not send such a request).
+
+Run by CTest: python3 test_api.py BINARY MODEL
+"""
+import http.client
+import json
+import re
+import signal
+import sys
+import threading
+import time
+import unittest
+
+import openai
+
+from harness import Server
+
+BINARY = MODEL = None
+MODEL_ID = "SmolLM2-135M-Instruct.Q4_1"
+SYSTEM = ("You are a careful assistant for a bookstore. Answer in one short sentence. The store opens at nine, "
+          "closes at six, sells new and used books, orders any title within three days, and offers a ten percent "
+          "discount to students and teachers. Gift cards never expire. Returns are accepted within thirty days.")
+
+
+def raw(url, method, path, body=None, headers=None):
+    """(status, headers, parsed JSON or text) of one HTTP request."""
+    host, port = url.replace("http://", "").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=120)
+    data = body if isinstance(body, (bytes, type(None))) else body.encode()
+    conn.request(method, path, body=data, headers={"Content-Type": "application/json", **(headers or {})})
+    r = conn.getresponse()
+    text = r.read().decode()
+    conn.close()
+    try:
+        return r.status, dict(r.getheaders()), json.loads(text)
+    except ValueError:
+        return r.status, dict(r.getheaders()), text
+
+
+def metrics(url):
+    _, _, text = raw(url, "GET", "/metrics")
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r'^(chunkserve:[a-z_]+)(\{[^}]*\})? ([0-9.e+-]+)$', line)
+        if m:
+            labels = m.group(2) or ""
+            key = m.group(1) + (re.sub(r'model="[^"]*",?', "", labels).replace("{}", ""))
+            out[key] = float(m.group(3))
+    return out
+
+
+class Api(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server(BINARY, MODEL, "--max-batch", "8")
+        cls.client = openai.OpenAI(base_url=cls.server.url + "/v1", api_key="unused", max_retries=0)
+
+    @classmethod
+    def tearDownClass(cls):
+        status = cls.server.stop()
+        assert status == 0, f"server exit status {status}"
+
+    def error(self, status, body, path="/v1/chat/completions", headers=None):
+        code, hdrs, j = raw(self.server.url, "POST", path, body, headers)
+        self.assertEqual(code, status, j)
+        self.assertIsInstance(j, dict, j)
+        self.assertEqual(set(j["error"]), {"message", "type", "param", "code"})
+        return j["error"], hdrs
+
+    def test_models_and_health(self):
+        self.assertEqual([m.id for m in self.client.models.list()], [MODEL_ID])
+        self.assertEqual(raw(self.server.url, "GET", "/health")[2], {"status": "ok"})
+
+    def test_completion_greedy(self):
+        r = self.client.completions.create(model=MODEL_ID, prompt="1, 2, 3, 4,", max_tokens=6, temperature=0)
+        self.assertTrue(r.choices[0].text.startswith(" 5, 6,"), r.choices[0].text)
+        self.assertEqual(r.choices[0].finish_reason, "length")
+        self.assertEqual(r.usage.completion_tokens, 6)
+        self.assertEqual(r.usage.total_tokens, r.usage.prompt_tokens + 6)
+        self.assertEqual(r.object, "text_completion")
+
+    def test_chat(self):
+        ask = lambda: self.client.chat.completions.create(
+            model=MODEL_ID, messages=[{"role": "user", "content": "What is the capital of France?"}],
+            max_tokens=30, temperature=0)
+        r = ask()
+        c = r.choices[0]
+        self.assertEqual(c.message.role, "assistant")
+        self.assertGreater(len(c.message.content), 10)
+        self.assertIn(c.finish_reason, ("stop", "length"))
+        self.assertEqual(r.object, "chat.completion")
+        self.assertEqual(ask().choices[0].message.content, c.message.content)  # greedy is deterministic
+
+    def test_stream_equals_non_stream_with_usage(self):
+        kw = dict(model=MODEL_ID, messages=[{"role": "system", "content": SYSTEM},
+                                            {"role": "user", "content": "Do gift cards expire?"}],
+                  max_tokens=24, temperature=0.8, seed=1234)
+        full = self.client.chat.completions.create(**kw)
+        text, usage, finish, roles = "", None, None, 0
+        for ch in self.client.chat.completions.create(stream=True, stream_options={"include_usage": True}, **kw):
+            if ch.usage:
+                usage = ch.usage
+            for c in ch.choices:
+                text += c.delta.content or ""
+                roles += c.delta.role == "assistant"
+                finish = c.finish_reason or finish
+        self.assertEqual(text, full.choices[0].message.content)
+        self.assertEqual(finish, full.choices[0].finish_reason)
+        self.assertEqual(roles, 1)
+        self.assertEqual(usage.completion_tokens, full.usage.completion_tokens)
+        self.assertEqual(usage.prompt_tokens, full.usage.prompt_tokens)
+
+    def test_n_completions(self):
+        r = self.client.completions.create(model=MODEL_ID, prompt="Once upon a time", max_tokens=12, n=2,
+                                           temperature=1.0, seed=7)
+        self.assertEqual(sorted(c.index for c in r.choices), [0, 1])
+        self.assertNotEqual(r.choices[0].text, r.choices[1].text)
+        self.assertEqual(r.usage.completion_tokens, 24)
+        texts = {0: "", 1: ""}
+        for ch in self.client.completions.create(model=MODEL_ID, prompt="Once upon a time", max_tokens=12, n=2,
+                                                 temperature=1.0, seed=7, stream=True):
+            for c in ch.choices:
+                texts[c.index] += c.text
+        self.assertEqual(texts, {0: r.choices[0].text, 1: r.choices[1].text})
+
+    def test_stop_strings(self):
+        r = self.client.completions.create(model=MODEL_ID, prompt="1, 2, 3, 4, 5,", max_tokens=32, temperature=0,
+                                           stop=[" 8", "zzz"])
+        self.assertEqual(r.choices[0].text, " 6, 7,")
+        self.assertEqual(r.choices[0].finish_reason, "stop")
+        streamed = "".join(ch.choices[0].text for ch in self.client.completions.create(
+            model=MODEL_ID, prompt="1, 2, 3, 4, 5,", max_tokens=32, temperature=0, stop=" 8", stream=True)
+            if ch.choices)
+        self.assertEqual(streamed, " 6, 7,")
+
+    def test_logprobs(self):
+        r = self.client.completions.create(model=MODEL_ID, prompt="1, 2, 3,", max_tokens=4, temperature=0, logprobs=2)
+        lp = r.choices[0].logprobs
+        self.assertEqual(len(lp.tokens), 4)
+        self.assertEqual("".join(lp.tokens), r.choices[0].text)
+        for tok, l, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+            self.assertLessEqual(l, 0.0)
+            self.assertEqual(len(top), 2)
+            self.assertAlmostEqual(max(top.values()), l, places=4)  # greedy: the chosen token is the best
+        c = self.client.chat.completions.create(model=MODEL_ID, messages=[{"role": "user", "content": "Hi"}],
+                                                max_tokens=5, temperature=0, logprobs=True, top_logprobs=3)
+        content = c.choices[0].logprobs.content
+        self.assertEqual(len(content), c.usage.completion_tokens - (c.choices[0].finish_reason == "stop"))
+        self.assertEqual(len(content[0].top_logprobs), 3)
+        self.assertEqual(bytes(sum((e.bytes for e in content), [])).decode(), c.choices[0].message.content)
+
+    def test_cached_tokens_on_repeated_system_prompt(self):
+        def ask(q):
+            return self.client.chat.completions.create(
+                model=MODEL_ID, messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": q}],
+                max_tokens=4, temperature=0)
+        ask("When do you open?")
+        r = ask("Can teachers get a discount?")
+        cached = r.usage.prompt_tokens_details.cached_tokens
+        self.assertGreater(cached, 40)
+        self.assertLess(cached, r.usage.prompt_tokens)
+
+    def test_metrics_follow_requests(self):
+        before = metrics(self.server.url)
+        r = self.client.completions.create(model=MODEL_ID, prompt="The weather today is", max_tokens=7,
+                                           temperature=0)
+        time.sleep(0.3)  # the engine publishes its counters after the step
+        after = metrics(self.server.url)
+        self.assertEqual(after["chunkserve:prompt_tokens_total"] - before["chunkserve:prompt_tokens_total"],
+                         r.usage.prompt_tokens)
+        self.assertEqual(after["chunkserve:generation_tokens_total"] - before["chunkserve:generation_tokens_total"],
+                         r.usage.completion_tokens)
+        self.assertEqual(after["chunkserve:requests_total"] - before["chunkserve:requests_total"], 1)
+        self.assertEqual(after["chunkserve:time_to_first_token_seconds_count"]
+                         - before["chunkserve:time_to_first_token_seconds_count"], 1)
+        self.assertEqual(after["chunkserve:num_requests_running"], 0)
+        self.assertGreaterEqual(after["chunkserve:kv_cache_usage_perc"], 0)
+        self.assertLessEqual(after["chunkserve:kv_cache_usage_perc"], 1)
+        self.assertIn('chunkserve:kv_chunks{state="cached"}', after)
+
+    def test_tokenize_detokenize(self):
+        _, _, t = raw(self.server.url, "POST", "/tokenize", json.dumps({"content": "Hello world"}))
+        self.assertTrue(all(isinstance(x, int) for x in t["tokens"]))
+        _, _, d = raw(self.server.url, "POST", "/detokenize", json.dumps({"tokens": t["tokens"]}))
+        self.assertEqual(d["content"], "Hello world")
+        err, _ = self.error(400, json.dumps({"tokens": [10 ** 9]}), path="/detokenize")
+        self.assertIn("not in the vocabulary", err["message"])
+
+    def test_invalid_requests(self):
+        chat = lambda **kw: json.dumps({"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}], **kw})
+        cases = [
+            ("{not json", 400, "not valid JSON", None),
+            ("[1, 2]", 400, "must be a JSON object", None),
+            (chat(temperature="hot"), 400, "temperature must be a number", "temperature"),
+            (chat(temperature=1e999), 400, "not valid JSON", None),  # Python writes Infinity
+            (chat()[:-1] + ', "temperature": 1e999}', 400, "number overflow parsing '1e999'", None),
+            (chat(temperature=5), 400, "temperature must be in [0, 2], got 5", "temperature"),
+            (chat(top_p=0), 400, "top_p must be in (0, 1]", "top_p"),
+            (chat(n=1000), 400, "n must be in [1, 8]", "n"),
+            (chat(max_tokens=-1), 400, "max_tokens must be in [0, 16777216], got -1", "max_tokens"),
+            (chat(max_tokens=100000), 400, "do not fit", "max_tokens"),
+            (chat(max_tokens=2.5), 400, "max_tokens must be an integer", "max_tokens"),
+            (chat(stop=[1]), 400, "stop must be a string or a list of strings", "stop"),
+            (chat(tools=[{"type": "function"}]), 400, "tools is not supported", "tools"),
+            (chat(stream_options={"include_usage": True}), 400, "only allowed with stream", "stream_options"),
+            (json.dumps({"model": MODEL_ID, "messages": []}), 400, "messages must not be empty", "messages"),
+            (json.dumps({"model": MODEL_ID}), 400, "messages is required", "messages"),
+            (json.dumps({"model": MODEL_ID, "messages": [{"role": "user"}]}), 400, "must have a string content",
+             "messages[0].content"),
+            (json.dumps({"model": MODEL_ID, "messages": ["hi"]}), 400, "must be an object", "messages[0]"),
+            (json.dumps({"model": MODEL_ID, "messages": [{"role": "wizard", "content": "hi"}]}), 400,
+             "unknown role 'wizard'", "messages[0].role"),
+            (json.dumps({"messages": [{"role": "user", "content": "hi"}]}), 400, "model is required", "model"),
+            (json.dumps({"model": "gpt-4", "messages": [{"role": "user", "content": "hi"}]}), 404,
+             "the model 'gpt-4' does not exist", "model"),
+            (json.dumps({"model": MODEL_ID, "messages": [{"role": "user", "content": "word " * 9000}]}), 400,
+             "context is 8192 tokens", "messages"),
+        ]
+        for body, status, message, param in cases:
+            with self.subTest(body=body[:60]):
+                err, _ = self.error(status, body)
+                self.assertIn(message, err["message"])
+                self.assertEqual(err["param"], param)
+        completion = lambda **kw: json.dumps({"model": MODEL_ID, **kw})
+        for body, message, param in [
+            (completion(), "prompt is required", "prompt"),
+            (completion(prompt=""), "the prompt is empty", "prompt"),
+            (completion(prompt=["a", "b"]), "only one prompt per request", "prompt"),
+            (completion(prompt=[1, -5]), "token -5 is not in the vocabulary", "prompt"),
+            (completion(prompt="hi", echo=True), "echo is not supported", "echo"),
+            (completion(prompt="hi", logprobs=50), "logprobs must be in [0, 20]", "logprobs"),
+        ]:
+            with self.subTest(body=body):
+                err, _ = self.error(400, body, path="/v1/completions")
+                self.assertIn(message, err["message"])
+                self.assertEqual(err["param"], param)
+        # The server goes on serving.
+        self.test_completion_greedy()
+
+    def test_body_too_large(self):
+        body = json.dumps({"model": MODEL_ID, "prompt": "x" * (9 << 20)})
+        err, _ = self.error(413, body, path="/v1/completions")
+        self.assertIn("larger than", err["message"])
+
+    def test_unknown_route(self):
+        code, _, j = raw(self.server.url, "GET", "/v2/everything")
+        self.assertEqual(code, 404)
+        self.assertIn("no route for GET /v2/everything", j["error"]["message"])
+
+    def test_disconnect_mid_stream_cancels(self):
+        before = metrics(self.server.url)
+        host, port = self.server.url.replace("http://", "").split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=60)
+        conn.request("POST", "/v1/completions", json.dumps(
+            {"model": MODEL_ID, "prompt": "Tell me a very long story.", "max_tokens": 4000, "stream": True,
+             "temperature": 0.7}), {"Content-Type": "application/json"})
+        r = conn.getresponse()
+        self.assertEqual(r.status, 200)
+        r.fp.readline()  # the first event
+        conn.sock.close()
+        conn.close()
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            m = metrics(self.server.url)
+            if m["chunkserve:requests_cancelled_total"] > before["chunkserve:requests_cancelled_total"] and \
+                    m["chunkserve:num_requests_running"] == 0:
+                break
+            time.sleep(0.1)
+        self.assertEqual(m["chunkserve:requests_cancelled_total"] - before["chunkserve:requests_cancelled_total"], 1)
+        self.assertEqual(m['chunkserve:kv_chunks{state="used"}'], 0)
+
+
+class Limits(unittest.TestCase):
+    def test_api_key(self):
+        s = Server(BINARY, MODEL, env={"CHUNKSERVE_API_KEY": "sekret"})
+        try:
+            body = json.dumps({"model": MODEL_ID, "prompt": "hi", "max_tokens": 1})
+            code, _, j = raw(s.url, "POST", "/v1/completions", body)
+            self.assertEqual(code, 401)
+            self.assertEqual(j["error"]["code"], "invalid_api_key")
+            code, _, _ = raw(s.url, "POST", "/v1/completions", body, {"Authorization": "Bearer wrong"})
+            self.assertEqual(code, 401)
+            ok = openai.OpenAI(base_url=s.url + "/v1", api_key="sekret", max_retries=0)
+            self.assertEqual(len(ok.completions.create(model=MODEL_ID, prompt="hi", max_tokens=2).choices), 1)
+            self.assertEqual(raw(s.url, "GET", "/health")[0], 200)  # probes need no key
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+    def test_too_many_waiting_is_429(self):
+        s = Server(BINARY, MODEL, "--max-batch", "1", "--max-waiting", "1")
+        try:
+            body = json.dumps({"model": MODEL_ID, "prompt": "Count to a thousand:", "max_tokens": 300,
+                               "temperature": 0})
+            results = []
+            threads = [threading.Thread(target=lambda: results.append(raw(s.url, "POST", "/v1/completions", body)))
+                       for _ in range(4)]
+            for t in threads:
+                t.start()
+                time.sleep(0.2)
+            for t in threads:
+                t.join()
+            codes = sorted(r[0] for r in results)
+            self.assertIn(429, codes)
+            self.assertIn(200, codes)
+            busy = [r for r in results if r[0] == 429][0]
+            self.assertEqual(busy[1].get("Retry-After"), "1")
+            self.assertEqual(busy[2]["error"]["type"], "rate_limit_error")
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+    def test_sigterm_finishes_in_flight_streams(self):
+        s = Server(BINARY, MODEL, "--grace", "60")
+        client = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0)
+        stream = client.completions.create(model=MODEL_ID, prompt="1, 2, 3,", max_tokens=60, temperature=0,
+                                           stream=True)
+        first = next(iter(stream))
+        s.proc.send_signal(signal.SIGTERM)
+        text = first.choices[0].text + "".join(ch.choices[0].text for ch in stream if ch.choices)
+        self.assertEqual(s.stop(), 0)
+        self.assertTrue(text.startswith(" 4, 5, 6"), text)
+        self.assertTrue(s.wait_for_log("SIGTERM: finishing in-flight"))
+        self.assertTrue(s.wait_for_log("chunkserve: stopped"))
+
+
+if __name__ == "__main__":
+    BINARY, MODEL = sys.argv[1], sys.argv[2]
+    unittest.main(argv=[sys.argv[0], "-v"] + sys.argv[3:])
