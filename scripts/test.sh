@@ -3,7 +3,9 @@
 # llama.cpp's recorded outputs) and the CLI error paths.
 #   scripts/test.sh             release build, every test
 #   scripts/test.sh --sanitize  ASan+UBSan build, unit tests; ThreadSanitizer
-#                               build, the tests of concurrent clients
+#                               build, the tests of concurrent clients and the
+#                               server's integration tests; 60 s of each
+#                               libFuzzer target (ASan+UBSan)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/setup.sh"
@@ -16,9 +18,14 @@ if [ "${1:-}" = "--sanitize" ]; then
   tsan="$root/build-tsan"
   [ -f "$tsan/build.ninja" ] || cmake -S "$root" -B "$tsan" -G Ninja -DCHUNKSERVE_TSAN=ON \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-  ninja -C "$tsan" --quiet unit_tests
+  ninja -C "$tsan" --quiet unit_tests chunkserve
   cd "$tsan"
-  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --output-on-failure -L threads
+  export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
+  ctest --output-on-failure -L threads
+  CHUNKSERVE_SERVER_ARGS="--threads 1" python3 "$root/tests/server/test_api.py" "$tsan/chunkserve" \
+    "$root/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+  unset TSAN_OPTIONS
+  "$root/scripts/fuzz.sh" 60
 else
   dir="$root/build"
   "$root/scripts/build.sh" "$dir"

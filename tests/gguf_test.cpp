@@ -208,6 +208,14 @@ TEST(Gguf, BadMetadata) {
   expect_error(d.write("dupkey"), "duplicate metadata key");
 }
 
+// Names in messages come from the file: a NUL or a control byte in a key is
+// shown escaped, so the message is not cut short when printed.
+TEST(Gguf, ControlBytesInNamesAreEscaped) {
+  GgufWriter w;
+  w.key(std::string("bad\0key\n", 8), 77), w.put<uint32_t>(0);
+  expect_error(w.write("nulkey"), "metadata key 'bad\\x00key\\x0a' has unknown value type 77");
+}
+
 TEST(Gguf, MissingAndMistypedKeys) {
   GgufWriter w;
   w.kv_str("s", "x");

@@ -10,6 +10,7 @@
 #include "base/threads.h"
 #include "engine/request_state.h"
 #include "engine/scheduler.h"
+#include "engine/validate.h"
 
 namespace cs {
 
@@ -170,48 +171,9 @@ Engine::~Engine() {
   if (impl_->thread.joinable()) impl_->thread.join();
 }
 
-namespace {
-
-void check_finite(float v, int lo, int hi, const char* name, bool lo_open = false) {
-  if (!std::isfinite(v) || v < float(lo) || v > float(hi) || (lo_open && v == float(lo)))
-    throw RequestError(std::string(name) + " must be a number in " + (lo_open ? "(" : "[") + std::to_string(lo) +
-                           ", " + std::to_string(hi) + "]",
-                       name);
-}
-
-}  // namespace
 
 RequestHandle Engine::submit(Request r) {
-  const LlamaConfig& c = model_.config();
-  if (r.prompt.empty()) throw RequestError("the prompt is empty", "prompt");
-  for (int32_t t : r.prompt)
-    if (t < 0 || t >= c.n_vocab)
-      throw RequestError("prompt token " + std::to_string(t) + " is not in the vocabulary (0 to " +
-                             std::to_string(c.n_vocab - 1) + ")",
-                         "prompt");
-  if (int(r.prompt.size()) >= n_ctx_)
-    throw RequestError("the prompt has " + std::to_string(r.prompt.size()) +
-                           " tokens, more than fits the context of " + std::to_string(n_ctx_),
-                       "prompt");
-  const KvLayout& L = impl_->kv.tree().layout();
-  const int pool = impl_->kv.tree().pool().capacity();
-  const int need = int(r.prompt.size()) / L.chunk_size + 1;
-  if (need > pool)
-    throw RequestError("the prompt has " + std::to_string(r.prompt.size()) + " tokens and needs " +
-                           std::to_string(need) + " chunks of KV memory; the pool holds " + std::to_string(pool) +
-                           " (" + std::to_string(impl_->kv.tree().pool().bytes() >> 20) + " MiB)",
-                       "prompt");
-  if (r.max_tokens < 0) throw RequestError("max_tokens must not be negative", "max_tokens");
-  if (r.n < 1 || r.n > opt_.max_batch)
-    throw RequestError("n must be between 1 and " + std::to_string(opt_.max_batch), "n");
-  if (r.logprobs > 20) throw RequestError("logprobs must be at most 20", "logprobs");
-  check_finite(r.sampling.temperature, 0, 100, "temperature");
-  check_finite(r.sampling.top_p, 0, 1, "top_p", true);
-  check_finite(r.sampling.repeat_penalty, 0, 100, "repeat_penalty", true);
-  check_finite(r.sampling.presence_penalty, -2, 2, "presence_penalty");
-  check_finite(r.sampling.frequency_penalty, -2, 2, "frequency_penalty");
-  if (r.sampling.top_k < 0) throw RequestError("top_k must not be negative", "top_k");
-
+  validate_request(r, limits());
   Impl& m = *impl_;
   std::shared_ptr<RequestState> s;
   {
@@ -239,6 +201,12 @@ void Engine::shutdown(std::chrono::milliseconds grace) {
   m.stopping = true;
   m.poked = true;
   m.cv.notify_all();
+}
+
+RequestLimits Engine::limits() const {
+  const PrefixTree& t = impl_->kv.tree();
+  return {model_.config().n_vocab, n_ctx_, t.layout().chunk_size, t.pool().capacity(), t.pool().bytes(),
+          opt_.max_batch};
 }
 
 bool Engine::wait_idle(std::chrono::milliseconds timeout) {

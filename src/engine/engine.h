@@ -23,6 +23,7 @@
 #include "engine/histogram.h"
 #include "engine/prefix_kv.h"
 #include "engine/request.h"
+#include "engine/validate.h"
 #include "model/llama.h"
 
 namespace cs {
@@ -114,6 +115,8 @@ class Engine {
   bool wait_idle(std::chrono::milliseconds timeout);
 
   EngineStats stats() const;
+  // What submit() checks requests against (engine/validate.h).
+  RequestLimits limits() const;
   const EngineOptions& options() const { return opt_; }
   const LlamaModel& model() const { return model_; }
   int n_ctx() const { return n_ctx_; }

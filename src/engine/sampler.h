@@ -16,11 +16,11 @@ struct SamplingParams {
   float top_p = 1.0f;        // 1 = off
   float repeat_penalty = 1.0f;  // 1 = off; CTRL-style: logit / p if > 0 else logit * p
   int repeat_last_n = 64;    // how many recent tokens the penalty looks at
+  uint64_t seed = 0;
   // OpenAI's: logit -= presence * (count > 0) + frequency * count, over the
   // tokens generated so far (not the prompt).
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
-  uint64_t seed = 0;
 };
 
 class Sampler {

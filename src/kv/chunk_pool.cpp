@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <new>
 
 namespace cs {
@@ -36,6 +37,11 @@ ChunkPool::ChunkPool(KvLayout layout, size_t capacity_bytes) : layout_(layout) {
 #ifdef MADV_HUGEPAGE
     if (align == kHuge) madvise(memory_.get(), bytes, MADV_HUGEPAGE);  // a hint: failure is harmless
 #endif
+    // Touched now, as llama.cpp clears its KV buffer: the pool is resident
+    // from the start (a server's memory does not creep up as the prefix
+    // cache fills), page faults stay out of the first requests, and memory
+    // that is not there fails start-up rather than a request.
+    std::memset(memory_.get(), 0, bytes);
     base_ = memory_.get();
   }
   free_.reserve(size_t(capacity_));

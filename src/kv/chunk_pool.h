@@ -1,7 +1,8 @@
 // Fixed-capacity pool of KV chunks (ChunkAttention §3.1). A chunk holds the K
 // and V of `chunk_size` tokens for every layer and KV head of the model, so one
-// prefix tree serves the whole model. Memory is taken once at start-up and never
-// returned to the OS; allocate and free are O(1) (a free list of chunk ids).
+// prefix tree serves the whole model. Memory is taken (and touched: resident)
+// once at start-up and never returned to the OS; allocate and free are O(1) (a
+// free list of chunk ids, the most recently freed first).
 //
 // Layout of one chunk, chosen so an attention kernel working on (layer, KV head)
 // streams one contiguous K block and one contiguous V block:

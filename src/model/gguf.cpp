@@ -1,5 +1,7 @@
 #include "model/gguf.h"
 
+#include <cstdio>
+
 #include <cstring>
 #include <limits>
 
@@ -97,7 +99,22 @@ const char* gguf_type_name(GgufType t) {
 
 GgufFile::GgufFile(const std::string& path) : file_(path) { parse(); }
 
-void GgufFile::fail(const std::string& problem) const { throw Error(path() + ": " + problem); }
+// Names in messages come from the file: control bytes (a NUL would cut the
+// message short when printed) are written as \xNN, and long names are cut.
+void GgufFile::fail(const std::string& problem) const {
+  std::string msg;
+  for (unsigned char c : problem.substr(0, 400)) {
+    if (c < 0x20 || c == 0x7f) {
+      char esc[8];
+      std::snprintf(esc, sizeof esc, "\\x%02x", c);
+      msg += esc;
+    } else {
+      msg += char(c);
+    }
+  }
+  if (problem.size() > 400) msg += "...";
+  throw Error(path() + ": " + msg);
+}
 
 void GgufFile::parse() {
   Cursor c(*this, file_.data(), file_.size());

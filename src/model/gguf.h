@@ -53,6 +53,7 @@ class GgufFile {
   uint32_t version() const { return version_; }
   uint32_t alignment() const { return alignment_; }
   const std::string& path() const { return file_.path(); }
+  const MappedFile& mapped() const { return file_; }
 
   const std::map<std::string, GgufValue>& metadata() const { return kv_; }
   bool has(const std::string& key) const { return kv_.count(key) != 0; }

@@ -13,6 +13,8 @@
 namespace cs {
 namespace {
 
+constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD in UTF-8
+
 // GPT-2 byte-level BPE maps every byte to a printable code point: printable
 // Latin-1 bytes map to themselves, the rest to 256, 257, ... in byte order.
 struct ByteMap {
@@ -167,6 +169,15 @@ std::optional<int32_t> Tokenizer::find(std::string_view text) const {
   return it->second;
 }
 
+bool Tokenizer::has_byte(uint8_t b) const {
+  if (spec_.model == "llama") {
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "<0x%02X>", b);
+    return token_to_id_.count(hex) != 0;
+  }
+  return token_to_id_.count(byte_map().enc[b]) != 0;
+}
+
 bool Tokenizer::is_end_of_generation(int32_t id) const {
   return std::find(end_ids_.begin(), end_ids_.end(), id) != end_ids_.end();
 }
@@ -242,11 +253,15 @@ void Tokenizer::encode_bpe_piece(std::string_view bytes, std::vector<int32_t>& o
       out.push_back(it->second);
       continue;
     }
-    // Not in the vocabulary (a broken vocab): fall back to single byte symbols.
+    // Not in the vocabulary: fall back to single byte symbols. A byte the
+    // vocabulary has no symbol for (SmolLM2's lacks the bytes that never
+    // occur in UTF-8, e.g. 0xFF) becomes U+FFFD, the replacement character,
+    // as text decoders do; its unknown token would be a special one.
     for (size_t p = sym[i].start; p < sym[i].start + sym[i].len;) {
       const size_t n = utf8_len(word, p);
       auto it = token_to_id_.find(word.substr(p, n));
       if (it != token_to_id_.end()) out.push_back(it->second);
+      else if (bytes != kReplacement) encode_bpe_piece(kReplacement, out);
       else if (spec_.unk >= 0) out.push_back(spec_.unk);
       p += n;
     }

@@ -6,7 +6,10 @@
 //    byte fallback tokens <0xXX> for anything outside the vocabulary.
 // Special tokens (control and user-defined, e.g. <|im_start|>) are recognised
 // in text only when asked. encode() then decode() returns the input bytes
-// exactly, including invalid UTF-8. Immutable after construction; thread-safe.
+// exactly when the vocabulary has a symbol for every byte of it (has_byte);
+// a byte it has none for comes back as U+FFFD (SmolLM2's lacks six ASCII
+// control bytes and the bytes that never occur in UTF-8). Immutable after
+// construction; thread-safe.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -66,6 +69,10 @@ class Tokenizer {
   const std::string& chat_template() const { return spec_.chat_template; }
   // True for tokens that end generation (EOS, <|endoftext|>, <|im_end|>, ...).
   bool is_end_of_generation(int32_t id) const;
+  // Whether the vocabulary can spell byte b on its own (byte-level BPE: its
+  // symbol; SentencePiece: its <0xXX> token). Bytes it cannot come back as
+  // U+FFFD.
+  bool has_byte(uint8_t b) const;
   std::optional<int32_t> find(std::string_view token_text) const;
 
  private:

@@ -1,6 +1,8 @@
 #include "server/api_request.h"
 
 #include <cmath>
+#include <limits>
+#include <random>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -53,7 +55,11 @@ class Fields {
     if (!v) return std::nullopt;
     if (!v->is_number_integer())
       throw invalid(name, std::string(name) + " must be an integer", "invalid_type");
-    if (v->is_number_unsigned() ? v->get<uint64_t>() > uint64_t(hi) : (v->get<long long>() < lo || v->get<long long>() > hi))
+    // JSON integers above 2^63 arrive unsigned; every other one fits a long long.
+    const bool in_range = v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(std::numeric_limits<long long>::max())
+                              ? false
+                              : v->get<long long>() >= lo && v->get<long long>() <= hi;
+    if (!in_range)
       throw invalid(name, std::string(name) + " must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
                               "], got " + v->dump());
     return v->get<long long>();

@@ -11,7 +11,10 @@ class Server:
     """A chunkserve server process. `url` is http://127.0.0.1:PORT; `log` the stderr lines so far."""
 
     def __init__(self, binary, model, *args, env=None):
-        cmd = [binary, "serve", "-m", model, "--port", "0", *args]
+        # $CHUNKSERVE_SERVER_ARGS adds options to every server (the
+        # ThreadSanitizer run keeps the kernels on one thread).
+        extra = os.environ.get("CHUNKSERVE_SERVER_ARGS", "").split()
+        cmd = [binary, "serve", "-m", model, "--port", "0", *args, *extra]
         self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
         self.log = []
         self.port = None

@@ -198,6 +198,8 @@ class Api(unittest.TestCase):
             (chat(temperature=5), 400, "temperature must be in [0, 2], got 5", "temperature"),
             (chat(top_p=0), 400, "top_p must be in (0, 1]", "top_p"),
             (chat(n=1000), 400, "n must be in [1, 8]", "n"),
+            (chat(n=0), 400, "n must be in [1, 8], got 0", "n"),
+            (chat(seed=2 ** 63), 400, "seed must be in", "seed"),
             (chat(max_tokens=-1), 400, "max_tokens must be in [0, 16777216], got -1", "max_tokens"),
             (chat(max_tokens=100000), 400, "do not fit", "max_tokens"),
             (chat(max_tokens=2.5), 400, "max_tokens must be an integer", "max_tokens"),
@@ -253,8 +255,8 @@ class Api(unittest.TestCase):
         host, port = self.server.url.replace("http://", "").split(":")
         conn = http.client.HTTPConnection(host, int(port), timeout=60)
         conn.request("POST", "/v1/completions", json.dumps(
-            {"model": MODEL_ID, "prompt": "Tell me a very long story.", "max_tokens": 4000, "stream": True,
-             "temperature": 0.7}), {"Content-Type": "application/json"})
+            {"model": MODEL_ID, "prompt": "1, 2, 3, 4,", "max_tokens": 4000, "stream": True,
+             "temperature": 0}), {"Content-Type": "application/json"})  # counts on: runs until cancelled
         r = conn.getresponse()
         self.assertEqual(r.status, 200)
         r.fp.readline()  # the first event
@@ -267,7 +269,8 @@ class Api(unittest.TestCase):
                     m["chunkserve:num_requests_running"] == 0:
                 break
             time.sleep(0.1)
-        self.assertEqual(m["chunkserve:requests_cancelled_total"] - before["chunkserve:requests_cancelled_total"], 1)
+        self.assertEqual(m["chunkserve:requests_cancelled_total"] - before["chunkserve:requests_cancelled_total"], 1,
+                         "\n".join(self.server.log[-5:]))
         self.assertEqual(m['chunkserve:kv_chunks{state="used"}'], 0)
 
 
@@ -290,22 +293,26 @@ class Limits(unittest.TestCase):
     def test_too_many_waiting_is_429(self):
         s = Server(BINARY, MODEL, "--max-batch", "1", "--max-waiting", "1")
         try:
-            body = json.dumps({"model": MODEL_ID, "prompt": "Count to a thousand:", "max_tokens": 300,
-                               "temperature": 0})
-            results = []
-            threads = [threading.Thread(target=lambda: results.append(raw(s.url, "POST", "/v1/completions", body)))
-                       for _ in range(4)]
-            for t in threads:
-                t.start()
-                time.sleep(0.2)
-            for t in threads:
-                t.join()
-            codes = sorted(r[0] for r in results)
-            self.assertIn(429, codes)
-            self.assertIn(200, codes)
-            busy = [r for r in results if r[0] == 429][0]
-            self.assertEqual(busy[1].get("Retry-After"), "1")
-            self.assertEqual(busy[2]["error"]["type"], "rate_limit_error")
+            # A long stream holds the only running slot; the next request
+            # waits; the one after finds the queue full.
+            client = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0)
+            long = client.completions.create(model=MODEL_ID, prompt="Count:", max_tokens=4000, stream=True)
+            next(iter(long))
+            body = json.dumps({"model": MODEL_ID, "prompt": "hi", "max_tokens": 2})
+            waiting = []
+            t = threading.Thread(target=lambda: waiting.append(raw(s.url, "POST", "/v1/completions", body)))
+            t.start()
+            deadline = time.time() + 60
+            while metrics(s.url)["chunkserve:num_requests_waiting"] < 1 and time.time() < deadline:
+                time.sleep(0.05)
+            code, headers, j = raw(s.url, "POST", "/v1/completions", body)
+            self.assertEqual(code, 429, j)
+            self.assertEqual(headers.get("Retry-After"), "1")
+            self.assertEqual(j["error"]["type"], "rate_limit_error")
+            self.assertIn("too many requests are waiting", j["error"]["message"])
+            long.close()  # hangs up: the waiting request runs
+            t.join(120)
+            self.assertEqual(waiting[0][0], 200)
         finally:
             self.assertEqual(s.stop(), 0)
 

@@ -1,0 +1,278 @@
+#!/usr/bin/env python3
+"""Load test of an OpenAI-compatible server on loopback: N concurrent streaming
+clients, requests sharing a long system prompt, a fraction of clients
+disconnecting mid-stream at random. Bounded in requests and time; stops by itself.
+
+Checks: every completed stream is well-formed (JSON chunks, one finish_reason per
+choice, a usage chunk, [DONE]) and its text equals the non-streamed answer for the
+same seed (asked after the load phase); no request is lost (every request that was
+not disconnected on purpose completes with 200); the server's RSS after the run is
+within 10% of its RSS after warm-up (when this script started it).
+Reports requests/s, TTFT p50/p99 (first content chunk, client side) and the cache
+hit ratio (cached / prompt tokens from usage), as one JSON line at the end.
+
+  bench/load/load_test.py --server chunkserve            # starts build/chunkserve serve
+  bench/load/load_test.py --server llama --requests 96   # starts llama-server (bench/peers)
+  bench/load/load_test.py --url http://127.0.0.1:8080 --model NAME
+"""
+import argparse
+import http.client
+import json
+import os
+import random
+import re
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MODEL_FILE = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+TOPICS = ["opening hours", "student discounts", "gift cards", "returns", "special orders", "the cafe",
+          "author readings", "story time", "used books", "rare editions", "parking", "membership"]
+
+
+def system_prompt(words=700):
+    """A ~1000-token system prompt (the same for every request)."""
+    rng = random.Random(42)
+    vocab = ("the store books customers staff policy order shelf author reading event discount card "
+             "return receipt week month day open close price new used rare edition cafe coffee tea").split()
+    body = " ".join(rng.choice(vocab) for _ in range(words))
+    return "You are the assistant of a bookstore. Answer briefly and politely. Store notes: " + body
+
+
+def rss_kib(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
+    except (OSError, AttributeError):
+        return None
+
+
+def start_server(kind, port, parallel):
+    if kind == "chunkserve":
+        cmd = [os.path.join(ROOT, "build", "chunkserve"), "serve", "-m", MODEL_FILE, "--port", str(port),
+               "--max-batch", str(parallel)]
+        model = "SmolLM2-135M-Instruct.Q4_1"
+    else:
+        bin_ = os.path.join(ROOT, "bench", "peers", ".work", "llama.cpp", "build", "bin", "llama-server")
+        cmd = [bin_, "-m", MODEL_FILE, "--port", str(port), "--parallel", str(parallel), "--cont-batching",
+               "--kv-unified", "-c", str(parallel * 1400), "-t", "2", "--log-disable"]
+        model = "SmolLM2-135M-Instruct.Q4_1"
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            c.request("GET", "/health")
+            if c.getresponse().status == 200:
+                return proc, model
+        except OSError:
+            pass
+        time.sleep(0.3)
+    proc.kill()
+    sys.exit(f"{kind} did not start")
+
+
+def body(model, sys_prompt, i, stream, max_tokens):
+    b = {"model": model, "max_tokens": max_tokens, "temperature": 0.7, "seed": 1000 + i,
+         "messages": [{"role": "system", "content": sys_prompt},
+                      {"role": "user", "content": f"Request {i}: what should I know about {TOPICS[i % len(TOPICS)]}?"}]}
+    if stream:
+        b["stream"] = True
+        b["stream_options"] = {"include_usage": True}
+    return json.dumps(b)
+
+
+def stream_one(host, port, payload, disconnect_after, timeout):
+    """Streams one request. Returns a dict: status, text, ttft, usage, finish, problems, disconnected."""
+    out = {"status": None, "text": "", "ttft": None, "usage": None, "finish": None, "problems": [],
+           "disconnected": False}
+    t0 = time.time()
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        conn.request("POST", "/v1/chat/completions", payload, {"Content-Type": "application/json"})
+        r = conn.getresponse()
+        out["status"] = r.status
+        if r.status != 200:
+            out["problems"].append(f"status {r.status}: {r.read()[:200]!r}")
+            return out
+        events, done = 0, False
+        while True:
+            line = r.fp.readline()
+            if not line:
+                break
+            line = line.decode().rstrip("\r\n")
+            if not line or line.startswith(":"):
+                continue
+            if not line.startswith("data: "):
+                out["problems"].append(f"not an SSE data line: {line[:80]!r}")
+                continue
+            data = line[6:]
+            if data == "[DONE]":
+                done = True
+                break
+            try:
+                j = json.loads(data)
+            except ValueError:
+                out["problems"].append(f"chunk is not JSON: {data[:80]!r}")
+                continue
+            if "error" in j:
+                out["problems"].append(f"error chunk: {j['error']}")
+                continue
+            if j.get("usage"):
+                out["usage"] = j["usage"]
+            for c in j.get("choices", []):
+                piece = (c.get("delta") or {}).get("content") or ""
+                if piece and out["ttft"] is None:
+                    out["ttft"] = time.time() - t0
+                out["text"] += piece
+                if c.get("finish_reason"):
+                    if out["finish"]:
+                        out["problems"].append("two finish reasons")
+                    out["finish"] = c["finish_reason"]
+            events += 1
+            if disconnect_after is not None and events >= disconnect_after:
+                out["disconnected"] = True
+                conn.sock.close()
+                return out
+        if not done:
+            out["problems"].append("stream ended without [DONE]")
+        if out["finish"] is None:
+            out["problems"].append("no finish_reason")
+        if out["usage"] is None:
+            out["problems"].append("no usage chunk")
+    except Exception as e:  # a lost request
+        out["problems"].append(f"{type(e).__name__}: {e}")
+    finally:
+        conn.close()
+    return out
+
+
+def plain_one(host, port, payload, timeout):
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        conn.request("POST", "/v1/chat/completions", payload, {"Content-Type": "application/json"})
+        r = conn.getresponse()
+        j = json.loads(r.read())
+        return j["choices"][0]["message"]["content"] if r.status == 200 else None
+    except Exception:
+        return None
+    finally:
+        conn.close()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--server", choices=["chunkserve", "llama"], help="start this server")
+    ap.add_argument("--url", help="use a running server instead")
+    ap.add_argument("--model", default="SmolLM2-135M-Instruct.Q4_1")
+    ap.add_argument("--port", type=int, default=18931)
+    ap.add_argument("--clients", type=int, default=64)
+    ap.add_argument("--parallel", type=int, default=32, help="server sequences at once (max batch / slots)")
+    ap.add_argument("--requests", type=int, default=500)
+    ap.add_argument("--max-tokens", type=int, default=32)
+    ap.add_argument("--disconnect", type=float, default=0.10, help="fraction of clients that hang up mid-stream")
+    ap.add_argument("--time-limit", type=float, default=1800, help="seconds; requests not started by then are skipped")
+    ap.add_argument("--no-verify", action="store_true", help="skip the non-streamed comparison")
+    a = ap.parse_args()
+
+    proc = None
+    if a.server:
+        proc, model = start_server(a.server, a.port, a.parallel)
+        host, port = "127.0.0.1", a.port
+    else:
+        m = re.match(r"http://([^:/]+):(\d+)", a.url or "")
+        if not m:
+            sys.exit("give --server or --url http://HOST:PORT")
+        host, port, model = m.group(1), int(m.group(2)), a.model
+    if host not in ("127.0.0.1", "localhost"):
+        sys.exit("loopback only")
+    sys_prompt = system_prompt()
+    timeout = 600
+    try:
+        # Warm-up: one request, then the RSS baseline.
+        stream_one(host, port, body(model, sys_prompt, -1, True, a.max_tokens), None, timeout)
+        rss_warm = rss_kib(proc.pid) if proc else None
+        rng = random.Random(7)
+        plan = [(i, rng.randrange(1, 8) if rng.random() < a.disconnect else None) for i in range(a.requests)]
+        results = [None] * a.requests
+        nxt = [0]
+        lock = threading.Lock()
+        start = time.time()
+
+        def client():
+            while True:
+                with lock:
+                    if nxt[0] >= len(plan) or time.time() - start > a.time_limit:
+                        return
+                    i, cut = plan[nxt[0]]
+                    nxt[0] += 1
+                results[i] = stream_one(host, port, body(model, sys_prompt, i, True, a.max_tokens), cut, timeout)
+                done = sum(r is not None for r in results)
+                if done % 25 == 0:
+                    print(f"\r{done}/{a.requests} done, {time.time() - start:.0f} s", end="", file=sys.stderr)
+
+        threads = [threading.Thread(target=client) for _ in range(a.clients)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        wall = time.time() - start
+        print(file=sys.stderr)
+        time.sleep(1.0)
+        rss_after = rss_kib(proc.pid) if proc else None
+
+        ran = [(i, r) for i, r in enumerate(results) if r is not None]
+        completed = [(i, r) for i, r in ran if not r["disconnected"]]
+        lost = [(i, r["problems"]) for i, r in completed if r["problems"] or r["status"] != 200]
+        ttfts = sorted(r["ttft"] for _, r in completed if r["ttft"] is not None)
+        prompt = sum(r["usage"]["prompt_tokens"] for _, r in completed if r["usage"])
+        cached = sum((r["usage"].get("prompt_tokens_details") or {}).get("cached_tokens", 0) or 0
+                     for _, r in completed if r["usage"])
+        mismatched = []
+        if not a.no_verify:
+            idx = [i for i, r in completed if not r["problems"]]
+            answers = {}
+
+            def verify(chunk):
+                for i in chunk:
+                    answers[i] = plain_one(host, port, body(model, sys_prompt, i, False, a.max_tokens), timeout)
+
+            parts = [idx[k::a.clients] for k in range(a.clients)]
+            vt = [threading.Thread(target=verify, args=(p,)) for p in parts]
+            for t in vt:
+                t.start()
+            for t in vt:
+                t.join()
+            mismatched = [i for i in idx if answers.get(i) != results[i]["text"]]
+        report = {
+            "server": a.server or a.url, "clients": a.clients, "requests": len(ran), "completed": len(completed),
+            "disconnected": len(ran) - len(completed), "lost": len(lost), "mismatched": len(mismatched),
+            "wall_s": round(wall, 2), "requests_per_s": round(len(ran) / wall, 3),
+            "ttft_p50_s": round(statistics.median(ttfts), 3) if ttfts else None,
+            "ttft_p99_s": round(ttfts[min(len(ttfts) - 1, int(0.99 * len(ttfts)))], 3) if ttfts else None,
+            "cache_hit_ratio": round(cached / prompt, 3) if prompt else None,
+            "rss_warm_mib": round(rss_warm / 1024, 1) if rss_warm else None,
+            "rss_after_mib": round(rss_after / 1024, 1) if rss_after else None,
+        }
+        print(json.dumps(report))
+        for i, p in lost[:5]:
+            print(f"lost request {i}: {p}", file=sys.stderr)
+        ok = not lost and not mismatched
+        if rss_warm and rss_after and rss_after > 1.10 * rss_warm:
+            print(f"RSS grew from {rss_warm} to {rss_after} KiB", file=sys.stderr)
+            ok = False
+        return 0 if ok else 1
+    finally:
+        if proc:
+            proc.terminate()
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

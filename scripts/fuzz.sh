@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets with clang under ASan+UBSan and runs each for
+# SECONDS (default 60) from its committed seed corpus (copied, so the run's
+# new inputs stay in the build directory). Exits non-zero on any crash.
+#   scripts/fuzz.sh [SECONDS] [TARGET...]     targets: request tokenizer gguf
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+secs=${1:-60}
+shift || true
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(request tokenizer gguf)
+out="$root/build-fuzz"
+mkdir -p "$out"
+model=${CHUNKSERVE_MODEL:-$root/models/SmolLM2-135M-Instruct.Q4_1.gguf}
+flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+       -I"$root/src" -DCS_MODEL="\"$model\"" -Wall -Wextra)
+common=(src/model/gguf.cpp src/base/mapped_file.cpp src/model/ggml_types.cpp)
+text=(src/model/tokenizer.cpp src/model/regex.cpp)
+declare -A sources=(
+  [gguf]="${common[*]}"
+  [tokenizer]="${common[*]} ${text[*]}"
+  [request]="${common[*]} ${text[*]} src/model/chat_template.cpp src/server/api_request.cpp src/engine/validate.cpp"
+)
+for t in "${targets[@]}"; do
+  bin="$out/fuzz_$t"
+  srcs=()
+  for s in ${sources[$t]}; do srcs+=("$root/$s"); done
+  # Rebuild when any source is newer than the binary.
+  if [ ! -x "$bin" ] || [ -n "$(find "$root/tests/fuzz" "${srcs[@]}" "$root/src" -newer "$bin" -name '*.[ch]*' | head -1)" ]; then
+    clang++ "${flags[@]}" "$root/tests/fuzz/fuzz_$t.cpp" "${srcs[@]}" -lpcre2-8 -o "$bin"
+  fi
+  corpus="$out/corpus_$t"
+  mkdir -p "$corpus"
+  cp -n "$root/tests/fuzz/corpus/$t/"* "$corpus/" 2>/dev/null || true
+  echo "fuzz: $t for ${secs}s"
+  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    "$bin" "$corpus" -max_total_time="$secs" -timeout=10 -rss_limit_mb=4096 -max_len=65536 \
+    -artifact_prefix="$out/crash_${t}_" -print_final_stats=1 2>&1 | grep -E "stat::number_of_executed_units|stat::peak_rss|ERROR|SUMMARY|Test unit written|#[0-9]+ *DONE" || true
+  if ls "$out"/crash_"${t}"_* >/dev/null 2>&1; then
+    echo "fuzz: $t found a failing input: $(ls "$out"/crash_"${t}"_*)" >&2
+    exit 1
+  fi
+done

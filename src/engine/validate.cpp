@@ -1,0 +1,46 @@
+#include "engine/validate.h"
+
+#include <cmath>
+#include <string>
+
+namespace cs {
+namespace {
+
+void check_finite(float v, int lo, int hi, const char* name, bool lo_open = false) {
+  if (!std::isfinite(v) || v < float(lo) || v > float(hi) || (lo_open && v == float(lo)))
+    throw RequestError(std::string(name) + " must be a number in " + (lo_open ? "(" : "[") + std::to_string(lo) +
+                           ", " + std::to_string(hi) + "]",
+                       name);
+}
+
+}  // namespace
+
+void validate_request(const Request& r, const RequestLimits& lim) {
+  if (r.prompt.empty()) throw RequestError("the prompt is empty", "prompt");
+  for (int32_t t : r.prompt)
+    if (t < 0 || t >= lim.n_vocab)
+      throw RequestError("prompt token " + std::to_string(t) + " is not in the vocabulary (0 to " +
+                             std::to_string(lim.n_vocab - 1) + ")",
+                         "prompt");
+  if (int(r.prompt.size()) >= lim.n_ctx)
+    throw RequestError("the prompt has " + std::to_string(r.prompt.size()) + " tokens, more than fits the context of " +
+                           std::to_string(lim.n_ctx),
+                       "prompt");
+  const int need = int(r.prompt.size()) / lim.chunk_size + 1;
+  if (need > lim.pool_chunks)
+    throw RequestError("the prompt has " + std::to_string(r.prompt.size()) + " tokens and needs " +
+                           std::to_string(need) + " chunks of KV memory; the pool holds " +
+                           std::to_string(lim.pool_chunks) + " (" + std::to_string(lim.pool_bytes >> 20) + " MiB)",
+                       "prompt");
+  if (r.max_tokens < 0) throw RequestError("max_tokens must not be negative", "max_tokens");
+  if (r.n < 1 || r.n > lim.max_n) throw RequestError("n must be between 1 and " + std::to_string(lim.max_n), "n");
+  if (r.logprobs > 20) throw RequestError("logprobs must be at most 20", "logprobs");
+  check_finite(r.sampling.temperature, 0, 100, "temperature");
+  check_finite(r.sampling.top_p, 0, 1, "top_p", true);
+  check_finite(r.sampling.repeat_penalty, 0, 100, "repeat_penalty", true);
+  check_finite(r.sampling.presence_penalty, -2, 2, "presence_penalty");
+  check_finite(r.sampling.frequency_penalty, -2, 2, "frequency_penalty");
+  if (r.sampling.top_k < 0) throw RequestError("top_k must not be negative", "top_k");
+}
+
+}  // namespace cs

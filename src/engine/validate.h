@@ -1,0 +1,25 @@
+// What the engine checks of a request before it queues it: a pure function,
+// so the HTTP layer's fuzz target runs it too.
+#pragma once
+#include <cstddef>
+
+#include "engine/request.h"
+
+namespace cs {
+
+struct RequestLimits {
+  int n_vocab = 0;
+  int n_ctx = 0;           // context per sequence
+  int chunk_size = 64;
+  int pool_chunks = 0;     // KV pool capacity
+  size_t pool_bytes = 0;
+  int max_n = 1;           // completions per request (max batch)
+};
+
+// Throws RequestError naming the problem and the field: an empty prompt, ids
+// outside the vocabulary, a prompt longer than the context or than the whole
+// KV pool, negative max_tokens, n outside [1, max_n], more than 20 logprobs,
+// sampling values that are nan, infinite or out of range.
+void validate_request(const Request& r, const RequestLimits& lim);
+
+}  // namespace cs

@@ -1,0 +1,35 @@
+// libFuzzer: an HTTP request body through the OpenAI request parser and the
+// engine's request checks (the path every /v1 request takes before it
+// reaches the engine). The first byte picks the route. Anything may be
+// refused (ApiError, RequestError); nothing may crash, hang or leak.
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "engine/validate.h"
+#include "fuzz_model.h"
+#include "server/api_request.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static const cs::Tokenizer& tok = cs::fuzz::tokenizer();
+  static const cs::ChatTemplate chat = cs::ChatTemplate::detect(tok.chat_template(), tok.model());
+  if (size == 0) return 0;
+  cs::ApiLimits lim;
+  lim.tokenizer = &tok;
+  lim.chat = &chat;
+  lim.model_id = "m";
+  lim.n_ctx = 512;
+  lim.max_n = 4;
+  const std::string body(reinterpret_cast<const char*>(data) + 1, size - 1);
+  try {
+    const cs::ApiRequest r = data[0] & 1 ? cs::parse_chat_request(body, lim) : cs::parse_completion_request(body, lim);
+    // What the parser accepts is well-formed for the engine's checks.
+    if (r.engine.prompt.empty() || int(r.engine.prompt.size()) >= lim.n_ctx) std::abort();
+    if (r.engine.n < 1 || r.engine.n > lim.max_n || r.engine.max_tokens < 0) std::abort();
+    cs::validate_request(r.engine, {tok.vocab_size(), lim.n_ctx, 64, 16, 1 << 24, lim.max_n});
+  } catch (const cs::ApiError&) {
+  } catch (const cs::RequestError&) {
+  }
+  return 0;
+}
