@@ -2,7 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <map>
+#include <numeric>
+#include <random>
 
 namespace cs {
 namespace {
@@ -68,6 +72,49 @@ TEST(Sampler, FrequenciesFollowSoftmax) {
   const int n = 20000;
   for (int i = 0; i < n; ++i) ones += s.sample(l, {}) == 1;
   EXPECT_NEAR(double(ones) / n, 0.75, 0.02);
+}
+
+// Top-k and top-p on a vocabulary of 3000 random logits, against a reference
+// that sorts everything: every sample lies in the reference's nucleus, and
+// the frequencies of its members follow their renormalised probabilities.
+TEST(Sampler, TopKAndTopPMatchAFullSortReference) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  std::vector<float> logits(3000);
+  for (auto& x : logits) x = nd(rng);
+  logits[17] = logits[18];  // a tie
+  struct Case {
+    int top_k;
+    float top_p, temp;
+  };
+  for (const Case c : {Case{0, 0.5f, 0.8f}, Case{0, 0.95f, 1.3f}, Case{5, 0.9f, 1.0f}, Case{40, 1.0f, 0.7f}}) {
+    SCOPED_TRACE("top_k " + std::to_string(c.top_k) + " top_p " + std::to_string(c.top_p));
+    // Reference: sort by logit (ties: lower id), cut to top_k, softmax, cut to top_p.
+    std::vector<int> order(logits.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&](int a, int b) {
+      return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
+    });
+    if (c.top_k > 0) order.resize(size_t(c.top_k));
+    std::vector<double> w;
+    double z = 0;
+    for (int id : order) z += w.emplace_back(std::exp((double(logits[size_t(id)]) - logits[size_t(order[0])]) / c.temp));
+    size_t k = 0;
+    for (double acc = 0; k < order.size() && (acc += w[k] / z) < c.top_p;) ++k;
+    k = std::min(order.size(), k + 1);
+    double zk = 0;
+    for (size_t i = 0; i < k; ++i) zk += w[i];
+    SamplingParams p;
+    p.temperature = c.temp, p.top_k = c.top_k, p.top_p = c.top_p, p.seed = 11;
+    Sampler s(p);
+    std::map<int, int> seen;
+    const int draws = 12000;
+    for (int i = 0; i < draws; ++i) ++seen[s.sample(logits, {})];
+    for (auto [id, cnt] : seen)
+      EXPECT_NE(std::find(order.begin(), order.begin() + long(k), id), order.begin() + long(k)) << "token " << id << " outside the nucleus";
+    for (size_t i = 0; i < std::min<size_t>(k, 5); ++i)
+      EXPECT_NEAR(double(seen[order[i]]) / draws, w[i] / zk, 0.02) << "token " << order[i];
+  }
 }
 
 // OpenAI's penalties count generated tokens only: logit - presence - frequency * count.

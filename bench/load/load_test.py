@@ -100,7 +100,7 @@ def stream_one(host, port, payload, disconnect_after, timeout):
             return out
         events, done = 0, False
         while True:
-            line = r.fp.readline()
+            line = r.readline()
             if not line:
                 break
             line = line.decode().rstrip("\r\n")

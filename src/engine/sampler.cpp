@@ -1,7 +1,10 @@
 #include "engine/sampler.h"
 
+#include "model/ops.h"
+
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -61,37 +64,49 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
   }
   if (p_.temperature <= 0.0f) return argmax(work_);
 
-  cand_.clear();
-  for (size_t i = 0; i < work_.size(); ++i) cand_.emplace_back(work_[i] / p_.temperature, int32_t(i));
-  auto by_logit = [](const auto& a, const auto& b) {
-    return a.first > b.first || (a.first == b.first && a.second < b.second);
-  };
-  size_t keep = cand_.size();
-  if (p_.top_k > 0 && size_t(p_.top_k) < keep) keep = size_t(p_.top_k);
-  std::partial_sort(cand_.begin(), cand_.begin() + long(keep), cand_.end(), by_logit);
-  cand_.resize(keep);
-  // Softmax over the kept candidates, then the smallest prefix reaching top_p.
-  const float m = cand_[0].first;
+  // Candidates: every token, or the top_k by logit (ties: the lower id).
+  const size_t n = work_.size();
+  const float* l = work_.data();
+  auto better = [l](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); };
+  ids_.resize(n);
+  std::iota(ids_.begin(), ids_.end(), 0);
+  size_t keep = n;
+  if (p_.top_k > 0 && size_t(p_.top_k) < n) {
+    keep = size_t(p_.top_k);
+    std::nth_element(ids_.begin(), ids_.begin() + long(keep) - 1, ids_.end(), better);
+  }
+  // Softmax weights at the temperature (vectorised over the whole vocabulary).
+  float m = -INFINITY;
+  for (size_t i = 0; i < keep; ++i) m = std::max(m, l[ids_[i]]);
+  const float inv_t = 1.0f / p_.temperature;
+  weight_.resize(n);
   double sum = 0;
-  for (auto& c : cand_) sum += (c.first = std::exp(c.first - m));
+  if (keep == n) {
+    sum = exp_weights(l, n, m, inv_t, weight_.data());
+  } else {
+    for (size_t i = 0; i < keep; ++i) sum += (weight_[ids_[i]] = std::exp(std::max((l[ids_[i]] - m) * inv_t, -100.0f)));
+  }
+  // top_p: the fewest most likely tokens whose mass reaches it. Only a head
+  // of the candidates is sorted, grown until it holds that mass (usually
+  // the first few dozen), not the whole vocabulary.
   if (p_.top_p < 1.0f) {
+    const double want = double(p_.top_p) * sum;
     double acc = 0;
-    size_t k = 0;
-    while (k < cand_.size()) {
-      acc += cand_[k++].first / sum;
-      if (acc >= p_.top_p) break;
+    size_t k = 0, head = std::min(keep, size_t(64));
+    for (bool reached = false; !reached;) {
+      std::partial_sort(ids_.begin() + long(k), ids_.begin() + long(head), ids_.begin() + long(keep), better);
+      while (k < head && !reached) reached = (acc += weight_[ids_[k++]]) >= want;
+      if (head == keep) break;
+      head = std::min(keep, head * 8);
     }
-    cand_.resize(k);
-    sum = 0;
-    for (auto& c : cand_) sum += c.first;
+    keep = k;
+    sum = acc;
   }
   std::uniform_real_distribution<double> u(0.0, sum);
   double r = u(rng_);
-  for (auto& c : cand_) {
-    r -= c.first;
-    if (r <= 0) return c.second;
-  }
-  return cand_.back().second;
+  for (size_t i = 0; i < keep; ++i)
+    if ((r -= weight_[ids_[i]]) <= 0) return ids_[i];
+  return ids_[keep - 1];
 }
 
 }  // namespace cs

@@ -33,8 +33,9 @@ class Sampler {
  private:
   SamplingParams p_;
   std::mt19937_64 rng_;
-  std::vector<std::pair<float, int32_t>> cand_;
-  std::vector<float> work_;
+  std::vector<float> work_;    // logits after the penalties
+  std::vector<int32_t> ids_;   // candidate token ids
+  std::vector<float> weight_;  // softmax weight per token id
 };
 
 // The index of the largest value (the lowest index on ties).

@@ -2,6 +2,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "attn/exp_impl.h"
@@ -56,6 +57,25 @@ void rmsnorm(const float* x, const float* w, int n, float eps, float* out) {
   const float scale = 1.0f / std::sqrt(mean + eps);
 #pragma omp simd
   for (int i = 0; i < n; ++i) out[i] = x[i] * scale * w[i];
+}
+
+double exp_weights(const float* x, size_t n, float m, float scale, float* w) {
+  const __m256 vm = _mm256_set1_ps(m), vs = _mm256_set1_ps(scale);
+  __m256d acc0 = _mm256_setzero_pd(), acc1 = _mm256_setzero_pd();
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    // The clamp keeps the product finite when scale is large (tiny temperatures).
+    const __m256 d = _mm256_max_ps(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm), vs), _mm256_set1_ps(-100.0f));
+    const __m256 e = exp_nonpos<__m256, Avx2>(d);
+    _mm256_storeu_ps(w + i, e);
+    acc0 = _mm256_add_pd(acc0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+    acc1 = _mm256_add_pd(acc1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+  }
+  alignas(32) double lanes[4];
+  _mm256_store_pd(lanes, _mm256_add_pd(acc0, acc1));
+  double sum = lanes[0] + lanes[1] + lanes[2] + lanes[3];
+  for (; i < n; ++i) sum += (w[i] = std::exp(std::max((x[i] - m) * scale, -100.0f)));
+  return sum;
 }
 
 void swiglu(const float* gate, const float* up, size_t n, float* out) {

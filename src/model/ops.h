@@ -16,6 +16,10 @@ void rmsnorm(const float* x, const float* w, int n, float eps, float* out);
 // bits depend on that.
 void swiglu(const float* gate, const float* up, size_t n, float* out);
 
+// w[i] = exp((x[i] - m) * scale) for x[i] <= m, scale >= 0 (softmax weights
+// for sampling, to attn/exp_impl.h's accuracy); returns their sum (double).
+double exp_weights(const float* x, size_t n, float m, float scale, float* w);
+
 // RoPE angles for the given position ids: cos/sin of pos * base^(-2i/rot_dim),
 // computed in double so any position id, however large, rotates exactly.
 struct RopeTable {
