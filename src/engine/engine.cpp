@@ -370,6 +370,7 @@ void Engine::Impl::step() {
     return;
   }
   ++counters.steps;
+  counters.peak_kv_used = std::max(counters.peak_kv_used, kv.tree().stats().used);
   // Prefill: every token run but a sequence's latest sampled one.
   for (const auto& row : rows) {
     const Sequence& s = *row.seq;

@@ -53,6 +53,7 @@ struct EngineOptions {
 struct EngineStats {
   int running = 0, waiting = 0;
   int peak_running = 0;               // most sequences ever running at once
+  int peak_kv_used = 0;               // most KV chunks live sequences ever held (kv.peak also counts retained ones)
   KvStats kv;
   uint64_t requests = 0, finished = 0, cancelled = 0, errors = 0;
   uint64_t prompt_tokens = 0;         // prompt tokens of submitted requests

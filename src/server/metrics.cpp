@@ -61,7 +61,8 @@ std::string prometheus_text(const EngineStats& s, const HttpCounts& http, const 
         << p << "kv_chunks{" << inner << ",state=\"free\"} " << s.kv.free << '\n';
   w.metric(p + "kv_chunk_bytes", "gauge", "Bytes per KV chunk.", s.kv.chunk_bytes);
   w.metric(p + "kv_pool_bytes", "gauge", "Bytes of the KV pool.", s.kv.bytes);
-  w.metric(p + "kv_chunks_peak", "gauge", "Most KV chunks ever allocated at once.", s.kv.peak);
+  w.metric(p + "kv_chunks_peak", "gauge", "Most KV chunks ever allocated at once (retained ones included).", s.kv.peak);
+  w.metric(p + "kv_chunks_used_peak", "gauge", "Most KV chunks live sequences ever held at once.", s.peak_kv_used);
   w.metric(p + "prompt_tokens_total", "counter", "Prompt tokens of submitted requests.", s.prompt_tokens);
   w.metric(p + "prompt_tokens_cached_total", "counter", "Prompt tokens found in the KV cache (no prefill).",
            s.prompt_tokens_cached);
