@@ -10,6 +10,15 @@
 
 namespace cs::test {
 
+inline EngineOptions engine_options(AttnMode mode, int max_batch, int threads, size_t kv_memory = 0) {
+  EngineOptions o;
+  o.mode = mode;
+  o.max_batch = max_batch;
+  o.threads = threads;
+  o.kv_memory = kv_memory;
+  return o;
+}
+
 // Submits every request at once, then waits for all; results in order.
 inline std::vector<Result> run_all(Engine& e, std::vector<Request> reqs) {
   std::vector<RequestHandle> hs;

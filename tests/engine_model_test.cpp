@@ -46,11 +46,7 @@ std::vector<Request> chat_requests(int n = 32, int max_tokens = 20) {
 }
 
 EngineOptions opts(AttnMode mode, int max_batch = 32) {
-  EngineOptions o;
-  o.mode = mode;
-  o.max_batch = max_batch;
-  o.kv_memory = size_t(256) << 20;
-  return o;
+  return test::engine_options(mode, max_batch, 0, size_t(256) << 20);
 }
 
 TEST(EngineModel, GreedyTokensAreIdenticalAcrossModesBatchesAndPreemption) {

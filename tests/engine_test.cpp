@@ -39,13 +39,7 @@ std::vector<Request> shared_prompts(int n, int sys, int max_tokens, int tail = 7
   return out;
 }
 
-EngineOptions opts(AttnMode mode, int max_batch = 32) {
-  EngineOptions o;
-  o.mode = mode;
-  o.max_batch = max_batch;
-  o.threads = 2;
-  return o;
-}
+EngineOptions opts(AttnMode mode, int max_batch = 32) { return test::engine_options(mode, max_batch, 2); }
 
 // The guarantee: a sequence's greedy tokens do not depend on the attention
 // mode, on what it is batched with, on retained prefixes or on preemption.

@@ -50,6 +50,9 @@ struct Server::Impl {
     const int threads = opt.http_threads > 0 ? opt.http_threads : 4 * e.options().max_batch + 8;
     http.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
     http.set_payload_max_length(opt.max_body);
+    // Idle keep-alive connections are held this long, and a stopping server
+    // waits for them: short, so SIGTERM ends the process promptly.
+    http.set_keep_alive_timeout(2);
     routes();
   }
 

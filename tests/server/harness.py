@@ -14,6 +14,9 @@ class Server:
         # $CHUNKSERVE_SERVER_ARGS adds options to every server (the
         # ThreadSanitizer run keeps the kernels on one thread).
         extra = os.environ.get("CHUNKSERVE_SERVER_ARGS", "").split()
+        # A small KV pool: it is touched at start-up, and tests start many servers.
+        if "--kv-memory" not in args:
+            extra += ["--kv-memory", "384M"]
         cmd = [binary, "serve", "-m", model, "--port", "0", *args, *extra]
         self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
         self.log = []

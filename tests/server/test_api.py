@@ -316,6 +316,25 @@ class Limits(unittest.TestCase):
         finally:
             self.assertEqual(s.stop(), 0)
 
+    def test_json_log_lines(self):
+        s = Server(BINARY, MODEL, "--log-format", "json")
+        try:
+            client = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0)
+            r = client.completions.create(model=MODEL_ID, prompt="1, 2, 3,", max_tokens=3, temperature=0)
+            raw(s.url, "POST", "/v1/completions", "{bad")
+            self.assertTrue(s.wait_for_log(r'"status":400'))
+        finally:
+            self.assertEqual(s.stop(), 0)
+        lines = [json.loads(l) for l in s.log if l.startswith("{")]
+        ok = [l for l in lines if l.get("status") == 200][0]
+        self.assertEqual(ok["route"], "/v1/completions")
+        self.assertEqual(ok["id"], r.id)
+        self.assertEqual((ok["prompt_tokens"], ok["completion_tokens"]), (r.usage.prompt_tokens, 3))
+        self.assertEqual(ok["finish"], "length")
+        self.assertGreater(ok["total_ms"], 0)
+        self.assertGreaterEqual(ok["total_ms"], ok["ttft_ms"])
+        self.assertEqual([l["status"] for l in lines if l["status"] != 200], [400])
+
     def test_sigterm_finishes_in_flight_streams(self):
         s = Server(BINARY, MODEL, "--grace", "60")
         client = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0)
