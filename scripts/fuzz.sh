@@ -2,13 +2,13 @@
 # Builds the libFuzzer targets with clang under ASan+UBSan and runs each for
 # SECONDS (default 60) from its committed seed corpus (copied, so the run's
 # new inputs stay in the build directory). Exits non-zero on any crash.
-#   scripts/fuzz.sh [SECONDS] [TARGET...]     targets: request tokenizer gguf
+#   scripts/fuzz.sh [SECONDS] [TARGET...]     targets: request tokenizer gguf pml
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 secs=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(request tokenizer gguf)
+[ ${#targets[@]} -gt 0 ] || targets=(request tokenizer gguf pml)
 out="$root/build-fuzz"
 mkdir -p "$out"
 model=${CHUNKSERVE_MODEL:-$root/models/SmolLM2-135M-Instruct.Q4_1.gguf}
@@ -20,6 +20,7 @@ declare -A sources=(
   [gguf]="${common[*]}"
   [tokenizer]="${common[*]} ${text[*]}"
   [request]="${common[*]} ${text[*]} src/model/chat_template.cpp src/server/api_request.cpp src/engine/validate.cpp"
+  [pml]="src/pml/parse.cpp src/pml/layout.cpp src/pml/assemble.cpp"
 )
 for t in "${targets[@]}"; do
   bin="$out/fuzz_$t"
@@ -27,7 +28,7 @@ for t in "${targets[@]}"; do
   for s in ${sources[$t]}; do srcs+=("$root/$s"); done
   # Rebuild when any source is newer than the binary.
   if [ ! -x "$bin" ] || [ -n "$(find "$root/tests/fuzz" "${srcs[@]}" "$root/src" -newer "$bin" -name '*.[ch]*' | head -1)" ]; then
-    clang++ "${flags[@]}" "$root/tests/fuzz/fuzz_$t.cpp" "${srcs[@]}" -lpcre2-8 -o "$bin"
+    clang++ "${flags[@]}" "$root/tests/fuzz/fuzz_$t.cpp" "${srcs[@]}" -lpcre2-8 -lpugixml -o "$bin"
   fi
   corpus="$out/corpus_$t"
   mkdir -p "$corpus"

@@ -24,11 +24,12 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   cs::Action generate = cs::add_generate_command(app);
   cs::Action serve = cs::add_serve_command(app);
+  cs::Action pml = cs::add_pml_command(app);
   cs::Action bench = cs::add_bench_command(app);
   // CLI11 would only say that a subcommand is required.
   const auto known = app.get_subcommands([&](const CLI::App* c) { return argc > 1 && c->check_name(argv[1]); });
   if (argc > 1 && argv[1][0] != '-' && known.empty()) {
-    std::fprintf(stderr, "chunkserve: unknown command '%s' (commands: generate, serve, bench; see --help)\n", argv[1]);
+    std::fprintf(stderr, "chunkserve: unknown command '%s' (commands: generate, serve, pml, bench; see --help)\n", argv[1]);
     return 109;
   }
   try {
@@ -39,6 +40,7 @@ int main(int argc, char** argv) {
   try {
     if (app.got_subcommand("generate")) return generate();
     if (app.got_subcommand("serve")) return serve();
+    if (app.got_subcommand("pml")) return pml();
     if (app.got_subcommand("bench")) return bench();
   } catch (const cs::Error& e) {
     std::fprintf(stderr, "chunkserve: error: %s\n", e.what());

@@ -21,6 +21,15 @@ ChatTemplate ChatTemplate::detect(const std::string& text, const std::string& vo
   return t;
 }
 
+std::pair<std::string, std::string> ChatTemplate::role_markers(const std::string& role) const {
+  if (style == ChatStyle::kChatML) return {"<|im_start|>" + role + "\n", "<|im_end|>\n"};
+  if (role == "system") return {"<s>[INST] <<SYS>>\n", "\n<</SYS>>\n\n"};
+  if (role == "user") return {"[INST] ", " [/INST]"};
+  return {" ", " </s>"};
+}
+
+std::string ChatTemplate::reply_start() const { return style == ChatStyle::kChatML ? "<|im_start|>assistant\n" : ""; }
+
 std::string ChatTemplate::apply(const std::vector<ChatMessage>& messages) const {
   std::string out;
   const bool has_system = !messages.empty() && messages[0].role == "system";

@@ -5,6 +5,7 @@
 // a ChatML template (as SmolLM2's is) is added when the chat has none.
 #pragma once
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace cs {
@@ -23,6 +24,13 @@ struct ChatTemplate {
   static ChatTemplate detect(const std::string& template_text, const std::string& vocab_model);
   // The prompt, ending where the assistant's reply begins.
   std::string apply(const std::vector<ChatMessage>& messages) const;
+  // The text before and after one message of `role` (PML's role blocks).
+  // ChatML: "<|im_start|>user\n" and "<|im_end|>\n". Llama-2 has no per-message
+  // markers for every role: system is <<SYS>>...<</SYS>>, user [INST]...[/INST],
+  // assistant the reply then </s>.
+  std::pair<std::string, std::string> role_markers(const std::string& role) const;
+  // Where the assistant's reply begins (after the last message).
+  std::string reply_start() const;
 };
 
 }  // namespace cs

@@ -1,0 +1,6 @@
+<schema name="empty">
+    <system>
+        You are a helpful AI assistant.
+    </system>
+</schema>
+
