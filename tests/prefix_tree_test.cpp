@@ -214,7 +214,7 @@ TEST(PrefixTree, PaperMemoryFigures) {
     EXPECT_NEAR(saved, r * (b - 1) / b, 1e-12);
     const auto ctx = t.context();
     EXPECT_EQ(int(ctx->shared.size()), n_s / c);
-    for (const auto& sc : ctx->shared) EXPECT_EQ(sc.end - sc.begin, b);
+    for (const auto& sc : ctx->shared) EXPECT_EQ(int(sc.readers.size()), b);
   }
 }
 
@@ -236,9 +236,11 @@ TEST(PrefixTree, ContextOrdersSequencesContiguously) {
   EXPECT_EQ(std::abs(a - b), 1);  // A and B share two chunks: adjacent
   ASSERT_EQ(ctx->shared.size(), 2u);
   EXPECT_EQ(ctx->shared[0].chunk, t.chunks_of(10)[0]);
-  EXPECT_EQ(ctx->shared[0].end - ctx->shared[0].begin, 3);  // A, B, C
-  EXPECT_EQ(ctx->shared[1].end - ctx->shared[1].begin, 2);  // A, B
-  EXPECT_EQ(ctx->shared[1].depth, 1);
+  EXPECT_EQ(ctx->shared[0].readers.size(), 3u);  // A, B, C
+  EXPECT_EQ(ctx->shared[1].readers.size(), 2u);  // A, B
+  EXPECT_EQ(ctx->shared[1].depth, (std::vector<int>{1, 1}));
+  // A prefix's readers are a contiguous range of the context order.
+  for (const auto& sc : ctx->shared) EXPECT_EQ(sc.readers.back() - sc.readers.front() + 1, int(sc.readers.size()));
   EXPECT_EQ(ctx->private_from[size_t(a)], 2);
   EXPECT_EQ(ctx->private_from[size_t(c)], 1);
   EXPECT_EQ(ctx->private_from[size_t(ctx->index_of(12))], 0);
@@ -271,13 +273,116 @@ void check_context(PrefixTree& t, const std::map<SeqId, std::vector<int32_t>>& r
       ASSERT_EQ(readers[chunks[j]] > 1, int(j) < ctx->private_from[i]);
   }
   for (const auto& sc : ctx->shared) {
-    ASSERT_GE(sc.end - sc.begin, 2);
+    ASSERT_GE(sc.readers.size(), 2u);
+    ASSERT_EQ(sc.readers.back() - sc.readers.front() + 1, int(sc.readers.size()));  // contiguous
     for (int i = 0; i < int(ctx->seqs.size()); ++i) {
       const auto& chunks = t.chunks_of(ctx->seqs[size_t(i)]);
-      const bool has = int(chunks.size()) > sc.depth && chunks[size_t(sc.depth)] == sc.chunk;
-      ASSERT_EQ(has, i >= sc.begin && i < sc.end) << "chunk " << sc.chunk << " seq index " << i;
+      const auto at = std::find(sc.readers.begin(), sc.readers.end(), i);
+      const bool reads = at != sc.readers.end();
+      const int depth = sc.depth.front();
+      ASSERT_EQ(int(chunks.size()) > depth && chunks[size_t(depth)] == sc.chunk, reads)
+          << "chunk " << sc.chunk << " seq index " << i;
+      if (reads) {
+        ASSERT_EQ(sc.depth[size_t(at - sc.readers.begin())], depth);
+      }
     }
   }
+}
+
+// Pinned chunks (Prompt Cache modules): written once, read by detached
+// sequences wherever in their chunk lists, shared not copied; a detached
+// sequence's own chunks, partially filled anywhere, read back at their place.
+TEST(PrefixTree, PinnedChunksAreSharedAnywhere) {
+  const KvLayout L = small_layout();  // c = 4
+  PrefixTree t(L, L.chunk_bytes() * 32);
+  // Module M1 (4 tokens, full) and M2 (2 tokens, partial), K/V as if computed
+  // after the prefix {100, 101}: any fixed values will do.
+  auto pin = [&](std::vector<int32_t> toks) {
+    const ChunkId c = t.pin(toks);
+    EXPECT_GE(c, 0);
+    std::vector<float> k(size_t(L.head_dim)), v(k.size());
+    std::vector<int32_t> prefix = {100, 101};
+    for (size_t i = 0; i < toks.size(); ++i) {
+      prefix.push_back(toks[i]);
+      for (int l = 0; l < L.n_layers; ++l)
+        for (int h = 0; h < L.n_kv_heads; ++h) {
+          kv_of(prefix, l, h, L.head_dim, k.data(), v.data());
+          t.write_kv_at(c, int(i), l, h, k.data(), v.data());
+        }
+    }
+    return c;
+  };
+  const ChunkId m1 = pin({1, 2, 3, 4}), m2 = pin({5, 6});
+  EXPECT_TRUE(t.pinned(m1));
+  EXPECT_EQ(t.stats().pinned, 2);
+  EXPECT_EQ(t.stats().used, 0);
+  int m;
+  // A: [M1] own(3) [M2] own(5); B: own(1) [M2] own(2).
+  ASSERT_TRUE(t.join_detached(1).ok());
+  ASSERT_TRUE(t.attach_pinned(1, std::vector<ChunkId>{m1}).ok());
+  std::vector<int32_t> a = {1, 2, 3, 4};
+  append_with_kv(t, 1, a, range(10, 3));
+  ASSERT_TRUE(t.attach_pinned(1, std::vector<ChunkId>{m2}).ok());
+  a.push_back(5), a.push_back(6);
+  EXPECT_EQ(t.chunks_to_append(1, 1), 1);  // never into a pinned chunk
+  std::vector<int32_t> a_tail = a;
+  append_with_kv(t, 1, a_tail, range(20, 5));
+  ASSERT_TRUE(t.join_detached(2).ok());
+  std::vector<int32_t> b;
+  append_with_kv(t, 2, b, range(30, 1));
+  ASSERT_TRUE(t.attach_pinned(2, std::vector<ChunkId>{m2}).ok());
+  b.push_back(5), b.push_back(6);
+  append_with_kv(t, 2, b, range(40, 2));
+  EXPECT_EQ(t.length(1), 4 + 3 + 2 + 5);
+  EXPECT_EQ(t.chunks_of(1), (std::vector<ChunkId>{m1, t.chunks_of(1)[1], m2, t.chunks_of(1)[3], t.chunks_of(1)[4]}));
+  // slot() finds tokens across partially filled chunks in the middle.
+  EXPECT_EQ(t.slot(1, 6), std::make_pair(t.chunks_of(1)[1], 2));
+  EXPECT_EQ(t.slot(1, 7), std::make_pair(m2, 0));
+  EXPECT_EQ(t.slot(1, 9), std::make_pair(t.chunks_of(1)[3], 0));
+  EXPECT_EQ(t.slot(2, 3), std::make_pair(t.chunks_of(2)[2], 0));
+  // Own tokens read back as written (the pinned ones by their fixed values).
+  std::vector<float> k(size_t(L.head_dim)), v(k.size()), ek(k.size()), ev(k.size());
+  t.read_kv(1, 12, 1, 1, k.data(), v.data());
+  kv_of(std::vector<int32_t>(a_tail.begin(), a_tail.begin() + 13), 1, 1, L.head_dim, ek.data(), ev.data());
+  EXPECT_EQ(k, ek);
+  t.read_kv(2, 1, 0, 1, k.data(), v.data());
+  kv_of({100, 101, 5}, 0, 1, L.head_dim, ek.data(), ev.data());
+  EXPECT_EQ(k, ek);
+  // A tree sequence beside them; the context lists it first, then A and B,
+  // and M2 as shared by A (depth 2) and B (depth 1).
+  ASSERT_TRUE(t.join(3, {}, &m).ok());
+  std::vector<int32_t> c3;
+  append_with_kv(t, 3, c3, range(50, 5));
+  const auto ctx = t.context();
+  EXPECT_EQ(ctx->seqs, (std::vector<SeqId>{3, 1, 2}));
+  ASSERT_EQ(ctx->shared.size(), 1u);
+  EXPECT_EQ(ctx->shared[0].chunk, m2);
+  EXPECT_EQ(ctx->shared[0].readers, (std::vector<int>{1, 2}));
+  EXPECT_EQ(ctx->shared[0].depth, (std::vector<int>{2, 1}));
+  // Pinned chunks are never evicted, and cannot be unpinned while read.
+  EXPECT_EQ(t.evict(100), 0);
+  EXPECT_EQ(t.unpin(m2).code, KvCode::kInUse);
+  EXPECT_EQ(t.unpin(t.chunks_of(1)[1]).code, KvCode::kInvalid);
+  EXPECT_EQ(t.attach_pinned(3, std::vector<ChunkId>{m1}).code, KvCode::kInvalid);  // not detached
+  // A fork copies a shared partial own tail on write; leaving frees own chunks.
+  ASSERT_TRUE(t.fork(2, 4).ok());
+  std::vector<int32_t> b4 = b;
+  append_with_kv(t, 4, b4, range(60, 1));
+  EXPECT_NE(t.chunks_of(4).back(), t.chunks_of(2).back());
+  for (int i : {0, 3, 4, 5}) {  // its own tokens (kv_of of its tokens so far); 1 and 2 are M2's
+    t.read_kv(4, i, 1, 0, k.data(), v.data());
+    kv_of(std::vector<int32_t>(b4.begin(), b4.begin() + i + 1), 1, 0, L.head_dim, ek.data(), ev.data());
+    EXPECT_EQ(v, ev) << "token " << i;
+  }
+  const int free_before = t.stats().free;
+  ASSERT_TRUE(t.leave(1).ok());
+  EXPECT_EQ(t.stats().free, free_before + 3);  // A's three own chunks; no retention outside the tree
+  ASSERT_TRUE(t.leave(2).ok());
+  ASSERT_TRUE(t.leave(4).ok());
+  EXPECT_TRUE(t.unpin(m2).ok());
+  EXPECT_TRUE(t.unpin(m1).ok());
+  EXPECT_EQ(t.stats().pinned, 0);
+  EXPECT_EQ(t.stats().used, 2);  // sequence 3's
 }
 
 #if !defined(NDEBUG) || defined(CHUNKSERVE_DEBUG_CHECKS)

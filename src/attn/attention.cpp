@@ -30,31 +30,52 @@ struct RowSet {
   std::vector<int> limit;    // per chunk: visible keys of that chunk
 
   void gather(const AttnProblem& p, int seq_begin, int seq_end, int kv_head, Tokens tok = {}) {
+    resize(p, [&](auto&& each) {
+      for (int s = seq_begin; s < seq_end; ++s) each(s, 0);
+    }, tok);
+    int row = 0;
+    for (int s = seq_begin; s < seq_end; ++s) add_rows(p, s, kv_head, tok, 0, row);
+  }
+
+  // The rows of sequences `seqs` (a shared run's readers), each one's keys
+  // counted from key shift[k] of its sequence (where the run starts in it).
+  void gather(const AttnProblem& p, const std::vector<int>& seqs, const std::vector<int>& shift, int kv_head) {
+    resize(p, [&](auto&& each) {
+      for (size_t k = 0; k < seqs.size(); ++k) each(seqs[k], shift[k]);
+    });
+    int row = 0;
+    for (size_t k = 0; k < seqs.size(); ++k) add_rows(p, seqs[k], kv_head, {}, shift[k], row);
+  }
+
+  template <class ForEach>
+  void resize(const AttnProblem& p, ForEach for_each, Tokens tok = {}) {
     const KvLayout& L = p.plan->layout;
     d = L.head_dim;
     const int group = p.plan->n_heads / L.n_kv_heads;
     int n = 0;
-    for (int s = seq_begin; s < seq_end; ++s) n += (tok.end(p, s) - tok.begin(p, s)) * group;
+    for_each([&](int s, int) { n += (tok.end(p, s) - tok.begin(p, s)) * group; });
     q.resize(size_t(n) * d);
     o.assign(size_t(n) * d, 0.0f);
     m.assign(size_t(n), -INFINITY);
     l.assign(size_t(n), 0.0f);
     visible.resize(size_t(n));
     limit.resize(size_t(n));
+  }
+
+  // Appends sequence s's query rows (tokens `tok`) from row `row` on.
+  void add_rows(const AttnProblem& p, int s, int kv_head, Tokens tok, int shift, int& row) {
+    const int group = p.plan->n_heads / p.plan->layout.n_kv_heads;
     // Queries are pre-scaled by 1/sqrt(d) once here, not once per chunk.
     const float scale = 1.0f / std::sqrt(float(d));
-    int row = 0;
-    for (int s = seq_begin; s < seq_end; ++s) {
-      const int len = p.plan->seq_len[size_t(s)];
-      const int nr = p.rows_of(s);
-      for (int k = tok.begin(p, s); k < tok.end(p, s); ++k)
-        for (int g = 0; g < group; ++g, ++row) {
-          const int h = kv_head * group + g;
-          const float* src = p.q + (size_t(p.rows_begin(s) + k) * p.plan->n_heads + h) * d;
-          for (int x = 0; x < d; ++x) q[size_t(row) * d + size_t(x)] = src[x] * scale;
-          visible[size_t(row)] = len - nr + k + 1;
-        }
-    }
+    const int len = p.plan->seq_len[size_t(s)];
+    const int nr = p.rows_of(s);
+    for (int k = tok.begin(p, s); k < tok.end(p, s); ++k)
+      for (int g = 0; g < group; ++g, ++row) {
+        const int h = kv_head * group + g;
+        const float* src = p.q + (size_t(p.rows_begin(s) + k) * p.plan->n_heads + h) * d;
+        for (int x = 0; x < d; ++x) q[size_t(row) * d + size_t(x)] = src[x] * scale;
+        visible[size_t(row)] = len - nr + k + 1 - shift;
+      }
   }
   int rows() const { return int(m.size()); }
 
@@ -369,35 +390,62 @@ namespace {
 
 // Runs of shared chunks read by at least min_rows query rows of at least
 // min_seqs sequences (one sequence's chunk-first GEMM would be exactly its
-// per-sequence walk).
+// per-sequence walk): consecutive entries of the context's shared list with
+// the same readers, each one place further in every reader's chunk list.
 std::vector<SharedRun> chunk_first_runs(const AttnPlan& p, int min_rows, int min_seqs, bool whole_batch_only) {
-  std::vector<SharedRun> segs;
+  std::vector<SharedRun> runs;
   const int group = p.n_heads / p.layout.n_kv_heads;
   for (const SharedChunk& s : p.ctx->shared) {
-    const int rows = (p.rows_begin(s.end) - p.rows_begin(s.begin)) * group;
-    if (rows < min_rows || s.end - s.begin < min_seqs) continue;
-    if (whole_batch_only && (s.begin != 0 || s.end != p.n_seqs())) continue;
-    if (!segs.empty()) {
-      SharedRun& last = segs.back();
-      if (last.begin == s.begin && last.end == s.end && last.depth + int(last.chunks.size()) == s.depth) {
+    int rows = 0;
+    for (int r : s.readers) rows += p.rows_of(r) * group;
+    if (rows < min_rows || int(s.readers.size()) < min_seqs) continue;
+    if (whole_batch_only && int(s.readers.size()) != p.n_seqs()) continue;
+    if (!runs.empty()) {
+      SharedRun& last = runs.back();
+      const int n = int(last.chunks.size());
+      bool next = last.seqs == s.readers;
+      for (size_t k = 0; next && k < s.readers.size(); ++k) next = last.depth[k] + n == s.depth[k];
+      if (next) {
         last.chunks.push_back(s.chunk);
         continue;
       }
     }
-    segs.push_back({s.begin, s.end, s.depth, {s.chunk}});
+    runs.push_back({s.readers, s.depth, {s.chunk}});
   }
-  return segs;
+  return runs;
 }
 
-// The pieces of the runs: their depths cut at multiples of `cut`.
-std::vector<RunPiece> pieces_of(const std::vector<SharedRun>& segs, int cut) {
+// The pieces of the runs: a run is cut wherever one of its readers crosses a
+// multiple of `cut` in its chunk list (a prefix's readers all at once).
+std::vector<RunPiece> pieces_of(const std::vector<SharedRun>& runs, int cut) {
   std::vector<RunPiece> out;
-  for (int s = 0; s < int(segs.size()); ++s) {
-    const int end = segs[size_t(s)].depth + int(segs[size_t(s)].chunks.size());
-    for (int d = segs[size_t(s)].depth; d < end;) {
-      const int next = std::min(end, (d / cut + 1) * cut);
-      out.push_back({s, d, next});
-      d = next;
+  for (int r = 0; r < int(runs.size()); ++r) {
+    const SharedRun& run = runs[size_t(r)];
+    const int n = int(run.chunks.size());
+    for (int j = 0; j < n;) {
+      int next = n;
+      for (int d : run.depth) next = std::min(next, ((d + j) / cut + 1) * cut - d);
+      out.push_back({r, j, next});
+      j = next;
+    }
+  }
+  return out;
+}
+
+// Where each reader finds the pieces: its rows in their states and the
+// depths they cover, in piece order.
+std::vector<std::vector<ReaderPiece>> pieces_by_seq(const AttnPlan& p, const std::vector<SharedRun>& runs,
+                                                    const std::vector<RunPiece>& pieces) {
+  std::vector<std::vector<ReaderPiece>> out(size_t(p.n_seqs()));
+  const int group = p.n_heads / p.layout.n_kv_heads;
+  for (int j = 0; j < int(pieces.size()); ++j) {
+    const RunPiece& pc = pieces[size_t(j)];
+    const SharedRun& run = runs[size_t(pc.run)];
+    int row = 0;
+    for (size_t k = 0; k < run.seqs.size(); ++k) {
+      const int s = run.seqs[k];
+      out[size_t(s)].push_back({j, row, run.depth[k] + pc.j0, run.depth[k] + pc.j1});
+      row += p.rows_of(s) * group;
     }
   }
   return out;
@@ -424,15 +472,21 @@ std::span<RowSet> chunk_first(const AttnProblem& p, const std::vector<SharedRun>
       for (int h = 0; h < kvh; ++h) {
         walk.clear();
         RowSet& head = partial[size_t(first_piece[s]) * size_t(kvh) + size_t(h)];
-        head.gather(p, segs[s].begin, segs[s].end, h);
+        // Each reader's keys counted from where the run starts in it, so one
+        // offset within the run serves every reader's causal limit.
+        const SharedRun& run = segs[s];
+        const auto& cb = p.plan->ctx->chunk_begin;
+        std::vector<int> shift(run.seqs.size());
+        for (size_t k = 0; k < run.seqs.size(); ++k)
+          shift[k] = p.plan->chunk_start[size_t(cb[size_t(run.seqs[k])] + run.depth[k])];
+        head.gather(p, run.seqs, shift, h);
+        const size_t e0 = size_t(cb[size_t(run.seqs[0])] + run.depth[0]);
         for (int j = first_piece[s]; j < first_piece[s + 1]; ++j) {
           RowSet& rows = partial[size_t(j) * size_t(kvh) + size_t(h)];
           if (&rows != &head) rows.start_like(head);
-          // A shared chunk's keys sit at the same place in all its readers.
-          const size_t e0 = size_t(p.plan->ctx->chunk_begin[size_t(segs[s].begin)]);
-          for (int d = pieces[size_t(j)].d0; d < pieces[size_t(j)].d1; ++d)
-            walk.push_back({&rows, segs[s].chunks[size_t(d - segs[s].depth)], p.plan->chunk_start[e0 + size_t(d)],
-                            p.plan->chunk_len[e0 + size_t(d)]});
+          for (int c = pieces[size_t(j)].j0; c < pieces[size_t(j)].j1; ++c)
+            walk.push_back({&rows, run.chunks[size_t(c)], p.plan->chunk_start[e0 + size_t(c)] - shift[0],
+                            p.plan->chunk_len[e0 + size_t(c)]});
         }
         fold_all(p, walk, h);
       }
@@ -446,15 +500,14 @@ std::span<RowSet> chunk_first(const AttnProblem& p, const std::vector<SharedRun>
 // the row's state. A TPP piece starts where a part or its run starts, so a
 // row of a single shared run gets each part's bits exactly as
 // attn_per_sequence computes them (relay's one system piece may span parts).
-void sequence_first_phase(const AttnProblem& p, const std::vector<SharedRun>& segs,
-                          const std::vector<RunPiece>& pieces, std::span<const RowSet> partial) {
+void sequence_first_phase(const AttnProblem& p, const std::vector<std::vector<ReaderPiece>>& by_seq,
+                          std::span<const RowSet> partial) {
   const int n = p.n_seqs(), kvh = p.plan->layout.n_kv_heads;
-  const int group = p.plan->n_heads / kvh;
 #pragma omp parallel
   {
     RowSet rows, part;
     std::vector<char> done;
-    std::vector<int> mine;
+    std::vector<const ReaderPiece*> mine;
     std::vector<Fold> walk;
 #pragma omp for schedule(static) collapse(2)
     for (int h = 0; h < kvh; ++h)
@@ -464,12 +517,10 @@ void sequence_first_phase(const AttnProblem& p, const std::vector<SharedRun>& se
         for (int k = 0; k < std::max(1, parts_of(chunks_of(p, i))); ++k) {
           const int d0 = k * kPartChunks, d1 = d0 + kPartChunks;
           mine.clear();  // the saved pieces of sequence i that start in this part
-          for (int j = 0; j < int(pieces.size()); ++j) {
-            const RunPiece& pc = pieces[size_t(j)];
-            const SharedRun& sg = segs[size_t(pc.run)];
-            if (i < sg.begin || i >= sg.end || pc.d0 < d0 || pc.d0 >= d1) continue;
-            mine.push_back(j);
-            std::fill(done.begin() + pc.d0, done.begin() + pc.d1, 1);
+          for (const ReaderPiece& rp : by_seq[size_t(i)]) {
+            if (rp.d0 < d0 || rp.d0 >= d1) continue;
+            mine.push_back(&rp);
+            std::fill(done.begin() + rp.d0, done.begin() + rp.d1, 1);
           }
           const auto lo = done.begin() + std::min(d0, int(done.size())), hi = done.begin() + std::min(d1, int(done.size()));
           const bool walk_part = std::find(lo, hi, 0) != hi;
@@ -479,10 +530,7 @@ void sequence_first_phase(const AttnProblem& p, const std::vector<SharedRun>& se
           const bool direct = k == 0 || (mine.size() == 1 && !walk_part);
           if (!direct) part.start_like(rows);
           RowSet& st = direct ? rows : part;
-          for (int j : mine) {
-            const int first = (p.rows_begin(i) - p.rows_begin(segs[size_t(pieces[size_t(j)].run)].begin)) * group;
-            st.merge_rows(partial[size_t(j) * size_t(kvh) + size_t(h)], first);
-          }
+          for (const ReaderPiece* rp : mine) st.merge_rows(partial[size_t(rp->piece) * size_t(kvh) + size_t(h)], rp->row0);
           if (walk_part) fold_depths(p, &st, i, i + 1, h, d0, d1, walk, done);
           if (!direct) rows.merge_rows(part);
         }
@@ -502,8 +550,12 @@ std::vector<SharedRun> split_segments(const std::vector<SharedRun>& segs, int kv
   const int factor = (items + int(segs.size()) * kv_heads - 1) / (int(segs.size()) * kv_heads);
   std::vector<SharedRun> out;
   for (const SharedRun& s : segs) {
-    const int n = s.end - s.begin, per = std::max(1, (n + factor - 1) / factor);
-    for (int b = s.begin; b < s.end; b += per) out.push_back({b, std::min(s.end, b + per), s.depth, s.chunks});
+    const int n = int(s.seqs.size()), per = std::max(1, (n + factor - 1) / factor);
+    for (int b = 0; b < n; b += per) {
+      const int e = std::min(n, b + per);
+      out.push_back({std::vector<int>(s.seqs.begin() + b, s.seqs.begin() + e),
+                     std::vector<int>(s.depth.begin() + b, s.depth.begin() + e), s.chunks});
+    }
   }
   return out;
 }
@@ -522,30 +574,36 @@ AttnPlan plan_attention(const PrefixTree& tree, std::shared_ptr<const KernelCont
   p.n_heads = n_heads;
   p.q_begin = std::move(q_begin);
   const KernelContext& c = *p.ctx;
-  const int cs = p.layout.chunk_size;
   p.seq_len.reserve(c.seqs.size());
   for (SeqId id : c.seqs) p.seq_len.push_back(tree.length(id));
-  // Chunk k of a sequence holds its keys from k * chunk_size on: the tree
-  // keys chunks by depth (a partially filled chunk is a sequence's last).
+  // A chunk's first key follows the keys of the chunks before it in the
+  // sequence's list (partially filled chunks may sit anywhere in it).
   p.chunk_len.resize(c.chunks.size());
   p.chunk_start.resize(c.chunks.size());
-  for (size_t i = 0; i + 1 < c.chunk_begin.size(); ++i)
+  for (size_t i = 0; i + 1 < c.chunk_begin.size(); ++i) {
+    int start = 0;
     for (int e = c.chunk_begin[i]; e < c.chunk_begin[i + 1]; ++e) {
       p.chunk_len[size_t(e)] = tree.chunk_length(c.chunks[size_t(e)]);
-      p.chunk_start[size_t(e)] = (e - c.chunk_begin[i]) * cs;
+      p.chunk_start[size_t(e)] = start;
+      start += p.chunk_len[size_t(e)];
     }
+  }
   const int items = 2 * omp_get_max_threads(), kvh = p.layout.n_kv_heads;
   p.tpp_runs = chunk_first_runs(p, std::max(2, opt.min_rows), 2, false);
   p.tpp_runs = split_segments(p.tpp_runs, kvh, items);
   p.tpp_pieces = pieces_of(p.tpp_runs, kPartChunks);
+  p.tpp_by_seq = pieces_by_seq(p, p.tpp_runs, p.tpp_pieces);
   // Relay's system run: the chunks the whole batch shares from the root,
   // split into pieces only when there are too few KV heads for the threads;
   // one piece per run, since system attention is one state per row.
   p.relay_runs = chunk_first_runs(p, 1, 1, true);
-  if (!p.relay_runs.empty() && p.relay_runs[0].depth != 0) p.relay_runs.clear();
+  if (!p.relay_runs.empty() &&
+      std::any_of(p.relay_runs[0].depth.begin(), p.relay_runs[0].depth.end(), [](int d) { return d != 0; }))
+    p.relay_runs.clear();
   if (p.relay_runs.size() > 1) p.relay_runs.resize(1);
   p.relay_runs = split_segments(p.relay_runs, kvh, items);
   p.relay_pieces = pieces_of(p.relay_runs, 1 << 30);
+  p.relay_by_seq = pieces_by_seq(p, p.relay_runs, p.relay_pieces);
   return p;
 }
 
@@ -556,7 +614,7 @@ void attn_tpp(const AttnProblem& p) {
   if (p.plan->tpp_runs.empty()) return attn_per_sequence(p);
   const auto& segs = p.plan->tpp_runs;
   const auto& pieces = p.plan->tpp_pieces;
-  sequence_first_phase(p, segs, pieces, chunk_first(p, segs, pieces));
+  sequence_first_phase(p, p.plan->tpp_by_seq, chunk_first(p, segs, pieces));
 }
 
 void attn_relay(const AttnProblem& p) {
@@ -575,7 +633,7 @@ void attn_relay(const AttnProblem& p) {
       finalize(rs.o.data() + size_t(r) * rs.d, l, rs.d, rs.o.data() + size_t(r) * rs.d);
       state_from_lse(lse_of(rs.m[size_t(r)], l), &rs.m[size_t(r)], &rs.l[size_t(r)]);
     }
-  sequence_first_phase(p, segs, pieces, partial);
+  sequence_first_phase(p, p.plan->relay_by_seq, partial);
 }
 
 }  // namespace cs

@@ -27,19 +27,28 @@
 
 namespace cs {
 
-// A run of shared chunks along one path that all cover sequences [begin,
-// end) (context indices), from chunk list index `depth` on.
+// A run of chunks read by the same sequences, each at consecutive places in
+// its chunk list: chunk j of the run is reader k's chunk depth[k] + j. A
+// shared prefix's readers are a contiguous range of the context order, all at
+// the same depth; a Prompt Cache module's may be any sequences, each at its
+// own depth.
 struct SharedRun {
-  int begin, end;
-  int depth;
+  std::vector<int> seqs;   // readers (context indices), ascending
+  std::vector<int> depth;  // per reader: where the run starts in its chunk list
   std::vector<ChunkId> chunks;
 };
 
-// The depths [d0, d1) of run `run` that lie in one part of the walks
-// (two-phase partition: 32 chunks; relay: its system run whole). Phase one
-// leaves one partial state per piece and KV head; phase two merges it.
+// Chunks [j0, j1) of run `run`, inside one part of every reader's walk
+// (two-phase partition: 32-chunk parts; relay: its system run whole). Phase
+// one leaves one partial state per piece and KV head; phase two merges it.
 struct RunPiece {
-  int run, d0, d1;
+  int run, j0, j1;
+};
+
+// A piece as one reader sees it: its rows in the piece's partial state, and
+// the depths [d0, d1) of its chunk list the piece covers.
+struct ReaderPiece {
+  int piece, row0, d0, d1;
 };
 
 struct TppOptions {
@@ -59,6 +68,7 @@ struct AttnPlan {
   // relay's system run (the chunks the whole batch shares, from the root).
   std::vector<SharedRun> tpp_runs, relay_runs;
   std::vector<RunPiece> tpp_pieces, relay_pieces;
+  std::vector<std::vector<ReaderPiece>> tpp_by_seq, relay_by_seq;  // per sequence, in piece order
 
   int n_seqs() const { return int(ctx->seqs.size()); }
   int rows_begin(int i) const { return q_begin.empty() ? i : q_begin[size_t(i)]; }

@@ -1,8 +1,10 @@
 // The plan an attention kernel reads (ChunkAttention §3.3): which sequences
-// share which chunks, laid out so every chunk covers a contiguous range of
-// sequence indices. Built by PrefixTree::context() only when the tree's
-// structure changed; immutable once published, so readers on other threads
-// may hold it while the engine thread builds the next one.
+// share which chunks. Sequences are ordered by a depth-first walk of the tree,
+// so a prefix's readers are a contiguous range of indices; a chunk shared
+// outside the tree (a Prompt Cache module's) may have any readers, each at its
+// own place in its chunk list. Built by PrefixTree::context() only when the
+// tree's structure changed; immutable once published, so readers on other
+// threads may hold it while the engine thread builds the next one.
 //
 // Token counts of tail chunks grow every decode step without a rebuild: read
 // them from PrefixTree::chunk_length(), not from here.
@@ -18,8 +20,8 @@ using SeqId = int64_t;
 
 struct SharedChunk {
   ChunkId chunk;
-  int begin, end;  // sequence indices [begin, end) that read this chunk
-  int depth;       // index of the chunk in each of those sequences' chunk lists
+  std::vector<int> readers;  // sequence indices that read it, ascending
+  std::vector<int> depth;    // per reader: the chunk's index in its chunk list
 };
 
 struct KernelContext {
@@ -29,8 +31,9 @@ struct KernelContext {
   // chunks[chunk_begin[i] .. chunk_begin[i + 1]).
   std::vector<ChunkId> chunks;
   std::vector<int> chunk_begin;
-  // Chunks read by more than one live sequence (chunk-first phase), in
-  // tree order (parents before children).
+  // Chunks read by more than one live sequence (chunk-first phase), ordered
+  // by (first reader, its depth there): a run of chunks shared by the same
+  // readers at consecutive depths is consecutive here.
   std::vector<SharedChunk> shared;
   // Per sequence, the index in its chunk list where its private chunks (read
   // by it alone; sequence-first phase) begin.

@@ -10,7 +10,8 @@
 
 namespace cs {
 
-enum class KvCode { kOk, kPoolExhausted, kUnknownSequence, kSequenceLeft, kSequenceExists, kContextFull };
+enum class KvCode { kOk, kPoolExhausted, kUnknownSequence, kSequenceLeft, kSequenceExists, kContextFull, kInUse,
+                    kInvalid };
 
 struct [[nodiscard]] KvStatus {
   KvCode code = KvCode::kOk;

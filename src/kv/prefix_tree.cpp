@@ -40,7 +40,8 @@ KvStats PrefixTree::stats() const {
   s.bytes = pool_.bytes();
   s.chunk_bytes = layout().chunk_bytes();
   s.cached = cached_;
-  s.used = pool_.used_count() - cached_;
+  s.pinned = pinned_;
+  s.used = pool_.used_count() - cached_ - pinned_;
   return s;
 }
 
@@ -58,7 +59,7 @@ const std::vector<ChunkId>& PrefixTree::chunks_of(SeqId id) const {
 void PrefixTree::touch(ChunkId c) { meta_[size_t(c)].last_used = ++clock_; }
 
 void PrefixTree::add_ref(ChunkId c) {
-  if (meta_[size_t(c)].ref++ == 0) {
+  if (meta_[size_t(c)].ref++ == 0 && !meta_[size_t(c)].pinned) {
     --cached_;  // a retained chunk back in use
     update_evictable(c);
   }
@@ -94,15 +95,19 @@ ChunkId PrefixTree::allocate_chunk() {
 }
 
 void PrefixTree::attach(ChunkId c, ChunkId parent) {
+  meta_[size_t(c)].in_tree = true;
   meta_[size_t(c)].parent = parent;
   children_of(parent).push_back(c);
   update_evictable(parent);
 }
 
 void PrefixTree::detach_and_free(ChunkId c) {
+  const bool in_tree = meta_[size_t(c)].in_tree;
   const ChunkId parent = meta_[size_t(c)].parent;
-  auto& siblings = children_of(parent);
-  siblings.erase(std::find(siblings.begin(), siblings.end(), c));
+  if (in_tree) {
+    auto& siblings = children_of(parent);
+    siblings.erase(std::find(siblings.begin(), siblings.end(), c));
+  }
   if (uint64_t& key = evict_key_[size_t(c)]) {
     evictable_.erase({key, c});
     key = 0;
@@ -110,16 +115,17 @@ void PrefixTree::detach_and_free(ChunkId c) {
   if (meta_[size_t(c)].ref == 0) --cached_;
   meta_[size_t(c)] = Chunk{};
   pool_.release(c);
-  update_evictable(parent);
+  if (in_tree) update_evictable(parent);
 }
 
 void PrefixTree::unref(ChunkId c) {
   Chunk& m = meta_[size_t(c)];
-  if (--m.ref > 0) return;
+  if (--m.ref > 0 || m.pinned) return;  // a pinned chunk stays until unpin
   ++cached_;  // every unreferenced chunk in the tree counts as cached
   // A partially filled chunk is kept too: a later prompt that matches part of
-  // it copies those tokens' K/V instead of computing them.
-  if (retain_ || !m.children.empty()) {  // kept: a retained prefix
+  // it copies those tokens' K/V instead of computing them. A detached
+  // sequence's own chunk is found by no join: freed.
+  if (m.in_tree && (retain_ || !m.children.empty())) {  // kept: a retained prefix
     touch(c);
     update_evictable(c);
   } else {
@@ -223,7 +229,9 @@ KvStatus PrefixTree::append(SeqId id, std::span<const int32_t> tokens) {
   const int c = layout().chunk_size, n = int(tokens.size());
   if (n == 0) return KvStatus::Ok();
   const ChunkId tail = seq.chunks.empty() ? kNoChunk : seq.chunks.back();
-  const bool cow = tail != kNoChunk && chunk_length(tail) < c && meta_[size_t(tail)].ref > 1;  // a forked partial tail
+  // A forked partial tail is copied before it is written; a pinned one is
+  // never written (the appended tokens start a fresh chunk).
+  const bool cow = tail != kNoChunk && chunk_length(tail) < c && meta_[size_t(tail)].ref > 1 && !meta_[size_t(tail)].pinned;
   const int need = chunks_to_append(id, n);
   if (need > available())
     return {KvCode::kPoolExhausted, "need " + std::to_string(need) + " chunks, " +
@@ -231,7 +239,7 @@ KvStatus PrefixTree::append(SeqId id, std::span<const int32_t> tokens) {
   if (cow) {
     const ChunkId own = allocate_chunk();
     copy_tokens(own, tail, chunk_length(tail));
-    attach(own, meta_[size_t(tail)].parent);
+    if (!seq.detached) attach(own, meta_[size_t(tail)].parent);
     meta_[size_t(own)].ref = 1;
     --meta_[size_t(tail)].ref;  // still read by the other sequences
     seq.chunks.back() = own;
@@ -239,9 +247,9 @@ KvStatus PrefixTree::append(SeqId id, std::span<const int32_t> tokens) {
   }
   for (int32_t t : tokens) {
     ChunkId last = seq.chunks.empty() ? kNoChunk : seq.chunks.back();
-    if (last < 0 || chunk_length(last) == c) {
+    if (last < 0 || chunk_length(last) == c || meta_[size_t(last)].pinned) {
       const ChunkId fresh = allocate_chunk();  // cannot fail: counted above
-      attach(fresh, last);
+      if (!seq.detached) attach(fresh, last);
       meta_[size_t(fresh)].ref = 1;
       seq.chunks.push_back(fresh);
       last = fresh;
@@ -259,7 +267,8 @@ int PrefixTree::chunks_to_append(SeqId id, int n) const {
   const auto& chunks = it == seqs_.end() ? none : it->second.chunks;
   const int c = layout().chunk_size;
   const ChunkId tail = chunks.empty() ? kNoChunk : chunks.back();
-  const int room = tail == kNoChunk ? 0 : c - chunk_length(tail);
+  // A pinned chunk is never written: appending after one starts a fresh chunk.
+  const int room = tail == kNoChunk || meta_[size_t(tail)].pinned ? 0 : c - chunk_length(tail);
   const bool cow = n > 0 && room > 0 && meta_[size_t(tail)].ref > 1;
   return (std::max(0, n - room) + c - 1) / c + (cow ? 1 : 0);
 }
@@ -293,10 +302,68 @@ KvStatus PrefixTree::fork(SeqId parent, SeqId child) {
   return KvStatus::Ok();
 }
 
+// Walks back from the tail (where appends write) over the chunks' lengths:
+// chunks may be partially filled anywhere in a detached sequence's list.
 std::pair<ChunkId, int> PrefixTree::slot(SeqId id, int index) const {
-  const int c = layout().chunk_size;
   const Seq& s = seqs_.at(id);
-  return {s.chunks.at(size_t(index / c)), index % c};
+  int start = s.length;
+  for (auto c = s.chunks.rbegin(); c != s.chunks.rend(); ++c) {
+    start -= chunk_length(*c);
+    if (index >= start) return {*c, index - start};
+  }
+  throw Error("slot: token " + std::to_string(index) + " of sequence " + std::to_string(id) + " is not cached");
+}
+
+ChunkId PrefixTree::pin(std::span<const int32_t> tokens) {
+  check_writer();
+  if (tokens.empty() || int(tokens.size()) > layout().chunk_size) return kNoChunk;
+  const ChunkId c = allocate_chunk();
+  if (c < 0) return kNoChunk;
+  meta_[size_t(c)].pinned = true;
+  meta_[size_t(c)].tokens.assign(tokens.begin(), tokens.end());
+  ++pinned_;
+  return c;
+}
+
+KvStatus PrefixTree::unpin(ChunkId c) {
+  check_writer();
+  if (c < 0 || c >= pool_.capacity() || !meta_[size_t(c)].pinned)
+    return {KvCode::kInvalid, "chunk " + std::to_string(c) + " is not pinned"};
+  if (meta_[size_t(c)].ref > 0)
+    return {KvCode::kInUse, "chunk " + std::to_string(c) + " is read by " + std::to_string(meta_[size_t(c)].ref) +
+                                " live sequences"};
+  meta_[size_t(c)] = Chunk{};
+  pool_.release(c);
+  --pinned_;
+  return KvStatus::Ok();
+}
+
+KvStatus PrefixTree::join_detached(SeqId id) {
+  check_writer();
+  if (seqs_.count(id)) return {KvCode::kSequenceExists, "sequence " + std::to_string(id) + " exists"};
+  Seq s;
+  s.detached = true;
+  seqs_.emplace(id, std::move(s));
+  left_.erase(id);
+  dirty_ = true;
+  return KvStatus::Ok();
+}
+
+KvStatus PrefixTree::attach_pinned(SeqId id, std::span<const ChunkId> chunks) {
+  check_writer();
+  auto it = seqs_.find(id);
+  if (it == seqs_.end() || !it->second.detached)
+    return {KvCode::kInvalid, "attach to sequence " + std::to_string(id) + ", which is not a live detached one"};
+  for (ChunkId c : chunks)
+    if (c < 0 || c >= pool_.capacity() || !meta_[size_t(c)].pinned)
+      return {KvCode::kInvalid, "chunk " + std::to_string(c) + " is not pinned"};
+  for (ChunkId c : chunks) {
+    add_ref(c);
+    it->second.chunks.push_back(c);
+    it->second.length += chunk_length(c);
+  }
+  dirty_ = true;
+  return KvStatus::Ok();
 }
 
 void PrefixTree::write_kv(SeqId id, int index, int layer, int head, const float* k, const float* v) {
@@ -329,56 +396,67 @@ void PrefixTree::read_kv(SeqId id, int index, int layer, int head, float* k, flo
 }
 
 // ChunkAttention §3.3: order sequences by a depth-first walk of the tree, so
-// each chunk's readers form one contiguous index range.
+// each prefix's readers form one contiguous index range; then list every chunk
+// more than one sequence reads, with its readers and their depths.
 std::shared_ptr<const KernelContext> PrefixTree::context() {
   if (!dirty_ && context_) return context_;
   check_writer();
   auto ctx = std::make_shared<KernelContext>();
   ctx->version = ++version_;
   std::unordered_map<ChunkId, std::vector<SeqId>> ending;
-  for (const auto& [id, s] : seqs_) ending[s.chunks.empty() ? kNoChunk : s.chunks.back()].push_back(id);
+  std::vector<SeqId> detached;  // outside the tree: after the walk
+  for (const auto& [id, s] : seqs_) {
+    if (s.detached) detached.push_back(id);
+    else ending[s.chunks.empty() ? kNoChunk : s.chunks.back()].push_back(id);
+  }
   for (auto& [c, ids] : ending) std::sort(ids.begin(), ids.end());
+  std::sort(detached.begin(), detached.end());
 
   struct Frame {
     ChunkId node;
     size_t next_child;
-    int depth;
-    int shared;  // index in ctx->shared, or -1
   };
   std::vector<Frame> stack;
-  auto enter = [&](ChunkId node, int depth) {
-    const int begin = int(ctx->seqs.size());
+  auto enter = [&](ChunkId node) {
     if (auto e = ending.find(node); e != ending.end())
       ctx->seqs.insert(ctx->seqs.end(), e->second.begin(), e->second.end());
-    int shared = -1;
-    if (node >= 0 && meta_[size_t(node)].ref > 1) {
-      shared = int(ctx->shared.size());
-      ctx->shared.push_back({node, begin, -1, depth});
-    }
-    stack.push_back({node, 0, depth, shared});
+    stack.push_back({node, 0});
   };
-  enter(-1, -1);
+  enter(kNoChunk);
   while (!stack.empty()) {
     Frame& f = stack.back();
     const auto& kids = children_of(f.node);
     while (f.next_child < kids.size() && meta_[size_t(kids[f.next_child])].ref == 0) ++f.next_child;
     if (f.next_child < kids.size()) {
-      const ChunkId child = kids[f.next_child++];
-      enter(child, f.depth + 1);
+      enter(kids[f.next_child++]);
       continue;
     }
-    if (f.shared >= 0) ctx->shared[size_t(f.shared)].end = int(ctx->seqs.size());
     stack.pop_back();
   }
-  for (SeqId id : ctx->seqs) {
-    const Seq& s = seqs_.at(id);
+  ctx->seqs.insert(ctx->seqs.end(), detached.begin(), detached.end());
+  std::unordered_map<ChunkId, size_t> shared_index;
+  for (int i = 0; i < int(ctx->seqs.size()); ++i) {
+    const Seq& s = seqs_.at(ctx->seqs[size_t(i)]);
     ctx->chunk_begin.push_back(int(ctx->chunks.size()));
     int p = 0;
     while (p < int(s.chunks.size()) && meta_[size_t(s.chunks[size_t(p)])].ref > 1) ++p;
     ctx->private_from.push_back(p);
     ctx->chunks.insert(ctx->chunks.end(), s.chunks.begin(), s.chunks.end());
+    for (int d = 0; d < int(s.chunks.size()); ++d) {
+      const ChunkId c = s.chunks[size_t(d)];
+      if (meta_[size_t(c)].ref < 2) continue;
+      auto [it, fresh] = shared_index.emplace(c, ctx->shared.size());
+      if (fresh) ctx->shared.push_back({c, {}, {}});
+      ctx->shared[it->second].readers.push_back(i);
+      ctx->shared[it->second].depth.push_back(d);
+    }
   }
   ctx->chunk_begin.push_back(int(ctx->chunks.size()));
+  // A chunk's first reader and its depth there name it uniquely (a sequence
+  // has one chunk per depth): sorting by them puts runs in order.
+  std::sort(ctx->shared.begin(), ctx->shared.end(), [](const SharedChunk& a, const SharedChunk& b) {
+    return a.readers[0] != b.readers[0] ? a.readers[0] < b.readers[0] : a.depth[0] < b.depth[0];
+  });
   context_ = std::move(ctx);
   dirty_ = false;
   return context_;

@@ -8,6 +8,15 @@
 //
 // Vocabulary: join, append, leave, fork, evict, context.
 //
+// Beyond the tree (Prompt Cache): pinned chunks hold a module's K/V, computed
+// once at its schema's position IDs; they are never evicted, never matched by
+// join, and read (shared, not copied) by every sequence that attaches them,
+// wherever in its chunk list. Such a sequence is detached: it starts outside
+// the tree, and the chunks it fills itself are its own (freed when it leaves,
+// shared only with its forks), since their K/V depend on the modules before
+// them. A sequence's chunk list may thus hold partially filled chunks
+// anywhere: a chunk's first key follows the keys of the chunks before it.
+//
 // Threading: one writer. Every mutating call must come from the same thread
 // (checked in debug and sanitizer builds: a second writer thread aborts),
 // context() included, since it may rebuild. The snapshot it returns is
@@ -36,6 +45,7 @@ struct KvStats {
   int chunks = 0;      // pool capacity
   int used = 0;        // referenced by live sequences
   int cached = 0;      // retained, unreferenced (evictable)
+  int pinned = 0;      // Prompt Cache modules' (not evictable)
   int free = 0;        // in the pool's free list
   int peak = 0;        // most chunks ever allocated at once
   size_t bytes = 0;    // pool size
@@ -68,6 +78,19 @@ class PrefixTree {
 
   // Ends a sequence, releasing what only it used (or caching it: retain).
   KvStatus leave(SeqId id);
+
+  // --- Pinned chunks (Prompt Cache modules) ---
+  // A chunk outside the tree holding `tokens` (at most chunk_size; the caller
+  // writes their K/V with write_kv_at); kNoChunk when the pool has no room.
+  ChunkId pin(std::span<const int32_t> tokens);
+  // Frees a pinned chunk no live sequence reads (else kInUse, nothing changed).
+  KvStatus unpin(ChunkId c);
+  // Starts a detached sequence: its chunk list is built by attach_pinned and
+  // append, outside the tree.
+  KvStatus join_detached(SeqId id);
+  // Appends pinned chunks to a detached sequence's chunk list.
+  KvStatus attach_pinned(SeqId id, std::span<const ChunkId> chunks);
+  bool pinned(ChunkId c) const { return meta_[size_t(c)].pinned; }
 
   // New sequence `child` sharing all of `parent`'s chunks (parallel sampling).
   KvStatus fork(SeqId parent, SeqId child);
@@ -106,12 +129,15 @@ class PrefixTree {
     std::vector<int32_t> tokens;
     ChunkId parent = kNoChunk;
     std::vector<ChunkId> children;
-    int ref = 0;  // live sequences whose path contains this chunk
+    int ref = 0;  // live sequences whose chunk list holds this chunk
     uint64_t last_used = 0;
+    bool in_tree = false;  // attached (a node of the prefix tree)
+    bool pinned = false;   // a module's: kept until unpin
   };
   struct Seq {
     std::vector<ChunkId> chunks;
     int length = 0;
+    bool detached = false;  // built from pinned chunks: its own chunks stay out of the tree
   };
 
   void check_writer();
@@ -139,6 +165,7 @@ class PrefixTree {
   std::set<std::pair<uint64_t, ChunkId>> evictable_;  // unreferenced leaves, by age
   std::vector<uint64_t> evict_key_;                   // key in evictable_, 0 = absent
   int cached_ = 0;  // chunks in the tree with ref == 0
+  int pinned_ = 0;  // pinned chunks
   uint64_t clock_ = 0;
   bool dirty_ = true;
   uint64_t version_ = 0;
