@@ -441,6 +441,24 @@ TEST(Attention, ModulesAreBatchedWhereverTheySit) {
       EXPECT_LT(max_diff(per, ref), tol);
       EXPECT_LT(max_diff(tpp, ref), tol);
       EXPECT_LT(max_diff(relay, ref), tol);
+      if (prefill) continue;
+      // Exactness: each sequence alone (its modules then read by it only)
+      // gets the very bits it gets batched with the other readers, by either
+      // path: every pinned chunk is a part of its own, folded from an empty
+      // state and merged in order, batched or not.
+      EXPECT_EQ(tpp, per);
+      const size_t row = size_t(n_heads) * 64;
+      for (size_t i = 0; i < ctx->seqs.size(); ++i) {
+        auto one = std::make_shared<KernelContext>();
+        one->seqs = {ctx->seqs[i]};
+        one->chunks.assign(ctx->chunks.begin() + ctx->chunk_begin[i], ctx->chunks.begin() + ctx->chunk_begin[i + 1]);
+        one->chunk_begin = {0, int(one->chunks.size())};
+        one->private_from = {int(one->chunks.size())};
+        Planned alone(t, one, n_heads);
+        std::vector<float> out(row);
+        attn_per_sequence(alone.problem(q.data() + i * row, out.data()));
+        EXPECT_EQ(std::memcmp(out.data(), tpp.data() + i * row, row * 4), 0) << "sequence " << i << " alone vs batched";
+      }
     }
 }
 

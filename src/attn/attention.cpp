@@ -179,30 +179,44 @@ void fold_all(const AttnProblem& p, const std::vector<Fold>& walk, int kv_head) 
 // faster on 2 threads (bench/kernel_ab).
 constexpr int kPartChunks = 32;
 
-int parts_of(int chunks) { return (chunks + kPartChunks - 1) / kPartChunks; }
 int chunks_of(const AttnProblem& p, int i) { return p.plan->chunks_of(i); }
+int parts_of(const AttnProblem& p, int i) { return p.plan->parts_of(i); }
 
-// Appends to `walk` the chunks at depths [d0, d1) of sequences [i0, i1),
-// depth by depth, so a chunk the sequences share is read back to back while
-// it is hot; state(k, s) is where the s-th sequence's chunk at depth k folds.
-// `skip` (per depth of sequence i0, or empty): depths already folded.
+// Appends to `walk` the chunks of sequences [i0, i1) at depths [d0, d1) that
+// lie in part `part` of their walks (every part: -1), depth by depth, so a
+// chunk the sequences share is read back to back while it is hot; state(k, s)
+// is where the s-th sequence's chunk of part k folds. `skip` (per depth of
+// sequence i0, or empty): depths already folded.
 template <class State>
-void add_depths(const AttnProblem& p, int i0, int i1, int d0, int d1, State state, std::vector<Fold>& walk,
+void add_depths(const AttnProblem& p, int i0, int i1, int d0, int d1, int part, State state, std::vector<Fold>& walk,
                 const std::vector<char>& skip = {}) {
   const AttnPlan& plan = *p.plan;
   for (int k = d0; k < d1; ++k)
     for (int i = i0; i < i1; ++i)
       if (k < chunks_of(p, i) && (skip.empty() || !skip[size_t(k)])) {
         const size_t e = size_t(plan.ctx->chunk_begin[size_t(i)] + k);
-        walk.push_back({state(k, i - i0), plan.ctx->chunks[e], plan.chunk_start[e], plan.chunk_len[e]});
+        if (part >= 0 && plan.chunk_part[e] != part) continue;
+        walk.push_back({state(plan.chunk_part[e], i - i0), plan.ctx->chunks[e], plan.chunk_start[e], plan.chunk_len[e]});
       }
 }
 
-// Folds the chunks at depths [d0, d1) of sequences [i0, i1) into rows[0..).
-void fold_depths(const AttnProblem& p, RowSet* rows, int i0, int i1, int kv_head, int d0, int d1,
-                 std::vector<Fold>& walk, const std::vector<char>& skip = {}) {
+// The depths part k spans in any sequence of [i0, i1).
+std::pair<int, int> part_span(const AttnProblem& p, int i0, int i1, int k) {
+  int d0 = 1 << 30, d1 = 0;
+  for (int i = i0; i < i1; ++i)
+    if (k < parts_of(p, i)) {
+      const auto [a, b] = p.plan->part(i, k);
+      d0 = std::min(d0, a), d1 = std::max(d1, b);
+    }
+  return {d0, d1};
+}
+
+// Folds the chunks of part k of sequences [i0, i1) into rows[0..).
+void fold_part(const AttnProblem& p, RowSet* rows, int i0, int i1, int kv_head, int k, std::vector<Fold>& walk,
+               const std::vector<char>& skip = {}) {
   walk.clear();
-  add_depths(p, i0, i1, d0, d1, [rows](int, int s) { return &rows[s]; }, walk, skip);
+  const auto [d0, d1] = part_span(p, i0, i1, k);
+  add_depths(p, i0, i1, d0, d1, k, [rows](int, int s) { return &rows[s]; }, walk, skip);
   fold_all(p, walk, kv_head);
 }
 
@@ -282,7 +296,7 @@ void per_sequence_parts(const AttnProblem& p, int kGroup, int groups, int slices
             if (tok.t0 >= tok.t1) continue;
             RowSet* rows = at(h, g, j, k);
             for (int i = i0; i < i1; ++i) rows[i - i0].gather(p, i, i + 1, h, tok);
-            fold_depths(p, rows, i0, i1, h, k * kPartChunks, (k + 1) * kPartChunks, walk);
+            fold_part(p, rows, i0, i1, h, k, walk);
           }
 #pragma omp for schedule(static) collapse(3)
     for (int h = 0; h < kvh; ++h)
@@ -348,7 +362,7 @@ void attn_per_sequence(const AttnProblem& p) {
   const int groups = (n + kGroup - 1) / kGroup;
   const int slices = token_slices(p, kGroup, kvh * groups, want_items);
   int parts = 0;
-  for (int i = 0; i < n; ++i) parts = std::max(parts, parts_of(chunks_of(p, i)));
+  for (int i = 0; i < n; ++i) parts = std::max(parts, chunks_of(p, i) ? parts_of(p, i) : 0);
   // Still too few items (a decode of one or a few sequences): each part of
   // the walks becomes an item of its own, merged once all are done. Either
   // way every part is folded and merged alike, so the bits do not change.
@@ -365,18 +379,18 @@ void attn_per_sequence(const AttnProblem& p) {
         for (int j = slices - 1; j >= 0; --j) {
           const auto [i0, i1, tok] = group_item(p, kGroup, g, j, slices);
           if (tok.t0 >= tok.t1) continue;
-          int depth = 0;
+          int depth = 0, np = 1;
           for (int i = i0; i < i1; ++i) {
             sets[size_t(i - i0)].gather(p, i, i + 1, h, tok);
             depth = std::max(depth, chunks_of(p, i));
+            np = std::max(np, parts_of(p, i));
           }
-          const int np = std::max(1, parts_of(depth));
           for (int k = 1; k < np; ++k)
             for (int i = i0; i < i1; ++i) sets[size_t(k * kGroup + i - i0)].start_like(sets[size_t(i - i0)]);
           // One walk over all parts (each chunk's successor is prefetched
           // across part boundaries), each part folding into its own states.
           walk.clear();
-          add_depths(p, i0, i1, 0, depth, [&](int k, int s) { return &sets[size_t(k / kPartChunks * kGroup + s)]; }, walk);
+          add_depths(p, i0, i1, 0, depth, -1, [&](int k, int s) { return &sets[size_t(k * kGroup + s)]; }, walk);
           fold_all(p, walk, h);
           for (int i = i0; i < i1; ++i) {
             for (int k = 1; k < np; ++k) sets[size_t(i - i0)].merge_rows(sets[size_t(k * kGroup + i - i0)]);
@@ -415,18 +429,24 @@ std::vector<SharedRun> chunk_first_runs(const AttnPlan& p, int min_rows, int min
   return runs;
 }
 
-// The pieces of the runs: a run is cut wherever one of its readers crosses a
-// multiple of `cut` in its chunk list (a prefix's readers all at once).
-std::vector<RunPiece> pieces_of(const std::vector<SharedRun>& runs, int cut) {
+// The pieces of the runs: cut (when `cut`) wherever one of its readers moves
+// to another part of its walk (a prefix's readers all at once).
+std::vector<RunPiece> pieces_of(const AttnPlan& p, const std::vector<SharedRun>& runs, bool cut) {
   std::vector<RunPiece> out;
   for (int r = 0; r < int(runs.size()); ++r) {
     const SharedRun& run = runs[size_t(r)];
     const int n = int(run.chunks.size());
-    for (int j = 0; j < n;) {
-      int next = n;
-      for (int d : run.depth) next = std::min(next, ((d + j) / cut + 1) * cut - d);
-      out.push_back({r, j, next});
-      j = next;
+    int j0 = 0;
+    for (int j = 1; j <= n; ++j) {
+      bool boundary = j == n;
+      for (size_t k = 0; cut && !boundary && k < run.seqs.size(); ++k) {
+        const size_t e = size_t(p.ctx->chunk_begin[size_t(run.seqs[k])] + run.depth[k] + j);
+        boundary = p.chunk_part[e] != p.chunk_part[e - 1];
+      }
+      if (boundary) {
+        out.push_back({r, j0, j});
+        j0 = j;
+      }
     }
   }
   return out;
@@ -514,8 +534,8 @@ void sequence_first_phase(const AttnProblem& p, const std::vector<std::vector<Re
       for (int i = 0; i < n; ++i) {
         rows.gather(p, i, i + 1, h);
         done.assign(size_t(chunks_of(p, i)), 0);
-        for (int k = 0; k < std::max(1, parts_of(chunks_of(p, i))); ++k) {
-          const int d0 = k * kPartChunks, d1 = d0 + kPartChunks;
+        for (int k = 0; k < parts_of(p, i); ++k) {
+          const auto [d0, d1] = p.plan->part(i, k);
           mine.clear();  // the saved pieces of sequence i that start in this part
           for (const ReaderPiece& rp : by_seq[size_t(i)]) {
             if (rp.d0 < d0 || rp.d0 >= d1) continue;
@@ -531,7 +551,7 @@ void sequence_first_phase(const AttnProblem& p, const std::vector<std::vector<Re
           if (!direct) part.start_like(rows);
           RowSet& st = direct ? rows : part;
           for (const ReaderPiece* rp : mine) st.merge_rows(partial[size_t(rp->piece) * size_t(kvh) + size_t(h)], rp->row0);
-          if (walk_part) fold_depths(p, &st, i, i + 1, h, d0, d1, walk, done);
+          if (walk_part) fold_part(p, &st, i, i + 1, h, k, walk, done);
           if (!direct) rows.merge_rows(part);
         }
         rows.scatter(p, i, i + 1, h);
@@ -580,18 +600,33 @@ AttnPlan plan_attention(const PrefixTree& tree, std::shared_ptr<const KernelCont
   // sequence's list (partially filled chunks may sit anywhere in it).
   p.chunk_len.resize(c.chunks.size());
   p.chunk_start.resize(c.chunks.size());
+  p.chunk_part.resize(c.chunks.size());
+  p.part_begin.push_back(0);
   for (size_t i = 0; i + 1 < c.chunk_begin.size(); ++i) {
-    int start = 0;
+    int start = 0, part = -1;
+    bool after_pinned = false;
     for (int e = c.chunk_begin[i]; e < c.chunk_begin[i + 1]; ++e) {
+      const int depth = e - c.chunk_begin[i];
+      const bool pinned = tree.pinned(c.chunks[size_t(e)]);
+      // A part starts at every 32nd chunk and around every pinned one.
+      if (depth % kPartChunks == 0 || pinned || after_pinned) {
+        ++part;
+        p.part_starts.push_back(depth);
+      }
+      after_pinned = pinned;
+      p.chunk_part[size_t(e)] = part;
       p.chunk_len[size_t(e)] = tree.chunk_length(c.chunks[size_t(e)]);
       p.chunk_start[size_t(e)] = start;
       start += p.chunk_len[size_t(e)];
     }
+    if (part < 0) p.part_starts.push_back(0);  // no chunk: one empty part
+    p.part_starts.push_back(c.chunk_begin[i + 1] - c.chunk_begin[i]);
+    p.part_begin.push_back(int(p.part_starts.size()));
   }
   const int items = 2 * omp_get_max_threads(), kvh = p.layout.n_kv_heads;
   p.tpp_runs = chunk_first_runs(p, std::max(2, opt.min_rows), 2, false);
   p.tpp_runs = split_segments(p.tpp_runs, kvh, items);
-  p.tpp_pieces = pieces_of(p.tpp_runs, kPartChunks);
+  p.tpp_pieces = pieces_of(p, p.tpp_runs, true);
   p.tpp_by_seq = pieces_by_seq(p, p.tpp_runs, p.tpp_pieces);
   // Relay's system run: the chunks the whole batch shares from the root,
   // split into pieces only when there are too few KV heads for the threads;
@@ -602,7 +637,7 @@ AttnPlan plan_attention(const PrefixTree& tree, std::shared_ptr<const KernelCont
     p.relay_runs.clear();
   if (p.relay_runs.size() > 1) p.relay_runs.resize(1);
   p.relay_runs = split_segments(p.relay_runs, kvh, items);
-  p.relay_pieces = pieces_of(p.relay_runs, 1 << 30);
+  p.relay_pieces = pieces_of(p, p.relay_runs, false);
   p.relay_by_seq = pieces_by_seq(p, p.relay_runs, p.relay_pieces);
   return p;
 }

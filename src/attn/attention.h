@@ -63,6 +63,13 @@ struct AttnPlan {
   std::vector<int> seq_len;      // per sequence: keys cached, this batch's included
   std::vector<int> chunk_len;    // per ctx->chunks entry: keys the chunk holds
   std::vector<int> chunk_start;  // per ctx->chunks entry: index of its first key in the sequence
+  // Every path folds each sequence's walk in parts, each from an empty state,
+  // merged in order: a part ends at every 32nd chunk and around every pinned
+  // chunk (a Prompt Cache module's), so the arithmetic depends on the
+  // sequence's own chunk list only, never on the batch or the sharing.
+  std::vector<int> part_starts;  // per sequence, part_begin[i] ..: the depth each part starts at, then its end
+  std::vector<int> part_begin;   // per sequence (+1): index into part_starts
+  std::vector<int> chunk_part;   // per ctx->chunks entry: its part in its sequence's walk
   // Chunk-first work, decided once per batch: two-phase partition's shared
   // runs (empty: nothing worth it, TPP runs per-sequence attention) and
   // relay's system run (the chunks the whole batch shares, from the root).
@@ -74,6 +81,12 @@ struct AttnPlan {
   int rows_begin(int i) const { return q_begin.empty() ? i : q_begin[size_t(i)]; }
   int rows_of(int i) const { return rows_begin(i + 1) - rows_begin(i); }
   int chunks_of(int i) const { return ctx->chunk_begin[size_t(i) + 1] - ctx->chunk_begin[size_t(i)]; }
+  int parts_of(int i) const { return part_begin[size_t(i) + 1] - part_begin[size_t(i)] - 1; }
+  // Depths [first, second) of part k of sequence i.
+  std::pair<int, int> part(int i, int k) const {
+    const int* s = part_starts.data() + part_begin[size_t(i)];
+    return {s[k], s[k + 1]};
+  }
 };
 
 // The plan of one batch over the tree's live sequences (the tree's context()
@@ -104,10 +117,11 @@ struct AttnProblem {
   int rows_of(int i) const { return plan->rows_of(i); }
 };
 
-// Every chunk path cuts each (sequence, KV head)'s walk at chunk depths that
-// are multiples of 32, folds each part from an empty state and merges the parts
-// in depth order: one arithmetic whatever the batch, the sharing and the
-// thread count, so none of them changes a bit (attention.cpp, kPartChunks).
+// Every chunk path cuts each (sequence, KV head)'s walk into parts (at chunk
+// depths that are multiples of 32, and around pinned chunks), folds each part
+// from an empty state and merges the parts in depth order: one arithmetic
+// whatever the batch, the sharing and the thread count, so none of them
+// changes a bit (attention.cpp, kPartChunks).
 
 // Plain double-precision softmax over each row's keys, read from the tree
 // token by token (its own positions, not the plan's). Tests only.

@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <condition_variable>
+#include <future>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -11,6 +13,7 @@
 #include "engine/request_state.h"
 #include "engine/scheduler.h"
 #include "engine/validate.h"
+#include "pml/encode.h"
 
 namespace cs {
 
@@ -103,6 +106,9 @@ struct Engine::Impl {
   void sample_row(Sequence* s, std::span<const float> logits, std::vector<Sequence*>& done);
   void publish_stats();
   void count_finished();
+  template <class F>
+  auto on_engine_thread(F f) -> decltype(f());
+  std::deque<std::function<void()>> todo;
   void wake() {
     {
       std::lock_guard lock(mu);
@@ -129,6 +135,11 @@ struct Engine::Impl {
   std::mutex mu;
   std::condition_variable cv;
   std::deque<std::shared_ptr<RequestState>> inbox;
+  std::deque<std::function<void()>> tasks;  // run on the engine thread between steps
+  // Prompt Cache schemas (the map under schemas_mu; each schema immutable).
+  mutable std::mutex schemas_mu;
+  std::map<std::string, std::shared_ptr<pml::EncodedSchema>> schemas;
+  pml::TextModel text;
   bool poked = false;
   bool accepting = true;
   bool stopping = false;
@@ -162,6 +173,7 @@ Engine::Engine(const LlamaModel& model, EngineOptions opt) : model_(model), opt_
     throw Error("KV memory of " + std::to_string(bytes) + " bytes holds fewer than 2 chunks of " +
                 std::to_string(layout.chunk_bytes()) + " bytes");
   impl_ = std::make_unique<Impl>(*this, layout, bytes);
+  impl_->text = pml::text_model(model);
   impl_->publish_stats();
   impl_->thread = std::thread([this] { impl_->loop(); });
 }
@@ -205,14 +217,82 @@ void Engine::shutdown(std::chrono::milliseconds grace) {
 
 RequestLimits Engine::limits() const {
   const PrefixTree& t = impl_->kv.tree();
-  return {model_.config().n_vocab, n_ctx_, t.layout().chunk_size, t.pool().capacity(), t.pool().bytes(),
-          opt_.max_batch};
+  return {model_.config().n_vocab, n_ctx_,         t.layout().chunk_size, t.pool().capacity(), t.pool().bytes(),
+          opt_.max_batch, opt_.mode != AttnMode::kNone};
 }
 
 bool Engine::wait_idle(std::chrono::milliseconds timeout) {
   Impl& m = *impl_;
   std::unique_lock lock(m.mu);
   return m.cv.wait_for(lock, timeout, [&] { return m.queued == 0 && m.running == 0; });
+}
+
+namespace {
+
+SchemaInfo info_of(const pml::EncodedSchema& e) {
+  return {e.layout.schema, e.layout.length, e.tokens, int(e.layout.modules.size()), e.scaffolds, e.bytes, e.seconds};
+}
+
+}  // namespace
+
+SchemaInfo Engine::register_schema(pml::Schema schema, const std::function<void(int, int)>& progress) {
+  Impl& m = *impl_;
+  {
+    std::lock_guard lock(m.schemas_mu);
+    if (m.schemas.count(schema.name)) throw Error("a schema named '" + schema.name + "' is already registered");
+  }
+  return m.on_engine_thread([&m, s = std::move(schema), &progress]() mutable {
+    auto e = pml::encode_schema(std::move(s), m.model, m.kv.tree(), m.text, progress);
+    const SchemaInfo info = info_of(*e);
+    std::lock_guard lock(m.schemas_mu);
+    if (m.schemas.count(info.name)) {  // registered meanwhile by another caller
+      pml::release_schema(m.kv.tree(), *e);
+      throw Error("a schema named '" + info.name + "' is already registered");
+    }
+    m.schemas.emplace(info.name, std::move(e));
+    return info;
+  });
+}
+
+void Engine::unregister_schema(const std::string& name) {
+  Impl& m = *impl_;
+  m.on_engine_thread([&m, &name] {
+    std::shared_ptr<pml::EncodedSchema> e;
+    {
+      std::lock_guard lock(m.schemas_mu);
+      auto it = m.schemas.find(name);
+      if (it == m.schemas.end()) throw Error("no schema named '" + name + "' is registered");
+      // Requests built for it hold a reference until they end.
+      if (it->second.use_count() > 1) throw Error("schema '" + name + "' is in use by a request");
+      e = std::move(it->second);
+      m.schemas.erase(it);
+    }
+    pml::release_schema(m.kv.tree(), *e);
+  });
+}
+
+std::vector<SchemaInfo> Engine::schemas() const {
+  std::lock_guard lock(impl_->schemas_mu);
+  std::vector<SchemaInfo> out;
+  for (const auto& [name, e] : impl_->schemas) out.push_back(info_of(*e));
+  return out;
+}
+
+Request Engine::pml_request(const std::string& prompt_xml, bool use_cache, const std::string& file) const {
+  const pml::Prompt p = pml::parse_prompt(prompt_xml, file);
+  std::shared_ptr<pml::EncodedSchema> e;
+  {
+    std::lock_guard lock(impl_->schemas_mu);
+    auto it = impl_->schemas.find(p.schema);
+    if (it == impl_->schemas.end())
+      throw pml::PmlError(p.at, "the schema '" + p.schema + "' is not registered");
+    e = it->second;
+  }
+  const pml::TextModel& tm = impl_->text;
+  const pml::Assembly a = pml::assemble(e->layout, p, tm.encode, tm.roles, tm.reply_start);
+  Request r = pml::prompt_request(*e, a, use_cache);
+  if (use_cache) r.pins = e;
+  return r;
 }
 
 EngineStats Engine::stats() const {
@@ -248,9 +328,29 @@ bool Engine::Impl::take_inbox() {
     poked = false;
     if (stopping) return false;
     fresh.swap(inbox);
+    todo.swap(tasks);
   }
+  for (auto& t : todo) t();
+  todo.clear();
   for (auto& r : fresh) start(r);
   return true;
+}
+
+// Runs f on the engine thread between steps and waits for its result (or
+// exception).
+template <class F>
+auto Engine::Impl::on_engine_thread(F f) -> decltype(f()) {
+  using T = decltype(f());
+  auto task = std::make_shared<std::packaged_task<T()>>(std::move(f));
+  auto result = task->get_future();
+  {
+    std::lock_guard lock(mu);
+    if (stopping) throw Error("the engine has stopped");
+    tasks.push_back([task] { (*task)(); });
+    poked = true;
+  }
+  cv.notify_all();
+  return result.get();
 }
 
 void Engine::Impl::start(const std::shared_ptr<RequestState>& r) {
@@ -265,6 +365,19 @@ void Engine::Impl::start(const std::shared_ptr<RequestState>& r) {
   if (q.max_tokens == 0) {
     end_request(r, FinishReason::kLength, "");
     return;
+  }
+  // Cached spans name pinned chunks holding exactly their tokens.
+  for (const CachedSpan& s : q.cached) {
+    int n = 0;
+    bool ok = true;
+    for (ChunkId c : s.chunks) {
+      ok = ok && c >= 0 && c < kv.tree().pool().capacity() && kv.tree().pinned(c);
+      if (ok) n += kv.tree().chunk_length(c);
+    }
+    if (!ok || n != s.end - s.begin) {
+      end_request(r, FinishReason::kError, "a cached span's chunks are not pinned or do not hold its tokens");
+      return;
+    }
   }
   // Sharing modes fork the other completions from the first after its
   // prefill; mode none prefills each on its own.
@@ -297,12 +410,15 @@ void Engine::Impl::loop() {
     count_finished();
     publish_stats();
   }
-  // Stopping: whatever is left ends as cancelled.
+  // Stopping: whatever is left ends as cancelled; tasks still run (their
+  // callers wait for them).
   std::deque<std::shared_ptr<RequestState>> rest;
   {
     std::lock_guard lock(mu);
     rest.swap(inbox);
+    todo.swap(tasks);
   }
+  for (auto& t : todo) t();
   for (auto& r : rest) start(r);
   while (!sched.idle()) {
     Sequence* s = !sched.running().empty() ? sched.running().front().get() : sched.waiting().front().get();

@@ -16,11 +16,14 @@
 // on preemption: the forward pass and the kernels compute each row alone.
 #pragma once
 #include <chrono>
+#include <functional>
 #include <memory>
+#include <vector>
 #include <optional>
 #include <string>
 
 #include "engine/histogram.h"
+#include "pml/pml.h"
 #include "engine/prefix_kv.h"
 #include "engine/request.h"
 #include "engine/validate.h"
@@ -47,6 +50,17 @@ struct EngineOptions {
   int threads = 0;              // compute threads at most; 0 = the cores available
   bool retain = true;           // keep finished sequences' chunks for later requests (prefix caching)
   int max_waiting = 4096;       // submit() refuses (busy) beyond this many queued requests
+};
+
+// A Prompt Cache schema the engine holds (its modules' K/V pinned in the pool).
+struct SchemaInfo {
+  std::string name;
+  int positions = 0;     // the layout's length
+  int tokens = 0;        // tokens stored
+  int modules = 0;       // modules, the schema itself included
+  int scaffolds = 0;     // forward passes its encoding took
+  size_t bytes = 0;      // KV bytes pinned
+  double encode_s = 0;
 };
 
 // A snapshot of the engine (for metrics); counters only grow.
@@ -116,6 +130,25 @@ class Engine {
   bool wait_idle(std::chrono::milliseconds timeout);
 
   EngineStats stats() const;
+
+  // Prompt Cache (src/pml). Registers a schema: its modules' K/V are encoded
+  // once, on the engine thread between steps (this call waits), into pinned
+  // chunks that every prompt importing them reads. progress(done, total)
+  // counts tokens run through the model. Throws pml::PmlError for a
+  // malformed schema, cs::Error when one of that name is registered or the
+  // pool cannot hold it.
+  SchemaInfo register_schema(pml::Schema schema, const std::function<void(int, int)>& progress = {});
+  // Releases a schema's chunks. Throws cs::Error naming the problem when it
+  // is unknown or a request still uses it.
+  void unregister_schema(const std::string& name);
+  std::vector<SchemaInfo> schemas() const;
+  // The request for a PML prompt: imported modules read from their pinned
+  // chunks at the schema's positions (use_cache), or all of it computed from
+  // scratch at contiguous positions (the quality baseline). The caller sets
+  // sampling and limits, then submits it. Throws pml::PmlError (malformed
+  // prompt, unknown schema, module or parameter, ...).
+  Request pml_request(const std::string& prompt_xml, bool use_cache, const std::string& file = "<prompt>") const;
+
   // What submit() checks requests against (engine/validate.h).
   RequestLimits limits() const;
   const EngineOptions& options() const { return opt_; }

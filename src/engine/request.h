@@ -4,16 +4,29 @@
 // ends with a Result (every completion's text, usage, timings).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "base/error.h"
 #include "engine/sampler.h"
+#include "kv/chunk_pool.h"
 
 namespace cs {
 
+// Tokens [begin, end) of a prompt whose K/V are already in pinned chunks
+// (a Prompt Cache module's, encoded at these tokens' positions): the sequence
+// reads them, shared with every other reader, instead of computing them.
+struct CachedSpan {
+  int begin = 0, end = 0;
+  std::vector<ChunkId> chunks;  // their token counts add up to end - begin
+};
+
 struct Request {
   std::vector<int32_t> prompt;      // token ids, BOS/template already applied
+  std::vector<int32_t> positions;   // RoPE position per prompt token (empty: 0, 1, 2, ...)
+  std::vector<CachedSpan> cached;   // in order; the last prompt token is never in one
+  std::shared_ptr<const void> pins; // keeps what owns the cached spans' chunks registered
   SamplingParams sampling;          // completion i samples with seed + i
   int max_tokens = 128;             // per completion
   std::vector<std::string> stop;    // stop strings (never emitted, even in part)

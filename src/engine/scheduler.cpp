@@ -12,14 +12,14 @@ void Scheduler::add_running(std::unique_ptr<Sequence> s) { running_.push_back(st
 // each to grow into: admission leaves them that much room.
 int Scheduler::reserved_chunks() const {
   int r = 0;
-  for (const auto& s : running_) r += kv_.tree().chunks_to_append(s->id(), s->pending()) + 1;
+  for (const auto& s : running_) r += kv_.tree().chunks_to_append(s->id(), s->to_compute()) + 1;
   return r;
 }
 
 // A sequence waits while a running one is still prefilling chunks it could
 // share: joining now would compute the same tokens a second time.
 bool Scheduler::deferred(const Sequence& s) const {
-  if (!opt_.share) return false;
+  if (!opt_.share || s.detached()) return false;
   const int c = kv_.tree().layout().chunk_size;
   for (const auto& r : running_) {
     if (!r->prefilling()) continue;
@@ -35,10 +35,18 @@ bool Scheduler::deferred(const Sequence& s) const {
 bool Scheduler::try_admit(Sequence& s, int reserved) {
   const auto& t = s.tokens();
   int matched = 0;
-  // The last known token always runs: its logits sample the next one.
-  const std::span<const int32_t> known = opt_.share ? std::span(t).first(t.size() - 1) : std::span<const int32_t>();
-  if (!kv_.join(s.id(), known, &matched).ok()) return false;
-  const int need = kv_.tree().chunks_to_append(s.id(), int(t.size()) - matched) + 1;
+  if (s.detached()) {
+    if (!kv_.tree().join_detached(s.id()).ok()) return false;
+    s.set_cached(0);
+    s.next_span = 0;
+    attach_spans(s);
+    matched = s.cached();
+  } else {
+    // The last known token always runs: its logits sample the next one.
+    const std::span<const int32_t> known = opt_.share ? std::span(t).first(t.size() - 1) : std::span<const int32_t>();
+    if (!kv_.join(s.id(), known, &matched).ok()) return false;
+  }
+  const int need = kv_.tree().chunks_to_append(s.id(), s.detached() ? s.to_compute() : int(t.size()) - matched) + 1;
   if (need > kv_.chunks_available() - reserved && !running_.empty()) {
     (void)kv_.leave(s.id());
     return false;
@@ -46,6 +54,16 @@ bool Scheduler::try_admit(Sequence& s, int reserved) {
   s.set_cached(matched);
   s.admit_order = ++admitted_;
   return true;
+}
+
+void Scheduler::attach_spans(Sequence& s) {
+  while (s.next_span < s.spans().size() && s.spans()[s.next_span].begin == s.cached()) {
+    const CachedSpan& span = s.spans()[s.next_span++];
+    // The engine checked the chunks hold the span's tokens when it took the
+    // request; attaching them cannot fail for a live detached sequence.
+    (void)kv_.tree().attach_pinned(s.id(), span.chunks);
+    s.set_cached(span.end);
+  }
 }
 
 void Scheduler::admit() {
@@ -59,7 +77,7 @@ void Scheduler::admit() {
       continue;
     }
     if (!try_admit(s, reserved)) break;  // first come, first served: no overtaking for room
-    reserved += kv_.tree().chunks_to_append(s.id(), s.pending()) + 1;
+    reserved += kv_.tree().chunks_to_append(s.id(), s.to_compute()) + 1;
     running_.push_back(std::move(*it));
     it = waiting_.erase(it);
   }
@@ -70,8 +88,9 @@ void Scheduler::build(Batch& batch, std::vector<Row>& rows) const {
   rows.clear();
   auto add = [&](Sequence* s, int take) {
     const auto& t = s->tokens();
+    const auto& pos = s->positions();
     for (int i = s->cached(); i < s->cached() + take; ++i)
-      batch.add(t[size_t(i)], i, int32_t(s->id()), i + 1 == int(t.size()));
+      batch.add(t[size_t(i)], pos[size_t(i)], int32_t(s->id()), i + 1 == int(t.size()));
     rows.push_back({s, take, s->cached() + take == int(t.size())});
   };
   for (const auto& s : running_)
@@ -80,7 +99,7 @@ void Scheduler::build(Batch& batch, std::vector<Row>& rows) const {
   for (const auto& s : running_) {
     if (budget == 0) break;
     if (s->pending() <= 1) continue;
-    const int take = std::min(s->pending(), budget);
+    const int take = std::min(s->computable(), budget);
     add(s.get(), take);
     budget -= take;
   }
@@ -94,6 +113,7 @@ void Scheduler::preempt_latest() {
   running_.erase(it);
   (void)kv_.leave(s->id());  // its full chunks stay cached for when it comes back
   s->set_cached(0);
+  s->next_span = 0;
   ++s->preemptions;
   ++preemptions_;
   waiting_.push_front(std::move(s));
@@ -118,7 +138,10 @@ bool Scheduler::plan(Batch& batch, std::vector<Row>& rows, std::vector<Sequence*
 }
 
 void Scheduler::committed(const std::vector<Row>& rows) {
-  for (const Row& r : rows) r.seq->set_cached(r.seq->cached() + r.take);
+  for (const Row& r : rows) {
+    r.seq->set_cached(r.seq->cached() + r.take);
+    attach_spans(*r.seq);
+  }
 }
 
 void Scheduler::retire(Sequence* s) {

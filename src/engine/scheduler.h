@@ -8,8 +8,13 @@
 // concurrent identical prompts are computed once. Each step takes one token
 // of every decoding sequence, then prompt chunks of prefilling sequences in
 // admission order up to step_tokens. When the pool cannot hold the step, the
-// most recently admitted sequence is preempted: it leaves the tree (its full
+// most recently admitted sequence is preempted: it leaves the tree (its
 // chunks stay cached) and goes back to the front of the queue.
+//
+// Prompt Cache: a sequence whose prompt has cached spans starts detached and
+// attaches each span's pinned chunks when its computation reaches the span
+// (the tokens between spans are computed at their positions, attending to
+// everything before them).
 #pragma once
 #include <deque>
 #include <memory>
@@ -46,7 +51,8 @@ class Scheduler {
   // `batch` and `rows`. False when there is nothing to run. A sequence that
   // cannot fit even alone is in `stuck` (the caller ends it).
   bool plan(Batch& batch, std::vector<Row>& rows, std::vector<Sequence*>& stuck);
-  // After the step's forward pass: its tokens are cached.
+  // After the step's forward pass: its tokens are cached (and the spans they
+  // reach are attached).
   void committed(const std::vector<Row>& rows);
   // Removes a finished sequence (leaving the tree if it runs).
   void retire(Sequence* s);
@@ -63,6 +69,8 @@ class Scheduler {
   int reserved_chunks() const;
   void build(Batch& batch, std::vector<Row>& rows) const;
   void preempt_latest();
+  // Attaches the cached spans that start where s's cache ends.
+  void attach_spans(Sequence& s);
 
   PrefixKv& kv_;
   SchedulerOptions opt_;

@@ -27,13 +27,21 @@ Sequence::Sequence(SeqId id, std::shared_ptr<RequestState> req, int index, const
       req_(std::move(req)),
       index_(index),
       tokens_(req_->req.prompt),
+      positions_(req_->req.positions),
       sampler_(seeded(req_->req.sampling, index)),
-      text_(tok, req_->req.stop) {}
+      text_(tok, req_->req.stop) {
+  if (positions_.empty()) {
+    positions_.resize(tokens_.size());
+    for (size_t i = 0; i < positions_.size(); ++i) positions_[i] = int32_t(i);
+  }
+}
 
 std::unique_ptr<Sequence> Sequence::fork(SeqId id, int index, const Tokenizer& tok) const {
   auto s = std::make_unique<Sequence>(id, req_, index, tok);
   s->tokens_ = tokens_;
+  s->positions_ = positions_;
   s->cached_ = cached_;
+  s->next_span = next_span;
   s->admit_order = admit_order;
   return s;
 }
@@ -68,6 +76,7 @@ bool Sequence::sample(std::span<const float> logits, const Tokenizer& tok, int n
     return true;
   }
   tokens_.push_back(id);
+  positions_.push_back(positions_.back() + 1);
   out.tokens.push_back(id);
   if (q.logprobs >= 0) out.logprobs.push_back({id, ev.logprob, ev.top});
   bool stopped = false;
@@ -79,7 +88,7 @@ bool Sequence::sample(std::span<const float> logits, const Tokenizer& tok, int n
     finish(FinishReason::kStop);
     return true;
   }
-  if (int(out.tokens.size()) >= q.max_tokens || int(tokens_.size()) >= n_ctx) {
+  if (int(out.tokens.size()) >= q.max_tokens || int(tokens_.size()) >= n_ctx || positions_.back() + 1 >= n_ctx) {
     finish(FinishReason::kLength);
     return true;
   }

@@ -24,12 +24,31 @@ class Sequence {
   const std::shared_ptr<RequestState>& request_ptr() const { return req_; }
   int index() const { return index_; }
 
-  // Tokens known (prompt + sampled) and how many of them the cache holds.
+  // Tokens known (prompt + sampled), their positions, and how many of them
+  // the cache holds.
   const std::vector<int32_t>& tokens() const { return tokens_; }
+  const std::vector<int32_t>& positions() const { return positions_; }
   int cached() const { return cached_; }
   void set_cached(int n) { cached_ = n; }
   int pending() const { return int(tokens_.size()) - cached_; }  // to run through the model
   bool prefilling() const { return pending() > 1; }
+
+  // Prompt Cache: the spans of its prompt served by pinned chunks. A
+  // sequence with any lives outside the prefix tree (detached). next_span()
+  // is the first one not attached yet (spans().size() when none is left).
+  const std::vector<CachedSpan>& spans() const { return request().req.cached; }
+  bool detached() const { return !spans().empty(); }
+  size_t next_span = 0;
+  // Tokens it may compute before the next span must be attached.
+  int computable() const {
+    return next_span < spans().size() ? spans()[next_span].begin - cached_ : pending();
+  }
+  // Tokens still to compute (pending, less those spans will serve).
+  int to_compute() const {
+    int n = pending();
+    for (size_t k = next_span; k < spans().size(); ++k) n -= spans()[k].end - spans()[k].begin;
+    return n;
+  }
 
   // A copy sampling completion `index` after this one's prefill (n > 1).
   std::unique_ptr<Sequence> fork(SeqId id, int index, const Tokenizer& tok) const;
@@ -51,6 +70,7 @@ class Sequence {
   std::shared_ptr<RequestState> req_;
   int index_;
   std::vector<int32_t> tokens_;
+  std::vector<int32_t> positions_;
   int cached_ = 0;
   Sampler sampler_;
   TextStream text_;

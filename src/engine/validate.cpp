@@ -41,6 +41,32 @@ void validate_request(const Request& r, const RequestLimits& lim) {
   check_finite(r.sampling.presence_penalty, -2, 2, "presence_penalty");
   check_finite(r.sampling.frequency_penalty, -2, 2, "frequency_penalty");
   if (r.sampling.top_k < 0) throw RequestError("top_k must not be negative", "top_k");
+  const int n = int(r.prompt.size());
+  if (!r.positions.empty()) {
+    if (int(r.positions.size()) != n)
+      throw RequestError("positions has " + std::to_string(r.positions.size()) + " entries for " + std::to_string(n) +
+                             " prompt tokens",
+                         "positions");
+    for (int i = 0; i < n; ++i)
+      if (r.positions[size_t(i)] < (i ? r.positions[size_t(i) - 1] : 0))
+        throw RequestError("positions must be non-decreasing and non-negative (token " + std::to_string(i) + ")",
+                           "positions");
+    if (r.positions.back() >= lim.n_ctx)
+      throw RequestError("position " + std::to_string(r.positions.back()) + " is past the context of " +
+                             std::to_string(lim.n_ctx),
+                         "positions");
+  }
+  if (!r.cached.empty() && !lim.cached_spans)
+    throw RequestError("cached spans (Prompt Cache) need an attention mode that shares KV, not none", "cached");
+  int at = 0;
+  for (const CachedSpan& s : r.cached) {
+    if (s.begin < at || s.end <= s.begin || s.end >= n)
+      throw RequestError("cached span [" + std::to_string(s.begin) + ", " + std::to_string(s.end) +
+                             ") overlaps another, is empty or reaches the last prompt token",
+                         "cached");
+    at = s.end;
+    if (s.chunks.empty()) throw RequestError("a cached span has no chunks", "cached");
+  }
 }
 
 }  // namespace cs
