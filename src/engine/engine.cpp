@@ -250,6 +250,7 @@ SchemaInfo Engine::register_schema(pml::Schema schema, const std::function<void(
       throw Error("a schema named '" + info.name + "' is already registered");
     }
     m.schemas.emplace(info.name, std::move(e));
+    m.publish_stats();  // before the caller sees the result
     return info;
   });
 }
@@ -268,6 +269,7 @@ void Engine::unregister_schema(const std::string& name) {
       m.schemas.erase(it);
     }
     pml::release_schema(m.kv.tree(), *e);
+    m.publish_stats();
   });
 }
 
