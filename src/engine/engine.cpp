@@ -472,8 +472,14 @@ void Engine::Impl::step() {
     if (r.admitted) continue;
     r.admitted = true;
     r.building.timings.queued_s = std::chrono::duration<double>(now - r.submitted).count();
-    r.building.usage.cached_tokens = row.seq->cached();
-    counters.prompt_tokens_cached += uint64_t(row.seq->cached());
+    // Matched in the tree, or (Prompt Cache) every span's tokens.
+    int cached = row.seq->cached();
+    if (row.seq->detached()) {
+      cached = 0;
+      for (const CachedSpan& s : row.seq->spans()) cached += s.end - s.begin;
+    }
+    r.building.usage.cached_tokens = cached;
+    counters.prompt_tokens_cached += uint64_t(cached);
   }
   try {
     model.forward(batch, kv, ws, logits);

@@ -14,14 +14,27 @@ GenerateResult generate(const LlamaModel& model, const std::vector<int32_t>& pro
   eo.n_ctx = params.n_ctx;
   eo.threads = params.threads;
   Engine engine(model, eo);
+  GenerateResult out;
   Request r;
-  r.prompt = prompt;
+  if (!params.pml.empty()) {
+    for (const std::string& f : params.schemas) {
+      const pml::Schema s = pml::parse_schema_file(f);
+      const SchemaInfo info = engine.register_schema(s, [&](int done, int total) {
+        if (params.progress)
+          params.progress("encoding schema '" + s.name + "': " + std::to_string(done) + "/" + std::to_string(total) +
+                          " tokens");
+      });
+      out.encode_seconds += info.encode_s;
+    }
+    r = engine.pml_request(params.pml, !params.no_cache);
+  } else {
+    r.prompt = prompt;
+  }
   r.sampling = params.sampling;
   r.max_tokens = params.max_tokens;
   r.stop = params.stop;
   if (params.top2_gaps) r.logprobs = 2;
   RequestHandle h = engine.submit(std::move(r));
-  GenerateResult out;
   bool eos = false;
   while (auto ev = h.next()) {
     if (ev->kind == StreamEvent::Kind::kFinish) {
@@ -40,7 +53,8 @@ GenerateResult generate(const LlamaModel& model, const std::vector<int32_t>& pro
   out.stop_reason = c.reason == FinishReason::kLength ? "length" : eos ? "eos" : "stop";
   out.prefill_seconds = res.timings.ttft_s;
   out.decode_seconds = res.timings.decode_s;
-  out.prompt_tokens = int(prompt.size());
+  out.prompt_tokens = res.usage.prompt_tokens;
+  out.cached_tokens = res.usage.cached_tokens;
   out.sampled = res.usage.completion_tokens;
   return out;
 }

@@ -21,6 +21,13 @@ struct GenerateParams {
   size_t kv_memory = 0;           // 0 = enough for the context
   int threads = 0;                // at most; 0 = the cores available
   bool top2_gaps = false;         // record each step's top-2 gap (costs a softmax per token)
+  // Prompt Cache: schemas to register (PML files), and a PML prompt that
+  // imports their modules (instead of the token prompt). no_cache computes
+  // the same prompt from scratch (the quality baseline).
+  std::vector<std::string> schemas;
+  std::string pml;
+  bool no_cache = false;
+  std::function<void(const std::string&)> progress;  // encoding progress lines
 };
 
 struct GenerateResult {
@@ -31,7 +38,9 @@ struct GenerateResult {
   double prefill_seconds = 0;    // time to the first token
   double decode_seconds = 0;     // first token to the end
   int prompt_tokens = 0;
+  int cached_tokens = 0;         // prompt tokens served from the cache (modules)
   int sampled = 0;               // tokens sampled, an end-of-generation token included
+  double encode_seconds = 0;     // registering the schemas
 };
 
 // Throws cs::Error (RequestError) if the prompt is empty or does not fit the
