@@ -158,9 +158,10 @@ void parse_common(const json& j, const ApiLimits& lim, ApiRequest& out) {
   }
 }
 
-// max_tokens against the context: absent means up to the context's end.
+// max_tokens against the context: absent means up to the context's end. A
+// prompt with positions (PML) reaches its last position, not its length.
 void set_max_tokens(std::optional<long long> max, const char* param, const ApiLimits& lim, ApiRequest& out) {
-  const int prompt = int(out.engine.prompt.size());
+  const int prompt = out.engine.positions.empty() ? int(out.engine.prompt.size()) : out.engine.positions.back() + 1;
   if (prompt >= lim.n_ctx)
     throw invalid("messages", "this model's context is " + std::to_string(lim.n_ctx) + " tokens; the prompt has " +
                                   std::to_string(prompt),
@@ -185,6 +186,32 @@ std::vector<int32_t> token_list(const json& a, const ApiLimits& lim) {
   return ids;
 }
 
+// Prompt Cache extensions: "pml" (a <prompt> document) and "prompt_cache".
+bool parse_pml(const json& j, ApiRequest& out, std::optional<long long> max_tokens) {
+  const Fields f(j);
+  out.pml_cache = f.boolean("prompt_cache").value_or(true);
+  if (!f.get("pml")) return false;
+  out.pml = *f.string("pml");
+  if (out.pml.empty()) throw invalid("pml", "pml is empty");
+  out.max_tokens = max_tokens.value_or(-1);
+  return true;
+}
+
+}  // namespace
+
+void check_context(ApiRequest& r, const ApiLimits& lim) {
+  set_max_tokens(r.max_tokens >= 0 ? std::optional<long long>(r.max_tokens) : std::nullopt, "max_tokens", lim, r);
+}
+
+namespace {
+
+bool is_pml_prompt(const json& p) {
+  if (!p.is_string()) return false;
+  const std::string& s = p.get_ref<const std::string&>();
+  const size_t b = s.find_first_not_of(" \t\r\n");
+  return b != std::string::npos && s.compare(b, 8, "<prompt ") == 0;
+}
+
 }  // namespace
 
 ApiRequest parse_completion_request(const std::string& body, const ApiLimits& lim) {
@@ -193,6 +220,17 @@ ApiRequest parse_completion_request(const std::string& body, const ApiLimits& li
   ApiRequest out;
   parse_common(j, lim, out);
   const Fields f(j);
+  if (auto lp = f.integer("logprobs", 0, 20)) {
+    out.logprobs = true;
+    out.engine.logprobs = int(*lp);
+  }
+  const auto max = f.integer("max_tokens", 0, 1 << 24);
+  if (parse_pml(j, out, max.value_or(16))) return out;
+  if (const json* p = f.get("prompt"); p && is_pml_prompt(*p)) {
+    out.pml = p->get<std::string>();
+    out.max_tokens = max.value_or(16);
+    return out;
+  }
   const json* p = f.get("prompt");
   if (!p) throw invalid("prompt", "prompt is required", "missing_required_parameter");
   // One prompt: a string, a list of token ids, or a list holding one of those.
@@ -212,11 +250,7 @@ ApiRequest parse_completion_request(const std::string& body, const ApiLimits& li
     throw invalid("prompt", "prompt must be a string or a list of token ids", "invalid_type");
   }
   if (out.engine.prompt.empty()) throw invalid("prompt", "the prompt is empty");
-  if (auto lp = f.integer("logprobs", 0, 20)) {
-    out.logprobs = true;
-    out.engine.logprobs = int(*lp);
-  }
-  set_max_tokens(f.integer("max_tokens", 0, 1 << 24).value_or(16), "max_tokens", lim, out);
+  set_max_tokens(max.value_or(16), "max_tokens", lim, out);
   return out;
 }
 
@@ -227,6 +261,20 @@ ApiRequest parse_chat_request(const std::string& body, const ApiLimits& lim) {
   out.chat = true;
   parse_common(j, lim, out);
   const Fields f(j);
+  if (f.boolean("logprobs").value_or(false)) {
+    out.logprobs = true;
+    out.engine.logprobs = int(f.integer("top_logprobs", 0, 20).value_or(0));
+  } else if (f.get("top_logprobs")) {
+    throw invalid("top_logprobs", "top_logprobs needs logprobs: true");
+  }
+  std::optional<long long> max = f.integer("max_completion_tokens", 0, 1 << 24);
+  const char* param = "max_completion_tokens";
+  if (!max) max = f.integer("max_tokens", 0, 1 << 24), param = "max_tokens";
+  if (parse_pml(j, out, max)) {
+    if (const json* m = f.get("messages"); m && !(m->is_array() && m->empty()))
+      throw invalid("pml", "give either messages or pml, not both (messages may be [])");
+    return out;
+  }
   const json* msgs = f.get("messages");
   if (!msgs) throw invalid("messages", "messages is required", "missing_required_parameter");
   if (!msgs->is_array()) throw invalid("messages", "messages must be a list", "invalid_type");
@@ -260,15 +308,6 @@ ApiRequest parse_chat_request(const std::string& body, const ApiLimits& lim) {
   }
   // The template renders special tokens as text: parse them back as tokens.
   out.engine.prompt = lim.tokenizer->encode(lim.chat->apply(conv), true, true);
-  if (f.boolean("logprobs").value_or(false)) {
-    out.logprobs = true;
-    out.engine.logprobs = int(f.integer("top_logprobs", 0, 20).value_or(0));
-  } else if (f.get("top_logprobs")) {
-    throw invalid("top_logprobs", "top_logprobs needs logprobs: true");
-  }
-  std::optional<long long> max = f.integer("max_completion_tokens", 0, 1 << 24);
-  const char* param = "max_completion_tokens";
-  if (!max) max = f.integer("max_tokens", 0, 1 << 24), param = "max_tokens";
   set_max_tokens(max, param, lim, out);
   return out;
 }

@@ -26,6 +26,12 @@ struct ApiLimits {
 struct ApiRequest {
   bool chat = false;
   Request engine;              // prompt ids, sampling, max_tokens, stop, n, logprobs
+  // Prompt Cache: a PML <prompt> document (the "pml" field, or a completions
+  // prompt that is one) instead of the prompt or messages; the server builds
+  // the prompt from its registered schema. max_tokens: -1 = up to the context.
+  std::string pml;
+  bool pml_cache = true;       // "prompt_cache": false computes it from scratch
+  long long max_tokens = -1;
   std::string model;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
@@ -34,6 +40,9 @@ struct ApiRequest {
 
 // Throws ApiError.
 ApiRequest parse_completion_request(const std::string& body, const ApiLimits& limits);
+// max_tokens against the context once the prompt is known (a PML prompt's
+// last position); throws ApiError.
+void check_context(ApiRequest& r, const ApiLimits& limits);
 ApiRequest parse_chat_request(const std::string& body, const ApiLimits& limits);
 
 }  // namespace cs

@@ -45,7 +45,8 @@ std::string escape(const std::string& v) {
 
 }  // namespace
 
-std::string prometheus_text(const EngineStats& s, const HttpCounts& http, const std::string& model) {
+std::string prometheus_text(const EngineStats& s, const HttpCounts& http, const std::string& model,
+                            const std::vector<SchemaInfo>& schemas) {
   Writer w;
   w.labels = "{model=\"" + escape(model) + "\"}";
   const std::string p = "chunkserve:";
@@ -58,7 +59,8 @@ std::string prometheus_text(const EngineStats& s, const HttpCounts& http, const 
   const std::string inner = w.labels.substr(1, w.labels.size() - 2);
   w.out << p << "kv_chunks{" << inner << ",state=\"used\"} " << s.kv.used << '\n'
         << p << "kv_chunks{" << inner << ",state=\"cached\"} " << s.kv.cached << '\n'
-        << p << "kv_chunks{" << inner << ",state=\"free\"} " << s.kv.free << '\n';
+        << p << "kv_chunks{" << inner << ",state=\"free\"} " << s.kv.free << '\n'
+        << p << "kv_chunks{" << inner << ",state=\"pinned\"} " << s.kv.pinned << '\n';
   w.metric(p + "kv_chunk_bytes", "gauge", "Bytes per KV chunk.", s.kv.chunk_bytes);
   w.metric(p + "kv_pool_bytes", "gauge", "Bytes of the KV pool.", s.kv.bytes);
   w.metric(p + "kv_chunks_peak", "gauge", "Most KV chunks ever allocated at once (retained ones included).", s.kv.peak);
@@ -77,6 +79,12 @@ std::string prometheus_text(const EngineStats& s, const HttpCounts& http, const 
   w.metric(p + "engine_threads", "gauge", "Compute threads the last step used.", s.threads);
   w.histogram(p + "time_to_first_token_seconds", "Time from a request's arrival to its first token.", s.ttft);
   w.histogram(p + "inter_token_latency_seconds", "Time between a sequence's consecutive tokens.", s.itl);
+  w.head(p + "schema_tokens", "gauge", "Prompt Cache: tokens of each registered schema's modules held in pinned chunks.");
+  for (const SchemaInfo& sc : schemas)
+    w.out << p << "schema_tokens{" << inner << ",schema=\"" << escape(sc.name) << "\"} " << sc.tokens << '\n';
+  w.head(p + "pml_requests_total", "counter", "Prompt Cache prompts served, with their modules from the cache or not.");
+  for (const auto& [kind, n] : http.pml_requests)
+    w.out << p << "pml_requests_total{" << inner << ",cache=\"" << escape(kind) << "\"} " << n << '\n';
   w.head(p + "http_responses_total", "counter", "HTTP responses by route and status.");
   for (const auto& [key, n] : http.responses)
     w.out << p << "http_responses_total{" << inner << ",route=\"" << escape(key.first) << "\",code=\"" << key.second

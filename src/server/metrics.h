@@ -15,8 +15,10 @@ namespace cs {
 // What the HTTP layer counts: finished HTTP requests by route and status.
 struct HttpCounts {
   std::map<std::pair<std::string, int>, uint64_t> responses;
+  std::map<std::string, uint64_t> pml_requests;  // Prompt Cache prompts: "cached" or "(no cache)"
 };
 
-std::string prometheus_text(const EngineStats& s, const HttpCounts& http, const std::string& model);
+std::string prometheus_text(const EngineStats& s, const HttpCounts& http, const std::string& model,
+                            const std::vector<SchemaInfo>& schemas = {});
 
 }  // namespace cs

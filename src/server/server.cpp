@@ -11,6 +11,7 @@
 #include "server/api_request.h"
 #include "server/api_response.h"
 #include "server/metrics.h"
+#include "pml/pml.h"
 
 namespace cs {
 
@@ -58,6 +59,8 @@ struct Server::Impl {
 
   void routes();
   void generate(const httplib::Request& req, httplib::Response& res, bool chat);
+  void pml_prompt(ApiRequest& r);
+  void schema_routes();
   void count(const std::string& route, int status) {
     std::lock_guard lock(mu);
     ++http_counts.responses[{route, status}];
@@ -99,6 +102,68 @@ void Server::Impl::log(const std::string& route, int status, const std::string& 
   }
 }
 
+// Prompt Cache: the prompt a PML document assembles from its registered
+// schema, with the request's sampling and limits.
+void Server::Impl::pml_prompt(ApiRequest& r) {
+  Request built;
+  try {
+    built = engine.pml_request(r.pml, r.pml_cache, "pml");
+  } catch (const pml::PmlError& e) {
+    const std::string what = e.what();
+    const bool unknown = what.find("is not registered") != std::string::npos;
+    throw ApiError{unknown ? 404 : 400, what, "invalid_request_error", "pml", unknown ? "schema_not_found" : "invalid_pml"};
+  }
+  const Request& q = r.engine;
+  built.sampling = q.sampling;
+  built.stop = q.stop;
+  built.n = q.n;
+  built.logprobs = q.logprobs;
+  r.engine = std::move(built);
+  check_context(r, limits);
+  std::lock_guard lock(mu);
+  ++http_counts.pml_requests[r.engine.cached.empty() ? "(no cache)" : "cached"];
+}
+
+void Server::Impl::schema_routes() {
+  auto info_json = [](const SchemaInfo& s) {
+    return json{{"object", "schema"},        {"name", s.name},         {"positions", s.positions},
+                {"tokens", s.tokens},        {"modules", s.modules},   {"scaffolds", s.scaffolds},
+                {"bytes", s.bytes},          {"encode_seconds", s.encode_s}};
+  };
+  http.Post("/v1/schemas", [this, info_json](const httplib::Request& req, httplib::Response& res) {
+    try {
+      const SchemaInfo info = engine.register_schema(pml::parse_schema(req.body, "schema"));
+      res.set_content(dump(info_json(info)), "application/json");
+      count("/v1/schemas", 200);
+    } catch (const pml::PmlError& e) {
+      reply_error(res, {400, e.what(), "invalid_request_error", "", "invalid_pml"});
+      count("/v1/schemas", 400);
+    } catch (const Error& e) {
+      const bool dup = std::string(e.what()).find("already registered") != std::string::npos;
+      reply_error(res, {dup ? 409 : 400, e.what(), "invalid_request_error", "", dup ? "schema_exists" : ""});
+      count("/v1/schemas", dup ? 409 : 400);
+    }
+  });
+  http.Get("/v1/schemas", [this, info_json](const httplib::Request&, httplib::Response& res) {
+    json data = json::array();
+    for (const SchemaInfo& s : engine.schemas()) data.push_back(info_json(s));
+    res.set_content(dump({{"object", "list"}, {"data", data}}), "application/json");
+    count("/v1/schemas", 200);
+  });
+  http.Delete(R"(/v1/schemas/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+    const std::string name = req.matches[1];
+    try {
+      engine.unregister_schema(name);
+      res.set_content(dump({{"object", "schema"}, {"name", name}, {"deleted", true}}), "application/json");
+      count("/v1/schemas", 200);
+    } catch (const Error& e) {
+      const bool in_use = std::string(e.what()).find("in use") != std::string::npos;
+      reply_error(res, {in_use ? 409 : 404, e.what(), "invalid_request_error", "", in_use ? "schema_in_use" : "schema_not_found"});
+      count("/v1/schemas", in_use ? 409 : 404);
+    }
+  });
+}
+
 // A streamed answer: the request, its responder and its handle live until
 // the stream ends (or the client goes, which cancels the request).
 struct Stream {
@@ -115,6 +180,7 @@ void Server::Impl::generate(const httplib::Request& req, httplib::Response& res,
   const std::string id = random_id(is_chat ? "chatcmpl-" : "cmpl-");
   try {
     st->req = is_chat ? parse_chat_request(req.body, limits) : parse_completion_request(req.body, limits);
+    if (!st->req.pml.empty()) pml_prompt(st->req);
     st->handle = engine.submit(st->req.engine);
   } catch (const ApiError& e) {
     reply_error(res, e);
@@ -242,13 +308,14 @@ void Server::Impl::routes() {
     res.set_content(dump({{"content", tok.decode(ids)}}), "application/json");
     count("/detokenize", 200);
   });
+  schema_routes();
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     HttpCounts counts;
     {
       std::lock_guard lock(mu);
       counts = http_counts;
     }
-    res.set_content(prometheus_text(engine.stats(), counts, opt.model_id), "text/plain; version=0.0.4");
+    res.set_content(prometheus_text(engine.stats(), counts, opt.model_id, engine.schemas()), "text/plain; version=0.0.4");
   });
   // Errors httplib produces itself (unknown route, body too large, bad
   // HTTP) get OpenAI's error object too.

@@ -5,6 +5,7 @@ Run by CTest: python3 test_api.py BINARY MODEL
 """
 import http.client
 import json
+import os
 import re
 import signal
 import sys
@@ -249,6 +250,40 @@ class Api(unittest.TestCase):
         code, _, j = raw(self.server.url, "GET", "/v2/everything")
         self.assertEqual(code, 404)
         self.assertIn("no route for GET /v2/everything", j["error"]["message"])
+
+    def test_prompt_cache_schemas(self):
+        here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "pml")
+        schema = open(os.path.join(here, "schema_mbti_short.xml")).read()
+        prompt = open(os.path.join(here, "prompt_mbti.xml")).read()
+        code, _, info = raw(self.server.url, "POST", "/v1/schemas", schema, {"Content-Type": "application/xml"})
+        self.assertEqual(code, 200, info)
+        self.assertEqual((info["name"], info["modules"], info["scaffolds"]), ("mbti", 13, 9))
+        self.assertGreater(info["tokens"], 100)
+        err, _ = self.error(409, schema, path="/v1/schemas")
+        self.assertIn("already registered", err["message"])
+        err, _ = self.error(400, '<schema name="bad">\n<module name="a">x</schema>', path="/v1/schemas")
+        self.assertIn("schema:2:", err["message"])
+        self.assertEqual([d["name"] for d in raw(self.server.url, "GET", "/v1/schemas")[2]["data"]], ["mbti"])
+        cached = self.client.chat.completions.create(model=MODEL_ID, messages=[], max_tokens=8, temperature=0,
+                                                     extra_body={"pml": prompt})
+        self.assertGreater(cached.usage.prompt_tokens_details.cached_tokens, 100)
+        scratch = self.client.chat.completions.create(model=MODEL_ID, messages=[], max_tokens=8, temperature=0,
+                                                      extra_body={"pml": prompt, "prompt_cache": False})
+        self.assertEqual(scratch.usage.prompt_tokens, cached.usage.prompt_tokens)
+        self.assertEqual(scratch.usage.prompt_tokens_details.cached_tokens, 0)
+        # A completions prompt that is a PML document.
+        r = self.client.completions.create(model=MODEL_ID, prompt=prompt, max_tokens=4, temperature=0)
+        self.assertGreater(r.usage.prompt_tokens_details.cached_tokens, 100)
+        err, _ = self.error(404, json.dumps({"model": MODEL_ID, "pml": '<prompt schema="nope"><a/></prompt>'}))
+        self.assertIn("the schema 'nope' is not registered", err["message"])
+        err, _ = self.error(400, json.dumps({"model": MODEL_ID, "pml": '<prompt schema="mbti"><E/><I/></prompt>'}))
+        self.assertIn("members of one union", err["message"])
+        time.sleep(0.3)
+        self.assertIn('cache="cached"', raw(self.server.url, "GET", "/metrics")[2])
+        code, _, j = raw(self.server.url, "DELETE", "/v1/schemas/mbti")
+        self.assertEqual((code, j["deleted"]), (200, True))
+        code, _, j = raw(self.server.url, "DELETE", "/v1/schemas/mbti")
+        self.assertEqual((code, j["error"]["code"]), (404, "schema_not_found"))
 
     def test_disconnect_mid_stream_cancels(self):
         before = metrics(self.server.url)
