@@ -376,11 +376,13 @@ TEST(Attention, ModulesAreBatchedWhereverTheySit) {
             t.write_kv_at(c, i, 0, h, k.data(), v.data());
           }
       };
-      auto module = [&](int n) {  // pinned chunks of n tokens, the last partial
+      uint64_t group = 0;
+      auto module = [&](int n) {  // pinned chunks of n tokens, the last partial: one group
         std::vector<ChunkId> out;
+        ++group;
         for (int done = 0; done < n; done += 64) {
           const std::vector<int32_t> toks(size_t(std::min(64, n - done)), 9);
-          out.push_back(t.pin(toks));
+          out.push_back(t.pin(toks, group));
           fill(out.back(), int(toks.size()));
         }
         return out;

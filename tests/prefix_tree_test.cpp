@@ -297,8 +297,9 @@ TEST(PrefixTree, PinnedChunksAreSharedAnywhere) {
   PrefixTree t(L, L.chunk_bytes() * 32);
   // Module M1 (4 tokens, full) and M2 (2 tokens, partial), K/V as if computed
   // after the prefix {100, 101}: any fixed values will do.
+  uint64_t group = 0;
   auto pin = [&](std::vector<int32_t> toks) {
-    const ChunkId c = t.pin(toks);
+    const ChunkId c = t.pin(toks, ++group);
     EXPECT_GE(c, 0);
     std::vector<float> k(size_t(L.head_dim)), v(k.size());
     std::vector<int32_t> prefix = {100, 101};

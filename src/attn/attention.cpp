@@ -604,16 +604,22 @@ AttnPlan plan_attention(const PrefixTree& tree, std::shared_ptr<const KernelCont
   p.part_begin.push_back(0);
   for (size_t i = 0; i + 1 < c.chunk_begin.size(); ++i) {
     int start = 0, part = -1;
-    bool after_pinned = false;
+    bool prev_pinned = false;
+    uint64_t prev_group = 0;
     for (int e = c.chunk_begin[i]; e < c.chunk_begin[i + 1]; ++e) {
       const int depth = e - c.chunk_begin[i];
-      const bool pinned = tree.pinned(c.chunks[size_t(e)]);
-      // A part starts at every 32nd chunk and around every pinned one.
-      if (depth % kPartChunks == 0 || pinned || after_pinned) {
+      const ChunkId ch = c.chunks[size_t(e)];
+      const bool pinned = tree.pinned(ch);
+      const uint64_t group = pinned ? tree.pin_group(ch) : 0;
+      // A part starts with every run of pinned chunks, after one, and at
+      // every 32nd chunk outside them.
+      const bool starts = pinned ? !prev_pinned || group != prev_group : prev_pinned || depth % kPartChunks == 0;
+      if (starts || depth == 0) {
         ++part;
         p.part_starts.push_back(depth);
       }
-      after_pinned = pinned;
+      prev_pinned = pinned;
+      prev_group = group;
       p.chunk_part[size_t(e)] = part;
       p.chunk_len[size_t(e)] = tree.chunk_length(c.chunks[size_t(e)]);
       p.chunk_start[size_t(e)] = start;

@@ -64,8 +64,9 @@ struct AttnPlan {
   std::vector<int> chunk_len;    // per ctx->chunks entry: keys the chunk holds
   std::vector<int> chunk_start;  // per ctx->chunks entry: index of its first key in the sequence
   // Every path folds each sequence's walk in parts, each from an empty state,
-  // merged in order: a part ends at every 32nd chunk and around every pinned
-  // chunk (a Prompt Cache module's), so the arithmetic depends on the
+  // merged in order: each run of pinned chunks (a Prompt Cache module's text
+  // segment, which every reader attaches whole) is a part, and the chunks
+  // between them are cut at every 32nd chunk, so the arithmetic depends on the
   // sequence's own chunk list only, never on the batch or the sharing.
   std::vector<int> part_starts;  // per sequence, part_begin[i] ..: the depth each part starts at, then its end
   std::vector<int> part_begin;   // per sequence (+1): index into part_starts

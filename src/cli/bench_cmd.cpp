@@ -118,8 +118,12 @@ Action add_bench_command(CLI::App& app) {
   add_kv_type_option(*m, o->kv_type);
   Action attention = add_bench_attention_command(*bench);
   Action engine = add_bench_engine_command(*bench);
+  Action pml = add_bench_pml_command(*bench);
   CLI::App* a = bench->get_subcommand("attention");
-  return [o, m, a, attention, engine] { return m->parsed() ? run_bench_model(*o) : a->parsed() ? attention() : engine(); };
+  CLI::App* e = bench->get_subcommand("engine");
+  return [o, m, a, e, attention, engine, pml] {
+    return m->parsed() ? run_bench_model(*o) : a->parsed() ? attention() : e->parsed() ? engine() : pml();
+  };
 }
 
 }  // namespace cs

@@ -314,12 +314,13 @@ std::pair<ChunkId, int> PrefixTree::slot(SeqId id, int index) const {
   throw Error("slot: token " + std::to_string(index) + " of sequence " + std::to_string(id) + " is not cached");
 }
 
-ChunkId PrefixTree::pin(std::span<const int32_t> tokens) {
+ChunkId PrefixTree::pin(std::span<const int32_t> tokens, uint64_t group) {
   check_writer();
   if (tokens.empty() || int(tokens.size()) > layout().chunk_size) return kNoChunk;
   const ChunkId c = allocate_chunk();
   if (c < 0) return kNoChunk;
   meta_[size_t(c)].pinned = true;
+  meta_[size_t(c)].group = group;
   meta_[size_t(c)].tokens.assign(tokens.begin(), tokens.end());
   ++pinned_;
   return c;

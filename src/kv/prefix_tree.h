@@ -82,7 +82,9 @@ class PrefixTree {
   // --- Pinned chunks (Prompt Cache modules) ---
   // A chunk outside the tree holding `tokens` (at most chunk_size; the caller
   // writes their K/V with write_kv_at); kNoChunk when the pool has no room.
-  ChunkId pin(std::span<const int32_t> tokens);
+  // `group` names the run of pinned chunks it belongs to (one module text
+  // segment): readers always attach a group whole and in order.
+  ChunkId pin(std::span<const int32_t> tokens, uint64_t group);
   // Frees a pinned chunk no live sequence reads (else kInUse, nothing changed).
   KvStatus unpin(ChunkId c);
   // Starts a detached sequence: its chunk list is built by attach_pinned and
@@ -91,6 +93,7 @@ class PrefixTree {
   // Appends pinned chunks to a detached sequence's chunk list.
   KvStatus attach_pinned(SeqId id, std::span<const ChunkId> chunks);
   bool pinned(ChunkId c) const { return meta_[size_t(c)].pinned; }
+  uint64_t pin_group(ChunkId c) const { return meta_[size_t(c)].group; }
 
   // New sequence `child` sharing all of `parent`'s chunks (parallel sampling).
   KvStatus fork(SeqId parent, SeqId child);
@@ -133,6 +136,7 @@ class PrefixTree {
     uint64_t last_used = 0;
     bool in_tree = false;  // attached (a node of the prefix tree)
     bool pinned = false;   // a module's: kept until unpin
+    uint64_t group = 0;    // pinned: its run of chunks
   };
   struct Seq {
     std::vector<ChunkId> chunks;

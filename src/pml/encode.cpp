@@ -1,5 +1,6 @@
 #include "pml/encode.h"
 
+#include <atomic>
 #include <chrono>
 #include <map>
 
@@ -16,19 +17,29 @@ TextModel text_model(const LlamaModel& model) {
   tm.roles = [chat](const std::string& r) { return chat.role_markers(r); };
   tm.bos = tok.encode("", false, true);
   tm.reply_start = chat.reply_start();
-  // Placeholders: the unknown token, else the end of text, else id 0.
+  // Placeholders: a space, which does not change a text's meaning (the
+  // paper's reason for padding); the paper's <unk> is <|endoftext|> in
+  // byte-level vocabularies like SmolLM2's, a document boundary the model
+  // reads as one (the quality report measured it: every travel prompt's
+  // first token differed). Else the unknown token, else id 0.
   tm.pad = 0;
-  for (const char* name : {"<unk>", "<|endoftext|>", "<pad>"}) {
-    const auto ids = tok.encode(name, true, false);
-    if (ids.size() == 1) {
-      tm.pad = ids[0];
-      break;
-    }
+  const auto space = tok.encode(" ", false, false);
+  if (space.size() == 1) {
+    tm.pad = space[0];
+  } else {
+    const auto unk = tok.encode("<unk>", true, false);
+    if (unk.size() == 1) tm.pad = unk[0];
   }
   return tm;
 }
 
 namespace {
+
+// Pinned-chunk groups are unique in the process: one per stored segment.
+uint64_t next_group() {
+  static std::atomic<uint64_t> n{0};
+  return ++n;
+}
 
 // For module m, the module whose scaffold computes its segments: the
 // nearest module around it (itself included) that is not in the default
@@ -127,9 +138,10 @@ std::unique_ptr<EncodedSchema> encode_schema(Schema s, const LlamaModel& model, 
         const ModuleLayout& ml = l.modules[size_t(seg.module)];
         if (where[g].first < 0 || seg.kind != Segment::Kind::kText || !ml.cache) continue;
         if (owner_of(l, seg.module) != owners[si]) continue;
+        const uint64_t group = next_group();
         for (int off = 0; off < where[g].second; off += cs) {
           const int n = std::min(cs, where[g].second - off);
-          const ChunkId ch = tree.pin(std::span(seg.tokens).subspan(size_t(off), size_t(n)));
+          const ChunkId ch = tree.pin(std::span(seg.tokens).subspan(size_t(off), size_t(n)), group);
           if (ch < 0) throw Error("the KV pool has no room for schema '" + l.schema + "' (" + std::to_string(total) +
                                   " tokens to encode; --kv-memory)");
           e->chunks[g].push_back(ch);
