@@ -208,5 +208,46 @@ TEST(Pml, TheSpecExamplesParse) {
   EXPECT_EQ(names, (std::vector<std::string>{"mbti", "E", "N", "T", "P"}));
 }
 
+// A schema written back as PML (what saved schemas hold) parses to the same
+// tree: src= files inlined, adjacent text nodes kept apart, literal tags,
+// CDATA code, unions, parameters and role blocks.
+bool same_tree(const Node& a, const Node& b) {
+  if (a.kind != b.kind || a.text != b.text || a.name != b.name || a.cache != b.cache || a.scaffold != b.scaffold ||
+      a.length != b.length || a.children.size() != b.children.size())
+    return false;
+  for (size_t i = 0; i < a.children.size(); ++i)
+    if (!same_tree(a.children[i], b.children[i])) return false;
+  return true;
+}
+
+TEST(Pml, WrittenSchemasParseToTheSameTree) {
+  std::vector<Schema> schemas;
+  for (const char* f : {"code_generation_bookstore.xml", "empty.xml", "parameterized_prompts.xml", "schema_mbti_short.xml"})
+    schemas.push_back(parse_schema_file(std::string(CS_PML_DIR) + "/" + f));
+  schemas.push_back(parse_schema(
+      "<schema name=\"s\">  lead <b>bold</b> tail <![CDATA[if (a < b && c) {}]]>\n<module name=\"m\" cache=\"false\">"
+      "x &amp; y<parameter name=\"p\" length=\"3\" scaffold=\"a &quot;q&quot;\"/>z</module><user>hi <union "
+      "scaffold=\"b\"><module name=\"a\">A</module><module name=\"b\"> </module></union></user></schema>",
+      "t.xml"));
+  for (const Schema& s : schemas) {
+    SCOPED_TRACE(s.name);
+    const std::string xml = to_pml(s);
+    const Schema back = parse_schema(xml, "written.xml");
+    EXPECT_EQ(back.name, s.name);
+    EXPECT_TRUE(same_tree(back.root, s.root)) << xml;
+    EXPECT_EQ(to_pml(back), xml);
+    const Layout a = lay_out(s, words, roles), b = lay_out(back, words, roles);
+    ASSERT_EQ(a.segments.size(), b.segments.size());
+    for (size_t g = 0; g < a.segments.size(); ++g) EXPECT_EQ(a.segments[g].tokens, b.segments[g].tokens);
+  }
+  // src= text is inlined: the written schema needs no other file.
+  const std::string dir = testing::TempDir();
+  std::ofstream(dir + "/inc.txt") << "def f(a, b):\n    return a < b && b > 0\n";
+  const Schema inc = parse_schema("<schema name=\"i\"><module name=\"code\" src=\"inc.txt\"/></schema>", "i.xml", dir);
+  const std::string xml = to_pml(inc);
+  EXPECT_EQ(xml.find("src="), std::string::npos);
+  EXPECT_TRUE(same_tree(parse_schema(xml, "w.xml").root, inc.root)) << xml;
+}
+
 }  // namespace
 }  // namespace cs::pml

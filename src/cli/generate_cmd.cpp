@@ -48,7 +48,7 @@ int run_generate(GenerateOptions o) {
       s << f.rdbuf();
       p.pml = s.str();
     }
-    p.progress = [](const std::string& line) { std::fprintf(stderr, "\r%s", line.c_str()); };
+    p.progress = [](const std::string& line) { std::fprintf(stderr, "%s", line.c_str()); };
   }
   p.mode = o.engine.mode;
   p.chunk_size = o.engine.chunk_size;
@@ -61,7 +61,7 @@ int run_generate(GenerateOptions o) {
   const double pp = r.prefill_seconds > 0 ? r.prompt_tokens / r.prefill_seconds : 0;
   const double tg = r.decode_seconds > 0 ? (r.sampled - 1) / r.decode_seconds : 0;
   if (!p.pml.empty())
-    std::fprintf(stderr, "\nschemas encoded in %.2f s | prompt: %d tokens, %d from the cache | time to first token %.1f ms\n",
+    std::fprintf(stderr, "\nschemas ready in %.2f s | prompt: %d tokens, %d from the cache | time to first token %.1f ms\n",
                  r.encode_seconds, r.prompt_tokens, r.cached_tokens, 1000 * r.prefill_seconds);
   std::fprintf(stderr, "prefill: %d tokens, %.1f tokens/s | decode: %d tokens, %.1f tokens/s (%s)\n",
                r.prompt_tokens, pp, r.sampled, tg, r.stop_reason.c_str());
@@ -76,6 +76,8 @@ Action add_generate_command(CLI::App& app) {
   cmd->add_option("-m,--model", o->model, "GGUF model file (default: the SmolLM2 model)");
   cmd->add_option("-p,--prompt", o->prompt, "Prompt text");
   cmd->add_option("--schema", o->params.schemas, "Prompt Cache: a PML schema to register (repeatable)");
+  cmd->add_option("--schema-dir", o->params.schema_dir,
+                  "Prompt Cache: where schemas are saved (loaded from it without encoding when saved there)");
   cmd->add_option("--pml", o->params.pml, "Prompt Cache: a PML prompt (a file, or the XML itself)");
   cmd->add_flag("--no-cache", o->params.no_cache, "Compute the PML prompt from scratch (the quality baseline)");
   cmd->add_flag("--chat", o->chat, "Wrap the prompt in the model's chat template");

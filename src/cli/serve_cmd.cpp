@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "engine/schema_dir.h"
 #include "server/server.h"
 
 namespace cs {
@@ -22,6 +23,19 @@ struct ServeOptions {
   double grace_s = 30;
   std::string log_format = "text";
 };
+
+// Registers the schemas saved in `dir`, saying what happened to each.
+void restore_schemas(Engine& engine, const std::string& dir) {
+  for (const SchemaDirEntry& e : restore_schema_dir(engine, dir)) {
+    if (e.what == SchemaDirEntry::What::kSkipped) {
+      std::fprintf(stderr, "chunkserve: schema %s skipped: %s\n", e.path.c_str(), e.message.c_str());
+      continue;
+    }
+    std::fprintf(stderr, "chunkserve: schema '%s' %s (%d tokens, %.0f MiB, %.2f s)%s%s\n", e.name.c_str(),
+                 e.what == SchemaDirEntry::What::kLoaded ? "loaded" : "encoded again", e.info.tokens,
+                 double(e.info.bytes) / (1 << 20), e.info.encode_s, e.message.empty() ? "" : ": ", e.message.c_str());
+  }
+}
 
 int run_serve(ServeOptions o) {
   // Signals go to one thread that waits for them; every thread started from
@@ -41,6 +55,7 @@ int run_serve(ServeOptions o) {
   o.server.grace = std::chrono::milliseconds(long(o.grace_s * 1000));
   o.server.log_json = o.log_format == "json";
   Engine engine(*model, o.engine);
+  if (!o.server.schema_dir.empty()) restore_schemas(engine, o.server.schema_dir);
   Server server(engine, o.server);
   const int port = server.bind();
   std::thread waiter([&] {
@@ -81,6 +96,8 @@ Action add_serve_command(CLI::App& app) {
       ->check(int_in(1, 1 << 20));
   c->add_option("--grace", o->grace_s, "Seconds in-flight requests may take after SIGINT/SIGTERM")
       ->check(finite_in(0, 86400));
+  c->add_option("--schema-dir", o->server.schema_dir,
+                "Prompt Cache: save registered schemas here and register those saved here at start-up");
   c->add_option("--log-format", o->log_format, "Request log lines: text or json")->check(CLI::IsMember({"text", "json"}));
   add_engine_options(*c, o->engine, true);
   return [o] { return run_serve(*o); };

@@ -14,6 +14,7 @@
 #include "engine/scheduler.h"
 #include "engine/validate.h"
 #include "pml/encode.h"
+#include "pml/store.h"
 
 namespace cs {
 
@@ -81,6 +82,15 @@ void RequestHandle::cancel() {
 
 // --- Engine ---
 
+namespace {
+
+SchemaInfo info_of(const pml::EncodedSchema& e) {
+  return {e.layout.schema, e.layout.length, e.tokens, int(e.layout.modules.size()),
+          e.scaffolds,       e.bytes,         e.seconds, e.restored};
+}
+
+}  // namespace
+
 struct Engine::Impl {
   Impl(Engine& e, const KvLayout& layout, size_t pool_bytes)
       : engine(e),
@@ -140,6 +150,25 @@ struct Engine::Impl {
   mutable std::mutex schemas_mu;
   std::map<std::string, std::shared_ptr<pml::EncodedSchema>> schemas;
   pml::TextModel text;
+  mutable std::once_flag identity_once;  // the model file's hash, taken when first needed
+  mutable pml::ModelIdentity identity;
+  // Publishes a schema pinned on the engine thread (released again when
+  // another caller registered its name meanwhile).
+  SchemaInfo add_schema(std::unique_ptr<pml::EncodedSchema> e) {
+    const SchemaInfo info = info_of(*e);
+    std::lock_guard lock(schemas_mu);
+    if (schemas.count(info.name)) {
+      pml::release_schema(kv.tree(), *e);
+      throw Error("a schema named '" + info.name + "' is already registered");
+    }
+    schemas.emplace(info.name, std::move(e));
+    publish_stats();  // before the caller sees the result
+    return info;
+  }
+  const pml::ModelIdentity& model_identity() const {
+    std::call_once(identity_once, [this] { identity = pml::identify(model); });
+    return identity;
+  }
   bool poked = false;
   bool accepting = true;
   bool stopping = false;
@@ -227,13 +256,6 @@ bool Engine::wait_idle(std::chrono::milliseconds timeout) {
   return m.cv.wait_for(lock, timeout, [&] { return m.queued == 0 && m.running == 0; });
 }
 
-namespace {
-
-SchemaInfo info_of(const pml::EncodedSchema& e) {
-  return {e.layout.schema, e.layout.length, e.tokens, int(e.layout.modules.size()), e.scaffolds, e.bytes, e.seconds};
-}
-
-}  // namespace
 
 SchemaInfo Engine::register_schema(pml::Schema schema, const std::function<void(int, int)>& progress) {
   Impl& m = *impl_;
@@ -242,16 +264,36 @@ SchemaInfo Engine::register_schema(pml::Schema schema, const std::function<void(
     if (m.schemas.count(schema.name)) throw Error("a schema named '" + schema.name + "' is already registered");
   }
   return m.on_engine_thread([&m, s = std::move(schema), &progress]() mutable {
-    auto e = pml::encode_schema(std::move(s), m.model, m.kv.tree(), m.text, progress);
-    const SchemaInfo info = info_of(*e);
+    return m.add_schema(pml::encode_schema(std::move(s), m.model, m.kv.tree(), m.text, progress));
+  });
+}
+
+SchemaInfo Engine::save_schema(const std::string& name, const std::string& dir) const {
+  const Impl& m = *impl_;
+  std::shared_ptr<pml::EncodedSchema> e;
+  {
     std::lock_guard lock(m.schemas_mu);
-    if (m.schemas.count(info.name)) {  // registered meanwhile by another caller
-      pml::release_schema(m.kv.tree(), *e);
-      throw Error("a schema named '" + info.name + "' is already registered");
-    }
-    m.schemas.emplace(info.name, std::move(e));
-    m.publish_stats();  // before the caller sees the result
-    return info;
+    auto it = m.schemas.find(name);
+    if (it == m.schemas.end()) throw Error("no schema named '" + name + "' is registered");
+    e = it->second;
+  }
+  // Pinned chunks are written once, before the schema is published, and
+  // never again while it is registered (held here): readable off the engine
+  // thread.
+  pml::save_schema(*e, m.kv.tree().pool(), m.model_identity(), m.text.pad, dir);
+  return info_of(*e);
+}
+
+SchemaInfo Engine::load_schema(const std::string& path) {
+  Impl& m = *impl_;
+  pml::SavedSchema saved = pml::read_saved_schema(path, m.model_identity(), m.kv.tree().layout(), m.text.pad);
+  {
+    std::lock_guard lock(m.schemas_mu);
+    if (m.schemas.count(saved.schema.name))
+      throw Error("a schema named '" + saved.schema.name + "' is already registered");
+  }
+  return m.on_engine_thread([&m, &saved] {
+    return m.add_schema(pml::restore_schema(std::move(saved), m.kv.tree(), m.text));
   });
 }
 

@@ -60,7 +60,8 @@ struct SchemaInfo {
   int modules = 0;       // modules, the schema itself included
   int scaffolds = 0;     // forward passes its encoding took
   size_t bytes = 0;      // KV bytes pinned
-  double encode_s = 0;
+  double encode_s = 0;   // encoding (restored: reading and pinning) time
+  bool restored = false; // read from a saved schema, not encoded
 };
 
 // A snapshot of the engine (for metrics); counters only grow.
@@ -142,6 +143,15 @@ class Engine {
   // is unknown or a request still uses it.
   void unregister_schema(const std::string& name);
   std::vector<SchemaInfo> schemas() const;
+  // Saves a registered schema to dir/<name>/ (pml/store.h); the first call
+  // hashes the model file. Throws cs::Error naming the problem.
+  SchemaInfo save_schema(const std::string& name, const std::string& dir) const;
+  // Registers the schema saved at `path` (dir/<name>) without running the
+  // model. Throws pml::StaleSchema when it was saved for another model, KV
+  // layout or encoder (its PML can be registered instead), cs::Error when
+  // the files are damaged, one of its name is registered or the pool cannot
+  // hold it.
+  SchemaInfo load_schema(const std::string& path);
   // The request for a PML prompt: imported modules read from their pinned
   // chunks at the schema's positions (use_cache), or all of it computed from
   // scratch at contiguous positions (the quality baseline). The caller sets

@@ -1,5 +1,7 @@
 #include "engine/generate.h"
 
+#include "engine/schema_dir.h"
+
 namespace cs {
 
 GenerateResult generate(const LlamaModel& model, const std::vector<int32_t>& prompt,
@@ -17,14 +19,30 @@ GenerateResult generate(const LlamaModel& model, const std::vector<int32_t>& pro
   GenerateResult out;
   Request r;
   if (!params.pml.empty()) {
-    for (const std::string& f : params.schemas) {
-      const pml::Schema s = pml::parse_schema_file(f);
-      const SchemaInfo info = engine.register_schema(s, [&](int done, int total) {
-        if (params.progress)
-          params.progress("encoding schema '" + s.name + "': " + std::to_string(done) + "/" + std::to_string(total) +
-                          " tokens");
-      });
+    const auto say = [&](const std::string& line) {
+      if (params.progress) params.progress(line);
+    };
+    const auto encoding = [&](const std::string& name) {
+      return [&say, name](int done, int total) {
+        say("\rencoding schema '" + name + "': " + std::to_string(done) + "/" + std::to_string(total) + " tokens");
+      };
+    };
+    const auto report = [&](const SchemaInfo& info) {
+      say((info.restored ? "\rschema '" + info.name + "': loaded from " + params.schema_dir
+                         : "\rschema '" + info.name + "': encoded") +
+          " (" + std::to_string(info.tokens) + " tokens, " + std::to_string(int(1000 * info.encode_s)) + " ms)\n");
       out.encode_seconds += info.encode_s;
+    };
+    if (!params.schema_dir.empty() && params.schemas.empty())
+      for (const SchemaDirEntry& e : restore_schema_dir(engine, params.schema_dir, encoding("(saved)"))) {
+        if (e.what == SchemaDirEntry::What::kSkipped) say("skipped " + e.path + ": " + e.message + "\n");
+        else report(e.info);
+      }
+    for (const std::string& f : params.schemas) {
+      pml::Schema s = pml::parse_schema_file(f);
+      const std::string name = s.name;
+      report(params.schema_dir.empty() ? engine.register_schema(std::move(s), encoding(name))
+                                       : register_saved_schema(engine, std::move(s), params.schema_dir, encoding(name)));
     }
     r = engine.pml_request(params.pml, !params.no_cache);
   } else {

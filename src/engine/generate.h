@@ -25,6 +25,9 @@ struct GenerateParams {
   // imports their modules (instead of the token prompt). no_cache computes
   // the same prompt from scratch (the quality baseline).
   std::vector<std::string> schemas;
+  // With schema_dir: the schemas are loaded from it when saved there (else
+  // encoded and saved); without --schema files, all saved there are loaded.
+  std::string schema_dir;
   std::string pml;
   bool no_cache = false;
   std::function<void(const std::string&)> progress;  // encoding progress lines

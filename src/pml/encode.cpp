@@ -33,13 +33,12 @@ TextModel text_model(const LlamaModel& model) {
   return tm;
 }
 
-namespace {
-
-// Pinned-chunk groups are unique in the process: one per stored segment.
-uint64_t next_group() {
+uint64_t new_pin_group() {
   static std::atomic<uint64_t> n{0};
   return ++n;
 }
+
+namespace {
 
 // For module m, the module whose scaffold computes its segments: the
 // nearest module around it (itself included) that is not in the default
@@ -138,7 +137,7 @@ std::unique_ptr<EncodedSchema> encode_schema(Schema s, const LlamaModel& model, 
         const ModuleLayout& ml = l.modules[size_t(seg.module)];
         if (where[g].first < 0 || seg.kind != Segment::Kind::kText || !ml.cache) continue;
         if (owner_of(l, seg.module) != owners[si]) continue;
-        const uint64_t group = next_group();
+        const uint64_t group = new_pin_group();
         for (int off = 0; off < where[g].second; off += cs) {
           const int n = std::min(cs, where[g].second - off);
           const ChunkId ch = tree.pin(std::span(seg.tokens).subspan(size_t(off), size_t(n)), group);

@@ -31,7 +31,8 @@ struct EncodedSchema {
   int tokens = 0;                            // tokens stored
   size_t bytes = 0;                          // bytes of their chunks
   int scaffolds = 0;
-  double seconds = 0;                        // encoding time
+  double seconds = 0;                        // encoding time (restored: reading and pinning)
+  bool restored = false;                     // read from a saved schema (pml/store.h), not encoded
 };
 
 struct TextModel {
@@ -49,6 +50,10 @@ TextModel text_model(const LlamaModel& model);
 // schema (whatever was pinned is released).
 std::unique_ptr<EncodedSchema> encode_schema(Schema s, const LlamaModel& model, PrefixTree& tree, const TextModel& tm,
                                              const std::function<void(int, int)>& progress = {});
+// A fresh group for the pinned chunks of one stored segment (unique in the
+// process).
+uint64_t new_pin_group();
+
 // Unpins the schema's chunks (none may be read by a live sequence).
 void release_schema(PrefixTree& tree, const EncodedSchema& e);
 

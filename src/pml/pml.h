@@ -80,6 +80,10 @@ std::string normalize_space(const std::string& text);
 // relative to `base_dir`. Throws PmlError.
 Schema parse_schema(const std::string& xml, const std::string& file, const std::string& base_dir = ".");
 Schema parse_schema_file(const std::string& path);
+// The schema as self-contained PML (src= files inlined): parse_schema of it
+// gives the same tree.
+std::string to_pml(const Schema& s);
+
 // Parses a prompt. Throws PmlError.
 Prompt parse_prompt(const std::string& xml, const std::string& file = "<prompt>");
 

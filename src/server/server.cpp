@@ -11,6 +11,7 @@
 #include "server/api_request.h"
 #include "server/api_response.h"
 #include "server/metrics.h"
+#include "engine/schema_dir.h"
 #include "pml/pml.h"
 
 namespace cs {
@@ -128,12 +129,17 @@ void Server::Impl::schema_routes() {
   auto info_json = [](const SchemaInfo& s) {
     return json{{"object", "schema"},        {"name", s.name},         {"positions", s.positions},
                 {"tokens", s.tokens},        {"modules", s.modules},   {"scaffolds", s.scaffolds},
-                {"bytes", s.bytes},          {"encode_seconds", s.encode_s}};
+                {"bytes", s.bytes},          {"encode_seconds", s.encode_s}, {"restored", s.restored}};
   };
   http.Post("/v1/schemas", [this, info_json](const httplib::Request& req, httplib::Response& res) {
     try {
-      const SchemaInfo info = engine.register_schema(pml::parse_schema(req.body, "schema"));
-      res.set_content(dump(info_json(info)), "application/json");
+      pml::Schema schema = pml::parse_schema(req.body, "schema");
+      const SchemaInfo info = opt.schema_dir.empty()
+                                  ? engine.register_schema(std::move(schema))
+                                  : register_saved_schema(engine, std::move(schema), opt.schema_dir);
+      json body = info_json(info);
+      body["saved"] = !opt.schema_dir.empty();
+      res.set_content(dump(body), "application/json");
       count("/v1/schemas", 200);
     } catch (const pml::PmlError& e) {
       reply_error(res, {400, e.what(), "invalid_request_error", "", "invalid_pml"});
@@ -154,7 +160,13 @@ void Server::Impl::schema_routes() {
     const std::string name = req.matches[1];
     try {
       engine.unregister_schema(name);
-      res.set_content(dump({{"object", "schema"}, {"name", name}, {"deleted", true}}), "application/json");
+      json body = {{"object", "schema"}, {"name", name}, {"deleted", true}};
+      if (!opt.schema_dir.empty()) try {
+          remove_saved_schema(opt.schema_dir, name);
+        } catch (const Error& e) {  // unregistered all the same; say what is left on disk
+          body["saved_copy"] = e.what();
+        }
+      res.set_content(dump(body), "application/json");
       count("/v1/schemas", 200);
     } catch (const Error& e) {
       const bool in_use = std::string(e.what()).find("in use") != std::string::npos;

@@ -27,6 +27,7 @@ struct ServerOptions {
   size_t max_body = 8 << 20;       // larger bodies get 413
   std::chrono::milliseconds grace{30000};  // on stop: how long in-flight requests may take
   bool log_json = false;           // one JSON object per request log line
+  std::string schema_dir;          // Prompt Cache: schemas registered are saved here (and deleted with them)
 };
 
 class Server {

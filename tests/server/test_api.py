@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import sys
+import tempfile
 import threading
 import time
 import unittest
@@ -307,6 +308,37 @@ class Api(unittest.TestCase):
         self.assertEqual(m["chunkserve:requests_cancelled_total"] - before["chunkserve:requests_cancelled_total"], 1,
                          "\n".join(self.server.log[-5:]))
         self.assertEqual(m['chunkserve:kv_chunks{state="used"}'], 0)
+
+
+class SavedSchemas(unittest.TestCase):
+    def test_schemas_survive_a_restart(self):
+        here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "pml")
+        schema = open(os.path.join(here, "schema_mbti_short.xml")).read()
+        prompt = open(os.path.join(here, "prompt_mbti.xml")).read()
+        with tempfile.TemporaryDirectory() as d:
+            first = Server(BINARY, MODEL, "--schema-dir", d)
+            try:
+                code, _, info = raw(first.url, "POST", "/v1/schemas", schema, {"Content-Type": "application/xml"})
+                self.assertEqual((code, info["saved"], info["restored"]), (200, True, False), info)
+                body = json.dumps({"model": MODEL_ID, "pml": prompt, "max_tokens": 8, "temperature": 0})
+                code, _, before = raw(first.url, "POST", "/v1/chat/completions", body)
+                self.assertEqual(code, 200, before)
+            finally:
+                self.assertEqual(first.stop(), 0)
+            self.assertTrue(os.path.exists(os.path.join(d, "mbti", "chunks.bin")))
+            second = Server(BINARY, MODEL, "--schema-dir", d)
+            try:
+                self.assertTrue(any(re.search(r"schema 'mbti' loaded \(\d+ tokens", l) for l in second.log), second.log)
+                listed = raw(second.url, "GET", "/v1/schemas")[2]["data"]
+                self.assertEqual([(s["name"], s["restored"], s["tokens"]) for s in listed], [("mbti", True, info["tokens"])])
+                code, _, after = raw(second.url, "POST", "/v1/chat/completions", body)
+                self.assertEqual(after["choices"][0]["message"]["content"], before["choices"][0]["message"]["content"])
+                self.assertEqual(after["usage"], before["usage"])
+                code, _, j = raw(second.url, "DELETE", "/v1/schemas/mbti")
+                self.assertEqual((code, j["deleted"]), (200, True))
+                self.assertFalse(os.path.exists(os.path.join(d, "mbti")))
+            finally:
+                self.assertEqual(second.stop(), 0)
 
 
 class Limits(unittest.TestCase):
