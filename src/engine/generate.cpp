@@ -33,8 +33,9 @@ GenerateResult generate(const LlamaModel& model, const std::vector<int32_t>& pro
           " (" + std::to_string(info.tokens) + " tokens, " + std::to_string(int(1000 * info.encode_s)) + " ms)\n");
       out.encode_seconds += info.encode_s;
     };
+    const auto restoring = [&](const std::string& name, int done, int total) { encoding(name)(done, total); };
     if (!params.schema_dir.empty() && params.schemas.empty())
-      for (const SchemaDirEntry& e : restore_schema_dir(engine, params.schema_dir, encoding("(saved)"))) {
+      for (const SchemaDirEntry& e : restore_schema_dir(engine, params.schema_dir, restoring)) {
         if (e.what == SchemaDirEntry::What::kSkipped) say("skipped " + e.path + ": " + e.message + "\n");
         else report(e.info);
       }

@@ -45,8 +45,9 @@ SchemaInfo encode_and_save(Engine& engine, pml::Schema schema, const std::string
 
 }  // namespace
 
-std::vector<SchemaDirEntry> restore_schema_dir(Engine& engine, const std::string& dir,
-                                               const std::function<void(int, int)>& progress) {
+std::vector<SchemaDirEntry> restore_schema_dir(
+    Engine& engine, const std::string& dir,
+    const std::function<void(const std::string&, int, int)>& progress) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw Error(dir + ": cannot create the schema directory (" + ec.message() + ")");
@@ -67,7 +68,10 @@ std::vector<SchemaDirEntry> restore_schema_dir(Engine& engine, const std::string
       e.name = s.name();
       e.message = s.what();
       try {
-        e.info = encode_and_save(engine, pml::parse_schema(s.pml(), p + "/manifest.json (pml)"), dir, progress);
+        const auto named = [&](int done, int total) {
+          if (progress) progress(s.name(), done, total);
+        };
+        e.info = encode_and_save(engine, pml::parse_schema(s.pml(), p + "/manifest.json (pml)"), dir, named);
         e.what = SchemaDirEntry::What::kEncoded;
       } catch (const Error& x) {
         e.what = SchemaDirEntry::What::kSkipped;

@@ -22,8 +22,10 @@ struct SchemaDirEntry {
 // Registers every schema saved under `dir`: as saved, or (saved for another
 // model, KV layout or encoder) encoded again from its PML and saved over.
 // Damaged ones are skipped and left on disk. A missing dir is created.
-std::vector<SchemaDirEntry> restore_schema_dir(Engine& engine, const std::string& dir,
-                                               const std::function<void(int, int)>& progress = {});
+// progress(name, done, total) follows the encoding of stale ones.
+std::vector<SchemaDirEntry> restore_schema_dir(
+    Engine& engine, const std::string& dir,
+    const std::function<void(const std::string&, int, int)>& progress = {});
 
 // Registers `schema` and saves it under `dir`; when dir already holds this
 // very schema (the same PML) for this model, its saved chunks are loaded
