@@ -1,6 +1,7 @@
 // libFuzzer: an HTTP request body through the OpenAI request parser and the
 // engine's request checks (the path every /v1 request takes before it
-// reaches the engine). The first byte picks the route. Anything may be
+// reaches the engine; a "pml" prompt's XML through the PML parser). The
+// first byte picks the route. Anything may be
 // refused (ApiError, RequestError); nothing may crash, hang or leak.
 #include <cstdint>
 #include <cstdlib>
@@ -9,6 +10,7 @@
 
 #include "engine/validate.h"
 #include "fuzz_model.h"
+#include "pml/pml.h"
 #include "server/api_request.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -24,12 +26,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string body(reinterpret_cast<const char*>(data) + 1, size - 1);
   try {
     const cs::ApiRequest r = data[0] & 1 ? cs::parse_chat_request(body, lim) : cs::parse_completion_request(body, lim);
+    if (!r.pml.empty()) {
+      // A Prompt Cache prompt: its tokens come from the schema it names,
+      // once the server has looked it up; here its XML is parsed.
+      if (!r.engine.prompt.empty()) std::abort();
+      (void)cs::pml::parse_prompt(r.pml);
+      return 0;
+    }
     // What the parser accepts is well-formed for the engine's checks.
     if (r.engine.prompt.empty() || int(r.engine.prompt.size()) >= lim.n_ctx) std::abort();
     if (r.engine.n < 1 || r.engine.n > lim.max_n || r.engine.max_tokens < 0) std::abort();
     cs::validate_request(r.engine, {tok.vocab_size(), lim.n_ctx, 64, 16, 1 << 24, lim.max_n});
   } catch (const cs::ApiError&) {
   } catch (const cs::RequestError&) {
+  } catch (const cs::pml::PmlError&) {
   }
   return 0;
 }
