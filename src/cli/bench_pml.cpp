@@ -27,6 +27,11 @@ struct BenchPmlOptions {
   EngineOptions engine;
 };
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 // The quality report's prompts: 32 over the three example schemas (every
 // MBTI combination, trips with their parameters, source files to import).
 std::vector<std::pair<std::string, std::string>> quality_prompts() {
@@ -72,12 +77,15 @@ int run_quality(const BenchPmlOptions& o, const LlamaModel& model) {
   Engine scratch(model, plain);
   for (const char* f : {"schema_mbti_short.xml", "parameterized_prompts.xml", "code_generation_bookstore.xml"})
     cached.register_schema(pml::parse_schema_file(o.quality + "/" + f));
-  int first = 0, all = 0, n = 0;
+  int first = 0, all = 0, n = 0, seconds = 0;
   double agree_sum = 0;
-  if (!o.json) std::printf("| schema | prompt tokens | cached | first token | tokens agreeing (of 32) |\n|---|---|---|---|---|\n");
+  std::vector<double> gaps;
+  if (!o.json)
+    std::printf("| schema | prompt tokens | cached | first token | tokens agreeing (of 32) | top-2 gap where they part |\n"
+                "|---|---|---|---|---|---|\n");
   for (const auto& [file, prompt] : quality_prompts()) {
     Request a = cached.pml_request(prompt, true), b = cached.pml_request(prompt, false);
-    for (Request* r : {&a, &b}) r->max_tokens = 32, r->ignore_eos = true;
+    for (Request* r : {&a, &b}) r->max_tokens = 32, r->ignore_eos = true, r->logprobs = 2;
     const Result ra = cached.submit(std::move(a)).wait(), rb = scratch.submit(std::move(b)).wait();
     const auto &x = ra.completions[0].tokens, &y = rb.completions[0].tokens;
     size_t k = 0;
@@ -86,15 +94,31 @@ int run_quality(const BenchPmlOptions& o, const LlamaModel& model) {
     first += k > 0;
     all += k == 32;
     agree_sum += double(k);
+    // Where they part: how sure was the from-scratch run of its token, and
+    // was the cached run's token its second choice?
+    float gap = -1;
+    bool second = false;
+    if (k < y.size() && k < x.size() && rb.completions[0].logprobs.size() > k) {
+      const auto& top = rb.completions[0].logprobs[k].top;
+      if (top.size() == 2) gap = top[0].logprob - top[1].logprob, second = top[1].token == x[k];
+      gaps.push_back(gap);
+      seconds += second;
+    }
     if (o.json)
-      std::printf("{\"schema\": \"%s\", \"prompt_tokens\": %d, \"cached_tokens\": %d, \"agree\": %zu}\n", file.c_str(),
-                  ra.usage.prompt_tokens, ra.usage.cached_tokens, k);
+      std::printf("{\"schema\": \"%s\", \"prompt_tokens\": %d, \"cached_tokens\": %d, \"agree\": %zu, "
+                  "\"gap_at_divergence\": %.3f, \"cached_took_second_choice\": %s}\n",
+                  file.c_str(), ra.usage.prompt_tokens, ra.usage.cached_tokens, k, gap, second ? "true" : "false");
     else
-      std::printf("| %s | %d | %d | %s | %zu |\n", file.c_str(), ra.usage.prompt_tokens, ra.usage.cached_tokens,
-                  k > 0 ? "same" : "differs", k);
+      std::printf("| %s | %d | %d | %s | %zu | %s |\n", file.c_str(), ra.usage.prompt_tokens, ra.usage.cached_tokens,
+                  k > 0 ? "same" : "differs", k,
+                  gap < 0 ? "-" : (std::to_string(gap).substr(0, 5) + (second ? " (2nd choice)" : "")).c_str());
   }
   std::printf("%d prompts: first token the same in %d, all 32 tokens the same in %d, %.1f tokens agree on average\n", n,
               first, all, agree_sum / n);
+  if (!gaps.empty())
+    std::printf("where they part, the from-scratch run's top-2 logprob gap: median %.3f (%zu partings); the cached run "
+                "took its second choice in %d\n",
+                median(gaps), gaps.size(), seconds);
   return 0;
 }
 
@@ -110,11 +134,6 @@ std::string text_of(const Tokenizer& tok, int n, int salt) {
     out = next;
     ++i;
   }
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 int run(const BenchPmlOptions& o) {
