@@ -90,6 +90,16 @@ void BM_ContextRebuild(benchmark::State& state) {
 }
 BENCHMARK(BM_ContextRebuild)->Arg(32)->Arg(1000)->Unit(benchmark::kMicrosecond);
 
+// The web console's snapshot of such a tree (what the engine thread spends
+// per GET /v1/kv/tree at most every 250 ms): the server's cap, 512 nodes.
+void BM_TreeView(benchmark::State& state) {
+  const int n = int(state.range(0));
+  PrefixTree t(kSmolLayout, bytes_for(n));
+  fill(t, n);
+  for (auto _ : state) benchmark::DoNotOptimize(t.view(512, 48));
+}
+BENCHMARK(BM_TreeView)->Arg(32)->Arg(1000)->Unit(benchmark::kMicrosecond);
+
 // A step with no structural change: the published context is reused.
 void BM_ContextUnchanged(benchmark::State& state) {
   PrefixTree t(kSmolLayout, bytes_for(33));

@@ -6,7 +6,8 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
 PACKAGES=(cmake ninja-build g++ pkg-config python3 python3-pip libgtest-dev libgmock-dev
-          libbenchmark-dev nlohmann-json3-dev libcli11-dev libpcre2-dev libcpp-httplib-dev libpugixml-dev libssl-dev)
+          libbenchmark-dev nlohmann-json3-dev libcli11-dev libpcre2-dev libcpp-httplib-dev libpugixml-dev libssl-dev
+          chromium chromium-driver)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -23,6 +24,11 @@ fi
 if ! python3 -c "import openai" 2>/dev/null; then
   echo "setup: installing the openai client (PyPI)" >&2
   python3 -m pip install --quiet "openai>=1.0,<4"
+fi
+# The web console's browser test drives Debian's chromium through selenium.
+if ! python3 -c "import selenium" 2>/dev/null; then
+  echo "setup: installing selenium (PyPI)" >&2
+  python3 -m pip install --quiet "selenium>=4.10,<5"
 fi
 
 MODEL="$root/models/SmolLM2-135M-Instruct.Q4_1.gguf"

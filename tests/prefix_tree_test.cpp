@@ -386,6 +386,62 @@ TEST(PrefixTree, PinnedChunksAreSharedAnywhere) {
   EXPECT_EQ(t.stats().used, 2);  // sequence 3's
 }
 
+// The console's picture: runs of chunks with one child collapse into one
+// node; readers, uses and states follow joins, leaves and pins; the cap
+// keeps the first nodes breadth first and counts the rest.
+TEST(PrefixTree, ViewCollapsesRunsAndCountsUses) {
+  const KvLayout L = small_layout();  // c = 4
+  PrefixTree t(L, L.chunk_bytes() * 32);
+  const std::vector<int32_t> sys = {1, 2, 3, 4, 5, 6, 7, 8};  // two full chunks
+  int m = 0;
+  auto with = [&](std::vector<int32_t> own) {
+    std::vector<int32_t> p = sys;
+    p.insert(p.end(), own.begin(), own.end());
+    return p;
+  };
+  const auto a = with({20, 21}), b = with({30});
+  ASSERT_TRUE(t.join(1, {}, &m).ok());
+  ASSERT_TRUE(t.append(1, a).ok());
+  ASSERT_TRUE(t.join(2, std::span(b).first(b.size() - 1), &m).ok());
+  EXPECT_EQ(m, 8);
+  ASSERT_TRUE(t.append(2, std::span(b).last(1)).ok());
+  TreeView v = t.view(100, 3);
+  ASSERT_EQ(v.nodes.size(), 3u);
+  EXPECT_EQ(v.nodes[0].parent, -1);
+  EXPECT_EQ(v.nodes[0].chunks, 2);  // the system prompt's two chunks, one run
+  EXPECT_EQ(v.nodes[0].tokens, 8);
+  EXPECT_EQ(v.nodes[0].readers, 2);
+  EXPECT_EQ(v.nodes[0].uses, 2);
+  EXPECT_EQ(v.nodes[0].state, TreeViewNode::State::kLive);
+  EXPECT_EQ(v.nodes[0].head, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(v.nodes[1].parent, 0);
+  EXPECT_EQ(v.nodes[1].tokens, 2);
+  EXPECT_EQ(v.nodes[1].readers, 1);
+  EXPECT_EQ(v.nodes[2].head, (std::vector<int32_t>{30}));
+  EXPECT_EQ(v.live_sequences, 2);
+  EXPECT_EQ(v.unshared_chunks, 6);  // 3 chunks each without sharing
+  EXPECT_EQ(v.held_chunks, 4);
+  ASSERT_TRUE(t.leave(1).ok());
+  ASSERT_TRUE(t.leave(2).ok());
+  const ChunkId p1 = t.pin(std::vector<int32_t>{40, 41, 42, 43}, 9), p2 = t.pin(std::vector<int32_t>{44}, 9);
+  ASSERT_GE(p1, 0);
+  ASSERT_GE(p2, 0);
+  v = t.view(100, 8);
+  ASSERT_EQ(v.nodes.size(), 4u);  // the partial tails stay cached; the module is one node
+  EXPECT_EQ(v.nodes[0].state, TreeViewNode::State::kCached);
+  EXPECT_EQ(v.nodes[0].readers, 0);
+  EXPECT_EQ(v.nodes[0].uses, 2);
+  EXPECT_EQ(v.nodes[1].state, TreeViewNode::State::kCached);
+  EXPECT_EQ(v.nodes[3].state, TreeViewNode::State::kPinned);
+  EXPECT_EQ(v.nodes[3].parent, -1);
+  EXPECT_EQ(v.nodes[3].head, (std::vector<int32_t>{40, 41, 42, 43, 44}));
+  EXPECT_EQ(v.live_sequences, 0);
+  const TreeView capped = t.view(1, 0);
+  ASSERT_EQ(capped.nodes.size(), 1u);
+  EXPECT_TRUE(capped.nodes[0].head.empty());
+  EXPECT_EQ(capped.omitted_chunks, 4);  // the two tails and the module's two chunks
+}
+
 #if !defined(NDEBUG) || defined(CHUNKSERVE_DEBUG_CHECKS)
 TEST(PrefixTreeDeathTest, SecondWriterThreadAborts) {
   EXPECT_DEATH(

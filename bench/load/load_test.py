@@ -14,6 +14,7 @@ hit ratio (cached / prompt tokens from usage), as one JSON line at the end.
   bench/load/load_test.py --server chunkserve            # starts build/chunkserve serve
   bench/load/load_test.py --server llama --requests 96   # starts llama-server (bench/peers)
   bench/load/load_test.py --url http://127.0.0.1:8080 --model NAME
+  bench/load/load_test.py --server chunkserve --poll-tree  # with the web console's polling
 """
 import argparse
 import http.client
@@ -175,6 +176,8 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--disconnect", type=float, default=0.10, help="fraction of clients that hang up mid-stream")
     ap.add_argument("--time-limit", type=float, default=1800, help="seconds; requests not started by then are skipped")
+    ap.add_argument("--poll-tree", action="store_true",
+                    help="also poll GET /v1/kv/tree once a second, as the web console does")
     ap.add_argument("--no-verify", action="store_true", help="skip the non-streamed comparison")
     a = ap.parse_args()
 
@@ -214,12 +217,31 @@ def main():
                 if done % 25 == 0:
                     print(f"\r{done}/{a.requests} done, {time.time() - start:.0f} s", end="", file=sys.stderr)
 
+        polls = []  # (seconds, nodes) of each console poll
+        loading = [True]
+
+        def poll_tree():
+            # What the web console does with its page open: GET the tree every second.
+            while loading[0]:
+                t0 = time.time()
+                conn = http.client.HTTPConnection(host, port, timeout=timeout)
+                conn.request("GET", "/v1/kv/tree?max_nodes=256&text=24")
+                r = conn.getresponse()
+                nodes = len(json.loads(r.read())["nodes"]) if r.status == 200 else -1
+                conn.close()
+                polls.append((time.time() - t0, nodes))
+                time.sleep(max(0.0, 1.0 - (time.time() - t0)))
+
         threads = [threading.Thread(target=client) for _ in range(a.clients)]
-        for t in threads:
+        poller = threading.Thread(target=poll_tree) if a.poll_tree else None
+        for t in threads + ([poller] if poller else []):
             t.start()
         for t in threads:
             t.join()
         wall = time.time() - start
+        loading[0] = False
+        if poller:
+            poller.join()
         print(file=sys.stderr)
         time.sleep(1.0)
         rss_after = rss_kib(proc.pid) if proc else None
@@ -257,6 +279,12 @@ def main():
             "rss_warm_mib": round(rss_warm / 1024, 1) if rss_warm else None,
             "rss_after_mib": round(rss_after / 1024, 1) if rss_after else None,
         }
+        if a.poll_tree:
+            lat = sorted(p[0] for p in polls)
+            report.update({"tree_polls": len(polls), "tree_failed": sum(p[1] < 0 for p in polls),
+                           "tree_poll_p50_ms": round(1000 * statistics.median(lat), 1) if lat else None,
+                           "tree_poll_max_ms": round(1000 * lat[-1], 1) if lat else None,
+                           "tree_nodes_max": max((p[1] for p in polls), default=0)})
         print(json.dumps(report))
         for i, p in lost[:5]:
             print(f"lost request {i}: {p}", file=sys.stderr)

@@ -150,6 +150,9 @@ struct Engine::Impl {
   mutable std::mutex schemas_mu;
   std::map<std::string, std::shared_ptr<pml::EncodedSchema>> schemas;
   pml::TextModel text;
+  // The last tree snapshot (kv_tree); tree_mu serialises its callers.
+  mutable std::mutex tree_mu;
+  std::shared_ptr<const KvTreeSnapshot> tree;
   mutable std::once_flag identity_once;  // the model file's hash, taken when first needed
   mutable pml::ModelIdentity identity;
   // Publishes a schema pinned on the engine thread (released again when
@@ -313,6 +316,28 @@ void Engine::unregister_schema(const std::string& name) {
     pml::release_schema(m.kv.tree(), *e);
     m.publish_stats();
   });
+}
+
+std::shared_ptr<const KvTreeSnapshot> Engine::kv_tree() const {
+  Impl& m = *impl_;
+  std::lock_guard lock(m.tree_mu);
+  const auto now = std::chrono::steady_clock::now();
+  if (m.tree && now - m.tree->at < std::chrono::milliseconds(250)) return m.tree;
+  try {
+    m.tree = m.on_engine_thread([&m] {
+      auto t = std::make_shared<KvTreeSnapshot>();
+      t->view = m.kv.tree().view(kTreeNodes, kTreeHead);
+      m.publish_stats();
+      t->stats = m.engine.stats();
+      t->chunk_size = m.kv.tree().layout().chunk_size;
+      t->at = std::chrono::steady_clock::now();
+      return std::shared_ptr<const KvTreeSnapshot>(std::move(t));
+    });
+  } catch (const Error&) {
+    // stopped: the last snapshot (or an empty one) stands
+    if (!m.tree) m.tree = std::make_shared<KvTreeSnapshot>();
+  }
+  return m.tree;
 }
 
 std::vector<SchemaInfo> Engine::schemas() const {

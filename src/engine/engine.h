@@ -109,6 +109,13 @@ class RequestHandle {
   std::shared_ptr<RequestState> s_;
 };
 
+struct KvTreeSnapshot {
+  TreeView view;
+  EngineStats stats;
+  int chunk_size = 0;
+  std::chrono::steady_clock::time_point at;
+};
+
 class Engine {
  public:
   // Throws cs::Error for options the model or the kernels cannot take.
@@ -131,6 +138,14 @@ class Engine {
   bool wait_idle(std::chrono::milliseconds timeout);
 
   EngineStats stats() const;
+
+  // The KV cache as a tree (kv/tree_view.h) with the stats of the same
+  // moment, for the web console and routers. Built on the engine thread
+  // between steps when the last one is older than 250 ms (the caller waits
+  // for the step in progress; the engine never waits for a caller); at most
+  // kTreeNodes nodes with their first kTreeHead tokens.
+  static constexpr int kTreeNodes = 512, kTreeHead = 48;
+  std::shared_ptr<const KvTreeSnapshot> kv_tree() const;
 
   // Prompt Cache (src/pml). Registers a schema: its modules' K/V are encoded
   // once, on the engine thread between steps (this call waits), into pinned

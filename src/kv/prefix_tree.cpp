@@ -191,7 +191,7 @@ KvStatus PrefixTree::join(SeqId id, std::span<const int32_t> tokens, int* matche
     while (m < lim && t[size_t(m)] == tokens[size_t(i + m)]) ++m;
     if (m > best_m) best = ch, best_m = m;
   }
-  for (ChunkId ch : path) add_ref(ch);
+  for (ChunkId ch : path) add_ref(ch), ++meta_[size_t(ch)].uses;
   Seq seq;
   seq.chunks = path;
   seq.length = i;
@@ -200,8 +200,9 @@ KvStatus PrefixTree::join(SeqId id, std::span<const int32_t> tokens, int* matche
     const ChunkId own = allocate_chunk();
     if (own >= 0) {
       copy_tokens(own, best, best_m);
+      ++meta_[size_t(best)].uses;  // its tokens served this sequence too
       attach(own, node);
-      meta_[size_t(own)].ref = 1;
+      meta_[size_t(own)].ref = meta_[size_t(own)].uses = 1;
       seq.chunks.push_back(own);
       seq.length += best_m;
     }
@@ -240,7 +241,7 @@ KvStatus PrefixTree::append(SeqId id, std::span<const int32_t> tokens) {
     const ChunkId own = allocate_chunk();
     copy_tokens(own, tail, chunk_length(tail));
     if (!seq.detached) attach(own, meta_[size_t(tail)].parent);
-    meta_[size_t(own)].ref = 1;
+    meta_[size_t(own)].ref = meta_[size_t(own)].uses = 1;
     --meta_[size_t(tail)].ref;  // still read by the other sequences
     seq.chunks.back() = own;
     dirty_ = true;
@@ -250,7 +251,7 @@ KvStatus PrefixTree::append(SeqId id, std::span<const int32_t> tokens) {
     if (last < 0 || chunk_length(last) == c || meta_[size_t(last)].pinned) {
       const ChunkId fresh = allocate_chunk();  // cannot fail: counted above
       if (!seq.detached) attach(fresh, last);
-      meta_[size_t(fresh)].ref = 1;
+      meta_[size_t(fresh)].ref = meta_[size_t(fresh)].uses = 1;
       seq.chunks.push_back(fresh);
       last = fresh;
       dirty_ = true;
@@ -295,7 +296,7 @@ KvStatus PrefixTree::fork(SeqId parent, SeqId child) {
             "fork of sequence " + std::to_string(parent) + " that is not live"};
   if (seqs_.count(child)) return {KvCode::kSequenceExists, "sequence " + std::to_string(child) + " exists"};
   Seq copy = it->second;
-  for (ChunkId c : copy.chunks) add_ref(c);
+  for (ChunkId c : copy.chunks) add_ref(c), ++meta_[size_t(c)].uses;
   seqs_.emplace(child, std::move(copy));
   left_.erase(child);
   dirty_ = true;
@@ -321,6 +322,7 @@ ChunkId PrefixTree::pin(std::span<const int32_t> tokens, uint64_t group) {
   if (c < 0) return kNoChunk;
   meta_[size_t(c)].pinned = true;
   meta_[size_t(c)].group = group;
+  meta_[size_t(c)].group_pos = group_size_[group]++;
   meta_[size_t(c)].tokens.assign(tokens.begin(), tokens.end());
   ++pinned_;
   return c;
@@ -333,6 +335,7 @@ KvStatus PrefixTree::unpin(ChunkId c) {
   if (meta_[size_t(c)].ref > 0)
     return {KvCode::kInUse, "chunk " + std::to_string(c) + " is read by " + std::to_string(meta_[size_t(c)].ref) +
                                 " live sequences"};
+  if (--group_size_[meta_[size_t(c)].group] == 0) group_size_.erase(meta_[size_t(c)].group);
   meta_[size_t(c)] = Chunk{};
   pool_.release(c);
   --pinned_;
@@ -360,6 +363,7 @@ KvStatus PrefixTree::attach_pinned(SeqId id, std::span<const ChunkId> chunks) {
       return {KvCode::kInvalid, "chunk " + std::to_string(c) + " is not pinned"};
   for (ChunkId c : chunks) {
     add_ref(c);
+    ++meta_[size_t(c)].uses;
     it->second.chunks.push_back(c);
     it->second.length += chunk_length(c);
   }

@@ -38,6 +38,7 @@
 #include "kv/chunk_pool.h"
 #include "kv/kernel_context.h"
 #include "kv/kv_status.h"
+#include "kv/tree_view.h"
 
 namespace cs {
 
@@ -126,6 +127,9 @@ class PrefixTree {
   const ChunkPool& pool() const { return pool_; }
   const KvLayout& layout() const { return pool_.layout(); }
   KvStats stats() const;
+  // What the web console draws (kv/tree_view.h): at most max_nodes nodes,
+  // each with its first head_tokens tokens. Writer thread only.
+  TreeView view(int max_nodes, int head_tokens) const;
 
  private:
   struct Chunk {
@@ -137,6 +141,8 @@ class PrefixTree {
     bool in_tree = false;  // attached (a node of the prefix tree)
     bool pinned = false;   // a module's: kept until unpin
     uint64_t group = 0;    // pinned: its run of chunks
+    int group_pos = 0;     // pinned: its place in the run
+    int uses = 0;          // sequences that have read it (joined through, created, forked or attached it)
   };
   struct Seq {
     std::vector<ChunkId> chunks;
@@ -170,6 +176,7 @@ class PrefixTree {
   std::vector<uint64_t> evict_key_;                   // key in evictable_, 0 = absent
   int cached_ = 0;  // chunks in the tree with ref == 0
   int pinned_ = 0;  // pinned chunks
+  std::unordered_map<uint64_t, int> group_size_;  // pinned chunks per group
   uint64_t clock_ = 0;
   bool dirty_ = true;
   uint64_t version_ = 0;

@@ -5,6 +5,7 @@
 #include <set>
 #include <sstream>
 
+#include "base/parse_int.h"
 #include "pml/pml.h"
 
 namespace cs::pml {
@@ -233,14 +234,8 @@ class SchemaParser {
     p.at = src_.at(c);
     p.name = required(c, "name");
     const std::string len = required(c, "length");
-    size_t used = 0;
-    long v = 0;
-    try {
-      v = std::stol(len, &used);
-    } catch (...) {
-      used = 0;
-    }
-    if (used != len.size() || v < 1 || v > 4096)
+    const long v = parse_long(len).value_or(0);
+    if (v < 1 || v > 4096)
       throw PmlError(p.at, "parameter '" + p.name + "' has length \"" + len + "\": expected an integer in [1, 4096]");
     p.length = int(v);
     p.scaffold = c.attribute("scaffold").value();

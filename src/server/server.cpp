@@ -10,11 +10,15 @@
 
 #include "server/api_request.h"
 #include "server/api_response.h"
+#include "server/kv_tree_json.h"
 #include "server/metrics.h"
+#include "base/parse_int.h"
 #include "engine/schema_dir.h"
 #include "pml/pml.h"
 
 namespace cs {
+
+extern const char kConsolePage[];  // src/server/console.html (cmake/embed.cmake)
 
 using json = nlohmann::json;
 
@@ -257,7 +261,8 @@ void Server::Impl::generate(const httplib::Request& req, httplib::Response& res,
 
 void Server::Impl::routes() {
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+    // The console's page holds no data (its calls carry the key).
+    if (req.path == "/health" || req.path == "/") return httplib::Server::HandlerResponse::Unhandled;
     if (!opt.api_key.empty() && req.get_header_value("Authorization") != "Bearer " + opt.api_key) {
       reply_error(res, {401, "missing or wrong API key (Authorization: Bearer KEY)", "invalid_request_error", "",
                         "invalid_api_key"});
@@ -274,6 +279,33 @@ void Server::Impl::routes() {
   http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     res.status = draining ? 503 : 200;
     res.set_content(draining ? R"({"status":"draining"})" : R"({"status":"ok"})", "application/json");
+  });
+  http.Get("/", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(kConsolePage, "text/html; charset=utf-8");
+    count("/", 200);
+  });
+  http.Get("/v1/kv/tree", [this](const httplib::Request& req, httplib::Response& res) {
+    // ?max_nodes=N (1-512, default 256), ?text=T tokens of text per node (0-48, default 24)
+    const auto param = [&](const char* name, int lo, int hi, int dflt) {
+      if (!req.has_param(name)) return dflt;
+      const std::string v = req.get_param_value(name);
+      const std::optional<long> n = parse_long(v);
+      if (!n || *n < lo || *n > hi)
+        throw ApiError{400, std::string(name) + "=" + v + ": expected an integer in [" + std::to_string(lo) + ", " +
+                                std::to_string(hi) + "]",
+                       "invalid_request_error", name, "invalid_value"};
+      return int(*n);
+    };
+    try {
+      const int max_nodes = param("max_nodes", 1, Engine::kTreeNodes, 256);
+      const int text = param("text", 0, Engine::kTreeHead, 24);
+      res.set_content(dump(kv_tree_json(*engine.kv_tree(), engine.model().tokenizer(), max_nodes, text)),
+                      "application/json");
+      count("/v1/kv/tree", 200);
+    } catch (const ApiError& e) {
+      reply_error(res, e);
+      count("/v1/kv/tree", e.status);
+    }
   });
   http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     json m = {{"id", opt.model_id},

@@ -286,6 +286,24 @@ class Api(unittest.TestCase):
         code, _, j = raw(self.server.url, "DELETE", "/v1/schemas/mbti")
         self.assertEqual((code, j["error"]["code"]), (404, "schema_not_found"))
 
+    def test_kv_tree_while_streaming(self):
+        stream = self.client.chat.completions.create(
+            model=MODEL_ID, messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Tell a story."}],
+            max_tokens=40, temperature=0, stream=True)
+        chunks = iter(stream)
+        next(chunks)
+        code, _, j = raw(self.server.url, "GET", "/v1/kv/tree?text=8")
+        self.assertEqual(code, 200, j)
+        live = [n for n in j["nodes"] if n["state"] == "live"]
+        self.assertTrue(live, j)
+        self.assertGreaterEqual(min(n["readers"] for n in live), 1)
+        self.assertGreaterEqual(j["sharing"]["live_sequences"], 1)
+        self.assertGreaterEqual(j["sharing"]["unshared_bytes"], j["sharing"]["held_bytes"])
+        for n in j["nodes"]:
+            self.assertTrue(n["parent"] < n["id"])  # parents first
+        for _ in chunks:
+            pass
+
     def test_disconnect_mid_stream_cancels(self):
         before = metrics(self.server.url)
         host, port = self.server.url.replace("http://", "").split(":")
