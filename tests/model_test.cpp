@@ -82,7 +82,11 @@ TEST(Model, IsaLevelsAgree) {
   const auto ids = model().tokenizer().encode("Once upon a time", false);
   const Isa hw = cpu_isa();
   const auto ref = last_logits(ids, 64);
+  if (hw == Isa::kScalar) GTEST_SKIP() << "this CPU has no SIMD level to compare with the scalar one";
+  // Each lower level against this CPU's best (never a level against itself:
+  // on an AVX2-only CPU that leaves the scalar path).
   for (Isa isa : {Isa::kScalar, Isa::kAvx2}) {
+    if (isa == hw) continue;
     set_isa_for_testing(isa);
     const auto got = last_logits(ids, 64);
     float worst = 0;

@@ -61,7 +61,7 @@ std::string tiny_model(const std::string& name, TinyModelShape s) {
   };
   add("token_embd.weight", {E, V}, 1.0f);
   add("output_norm.weight", {E}, 0, true);
-  add("output.weight", {E, V}, 0.2f);
+  add("output.weight", {E, V}, s.output_scale);
   for (int l = 0; l < s.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     add(p + "attn_norm.weight", {E}, 0, true);

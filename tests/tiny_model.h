@@ -10,6 +10,7 @@ namespace cs::test {
 struct TinyModelShape {
   int n_layers = 2, n_embd = 128, n_heads = 2, n_kv_heads = 1, n_ff = 256, n_ctx = 1024;
   unsigned seed = 1;
+  float output_scale = 0.2f;  // 0: every logit is 0 (a uniform next-token distribution)
 };
 
 // Writes the model under the test temp dir (once per name); returns its path.

@@ -36,6 +36,6 @@ fi
 cmake -S llama.cpp -B llama.cpp/build -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DBUILD_SHARED_LIBS=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF "${isa[@]}" \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON >/dev/null
-ninja -C llama.cpp/build -j"$(nproc)" llama llama-bench llama-tokenize llama-batched-bench llama-server
+ninja -C llama.cpp/build -j"$(nproc)" llama llama-bench llama-tokenize llama-batched-bench llama-server llama-perplexity
 pip install -q numpy diskcache jinja2 typing_extensions
 echo "built: $work/llama.cpp/build/bin"

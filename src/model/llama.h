@@ -46,6 +46,11 @@ class LlamaModel {
   const LlamaConfig& config() const { return cfg_; }
   const Tokenizer& tokenizer() const { return *tok_; }
   const GgufFile& file() const { return *file_; }
+  // The weights as loaded (the float reference, model/reference.h, reads them).
+  const Weight& tok_embd() const { return tok_embd_; }
+  const Weight& output() const { return output_; }
+  const std::vector<float>& output_norm() const { return output_norm_; }
+  const std::vector<LlamaLayer>& layers() const { return layers_; }
 
   // Runs the batch: writes K/V into kv and returns, in `logits`, one row of
   // n_vocab values per token whose logits flag is set, in batch order.

@@ -1,0 +1,31 @@
+// The float reference (`chunkserve perplexity --reference`, and the truth
+// `--kl-against-reference` measures against): the model's weights dequantized
+// to fp32 once, then a forward pass that keeps activations in fp32 (no int8
+// quantization of the matmul inputs), uses libm's expf and a plain causal
+// attention over the window. Slow and simple; shares no kernel with the fast
+// path (LlamaModel::forward).
+#pragma once
+#include <span>
+#include <vector>
+
+#include "model/llama.h"
+
+namespace cs {
+
+class ReferenceModel {
+ public:
+  explicit ReferenceModel(const LlamaModel& model);
+
+  // Logits of every position of a sequence at positions 0..n-1: n x n_vocab.
+  void forward(std::span<const int32_t> tokens, std::vector<float>& logits) const;
+
+ private:
+  struct Layer {
+    std::vector<float> attn_norm, ffn_norm, wq, wk, wv, wo, w_gate, w_up, w_down;
+  };
+  const LlamaConfig& cfg_;
+  std::vector<float> tok_embd_, output_, output_norm_;
+  std::vector<Layer> layers_;
+};
+
+}  // namespace cs
