@@ -35,7 +35,8 @@ LD_LIBRARY_PATH="$bin" "$bin/llama-perplexity" -m "$MODEL" -c "$CTX" --chunks "$
 python3 - "$ours" "$work/ppl.log" "$work/kld.log" "$CTX" "$CHUNKS" <<'PY'
 import json, re, sys
 ours = json.loads(sys.argv[1])
-ppl_log, kld_log = open(sys.argv[2]).read(), open(sys.argv[3]).read()
+ppl_log = open(sys.argv[2], encoding="utf-8", errors="replace").read()
+kld_log = open(sys.argv[3], encoding="utf-8", errors="replace").read()
 m = re.search(r"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)", ppl_log)
 if not m:
     sys.exit("llama-perplexity printed no final estimate:\n" + ppl_log[-2000:])
@@ -47,6 +48,7 @@ def grab(pattern):
     return float(m.group(1))
 base_ppl = grab(r"Mean PPL\(base\)\s*:\s*([0-9.]+)")
 their_kl = grab(r"Mean\s+KLD:\s*(-?[0-9.]+)")
+their_kl_err = grab(r"Mean\s+KLD:\s*-?[0-9.]+\s*±\s*([0-9.]+)")
 their_p99 = grab(r"99\.0%\s+KLD:\s*(-?[0-9.]+)")
 their_same = grab(r"Same top p:\s*([0-9.]+)")
 print(f"{ours['windows']} windows of {sys.argv[4]} tokens ({ours['tokens_scored']} tokens scored)\n")
@@ -54,8 +56,8 @@ print("| | chunkserve | llama.cpp | ratio |")
 print("|---|---|---|---|")
 print(f"| PPL | {ours['ppl']:.4f} +/- {ours['ppl_error']:.4f} | {their_ppl:.4f} +/- {their_err:.4f} | "
       f"{ours['ppl'] / their_ppl:.4f} |")
-print(f"| mean KL from the float reference (nats) | {ours['kl_mean']:.6f} | {their_kl:.6f} | "
-      f"{ours['kl_mean'] / their_kl:.3f} |")
+print(f"| mean KL from the float reference (nats) | {ours['kl_mean']:.6f} +/- {ours['kl_mean_error']:.6f} | "
+      f"{their_kl:.6f} +/- {their_kl_err:.6f} | {ours['kl_mean'] / their_kl:.3f} |")
 print(f"| 99th percentile KL | {ours['kl_p99']:.6f} | {their_p99:.6f} | |")
 print(f"| top-1 token as the reference's | {100 * (1 - ours['top1_differ']):.2f}% | {their_same:.2f}% | |")
 print(f"\nfloat reference PPL: {ours['reference_ppl']:.4f} (llama.cpp read from its file: {base_ppl:.4f})")

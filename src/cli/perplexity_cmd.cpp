@@ -5,6 +5,7 @@
 // distributions are from the reference's.
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -85,9 +86,13 @@ int run(const PerplexityOptionsCli& o) {
   std::fprintf(stderr, "\n");
   std::vector<double> kl = r.kl;
   std::sort(kl.begin(), kl.end());
-  double kl_mean = 0;
-  for (double v : kl) kl_mean += v;
-  if (!kl.empty()) kl_mean /= double(kl.size());
+  double kl_mean = 0, kl_sq = 0;
+  for (double v : kl) kl_mean += v, kl_sq += v * v;
+  double kl_error = 0;  // standard error of the mean
+  if (kl.size() > 1) {
+    kl_mean /= double(kl.size());
+    kl_error = std::sqrt(std::max(0.0, kl_sq / double(kl.size()) - kl_mean * kl_mean) / double(kl.size() - 1));
+  }
   const double kl_p99 = kl.empty() ? 0 : kl[std::min(kl.size() - 1, size_t(0.99 * double(kl.size())))];
   const double differ = kl.empty() ? 0 : double(r.top1_differ) / double(kl.size());
   const char* path = o.reference ? "reference" : "fast";
@@ -96,16 +101,17 @@ int run(const PerplexityOptionsCli& o) {
                 "\"ppl_error\": %.6f",
                 path, o.n_ctx, r.windows, (long long)r.count, r.ppl(), r.ppl_error());
     if (o.kl)
-      std::printf(", \"reference_ppl\": %.6f, \"kl_mean\": %.6g, \"kl_p99\": %.6g, \"top1_differ\": %.6f", r.ref_ppl(),
-                  kl_mean, kl_p99, differ);
+      std::printf(", \"reference_ppl\": %.6f, \"kl_mean\": %.6g, \"kl_mean_error\": %.3g, \"kl_p99\": %.6g, "
+                  "\"top1_differ\": %.6f",
+                  r.ref_ppl(), kl_mean, kl_error, kl_p99, differ);
     std::printf("}\n");
   } else {
     std::printf("PPL = %.4f +/- %.5f (%s path; %d windows of %d tokens, %lld tokens scored)\n", r.ppl(), r.ppl_error(),
                 path, r.windows, o.n_ctx, (long long)r.count);
     if (o.kl)
-      std::printf("reference PPL = %.4f; KL(reference || fast): mean %.6f, p99 %.6f nats; top-1 token differs at %.2f%% "
-                  "of positions\n",
-                  r.ref_ppl(), kl_mean, kl_p99, 100 * differ);
+      std::printf("reference PPL = %.4f; KL(reference || fast): mean %.6f +/- %.6f, p99 %.6f nats; top-1 token differs "
+                  "at %.2f%% of positions\n",
+                  r.ref_ppl(), kl_mean, kl_error, kl_p99, 100 * differ);
   }
   return 0;
 }
