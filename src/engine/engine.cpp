@@ -399,6 +399,8 @@ bool Engine::Impl::take_inbox() {
     fresh.swap(inbox);
     todo.swap(tasks);
   }
+  // Tasks (a schema's encoding) run the model too: on the step's threads.
+  if (!todo.empty()) omp_set_num_threads(threads.update());
   for (auto& t : todo) t();
   todo.clear();
   for (auto& r : fresh) start(r);
