@@ -4,6 +4,9 @@
 // preemption; schema registration and its errors.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <thread>
+
 #include "engine/engine.h"
 #include "engine/prefix_kv.h"
 #include "engine_helpers.h"
@@ -210,6 +213,50 @@ TEST(PromptCache, PreemptedPromptsGiveTheSameTokens) {
   ASSERT_TRUE(tight.wait_idle(std::chrono::seconds(30)));
   EXPECT_GT(tight.stats().preemptions, 0u);
   expect_same_tokens(got, run_each(probe, ref_reqs), "preempted vs alone");
+}
+
+}  // namespace
+}  // namespace cs
+
+namespace cs {
+namespace {
+
+// Errors of work run on the engine thread (schema encoding, unregistering)
+// reach callers on many threads at once, each as its own exception with its
+// message and, for PML, its type and location (run under ThreadSanitizer in
+// CI: the exception objects must not be shared between threads).
+TEST(EngineThreads, SchemaErrorsReachEveryCallingThread) {
+  EngineOptions o = opts();
+  o.threads = 1;
+  Engine e(tiny(), o);
+  const std::string too_long =
+      "<schema name=\"x\">\n<module name=\"m\">the cat <parameter name=\"p\" length=\"1\" scaffold=\"the cat sat\"/>"
+      "</module></schema>";
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> callers;
+  for (int c = 0; c < 4; ++c)
+    callers.emplace_back([&, c] {
+      for (int i = 0; i < 20; ++i) {
+        const std::string name = "nope" + std::to_string(c);
+        try {
+          e.unregister_schema(name);
+          ++wrong;
+        } catch (const Error& err) {
+          if (std::string(err.what()) != "no schema named '" + name + "' is registered") ++wrong;
+        }
+        try {
+          e.register_schema(pml::parse_schema(too_long, "x.xml"));
+          ++wrong;
+        } catch (const pml::PmlError& err) {
+          if (err.where().line != 2 || err.where().column != 26 ||
+              std::string(err.what()) != "x.xml:2:26: parameter 'p' has a scaffold of 12 tokens, more than its length 1")
+            ++wrong;
+        }
+      }
+    });
+  for (auto& t : callers) t.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_TRUE(e.schemas().empty());
 }
 
 }  // namespace

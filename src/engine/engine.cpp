@@ -2,12 +2,15 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <condition_variable>
 #include <future>
 #include <map>
+#include <optional>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 
 #include "base/threads.h"
 #include "engine/request_state.h"
@@ -407,12 +410,33 @@ bool Engine::Impl::take_inbox() {
   return true;
 }
 
-// Runs f on the engine thread between steps and waits for its result (or
-// exception).
+// Runs f on the engine thread between steps and waits for its result. An
+// error comes back as its message (and PML location), and is thrown again
+// here as a new exception: an exception object shared by two threads through
+// an exception_ptr is freed by whichever drops it last, under a reference
+// count in the C++ runtime that ThreadSanitizer cannot see.
 template <class F>
 auto Engine::Impl::on_engine_thread(F f) -> decltype(f()) {
   using T = decltype(f());
-  auto task = std::make_shared<std::packaged_task<T()>>(std::move(f));
+  struct Outcome {
+    std::conditional_t<std::is_void_v<T>, bool, std::optional<T>> value{};
+    std::string error;
+    std::optional<pml::Location> pml_at;
+  };
+  auto task = std::make_shared<std::packaged_task<Outcome()>>([f = std::move(f)]() mutable {
+    Outcome o;
+    try {
+      if constexpr (std::is_void_v<T>) f();
+      else o.value = f();
+    } catch (const pml::PmlError& e) {
+      o.error = e.what();
+      o.pml_at = e.where();
+    } catch (const std::exception& e) {
+      o.error = e.what();
+      if (o.error.empty()) o.error = "an engine task failed";
+    }
+    return o;
+  });
   auto result = task->get_future();
   {
     std::lock_guard lock(mu);
@@ -421,7 +445,10 @@ auto Engine::Impl::on_engine_thread(F f) -> decltype(f()) {
     poked = true;
   }
   cv.notify_all();
-  return result.get();
+  Outcome o = result.get();
+  if (o.pml_at) throw pml::PmlError(*o.pml_at, o.error.substr(std::min(o.error.size(), o.pml_at->str().size() + 2)));
+  if (!o.error.empty()) throw Error(o.error);
+  if constexpr (!std::is_void_v<T>) return std::move(*o.value);
 }
 
 void Engine::Impl::start(const std::shared_ptr<RequestState>& r) {

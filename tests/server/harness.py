@@ -3,6 +3,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 
@@ -40,13 +41,21 @@ class Server:
         self.url = f"http://127.0.0.1:{self.port}"
 
     def stop(self, sig=signal.SIGTERM, timeout=60):
-        """Signals the server; returns its exit status."""
+        """Signals the server; returns its exit status. A failed server's
+        stderr (a sanitizer's report, say) is printed, or CI would show only
+        the status."""
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
         try:
-            return self.proc.wait(timeout)
+            status = self.proc.wait(timeout)
         finally:
             self.reader.join(5)
+        if not self.reader.is_alive():
+            self.proc.stderr.close()
+        if status not in (0, -sig):
+            print(f"server exited with status {status}; its last stderr lines:", file=sys.stderr)
+            print("\n".join(self.log[-300:]), file=sys.stderr)
+        return status
 
     def wait_for_log(self, pattern, timeout=30):
         deadline = time.time() + timeout

@@ -40,6 +40,11 @@ def raw(url, method, path, body=None, headers=None):
         return r.status, dict(r.getheaders()), text
 
 
+def read_text(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
 def metrics(url):
     _, _, text = raw(url, "GET", "/metrics")
     out = {}
@@ -254,8 +259,8 @@ class Api(unittest.TestCase):
 
     def test_prompt_cache_schemas(self):
         here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "pml")
-        schema = open(os.path.join(here, "schema_mbti_short.xml")).read()
-        prompt = open(os.path.join(here, "prompt_mbti.xml")).read()
+        schema = read_text(os.path.join(here, "schema_mbti_short.xml"))
+        prompt = read_text(os.path.join(here, "prompt_mbti.xml"))
         code, _, info = raw(self.server.url, "POST", "/v1/schemas", schema, {"Content-Type": "application/xml"})
         self.assertEqual(code, 200, info)
         self.assertEqual((info["name"], info["modules"], info["scaffolds"]), ("mbti", 13, 9))
@@ -331,8 +336,8 @@ class Api(unittest.TestCase):
 class SavedSchemas(unittest.TestCase):
     def test_schemas_survive_a_restart(self):
         here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "pml")
-        schema = open(os.path.join(here, "schema_mbti_short.xml")).read()
-        prompt = open(os.path.join(here, "prompt_mbti.xml")).read()
+        schema = read_text(os.path.join(here, "schema_mbti_short.xml"))
+        prompt = read_text(os.path.join(here, "prompt_mbti.xml"))
         with tempfile.TemporaryDirectory() as d:
             first = Server(BINARY, MODEL, "--schema-dir", d)
             try:
