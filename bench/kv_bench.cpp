@@ -5,6 +5,7 @@
 // cost is compared with (skipped when the model file is absent).
 #include <benchmark/benchmark.h>
 
+#include <cmath>
 #include <filesystem>
 #include <limits>
 
@@ -129,6 +130,41 @@ void BM_DecodeStepBatch32(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_DecodeStepBatch32)->Unit(benchmark::kMillisecond)->Iterations(20);
+
+// The output head alone for n rows of real final hidden states (range 0):
+// the 8-bit input (range 1 = 0), the refined head the forward pass uses (1),
+// every logit refined (2).
+void BM_OutputHead(benchmark::State& state) {
+  if (!std::filesystem::exists(CS_MODEL)) {
+    state.SkipWithError("model not present");
+    return;
+  }
+  static auto model = LlamaModel::load(CS_MODEL);
+  static const std::vector<float> hidden = [] {  // 32 rows: a sentence's positions
+    const auto ids = model->tokenizer().encode(
+        "The prefix tree keeps the key and value chunks of shared prompt text once, and every request that starts "
+        "with the same system prompt reads them in place instead of computing them again.", false);
+    ContiguousKv kv(model->config().kv_shape(), 256);
+    Workspace ws;
+    std::vector<float> logits;
+    Batch b;
+    for (int t = 0; t < 32; ++t) b.add(ids[size_t(t) % ids.size()], t, 0, true);
+    model->forward(b, kv, ws, logits);
+    return ws.logits_in;
+  }();
+  const Weight& w = model->output();
+  const int n = int(state.range(0));
+  std::vector<float> y(size_t(n) * w.rows);
+  std::vector<BlockQ8> scratch;
+  HeadScratch head;
+  const float margin = state.range(1) == 1 ? kHeadMargin : INFINITY;
+  for (auto _ : state) {
+    if (state.range(1)) matmul_refined(w, hidden.data(), n, margin, y.data(), head);
+    else matmul(w, hidden.data(), n, y.data(), scratch);
+    benchmark::DoNotOptimize(y.data());
+  }
+}
+BENCHMARK(BM_OutputHead)->ArgsProduct({{1, 32}, {0, 1, 2}})->Unit(benchmark::kMicrosecond);
 
 // The workload chunkserve is built for, end to end: one decode step of the
 // default model for 32 sequences that share a 2048-token system prompt and

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -321,6 +322,68 @@ TEST(Matmul, RepackedExtremesDoNotSaturate) {
         ASSERT_NEAR(fast[size_t(r)], slow[size_t(r)], 1e-4 + 1e-4 * std::fabs(slow[size_t(r)])) << type_info(uint32_t(t))->name;
     }
   }
+}
+
+}  // namespace
+}  // namespace cs
+
+namespace cs {
+namespace {
+
+// The refined head against the exact product of the dequantized weights with
+// the float activations (double sums), on activations with outliers (what
+// makes an 8-bit block coarse): where it refines, its error is a small
+// fraction of matmul()'s; where it does not, it is matmul()'s, bit for bit;
+// and a row's result does not depend on the rows beside it.
+TEST(Matmul, RefinedHeadIsCloserToTheExactProduct) {
+  std::mt19937 rng(31);
+  const Isa best = cpu_isa();
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_1, GgmlType::Q4_0})
+    for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+      if (isa > best) continue;
+      set_isa_for_testing(isa);
+      const int rows = 75, cols = 128, n_tok = 5;  // rows: 4 full tiles and a partial one
+      const auto data = random_rows(t, rows, cols, rng);
+      const Weight w = make_weight(t, rows, cols, data.data());
+      std::vector<float> x(size_t(n_tok) * cols), wf(size_t(rows) * cols);
+      std::normal_distribution<float> nd;
+      for (size_t i = 0; i < x.size(); ++i) x[i] = nd(rng) * (i % 29 == 0 ? 40.0f : 1.0f);
+      dequantize_row(t, data.data(), wf.data(), wf.size());
+      std::vector<double> exact(size_t(n_tok) * rows);
+      for (int k = 0; k < n_tok; ++k)
+        for (int r = 0; r < rows; ++r) {
+          double s = 0;
+          for (int c = 0; c < cols; ++c) s += double(wf[size_t(r) * cols + c]) * x[size_t(k) * cols + c];
+          exact[size_t(k) * rows + r] = s;
+        }
+      std::vector<BlockQ8> scratch;
+      HeadScratch head;
+      std::vector<float> plain(exact.size()), all(exact.size()), top(exact.size()), alone(rows);
+      matmul(w, x.data(), n_tok, plain.data(), scratch);
+      matmul_refined(w, x.data(), n_tok, INFINITY, all.data(), head);
+      double err_plain = 0, err_all = 0;
+      for (size_t i = 0; i < exact.size(); ++i) {
+        err_plain = std::max(err_plain, std::fabs(plain[i] - exact[i]));
+        err_all = std::max(err_all, std::fabs(all[i] - exact[i]));
+      }
+      const char* name = type_info(uint32_t(t))->name;
+      EXPECT_GT(err_plain, 0.01) << name;  // the outliers do make level one coarse
+      EXPECT_LT(err_all, err_plain / 50) << name << " " << isa_name(isa);
+      // Margin 0: only the tile holding each row's largest output is refined.
+      matmul_refined(w, x.data(), n_tok, 0.0f, top.data(), head);
+      for (int k = 0; k < n_tok; ++k) {
+        const float* p = plain.data() + size_t(k) * rows;
+        const int best_tile = int(std::max_element(p, p + rows) - p) / kPackRows;
+        for (int r = 0; r < rows; ++r) {
+          const size_t i = size_t(k) * rows + r;
+          if (r / kPackRows == best_tile) EXPECT_EQ(top[i], all[i]) << name << " row " << k << " out " << r;
+          else EXPECT_EQ(top[i], plain[i]) << name << " row " << k << " out " << r;
+        }
+        matmul_refined(w, x.data() + size_t(k) * cols, 1, INFINITY, alone.data(), head);
+        for (int r = 0; r < rows; ++r) EXPECT_EQ(alone[r], all[size_t(k) * rows + r]) << name << " row " << k;
+      }
+    }
+  set_isa_for_testing(best);
 }
 
 }  // namespace

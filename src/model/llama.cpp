@@ -170,7 +170,11 @@ void LlamaModel::forward(const Batch& batch, KvStore& kv, Workspace& ws,
     if (batch.logits[t])
       rmsnorm(x + size_t(t) * E, output_norm_.data(), E, c.rms_eps, ws.logits_in.data() + size_t(n_out++) * E);
   logits.resize(size_t(n_out) * c.n_vocab);
-  if (n_out) matmul(output_, ws.logits_in.data(), n_out, logits.data(), ws.qx);
+  // The head's 8-bit input error alone was a third of the fast path's KL
+  // divergence from the float reference; refining the logits within
+  // kHeadMargin of the top removes nearly all of it at a fifth of the cost of
+  // refining all (docs/benchmarks.md).
+  if (n_out) matmul_refined(output_, ws.logits_in.data(), n_out, kHeadMargin, logits.data(), ws.head);
 }
 
 }  // namespace cs

@@ -33,9 +33,15 @@ struct LlamaLayer {
 // Scratch of one forward call, reused between calls.
 struct Workspace {
   std::vector<float> x, xb, q, k, v, att, hb, hb2, logits_in;
+  HeadScratch head;
   std::vector<BlockQ8> qx;
   RopeTable rope;
 };
+
+// The output head refines the logits within this many nats of a row's top
+// (matmul_refined): a token further below has under e^-8 of the top's
+// probability and keeps the 8-bit input's precision.
+constexpr float kHeadMargin = 8.0f;
 
 class LlamaModel {
  public:

@@ -172,6 +172,27 @@ QDotKernel pick_kernel() {
 // activations stay in L1 while a tile of rows streams past.
 constexpr int kRowTile = kPackRows;
 
+// The dot of one tile of rows (kRowTile from r0, fewer at the end) with nt
+// activation rows, into y[t * ldy + r - r0] (ldy 0: w.rows), by the best
+// kernel for the weight's layout on this CPU.
+struct TileDot {
+  QDotKernel kernel = pick_kernel();
+  Isa isa = cpu_isa();
+  void operator()(const Weight& w, int64_t r0, const BlockQ8* acts, int nb, int nt, float* y, int ldy = 0) const {
+    if (ldy == 0) ldy = int(w.rows);
+    const int nr = int(std::min<int64_t>(kRowTile, w.rows - r0));
+    const bool packed = isa >= Isa::kAvx2 && !w.packed.empty();
+    if (packed && w.type == GgmlType::Q8_0)  // kRowTile == kPackRows: a tile is one group
+      (isa == Isa::kAvx512 ? qdot16q8_avx512 : qdot16q8_avx2)(
+          w.packed.data() + size_t(r0 / kPackRows) * nb * kPackQ8BlockWords, nb, nr, acts, nt, y, ldy);
+    else if (packed)
+      (isa == Isa::kAvx512 ? qdot16_avx512 : qdot16_avx2)(
+          w.packed.data() + size_t(r0 / kPackRows) * nb * kPackBlockWords, nb, nr, acts, nt, y, ldy);
+    else
+      kernel(w.type, w.data + size_t(r0) * w.row_bytes, w.row_bytes, nr, acts, nb, nt, y, ldy);
+  }
+};
+
 void matmul_f32(const Weight& w, const float* x, int n_tok, float* y) {
   const auto* W = reinterpret_cast<const float*>(w.data);
   const int64_t rows = w.rows, cols = w.cols;
@@ -188,12 +209,129 @@ void matmul_f32(const Weight& w, const float* x, int n_tok, float* y) {
   }
 }
 
+// y = W x over quantized activations (n_tok rows of nb blocks): one
+// parallel region over the row tiles of every weight, fewer fork/joins per
+// layer, which is what a small model's decode step is made of.
+void dot_tiles(std::span<const Weight* const> ws, const BlockQ8* acts, int nb, int n_tok,
+               std::span<float* const> ys) {
+  const TileDot dot;
+  int64_t tiles_before[8] = {0};
+  const size_t nw = ws.size();
+  for (size_t i = 0; i < nw; ++i) tiles_before[i + 1] = tiles_before[i] + (ws[i]->rows + kRowTile - 1) / kRowTile;
+  const int64_t n_tiles = tiles_before[nw];
+  constexpr int kTokTile = 64;  // bounds the activation working set of long prefills
+#pragma omp parallel for schedule(static) collapse(2)
+  for (int t0 = 0; t0 < n_tok; t0 += kTokTile) {
+    for (int64_t tile = 0; tile < n_tiles; ++tile) {
+      size_t i = 0;
+      while (tile >= tiles_before[i + 1]) ++i;
+      const Weight& w = *ws[i];
+      const int64_t r0 = (tile - tiles_before[i]) * kRowTile;
+      dot(w, r0, acts + size_t(t0) * nb, nb, std::min(kTokTile, n_tok - t0), ys[i] + size_t(t0) * w.rows + r0);
+    }
+  }
+}
+
 }  // namespace
 
 void matmul(const Weight& w, const float* x, int n_tok, float* y, std::vector<BlockQ8>& scratch) {
   const Weight* ws[] = {&w};
   float* ys[] = {y};
   matmul_multi(ws, x, n_tok, ys, scratch);
+}
+
+void matmul_refined(const Weight& w, const float* x, int n_tok, float margin, float* y, HeadScratch& h) {
+  if (w.type == GgmlType::F32) return matmul(w, x, n_tok, y, h.level1);
+  const size_t cols = size_t(w.cols), rows = size_t(w.rows);
+  const int nb = int(cols / kQBlock);
+  // Both levels, x = d1 q1 + d2 q2: level two quantizes what level one left.
+  h.level1.resize(size_t(n_tok) * nb);
+  h.level2.resize(size_t(n_tok) * nb);
+  h.residual.resize(cols);
+  for (int t = 0; t < n_tok; ++t) {
+    const float* xt = x + size_t(t) * cols;
+    BlockQ8* b1 = h.level1.data() + size_t(t) * nb;
+    BlockQ8* b2 = h.level2.data() + size_t(t) * nb;
+    quantize_q8(xt, cols, b1);
+    for (size_t i = 0; i < cols; ++i) h.residual[i] = xt[i] - b1[i / kQBlock].d * float(b1[i / kQBlock].qs[i % kQBlock]);
+    quantize_q8(h.residual.data(), cols, b2);
+    // Q4_0/Q4_1 kernels weigh a block's offset by s, rounded through fp16
+    // at level one: level two's s carries the rest of the block's true sum.
+    for (int b = 0; b < nb; ++b) {
+      float sum = 0;
+      for (int i = 0; i < kQBlock; ++i) sum += xt[size_t(b) * kQBlock + i];
+      b2[b].s = sum - b1[b].s;
+    }
+  }
+  const Weight* ws[] = {&w};
+  const int64_t n_tiles = int64_t((rows + kRowTile - 1) / kRowTile);
+  // Which tiles of each row hold an output within `margin` of its top: each
+  // tile's largest output, then the row's.
+  auto find_tiles = [&] {
+    h.tile_max.resize(size_t(n_tok) * size_t(n_tiles));
+    h.floor.resize(size_t(n_tok));
+#pragma omp parallel for schedule(static) if (n_tok > 1)
+    for (int t = 0; t < n_tok; ++t) {
+      const float* yt = y + size_t(t) * rows;
+      float* m = h.tile_max.data() + size_t(t) * size_t(n_tiles);
+      for (int64_t tile = 0; tile < n_tiles; ++tile) {
+        const size_t r0 = size_t(tile) * kRowTile, r1 = std::min(rows, r0 + kRowTile);
+        m[tile] = *std::max_element(yt + r0, yt + r1);
+      }
+      h.floor[size_t(t)] = *std::max_element(m, m + n_tiles) - margin;
+    }
+  };
+  auto selected = [&](int t, int64_t tile) {
+    return h.tile_max[size_t(t) * size_t(n_tiles) + size_t(tile)] >= h.floor[size_t(t)];
+  };
+  if (n_tok <= kStackedRows) {
+    // Few rows: the pass is bound by reading the weights, so both levels go
+    // through it at once as 2n rows, and level two is kept where selected.
+    h.stacked.resize(2 * size_t(n_tok) * nb);
+    std::copy(h.level1.begin(), h.level1.end(), h.stacked.begin());
+    std::copy(h.level2.begin(), h.level2.end(), h.stacked.begin() + std::ptrdiff_t(size_t(n_tok) * nb));
+    h.out.resize(2 * size_t(n_tok) * rows);
+    float* ys[] = {h.out.data()};
+    dot_tiles(ws, h.stacked.data(), nb, 2 * n_tok, ys);
+    std::copy(h.out.begin(), h.out.begin() + std::ptrdiff_t(size_t(n_tok) * rows), y);
+    find_tiles();
+    for (int t = 0; t < n_tok; ++t)
+      for (int64_t tile = 0; tile < n_tiles; ++tile)
+        if (selected(t, tile))
+          for (size_t r = size_t(tile) * kRowTile; r < std::min(rows, size_t(tile + 1) * kRowTile); ++r)
+            y[size_t(t) * rows + r] += h.out[(size_t(n_tok) + size_t(t)) * rows + r];
+    return;
+  }
+  // Many rows: the pass is bound by arithmetic, so level two runs only on
+  // the selected (tile, row) pairs, each tile once for the rows selecting it.
+  float* ys[] = {y};
+  dot_tiles(ws, h.level1.data(), nb, n_tok, ys);
+  find_tiles();
+  h.tile_rows.assign(size_t(n_tiles) * size_t(n_tok), 0);
+  h.tile_count.assign(size_t(n_tiles), 0);
+  for (int64_t tile = 0; tile < n_tiles; ++tile)
+    for (int t = 0; t < n_tok; ++t)
+      if (selected(t, tile)) h.tile_rows[size_t(tile) * n_tok + size_t(h.tile_count[size_t(tile)]++)] = t;
+  const TileDot dot;
+#pragma omp parallel
+  {
+    std::vector<BlockQ8> acts;
+    std::vector<float> part;
+#pragma omp for schedule(dynamic, 16)
+    for (int64_t tile = 0; tile < n_tiles; ++tile) {
+      const int k = h.tile_count[size_t(tile)];
+      if (k == 0) continue;
+      const int* picked = h.tile_rows.data() + size_t(tile) * n_tok;
+      acts.resize(size_t(k) * nb);
+      for (int i = 0; i < k; ++i)
+        std::copy_n(h.level2.data() + size_t(picked[i]) * nb, nb, acts.data() + size_t(i) * nb);
+      part.resize(size_t(k) * kRowTile);
+      const size_t r0 = size_t(tile) * kRowTile, nr = std::min<size_t>(kRowTile, rows - r0);
+      dot(w, int64_t(r0), acts.data(), nb, k, part.data(), kRowTile);
+      for (int i = 0; i < k; ++i)
+        for (size_t r = 0; r < nr; ++r) y[size_t(picked[i]) * rows + r0 + r] += part[size_t(i) * kRowTile + r];
+    }
+  }
 }
 
 void matmul_multi(std::span<const Weight* const> ws, const float* x, int n_tok,
@@ -219,39 +357,7 @@ void matmul_multi(std::span<const Weight* const> ws, const float* x, int n_tok,
 #pragma omp parallel for schedule(static) if (n_tok > 1)
   for (int t = 0; t < n_tok; ++t) quantize_q8(x + size_t(t) * cols, size_t(cols), acts + size_t(t) * nb);
 
-  // One parallel region over the row tiles of every weight: fewer fork/joins
-  // per layer, which is what a small model's decode step is made of.
-  const QDotKernel kernel = pick_kernel();
-  const Isa isa = cpu_isa();
-  const bool use_packed = isa >= Isa::kAvx2;
-  const auto q4_group = isa == Isa::kAvx512 ? qdot16_avx512 : qdot16_avx2;
-  const auto q8_group = isa == Isa::kAvx512 ? qdot16q8_avx512 : qdot16q8_avx2;
-  int64_t tiles_before[8] = {0};
-  const size_t nw = ws.size();
-  for (size_t i = 0; i < nw; ++i) tiles_before[i + 1] = tiles_before[i] + (ws[i]->rows + kRowTile - 1) / kRowTile;
-  const int64_t n_tiles = tiles_before[nw];
-  constexpr int kTokTile = 64;  // bounds the activation working set of long prefills
-#pragma omp parallel for schedule(static) collapse(2)
-  for (int t0 = 0; t0 < n_tok; t0 += kTokTile) {
-    for (int64_t tile = 0; tile < n_tiles; ++tile) {
-      size_t i = 0;
-      while (tile >= tiles_before[i + 1]) ++i;
-      const Weight& w = *ws[i];
-      const bool packed = use_packed && !w.packed.empty();
-      const int64_t r0 = (tile - tiles_before[i]) * kRowTile;
-      const int nr = int(std::min<int64_t>(kRowTile, w.rows - r0));
-      const int nt = std::min(kTokTile, n_tok - t0);
-      if (packed && w.type == GgmlType::Q8_0)  // kRowTile == kPackRows: a tile is one group
-        q8_group(w.packed.data() + size_t(r0 / kPackRows) * nb * kPackQ8BlockWords, nb, nr,
-                        acts + size_t(t0) * nb, nt, ys[i] + size_t(t0) * w.rows + r0, int(w.rows));
-      else if (packed)
-        q4_group(w.packed.data() + size_t(r0 / kPackRows) * nb * kPackBlockWords, nb, nr,
-                      acts + size_t(t0) * nb, nt, ys[i] + size_t(t0) * w.rows + r0, int(w.rows));
-      else
-        kernel(w.type, w.data + size_t(r0) * w.row_bytes, w.row_bytes, nr, acts + size_t(t0) * nb, nb,
-               nt, ys[i] + size_t(t0) * w.rows + r0, int(w.rows));
-    }
-  }
+  dot_tiles(ws, acts, nb, n_tok, ys);
 }
 
 }  // namespace cs

@@ -43,6 +43,25 @@ void quantize_q8(const float* x, size_t n, BlockQ8* out);
 // `scratch` is reused between calls to hold quantized activations.
 void matmul(const Weight& w, const float* x, int n_tok, float* y, std::vector<BlockQ8>& scratch);
 
+// Scratch of matmul_refined, reused between calls.
+struct HeadScratch {
+  std::vector<BlockQ8> level1, level2, stacked;
+  std::vector<float> residual, out, tile_max, floor;
+  std::vector<int> tile_rows, tile_count;  // the rows that select each tile
+};
+// matmul_refined runs both levels in one pass up to this many rows.
+constexpr int kStackedRows = 4;
+
+// matmul(), then the outputs that matter refined: each activation row is
+// quantized in two levels, x = d1 q1 + d2 q2 (q2 quantizes what q1 left, so
+// the rounding error is about 1/127 of matmul()'s), and the second level is
+// added to every tile of kPackRows outputs holding one within `margin` of the
+// row's largest. For the output head, where an 8-bit input's error reaches
+// the logits unnormalized: a logit `margin` below the top has a probability
+// of e^-margin of the top's, and keeps matmul()'s precision. Each row's result
+// depends on that row alone, as matmul()'s does.
+void matmul_refined(const Weight& w, const float* x, int n_tok, float margin, float* y, HeadScratch& scratch);
+
 // Several weights reading the same input (q/k/v, gate/up; at most 7, all of
 // one width): the input is quantized once and all rows are computed in one
 // parallel region. ys[i] receives weight i's output, laid out as in matmul().
