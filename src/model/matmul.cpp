@@ -240,11 +240,12 @@ void matmul(const Weight& w, const float* x, int n_tok, float* y, std::vector<Bl
   matmul_multi(ws, x, n_tok, ys, scratch);
 }
 
-void matmul_refined(const Weight& w, const float* x, int n_tok, float margin, float* y, HeadScratch& h) {
-  if (w.type == GgmlType::F32) return matmul(w, x, n_tok, y, h.level1);
-  const size_t cols = size_t(w.cols), rows = size_t(w.rows);
+namespace {
+
+// Both levels of n_tok rows, x = d1 q1 + d2 q2: level two quantizes what
+// level one left.
+void quantize_two_levels(const float* x, int n_tok, size_t cols, HeadScratch& h) {
   const int nb = int(cols / kQBlock);
-  // Both levels, x = d1 q1 + d2 q2: level two quantizes what level one left.
   h.level1.resize(size_t(n_tok) * nb);
   h.level2.resize(size_t(n_tok) * nb);
   h.residual.resize(cols);
@@ -263,56 +264,66 @@ void matmul_refined(const Weight& w, const float* x, int n_tok, float margin, fl
       b2[b].s = sum - b1[b].s;
     }
   }
-  const Weight* ws[] = {&w};
+}
+
+// For each tile of outputs, the rows whose output there is within `margin`
+// of that row's top (h.tile_rows, h.tile_count).
+void select_tiles(const float* y, int n_tok, size_t rows, float margin, HeadScratch& h) {
   const int64_t n_tiles = int64_t((rows + kRowTile - 1) / kRowTile);
-  // Which tiles of each row hold an output within `margin` of its top: each
-  // tile's largest output, then the row's.
-  auto find_tiles = [&] {
-    h.tile_max.resize(size_t(n_tok) * size_t(n_tiles));
-    h.floor.resize(size_t(n_tok));
+  h.tile_max.resize(size_t(n_tok) * size_t(n_tiles));
+  h.floor.resize(size_t(n_tok));
 #pragma omp parallel for schedule(static) if (n_tok > 1)
-    for (int t = 0; t < n_tok; ++t) {
-      const float* yt = y + size_t(t) * rows;
-      float* m = h.tile_max.data() + size_t(t) * size_t(n_tiles);
-      for (int64_t tile = 0; tile < n_tiles; ++tile) {
-        const size_t r0 = size_t(tile) * kRowTile, r1 = std::min(rows, r0 + kRowTile);
-        m[tile] = *std::max_element(yt + r0, yt + r1);
-      }
-      h.floor[size_t(t)] = *std::max_element(m, m + n_tiles) - margin;
+  for (int t = 0; t < n_tok; ++t) {
+    const float* yt = y + size_t(t) * rows;
+    float* m = h.tile_max.data() + size_t(t) * size_t(n_tiles);
+    for (int64_t tile = 0; tile < n_tiles; ++tile) {
+      const size_t r0 = size_t(tile) * kRowTile, r1 = std::min(rows, r0 + kRowTile);
+      m[tile] = *std::max_element(yt + r0, yt + r1);
     }
-  };
-  auto selected = [&](int t, int64_t tile) {
-    return h.tile_max[size_t(t) * size_t(n_tiles) + size_t(tile)] >= h.floor[size_t(t)];
-  };
-  if (n_tok <= kStackedRows) {
-    // Few rows: the pass is bound by reading the weights, so both levels go
-    // through it at once as 2n rows, and level two is kept where selected.
-    h.stacked.resize(2 * size_t(n_tok) * nb);
-    std::copy(h.level1.begin(), h.level1.end(), h.stacked.begin());
-    std::copy(h.level2.begin(), h.level2.end(), h.stacked.begin() + std::ptrdiff_t(size_t(n_tok) * nb));
-    h.out.resize(2 * size_t(n_tok) * rows);
-    float* ys[] = {h.out.data()};
-    dot_tiles(ws, h.stacked.data(), nb, 2 * n_tok, ys);
-    std::copy(h.out.begin(), h.out.begin() + std::ptrdiff_t(size_t(n_tok) * rows), y);
-    find_tiles();
-    for (int t = 0; t < n_tok; ++t)
-      for (int64_t tile = 0; tile < n_tiles; ++tile)
-        if (selected(t, tile))
-          for (size_t r = size_t(tile) * kRowTile; r < std::min(rows, size_t(tile + 1) * kRowTile); ++r)
-            y[size_t(t) * rows + r] += h.out[(size_t(n_tok) + size_t(t)) * rows + r];
-    return;
+    h.floor[size_t(t)] = *std::max_element(m, m + n_tiles) - margin;
   }
-  // Many rows: the pass is bound by arithmetic, so level two runs only on
-  // the selected (tile, row) pairs, each tile once for the rows selecting it.
-  float* ys[] = {y};
-  dot_tiles(ws, h.level1.data(), nb, n_tok, ys);
-  find_tiles();
   h.tile_rows.assign(size_t(n_tiles) * size_t(n_tok), 0);
   h.tile_count.assign(size_t(n_tiles), 0);
   for (int64_t tile = 0; tile < n_tiles; ++tile)
     for (int t = 0; t < n_tok; ++t)
-      if (selected(t, tile)) h.tile_rows[size_t(tile) * n_tok + size_t(h.tile_count[size_t(tile)]++)] = t;
+      if (h.tile_max[size_t(t) * size_t(n_tiles) + size_t(tile)] >= h.floor[size_t(t)])
+        h.tile_rows[size_t(tile) * size_t(n_tok) + size_t(h.tile_count[size_t(tile)]++)] = t;
+}
+
+}  // namespace
+
+void matmul_refined(const Weight& w, const float* x, int n_tok, float margin, float* y, HeadScratch& h) {
+  if (w.type == GgmlType::F32) return matmul(w, x, n_tok, y, h.level1);
+  const size_t cols = size_t(w.cols), rows = size_t(w.rows);
+  const int nb = int(cols / kQBlock);
+  quantize_two_levels(x, n_tok, cols, h);
+  // Many rows: level one for every output, then level two only on the
+  // selected (tile, row) pairs, each tile once for the rows that select it.
+  const Weight* ws[] = {&w};
+  if (n_tok <= kStackedRows) {
+    // Few rows: the pass is bound by reading the weights, so both levels go
+    // through one pass (as 2n rows) at a cost that does not depend on how
+    // many tiles are selected, and level two is kept where they are.
+    h.stacked.assign(h.level1.begin(), h.level1.end());
+    h.stacked.insert(h.stacked.end(), h.level2.begin(), h.level2.end());
+    h.out.resize(2 * size_t(n_tok) * rows);
+    float* both[] = {h.out.data()};
+    dot_tiles(ws, h.stacked.data(), nb, 2 * n_tok, both);
+    std::copy_n(h.out.data(), size_t(n_tok) * rows, y);
+    select_tiles(y, n_tok, rows, margin, h);
+    for (size_t tile = 0; tile < h.tile_count.size(); ++tile)
+      for (int i = 0; i < h.tile_count[tile]; ++i) {
+        const size_t t = size_t(h.tile_rows[tile * size_t(n_tok) + size_t(i)]);
+        for (size_t r = tile * kRowTile; r < std::min(rows, (tile + 1) * kRowTile); ++r)
+          y[t * rows + r] += h.out[(size_t(n_tok) + t) * rows + r];
+      }
+    return;
+  }
+  float* ys[] = {y};
+  dot_tiles(ws, h.level1.data(), nb, n_tok, ys);
+  select_tiles(y, n_tok, rows, margin, h);
   const TileDot dot;
+  const int64_t n_tiles = int64_t(h.tile_count.size());
 #pragma omp parallel
   {
     std::vector<BlockQ8> acts;
@@ -321,7 +332,7 @@ void matmul_refined(const Weight& w, const float* x, int n_tok, float margin, fl
     for (int64_t tile = 0; tile < n_tiles; ++tile) {
       const int k = h.tile_count[size_t(tile)];
       if (k == 0) continue;
-      const int* picked = h.tile_rows.data() + size_t(tile) * n_tok;
+      const int* picked = h.tile_rows.data() + size_t(tile) * size_t(n_tok);
       acts.resize(size_t(k) * nb);
       for (int i = 0; i < k; ++i)
         std::copy_n(h.level2.data() + size_t(picked[i]) * nb, nb, acts.data() + size_t(i) * nb);

@@ -46,9 +46,10 @@ void matmul(const Weight& w, const float* x, int n_tok, float* y, std::vector<Bl
 // Scratch of matmul_refined, reused between calls.
 struct HeadScratch {
   std::vector<BlockQ8> level1, level2, stacked;
-  std::vector<float> residual, out, tile_max, floor;
+  std::vector<float> residual, tile_max, floor, out;
   std::vector<int> tile_rows, tile_count;  // the rows that select each tile
 };
+
 // matmul_refined runs both levels in one pass up to this many rows.
 constexpr int kStackedRows = 4;
 
