@@ -7,8 +7,8 @@
 #include <condition_variable>
 #include <future>
 #include <map>
-#include <optional>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <type_traits>
 

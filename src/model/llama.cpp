@@ -172,8 +172,7 @@ void LlamaModel::forward(const Batch& batch, KvStore& kv, Workspace& ws,
   logits.resize(size_t(n_out) * c.n_vocab);
   // The head's 8-bit input error alone was a third of the fast path's KL
   // divergence from the float reference; refining the logits within
-  // kHeadMargin of the top removes nearly all of it at a fifth of the cost of
-  // refining all (docs/benchmarks.md).
+  // kHeadMargin of the top removes nearly all of it (docs/benchmarks.md).
   if (n_out) matmul_refined(output_, ws.logits_in.data(), n_out, kHeadMargin, logits.data(), ws.head);
 }
 

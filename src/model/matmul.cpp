@@ -297,8 +297,6 @@ void matmul_refined(const Weight& w, const float* x, int n_tok, float margin, fl
   const size_t cols = size_t(w.cols), rows = size_t(w.rows);
   const int nb = int(cols / kQBlock);
   quantize_two_levels(x, n_tok, cols, h);
-  // Many rows: level one for every output, then level two only on the
-  // selected (tile, row) pairs, each tile once for the rows that select it.
   const Weight* ws[] = {&w};
   if (n_tok <= kStackedRows) {
     // Few rows: the pass is bound by reading the weights, so both levels go
@@ -319,6 +317,8 @@ void matmul_refined(const Weight& w, const float* x, int n_tok, float margin, fl
       }
     return;
   }
+  // Many rows: level one for every output, then level two only on the
+  // selected (tile, row) pairs, each tile once for the rows that select it.
   float* ys[] = {y};
   dot_tiles(ws, h.level1.data(), nb, n_tok, ys);
   select_tiles(y, n_tok, rows, margin, h);
