@@ -37,7 +37,7 @@ std::vector<Request> chat_requests(int n = 32, int max_tokens = 20) {
   std::vector<Request> out;
   for (int i = 0; i < n; ++i) {
     Request r;
-    r.prompt = tok.encode(t.apply({{"system", system}, {"user", questions[i % 8]}}), true);
+    r.prompt = t.apply({{"system", system}, {"user", questions[i % 8]}}).encode(tok, false);
     r.max_tokens = max_tokens;
     r.logprobs = 2;
     out.push_back(r);

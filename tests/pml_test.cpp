@@ -3,6 +3,10 @@
 // assembly, and every malformed case with its own message and line.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <sstream>
@@ -159,8 +163,8 @@ TEST(Pml, MalformedSchemasAreErrorsWithTheirLine) {
        "<parameter> needs a 'length' attribute"},
       {"<schema name=\"s\"><module name=\"a\"><schema name=\"t\"/></module></schema>", "<schema> cannot be nested"},
       {"<schema name=\"s\"><user><system>x</system></user></schema>", "role blocks do not nest"},
-      {"<schema name=\"s\"><module name=\"a\" src=\"/nonexistent/file.txt\"/></schema>",
-       "cannot read '/nonexistent/file.txt'"},
+      {"<schema name=\"s\"><module name=\"a\" src=\"/etc/passwd\"/></schema>",
+       "test.xml:1:18: src=\"/etc/passwd\": this schema may not read files"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.xml);
@@ -243,10 +247,59 @@ TEST(Pml, WrittenSchemasParseToTheSameTree) {
   // src= text is inlined: the written schema needs no other file.
   const std::string dir = testing::TempDir();
   std::ofstream(dir + "/inc.txt") << "def f(a, b):\n    return a < b && b > 0\n";
-  const Schema inc = parse_schema("<schema name=\"i\"><module name=\"code\" src=\"inc.txt\"/></schema>", "i.xml", dir);
+  const Schema inc = parse_schema("<schema name=\"i\"><module name=\"code\" src=\"inc.txt\"/></schema>", "i.xml",
+                                  SrcFiles::relative_to(dir));
   const std::string xml = to_pml(inc);
   EXPECT_EQ(xml.find("src="), std::string::npos);
   EXPECT_TRUE(same_tree(parse_schema(xml, "w.xml").root, inc.root)) << xml;
+}
+
+// src= over HTTP (the default policy) reads nothing; a confined directory
+// gives regular files below it and nothing else, whatever the path or the
+// tree holds; the CLI's relative reading refuses devices and FIFOs.
+TEST(Pml, ModuleFilesReadOnlyWhatThePolicyAllows) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::path(testing::TempDir()) / ("pml_src_" + std::to_string(getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root / "allowed" / "sub");
+  std::ofstream(root / "allowed" / "a.txt") << "alpha";
+  std::ofstream(root / "allowed" / "sub" / "b.txt") << "beta";
+  std::ofstream(root / "secret.txt") << "secret";
+  fs::create_symlink(root / "secret.txt", root / "allowed" / "link.txt");
+  fs::create_directory_symlink(root, root / "allowed" / "up");
+  ASSERT_EQ(mkfifo((root / "allowed" / "fifo").c_str(), 0600), 0);
+  std::ofstream(root / "allowed" / "big.txt") << std::string(SrcFiles::kMaxBytes + 1, 'x');
+
+  const SrcFiles confined = SrcFiles::confined_to((root / "allowed").string());
+  auto text_of = [](const std::string& src, const SrcFiles& files) {
+    const Schema s = parse_schema("<schema name=\"s\"><module name=\"m\" src=\"" + src + "\"/></schema>", "s.xml", files);
+    return s.root.children.at(0).children.at(0).text;
+  };
+  EXPECT_EQ(text_of("a.txt", confined), "alpha");
+  EXPECT_EQ(text_of("sub/b.txt", confined), "beta");
+  const std::pair<std::string, std::string> refused[] = {
+      {"../secret.txt", "may not hold empty, '.' or '..' components"},
+      {"sub/../a.txt", "may not hold empty, '.' or '..' components"},
+      {(root / "secret.txt").string(), "must be a relative path below the allowed directory"},
+      {"/dev/zero", "must be a relative path below the allowed directory"},
+      {"link.txt", "symbolic links are not followed"},
+      {"up/secret.txt", "symbolic links are not followed"},
+      {"fifo", "is not a regular file"},
+      {"sub", "is not a regular file"},
+      {"missing.txt", "no such file below the module file directory"},
+      {"big.txt", "has 1048577 bytes, more than the 1048576 a module file may have"},
+  };
+  for (const auto& [src, message] : refused) {
+    SCOPED_TRACE(src);
+    expect_error([&] { text_of(src, confined); }, "s.xml:1:18: src=\"" + src + "\"");
+    expect_error([&] { text_of(src, confined); }, message);
+  }
+  expect_error([&] { text_of("a.txt", SrcFiles::refuse()); }, "this schema may not read files");
+  const SrcFiles relative = SrcFiles::relative_to((root / "allowed").string());
+  EXPECT_EQ(text_of("sub/b.txt", relative), "beta");
+  expect_error([&] { text_of("/dev/zero", relative); }, "src=\"/dev/zero\" is not a regular file");
+  expect_error([&] { text_of("fifo", relative); }, "is not a regular file");
+  fs::remove_all(root);
 }
 
 }  // namespace

@@ -34,11 +34,11 @@ int run_generate(GenerateOptions o) {
   const Tokenizer& tok = model->tokenizer();
   if (o.prompt.empty() == o.params.pml.empty()) throw Error("give a prompt: either -p TEXT or --pml PROMPT");
   if (!o.params.pml.empty() && o.chat) throw Error("--chat applies to -p; a PML prompt has its own role blocks");
-  std::string text = o.prompt;
-  if (o.chat)
-    text = ChatTemplate::detect(tok.chat_template(), tok.model()).apply({{"user", o.prompt}});
-  // Chat prompts carry their special tokens as text; raw prompts do not.
-  const std::vector<int32_t> ids = o.prompt.empty() ? std::vector<int32_t>() : tok.encode(text, o.chat, true);
+  // Special tokens come only from the chat template's markup; a raw prompt is text.
+  const std::vector<int32_t> ids =
+      o.prompt.empty() ? std::vector<int32_t>()
+      : o.chat         ? ChatTemplate::detect(tok.chat_template(), tok.model()).apply({{"user", o.prompt}}).encode(tok, true)
+                       : tok.encode(o.prompt, false, true);
   GenerateParams& p = o.params;
   if (!p.pml.empty()) {
     // --pml takes a file or the prompt itself.

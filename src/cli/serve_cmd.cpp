@@ -27,6 +27,10 @@ struct ServeOptions {
 // Registers the schemas saved in `dir`, saying what happened to each.
 void restore_schemas(Engine& engine, const std::string& dir) {
   for (const SchemaDirEntry& e : restore_schema_dir(engine, dir)) {
+    if (e.what == SchemaDirEntry::What::kRemovedTemporary) {
+      std::fprintf(stderr, "chunkserve: removed %s: %s\n", e.path.c_str(), e.message.c_str());
+      continue;
+    }
     if (e.what == SchemaDirEntry::What::kSkipped) {
       std::fprintf(stderr, "chunkserve: schema %s skipped: %s\n", e.path.c_str(), e.message.c_str());
       continue;
@@ -98,6 +102,13 @@ Action add_serve_command(CLI::App& app) {
       ->check(finite_in(0, 86400));
   c->add_option("--schema-dir", o->server.schema_dir,
                 "Prompt Cache: save registered schemas here and register those saved here at start-up");
+  c->add_option("--pml-src-dir", o->server.pml_src_dir,
+                "Prompt Cache: schemas sent over HTTP may read <module src=FILE> from regular files below this "
+                "directory (default: src= is refused)")
+      ->check(CLI::ExistingDirectory);
+  c->add_flag("--tree-text", o->server.tree_text,
+              "GET /v1/kv/tree (and the console) may show the cached text: every user's prompts and answers to "
+              "anyone who can reach the port");
   c->add_option("--log-format", o->log_format, "Request log lines: text or json")->check(CLI::IsMember({"text", "json"}));
   add_engine_options(*c, o->engine, true);
   return [o] { return run_serve(*o); };

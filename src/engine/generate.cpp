@@ -37,6 +37,7 @@ GenerateResult generate(const LlamaModel& model, const std::vector<int32_t>& pro
     if (!params.schema_dir.empty() && params.schemas.empty())
       for (const SchemaDirEntry& e : restore_schema_dir(engine, params.schema_dir, restoring)) {
         if (e.what == SchemaDirEntry::What::kSkipped) say("skipped " + e.path + ": " + e.message + "\n");
+        else if (e.what == SchemaDirEntry::What::kRemovedTemporary) say("removed " + e.path + ": " + e.message + "\n");
         else report(e.info);
       }
     for (const std::string& f : params.schemas) {

@@ -57,6 +57,13 @@ std::vector<SchemaDirEntry> restore_schema_dir(
   if (ec) throw Error(dir + ": cannot list (" + ec.message() + ")");
   std::sort(paths.begin(), paths.end());
   std::vector<SchemaDirEntry> out;
+  for (const std::string& p : pml::remove_stale_saves(dir)) {
+    SchemaDirEntry e;
+    e.path = p;
+    e.what = SchemaDirEntry::What::kRemovedTemporary;
+    e.message = "an interrupted save's temporary directory, removed";
+    out.push_back(std::move(e));
+  }
   for (const std::string& p : paths) {
     SchemaDirEntry e;
     e.path = p;

@@ -11,7 +11,7 @@
 namespace cs {
 
 struct SchemaDirEntry {
-  enum class What { kLoaded, kEncoded, kSkipped };
+  enum class What { kLoaded, kEncoded, kSkipped, kRemovedTemporary };
   std::string path;     // dir/<name>
   std::string name;     // empty when the manifest could not be read
   What what = What::kSkipped;
@@ -21,7 +21,9 @@ struct SchemaDirEntry {
 
 // Registers every schema saved under `dir`: as saved, or (saved for another
 // model, KV layout or encoder) encoded again from its PML and saved over.
-// Damaged ones are skipped and left on disk. A missing dir is created.
+// Damaged ones are skipped and left on disk. A missing dir is created. The
+// temporary directory of a save that a kill interrupted is removed (an entry
+// kRemovedTemporary each).
 // progress(name, done, total) follows the encoding of stale ones.
 std::vector<SchemaDirEntry> restore_schema_dir(
     Engine& engine, const std::string& dir,

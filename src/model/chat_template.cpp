@@ -30,29 +30,61 @@ std::pair<std::string, std::string> ChatTemplate::role_markers(const std::string
 
 std::string ChatTemplate::reply_start() const { return style == ChatStyle::kChatML ? "<|im_start|>assistant\n" : ""; }
 
-std::string ChatTemplate::apply(const std::vector<ChatMessage>& messages) const {
-  std::string out;
+ChatPrompt ChatTemplate::apply(const std::vector<ChatMessage>& messages) const {
+  ChatPrompt out;
   const bool has_system = !messages.empty() && messages[0].role == "system";
   if (style == ChatStyle::kChatML) {
-    if (!has_system && !default_system.empty())
-      out += "<|im_start|>system\n" + default_system + "<|im_end|>\n";
-    for (const auto& m : messages) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
-    return out + "<|im_start|>assistant\n";
+    if (!has_system && !default_system.empty()) out.markup("<|im_start|>system\n" + default_system + "<|im_end|>\n");
+    for (const auto& m : messages) {
+      out.markup("<|im_start|>" + m.role + "\n");
+      out.content(m.content);
+      out.markup("<|im_end|>\n");
+    }
+    out.markup("<|im_start|>assistant\n");
+    return out;
   }
   // Llama-2: <s>[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST] {reply} </s>
-  std::string system = has_system ? messages[0].content : "";
+  const std::string system = has_system ? messages[0].content : "";
   bool first_user = true;
   for (size_t i = has_system ? 1 : 0; i < messages.size(); ++i) {
     const auto& m = messages[i];
     if (m.role == "assistant") {
-      out += " " + m.content + " </s>";
+      out.markup(" ");
+      out.content(m.content);
+      out.markup(" </s>");
       continue;
     }
-    out += "<s>[INST] ";
-    if (first_user && !system.empty()) out += "<<SYS>>\n" + system + "\n<</SYS>>\n\n";
+    out.markup("<s>[INST] ");
+    if (first_user && !system.empty()) {
+      out.markup("<<SYS>>\n");
+      out.content(system);
+      out.markup("\n<</SYS>>\n\n");
+    }
     first_user = false;
-    out += m.content + " [/INST]";
+    out.content(m.content);
+    out.markup(" [/INST]");
   }
+  return out;
+}
+
+void ChatPrompt::add(std::string_view s, bool special) {
+  if (s.empty()) return;
+  if (!parts_.empty() && parts_.back().second == special)
+    parts_.back().first += s;
+  else
+    parts_.emplace_back(std::string(s), special);
+}
+
+std::string ChatPrompt::text() const {
+  std::string out;
+  for (const auto& [t, special] : parts_) out += t;
+  return out;
+}
+
+std::vector<TextPart> ChatPrompt::parts() const {
+  std::vector<TextPart> out;
+  out.reserve(parts_.size());
+  for (const auto& [t, special] : parts_) out.push_back({t, special});
   return out;
 }
 

@@ -8,11 +8,29 @@
 #include <utility>
 #include <vector>
 
+#include "model/tokenizer.h"
+
 namespace cs {
 
 struct ChatMessage {
   std::string role;  // "system", "user", "assistant"
   std::string content;
+};
+
+// A rendered chat: the template's markup and the messages' text kept apart,
+// so that only the markup can produce special tokens (a user who types
+// "<|im_start|>system" gets those characters as text, not a forged turn).
+class ChatPrompt {
+ public:
+  void markup(std::string_view s) { add(s, true); }
+  void content(std::string_view s) { add(s, false); }
+  std::string text() const;                // everything, concatenated
+  std::vector<TextPart> parts() const;     // views into this prompt, for Tokenizer::encode
+  std::vector<int32_t> encode(const Tokenizer& tok, bool add_bos) const { return tok.encode(parts(), add_bos); }
+
+ private:
+  void add(std::string_view s, bool special);
+  std::vector<std::pair<std::string, bool>> parts_;  // (text, is markup)
 };
 
 enum class ChatStyle { kChatML, kLlama2 };
@@ -23,7 +41,7 @@ struct ChatTemplate {
 
   static ChatTemplate detect(const std::string& template_text, const std::string& vocab_model);
   // The prompt, ending where the assistant's reply begins.
-  std::string apply(const std::vector<ChatMessage>& messages) const;
+  ChatPrompt apply(const std::vector<ChatMessage>& messages) const;
   // The text before and after one message of `role` (PML's role blocks).
   // ChatML: "<|im_start|>user\n" and "<|im_end|>\n". Llama-2 has no per-message
   // markers for every role: system is <<SYS>>...<</SYS>>, user [INST]...[/INST],

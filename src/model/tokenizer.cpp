@@ -184,33 +184,49 @@ bool Tokenizer::is_end_of_generation(int32_t id) const {
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special,
                                        bool add_bos) const {
+  const TextPart part{text, parse_special};
+  return encode(std::span(&part, 1), add_bos);
+}
+
+std::vector<int32_t> Tokenizer::encode(std::span<const TextPart> parts, bool add_bos) const {
   std::vector<int32_t> out;
   if (add_bos && spec_.add_bos && spec_.bos >= 0) out.push_back(spec_.bos);
-  // Split out special tokens (control ones only when asked; user-defined
-  // tokens always), longest match first; tokenize the text between them.
-  size_t start = 0, i = 0;
+  // Split out special tokens (control ones only inside special parts;
+  // user-defined tokens always), longest match first; tokenize the text
+  // between them as one run.
+  std::string run;
   bool at_start = true;
-  while (i < text.size()) {
-    int32_t hit = -1;
-    for (int32_t id : specials_) {
-      const std::string& s = spec_.tokens[id];
-      if (!parse_special && spec_.types[id] == TokenType::kControl) continue;
-      if (text.compare(i, s.size(), s) == 0) {
-        hit = id;
-        break;
+  auto flush = [&] {
+    if (!run.empty()) encode_text(run, at_start, out);
+    run.clear();
+  };
+  for (const TextPart& part : parts) {
+    const std::string_view text = part.text;
+    size_t start = 0, i = 0;
+    while (i < text.size()) {
+      int32_t hit = -1;
+      for (int32_t id : specials_) {
+        const std::string& s = spec_.tokens[id];
+        if (!part.special && spec_.types[id] == TokenType::kControl) continue;
+        if (text.compare(i, s.size(), s) == 0) {
+          hit = id;
+          break;
+        }
       }
+      if (hit < 0) {
+        ++i;
+        continue;
+      }
+      run.append(text.substr(start, i - start));
+      flush();
+      out.push_back(hit);
+      at_start = false;
+      i += spec_.tokens[hit].size();
+      start = i;
     }
-    if (hit < 0) {
-      ++i;
-      continue;
-    }
-    if (i > start) encode_text(text.substr(start, i - start), at_start, out);
-    out.push_back(hit);
-    at_start = false;
-    i += spec_.tokens[hit].size();
-    start = i;
+    run.append(text.substr(start));
   }
-  if (start < text.size()) encode_text(text.substr(start), at_start, out);
+  flush();
   return out;
 }
 

@@ -41,6 +41,14 @@ struct VocabSpec {
   std::string chat_template;
 };
 
+// Part of a prompt to encode: `special` parts (a chat template's markup) may
+// hold special-token texts that become their ids; the others (what a user
+// wrote) are text, whatever they contain.
+struct TextPart {
+  std::string_view text;
+  bool special = false;
+};
+
 class Tokenizer {
  public:
   // Throws cs::Error naming the file and key when the vocabulary is unusable.
@@ -55,6 +63,11 @@ class Tokenizer {
   // vocabulary asks for it and add_bos is true.
   std::vector<int32_t> encode(std::string_view text, bool parse_special,
                               bool add_bos = false) const;
+  // The parts as one text: a special token is recognised only inside a
+  // special part (never across a part boundary), and the text between special
+  // tokens is tokenized as one run whatever parts it spans, so markup plus
+  // plain content gives the tokens their concatenation gives.
+  std::vector<int32_t> encode(std::span<const TextPart> parts, bool add_bos = false) const;
 
   // Bytes of the tokens. Control tokens are omitted unless render_special.
   std::string decode(std::span<const int32_t> ids, bool render_special = false) const;

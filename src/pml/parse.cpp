@@ -99,7 +99,7 @@ std::string read_file(const std::string& path, const Location& at) {
 
 class SchemaParser {
  public:
-  SchemaParser(const Source& src, std::string base_dir) : src_(src), base_(std::move(base_dir)) {}
+  SchemaParser(const Source& src, const SrcFiles& files) : src_(src), files_(files) {}
 
   Schema parse(const pugi::xml_document& doc) {
     const pugi::xml_node root = doc.document_element();
@@ -196,8 +196,7 @@ class SchemaParser {
       m.cache = v == "true";
     }
     if (const pugi::xml_attribute a = c.attribute("src")) {
-      const std::string path = std::string(a.value()).starts_with("/") ? a.value() : base_ + "/" + a.value();
-      add_text(m, read_file(path, m.at), m.at);
+      add_text(m, files_.read(a.value(), m.at), m.at);
     }
     children(c, m, false);
     return m;
@@ -244,7 +243,7 @@ class SchemaParser {
   }
 
   const Source& src_;
-  std::string base_;
+  const SrcFiles& files_;
 };
 
 class PromptParser {
@@ -324,15 +323,15 @@ class PromptParser {
 
 }  // namespace
 
-Schema parse_schema(const std::string& xml, const std::string& file, const std::string& base_dir) {
+Schema parse_schema(const std::string& xml, const std::string& file, const SrcFiles& files) {
   const Source src(xml, file);
-  return SchemaParser(src, base_dir).parse(load(xml, src));
+  return SchemaParser(src, files).parse(load(xml, src));
 }
 
 Schema parse_schema_file(const std::string& path) {
   const std::string xml = read_file(path, {path, 0, 0});
   const size_t slash = path.rfind('/');
-  return parse_schema(xml, path, slash == std::string::npos ? "." : path.substr(0, slash));
+  return parse_schema(xml, path, SrcFiles::relative_to(slash == std::string::npos ? "." : path.substr(0, slash)));
 }
 
 Prompt parse_prompt(const std::string& xml, const std::string& file) {

@@ -76,9 +76,29 @@ struct Prompt {
 // whitespace becomes one space; inner whitespace is kept.
 std::string normalize_space(const std::string& text);
 
-// Parses a schema. `file` names it in errors; `src` attributes are read
-// relative to `base_dir`. Throws PmlError.
-Schema parse_schema(const std::string& xml, const std::string& file, const std::string& base_dir = ".");
+// Where <module src="FILE"> may read its text from (src_files.cpp). A schema
+// sent over HTTP comes from a client, so by default its src= is refused: it
+// must not read the server's files. The operator may name one directory
+// (serve --pml-src-dir): then only regular files below it, reached without a
+// symbolic link or "..", at most max_bytes. The CLI reads files relative to
+// the schema file (regular files, capped the same).
+struct SrcFiles {
+  enum class Mode { kRefuse, kRelative, kConfined };
+  static constexpr size_t kMaxBytes = 1 << 20;
+  Mode mode = Mode::kRefuse;
+  std::string dir;
+  size_t max_bytes = kMaxBytes;
+
+  static SrcFiles refuse() { return {}; }
+  static SrcFiles relative_to(std::string dir) { return {Mode::kRelative, std::move(dir), kMaxBytes}; }
+  static SrcFiles confined_to(std::string dir) { return {Mode::kConfined, std::move(dir), kMaxBytes}; }
+  // The text of `path` as this policy allows; throws PmlError at `at`.
+  std::string read(const std::string& path, const Location& at) const;
+};
+
+// Parses a schema. `file` names it in errors; `src` attributes are read as
+// `files` allows (by default: refused). Throws PmlError.
+Schema parse_schema(const std::string& xml, const std::string& file, const SrcFiles& files = SrcFiles::refuse());
 Schema parse_schema_file(const std::string& path);
 // The schema as self-contained PML (src= files inlined): parse_schema of it
 // gives the same tree.

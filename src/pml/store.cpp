@@ -1,5 +1,8 @@
 #include "pml/store.h"
 
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,6 +12,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "base/parse_int.h"
 #include "base/sha256.h"
 
 namespace cs::pml {
@@ -21,6 +25,7 @@ namespace {
 // Bumped whenever encoding would store other bytes for the same schema and
 // model (scaffold rules, placeholder policy, chunk layout).
 constexpr int kFormat = 1;
+constexpr const char* kSavingSuffix = ".saving-";
 
 json layout_json(const KvLayout& L) {
   return {{"type", kv_type_name(L.type)}, {"chunk_size", L.chunk_size}, {"n_layers", L.n_layers},
@@ -35,11 +40,22 @@ std::string read_text(const fs::path& p) {
   return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
 }
 
+// Owner-only (0600): a saved schema holds prompt text and its K/V.
 void write_file(const fs::path& p, const void* data, size_t n) {
-  std::ofstream f(p, std::ios::binary | std::ios::trunc);
-  f.write(static_cast<const char*>(data), std::streamsize(n));
-  f.flush();
-  if (!f) throw Error(p.string() + ": cannot write (" + std::strerror(errno) + ")");
+  const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) throw Error(p.string() + ": cannot write (" + std::strerror(errno) + ")");
+  const char* at = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::write(fd, at, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) {
+      const int err = errno;
+      ::close(fd);
+      throw Error(p.string() + ": cannot write (" + std::strerror(err) + ")");
+    }
+    at += w, n -= size_t(w);
+  }
+  if (::close(fd) != 0) throw Error(p.string() + ": cannot write (" + std::strerror(errno) + ")");
 }
 
 }  // namespace
@@ -54,6 +70,24 @@ std::string saved_schema_path(const std::string& dir, const std::string& name) {
 ModelIdentity identify(const LlamaModel& model) {
   const MappedFile& f = model.file().mapped();
   return {fs::path(f.path()).filename().string(), f.size(), sha256_hex({f.data(), f.size()})};
+}
+
+std::vector<std::string> remove_stale_saves(const std::string& dir) {
+  std::vector<std::string> removed;
+  std::error_code ec;
+  for (const fs::directory_entry& d : fs::directory_iterator(dir, ec)) {
+    const std::string name = d.path().filename().string();
+    const size_t at = name.rfind(kSavingSuffix);
+    if (name[0] != '.' || at == std::string::npos) continue;
+    const std::optional<long> pid = parse_long(name.substr(at + std::strlen(kSavingSuffix)));
+    // A live process (this one, or another server on the same directory) may be saving.
+    if (!pid || *pid <= 0 || ::kill(pid_t(*pid), 0) == 0 || errno != ESRCH) continue;
+    std::error_code rm;
+    fs::remove_all(d.path(), rm);
+    if (!rm) removed.push_back(d.path().string());
+  }
+  std::sort(removed.begin(), removed.end());
+  return removed;
 }
 
 void save_schema(const EncodedSchema& e, const ChunkPool& pool, const ModelIdentity& model, int32_t pad,
@@ -79,9 +113,11 @@ void save_schema(const EncodedSchema& e, const ChunkPool& pool, const ModelIdent
                          {"encode_s", e.seconds},
                          {"chunks_sha256", sha256_hex(bytes)}};
   const fs::path final_dir = saved_schema_path(dir, e.schema.name);
-  const fs::path tmp = fs::path(dir) / ("." + e.schema.name + ".saving-" + std::to_string(getpid()));
+  const fs::path tmp = fs::path(dir) / ("." + e.schema.name + kSavingSuffix + std::to_string(getpid()));
   std::error_code ec;
-  fs::create_directories(tmp, ec);
+  fs::create_directories(dir, ec);
+  if (!ec) fs::remove_all(tmp, ec);
+  if (!ec && ::mkdir(tmp.c_str(), 0700) != 0) ec = std::error_code(errno, std::generic_category());
   if (ec) throw Error(tmp.string() + ": cannot create (" + ec.message() + ")");
   try {
     write_file(tmp / "chunks.bin", bytes.data(), bytes.size());

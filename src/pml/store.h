@@ -47,10 +47,15 @@ class StaleSchema : public Error {
 // dir/<name>; throws Error when the name cannot be a directory name.
 std::string saved_schema_path(const std::string& dir, const std::string& name);
 
-// Writes `e` (its chunks read from `pool`) to dir/<name>/. Throws Error
-// naming the path when it cannot.
+// Writes `e` (its chunks read from `pool`) to dir/<name>/ through a
+// temporary dir/.<name>.saving-<pid>/ renamed into place; files are 0600.
+// Throws Error naming the path when it cannot.
 void save_schema(const EncodedSchema& e, const ChunkPool& pool, const ModelIdentity& model, int32_t pad,
                  const std::string& dir);
+
+// Removes the temporary directories of saves whose process is gone (a kill
+// during a save leaves one); returns their paths.
+std::vector<std::string> remove_stale_saves(const std::string& dir);
 
 // A saved schema read and checked, its chunk bytes mapped.
 struct SavedSchema {

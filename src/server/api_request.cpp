@@ -306,8 +306,8 @@ ApiRequest parse_chat_request(const std::string& body, const ApiLimits& lim) {
     }
     conv.push_back({r, text});
   }
-  // The template renders special tokens as text: parse them back as tokens.
-  out.engine.prompt = lim.tokenizer->encode(lim.chat->apply(conv), true, true);
+  // Special tokens come from the template's markup only, never from a message.
+  out.engine.prompt = lim.chat->apply(conv).encode(*lim.tokenizer, true);
   set_max_tokens(max, param, lim, out);
   return out;
 }

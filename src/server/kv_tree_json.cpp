@@ -35,7 +35,7 @@ json kv_tree_json(const KvTreeSnapshot& t, const Tokenizer& tok, int max_nodes, 
     }
     const size_t shown = std::min(n.head.size(), size_t(std::max(0, text_tokens)));
     std::string text = tok.decode(std::span(n.head.data(), shown), /*render_special=*/true);
-    if (shown < size_t(n.tokens)) text += "\u2026";
+    if (shown > 0 && shown < size_t(n.tokens)) text += "\u2026";
     nodes.push_back({{"id", i},
                      {"parent", n.parent},
                      {"state", state_name(n.state)},

@@ -298,9 +298,16 @@ void Server::Impl::routes() {
     };
     try {
       const int max_nodes = param("max_nodes", 1, Engine::kTreeNodes, 256);
-      const int text = param("text", 0, Engine::kTreeHead, 24);
-      res.set_content(dump(kv_tree_json(*engine.kv_tree(), engine.model().tokenizer(), max_nodes, text)),
-                      "application/json");
+      // The cached text is every user's prompts and answers: shown only when the operator says so.
+      const int text = param("text", 0, Engine::kTreeHead, opt.tree_text ? 24 : 0);
+      if (text > 0 && !opt.tree_text)
+        throw ApiError{403, "text=" + std::to_string(text) +
+                                ": this server does not show cached text (it holds every user's prompts); its "
+                                "operator can allow it with serve --tree-text",
+                       "permission_error", "text", "tree_text_disabled"};
+      json tree = kv_tree_json(*engine.kv_tree(), engine.model().tokenizer(), max_nodes, text);
+      tree["text_shown"] = opt.tree_text;
+      res.set_content(dump(tree), "application/json");
       count("/v1/kv/tree", 200);
     } catch (const ApiError& e) {
       reply_error(res, e);

@@ -28,6 +28,8 @@ struct ServerOptions {
   std::chrono::milliseconds grace{30000};  // on stop: how long in-flight requests may take
   bool log_json = false;           // one JSON object per request log line
   std::string schema_dir;          // Prompt Cache: schemas registered are saved here (and deleted with them)
+  std::string pml_src_dir;         // <module src=FILE> of schemas sent over HTTP: only below this; empty = refused
+  bool tree_text = false;          // GET /v1/kv/tree may show the cached text (everyone's prompts)
 };
 
 class Server {

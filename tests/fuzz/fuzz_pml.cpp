@@ -29,7 +29,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string xml(reinterpret_cast<const char*>(data) + 1, size - 1);
   try {
     if (data[0] & 1) {
-      const cs::pml::Layout l = cs::pml::lay_out(cs::pml::parse_schema(xml, "fuzz.xml", "/nonexistent"), words, roles);
+      const cs::pml::Layout l = cs::pml::lay_out(cs::pml::parse_schema(xml, "fuzz.xml"), words, roles);
       (void)cs::pml::describe(l);
     } else {
       (void)cs::pml::assemble(fixed, cs::pml::parse_prompt(xml, "fuzz.xml"), words, roles, "<reply>");
