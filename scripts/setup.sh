@@ -6,7 +6,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
 PACKAGES=(cmake ninja-build g++ pkg-config python3 python3-pip libgtest-dev libgmock-dev
-          libbenchmark-dev nlohmann-json3-dev libcli11-dev libpcre2-dev libcpp-httplib-dev libpugixml-dev libssl-dev
+          libbenchmark-dev nlohmann-json3-dev libcli11-dev libpcre2-dev libboost-dev libpugixml-dev libssl-dev
           chromium chromium-driver)
 missing=()
 for p in "${PACKAGES[@]}"; do

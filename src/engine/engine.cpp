@@ -68,6 +68,11 @@ bool RequestHandle::done() const {
   return s_->finished && s_->events.empty();
 }
 
+bool RequestHandle::wait_for(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(s_->mu);
+  return s_->cv.wait_for(lock, timeout, [&] { return s_->finished; });
+}
+
 Result RequestHandle::wait() {
   std::unique_lock lock(s_->mu);
   s_->cv.wait(lock, [&] { return s_->finished; });
@@ -251,9 +256,11 @@ void Engine::shutdown(std::chrono::milliseconds grace) {
 }
 
 RequestLimits Engine::limits() const {
+  // The layout and pool size never change; pinned chunks come from the
+  // published stats (the tree itself belongs to the engine thread).
   const PrefixTree& t = impl_->kv.tree();
-  return {model_.config().n_vocab, n_ctx_,         t.layout().chunk_size, t.pool().capacity(), t.pool().bytes(),
-          opt_.max_batch, opt_.mode != AttnMode::kNone};
+  return {model_.config().n_vocab, n_ctx_,         t.layout().chunk_size, t.pool().capacity(), stats().kv.pinned,
+          t.pool().bytes(),        opt_.max_batch, opt_.mode != AttnMode::kNone};
 }
 
 bool Engine::wait_idle(std::chrono::milliseconds timeout) {
@@ -557,7 +564,12 @@ void Engine::Impl::step() {
   omp_set_num_threads(threads.update());
   if (!sched.plan(batch, rows, stuck)) {
     for (Sequence* s : stuck) {
-      s->finish(FinishReason::kLength, "the KV memory is full (the sequence alone fills the pool)");
+      const KvStats k = kv.tree().stats();
+      const std::string why = "the KV memory is full: the sequence alone fills the pool of " +
+                              std::to_string(k.chunks) + " chunks (" + std::to_string(k.pinned) +
+                              " pinned by Prompt Cache schemas)";
+      const bool any = s->tokens().size() > s->request().req.prompt.size();
+      s->finish(any ? FinishReason::kLength : FinishReason::kNoRoom, why);
       sched.retire(s);
     }
     return;

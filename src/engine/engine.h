@@ -102,6 +102,8 @@ class RequestHandle {
   bool done() const;
   // Waits until the request finished (its events stay readable) and returns its result.
   Result wait();
+  // Waits at most `timeout` for the request to finish; true when it has.
+  bool wait_for(std::chrono::milliseconds timeout);
   // Asks the engine to stop the request; it finishes with kCancelled.
   void cancel();
 

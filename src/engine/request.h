@@ -52,8 +52,10 @@ class RequestError : public Error {
   Kind kind_;
 };
 
-enum class FinishReason { kStop, kLength, kCancelled, kError };
-// "stop", "length", "cancelled", "error".
+// kNoRoom: the KV memory filled before the completion's first token (it has
+// no text; a completion that had some ends kLength).
+enum class FinishReason { kStop, kLength, kCancelled, kError, kNoRoom };
+// "stop", "length", "cancelled", "error", "no_room".
 const char* finish_reason_name(FinishReason r);
 
 struct TokenLogprob {

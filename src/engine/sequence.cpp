@@ -18,6 +18,7 @@ const char* finish_reason_name(FinishReason r) {
     case FinishReason::kLength: return "length";
     case FinishReason::kCancelled: return "cancelled";
     case FinishReason::kError: return "error";
+    case FinishReason::kNoRoom: return "no_room";
   }
   return "?";
 }
@@ -98,7 +99,7 @@ bool Sequence::sample(std::span<const float> logits, const Tokenizer& tok, int n
 void Sequence::finish(FinishReason reason, const std::string& message) {
   RequestState& r = *req_;
   Completion& out = r.building.completions[size_t(index_)];
-  if (!stopped_ && reason != FinishReason::kError) {
+  if (!stopped_ && reason != FinishReason::kError && reason != FinishReason::kNoRoom) {
     std::string rest = text_.flush();
     if (!rest.empty()) {
       out.text += rest;

@@ -26,12 +26,23 @@ void validate_request(const Request& r, const RequestLimits& lim) {
     throw RequestError("the prompt has " + std::to_string(r.prompt.size()) + " tokens, more than fits the context of " +
                            std::to_string(lim.n_ctx),
                        "prompt");
-  const int need = int(r.prompt.size()) / lim.chunk_size + 1;
-  if (need > lim.pool_chunks)
-    throw RequestError("the prompt has " + std::to_string(r.prompt.size()) + " tokens and needs " +
-                           std::to_string(need) + " chunks of KV memory; the pool holds " +
-                           std::to_string(lim.pool_chunks) + " (" + std::to_string(lim.pool_bytes >> 20) + " MiB)",
-                       "prompt");
+  // Chunks of its own: tokens in cached spans are read from pinned chunks.
+  int need = 1;
+  for (int at = 0, i = 0; at < int(r.prompt.size()); ++i) {
+    const int end = i < int(r.cached.size()) ? r.cached[size_t(i)].begin : int(r.prompt.size());
+    need += (end - at + lim.chunk_size - 1) / lim.chunk_size;
+    at = i < int(r.cached.size()) ? r.cached[size_t(i)].end : end;
+  }
+  const int room = lim.pool_chunks - lim.pinned_chunks;
+  if (need > room) {
+    std::string msg = "the prompt has " + std::to_string(r.prompt.size()) + " tokens and needs " +
+                      std::to_string(need) + " chunks of KV memory; the pool holds " + std::to_string(lim.pool_chunks) +
+                      " (" + std::to_string(lim.pool_bytes >> 20) + " MiB)";
+    if (lim.pinned_chunks > 0)
+      msg += ", of which Prompt Cache schemas pin " + std::to_string(lim.pinned_chunks) + ", leaving " +
+             std::to_string(std::max(0, room));
+    throw RequestError(msg, "prompt");
+  }
   if (r.max_tokens < 0) throw RequestError("max_tokens must not be negative", "max_tokens");
   if (r.n < 1 || r.n > lim.max_n) throw RequestError("n must be between 1 and " + std::to_string(lim.max_n), "n");
   if (r.logprobs > 20) throw RequestError("logprobs must be at most 20", "logprobs");

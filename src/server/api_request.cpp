@@ -108,7 +108,8 @@ void refuse_unsupported(const json& j, bool chat) {
     if (f.get("functions")) refuse("functions", "");
     if (f.get("tool_choice") && f.string("tool_choice").value_or("none") != "none") refuse("tool_choice", "");
     if (const json* rf = f.get("response_format")) {
-      if (!rf->is_object() || rf->value("type", "") != "text") refuse("response_format", " (only {\"type\": \"text\"})");
+      const json* type = rf->is_object() ? Fields(*rf).get("type") : nullptr;
+      if (!type || !type->is_string() || *type != "text") refuse("response_format", " (only {\"type\": \"text\"})");
     }
     if (const json* m = f.get("modalities"); m && *m != json::array({"text"})) refuse("modalities", " (text only)");
   }
@@ -297,7 +298,8 @@ ApiRequest parse_chat_request(const std::string& body, const ApiLimits& lim) {
       text = c->get<std::string>();
     } else if (c && c->is_array()) {
       for (const json& part : *c) {
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+        const json* type = part.is_object() ? Fields(part).get("type") : nullptr;
+        if (!type || *type != "text" || !part.contains("text") || !part["text"].is_string())
           throw invalid(at + ".content", at + ": only text content parts are supported");
         text += part["text"].get<std::string>();
       }

@@ -93,6 +93,7 @@ std::string ApiResponder::chunk(const StreamEvent& ev) {
   if (ev.kind == StreamEvent::Kind::kToken && ev.end_of_generation) return {};
   const bool fin = ev.kind == StreamEvent::Kind::kFinish;
   if (fin && ev.reason == FinishReason::kError) return error_chunk({500, ev.message, "server_error", "", ""});
+  if (fin && ev.reason == FinishReason::kNoRoom) return error_chunk(no_room_error(ev.message));
   const bool has_lp = req_.logprobs && !fin && ev.token >= 0;
   if (!fin && ev.text.empty() && !has_lp) return {};
   json choice = {{"index", ev.index}, {"finish_reason", fin ? json(api_finish_reason(ev.reason)) : json(nullptr)}};
@@ -130,6 +131,10 @@ std::string ApiResponder::usage_chunk(const Result& r) const {
             {"choices", json::array()},
             {"usage", usage_of(r)}};
   return "data: " + dump(j) + "\n\n";
+}
+
+ApiError no_room_error(const std::string& message) {
+  return {400, message, "invalid_request_error", "prompt", "kv_memory_full"};
 }
 
 std::string ApiResponder::error_chunk(const ApiError& e) { return "data: " + error_json(e) + "\n\n"; }

@@ -34,6 +34,9 @@ class ApiResponder {
   std::vector<bool> started_;  // per choice: the assistant role was sent (chat)
 };
 
+// A completion that ended kNoRoom (no text: the KV memory filled first).
+ApiError no_room_error(const std::string& message);
+
 // OpenAI's finish_reason for ours ("stop", "length"; a cancelled completion
 // was cut short: "length").
 const char* api_finish_reason(FinishReason r);

@@ -1,20 +1,23 @@
 #include "server/server.h"
 
-#include <httplib.h>
+#include <openssl/crypto.h>
 
 #include <atomic>
 #include <cstdio>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 
-#include "server/api_request.h"
-#include "server/api_response.h"
-#include "server/kv_tree_json.h"
-#include "server/metrics.h"
 #include "base/parse_int.h"
+#include "base/sha256.h"
 #include "engine/schema_dir.h"
 #include "pml/pml.h"
+#include "server/api_request.h"
+#include "server/api_response.h"
+#include "server/http_server.h"
+#include "server/kv_tree_json.h"
+#include "server/metrics.h"
 
 namespace cs {
 
@@ -35,17 +38,47 @@ std::string random_id(const char* prefix) {
   return std::string(prefix) + buf;
 }
 
-void reply_error(httplib::Response& res, const ApiError& e) {
+void reply_error(HttpResponse& res, const ApiError& e) {
   res.status = e.status;
-  res.set_content(error_json(e), "application/json");
+  res.content_type = "application/json";
+  res.body = error_json(e);
 }
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
+// Equal keys, in time that does not depend on where they differ (both hashed
+// first, so not on their lengths either).
+bool same_secret(const std::string& a, const std::string& b) {
+  const std::string ha = sha256_hex({reinterpret_cast<const uint8_t*>(a.data()), a.size()});
+  const std::string hb = sha256_hex({reinterpret_cast<const uint8_t*>(b.data()), b.size()});
+  return CRYPTO_memcmp(ha.data(), hb.data(), ha.size()) == 0;
+}
+
+// A 4xx for a request the engine refused (RequestError's kind, not its text).
+ApiError refused(const RequestError& e, HttpResponse& res) {
+  ApiError err{400, e.what(), "invalid_request_error", e.param(), ""};
+  if (e.kind() == RequestError::Kind::kBusy) {
+    err.status = 429, err.type = "rate_limit_error", err.code = "too_many_waiting";
+    res.headers.emplace_back("Retry-After", "1");
+  } else if (e.kind() == RequestError::Kind::kUnavailable) {
+    err.status = 503, err.type = "server_error", err.code = "shutting_down";
+  }
+  return err;
+}
+
+// What a handler tells the log besides its status.
+struct Outcome {
+  std::string id;
+  std::optional<Result> result;
+  int stream_status = 200;  // a streamed response: 200 when the client got all of it, else 499
+};
+
+using RouteFn = std::function<void(const HttpRequest&, HttpResponse&, HttpExchange&, Outcome&)>;
+
 }  // namespace
 
 struct Server::Impl {
-  Impl(Engine& e, ServerOptions o) : engine(e), opt(std::move(o)) {
+  Impl(Engine& e, ServerOptions o) : engine(e), opt(std::move(o)), http(http_options(e, opt)) {
     const Tokenizer& tok = e.model().tokenizer();
     chat = ChatTemplate::detect(tok.chat_template(), tok.model());
     limits.tokenizer = &tok;
@@ -53,32 +86,46 @@ struct Server::Impl {
     limits.model_id = opt.model_id;
     limits.n_ctx = e.n_ctx();
     limits.max_n = e.options().max_batch;
-    const int threads = opt.http_threads > 0 ? opt.http_threads : 4 * e.options().max_batch + 8;
-    http.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
-    http.set_payload_max_length(opt.max_body);
-    // Idle keep-alive connections are held this long, and a stopping server
-    // waits for them: short, so SIGTERM ends the process promptly.
-    http.set_keep_alive_timeout(2);
     routes();
   }
 
-  void routes();
-  void generate(const httplib::Request& req, httplib::Response& res, bool chat);
-  void pml_prompt(ApiRequest& r);
-  void schema_routes();
-  void count(const std::string& route, int status) {
-    std::lock_guard lock(mu);
-    ++http_counts.responses[{route, status}];
+  static HttpOptions http_options(const Engine& e, const ServerOptions& o) {
+    HttpOptions h;
+    h.host = o.host;
+    h.port = o.port;
+    h.workers = o.http_threads > 0 ? o.http_threads : 4 * e.options().max_batch + 8;
+    h.body_limit = o.max_body;
+    return h;
   }
+
+  void routes();
+  void add(const char* method, const std::string& path, RouteFn fn, bool prefix = false);
+  bool before(const HttpRequest& req, HttpResponse& res);
+  HttpResponse transport_error(const HttpRequest* req, int status, const std::string& message);
+
+  void health(const HttpRequest&, HttpResponse&, HttpExchange&, Outcome&);
+  void kv_tree(const HttpRequest&, HttpResponse&, HttpExchange&, Outcome&);
+  void models(const HttpRequest&, HttpResponse&, HttpExchange&, Outcome&);
+  void generate(const HttpRequest&, HttpResponse&, HttpExchange&, Outcome&, bool chat);
+  void answer(ApiRequest& ar, RequestHandle& h, HttpResponse& res, HttpExchange& ex, Outcome& o);
+  void stream(ApiRequest& ar, RequestHandle& h, HttpResponse& res, HttpExchange& ex, Outcome& o);
+  void tokenize(const HttpRequest&, HttpResponse&, HttpExchange&, Outcome&);
+  void detokenize(const HttpRequest&, HttpResponse&, HttpExchange&, Outcome&);
+  void schema_post(const HttpRequest&, HttpResponse&, HttpExchange&, Outcome&);
+  void schema_list(const HttpRequest&, HttpResponse&, HttpExchange&, Outcome&);
+  void schema_delete(const HttpRequest&, HttpResponse&, HttpExchange&, Outcome&);
+  void metrics(const HttpRequest&, HttpResponse&, HttpExchange&, Outcome&);
+  void pml_prompt(ApiRequest& r);
   void log(const std::string& route, int status, const std::string& id, const Result* r);
 
   Engine& engine;
   ServerOptions opt;
   ChatTemplate chat;
   ApiLimits limits;
-  httplib::Server http;
+  HttpServer http;
   std::atomic<bool> draining{false};
-  std::mutex mu;  // http_counts and the log
+  // State below is protected by `mu`: the counts and the log's lines.
+  std::mutex mu;
   HttpCounts http_counts;
 };
 
@@ -107,6 +154,54 @@ void Server::Impl::log(const std::string& route, int status, const std::string& 
   }
 }
 
+// Every route's response is logged and counted under its route's name;
+// client mistakes are ApiErrors (4xx), anything else a logged 500.
+void Server::Impl::add(const char* method, const std::string& path, RouteFn fn, bool prefix) {
+  const std::string name = prefix ? path + "{name}" : path;
+  http.route(method, path, [this, fn = std::move(fn), name](const HttpRequest& req, HttpResponse& res, HttpExchange& ex) {
+    Outcome o;
+    try {
+      fn(req, res, ex, o);
+    } catch (const ApiError& e) {
+      reply_error(res, e);
+    } catch (const std::exception& e) {
+      if (res.streamed) o.stream_status = 500;
+      reply_error(res, {500, std::string("internal error: ") + e.what(), "server_error", "", ""});
+    }
+    log(name, res.streamed ? o.stream_status : res.status, o.id, o.result ? &*o.result : nullptr);
+  }, prefix);
+}
+
+bool Server::Impl::before(const HttpRequest& req, HttpResponse& res) {
+  // The console's page holds no data (its calls carry the key).
+  if (req.path == "/health" || req.path == "/") return false;
+  if (!opt.api_key.empty() && !same_secret(req.header("Authorization"), "Bearer " + opt.api_key)) {
+    reply_error(res, {401, "missing or wrong API key (Authorization: Bearer KEY)", "invalid_request_error", "",
+                      "invalid_api_key"});
+    log(req.path.starts_with("/v1/") ? req.path : "(other)", 401, "", nullptr);
+    return true;
+  }
+  if (draining && req.path.starts_with("/v1/")) {
+    reply_error(res, {503, "the server is shutting down", "server_error", "", "shutting_down"});
+    log(req.path, 503, "", nullptr);
+    return true;
+  }
+  return false;
+}
+
+// Errors of the HTTP layer itself (unknown route, a body too large, bad
+// HTTP): OpenAI's error object too, logged and counted.
+HttpResponse Server::Impl::transport_error(const HttpRequest* req, int status, const std::string& message) {
+  HttpResponse res;
+  std::string code;
+  if (status == 413) code = "body_too_large";
+  if (status == 431) code = "headers_too_large";
+  if (status == 408) code = "request_timeout";
+  reply_error(res, {status, message, status >= 500 ? "server_error" : "invalid_request_error", "", code});
+  log(req && status == 405 ? req->path : "(other)", status, "", nullptr);
+  return res;
+}
+
 // Prompt Cache: the prompt a PML document assembles from its registered
 // schema, with the request's sampling and limits.
 void Server::Impl::pml_prompt(ApiRequest& r) {
@@ -129,281 +224,267 @@ void Server::Impl::pml_prompt(ApiRequest& r) {
   ++http_counts.pml_requests[r.engine.cached.empty() ? "(no cache)" : "cached"];
 }
 
-void Server::Impl::schema_routes() {
-  auto info_json = [](const SchemaInfo& s) {
-    return json{{"object", "schema"},        {"name", s.name},         {"positions", s.positions},
-                {"tokens", s.tokens},        {"modules", s.modules},   {"scaffolds", s.scaffolds},
-                {"bytes", s.bytes},          {"encode_seconds", s.encode_s}, {"restored", s.restored}};
-  };
-  http.Post("/v1/schemas", [this, info_json](const httplib::Request& req, httplib::Response& res) {
-    try {
-      pml::Schema schema = pml::parse_schema(req.body, "schema");
-      const SchemaInfo info = opt.schema_dir.empty()
-                                  ? engine.register_schema(std::move(schema))
-                                  : register_saved_schema(engine, std::move(schema), opt.schema_dir);
-      json body = info_json(info);
-      body["saved"] = !opt.schema_dir.empty();
-      res.set_content(dump(body), "application/json");
-      count("/v1/schemas", 200);
-    } catch (const pml::PmlError& e) {
-      reply_error(res, {400, e.what(), "invalid_request_error", "", "invalid_pml"});
-      count("/v1/schemas", 400);
-    } catch (const Error& e) {
-      const bool dup = std::string(e.what()).find("already registered") != std::string::npos;
-      reply_error(res, {dup ? 409 : 400, e.what(), "invalid_request_error", "", dup ? "schema_exists" : ""});
-      count("/v1/schemas", dup ? 409 : 400);
-    }
-  });
-  http.Get("/v1/schemas", [this, info_json](const httplib::Request&, httplib::Response& res) {
-    json data = json::array();
-    for (const SchemaInfo& s : engine.schemas()) data.push_back(info_json(s));
-    res.set_content(dump({{"object", "list"}, {"data", data}}), "application/json");
-    count("/v1/schemas", 200);
-  });
-  http.Delete(R"(/v1/schemas/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
-    const std::string name = req.matches[1];
-    try {
-      engine.unregister_schema(name);
-      json body = {{"object", "schema"}, {"name", name}, {"deleted", true}};
-      if (!opt.schema_dir.empty()) try {
-          remove_saved_schema(opt.schema_dir, name);
-        } catch (const Error& e) {  // unregistered all the same; say what is left on disk
-          body["saved_copy"] = e.what();
-        }
-      res.set_content(dump(body), "application/json");
-      count("/v1/schemas", 200);
-    } catch (const Error& e) {
-      const bool in_use = std::string(e.what()).find("in use") != std::string::npos;
-      reply_error(res, {in_use ? 409 : 404, e.what(), "invalid_request_error", "", in_use ? "schema_in_use" : "schema_not_found"});
-      count("/v1/schemas", in_use ? 409 : 404);
-    }
-  });
+void Server::Impl::generate(const HttpRequest& req, HttpResponse& res, HttpExchange& ex, Outcome& o, bool is_chat) {
+  o.id = random_id(is_chat ? "chatcmpl-" : "cmpl-");
+  ApiRequest ar = is_chat ? parse_chat_request(req.body, limits) : parse_completion_request(req.body, limits);
+  if (!ar.pml.empty()) pml_prompt(ar);
+  RequestHandle h;
+  try {
+    h = engine.submit(ar.engine);
+  } catch (const RequestError& e) {
+    throw refused(e, res);
+  }
+  if (ar.stream)
+    stream(ar, h, res, ex, o);
+  else
+    answer(ar, h, res, ex, o);
 }
 
-// A streamed answer: the request, its responder and its handle live until
-// the stream ends (or the client goes, which cancels the request).
-struct Stream {
-  ApiRequest req;
-  std::unique_ptr<ApiResponder> out;
-  RequestHandle handle;
-  std::string route;
-};
-
-void Server::Impl::generate(const httplib::Request& req, httplib::Response& res, bool is_chat) {
-  const std::string route = is_chat ? "/v1/chat/completions" : "/v1/completions";
-  auto st = std::make_shared<Stream>();
-  st->route = route;
-  const std::string id = random_id(is_chat ? "chatcmpl-" : "cmpl-");
-  try {
-    st->req = is_chat ? parse_chat_request(req.body, limits) : parse_completion_request(req.body, limits);
-    if (!st->req.pml.empty()) pml_prompt(st->req);
-    st->handle = engine.submit(st->req.engine);
-  } catch (const ApiError& e) {
-    reply_error(res, e);
-    log(route, e.status, id, nullptr);
-    return;
-  } catch (const RequestError& e) {
-    ApiError err{400, e.what(), "invalid_request_error", e.param(), ""};
-    if (e.kind() == RequestError::Kind::kBusy) {
-      err.status = 429, err.type = "rate_limit_error", err.code = "too_many_waiting";
-      res.set_header("Retry-After", "1");
-    } else if (e.kind() == RequestError::Kind::kUnavailable) {
-      err.status = 503, err.type = "server_error", err.code = "shutting_down";
+// A whole answer. A client that hangs up while it waits cancels the request.
+void Server::Impl::answer(ApiRequest& ar, RequestHandle& h, HttpResponse& res, HttpExchange& ex, Outcome& o) {
+  while (!h.wait_for(std::chrono::milliseconds(100)))
+    if (ex.client_gone()) {
+      h.cancel();
+      o.result = h.wait();
+      res.status = 499;  // logged; nobody is there to read it
+      return;
     }
-    reply_error(res, err);
-    log(route, err.status, id, nullptr);
-    return;
+  o.result = h.wait();
+  for (const Completion& c : o.result->completions) {
+    if (c.reason == FinishReason::kError) throw ApiError{500, c.message, "server_error", "", ""};
+    if (c.reason == FinishReason::kNoRoom) throw no_room_error(c.message);
   }
-  st->out = std::make_unique<ApiResponder>(st->req, engine.model().tokenizer(), id, unix_now());
-  if (!st->req.stream) {
-    const Result r = st->handle.wait();
-    for (const Completion& c : r.completions)
-      if (c.reason == FinishReason::kError) {
-        reply_error(res, {500, c.message, "server_error", "", ""});
-        log(route, 500, id, &r);
-        return;
+  res.body = ApiResponder(ar, engine.model().tokenizer(), o.id, unix_now()).response(*o.result);
+}
+
+// Server-sent events. The status line waits for the first event (or a
+// second of quiet), so a request that fails before its first token still
+// gets its 4xx/5xx status rather than an error inside a 200 stream.
+void Server::Impl::stream(ApiRequest& ar, RequestHandle& h, HttpResponse& res, HttpExchange& ex, Outcome& o) {
+  ApiResponder out(ar, engine.model().tokenizer(), o.id, unix_now());
+  bool ok = true;
+  auto write = [&](const std::string& s) {
+    if (!res.streamed) {
+      res.streamed = true;
+      ok = ex.begin_stream(200, {{"Content-Type", "text/event-stream"}, {"Cache-Control", "no-cache"}});
+    }
+    ok = ok && !ex.client_gone() && ex.write(s);
+    return ok;
+  };
+  while (ok) {
+    auto ev = h.next(std::chrono::milliseconds(1000));
+    if (ev) {
+      const bool failed = ev->kind == StreamEvent::Kind::kFinish &&
+                          (ev->reason == FinishReason::kError || ev->reason == FinishReason::kNoRoom);
+      if (failed && !res.streamed && ar.engine.n == 1) {
+        o.result = h.wait();
+        if (ev->reason == FinishReason::kError) throw ApiError{500, ev->message, "server_error", "", ""};
+        throw no_room_error(ev->message);
       }
-    res.set_content(st->out->response(r), "application/json");
-    log(route, 200, id, &r);
-    return;
+      const std::string c = out.chunk(*ev);
+      if (!c.empty()) write(c);
+      continue;
+    }
+    if (!h.done()) {
+      // Quiet (queued, or a long prefill): an SSE comment finds out
+      // whether the client is still there.
+      write(": keep-alive\n\n");
+      continue;
+    }
+    o.result = h.wait();
+    if (ar.include_usage) write(out.usage_chunk(*o.result));
+    ok = write(ApiResponder::done()) && ex.end();
+    break;
   }
-  res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [st](size_t, httplib::DataSink& sink) {
-        auto write = [&sink](const std::string& s) { return sink.is_writable() && sink.write(s.data(), s.size()); };
-        for (;;) {
-          auto ev = st->handle.next(std::chrono::milliseconds(1000));
-          if (ev) {
-            const std::string c = st->out->chunk(*ev);
-            if (!c.empty() && !write(c)) return false;  // the client went: the handle cancels
-            continue;
-          }
-          if (!st->handle.done()) {
-            // Quiet (queued, or a long prefill): an SSE comment finds out
-            // whether the client is still there.
-            if (!write(": keep-alive\n\n")) return false;
-            continue;
-          }
-          const Result r = st->handle.wait();
-          if (st->req.include_usage && !write(st->out->usage_chunk(r))) return false;
-          if (!write(ApiResponder::done())) return false;
-          sink.done();
-          return true;
-        }
-      },
-      [this, st, id](bool ok) {
-        if (!ok) st->handle.cancel();
-        const Result r = st->handle.wait();
-        log(st->route, ok ? 200 : 499, id, &r);
-      });
+  if (!ok) {
+    h.cancel();
+    o.result = h.wait();
+  }
+  o.stream_status = ok ? 200 : 499;
+}
+
+void Server::Impl::health(const HttpRequest&, HttpResponse& res, HttpExchange&, Outcome&) {
+  res.status = draining ? 503 : 200;
+  res.body = draining ? R"({"status":"draining"})" : R"({"status":"ok"})";
+}
+
+void Server::Impl::kv_tree(const HttpRequest& req, HttpResponse& res, HttpExchange&, Outcome&) {
+  // ?max_nodes=N (1-512, default 256), ?text=T tokens of text per node (0-48, default 24 with --tree-text, else 0)
+  const auto param = [&](const char* name, int lo, int hi, int dflt) {
+    const std::string* v = req.param(name);
+    if (!v) return dflt;
+    const std::optional<long> n = parse_long(*v);
+    if (!n || *n < lo || *n > hi)
+      throw ApiError{400,
+                     std::string(name) + "=" + *v + ": expected an integer in [" + std::to_string(lo) + ", " +
+                         std::to_string(hi) + "]",
+                     "invalid_request_error", name, "invalid_value"};
+    return int(*n);
+  };
+  const int max_nodes = param("max_nodes", 1, Engine::kTreeNodes, 256);
+  // The cached text is every user's prompts and answers: shown only when the operator says so.
+  const int text = param("text", 0, Engine::kTreeHead, opt.tree_text ? 24 : 0);
+  if (text > 0 && !opt.tree_text)
+    throw ApiError{403,
+                   "text=" + std::to_string(text) +
+                       ": this server does not show cached text (it holds every user's prompts); its operator can "
+                       "allow it with serve --tree-text",
+                   "permission_error", "text", "tree_text_disabled"};
+  json tree = kv_tree_json(*engine.kv_tree(), engine.model().tokenizer(), max_nodes, text);
+  tree["text_shown"] = opt.tree_text;
+  res.body = dump(tree);
+}
+
+void Server::Impl::models(const HttpRequest&, HttpResponse& res, HttpExchange&, Outcome&) {
+  json m = {{"id", opt.model_id},
+            {"object", "model"},
+            {"created", unix_now()},
+            {"owned_by", "chunkserve"},
+            {"max_model_len", engine.n_ctx()}};
+  res.body = dump({{"object", "list"}, {"data", json::array({m})}});
+}
+
+void Server::Impl::tokenize(const HttpRequest& req, HttpResponse& res, HttpExchange&, Outcome&) {
+  const Tokenizer& tok = engine.model().tokenizer();
+  const json j = json::parse(req.body, nullptr, false);
+  const char* shape = "the body must be {\"content\": string, \"add_special\": bool, \"with_pieces\": bool}";
+  if (j.is_discarded() || !j.is_object() || !j.contains("content") || !j["content"].is_string())
+    throw ApiError{400, shape, "invalid_request_error", "content", ""};
+  auto flag = [&](const char* name) {
+    if (!j.contains(name) || j[name].is_null()) return false;
+    if (!j[name].is_boolean())
+      throw ApiError{400, std::string(name) + " must be true or false, got " + dump(j[name]), "invalid_request_error",
+                     name, "invalid_type"};
+    return j[name].get<bool>();
+  };
+  const bool special = flag("add_special");
+  const bool pieces = flag("with_pieces");
+  const auto ids = tok.encode(j["content"].get<std::string>(), special, special);
+  json out = json::array();
+  if (pieces)
+    for (int32_t id : ids) out.push_back({{"id", id}, {"piece", tok.piece(id)}});
+  else
+    out = ids;
+  res.body = dump({{"tokens", out}});
+}
+
+void Server::Impl::detokenize(const HttpRequest& req, HttpResponse& res, HttpExchange&, Outcome&) {
+  const Tokenizer& tok = engine.model().tokenizer();
+  const json j = json::parse(req.body, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("tokens") || !j["tokens"].is_array())
+    throw ApiError{400, "the body must be {\"tokens\": [ids]}", "invalid_request_error", "tokens", ""};
+  std::vector<int32_t> ids;
+  for (const json& t : j["tokens"]) {
+    if (!t.is_number_integer() || t.get<long long>() < 0 || t.get<long long>() >= tok.vocab_size())
+      throw ApiError{400,
+                     "token " + dump(t) + " is not in the vocabulary (0 to " + std::to_string(tok.vocab_size() - 1) + ")",
+                     "invalid_request_error", "tokens", ""};
+    ids.push_back(int32_t(t.get<long long>()));
+  }
+  res.body = dump({{"content", tok.decode(ids)}});
+}
+
+namespace {
+
+json schema_json(const SchemaInfo& s) {
+  return {{"object", "schema"},  {"name", s.name},   {"positions", s.positions}, {"tokens", s.tokens},
+          {"modules", s.modules}, {"scaffolds", s.scaffolds}, {"bytes", s.bytes}, {"encode_seconds", s.encode_s},
+          {"restored", s.restored}};
+}
+
+}  // namespace
+
+void Server::Impl::schema_post(const HttpRequest& req, HttpResponse& res, HttpExchange&, Outcome&) {
+  // src= reads files only below the directory the operator allowed.
+  const pml::SrcFiles files =
+      opt.pml_src_dir.empty() ? pml::SrcFiles::refuse() : pml::SrcFiles::confined_to(opt.pml_src_dir);
+  try {
+    pml::Schema schema = pml::parse_schema(req.body, "schema", files);
+    const SchemaInfo info = opt.schema_dir.empty() ? engine.register_schema(std::move(schema))
+                                                   : register_saved_schema(engine, std::move(schema), opt.schema_dir);
+    json body = schema_json(info);
+    body["saved"] = !opt.schema_dir.empty();
+    res.body = dump(body);
+  } catch (const pml::PmlError& e) {
+    throw ApiError{400, e.what(), "invalid_request_error", "", "invalid_pml"};
+  } catch (const Error& e) {
+    const bool dup = std::string(e.what()).find("already registered") != std::string::npos;
+    throw ApiError{dup ? 409 : 400, e.what(), "invalid_request_error", "", dup ? "schema_exists" : ""};
+  }
+}
+
+void Server::Impl::schema_list(const HttpRequest&, HttpResponse& res, HttpExchange&, Outcome&) {
+  json data = json::array();
+  for (const SchemaInfo& s : engine.schemas()) data.push_back(schema_json(s));
+  res.body = dump({{"object", "list"}, {"data", data}});
+}
+
+void Server::Impl::schema_delete(const HttpRequest& req, HttpResponse& res, HttpExchange&, Outcome&) {
+  const std::string& name = req.rest;
+  if (name.find('/') != std::string::npos)
+    throw ApiError{404, "no route for DELETE " + req.path, "invalid_request_error", "", ""};
+  try {
+    engine.unregister_schema(name);
+  } catch (const Error& e) {
+    const bool in_use = std::string(e.what()).find("in use") != std::string::npos;
+    throw ApiError{in_use ? 409 : 404, e.what(), "invalid_request_error", "", in_use ? "schema_in_use" : "schema_not_found"};
+  }
+  json body = {{"object", "schema"}, {"name", name}, {"deleted", true}};
+  if (!opt.schema_dir.empty()) try {
+      remove_saved_schema(opt.schema_dir, name);
+    } catch (const Error& e) {  // unregistered all the same; say what is left on disk
+      body["saved_copy"] = e.what();
+    }
+  res.body = dump(body);
+}
+
+void Server::Impl::metrics(const HttpRequest&, HttpResponse& res, HttpExchange&, Outcome&) {
+  HttpCounts counts;
+  {
+    std::lock_guard lock(mu);
+    counts = http_counts;
+  }
+  res.content_type = "text/plain; version=0.0.4";
+  res.body = prometheus_text(engine.stats(), counts, opt.model_id, engine.schemas());
 }
 
 void Server::Impl::routes() {
-  http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    // The console's page holds no data (its calls carry the key).
-    if (req.path == "/health" || req.path == "/") return httplib::Server::HandlerResponse::Unhandled;
-    if (!opt.api_key.empty() && req.get_header_value("Authorization") != "Bearer " + opt.api_key) {
-      reply_error(res, {401, "missing or wrong API key (Authorization: Bearer KEY)", "invalid_request_error", "",
-                        "invalid_api_key"});
-      count(req.path, 401);
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    if (draining && req.path.rfind("/v1/", 0) == 0) {
-      reply_error(res, {503, "the server is shutting down", "server_error", "", "shutting_down"});
-      count(req.path, 503);
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    return httplib::Server::HandlerResponse::Unhandled;
+  using std::placeholders::_1, std::placeholders::_2, std::placeholders::_3, std::placeholders::_4;
+  http.before([this](const HttpRequest& req, HttpResponse& res) { return before(req, res); });
+  http.on_error([this](const HttpRequest* req, int status, const std::string& message) {
+    return transport_error(req, status, message);
   });
-  http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    res.status = draining ? 503 : 200;
-    res.set_content(draining ? R"({"status":"draining"})" : R"({"status":"ok"})", "application/json");
-  });
-  http.Get("/", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(kConsolePage, "text/html; charset=utf-8");
-    count("/", 200);
-  });
-  http.Get("/v1/kv/tree", [this](const httplib::Request& req, httplib::Response& res) {
-    // ?max_nodes=N (1-512, default 256), ?text=T tokens of text per node (0-48, default 24)
-    const auto param = [&](const char* name, int lo, int hi, int dflt) {
-      if (!req.has_param(name)) return dflt;
-      const std::string v = req.get_param_value(name);
-      const std::optional<long> n = parse_long(v);
-      if (!n || *n < lo || *n > hi)
-        throw ApiError{400, std::string(name) + "=" + v + ": expected an integer in [" + std::to_string(lo) + ", " +
-                                std::to_string(hi) + "]",
-                       "invalid_request_error", name, "invalid_value"};
-      return int(*n);
-    };
-    try {
-      const int max_nodes = param("max_nodes", 1, Engine::kTreeNodes, 256);
-      // The cached text is every user's prompts and answers: shown only when the operator says so.
-      const int text = param("text", 0, Engine::kTreeHead, opt.tree_text ? 24 : 0);
-      if (text > 0 && !opt.tree_text)
-        throw ApiError{403, "text=" + std::to_string(text) +
-                                ": this server does not show cached text (it holds every user's prompts); its "
-                                "operator can allow it with serve --tree-text",
-                       "permission_error", "text", "tree_text_disabled"};
-      json tree = kv_tree_json(*engine.kv_tree(), engine.model().tokenizer(), max_nodes, text);
-      tree["text_shown"] = opt.tree_text;
-      res.set_content(dump(tree), "application/json");
-      count("/v1/kv/tree", 200);
-    } catch (const ApiError& e) {
-      reply_error(res, e);
-      count("/v1/kv/tree", e.status);
-    }
-  });
-  http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-    json m = {{"id", opt.model_id},
-              {"object", "model"},
-              {"created", unix_now()},
-              {"owned_by", "chunkserve"},
-              {"max_model_len", engine.n_ctx()}};
-    res.set_content(dump({{"object", "list"}, {"data", json::array({m})}}), "application/json");
-    count("/v1/models", 200);
-  });
-  http.Post("/v1/completions",
-            [this](const httplib::Request& req, httplib::Response& res) { generate(req, res, false); });
-  http.Post("/v1/chat/completions",
-            [this](const httplib::Request& req, httplib::Response& res) { generate(req, res, true); });
-  http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
-    const Tokenizer& tok = engine.model().tokenizer();
-    json j = json::parse(req.body, nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("content") || !j["content"].is_string())
-      return reply_error(res, {400, "the body must be {\"content\": string, \"add_special\": bool}", "invalid_request_error",
-                               "content", ""});
-    const bool special = j.value("add_special", false) == true;
-    const auto ids = tok.encode(j["content"].get<std::string>(), special, special);
-    json out = json::array();
-    if (j.value("with_pieces", false) == true)
-      for (int32_t id : ids) out.push_back({{"id", id}, {"piece", tok.piece(id)}});
-    else
-      out = ids;
-    res.set_content(dump({{"tokens", out}}), "application/json");
-    count("/tokenize", 200);
-  });
-  http.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
-    const Tokenizer& tok = engine.model().tokenizer();
-    json j = json::parse(req.body, nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("tokens") || !j["tokens"].is_array())
-      return reply_error(res, {400, "the body must be {\"tokens\": [ids]}", "invalid_request_error", "tokens", ""});
-    std::vector<int32_t> ids;
-    for (const json& t : j["tokens"]) {
-      if (!t.is_number_integer() || t.get<long long>() < 0 || t.get<long long>() >= tok.vocab_size())
-        return reply_error(res, {400, "token " + dump(t) + " is not in the vocabulary (0 to " +
-                                          std::to_string(tok.vocab_size() - 1) + ")",
-                                 "invalid_request_error", "tokens", ""});
-      ids.push_back(int32_t(t.get<long long>()));
-    }
-    res.set_content(dump({{"content", tok.decode(ids)}}), "application/json");
-    count("/detokenize", 200);
-  });
-  schema_routes();
-  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    HttpCounts counts;
-    {
-      std::lock_guard lock(mu);
-      counts = http_counts;
-    }
-    res.set_content(prometheus_text(engine.stats(), counts, opt.model_id, engine.schemas()), "text/plain; version=0.0.4");
-  });
-  // Errors httplib produces itself (unknown route, body too large, bad
-  // HTTP) get OpenAI's error object too.
-  http.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    std::string msg = "HTTP " + std::to_string(res.status);
-    if (res.status == 404) msg = "no route for " + req.method + " " + req.path;
-    if (res.status == 405) msg = "method " + req.method + " not allowed on " + req.path;
-    if (res.status == 413) msg = "the body is larger than " + std::to_string(opt.max_body) + " bytes";
-    const int status = res.status;
-    reply_error(res, {status, msg, "invalid_request_error", "", ""});
-    count(req.path, status);
-    return httplib::Server::HandlerResponse::Handled;
-  }));
-  http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    std::string what = "internal error";
-    try {
-      std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    reply_error(res, {500, what, "server_error", "", ""});
-  });
+  const struct {
+    const char* method;
+    const char* path;
+    RouteFn fn;
+    bool prefix = false;
+  } table[] = {
+      {"GET", "/health", std::bind(&Impl::health, this, _1, _2, _3, _4)},
+      {"GET", "/", [](const HttpRequest&, HttpResponse& res, HttpExchange&, Outcome&) {
+         res.content_type = "text/html; charset=utf-8";
+         res.body = kConsolePage;
+       }},
+      {"GET", "/v1/kv/tree", std::bind(&Impl::kv_tree, this, _1, _2, _3, _4)},
+      {"GET", "/v1/models", std::bind(&Impl::models, this, _1, _2, _3, _4)},
+      {"POST", "/v1/completions", std::bind(&Impl::generate, this, _1, _2, _3, _4, false)},
+      {"POST", "/v1/chat/completions", std::bind(&Impl::generate, this, _1, _2, _3, _4, true)},
+      {"POST", "/tokenize", std::bind(&Impl::tokenize, this, _1, _2, _3, _4)},
+      {"POST", "/detokenize", std::bind(&Impl::detokenize, this, _1, _2, _3, _4)},
+      {"POST", "/v1/schemas", std::bind(&Impl::schema_post, this, _1, _2, _3, _4)},
+      {"GET", "/v1/schemas", std::bind(&Impl::schema_list, this, _1, _2, _3, _4)},
+      {"DELETE", "/v1/schemas/", std::bind(&Impl::schema_delete, this, _1, _2, _3, _4), true},
+      {"GET", "/metrics", std::bind(&Impl::metrics, this, _1, _2, _3, _4)},
+  };
+  for (const auto& r : table) add(r.method, r.path, r.fn, r.prefix);
 }
 
 Server::Server(Engine& engine, ServerOptions opt) : impl_(std::make_unique<Impl>(engine, std::move(opt))) {}
 Server::~Server() = default;
 
-int Server::bind() {
-  Impl& m = *impl_;
-  const int port = m.opt.port == 0 ? m.http.bind_to_any_port(m.opt.host) : (m.http.bind_to_port(m.opt.host, m.opt.port) ? m.opt.port : -1);
-  if (port < 0) throw Error("cannot listen on " + m.opt.host + ":" + std::to_string(m.opt.port));
-  return port;
-}
+int Server::bind() { return impl_->http.bind(); }
 
-void Server::serve() { impl_->http.listen_after_bind(); }
+void Server::serve() { impl_->http.run(); }
 
 void Server::stop() {
   Impl& m = *impl_;

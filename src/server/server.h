@@ -1,5 +1,6 @@
 // `chunkserve serve`: the OpenAI-compatible HTTP API over the engine
-// (cpp-httplib for HTTP, nlohmann-json for JSON). HTTP threads parse and
+// (server/http_server on Boost.Beast for HTTP, nlohmann-json for JSON).
+// Worker threads parse and
 // check requests, submit them to the engine and stream what it returns; they
 // never touch the model or the KV cache.
 //

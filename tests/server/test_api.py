@@ -297,8 +297,13 @@ class Api(unittest.TestCase):
             max_tokens=40, temperature=0, stream=True)
         chunks = iter(stream)
         next(chunks)
-        code, _, j = raw(self.server.url, "GET", "/v1/kv/tree?text=8")
+        code, _, j = raw(self.server.url, "GET", "/v1/kv/tree")
         self.assertEqual(code, 200, j)
+        self.assertFalse(j["text_shown"])
+        self.assertEqual({n["text"] for n in j["nodes"]}, {""})  # nobody's prompt is shown
+        code, _, err = raw(self.server.url, "GET", "/v1/kv/tree?text=8")
+        self.assertEqual(code, 403, err)
+        self.assertIn("serve --tree-text", err["error"]["message"])
         live = [n for n in j["nodes"] if n["state"] == "live"]
         self.assertTrue(live, j)
         self.assertGreaterEqual(min(n["readers"] for n in live), 1)
