@@ -40,7 +40,7 @@ def get_json(url):
 class Console(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.server = Server(BINARY, MODEL)
+        cls.server = Server(BINARY, MODEL, "--tree-text")  # the page shows cached text
         opts = webdriver.ChromeOptions()
         for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
                   "--window-size=1400,1000"):
