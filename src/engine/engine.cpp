@@ -206,7 +206,8 @@ Engine::Engine(const LlamaModel& model, EngineOptions opt) : model_(model), opt_
   const KvLayout layout{c.n_layers, c.n_kv_heads, c.head_dim, opt_.chunk_size, opt_.kv_type};
   size_t bytes = opt_.kv_memory;
   if (bytes == 0) {
-    const size_t full = layout.chunk_bytes() * size_t(opt_.max_batch) * size_t(n_ctx_ / opt_.chunk_size + 2);
+    const size_t full = layout.chunk_bytes() * (size_t(opt_.max_batch) * size_t(n_ctx_ / opt_.chunk_size + 2) +
+                                                 size_t(std::max(0, opt_.extra_chunks)));
     bytes = std::min(full, size_t(2) << 30);
   }
   if (bytes / layout.chunk_bytes() < 2)

@@ -50,6 +50,7 @@ struct EngineOptions {
   int threads = 0;              // compute threads at most; 0 = the cores available
   bool retain = true;           // keep finished sequences' chunks for later requests (prefix caching)
   int max_waiting = 4096;       // submit() refuses (busy) beyond this many queued requests
+  int extra_chunks = 0;         // kv_memory 0: room for this many chunks more (generate: its schemas' pinned chunks)
 };
 
 // A Prompt Cache schema the engine holds (its modules' K/V pinned in the pool).

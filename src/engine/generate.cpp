@@ -1,6 +1,8 @@
 #include "engine/generate.h"
 
 #include "engine/schema_dir.h"
+#include "pml/encode.h"
+#include "pml/layout.h"
 
 namespace cs {
 
@@ -15,6 +17,15 @@ GenerateResult generate(const LlamaModel& model, const std::vector<int32_t>& pro
   eo.max_batch = 1;
   eo.n_ctx = params.n_ctx;
   eo.threads = params.threads;
+  // The default pool holds the context beside the schemas' pinned chunks.
+  std::vector<pml::Schema> schemas;
+  for (const std::string& f : params.schemas) schemas.push_back(pml::parse_schema_file(f));
+  if (!schemas.empty() && params.kv_memory == 0) {
+    const pml::TextModel tm = pml::text_model(model);
+    for (const pml::Schema& s : schemas)
+      for (const pml::Segment& g : pml::lay_out(s, tm.encode, tm.roles, tm.bos).segments)
+        eo.extra_chunks += (g.length + params.chunk_size - 1) / params.chunk_size;
+  }
   Engine engine(model, eo);
   GenerateResult out;
   Request r;
@@ -40,8 +51,7 @@ GenerateResult generate(const LlamaModel& model, const std::vector<int32_t>& pro
         else if (e.what == SchemaDirEntry::What::kRemovedTemporary) say("removed " + e.path + ": " + e.message + "\n");
         else report(e.info);
       }
-    for (const std::string& f : params.schemas) {
-      pml::Schema s = pml::parse_schema_file(f);
+    for (pml::Schema& s : schemas) {
       const std::string name = s.name;
       report(params.schema_dir.empty() ? engine.register_schema(std::move(s), encoding(name))
                                        : register_saved_schema(engine, std::move(s), params.schema_dir, encoding(name)));
