@@ -131,14 +131,14 @@ struct HttpServer::Impl {
   // I/O thread only: the open connections (closed between requests on stop).
   std::unordered_map<Connection*, std::weak_ptr<Connection>> connections;
 
-  // State below is protected by `mu`: the workers' queue.
+  // State below is protected by `mu`: the workers' queue, the workers and the work guard.
   std::mutex mu;
   std::condition_variable cv;
   std::deque<std::function<void()>> jobs;
   bool stopping = false;
 
   std::vector<std::thread> workers;
-  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;  // while workers may write
   std::once_flag stopped;
 };
 
@@ -146,7 +146,7 @@ struct HttpServer::Impl {
 // worker's writes are posted there and waited for.
 class Connection : public HttpExchange, public std::enable_shared_from_this<Connection> {
  public:
-  Connection(HttpServer::Impl& s, tcp::socket sock) : srv_(s), stream_(std::move(sock)) {}
+  Connection(HttpServer::Impl& s, tcp::socket sock) : srv_(s), stream_(std::move(sock)), deadline_(s.ioc) {}
 
   void start() { read_idle(); }
   void close() {
@@ -221,8 +221,9 @@ class Connection : public HttpExchange, public std::enable_shared_from_this<Conn
     parser_.emplace();
     parser_->header_limit(std::uint32_t(srv_.opt.header_limit));
     parser_->body_limit(srv_.opt.body_limit);
-    stream_.expires_after(srv_.opt.header_timeout);
+    arm(srv_.opt.header_timeout);
     http::async_read_header(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
+      self->deadline_.cancel();
       if (ec) return self->fail(ec, "headers");
       self->on_header();
     });
@@ -245,8 +246,9 @@ class Connection : public HttpExchange, public std::enable_shared_from_this<Conn
   }
 
   void read_body() {
-    stream_.expires_after(srv_.opt.body_timeout);
+    arm(srv_.opt.body_timeout);
     http::async_read(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
+      self->deadline_.cancel();
       if (ec) return self->fail(ec, "body");
       auto msg = self->parser_->release();
       HttpRequest req;
@@ -265,7 +267,7 @@ class Connection : public HttpExchange, public std::enable_shared_from_this<Conn
       return reject(431, "the request's headers are larger than " + std::to_string(srv_.opt.header_limit) + " bytes");
     if (ec == http::error::body_limit)
       return reject(413, "the body is larger than " + std::to_string(srv_.opt.body_limit) + " bytes");
-    if (ec == beast::error::timeout) {
+    if (timed_out_) {
       const auto limit = std::string(part) == "headers" ? srv_.opt.header_timeout : srv_.opt.body_timeout;
       return reject(408, std::string("the request's ") + part + " did not arrive within " +
                              std::to_string(limit.count()) + " ms");
@@ -302,6 +304,20 @@ class Connection : public HttpExchange, public std::enable_shared_from_this<Conn
     stream_.async_read_some(buffer_.prepare(64 << 10), [self = shared_from_this()](beast::error_code ec, size_t) {
       if (ec) return self->close();
       self->drain();
+    });
+  }
+
+  // A deadline for reading a request's headers or body. Not the stream's
+  // own expiry: that closes the socket, and a late client is owed its 408.
+  void arm(std::chrono::milliseconds limit) {
+    stream_.expires_never();
+    timed_out_ = false;
+    deadline_.expires_after(limit);
+    deadline_.async_wait([self = shared_from_this()](beast::error_code ec) {
+      if (ec) return;  // cancelled: the read finished first
+      self->timed_out_ = true;
+      beast::error_code ignored;
+      self->stream_.socket().cancel(ignored);
     });
   }
 
@@ -354,6 +370,8 @@ class Connection : public HttpExchange, public std::enable_shared_from_this<Conn
   HttpServer::Impl& srv_;
   beast::tcp_stream stream_;
   beast::flat_buffer buffer_;
+  asio::steady_timer deadline_;
+  bool timed_out_ = false;   // I/O thread
   std::optional<http::request_parser<http::string_body>> parser_;
   bool in_handler_ = false;  // I/O thread
   std::atomic<bool> gone_{false};
@@ -454,8 +472,13 @@ int HttpServer::bind() {
 
 void HttpServer::run() {
   Impl& m = *impl_;
-  m.work.emplace(m.ioc.get_executor());
-  for (int i = 0; i < std::max(1, m.opt.workers); ++i) m.workers.emplace_back([&m] { m.worker(); });
+  {
+    // A stop() before this point wins: nothing starts.
+    std::lock_guard lock(m.mu);
+    if (m.stopping) return;
+    m.work.emplace(m.ioc.get_executor());
+    for (int i = 0; i < std::max(1, m.opt.workers); ++i) m.workers.emplace_back([&m] { m.worker(); });
+  }
   m.accept();
   m.ioc.run();
 }
@@ -478,9 +501,15 @@ void HttpServer::stop() {
         if (auto c = w.lock(); c && !c->in_handler()) idle.push_back(c);
       for (auto& c : idle) c->close();
     });
-    for (std::thread& t : m->workers)
-      if (t.joinable()) t.join();
+    // run() starts no worker after `stopping` was set, so this is all of them.
+    std::vector<std::thread> workers;
+    {
+      std::lock_guard lock(m->mu);
+      workers.swap(m->workers);
+    }
+    for (std::thread& t : workers) t.join();
     // Handlers are done and their last writes were waited for.
+    std::lock_guard lock(m->mu);
     m->work.reset();
     // Close what is left; with nothing pending, run() returns.
     asio::post(m->ioc, [m] {

@@ -1,0 +1,400 @@
+"""The server under hostile or careless clients (issue: harden the server):
+files a request must not read, connections that are slow, many, idle or
+broken, bodies and headers over their limits, client mistakes that must be
+4xx (never 500 or an empty 200), requests a client abandoned. Every loop is
+bounded and every server listens on loopback.
+
+Run by CTest: python3 test_hardening.py BINARY MODEL
+"""
+import http.client
+import json
+import os
+import socket
+import stat
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+import openai
+
+from harness import Server
+
+BINARY = MODEL = None
+MODEL_ID = "SmolLM2-135M-Instruct.Q4_1"
+
+
+def host_port(url):
+    host, port = url.replace("http://", "").split(":")
+    return host, int(port)
+
+
+def raw(url, method, path, body=None, headers=None):
+    conn = http.client.HTTPConnection(*host_port(url), timeout=60)
+    data = body.encode() if isinstance(body, str) else body
+    conn.request(method, path, body=data, headers={"Content-Type": "application/json", **(headers or {})})
+    r = conn.getresponse()
+    text = r.read().decode()
+    conn.close()
+    try:
+        return r.status, dict(r.getheaders()), json.loads(text)
+    except ValueError:
+        return r.status, dict(r.getheaders()), text
+
+
+def exchange(url, request, timeout=30):
+    """Sends raw bytes, returns everything the server sends until it closes."""
+    s = socket.create_connection(host_port(url), timeout=timeout)
+    s.sendall(request)
+    out = b""
+    try:
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            out += b
+    except ConnectionResetError:
+        pass
+    s.close()
+    return out
+
+
+def status_of(response):
+    return int(response.split(b" ", 2)[1]) if response.startswith(b"HTTP/") else None
+
+
+def chat_body(content, **extra):
+    return json.dumps({"model": MODEL_ID, "messages": [{"role": "user", "content": content}], "max_tokens": 4,
+                       "temperature": 0, **extra})
+
+
+def metric(url, name, *labels):
+    """The sum of a metric's samples whose labels hold every one of `labels` (route="...", code="...")."""
+    _, _, text = raw(url, "GET", "/metrics")
+    total = 0.0
+    for line in text.splitlines():
+        if (line.startswith(name + " ") or line.startswith(name + "{")) and all(l in line for l in labels):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+class Server1(unittest.TestCase):
+    """One server for the tests that do not need options of their own."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server(BINARY, MODEL, "--max-batch", "4")
+
+    @classmethod
+    def tearDownClass(cls):
+        assert cls.server.stop() == 0
+
+    # --- files --------------------------------------------------------------
+
+    def test_schema_src_reads_no_file(self):
+        for src in ["/etc/passwd", "/dev/zero", "notes.txt", "../x"]:
+            code, _, j = raw(self.server.url, "POST", "/v1/schemas",
+                             f'<schema name="f"><module name="m" src="{src}"/></schema>',
+                             {"Content-Type": "application/xml"})
+            self.assertEqual(code, 400, j)
+            self.assertIn("this schema may not read files", j["error"]["message"])
+            self.assertIn("--pml-src-dir", j["error"]["message"])
+        self.assertEqual(raw(self.server.url, "GET", "/v1/schemas")[2]["data"], [])
+
+    # --- client mistakes are 400s naming the field --------------------------
+
+    def test_client_mistakes_are_400_naming_the_field(self):
+        before = metric(self.server.url, "chunkserve:http_responses_total")
+        cases = [
+            ("/v1/chat/completions", chat_body("hi", response_format={"type": 5}), "response_format"),
+            ("/v1/chat/completions", chat_body("hi", response_format=None) .replace('"response_format": null',
+                                                                                   '"response_format": []'),
+             "response_format"),
+            ("/v1/chat/completions", json.dumps({"model": MODEL_ID, "messages": [
+                {"role": "user", "content": [{"type": 5, "text": "hi"}]}]}), "messages[0].content"),
+            ("/tokenize", json.dumps({"content": "hi", "add_special": "yes"}), "add_special"),
+            ("/tokenize", json.dumps({"content": "hi", "with_pieces": 1}), "with_pieces"),
+        ]
+        for path, body, field in cases:
+            code, _, j = raw(self.server.url, "POST", path, body)
+            self.assertEqual(code, 400, (body, j))
+            self.assertEqual(j["error"]["param"], field, j)
+        # Every response, errors included, is counted (the metrics request itself counts after it is answered).
+        self.assertGreaterEqual(metric(self.server.url, "chunkserve:http_responses_total") - before, len(cases))
+        self.assertTrue(self.server.wait_for_log(r"request - /tokenize 400"))
+
+    def test_json_whatever_the_content_type(self):
+        # curl -d sends application/x-www-form-urlencoded; a 20 KB JSON body must still be read as JSON.
+        body = chat_body("Repeat: " + "word " * 4000)
+        code, _, j = raw(self.server.url, "POST", "/v1/chat/completions", body,
+                         {"Content-Type": "application/x-www-form-urlencoded"})
+        self.assertEqual(code, 200, j)
+        self.assertGreater(j["usage"]["prompt_tokens"], 4000)
+
+    # --- limits ---------------------------------------------------------------
+
+    def test_chunked_body_over_the_limit_is_413(self):
+        host, port = host_port(self.server.url)
+        s = socket.create_connection((host, port), timeout=30)
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Transfer-Encoding: chunked\r\n\r\n")
+        piece = b"x" * (1 << 20)
+        got = b""
+        try:
+            for _ in range(64):  # up to 64 MiB; the server must stop it after 8
+                s.sendall(b"%x\r\n" % len(piece) + piece + b"\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        try:
+            while True:
+                b = s.recv(65536)
+                if not b:
+                    break
+                got += b
+        except ConnectionResetError:
+            pass
+        s.close()
+        self.assertEqual(status_of(got), 413, got[:200])
+        self.assertIn(b"larger than 8388608 bytes", got)
+
+    def test_header_and_length_errors(self):
+        big = exchange(self.server.url, b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 100_000 + b"\r\n\r\n")
+        self.assertEqual(status_of(big), 431, big[:200])
+        neg = exchange(self.server.url, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n")
+        self.assertEqual(status_of(neg), 400, neg[:200])
+        self.assertIn(b'"error"', neg)
+
+    def test_http10_stream_is_not_chunked(self):
+        body = json.dumps({"model": MODEL_ID, "prompt": "1, 2, 3,", "max_tokens": 4, "stream": True,
+                           "temperature": 0}).encode()
+        out = exchange(self.server.url, b"POST /v1/completions HTTP/1.0\r\nContent-Type: application/json\r\n"
+                       b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        head, _, rest = out.partition(b"\r\n\r\n")
+        self.assertTrue(head.startswith(b"HTTP/1.0 200"), head)
+        self.assertNotIn(b"chunked", head.lower())
+        self.assertTrue(rest.startswith(b"data: {"), rest[:80])
+        self.assertTrue(rest.endswith(b"data: [DONE]\n\n"), rest[-80:])
+
+    def test_whole_streams_are_logged_200(self):
+        client = openai.OpenAI(base_url=self.server.url + "/v1", api_key="unused", max_retries=0)
+        labels = ('route="/v1/chat/completions"', 'code="499"')
+        before = metric(self.server.url, "chunkserve:http_responses_total", *labels)
+        ok = metric(self.server.url, "chunkserve:http_responses_total", 'route="/v1/chat/completions"', 'code="200"')
+        for _ in range(8):
+            text = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
+                model=MODEL_ID, messages=[{"role": "user", "content": "Count to three."}], max_tokens=8,
+                temperature=0, stream=True))
+            self.assertTrue(text)
+        self.assertEqual(metric(self.server.url, "chunkserve:http_responses_total", *labels) - before, 0)
+        self.assertEqual(metric(self.server.url, "chunkserve:http_responses_total", 'route="/v1/chat/completions"',
+                                'code="200"') - ok, 8)
+
+    # --- connections -----------------------------------------------------------
+
+    def test_idle_connection_still_answers(self):
+        conn = http.client.HTTPConnection(*host_port(self.server.url), timeout=30)
+        conn.connect()
+        time.sleep(3)  # longer than the old 2 s idle close
+        conn.request("GET", "/health")
+        self.assertEqual(conn.getresponse().status, 200)
+        conn.close()
+
+    def test_many_requests_on_one_connection(self):
+        conn = http.client.HTTPConnection(*host_port(self.server.url), timeout=30)
+        for _ in range(20):  # beyond the old keep-alive maximum of 5
+            conn.request("GET", "/health")
+            r = conn.getresponse()
+            r.read()
+            self.assertEqual(r.status, 200)
+            self.assertNotEqual(r.getheader("Connection"), "close")
+        conn.close()
+
+    def test_hundred_simultaneous_connects_all_answered(self):
+        n = 100
+        start = threading.Barrier(n)
+        results = [None] * n
+
+        def one(i):
+            start.wait()
+            try:
+                results[i] = status_of(exchange(self.server.url, b"GET /health HTTP/1.1\r\nHost: x\r\n"
+                                                 b"Connection: close\r\n\r\n"))
+            except OSError as e:
+                results[i] = repr(e)
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        self.assertEqual(results, [200] * n)
+
+    def test_slow_headers_do_not_starve_others(self):
+        # 200 clients send their headers one byte every 100 ms (slowloris);
+        # an ordinary chat is answered while all of them are still connected.
+        n = 200
+        stop = threading.Event()
+        socks = []
+        for _ in range(n):
+            s = socket.create_connection(host_port(self.server.url), timeout=30)
+            s.sendall(b"G")
+            socks.append(s)
+
+        def drip():
+            for _ in range(60):  # at most 6 s
+                if stop.wait(0.1):
+                    return
+                for s in socks:
+                    try:
+                        s.sendall(b"E")
+                    except OSError:
+                        pass
+
+        t = threading.Thread(target=drip)
+        t.start()
+        try:
+            began = time.time()
+            code, _, j = raw(self.server.url, "POST", "/v1/chat/completions", chat_body("Hi"))
+            took = time.time() - began
+            self.assertEqual(code, 200, j)
+            self.assertTrue(t.is_alive(), "the slow clients were done before the chat was answered")
+            print(f"\nchat answered in {took:.3f} s beside {n} slow-header clients", file=sys.stderr)
+        finally:
+            stop.set()
+            t.join()
+            for s in socks:
+                s.close()
+
+    def test_slow_headers_are_cut_at_the_deadline(self):
+        s = socket.create_connection(host_port(self.server.url), timeout=30)
+        s.sendall(b"GET /health HTTP/1.1\r\n")
+        got = b""
+        for _ in range(150):  # 15 s at most; the header deadline is 10 s
+            try:
+                s.sendall(b"X")
+            except OSError:
+                break
+            s.settimeout(0.1)
+            try:
+                b = s.recv(4096)
+                if not b:
+                    break
+                got += b
+            except socket.timeout:
+                pass
+            except ConnectionResetError:
+                break
+        s.close()
+        self.assertEqual(status_of(got), 408, got[:200])
+        self.assertIn(b"did not arrive within 10000 ms", got)
+
+    def test_abandoned_answer_is_cancelled(self):
+        before = metric(self.server.url, "chunkserve:requests_cancelled_total")
+        s = socket.create_connection(host_port(self.server.url), timeout=30)
+        body = json.dumps({"model": MODEL_ID, "prompt": "1, 2, 3, 4,", "max_tokens": 4000,
+                           "temperature": 0}).encode()  # not streamed: counts on until cancelled
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        time.sleep(0.5)
+        s.close()
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            if metric(self.server.url, "chunkserve:requests_cancelled_total") > before and \
+                    metric(self.server.url, "chunkserve:num_requests_running") == 0:
+                break
+            time.sleep(0.1)
+        self.assertEqual(metric(self.server.url, "chunkserve:requests_cancelled_total") - before, 1)
+        self.assertTrue(self.server.wait_for_log(r"/v1/completions 499 .*finish=cancelled"))
+
+
+class Options(unittest.TestCase):
+    def test_pml_src_dir_allows_files_below_it_only(self):
+        with tempfile.TemporaryDirectory() as d:
+            allowed = os.path.join(d, "allowed")
+            os.mkdir(allowed)
+            with open(os.path.join(allowed, "rules.txt"), "w") as f:
+                f.write("Always answer in French.")
+            with open(os.path.join(d, "secret.txt"), "w") as f:
+                f.write("secret")
+            os.symlink(os.path.join(d, "secret.txt"), os.path.join(allowed, "link.txt"))
+            saved = os.path.join(d, "saved")
+            s = Server(BINARY, MODEL, "--pml-src-dir", allowed, "--schema-dir", saved)
+            try:
+                code, _, j = raw(s.url, "POST", "/v1/schemas",
+                                 '<schema name="ok"><module name="m" src="rules.txt"/></schema>')
+                self.assertEqual(code, 200, j)
+                for src, why in [("../secret.txt", "'..'"), ("link.txt", "symbolic links"),
+                                 (os.path.join(d, "secret.txt"), "relative path")]:
+                    code, _, j = raw(s.url, "POST", "/v1/schemas",
+                                     f'<schema name="no"><module name="m" src="{src}"/></schema>')
+                    self.assertEqual(code, 400, j)
+                    self.assertIn(why, j["error"]["message"])
+                # The saved copy is the owner's only.
+                for name in ["manifest.json", "chunks.bin"]:
+                    mode = stat.S_IMODE(os.stat(os.path.join(saved, "ok", name)).st_mode)
+                    self.assertEqual(mode, 0o600, name)
+            finally:
+                self.assertEqual(s.stop(), 0)
+
+    def test_interrupted_save_is_removed_at_start(self):
+        with tempfile.TemporaryDirectory() as d:
+            stale = os.path.join(d, ".s.saving-999999999")
+            os.mkdir(stale)
+            with open(os.path.join(stale, "chunks.bin"), "wb") as f:
+                f.write(b"\0" * 100)
+            s = Server(BINARY, MODEL, "--schema-dir", d)
+            try:
+                self.assertFalse(os.path.exists(stale))
+                self.assertTrue(s.wait_for_log(r"removed .*\.s\.saving-999999999: an interrupted save"))
+            finally:
+                self.assertEqual(s.stop(), 0)
+
+    def test_prompt_beside_pinned_schema_is_refused_with_numbers(self):
+        words = " ".join(f"word{i}" for i in range(320))  # about 1175 tokens: 21 pinned chunks
+        s = Server(BINARY, MODEL, "--kv-memory", "48M", "--ctx", "2048", "--max-batch", "1")
+        try:
+            code, _, j = raw(s.url, "POST", "/v1/schemas", f'<schema name="mid"><system>{words}</system></schema>')
+            self.assertEqual(code, 200, j)
+            for stream in (False, True):
+                code, _, j = raw(s.url, "POST", "/v1/chat/completions", json.dumps(
+                    {"model": MODEL_ID, "pml": '<prompt schema="mid"><user>Hi</user></prompt>',
+                     "prompt_cache": False, "max_tokens": 4, "stream": stream}))
+                self.assertEqual(code, 400, j)
+                self.assertIn("of which Prompt Cache schemas pin 21, leaving 13", j["error"]["message"])
+            # The cached prompt reads the pinned chunks and fits.
+            code, _, j = raw(s.url, "POST", "/v1/chat/completions", json.dumps(
+                {"model": MODEL_ID, "pml": '<prompt schema="mid"><user>Hi</user></prompt>', "max_tokens": 4}))
+            self.assertEqual(code, 200, j)
+            self.assertGreater(j["usage"]["completion_tokens"], 0)
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+    def test_api_key_from_the_environment(self):
+        s = Server(BINARY, MODEL, env={"CHUNKSERVE_API_KEY": "k3y"})
+        try:
+            self.assertEqual(raw(s.url, "GET", "/v1/models")[0], 401)
+            self.assertEqual(raw(s.url, "GET", "/v1/models", headers={"Authorization": "Bearer k3y"})[0], 200)
+            self.assertEqual(raw(s.url, "GET", "/v1/models", headers={"Authorization": "Bearer k3"})[0], 401)
+            with open(f"/proc/{s.proc.pid}/cmdline", "rb") as f:
+                self.assertNotIn(b"k3y", f.read())
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+    def test_tree_text_only_when_allowed(self):
+        s = Server(BINARY, MODEL, "--tree-text")
+        try:
+            client = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0)
+            client.chat.completions.create(model=MODEL_ID, messages=[{"role": "user", "content": "Say hi."}],
+                                           max_tokens=2)
+            code, _, j = raw(s.url, "GET", "/v1/kv/tree?text=8")
+            self.assertEqual(code, 200, j)
+            self.assertTrue(j["text_shown"])
+            self.assertTrue(any(n["text"] for n in j["nodes"]), j)
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+
+if __name__ == "__main__":
+    BINARY, MODEL = sys.argv[1], sys.argv[2]
+    unittest.main(argv=[sys.argv[0], "-v"])
