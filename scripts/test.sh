@@ -22,8 +22,10 @@ if [ "${1:-}" = "--sanitize" ]; then
   cd "$tsan"
   export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
   ctest --output-on-failure -L threads
-  CHUNKSERVE_SERVER_ARGS="--threads 1" python3 "$root/tests/server/test_api.py" "$tsan/chunkserve" \
-    "$root/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+  for t in test_api test_hardening; do
+    CHUNKSERVE_SERVER_ARGS="--threads 1" python3 "$root/tests/server/$t.py" "$tsan/chunkserve" \
+      "$root/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+  done
   unset TSAN_OPTIONS
   "$root/scripts/fuzz.sh" 60
 else

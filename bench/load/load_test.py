@@ -15,6 +15,8 @@ hit ratio (cached / prompt tokens from usage), as one JSON line at the end.
   bench/load/load_test.py --server llama --requests 96   # starts llama-server (bench/peers)
   bench/load/load_test.py --url http://127.0.0.1:8080 --model NAME
   bench/load/load_test.py --server chunkserve --poll-tree  # with the web console's polling
+  bench/load/load_test.py --server chunkserve --openai-client --requests 64 --clients 32 --disconnect 0
+      # through the official openai client: one client, its pooled keep-alive connections shared by all threads
 """
 import argparse
 import http.client
@@ -151,6 +153,42 @@ def stream_one(host, port, payload, disconnect_after, timeout):
     return out
 
 
+def stream_openai(client, payload, disconnect_after):
+    """stream_one through the official client (its pooled connections); the same result dict."""
+    out = {"status": None, "text": "", "ttft": None, "usage": None, "finish": None, "problems": [],
+           "disconnected": False}
+    t0 = time.time()
+    p = json.loads(payload)
+    try:
+        stream = client.chat.completions.create(**p)
+        out["status"] = 200
+        events = 0
+        for chunk in stream:
+            if chunk.usage:
+                out["usage"] = chunk.usage.model_dump()
+            for c in chunk.choices:
+                piece = c.delta.content or ""
+                if piece and out["ttft"] is None:
+                    out["ttft"] = time.time() - t0
+                out["text"] += piece
+                if c.finish_reason:
+                    if out["finish"]:
+                        out["problems"].append("two finish reasons")
+                    out["finish"] = c.finish_reason
+            events += 1
+            if disconnect_after is not None and events >= disconnect_after:
+                out["disconnected"] = True
+                stream.close()
+                return out
+        if out["finish"] is None:
+            out["problems"].append("no finish_reason")
+        if out["usage"] is None:
+            out["problems"].append("no usage chunk")
+    except Exception as e:  # a lost request (APIConnectionError, ...)
+        out["problems"].append(f"{type(e).__name__}: {e}")
+    return out
+
+
 def plain_one(host, port, payload, timeout):
     conn = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
@@ -179,6 +217,8 @@ def main():
     ap.add_argument("--poll-tree", action="store_true",
                     help="also poll GET /v1/kv/tree once a second, as the web console does")
     ap.add_argument("--no-verify", action="store_true", help="skip the non-streamed comparison")
+    ap.add_argument("--openai-client", action="store_true",
+                    help="stream through one official openai client (pooled keep-alive connections, no retries)")
     a = ap.parse_args()
 
     proc = None
@@ -194,6 +234,13 @@ def main():
         sys.exit("loopback only")
     sys_prompt = system_prompt()
     timeout = 600
+    oai = None
+    if a.openai_client:
+        import httpx
+        import openai
+        oai = openai.OpenAI(base_url=f"http://{host}:{port}/v1", api_key="unused", max_retries=0, timeout=timeout,
+                            http_client=httpx.Client(limits=httpx.Limits(max_connections=a.clients,
+                                                                         max_keepalive_connections=a.clients)))
     try:
         # Warm-up: one request, then the RSS baseline.
         stream_one(host, port, body(model, sys_prompt, -1, True, a.max_tokens), None, timeout)
@@ -212,7 +259,8 @@ def main():
                         return
                     i, cut = plan[nxt[0]]
                     nxt[0] += 1
-                results[i] = stream_one(host, port, body(model, sys_prompt, i, True, a.max_tokens), cut, timeout)
+                payload = body(model, sys_prompt, i, True, a.max_tokens)
+                results[i] = stream_openai(oai, payload, cut) if oai else stream_one(host, port, payload, cut, timeout)
                 done = sum(r is not None for r in results)
                 if done % 25 == 0:
                     print(f"\r{done}/{a.requests} done, {time.time() - start:.0f} s", end="", file=sys.stderr)
@@ -225,7 +273,7 @@ def main():
             while loading[0]:
                 t0 = time.time()
                 conn = http.client.HTTPConnection(host, port, timeout=timeout)
-                conn.request("GET", "/v1/kv/tree?max_nodes=256&text=24")
+                conn.request("GET", "/v1/kv/tree?max_nodes=256")
                 r = conn.getresponse()
                 nodes = len(json.loads(r.read())["nodes"]) if r.status == 200 else -1
                 conn.close()
@@ -270,7 +318,7 @@ def main():
                 t.join()
             mismatched = [i for i in idx if answers.get(i) != results[i]["text"]]
         report = {
-            "server": a.server or a.url, "clients": a.clients, "requests": len(ran), "completed": len(completed),
+            "server": a.server or a.url, "client": "openai" if oai else "http.client", "clients": a.clients, "requests": len(ran), "completed": len(completed),
             "disconnected": len(ran) - len(completed), "lost": len(lost), "mismatched": len(mismatched),
             "wall_s": round(wall, 2), "requests_per_s": round(len(ran) / wall, 3),
             "ttft_p50_s": round(statistics.median(ttfts), 3) if ttfts else None,
