@@ -185,7 +185,7 @@ def stream_openai(client, payload, disconnect_after):
         if out["usage"] is None:
             out["problems"].append("no usage chunk")
     except Exception as e:  # a lost request (APIConnectionError, ...)
-        out["problems"].append(f"{type(e).__name__}: {e}")
+        out["problems"].append(f"{type(e).__name__}: {e} ({e.__cause__!r})")
     return out
 
 
@@ -234,14 +234,11 @@ def main():
         sys.exit("loopback only")
     sys_prompt = system_prompt()
     timeout = 600
-    oai = None
-    if a.openai_client:
-        import httpx
-        import openai
-        oai = openai.OpenAI(base_url=f"http://{host}:{port}/v1", api_key="unused", max_retries=0, timeout=timeout,
-                            http_client=httpx.Client(limits=httpx.Limits(max_connections=a.clients,
-                                                                         max_keepalive_connections=a.clients)))
     try:
+        oai = None
+        if a.openai_client:
+            import openai  # its default pool keeps up to 100 keep-alive connections
+            oai = openai.OpenAI(base_url=f"http://{host}:{port}/v1", api_key="unused", max_retries=0, timeout=timeout)
         # Warm-up: one request, then the RSS baseline.
         stream_one(host, port, body(model, sys_prompt, -1, True, a.max_tokens), None, timeout)
         rss_warm = rss_kib(proc.pid) if proc else None

@@ -26,13 +26,12 @@ void validate_request(const Request& r, const RequestLimits& lim) {
     throw RequestError("the prompt has " + std::to_string(r.prompt.size()) + " tokens, more than fits the context of " +
                            std::to_string(lim.n_ctx),
                        "prompt");
-  // Chunks of its own: tokens in cached spans are read from pinned chunks.
-  int need = 1;
-  for (int at = 0, i = 0; at < int(r.prompt.size()); ++i) {
-    const int end = i < int(r.cached.size()) ? r.cached[size_t(i)].begin : int(r.prompt.size());
-    need += (end - at + lim.chunk_size - 1) / lim.chunk_size;
-    at = i < int(r.cached.size()) ? r.cached[size_t(i)].end : end;
-  }
+  // Chunks of its own at the least (tokens in cached spans are read from
+  // pinned chunks): its tokens and the first one it samples. A lower bound,
+  // so no request that could run is refused.
+  int own = int(r.prompt.size());
+  for (const CachedSpan& s : r.cached) own -= s.end - s.begin;
+  const int need = own / lim.chunk_size + 1;
   const int room = lim.pool_chunks - lim.pinned_chunks;
   if (need > room) {
     std::string msg = "the prompt has " + std::to_string(r.prompt.size()) + " tokens and needs " +
