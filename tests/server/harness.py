@@ -1,4 +1,6 @@
 """Starts `chunkserve serve` on a free loopback port for a test and stops it."""
+import http.client
+import json
 import os
 import re
 import signal
@@ -64,3 +66,18 @@ class Server:
                 return True
             time.sleep(0.05)
         return False
+
+
+def raw(url, method, path, body=None, headers=None):
+    """(status, headers, parsed JSON or text) of one HTTP request (JSON content type unless headers say)."""
+    host, port = url.replace("http://", "").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=300)  # ThreadSanitizer's build is slow
+    data = body.encode() if isinstance(body, str) else body
+    conn.request(method, path, body=data, headers={"Content-Type": "application/json", **(headers or {})})
+    r = conn.getresponse()
+    text = r.read().decode()
+    conn.close()
+    try:
+        return r.status, dict(r.getheaders()), json.loads(text)
+    except ValueError:
+        return r.status, dict(r.getheaders()), text

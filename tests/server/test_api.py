@@ -16,28 +16,13 @@ import unittest
 
 import openai
 
-from harness import Server
+from harness import Server, raw
 
 BINARY = MODEL = None
 MODEL_ID = "SmolLM2-135M-Instruct.Q4_1"
 SYSTEM = ("You are a careful assistant for a bookstore. Answer in one short sentence. The store opens at nine, "
           "closes at six, sells new and used books, orders any title within three days, and offers a ten percent "
           "discount to students and teachers. Gift cards never expire. Returns are accepted within thirty days.")
-
-
-def raw(url, method, path, body=None, headers=None):
-    """(status, headers, parsed JSON or text) of one HTTP request."""
-    host, port = url.replace("http://", "").split(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=120)
-    data = body if isinstance(body, (bytes, type(None))) else body.encode()
-    conn.request(method, path, body=data, headers={"Content-Type": "application/json", **(headers or {})})
-    r = conn.getresponse()
-    text = r.read().decode()
-    conn.close()
-    try:
-        return r.status, dict(r.getheaders()), json.loads(text)
-    except ValueError:
-        return r.status, dict(r.getheaders()), text
 
 
 def read_text(path):

@@ -19,7 +19,7 @@ import unittest
 
 import openai
 
-from harness import Server
+from harness import Server, raw
 
 BINARY = MODEL = None
 MODEL_ID = "SmolLM2-135M-Instruct.Q4_1"
@@ -28,19 +28,6 @@ MODEL_ID = "SmolLM2-135M-Instruct.Q4_1"
 def host_port(url):
     host, port = url.replace("http://", "").split(":")
     return host, int(port)
-
-
-def raw(url, method, path, body=None, headers=None):
-    conn = http.client.HTTPConnection(*host_port(url), timeout=300)  # ThreadSanitizer's build is slow
-    data = body.encode() if isinstance(body, str) else body
-    conn.request(method, path, body=data, headers={"Content-Type": "application/json", **(headers or {})})
-    r = conn.getresponse()
-    text = r.read().decode()
-    conn.close()
-    try:
-        return r.status, dict(r.getheaders()), json.loads(text)
-    except ValueError:
-        return r.status, dict(r.getheaders()), text
 
 
 def exchange(url, request, timeout=30):
