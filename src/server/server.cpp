@@ -293,7 +293,10 @@ void Server::Impl::stream(ApiRequest& ar, RequestHandle& h, HttpResponse& res, H
     }
     o.result = h.wait();
     if (ar.include_usage) write(out.usage_chunk(*o.result));
-    ok = write(ApiResponder::done()) && ex.end();
+    // [DONE] delivered is a whole stream: a client that closes at once may
+    // beat the chunked terminator, and that is no 499.
+    ok = write(ApiResponder::done());
+    if (ok) ex.end();
     break;
   }
   if (!ok) {
