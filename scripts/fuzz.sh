@@ -19,8 +19,8 @@ text=(src/model/tokenizer.cpp src/model/regex.cpp)
 declare -A sources=(
   [gguf]="${common[*]}"
   [tokenizer]="${common[*]} ${text[*]}"
-  [request]="${common[*]} ${text[*]} src/model/chat_template.cpp src/server/api_request.cpp src/engine/validate.cpp src/pml/parse.cpp"
-  [pml]="src/pml/parse.cpp src/pml/layout.cpp src/pml/assemble.cpp"
+  [request]="${common[*]} ${text[*]} src/model/chat_template.cpp src/server/api_request.cpp src/engine/validate.cpp src/pml/parse.cpp src/pml/src_files.cpp"
+  [pml]="src/pml/parse.cpp src/pml/src_files.cpp src/pml/layout.cpp src/pml/assemble.cpp"
 )
 for t in "${targets[@]}"; do
   bin="$out/fuzz_$t"

@@ -36,7 +36,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // What the parser accepts is well-formed for the engine's checks.
     if (r.engine.prompt.empty() || int(r.engine.prompt.size()) >= lim.n_ctx) std::abort();
     if (r.engine.n < 1 || r.engine.n > lim.max_n || r.engine.max_tokens < 0) std::abort();
-    cs::validate_request(r.engine, {tok.vocab_size(), lim.n_ctx, 64, 16, 1 << 24, lim.max_n});
+    cs::validate_request(r.engine, {tok.vocab_size(), lim.n_ctx, 64, 16, 0, 1 << 24, lim.max_n});
   } catch (const cs::ApiError&) {
   } catch (const cs::RequestError&) {
   } catch (const cs::pml::PmlError&) {
