@@ -6,31 +6,12 @@
 #include <cerrno>
 #include <cstring>
 
+#include "base/fd.h"
 #include "pml/pml.h"
 
 namespace cs::pml {
 
 namespace {
-
-// Closes a descriptor on every path out.
-class Fd {
- public:
-  explicit Fd(int fd = -1) : fd_(fd) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  Fd(Fd&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
-  Fd& operator=(Fd&& o) noexcept {
-    std::swap(fd_, o.fd_);
-    return *this;
-  }
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 std::string quoted(const std::string& path) { return "src=\"" + path + "\""; }
 

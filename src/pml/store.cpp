@@ -12,6 +12,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "base/fd.h"
 #include "base/parse_int.h"
 #include "base/sha256.h"
 
@@ -42,20 +43,17 @@ std::string read_text(const fs::path& p) {
 
 // Owner-only (0600): a saved schema holds prompt text and its K/V.
 void write_file(const fs::path& p, const void* data, size_t n) {
-  const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) throw Error(p.string() + ": cannot write (" + std::strerror(errno) + ")");
+  Fd fd(::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  const auto fail = [&] { return Error(p.string() + ": cannot write (" + std::strerror(errno) + ")"); };
+  if (fd.get() < 0) throw fail();
   const char* at = static_cast<const char*>(data);
   while (n > 0) {
-    const ssize_t w = ::write(fd, at, n);
+    const ssize_t w = ::write(fd.get(), at, n);
     if (w < 0 && errno == EINTR) continue;
-    if (w < 0) {
-      const int err = errno;
-      ::close(fd);
-      throw Error(p.string() + ": cannot write (" + std::strerror(err) + ")");
-    }
+    if (w < 0) throw fail();
     at += w, n -= size_t(w);
   }
-  if (::close(fd) != 0) throw Error(p.string() + ": cannot write (" + std::strerror(errno) + ")");
+  if (!fd.close()) throw fail();
 }
 
 }  // namespace
