@@ -193,11 +193,17 @@ std::vector<int32_t> Tokenizer::encode(std::span<const TextPart> parts, bool add
   if (add_bos && spec_.add_bos && spec_.bos >= 0) out.push_back(spec_.bos);
   // Split out special tokens (control ones only inside special parts;
   // user-defined tokens always), longest match first; tokenize the text
-  // between them as one run.
-  std::string run;
+  // between them as one run (joined only when it spans parts).
+  std::vector<std::string_view> run;
   bool at_start = true;
   auto flush = [&] {
-    if (!run.empty()) encode_text(run, at_start, out);
+    std::erase_if(run, [](std::string_view v) { return v.empty(); });
+    if (run.size() == 1) encode_text(run[0], at_start, out);
+    if (run.size() > 1) {
+      std::string joined;
+      for (std::string_view v : run) joined += v;
+      encode_text(joined, at_start, out);
+    }
     run.clear();
   };
   for (const TextPart& part : parts) {
@@ -217,14 +223,14 @@ std::vector<int32_t> Tokenizer::encode(std::span<const TextPart> parts, bool add
         ++i;
         continue;
       }
-      run.append(text.substr(start, i - start));
+      run.push_back(text.substr(start, i - start));
       flush();
       out.push_back(hit);
       at_start = false;
       i += spec_.tokens[hit].size();
       start = i;
     }
-    run.append(text.substr(start));
+    run.push_back(text.substr(start));
   }
   flush();
   return out;

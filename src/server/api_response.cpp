@@ -92,8 +92,8 @@ std::string ApiResponder::response(const Result& r) const {
 std::string ApiResponder::chunk(const StreamEvent& ev) {
   if (ev.kind == StreamEvent::Kind::kToken && ev.end_of_generation) return {};
   const bool fin = ev.kind == StreamEvent::Kind::kFinish;
-  if (fin && ev.reason == FinishReason::kError) return error_chunk({500, ev.message, "server_error", "", ""});
-  if (fin && ev.reason == FinishReason::kNoRoom) return error_chunk(no_room_error(ev.message));
+  if (fin)
+    if (auto e = failure(ev.reason, ev.message)) return error_chunk(*e);
   const bool has_lp = req_.logprobs && !fin && ev.token >= 0;
   if (!fin && ev.text.empty() && !has_lp) return {};
   json choice = {{"index", ev.index}, {"finish_reason", fin ? json(api_finish_reason(ev.reason)) : json(nullptr)}};
@@ -133,8 +133,10 @@ std::string ApiResponder::usage_chunk(const Result& r) const {
   return "data: " + dump(j) + "\n\n";
 }
 
-ApiError no_room_error(const std::string& message) {
-  return {400, message, "invalid_request_error", "prompt", "kv_memory_full"};
+std::optional<ApiError> failure(FinishReason r, const std::string& message) {
+  if (r == FinishReason::kError) return ApiError{500, message, "server_error", "", ""};
+  if (r == FinishReason::kNoRoom) return ApiError{400, message, "invalid_request_error", "prompt", "kv_memory_full"};
+  return std::nullopt;
 }
 
 std::string ApiResponder::error_chunk(const ApiError& e) { return "data: " + error_json(e) + "\n\n"; }

@@ -7,6 +7,8 @@
 
 #include "engine/request.h"
 #include "model/tokenizer.h"
+#include <optional>
+
 #include "server/api_request.h"
 
 namespace cs {
@@ -34,8 +36,9 @@ class ApiResponder {
   std::vector<bool> started_;  // per choice: the assistant role was sent (chat)
 };
 
-// A completion that ended kNoRoom (no text: the KV memory filled first).
-ApiError no_room_error(const std::string& message);
+// The error a completion's end is, if it is one: kError a 500, kNoRoom (no
+// text: the KV memory filled first) a 400 naming the numbers.
+std::optional<ApiError> failure(FinishReason r, const std::string& message);
 
 // OpenAI's finish_reason for ours ("stop", "length"; a cancelled completion
 // was cut short: "length").

@@ -26,12 +26,6 @@ using Headers = std::vector<std::pair<std::string, std::string>>;
 
 namespace {
 
-bool iequal(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
-         });
-}
-
 int hex_digit(char c) {
   if (c >= '0' && c <= '9') return c - '0';
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -83,6 +77,15 @@ std::string head(int version, int status, const Headers& headers) {
   return out + "\r\n";
 }
 
+// A whole (not streamed) response's bytes.
+std::string whole(int version, const HttpResponse& r, bool keep_alive) {
+  Headers h = r.headers;
+  h.emplace_back("Content-Type", r.content_type);
+  h.emplace_back("Content-Length", std::to_string(r.body.size()));
+  h.emplace_back("Connection", keep_alive ? "keep-alive" : "close");
+  return head(version, r.status, h) + r.body;
+}
+
 struct Route {
   std::string method, path;
   bool prefix = false;
@@ -93,7 +96,7 @@ struct Route {
 
 std::string HttpRequest::header(std::string_view name) const {
   for (const auto& [k, v] : headers)
-    if (iequal(k, name)) return v;
+    if (beast::iequals(k, beast::string_view(name.data(), name.size()))) return v;
   return "";
 }
 
@@ -111,6 +114,7 @@ struct HttpServer::Impl {
   void accept();
   void dispatch(std::shared_ptr<Connection> c, HttpRequest req);
   void handle(Connection& c, HttpRequest& req);
+  void close_connections(bool idle_only);
   void worker();
   HttpResponse error(const HttpRequest* req, int status, const std::string& message) {
     if (on_error) return on_error(req, status, message);
@@ -134,7 +138,7 @@ struct HttpServer::Impl {
   // State below is protected by `mu`: the workers' queue, the workers and the work guard.
   std::mutex mu;
   std::condition_variable cv;
-  std::deque<std::function<void()>> jobs;
+  std::deque<std::pair<std::shared_ptr<Connection>, HttpRequest>> jobs;
   bool stopping = false;
 
   std::vector<std::thread> workers;
@@ -180,16 +184,8 @@ class Connection : public HttpExchange, public std::enable_shared_from_this<Conn
   // After the handler (worker thread): the response, unless it was streamed;
   // then the next request or the close, on the I/O thread.
   void finish(const HttpResponse& res) {
-    bool reuse = keep_alive_;
-    if (!streamed_) {
-      Headers h = res.headers;
-      h.emplace_back("Content-Type", res.content_type);
-      h.emplace_back("Content-Length", std::to_string(res.body.size()));
-      h.emplace_back("Connection", keep_alive_ ? "keep-alive" : "close");
-      reuse = send(head(version_, res.status, h) + res.body) && reuse;
-    } else {
-      reuse = reuse && ended_ && version_ != 10;
-    }
+    const bool reuse = streamed_ ? keep_alive_ && ended_ && version_ != 10
+                                 : send(whole(version_, res, keep_alive_)) && keep_alive_;
     asio::post(stream_.get_executor(), [self = shared_from_this(), reuse] { self->next(reuse); });
   }
 
@@ -224,16 +220,15 @@ class Connection : public HttpExchange, public std::enable_shared_from_this<Conn
     arm(srv_.opt.header_timeout);
     http::async_read_header(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
       self->deadline_.cancel();
-      if (ec) return self->fail(ec, "headers");
+      if (ec) return self->fail(ec, "headers", self->srv_.opt.header_timeout);
       self->on_header();
     });
   }
 
   void on_header() {
     auto& m = parser_->get();
-    if (const auto n = parser_->content_length(); n && *n > srv_.opt.body_limit)
-      return reject(413, "the body is larger than " + std::to_string(srv_.opt.body_limit) + " bytes");
-    if (iequal(std::string(m[http::field::expect]), "100-continue") && m.version() == 11) {
+    if (const auto n = parser_->content_length(); n && *n > srv_.opt.body_limit) return reject_large_body();
+    if (beast::iequals(m[http::field::expect], "100-continue") && m.version() == 11) {
       auto cont = std::make_shared<std::string>("HTTP/1.1 100 Continue\r\n\r\n");
       stream_.expires_after(srv_.opt.write_timeout);
       asio::async_write(stream_, asio::buffer(*cont), [self = shared_from_this(), cont](beast::error_code ec, size_t) {
@@ -249,7 +244,7 @@ class Connection : public HttpExchange, public std::enable_shared_from_this<Conn
     arm(srv_.opt.body_timeout);
     http::async_read(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
       self->deadline_.cancel();
-      if (ec) return self->fail(ec, "body");
+      if (ec) return self->fail(ec, "body", self->srv_.opt.body_timeout);
       auto msg = self->parser_->release();
       HttpRequest req;
       req.method = std::string(msg.method_string());
@@ -262,30 +257,26 @@ class Connection : public HttpExchange, public std::enable_shared_from_this<Conn
     });
   }
 
-  void fail(beast::error_code ec, const char* part) {
+  void fail(beast::error_code ec, const char* part, std::chrono::milliseconds deadline) {
     if (ec == http::error::header_limit)
       return reject(431, "the request's headers are larger than " + std::to_string(srv_.opt.header_limit) + " bytes");
-    if (ec == http::error::body_limit)
-      return reject(413, "the body is larger than " + std::to_string(srv_.opt.body_limit) + " bytes");
-    if (timed_out_) {
-      const auto limit = std::string(part) == "headers" ? srv_.opt.header_timeout : srv_.opt.body_timeout;
+    if (ec == http::error::body_limit) return reject_large_body();
+    if (timed_out_)
       return reject(408, std::string("the request's ") + part + " did not arrive within " +
-                             std::to_string(limit.count()) + " ms");
-    }
+                             std::to_string(deadline.count()) + " ms");
     const bool http_error = ec.category() == http::make_error_code(http::error::bad_method).category();
     if (http_error && ec != http::error::end_of_stream && ec != http::error::partial_message)
       return reject(400, "malformed HTTP request: " + ec.message());
     close();  // the client closed or the connection broke
   }
 
+  void reject_large_body() {
+    reject(413, "the body is larger than " + std::to_string(srv_.opt.body_limit) + " bytes");
+  }
+
   // A request refused before it was read whole: answer and close.
   void reject(int status, const std::string& message) {
-    const HttpResponse r = srv_.error(nullptr, status, message);
-    Headers h = r.headers;
-    h.emplace_back("Content-Type", r.content_type);
-    h.emplace_back("Content-Length", std::to_string(r.body.size()));
-    h.emplace_back("Connection", "close");
-    auto bytes = std::make_shared<std::string>(head(11, r.status, h) + r.body);
+    auto bytes = std::make_shared<std::string>(whole(11, srv_.error(nullptr, status, message), false));
     stream_.expires_after(srv_.opt.write_timeout);
     asio::async_write(stream_, asio::buffer(*bytes), [self = shared_from_this(), bytes](beast::error_code ec, size_t) {
       if (ec) return self->close();
@@ -396,8 +387,15 @@ void HttpServer::Impl::accept() {
 
 void HttpServer::Impl::dispatch(std::shared_ptr<Connection> c, HttpRequest req) {
   std::lock_guard lock(mu);
-  jobs.push_back([c, r = std::make_shared<HttpRequest>(std::move(req)), this] { handle(*c, *r); });
+  jobs.emplace_back(std::move(c), std::move(req));
   cv.notify_one();
+}
+
+void HttpServer::Impl::close_connections(bool idle_only) {
+  std::vector<std::shared_ptr<Connection>> closing;  // close() edits the map
+  for (auto& [p, w] : connections)
+    if (auto c = w.lock(); c && !(idle_only && c->in_handler())) closing.push_back(std::move(c));
+  for (auto& c : closing) c->close();
 }
 
 void HttpServer::Impl::handle(Connection& c, HttpRequest& req) {
@@ -433,7 +431,7 @@ void HttpServer::Impl::handle(Connection& c, HttpRequest& req) {
 
 void HttpServer::Impl::worker() {
   for (;;) {
-    std::function<void()> job;
+    std::pair<std::shared_ptr<Connection>, HttpRequest> job;
     {
       std::unique_lock lock(mu);
       cv.wait(lock, [&] { return stopping || !jobs.empty(); });
@@ -441,7 +439,7 @@ void HttpServer::Impl::worker() {
       job = std::move(jobs.front());
       jobs.pop_front();
     }
-    job();
+    handle(*job.first, job.second);
   }
 }
 
@@ -496,10 +494,7 @@ void HttpServer::stop() {
     asio::post(m->ioc, [m] {
       beast::error_code ec;
       m->acceptor.close(ec);
-      std::vector<std::shared_ptr<Connection>> idle;
-      for (auto& [p, w] : m->connections)
-        if (auto c = w.lock(); c && !c->in_handler()) idle.push_back(c);
-      for (auto& c : idle) c->close();
+      m->close_connections(true);
     });
     // run() starts no worker after `stopping` was set, so this is all of them.
     std::vector<std::thread> workers;
@@ -512,10 +507,7 @@ void HttpServer::stop() {
     std::lock_guard lock(m->mu);
     m->work.reset();
     // Close what is left; with nothing pending, run() returns.
-    asio::post(m->ioc, [m] {
-      for (auto& [p, w] : std::unordered_map(m->connections))
-        if (auto c = w.lock()) c->close();
-    });
+    asio::post(m->ioc, [m] { m->close_connections(false); });
   });
 }
 

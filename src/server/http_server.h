@@ -54,12 +54,13 @@ class HttpExchange {
   virtual bool end() = 0;
 };
 
+// A whole response. A handler that streamed through HttpExchange leaves
+// these unsent (status may still say how the stream ended, for its log).
 struct HttpResponse {
   int status = 200;
   std::string content_type = "application/json";
   std::vector<std::pair<std::string, std::string>> headers;
   std::string body;
-  bool streamed = false;  // the handler wrote the response through HttpExchange
 };
 
 using HttpHandler = std::function<void(const HttpRequest&, HttpResponse&, HttpExchange&)>;

@@ -46,12 +46,13 @@ void reply_error(HttpResponse& res, const ApiError& e) {
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
-// Equal keys, in time that does not depend on where they differ (both hashed
-// first, so not on their lengths either).
-bool same_secret(const std::string& a, const std::string& b) {
-  const std::string ha = sha256_hex({reinterpret_cast<const uint8_t*>(a.data()), a.size()});
-  const std::string hb = sha256_hex({reinterpret_cast<const uint8_t*>(b.data()), b.size()});
-  return CRYPTO_memcmp(ha.data(), hb.data(), ha.size()) == 0;
+std::string digest(const std::string& s) { return sha256_hex({reinterpret_cast<const uint8_t*>(s.data()), s.size()}); }
+
+// Whether `given` is the key whose digest is `expected`, in time that does
+// not depend on where they differ (digests compared, so not on lengths either).
+bool is_key(const std::string& given, const std::string& expected) {
+  const std::string d = digest(given);
+  return CRYPTO_memcmp(d.data(), expected.data(), d.size()) == 0;
 }
 
 // A 4xx for a request the engine refused (RequestError's kind, not its text).
@@ -66,11 +67,11 @@ ApiError refused(const RequestError& e, HttpResponse& res) {
   return err;
 }
 
-// What a handler tells the log besides its status.
+// What a handler tells the log besides its status (a stream's status: 200
+// when the client got all of it, else 499).
 struct Outcome {
   std::string id;
   std::optional<Result> result;
-  int stream_status = 200;  // a streamed response: 200 when the client got all of it, else 499
 };
 
 using RouteFn = std::function<void(const HttpRequest&, HttpResponse&, HttpExchange&, Outcome&)>;
@@ -86,6 +87,7 @@ struct Server::Impl {
     limits.model_id = opt.model_id;
     limits.n_ctx = e.n_ctx();
     limits.max_n = e.options().max_batch;
+    if (!opt.api_key.empty()) key_digest = digest("Bearer " + opt.api_key);
     routes();
   }
 
@@ -122,6 +124,7 @@ struct Server::Impl {
   ServerOptions opt;
   ChatTemplate chat;
   ApiLimits limits;
+  std::string key_digest;  // of "Bearer KEY", when a key is set
   HttpServer http;
   std::atomic<bool> draining{false};
   // State below is protected by `mu`: the counts and the log's lines.
@@ -165,17 +168,16 @@ void Server::Impl::add(const char* method, const std::string& path, RouteFn fn, 
     } catch (const ApiError& e) {
       reply_error(res, e);
     } catch (const std::exception& e) {
-      if (res.streamed) o.stream_status = 500;
       reply_error(res, {500, std::string("internal error: ") + e.what(), "server_error", "", ""});
     }
-    log(name, res.streamed ? o.stream_status : res.status, o.id, o.result ? &*o.result : nullptr);
+    log(name, res.status, o.id, o.result ? &*o.result : nullptr);
   }, prefix);
 }
 
 bool Server::Impl::before(const HttpRequest& req, HttpResponse& res) {
   // The console's page holds no data (its calls carry the key).
   if (req.path == "/health" || req.path == "/") return false;
-  if (!opt.api_key.empty() && !same_secret(req.header("Authorization"), "Bearer " + opt.api_key)) {
+  if (!key_digest.empty() && !is_key(req.header("Authorization"), key_digest)) {
     reply_error(res, {401, "missing or wrong API key (Authorization: Bearer KEY)", "invalid_request_error", "",
                       "invalid_api_key"});
     log(req.path.starts_with("/v1/") ? req.path : "(other)", 401, "", nullptr);
@@ -250,10 +252,8 @@ void Server::Impl::answer(ApiRequest& ar, RequestHandle& h, HttpResponse& res, H
       return;
     }
   o.result = h.wait();
-  for (const Completion& c : o.result->completions) {
-    if (c.reason == FinishReason::kError) throw ApiError{500, c.message, "server_error", "", ""};
-    if (c.reason == FinishReason::kNoRoom) throw no_room_error(c.message);
-  }
+  for (const Completion& c : o.result->completions)
+    if (auto e = failure(c.reason, c.message)) throw *e;
   res.body = ApiResponder(ar, engine.model().tokenizer(), o.id, unix_now()).response(*o.result);
 }
 
@@ -262,10 +262,10 @@ void Server::Impl::answer(ApiRequest& ar, RequestHandle& h, HttpResponse& res, H
 // gets its 4xx/5xx status rather than an error inside a 200 stream.
 void Server::Impl::stream(ApiRequest& ar, RequestHandle& h, HttpResponse& res, HttpExchange& ex, Outcome& o) {
   ApiResponder out(ar, engine.model().tokenizer(), o.id, unix_now());
-  bool ok = true;
+  bool started = false, ok = true;
   auto write = [&](const std::string& s) {
-    if (!res.streamed) {
-      res.streamed = true;
+    if (!started) {
+      started = true;
       ok = ex.begin_stream(200, {{"Content-Type", "text/event-stream"}, {"Cache-Control", "no-cache"}});
     }
     ok = ok && !ex.client_gone() && ex.write(s);
@@ -274,12 +274,10 @@ void Server::Impl::stream(ApiRequest& ar, RequestHandle& h, HttpResponse& res, H
   while (ok) {
     auto ev = h.next(std::chrono::milliseconds(1000));
     if (ev) {
-      const bool failed = ev->kind == StreamEvent::Kind::kFinish &&
-                          (ev->reason == FinishReason::kError || ev->reason == FinishReason::kNoRoom);
-      if (failed && !res.streamed && ar.engine.n == 1) {
+      const auto failed = ev->kind == StreamEvent::Kind::kFinish ? failure(ev->reason, ev->message) : std::nullopt;
+      if (failed && !started && ar.engine.n == 1) {
         o.result = h.wait();
-        if (ev->reason == FinishReason::kError) throw ApiError{500, ev->message, "server_error", "", ""};
-        throw no_room_error(ev->message);
+        throw *failed;
       }
       const std::string c = out.chunk(*ev);
       if (!c.empty()) write(c);
@@ -303,7 +301,7 @@ void Server::Impl::stream(ApiRequest& ar, RequestHandle& h, HttpResponse& res, H
     h.cancel();
     o.result = h.wait();
   }
-  o.stream_status = ok ? 200 : 499;
+  res.status = ok ? 200 : 499;
 }
 
 void Server::Impl::health(const HttpRequest&, HttpResponse& res, HttpExchange&, Outcome&) {

@@ -30,10 +30,8 @@ def host_port(url):
     return host, int(port)
 
 
-def exchange(url, request, timeout=30):
-    """Sends raw bytes, returns everything the server sends until it closes."""
-    s = socket.create_connection(host_port(url), timeout=timeout)
-    s.sendall(request)
+def read_to_close(s):
+    """Everything the server sends on socket `s` until it closes; closes `s`."""
     out = b""
     try:
         while True:
@@ -45,6 +43,13 @@ def exchange(url, request, timeout=30):
         pass
     s.close()
     return out
+
+
+def exchange(url, request, timeout=30):
+    """Sends raw bytes, returns everything the server sends until it closes."""
+    s = socket.create_connection(host_port(url), timeout=timeout)
+    s.sendall(request)
+    return read_to_close(s)
 
 
 def status_of(response):
@@ -128,21 +133,12 @@ class Server1(unittest.TestCase):
         s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                   b"Transfer-Encoding: chunked\r\n\r\n")
         piece = b"x" * (1 << 20)
-        got = b""
         try:
             for _ in range(64):  # up to 64 MiB; the server must stop it after 8
                 s.sendall(b"%x\r\n" % len(piece) + piece + b"\r\n")
         except (BrokenPipeError, ConnectionResetError):
             pass
-        try:
-            while True:
-                b = s.recv(65536)
-                if not b:
-                    break
-                got += b
-        except ConnectionResetError:
-            pass
-        s.close()
+        got = read_to_close(s)
         self.assertEqual(status_of(got), 413, got[:200])
         self.assertIn(b"larger than 8388608 bytes", got)
 
