@@ -1,4 +1,5 @@
 #include "kv/contiguous_kv.h"
+#include "kv/split_kv.h"
 
 #include <gtest/gtest.h>
 
@@ -151,6 +152,62 @@ TEST(ContiguousKv, FullIsATypedErrorThatChangesNothing) {
   }
   EXPECT_EQ(kv.length(5), 3);
   EXPECT_EQ(kv.length(6), 0);
+}
+
+// Records what a store is given: the batch's tokens and the first float of
+// each row it reads or writes.
+struct Recorder : KvStore {
+  std::vector<int32_t> tokens, seqs;
+  std::vector<float> stored, attended;
+  int rows = 0;
+  void begin_batch(const Batch& b) override {
+    tokens = b.tokens;
+    seqs = b.seq;
+    rows = b.size();
+  }
+  void store(int, const float* k, const float* v) override {
+    for (int r = 0; r < rows; ++r) stored.push_back(k[r * 2] + v[r * 2 + 1]);
+  }
+  void attend(int, const float* q, float* out) override {
+    for (int r = 0; r < rows; ++r) attended.push_back(q[r * 3]), out[r * 3] = -q[r * 3];
+  }
+};
+
+TEST(SplitKv, EachStoreGetsItsRows) {
+  Recorder a, b;
+  SplitKv split(a, b, 2, 3);  // K/V rows of 2 floats, query rows of 3
+  Batch batch;
+  for (int i = 0; i < 5; ++i) batch.add(10 + i, i, i < 2 ? 7 : 0, false);
+  split.set_split(2);
+  split.begin_batch(batch);
+  std::vector<float> k(10), v(10), q(15), out(15, 0);
+  for (int i = 0; i < 10; ++i) k[size_t(i)] = float(i), v[size_t(i)] = float(100 * i);
+  for (int i = 0; i < 15; ++i) q[size_t(i)] = float(i);
+  split.store(0, k.data(), v.data());
+  split.attend(0, q.data(), out.data());
+  EXPECT_EQ(a.tokens, (std::vector<int32_t>{10, 11}));
+  EXPECT_EQ(b.tokens, (std::vector<int32_t>{12, 13, 14}));
+  EXPECT_EQ(b.seqs, (std::vector<int32_t>{0, 0, 0}));
+  EXPECT_EQ(a.stored, (std::vector<float>{0 + 100, 2 + 300}));
+  EXPECT_EQ(b.stored, (std::vector<float>{4 + 500, 6 + 700, 8 + 900}));
+  EXPECT_EQ(a.attended, (std::vector<float>{0, 3}));
+  EXPECT_EQ(b.attended, (std::vector<float>{6, 9, 12}));
+  for (int r = 0; r < 5; ++r) EXPECT_EQ(out[size_t(r * 3)], -float(r * 3));
+  // All rows to one store: the other is not called.
+  Recorder c, d;
+  SplitKv all(c, d, 2, 3);
+  all.set_split(5);
+  all.begin_batch(batch);
+  all.store(0, k.data(), v.data());
+  EXPECT_EQ(c.rows, 5);
+  EXPECT_TRUE(d.tokens.empty() && d.stored.empty());
+  all.set_split(6);
+  try {
+    all.begin_batch(batch);
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "split at row 6 of a batch of 5");
+  }
 }
 
 }  // namespace

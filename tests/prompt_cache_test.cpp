@@ -5,6 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <optional>
+#include <sstream>
 #include <thread>
 
 #include "engine/engine.h"
@@ -213,6 +218,105 @@ TEST(PromptCache, PreemptedPromptsGiveTheSameTokens) {
   ASSERT_TRUE(tight.wait_idle(std::chrono::seconds(30)));
   EXPECT_GT(tight.stats().preemptions, 0u);
   expect_same_tokens(got, run_each(probe, ref_reqs), "preempted vs alone");
+}
+
+// A schema of ~1500 tokens to encode: a system part and a union of three
+// members, so three scaffolds.
+std::string big_schema_xml(const std::string& name) {
+  return "<schema name=\"" + name + "\"><system>" + words(250, 1) + "</system><user><union scaffold=\"a\">" +
+         "<module name=\"a\">" + words(150, 2) + "</module><module name=\"b\">" + words(160, 3) +
+         "</module><module name=\"c\">" + words(170, 4) + "</module></union></user></schema>";
+}
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+Request chat(const std::vector<int32_t>& prompt) {
+  Request r;
+  r.prompt = prompt;
+  r.max_tokens = 4;
+  r.ignore_eos = true;
+  return r;
+}
+
+// Encoding runs inside the engine's steps (at least half of each step's
+// tokens): a request submitted once a long encoding has started finishes
+// before it ends, with the tokens it gets alone; a second registration of the
+// name is refused at once; and the schema's K/V are bit for bit those of an
+// encoding with nothing else running, sliced differently.
+TEST(EngineThreads, RequestsKeepRunningWhileASchemaEncodes) {
+  EngineOptions o = opts();
+  o.step_tokens = 64;
+  o.threads = 1;  // this suite runs under ThreadSanitizer, which cannot see OpenMP's pool
+  Engine busy(tiny(), o);
+  const std::vector<int32_t> prompt = tiny().tokenizer().encode(words(12, 7), false, true);
+  std::optional<RequestHandle> h;
+  std::promise<void> started;
+  int total = 0, done_when_chat_ended = -1, calls = 0;
+  auto progress = [&](int done, int t) {  // on the engine thread, after each step
+    total = t;
+    if (calls++ == 0) {
+      h = busy.submit(chat(prompt));
+      started.set_value();
+    } else if (done_when_chat_ended < 0 && h->wait_for(std::chrono::milliseconds(0))) {
+      done_when_chat_ended = done;
+    }
+  };
+  std::thread registering([&] { busy.register_schema(pml::parse_schema(big_schema_xml("big"), "b.xml"), progress); });
+  started.get_future().wait();
+  try {
+    busy.register_schema(pml::parse_schema(big_schema_xml("big"), "b.xml"));
+    ADD_FAILURE() << "registered while the first is encoding";
+  } catch (const Error& err) {
+    EXPECT_STREQ(err.what(), "a schema named 'big' is already registered");
+  }
+  registering.join();
+  EXPECT_GT(total, 1400);
+  EXPECT_GT(calls, total / 64);  // slices of at most a step
+  EXPECT_GT(done_when_chat_ended, 0) << "the request did not finish before the encoding";
+  EXPECT_LT(done_when_chat_ended, total - 500);
+  const Result during = h->wait();
+  EXPECT_GE(busy.stats().schema_tokens, uint64_t(total));
+  EXPECT_EQ(busy.stats().encoding, 0);
+
+  o.step_tokens = 512;
+  Engine idle(tiny(), o);
+  idle.register_schema(pml::parse_schema(big_schema_xml("big"), "b.xml"));
+  const Result alone = idle.submit(chat(prompt)).wait();
+  EXPECT_EQ(during.completions.at(0).tokens, alone.completions.at(0).tokens);
+  const std::string dir = testing::TempDir() + "/prompt_cache_interleaved";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir + "/busy");
+  std::filesystem::create_directories(dir + "/idle");
+  busy.save_schema("big", dir + "/busy");
+  idle.save_schema("big", dir + "/idle");
+  const std::string kv = file_bytes(dir + "/busy/big/chunks.bin");
+  EXPECT_GT(kv.size(), 0u);
+  EXPECT_TRUE(kv == file_bytes(dir + "/idle/big/chunks.bin")) << "the K/V differ";
+}
+
+// An engine stopping during an encoding fails the registration and unpins
+// what the encoding pinned.
+TEST(EngineThreads, StoppingFailsAnEncodingInProgress) {
+  EngineOptions o = opts();
+  o.step_tokens = 64;
+  o.threads = 1;
+  Engine e(tiny(), o);
+  std::string message;
+  try {
+    e.register_schema(pml::parse_schema(big_schema_xml("big"), "b.xml"), [&](int done, int) {
+      if (done > 700) e.shutdown();  // past the first scaffold: some chunks are pinned
+    });
+  } catch (const Error& err) {
+    message = err.what();
+  }
+  EXPECT_EQ(message, "the engine stopped");
+  EXPECT_EQ(e.stats().kv.pinned, 0);
+  EXPECT_TRUE(e.schemas().empty());
 }
 
 }  // namespace

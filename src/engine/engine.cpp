@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 #include <type_traits>
 
@@ -16,6 +17,7 @@
 #include "engine/request_state.h"
 #include "engine/scheduler.h"
 #include "engine/validate.h"
+#include "kv/split_kv.h"
 #include "pml/encode.h"
 #include "pml/store.h"
 
@@ -97,6 +99,47 @@ SchemaInfo info_of(const pml::EncodedSchema& e) {
           e.scaffolds,       e.bytes,         e.seconds, e.restored};
 }
 
+// The result of work done on the engine thread for a caller waiting on
+// another. An error travels as its message (and PML location) and is thrown
+// again on the caller's thread as a new exception: an exception object shared
+// by two threads through an exception_ptr is freed by whichever drops it
+// last, under a reference count in the C++ runtime that ThreadSanitizer
+// cannot see.
+template <class T>
+struct Outcome {
+  std::conditional_t<std::is_void_v<T>, bool, std::optional<T>> value{};
+  std::string error;
+  std::optional<pml::Location> pml_at;
+
+  template <class F>
+  static Outcome of(F&& f) {
+    Outcome o;
+    try {
+      if constexpr (std::is_void_v<T>) f();
+      else o.value = f();
+    } catch (const pml::PmlError& e) {
+      o.error = e.what();
+      o.pml_at = e.where();
+    } catch (const std::exception& e) {
+      o.error = e.what();
+      if (o.error.empty()) o.error = "an engine task failed";
+    }
+    return o;
+  }
+  T get() && {
+    if (pml_at) throw pml::PmlError(*pml_at, error.substr(std::min(error.size(), pml_at->str().size() + 2)));
+    if (!error.empty()) throw Error(error);
+    if constexpr (!std::is_void_v<T>) return std::move(*value);
+  }
+};
+
+// A schema being encoded inside the engine's steps (register_schema).
+struct SchemaJob {
+  std::unique_ptr<pml::SchemaEncoding> enc;
+  std::function<void(int, int)> progress;
+  std::promise<Outcome<SchemaInfo>> result;
+};
+
 }  // namespace
 
 struct Engine::Impl {
@@ -121,6 +164,13 @@ struct Engine::Impl {
   // Holds its own reference: retiring the last sequence may drop the others.
   void end_request(std::shared_ptr<RequestState> r, FinishReason reason, const std::string& message);
   void step();
+  // Runs the batch, with the front schema job's slice after its first `rows` rows.
+  void forward(SchemaJob* job, int rows);
+  // After a step that ran the job's slice: pins a finished scaffold,
+  // publishes a finished schema, reports progress.
+  void advance(SchemaJob& job);
+  void end_job(SchemaJob& job, Outcome<SchemaInfo> o);
+  void fail_job(SchemaJob& job, const std::string& why);
   void sample_row(Sequence* s, std::span<const float> logits, std::vector<Sequence*>& done);
   void publish_stats();
   void count_finished();
@@ -154,9 +204,12 @@ struct Engine::Impl {
   std::condition_variable cv;
   std::deque<std::shared_ptr<RequestState>> inbox;
   std::deque<std::function<void()>> tasks;  // run on the engine thread between steps
+  std::deque<std::shared_ptr<SchemaJob>> jobs;  // schemas to encode, in order (taken into `encoding`)
+  std::deque<std::shared_ptr<SchemaJob>> encoding;  // engine thread: the front one runs
   // Prompt Cache schemas (the map under schemas_mu; each schema immutable).
   mutable std::mutex schemas_mu;
   std::map<std::string, std::shared_ptr<pml::EncodedSchema>> schemas;
+  std::set<std::string> pending;  // names of schemas being encoded
   pml::TextModel text;
   // The last tree snapshot (kv_tree); tree_mu serialises its callers.
   mutable std::mutex tree_mu;
@@ -273,13 +326,33 @@ bool Engine::wait_idle(std::chrono::milliseconds timeout) {
 
 SchemaInfo Engine::register_schema(pml::Schema schema, const std::function<void(int, int)>& progress) {
   Impl& m = *impl_;
+  auto job = std::make_shared<SchemaJob>();
+  // Laid out here (a malformed schema throws before its name is taken).
+  job->enc = std::make_unique<pml::SchemaEncoding>(std::move(schema), m.text, m.kv.tree().layout(),
+                                                   model_.config().n_heads);
+  job->progress = progress;
+  const std::string name = job->enc->name();
   {
     std::lock_guard lock(m.schemas_mu);
-    if (m.schemas.count(schema.name)) throw Error("a schema named '" + schema.name + "' is already registered");
+    if (m.schemas.count(name) || m.pending.count(name))
+      throw Error("a schema named '" + name + "' is already registered");
+    m.pending.insert(name);
   }
-  return m.on_engine_thread([&m, s = std::move(schema), &progress]() mutable {
-    return m.add_schema(pml::encode_schema(std::move(s), m.model, m.kv.tree(), m.text, progress));
-  });
+  std::future<Outcome<SchemaInfo>> result = job->result.get_future();
+  {
+    std::lock_guard lock(m.mu);
+    if (!m.stopping) {
+      m.jobs.push_back(std::move(job));
+      m.poked = true;
+    }
+  }
+  if (job) {  // not queued
+    std::lock_guard lock(m.schemas_mu);
+    m.pending.erase(name);
+    throw Error("the engine has stopped");
+  }
+  m.cv.notify_all();
+  return result.get().get();
 }
 
 SchemaInfo Engine::save_schema(const std::string& name, const std::string& dir) const {
@@ -388,6 +461,7 @@ void Engine::Impl::publish_stats() {
   s.waiting = int(sched.waiting().size());
   s.kv = kv.tree().stats();
   s.preemptions = sched.preemptions();
+  s.encoding = int(encoding.size());
   s.threads = threads.threads();
   {
     std::lock_guard lock(stats_mu);
@@ -404,47 +478,26 @@ bool Engine::Impl::take_inbox() {
   std::deque<std::shared_ptr<RequestState>> fresh;
   {
     std::unique_lock lock(mu);
-    if (!stopping && !poked && sched.idle()) cv.wait(lock, [&] { return poked || stopping; });
+    if (!stopping && !poked && sched.idle() && encoding.empty()) cv.wait(lock, [&] { return poked || stopping; });
     poked = false;
     if (stopping) return false;
     fresh.swap(inbox);
     todo.swap(tasks);
+    for (auto& j : jobs) encoding.push_back(std::move(j));
+    jobs.clear();
   }
-  // Tasks (a schema's encoding) run the model too: on the step's threads.
-  if (!todo.empty()) omp_set_num_threads(threads.update());
   for (auto& t : todo) t();
   todo.clear();
   for (auto& r : fresh) start(r);
   return true;
 }
 
-// Runs f on the engine thread between steps and waits for its result. An
-// error comes back as its message (and PML location), and is thrown again
-// here as a new exception: an exception object shared by two threads through
-// an exception_ptr is freed by whichever drops it last, under a reference
-// count in the C++ runtime that ThreadSanitizer cannot see.
+// Runs f on the engine thread between steps and waits for its result.
 template <class F>
 auto Engine::Impl::on_engine_thread(F f) -> decltype(f()) {
   using T = decltype(f());
-  struct Outcome {
-    std::conditional_t<std::is_void_v<T>, bool, std::optional<T>> value{};
-    std::string error;
-    std::optional<pml::Location> pml_at;
-  };
-  auto task = std::make_shared<std::packaged_task<Outcome()>>([f = std::move(f)]() mutable {
-    Outcome o;
-    try {
-      if constexpr (std::is_void_v<T>) f();
-      else o.value = f();
-    } catch (const pml::PmlError& e) {
-      o.error = e.what();
-      o.pml_at = e.where();
-    } catch (const std::exception& e) {
-      o.error = e.what();
-      if (o.error.empty()) o.error = "an engine task failed";
-    }
-    return o;
-  });
+  auto task = std::make_shared<std::packaged_task<Outcome<T>()>>(
+      [f = std::move(f)]() mutable { return Outcome<T>::of(f); });
   auto result = task->get_future();
   {
     std::lock_guard lock(mu);
@@ -453,10 +506,7 @@ auto Engine::Impl::on_engine_thread(F f) -> decltype(f()) {
     poked = true;
   }
   cv.notify_all();
-  Outcome o = result.get();
-  if (o.pml_at) throw pml::PmlError(*o.pml_at, o.error.substr(std::min(o.error.size(), o.pml_at->str().size() + 2)));
-  if (!o.error.empty()) throw Error(o.error);
-  if constexpr (!std::is_void_v<T>) return std::move(*o.value);
+  return result.get().get();
 }
 
 void Engine::Impl::start(const std::shared_ptr<RequestState>& r) {
@@ -523,8 +573,11 @@ void Engine::Impl::loop() {
     std::lock_guard lock(mu);
     rest.swap(inbox);
     todo.swap(tasks);
+    for (auto& j : jobs) encoding.push_back(std::move(j));
+    jobs.clear();
   }
   for (auto& t : todo) t();
+  while (!encoding.empty()) fail_job(*encoding.front(), "the engine stopped");
   for (auto& r : rest) start(r);
   while (!sched.idle()) {
     Sequence* s = !sched.running().empty() ? sched.running().front().get() : sched.waiting().front().get();
@@ -563,7 +616,14 @@ void Engine::Impl::handle_cancels() {
 
 void Engine::Impl::step() {
   omp_set_num_threads(threads.update());
-  if (!sched.plan(batch, rows, stuck)) {
+  // A schema being encoded takes half of the step's tokens beside requests
+  // (their prefill the rest; their decode tokens always run), and all of them
+  // alone.
+  while (!encoding.empty() && encoding.front()->enc->finished()) advance(*encoding.front());
+  SchemaJob* job = encoding.empty() ? nullptr : encoding.front().get();
+  const int step_tokens = engine.opt_.step_tokens;
+  const int reserve = job ? std::max(1, step_tokens / 2) : 0;
+  if (!sched.plan(batch, rows, stuck, reserve)) {
     for (Sequence* s : stuck) {
       const KvStats k = kv.tree().stats();
       const std::string why = "the KV memory is full: the sequence alone fills the pool of " +
@@ -573,8 +633,12 @@ void Engine::Impl::step() {
       s->finish(any ? FinishReason::kLength : FinishReason::kNoRoom, why);
       sched.retire(s);
     }
-    return;
+    batch = Batch{};
+    rows.clear();
   }
+  const int request_rows = batch.size();
+  if (job) job->enc->add_slice(batch, request_rows ? reserve : step_tokens);
+  if (batch.size() == 0) return;
   const auto now = Clock::now();
   for (const auto& row : rows) {
     RequestState& r = row.seq->request();
@@ -591,7 +655,7 @@ void Engine::Impl::step() {
     counters.prompt_tokens_cached += uint64_t(cached);
   }
   try {
-    model.forward(batch, kv, ws, logits);
+    forward(job, request_rows);
   } catch (const std::exception& e) {
     // Nothing the requests could have caused (they were validated), but the
     // engine goes on serving the others.
@@ -600,9 +664,11 @@ void Engine::Impl::step() {
       if (std::find(failed.begin(), failed.end(), row.seq->request_ptr()) == failed.end())
         failed.push_back(row.seq->request_ptr());
     for (const auto& r : failed) end_request(r, FinishReason::kError, e.what());
+    if (job) fail_job(*job, e.what());
     return;
   }
   ++counters.steps;
+  if (job) advance(*job);
   counters.peak_kv_used = std::max(counters.peak_kv_used, kv.tree().stats().used);
   // Prefill: every token run but a sequence's latest sampled one.
   for (const auto& row : rows) {
@@ -620,6 +686,44 @@ void Engine::Impl::step() {
     ++li;
   }
   for (Sequence* s : done) sched.retire(s);
+}
+
+void Engine::Impl::forward(SchemaJob* job, int rows) {
+  if (!job) return model.forward(batch, kv, ws, logits);
+  const LlamaConfig& c = model.config();
+  SplitKv split(kv, job->enc->scratch(), c.n_kv_heads * c.head_dim, c.n_heads * c.head_dim);
+  split.set_split(rows);
+  model.forward(batch, split, ws, logits);
+}
+
+void Engine::Impl::advance(SchemaJob& job) {
+  pml::SchemaEncoding& enc = *job.enc;
+  const int before = enc.done();
+  try {
+    if (!enc.finished()) enc.ran(kv.tree());
+  } catch (const std::exception& e) {
+    fail_job(job, e.what());
+    return;
+  }
+  counters.schema_tokens += uint64_t(enc.done() - before);
+  if (job.progress && enc.done() > before) job.progress(enc.done(), enc.total());
+  if (enc.finished()) end_job(job, Outcome<SchemaInfo>::of([&] { return add_schema(enc.take()); }));
+}
+
+void Engine::Impl::fail_job(SchemaJob& job, const std::string& why) {
+  job.enc->abandon(kv.tree());
+  end_job(job, Outcome<SchemaInfo>::of([&]() -> SchemaInfo { throw Error(why); }));
+}
+
+// Answers the job's caller and drops it (the front of `encoding`).
+void Engine::Impl::end_job(SchemaJob& job, Outcome<SchemaInfo> o) {
+  {
+    std::lock_guard lock(schemas_mu);
+    pending.erase(job.enc->name());
+  }
+  std::shared_ptr<SchemaJob> keep = encoding.front();
+  encoding.pop_front();
+  keep->result.set_value(std::move(o));
 }
 
 void Engine::Impl::sample_row(Sequence* s, std::span<const float> lg, std::vector<Sequence*>& done) {

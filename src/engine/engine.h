@@ -77,6 +77,8 @@ struct EngineStats {
   uint64_t prefill_tokens = 0;        // tokens run as prefill (recomputation included)
   uint64_t generated_tokens = 0;
   uint64_t preemptions = 0;
+  int encoding = 0;                   // Prompt Cache schemas being encoded (or queued to be)
+  uint64_t schema_tokens = 0;         // tokens run to encode schemas
   uint64_t steps = 0;
   int threads = 0;                    // threads the last step used
   Histogram ttft = ttft_histogram();  // submit -> first token, per request
@@ -151,11 +153,13 @@ class Engine {
   std::shared_ptr<const KvTreeSnapshot> kv_tree() const;
 
   // Prompt Cache (src/pml). Registers a schema: its modules' K/V are encoded
-  // once, on the engine thread between steps (this call waits), into pinned
-  // chunks that every prompt importing them reads. progress(done, total)
-  // counts tokens run through the model. Throws pml::PmlError for a
-  // malformed schema, cs::Error when one of that name is registered or the
-  // pool cannot hold it.
+  // once into pinned chunks that every prompt importing them reads. The
+  // encoding runs inside the engine's steps, at least half of each step's
+  // tokens, so running requests keep decoding and new ones prefilling (this
+  // call waits; schemas are encoded one after another). progress(done,
+  // total), called on the engine thread, counts tokens run through the model.
+  // Throws pml::PmlError for a malformed schema, cs::Error when one of that
+  // name is registered or being encoded, or the pool cannot hold it.
   SchemaInfo register_schema(pml::Schema schema, const std::function<void(int, int)>& progress = {});
   // Releases a schema's chunks. Throws cs::Error naming the problem when it
   // is unknown or a request still uses it.

@@ -83,7 +83,7 @@ void Scheduler::admit() {
   }
 }
 
-void Scheduler::build(Batch& batch, std::vector<Row>& rows) const {
+void Scheduler::build(Batch& batch, std::vector<Row>& rows, int reserve) const {
   batch = Batch{};
   rows.clear();
   auto add = [&](Sequence* s, int take) {
@@ -95,7 +95,7 @@ void Scheduler::build(Batch& batch, std::vector<Row>& rows) const {
   };
   for (const auto& s : running_)
     if (s->pending() == 1) add(s.get(), 1);
-  int budget = std::max(0, opt_.step_tokens - batch.size());
+  int budget = std::max(0, opt_.step_tokens - reserve - batch.size());
   for (const auto& s : running_) {
     if (budget == 0) break;
     if (s->pending() <= 1) continue;
@@ -119,11 +119,11 @@ void Scheduler::preempt_latest() {
   waiting_.push_front(std::move(s));
 }
 
-bool Scheduler::plan(Batch& batch, std::vector<Row>& rows, std::vector<Sequence*>& stuck) {
+bool Scheduler::plan(Batch& batch, std::vector<Row>& rows, std::vector<Sequence*>& stuck, int reserve) {
   stuck.clear();
   admit();
   for (;;) {
-    build(batch, rows);
+    build(batch, rows, reserve);
     if (rows.empty()) return false;
     if (kv_.chunks_needed(batch) <= kv_.chunks_available()) return true;
     if (running_.size() > 1) {

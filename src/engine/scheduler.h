@@ -48,9 +48,10 @@ class Scheduler {
   void add_running(std::unique_ptr<Sequence> s);
 
   // Admits what fits, builds the next step (preempting as needed) into
-  // `batch` and `rows`. False when there is nothing to run. A sequence that
+  // `batch` and `rows`, leaving `reserve` of step_tokens to other work (a
+  // schema's encoding). False when there is nothing to run. A sequence that
   // cannot fit even alone is in `stuck` (the caller ends it).
-  bool plan(Batch& batch, std::vector<Row>& rows, std::vector<Sequence*>& stuck);
+  bool plan(Batch& batch, std::vector<Row>& rows, std::vector<Sequence*>& stuck, int reserve = 0);
   // After the step's forward pass: its tokens are cached (and the spans they
   // reach are attached).
   void committed(const std::vector<Row>& rows);
@@ -67,7 +68,7 @@ class Scheduler {
   bool try_admit(Sequence& s, int reserved);
   bool deferred(const Sequence& s) const;
   int reserved_chunks() const;
-  void build(Batch& batch, std::vector<Row>& rows) const;
+  void build(Batch& batch, std::vector<Row>& rows, int reserve) const;
   void preempt_latest();
   // Attaches the cached spans that start where s's cache ends.
   void attach_spans(Sequence& s);

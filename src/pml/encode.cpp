@@ -72,95 +72,143 @@ std::vector<bool> scaffold_modules(const Layout& l, int owner) {
 
 }  // namespace
 
-std::unique_ptr<EncodedSchema> encode_schema(Schema s, const LlamaModel& model, PrefixTree& tree, const TextModel& tm,
-                                             const std::function<void(int, int)>& progress) {
-  const auto t0 = std::chrono::steady_clock::now();
-  auto e = std::make_unique<EncodedSchema>();
-  e->schema = std::move(s);
-  e->layout = lay_out(e->schema, tm.encode, tm.roles, tm.bos);
-  const Layout& l = e->layout;
-  e->chunks.resize(l.segments.size());
+SchemaEncoding::SchemaEncoding(Schema s, const TextModel& tm, const KvLayout& layout, int n_heads)
+    : e_(std::make_unique<EncodedSchema>()), tm_(tm), layout_(layout), n_heads_(n_heads),
+      t0_(std::chrono::steady_clock::now()) {
+  e_->schema = std::move(s);
+  e_->layout = lay_out(e_->schema, tm.encode, tm.roles, tm.bos);
+  name_ = e_->layout.schema;
+  const Layout& l = e_->layout;
+  e_->chunks.resize(l.segments.size());
   // One scaffold for the default and one per module that is not in it.
-  std::vector<int> owners = {0};
+  owners_ = {0};
   for (int m = 1; m < int(l.modules.size()); ++m)
-    if (!l.modules[size_t(m)].scaffold) owners.push_back(m);
-  e->scaffolds = int(owners.size());
-  std::vector<std::vector<bool>> included;
-  int total = 0;
-  for (int o : owners) {
-    included.push_back(scaffold_modules(l, o));
+    if (!l.modules[size_t(m)].scaffold) owners_.push_back(m);
+  e_->scaffolds = int(owners_.size());
+  for (int o : owners_) {
+    included_.push_back(scaffold_modules(l, o));
     for (const Segment& seg : l.segments)
-      if (included.back()[size_t(seg.module)]) total += seg.length;
+      if (included_.back()[size_t(seg.module)]) total_ += seg.length;
   }
-  const KvLayout& L = tree.layout();
-  const LlamaConfig& c = model.config();
-  const int cs = L.chunk_size;
-  Workspace ws;
-  std::vector<float> logits;
-  std::vector<float> k(size_t(L.head_dim)), v(size_t(L.head_dim));
-  int done = 0;
-  try {
-    for (size_t si = 0; si < owners.size(); ++si) {
-      // The scaffold's tokens in position order (segments are in document
-      // order, which is position order within a scaffold).
-      std::vector<int32_t> toks, pos;
-      std::vector<std::pair<int, int>> where(l.segments.size(), {-1, 0});  // segment -> (first token, count)
-      for (size_t g = 0; g < l.segments.size(); ++g) {
-        const Segment& seg = l.segments[g];
-        if (!included[si][size_t(seg.module)]) continue;
-        std::vector<int32_t> t = seg.tokens;
-        if (seg.kind == Segment::Kind::kParameter) {
-          t = seg.scaffold.empty() ? std::vector<int32_t>() : tm.encode(seg.scaffold, false);
-          t.resize(size_t(seg.length), tm.pad);
-        }
-        where[g] = {int(toks.size()), int(t.size())};
-        for (size_t i = 0; i < t.size(); ++i) {
-          toks.push_back(t[i]);
-          pos.push_back(seg.start + int32_t(i));
-        }
+  start_scaffold();
+}
+
+SchemaEncoding::~SchemaEncoding() = default;
+
+// Lays out the current scaffold's tokens (skipping empty ones) in a fresh
+// private store.
+void SchemaEncoding::start_scaffold() {
+  const Layout& l = e_->layout;
+  for (; scaffold_ < owners_.size(); ++scaffold_) {
+    // Segments are in document order, which is position order within a scaffold.
+    toks_.clear();
+    pos_.clear();
+    where_.assign(l.segments.size(), {-1, 0});
+    for (size_t g = 0; g < l.segments.size(); ++g) {
+      const Segment& seg = l.segments[g];
+      if (!included_[scaffold_][size_t(seg.module)]) continue;
+      std::vector<int32_t> t = seg.tokens;
+      if (seg.kind == Segment::Kind::kParameter) {
+        t = seg.scaffold.empty() ? std::vector<int32_t>() : tm_.encode(seg.scaffold, false);
+        t.resize(size_t(seg.length), tm_.pad);
       }
-      if (toks.empty()) continue;
-      const size_t scratch_chunks = toks.size() / size_t(cs) + 2;
-      PrefixKv scratch(L, L.chunk_bytes() * scratch_chunks, c.n_heads, AttnPath::kPerSequence, false);
-      int m = 0;
-      (void)scratch.join(0, {}, &m);
-      for (size_t b = 0; b < toks.size(); b += 512) {
-        Batch batch;
-        for (size_t i = b; i < std::min(toks.size(), b + 512); ++i) batch.add(toks[i], pos[i], 0, false);
-        model.forward(batch, scratch, ws, logits);
-        done += batch.size();
-        if (progress) progress(done, total);
-      }
-      // Store the segments this scaffold owns: cached text of its modules.
-      for (size_t g = 0; g < l.segments.size(); ++g) {
-        const Segment& seg = l.segments[g];
-        const ModuleLayout& ml = l.modules[size_t(seg.module)];
-        if (where[g].first < 0 || seg.kind != Segment::Kind::kText || !ml.cache) continue;
-        if (owner_of(l, seg.module) != owners[si]) continue;
-        const uint64_t group = new_pin_group();
-        for (int off = 0; off < where[g].second; off += cs) {
-          const int n = std::min(cs, where[g].second - off);
-          const ChunkId ch = tree.pin(std::span(seg.tokens).subspan(size_t(off), size_t(n)), group);
-          if (ch < 0) throw Error("the KV pool has no room for schema '" + l.schema + "' (" + std::to_string(total) +
-                                  " tokens to encode; --kv-memory)");
-          e->chunks[g].push_back(ch);
-          for (int i = 0; i < n; ++i)
-            for (int layer = 0; layer < L.n_layers; ++layer)
-              for (int h = 0; h < L.n_kv_heads; ++h) {
-                scratch.tree().read_kv(0, where[g].first + off + i, layer, h, k.data(), v.data());
-                tree.write_kv_at(ch, i, layer, h, k.data(), v.data());
-              }
-          e->tokens += n;
-          e->bytes += L.chunk_bytes();
-        }
+      where_[g] = {int(toks_.size()), int(t.size())};
+      for (size_t i = 0; i < t.size(); ++i) {
+        toks_.push_back(t[i]);
+        pos_.push_back(seg.start + int32_t(i));
       }
     }
+    if (toks_.empty()) continue;
+    next_ = 0;
+    const size_t chunks = toks_.size() / size_t(layout_.chunk_size) + 2;
+    scratch_ = std::make_unique<PrefixKv>(layout_, layout_.chunk_bytes() * chunks, n_heads_, AttnPath::kPerSequence,
+                                          false);
+    int matched = 0;
+    (void)scratch_->join(0, {}, &matched);
+    return;
+  }
+  scratch_.reset();
+}
+
+int SchemaEncoding::add_slice(Batch& batch, int max) {
+  const size_t n = std::min(toks_.size() - next_, size_t(std::max(max, 0)));
+  for (size_t i = next_; i < next_ + n; ++i) batch.add(toks_[i], pos_[i], 0, false);
+  pending_ = n;
+  return int(n);
+}
+
+KvStore& SchemaEncoding::scratch() { return *scratch_; }
+
+void SchemaEncoding::ran(PrefixTree& tree) {
+  next_ += pending_;
+  done_ += int(pending_);
+  pending_ = 0;
+  if (next_ < toks_.size()) return;
+  pin_scaffold(tree);
+  ++scaffold_;
+  start_scaffold();
+}
+
+// Stores the segments the current scaffold owns: cached text of its modules,
+// each in fresh chunks.
+void SchemaEncoding::pin_scaffold(PrefixTree& tree) {
+  const Layout& l = e_->layout;
+  const int cs = layout_.chunk_size;
+  std::vector<float> k(size_t(layout_.head_dim)), v(size_t(layout_.head_dim));
+  for (size_t g = 0; g < l.segments.size(); ++g) {
+    const Segment& seg = l.segments[g];
+    const ModuleLayout& ml = l.modules[size_t(seg.module)];
+    if (where_[g].first < 0 || seg.kind != Segment::Kind::kText || !ml.cache) continue;
+    if (owner_of(l, seg.module) != owners_[scaffold_]) continue;
+    const uint64_t group = new_pin_group();
+    for (int off = 0; off < where_[g].second; off += cs) {
+      const int n = std::min(cs, where_[g].second - off);
+      const ChunkId ch = tree.pin(std::span(seg.tokens).subspan(size_t(off), size_t(n)), group);
+      if (ch < 0)
+        throw Error("the KV pool has no room for schema '" + l.schema + "' (" + std::to_string(total_) +
+                    " tokens to encode; --kv-memory)");
+      e_->chunks[g].push_back(ch);
+      for (int i = 0; i < n; ++i)
+        for (int layer = 0; layer < layout_.n_layers; ++layer)
+          for (int h = 0; h < layout_.n_kv_heads; ++h) {
+            scratch_->tree().read_kv(0, where_[g].first + off + i, layer, h, k.data(), v.data());
+            tree.write_kv_at(ch, i, layer, h, k.data(), v.data());
+          }
+      e_->tokens += n;
+      e_->bytes += layout_.chunk_bytes();
+    }
+  }
+}
+
+void SchemaEncoding::abandon(PrefixTree& tree) {
+  release_schema(tree, *e_);
+  for (auto& c : e_->chunks) c.clear();
+}
+
+std::unique_ptr<EncodedSchema> SchemaEncoding::take() {
+  e_->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  return std::move(e_);
+}
+
+std::unique_ptr<EncodedSchema> encode_schema(Schema s, const LlamaModel& model, PrefixTree& tree, const TextModel& tm,
+                                             const std::function<void(int, int)>& progress) {
+  const LlamaConfig& c = model.config();
+  SchemaEncoding enc(std::move(s), tm, tree.layout(), c.n_heads);
+  Workspace ws;
+  std::vector<float> logits;
+  try {
+    while (!enc.finished()) {
+      Batch batch;
+      enc.add_slice(batch, 512);
+      model.forward(batch, enc.scratch(), ws, logits);
+      enc.ran(tree);
+      if (progress) progress(enc.done(), enc.total());
+    }
   } catch (...) {
-    release_schema(tree, *e);
+    enc.abandon(tree);
     throw;
   }
-  e->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return e;
+  return enc.take();
 }
 
 void release_schema(PrefixTree& tree, const EncodedSchema& e) {

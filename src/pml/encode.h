@@ -2,7 +2,8 @@
 // prompts turned into engine requests that read them.
 //
 // Encoding runs each scaffold of the schema through the model once, as one
-// sequence at its layout's position IDs: the default scaffold takes every
+// sequence at its layout's position IDs (in slices, inside the engine's
+// steps): the default scaffold takes every
 // union's scaffold member (a union without one contributes nothing), and
 // each other member gets a scaffold of its own with it swapped in (and the
 // unions around it set to hold it). A segment's K/V come from the scaffold of
@@ -12,11 +13,13 @@
 // are computed per prompt and not stored. Every stored segment starts a
 // fresh chunk.
 #pragma once
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "engine/prefix_kv.h"
 #include "engine/request.h"
 #include "kv/prefix_tree.h"
 #include "model/llama.h"
@@ -45,9 +48,63 @@ struct TextModel {
 // The model's tokenizer and chat template as PML needs them.
 TextModel text_model(const LlamaModel& model);
 
-// Encodes `s` into pinned chunks of `tree`. `progress(done, total)` counts
-// tokens run through the model. Throws Error when the pool cannot hold the
-// schema (whatever was pinned is released).
+// A schema's encoding done a slice at a time, so that it can ride in the
+// engine's steps beside the requests (kv/split_kv.h): each scaffold runs as
+// one sequence in a private store (scratch()); when a scaffold's last slice
+// has run, its stored segments are copied into pinned chunks of the tree.
+// Slicing does not change the K/V (every row is computed alone).
+class SchemaEncoding {
+ public:
+  // Lays the schema out (throws PmlError) and plans its scaffolds.
+  SchemaEncoding(Schema s, const TextModel& tm, const KvLayout& layout, int n_heads);
+  ~SchemaEncoding();
+  SchemaEncoding(const SchemaEncoding&) = delete;
+  SchemaEncoding& operator=(const SchemaEncoding&) = delete;
+
+  const std::string& name() const { return name_; }
+  int total() const { return total_; }  // tokens to run through the model
+  int done() const { return done_; }    // of which run
+  bool finished() const { return scaffold_ >= owners_.size(); }
+
+  // Appends the next tokens of the current scaffold, at most `max` (> 0), to
+  // `batch` for scratch(); returns how many.
+  int add_slice(Batch& batch, int max);
+  KvStore& scratch();
+  // The slice's forward pass ran. When it completed a scaffold, that
+  // scaffold's stored segments are pinned in `tree`; throws Error when the
+  // pool has no room (call abandon()).
+  void ran(PrefixTree& tree);
+  // Unpins what was pinned (after an error).
+  void abandon(PrefixTree& tree);
+  // The encoded schema, once finished().
+  std::unique_ptr<EncodedSchema> take();
+
+ private:
+  void start_scaffold();
+  void pin_scaffold(PrefixTree& tree);
+
+  std::unique_ptr<EncodedSchema> e_;
+  std::string name_;
+  const TextModel& tm_;
+  KvLayout layout_;
+  int n_heads_;
+  std::vector<int> owners_;                // per scaffold: the module it is for (0: the default one)
+  std::vector<std::vector<bool>> included_;  // per scaffold: its modules
+  int total_ = 0, done_ = 0;
+  size_t scaffold_ = 0;  // the one running
+  // The running scaffold: its tokens in position order, where each segment's
+  // tokens are in them (first, count; first -1: not included), how many ran.
+  std::vector<int32_t> toks_, pos_;
+  std::vector<std::pair<int, int>> where_;
+  size_t next_ = 0;
+  size_t pending_ = 0;  // tokens of the last slice
+  std::unique_ptr<PrefixKv> scratch_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
+// Encodes `s` into pinned chunks of `tree` alone, in slices of 512 tokens.
+// `progress(done, total)` counts tokens run through the model. Throws Error
+// when the pool cannot hold the schema (whatever was pinned is released).
 std::unique_ptr<EncodedSchema> encode_schema(Schema s, const LlamaModel& model, PrefixTree& tree, const TextModel& tm,
                                              const std::function<void(int, int)>& progress = {});
 // A fresh group for the pinned chunks of one stored segment (unique in the

@@ -82,6 +82,10 @@ std::string prometheus_text(const EngineStats& s, const HttpCounts& http, const 
   w.head(p + "schema_tokens", "gauge", "Prompt Cache: tokens of each registered schema's modules held in pinned chunks.");
   for (const SchemaInfo& sc : schemas)
     w.out << p << "schema_tokens{" << inner << ",schema=\"" << escape(sc.name) << "\"} " << sc.tokens << '\n';
+  w.metric(p + "schemas_encoding", "gauge", "Prompt Cache: schemas being encoded inside the engine's steps (or queued to be).",
+           s.encoding);
+  w.metric(p + "schema_encode_tokens_total", "counter", "Prompt Cache: tokens run through the model to encode schemas.",
+           s.schema_tokens);
   w.head(p + "pml_requests_total", "counter", "Prompt Cache prompts served, with their modules from the cache or not.");
   for (const auto& [kind, n] : http.pml_requests)
     w.out << p << "pml_requests_total{" << inner << ",cache=\"" << escape(kind) << "\"} " << n << '\n';

@@ -354,6 +354,36 @@ class Options(unittest.TestCase):
         finally:
             self.assertEqual(s.stop(), 0)
 
+    def test_chat_runs_while_a_schema_encodes(self):
+        # About 370 tokens: 23 steps of 16 alone, 46 of 8 beside the chat (its
+        # 31-token prompt and 4 tokens take 7); small, for the sanitizer's build.
+        words = " ".join(f"word{i}" for i in range(100))
+        s = Server(BINARY, MODEL, "--step-tokens", "16")
+        try:
+            done = {}
+
+            def register():
+                done["schema"] = raw(s.url, "POST", "/v1/schemas", f'<schema name="long"><system>{words}</system></schema>')
+                done["schema_at"] = time.monotonic()
+
+            t = threading.Thread(target=register)
+            t.start()
+            deadline = time.time() + 120
+            while metric(s.url, "chunkserve:schema_encode_tokens_total") == 0 and time.time() < deadline:
+                time.sleep(0.02)
+            self.assertEqual(metric(s.url, "chunkserve:schemas_encoding"), 1)
+            code, _, j = raw(s.url, "POST", "/v1/chat/completions", chat_body("Hi"))
+            chat_at = time.monotonic()
+            self.assertEqual(code, 200, j)
+            self.assertGreater(j["usage"]["completion_tokens"], 0)
+            t.join(600)
+            self.assertEqual(done["schema"][0], 200, done["schema"][2])
+            self.assertLess(chat_at, done["schema_at"], "the chat waited for the schema's encoding")
+            self.assertGreaterEqual(metric(s.url, "chunkserve:schema_encode_tokens_total"), done["schema"][2]["tokens"])
+            self.assertEqual(metric(s.url, "chunkserve:schemas_encoding"), 0)
+        finally:
+            self.assertEqual(s.stop(), 0)
+
     def test_api_key_from_the_environment(self):
         s = Server(BINARY, MODEL, env={"CHUNKSERVE_API_KEY": "k3y"})
         try:
