@@ -12,7 +12,8 @@
 #include "attn/attention.h"
 #include "attn/block.h"
 #include "attn_fixtures.h"
-#include "engine/prefix_kv.h"
+#include "cache/contiguous_kv.h"
+#include "cache/prefix_kv.h"
 #include "kv/prefix_tree.h"
 #include "model/llama.h"
 

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "cache/contiguous_kv.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "model/chat_template.h"

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "base/cpu.h"
+#include "cache/contiguous_kv.h"
 #include "engine/generate.h"
 #include "model/llama.h"
 #include "omp_threads.h"

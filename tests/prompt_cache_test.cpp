@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "engine/engine.h"
-#include "engine/prefix_kv.h"
+#include "cache/prefix_kv.h"
 #include "engine_helpers.h"
 #include "pml/encode.h"
 #include "tiny_model.h"
@@ -71,12 +71,14 @@ TEST(PromptCache, RegistersASchemaOnce) {
     ADD_FAILURE() << "registered twice";
   } catch (const Error& err) {
     EXPECT_STREQ(err.what(), "a schema named 's' is already registered");
+    EXPECT_EQ(err.kind(), ErrorKind::kExists);
   }
   try {
     e.pml_request("<prompt schema=\"t\"><a/></prompt>", true, "p.xml");
     ADD_FAILURE();
   } catch (const pml::PmlError& err) {
     EXPECT_STREQ(err.what(), "p.xml:1:1: the schema 't' is not registered");
+    EXPECT_EQ(err.kind(), ErrorKind::kNotFound);
   }
   try {
     e.pml_request("<prompt schema=\"s\"><u1/><u2/></prompt>", true, "p.xml");
@@ -92,13 +94,20 @@ TEST(PromptCache, RegistersASchemaOnce) {
       ADD_FAILURE() << "unregistered while in use";
     } catch (const Error& err) {
       EXPECT_STREQ(err.what(), "schema 's' is in use by a request");
+      EXPECT_EQ(err.kind(), ErrorKind::kInUse);
     }
     h.wait();
   }
   e.unregister_schema("s");
   EXPECT_EQ(e.stats().kv.pinned, 0);
   EXPECT_TRUE(e.schemas().empty());
-  EXPECT_THROW(e.unregister_schema("s"), Error);
+  try {
+    e.unregister_schema("s");
+    ADD_FAILURE();
+  } catch (const Error& err) {
+    EXPECT_STREQ(err.what(), "no schema named 's' is registered");
+    EXPECT_EQ(err.kind(), ErrorKind::kNotFound);
+  }
 }
 
 // The K/V served for a module are, bit for bit, what the model computes for
@@ -299,6 +308,27 @@ TEST(EngineThreads, RequestsKeepRunningWhileASchemaEncodes) {
   EXPECT_TRUE(kv == file_bytes(dir + "/idle/big/chunks.bin")) << "the K/V differ";
 }
 
+// A pool too small for a schema: kNoRoom naming it, nothing left pinned, and
+// the name free again.
+TEST(PromptCache, ASchemaThePoolCannotHoldIsRefused) {
+  const LlamaConfig& c = tiny().config();
+  const KvLayout L{c.n_layers, c.n_kv_heads, c.head_dim, 64, KvType::kF16};
+  EngineOptions o = opts();
+  o.kv_memory = L.chunk_bytes() * 3;
+  Engine e(tiny(), o);
+  try {
+    e.register_schema(pml::parse_schema(schema_xml(), "s.xml"));
+    ADD_FAILURE();
+  } catch (const Error& err) {
+    EXPECT_EQ(err.kind(), ErrorKind::kNoRoom);
+    EXPECT_NE(std::string(err.what()).find("the KV pool has no room for schema 's' ("), std::string::npos) << err.what();
+  }
+  EXPECT_EQ(e.stats().kv.pinned, 0);
+  EXPECT_TRUE(e.schemas().empty());
+  e.register_schema(pml::parse_schema("<schema name=\"s\">the cat</schema>", "small.xml"));
+  EXPECT_EQ(e.schemas().size(), 1u);
+}
+
 // An engine stopping during an encoding fails the registration and unpins
 // what the encoding pinned.
 TEST(EngineThreads, StoppingFailsAnEncodingInProgress) {
@@ -315,6 +345,7 @@ TEST(EngineThreads, StoppingFailsAnEncodingInProgress) {
     message = err.what();
   }
   EXPECT_EQ(message, "the engine stopped");
+  EXPECT_THROW(e.register_schema(pml::parse_schema(big_schema_xml("big"), "b.xml")), Error);
   EXPECT_EQ(e.stats().kv.pinned, 0);
   EXPECT_TRUE(e.schemas().empty());
 }

@@ -3,7 +3,8 @@
 // prefill skipped) against the plain contiguous cache, sequence by sequence.
 #include <gtest/gtest.h>
 
-#include "engine/prefix_kv.h"
+#include "cache/contiguous_kv.h"
+#include "cache/prefix_kv.h"
 #include "engine/sampler.h"
 #include "model/llama.h"
 

@@ -3,11 +3,8 @@
 // compute, for every query row, softmax(q K^T / sqrt(d)) V over the keys that
 // row may see.
 //
-// Plan and run (FlashInfer's split): plan_attention() reads the prefix tree
-// once per batch, on the thread that owns the tree, and captures everything
-// the kernels need (the tree's KernelContext, every sequence's length, every
-// chunk's token count and the index of its first key, the chunk-first runs of
-// two-phase partition and relay). The kernels then read only that plan and
+// Plan and run (FlashInfer's split): plan_attention() (attn/plan.h) reads the
+// prefix tree once per batch; the kernels here then read only that plan and
 // the chunk pool, never the tree, for every layer of the batch.
 //
 // Queries: rows of n_heads * head_dim floats, grouped by sequence in the
@@ -22,80 +19,10 @@
 #include <memory>
 #include <vector>
 
-#include "kv/kernel_context.h"
+#include "attn/plan.h"
 #include "kv/prefix_tree.h"
 
 namespace cs {
-
-// A run of chunks read by the same sequences, each at consecutive places in
-// its chunk list: chunk j of the run is reader k's chunk depth[k] + j. A
-// shared prefix's readers are a contiguous range of the context order, all at
-// the same depth; a Prompt Cache module's may be any sequences, each at its
-// own depth.
-struct SharedRun {
-  std::vector<int> seqs;   // readers (context indices), ascending
-  std::vector<int> depth;  // per reader: where the run starts in its chunk list
-  std::vector<ChunkId> chunks;
-};
-
-// Chunks [j0, j1) of run `run`, inside one part of every reader's walk
-// (two-phase partition: 32-chunk parts; relay: its system run whole). Phase
-// one leaves one partial state per piece and KV head; phase two merges it.
-struct RunPiece {
-  int run, j0, j1;
-};
-
-// A piece as one reader sees it: its rows in the piece's partial state, and
-// the depths [d0, d1) of its chunk list the piece covers.
-struct ReaderPiece {
-  int piece, row0, d0, d1;
-};
-
-struct TppOptions {
-  int min_rows = 2;  // chunk-first only when this many query rows (of 2+ sequences) share a chunk
-};
-
-struct AttnPlan {
-  std::shared_ptr<const KernelContext> ctx;
-  KvLayout layout;
-  int n_heads = 0;               // query heads
-  std::vector<int> q_begin;      // empty = one row per sequence
-  std::vector<int> seq_len;      // per sequence: keys cached, this batch's included
-  std::vector<int> chunk_len;    // per ctx->chunks entry: keys the chunk holds
-  std::vector<int> chunk_start;  // per ctx->chunks entry: index of its first key in the sequence
-  // Every path folds each sequence's walk in parts, each from an empty state,
-  // merged in order: each run of pinned chunks (a Prompt Cache module's text
-  // segment, which every reader attaches whole) is a part, and the chunks
-  // between them are cut at every 32nd chunk, so the arithmetic depends on the
-  // sequence's own chunk list only, never on the batch or the sharing.
-  std::vector<int> part_starts;  // per sequence, part_begin[i] ..: the depth each part starts at, then its end
-  std::vector<int> part_begin;   // per sequence (+1): index into part_starts
-  std::vector<int> chunk_part;   // per ctx->chunks entry: its part in its sequence's walk
-  // Chunk-first work, decided once per batch: two-phase partition's shared
-  // runs (empty: nothing worth it, TPP runs per-sequence attention) and
-  // relay's system run (the chunks the whole batch shares, from the root).
-  std::vector<SharedRun> tpp_runs, relay_runs;
-  std::vector<RunPiece> tpp_pieces, relay_pieces;
-  std::vector<std::vector<ReaderPiece>> tpp_by_seq, relay_by_seq;  // per sequence, in piece order
-
-  int n_seqs() const { return int(ctx->seqs.size()); }
-  int rows_begin(int i) const { return q_begin.empty() ? i : q_begin[size_t(i)]; }
-  int rows_of(int i) const { return rows_begin(i + 1) - rows_begin(i); }
-  int chunks_of(int i) const { return ctx->chunk_begin[size_t(i) + 1] - ctx->chunk_begin[size_t(i)]; }
-  int parts_of(int i) const { return part_begin[size_t(i) + 1] - part_begin[size_t(i)] - 1; }
-  // Depths [first, second) of part k of sequence i.
-  std::pair<int, int> part(int i, int k) const {
-    const int* s = part_starts.data() + part_begin[size_t(i)];
-    return {s[k], s[k + 1]};
-  }
-};
-
-// The plan of one batch over the tree's live sequences (the tree's context()
-// may rebuild, so this runs on the tree's writer thread). q_begin as above.
-AttnPlan plan_attention(PrefixTree& tree, std::vector<int> q_begin, int n_heads, const TppOptions& opt = {});
-// The same for the sequences of `ctx` (the tree's context, or part of it).
-AttnPlan plan_attention(const PrefixTree& tree, std::shared_ptr<const KernelContext> ctx, std::vector<int> q_begin,
-                        int n_heads, const TppOptions& opt = {});
 
 // Scratch the kernels keep between calls (partial states of the chunk-first
 // phase and of walk parts), owned by the caller: one per thread that calls

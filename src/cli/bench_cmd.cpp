@@ -14,6 +14,7 @@
 
 #include "base/cpu.h"
 #include "base/error.h"
+#include "cache/contiguous_kv.h"
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "model/llama.h"

@@ -18,16 +18,17 @@
 #include <chrono>
 #include <functional>
 #include <memory>
-#include <vector>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "cache/prefix_kv.h"
 #include "engine/histogram.h"
-#include "pml/pml.h"
-#include "engine/prefix_kv.h"
 #include "engine/request.h"
+#include "engine/schema_registry.h"
 #include "engine/validate.h"
 #include "model/llama.h"
+#include "pml/pml.h"
 
 namespace cs {
 
@@ -51,18 +52,6 @@ struct EngineOptions {
   bool retain = true;           // keep finished sequences' chunks for later requests (prefix caching)
   int max_waiting = 4096;       // submit() refuses (busy) beyond this many queued requests
   int extra_chunks = 0;         // kv_memory 0: room for this many chunks more (generate: its schemas' pinned chunks)
-};
-
-// A Prompt Cache schema the engine holds (its modules' K/V pinned in the pool).
-struct SchemaInfo {
-  std::string name;
-  int positions = 0;     // the layout's length
-  int tokens = 0;        // tokens stored
-  int modules = 0;       // modules, the schema itself included
-  int scaffolds = 0;     // forward passes its encoding took
-  size_t bytes = 0;      // KV bytes pinned
-  double encode_s = 0;   // encoding (restored: reading and pinning) time
-  bool restored = false; // read from a saved schema, not encoded
 };
 
 // A snapshot of the engine (for metrics); counters only grow.

@@ -12,7 +12,7 @@ void Scheduler::add_running(std::unique_ptr<Sequence> s) { running_.push_back(st
 // each to grow into: admission leaves them that much room.
 int Scheduler::reserved_chunks() const {
   int r = 0;
-  for (const auto& s : running_) r += kv_.tree().chunks_to_append(s->id(), s->to_compute()) + 1;
+  for (const auto& s : running_) r += kv_.chunks_to_append(s->id(), s->to_compute()) + 1;
   return r;
 }
 
@@ -20,7 +20,7 @@ int Scheduler::reserved_chunks() const {
 // share: joining now would compute the same tokens a second time.
 bool Scheduler::deferred(const Sequence& s) const {
   if (!opt_.share || s.detached()) return false;
-  const int c = kv_.tree().layout().chunk_size;
+  const int c = kv_.chunk_size();
   for (const auto& r : running_) {
     if (!r->prefilling()) continue;
     const auto& a = s.tokens();
@@ -36,7 +36,7 @@ bool Scheduler::try_admit(Sequence& s, int reserved) {
   const auto& t = s.tokens();
   int matched = 0;
   if (s.detached()) {
-    if (!kv_.tree().join_detached(s.id()).ok()) return false;
+    if (!kv_.join_detached(s.id()).ok()) return false;
     s.set_cached(0);
     s.next_span = 0;
     attach_spans(s);
@@ -46,7 +46,7 @@ bool Scheduler::try_admit(Sequence& s, int reserved) {
     const std::span<const int32_t> known = opt_.share ? std::span(t).first(t.size() - 1) : std::span<const int32_t>();
     if (!kv_.join(s.id(), known, &matched).ok()) return false;
   }
-  const int need = kv_.tree().chunks_to_append(s.id(), s.detached() ? s.to_compute() : int(t.size()) - matched) + 1;
+  const int need = kv_.chunks_to_append(s.id(), s.detached() ? s.to_compute() : int(t.size()) - matched) + 1;
   if (need > kv_.chunks_available() - reserved && !running_.empty()) {
     (void)kv_.leave(s.id());
     return false;
@@ -61,7 +61,7 @@ void Scheduler::attach_spans(Sequence& s) {
     const CachedSpan& span = s.spans()[s.next_span++];
     // The engine checked the chunks hold the span's tokens when it took the
     // request; attaching them cannot fail for a live detached sequence.
-    (void)kv_.tree().attach_pinned(s.id(), span.chunks);
+    (void)kv_.attach(s.id(), span.chunks);
     s.set_cached(span.end);
   }
 }
@@ -77,7 +77,7 @@ void Scheduler::admit() {
       continue;
     }
     if (!try_admit(s, reserved)) break;  // first come, first served: no overtaking for room
-    reserved += kv_.tree().chunks_to_append(s.id(), s.to_compute()) + 1;
+    reserved += kv_.chunks_to_append(s.id(), s.to_compute()) + 1;
     running_.push_back(std::move(*it));
     it = waiting_.erase(it);
   }

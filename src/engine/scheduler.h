@@ -20,7 +20,7 @@
 #include <memory>
 #include <vector>
 
-#include "engine/prefix_kv.h"
+#include "cache/sequence_cache.h"
 #include "engine/sequence.h"
 
 namespace cs {
@@ -33,7 +33,7 @@ struct SchedulerOptions {
 
 class Scheduler {
  public:
-  Scheduler(PrefixKv& kv, SchedulerOptions opt) : kv_(kv), opt_(opt) {}
+  Scheduler(SequenceCache& kv, SchedulerOptions opt) : kv_(kv), opt_(opt) {}
 
   // One token range of a sequence in the step's batch.
   struct Row {
@@ -73,7 +73,7 @@ class Scheduler {
   // Attaches the cached spans that start where s's cache ends.
   void attach_spans(Sequence& s);
 
-  PrefixKv& kv_;
+  SequenceCache& kv_;  // asked, never looked into
   SchedulerOptions opt_;
   std::vector<std::unique_ptr<Sequence>> running_;  // admission order
   std::deque<std::unique_ptr<Sequence>> waiting_;

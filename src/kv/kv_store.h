@@ -1,7 +1,7 @@
 // The model's view of KV storage. The Llama forward pass writes each layer's
 // K and V through store() and reads attention through attend(); it never sees
-// how KV is laid out. A contiguous per-sequence cache implements it today; the
-// prefix-aware chunk cache plugs in behind the same calls.
+// how KV is laid out. The implementations live a floor up, in src/cache: a
+// contiguous per-sequence cache and the prefix-aware chunk cache.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -26,6 +26,16 @@ struct Batch {
     logits.push_back(want_logits);
   }
   int size() const { return int(tokens.size()); }
+};
+
+// The attention shape a store serves: per layer, n_heads query heads read
+// n_kv_heads K/V heads of head_dim floats.
+struct KvShape {
+  int n_layers = 0;
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  int kv_width() const { return n_kv_heads * head_dim; }
 };
 
 class KvStore {

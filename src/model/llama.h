@@ -7,7 +7,6 @@
 #include <string>
 #include <vector>
 
-#include "kv/contiguous_kv.h"
 #include "kv/kv_store.h"
 #include "model/gguf.h"
 #include "model/matmul.h"

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "cache/contiguous_kv.h"
+
 namespace cs {
 
 double PerplexityResult::ppl() const { return count ? std::exp(nll / double(count)) : 0; }

@@ -11,6 +11,7 @@
 #include <span>
 #include <vector>
 
+#include "kv/chunk_pool.h"
 #include "model/llama.h"
 #include "model/reference.h"
 

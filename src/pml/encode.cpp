@@ -4,7 +4,7 @@
 #include <chrono>
 #include <map>
 
-#include "engine/prefix_kv.h"
+#include "cache/prefix_kv.h"
 #include "model/chat_template.h"
 
 namespace cs::pml {
@@ -166,7 +166,8 @@ void SchemaEncoding::pin_scaffold(PrefixTree& tree) {
       const ChunkId ch = tree.pin(std::span(seg.tokens).subspan(size_t(off), size_t(n)), group);
       if (ch < 0)
         throw Error("the KV pool has no room for schema '" + l.schema + "' (" + std::to_string(total_) +
-                    " tokens to encode; --kv-memory)");
+                        " tokens to encode; --kv-memory)",
+                    ErrorKind::kNoRoom);
       e_->chunks[g].push_back(ch);
       for (int i = 0; i < n; ++i)
         for (int layer = 0; layer < layout_.n_layers; ++layer)
@@ -214,21 +215,6 @@ std::unique_ptr<EncodedSchema> encode_schema(Schema s, const LlamaModel& model, 
 void release_schema(PrefixTree& tree, const EncodedSchema& e) {
   for (const auto& seg : e.chunks)
     for (ChunkId c : seg) (void)tree.unpin(c);
-}
-
-Request prompt_request(const EncodedSchema& e, const Assembly& a, bool use_cache) {
-  Request r;
-  for (const Piece& p : a.pieces) {
-    const bool last = &p == &a.pieces.back();  // its last token must run: its logits sample the reply
-    const int begin = int(r.prompt.size());
-    for (size_t i = 0; i < p.tokens.size(); ++i) {
-      r.prompt.push_back(p.tokens[i]);
-      r.positions.push_back(use_cache ? p.start + int32_t(i) : int32_t(r.positions.size()));
-    }
-    if (use_cache && !last && p.kind == Piece::Kind::kCached && !e.chunks[size_t(p.segment)].empty())
-      r.cached.push_back({begin, int(r.prompt.size()), e.chunks[size_t(p.segment)]});
-  }
-  return r;
 }
 
 }  // namespace cs::pml

@@ -1,5 +1,4 @@
-// A schema's modules encoded into pinned chunks (Prompt Cache §3.3), and
-// prompts turned into engine requests that read them.
+// A schema's modules encoded into pinned chunks (Prompt Cache §3.3).
 //
 // Encoding runs each scaffold of the schema through the model once, as one
 // sequence at its layout's position IDs (in slices, inside the engine's
@@ -19,8 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/prefix_kv.h"
-#include "engine/request.h"
+#include "cache/prefix_kv.h"
 #include "kv/prefix_tree.h"
 #include "model/llama.h"
 #include "pml/assemble.h"
@@ -113,11 +111,5 @@ uint64_t new_pin_group();
 
 // Unpins the schema's chunks (none may be read by a live sequence).
 void release_schema(PrefixTree& tree, const EncodedSchema& e);
-
-// The engine request for an assembled prompt: its tokens, their positions,
-// and the cached pieces as spans of pinned chunks (use_cache), or the same
-// tokens at contiguous positions computed from scratch (!use_cache: the
-// quality baseline).
-Request prompt_request(const EncodedSchema& e, const Assembly& a, bool use_cache);
 
 }  // namespace cs::pml

@@ -22,7 +22,8 @@ struct Location {
 // An error in a schema or a prompt: "file:line:column: problem".
 class PmlError : public Error {
  public:
-  PmlError(const Location& at, const std::string& problem) : Error(at.str() + ": " + problem), at_(at) {}
+  PmlError(const Location& at, const std::string& problem, ErrorKind kind = ErrorKind::kOther)
+      : Error(at.str() + ": " + problem, kind), at_(at) {}
   const Location& where() const { return at_; }
 
  private:

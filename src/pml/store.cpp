@@ -208,8 +208,10 @@ std::unique_ptr<EncodedSchema> restore_schema(SavedSchema saved, PrefixTree& tre
       for (size_t off = 0; off < toks.size(); off += size_t(cs)) {
         const size_t n = std::min(toks.size() - off, size_t(cs));
         const ChunkId c = tree.pin(std::span(toks).subspan(off, n), group);
-        if (c < 0) throw Error("the KV pool has no room for schema '" + e->schema.name + "' (" +
-                               std::to_string(e->tokens) + " of its tokens pinned; --kv-memory)");
+        if (c < 0)
+          throw Error("the KV pool has no room for schema '" + e->schema.name + "' (" + std::to_string(e->tokens) +
+                          " of its tokens pinned; --kv-memory)",
+                      ErrorKind::kNoRoom);
         e->chunks[size_t(g)].push_back(c);
         std::memcpy(tree.pool().data(c), saved.bytes->data() + offset, L.chunk_bytes());
         offset += L.chunk_bytes();

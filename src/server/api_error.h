@@ -3,6 +3,8 @@
 #pragma once
 #include <string>
 
+#include "base/error.h"
+
 namespace cs {
 
 struct ApiError {
@@ -15,5 +17,9 @@ struct ApiError {
 
 // The error object as JSON text.
 std::string error_json(const ApiError& e);
+
+// An engine's refusal by its kind: not found 404, exists or in use 409,
+// stopped 503, no room and the rest 400.
+ApiError api_error_of(const Error& e, const std::string& param = "");
 
 }  // namespace cs

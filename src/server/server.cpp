@@ -211,9 +211,9 @@ void Server::Impl::pml_prompt(ApiRequest& r) {
   try {
     built = engine.pml_request(r.pml, r.pml_cache, "pml");
   } catch (const pml::PmlError& e) {
-    const std::string what = e.what();
-    const bool unknown = what.find("is not registered") != std::string::npos;
-    throw ApiError{unknown ? 404 : 400, what, "invalid_request_error", "pml", unknown ? "schema_not_found" : "invalid_pml"};
+    ApiError a = api_error_of(e, "pml");
+    if (e.kind() == ErrorKind::kOther) a.code = "invalid_pml";
+    throw a;
   }
   const Request& q = r.engine;
   built.sampling = q.sampling;
@@ -409,8 +409,7 @@ void Server::Impl::schema_post(const HttpRequest& req, HttpResponse& res, HttpEx
   } catch (const pml::PmlError& e) {
     throw ApiError{400, e.what(), "invalid_request_error", "", "invalid_pml"};
   } catch (const Error& e) {
-    const bool dup = std::string(e.what()).find("already registered") != std::string::npos;
-    throw ApiError{dup ? 409 : 400, e.what(), "invalid_request_error", "", dup ? "schema_exists" : ""};
+    throw api_error_of(e);
   }
 }
 
@@ -427,8 +426,7 @@ void Server::Impl::schema_delete(const HttpRequest& req, HttpResponse& res, Http
   try {
     engine.unregister_schema(name);
   } catch (const Error& e) {
-    const bool in_use = std::string(e.what()).find("in use") != std::string::npos;
-    throw ApiError{in_use ? 409 : 404, e.what(), "invalid_request_error", "", in_use ? "schema_in_use" : "schema_not_found"};
+    throw api_error_of(e);
   }
   json body = {{"object", "schema"}, {"name", name}, {"deleted", true}};
   if (!opt.schema_dir.empty()) try {

@@ -1,4 +1,4 @@
-#include "kv/contiguous_kv.h"
+#include "cache/contiguous_kv.h"
 
 #include <algorithm>
 #include <string>

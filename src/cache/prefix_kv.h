@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "attn/attention.h"
+#include "cache/sequence_cache.h"
 #include "kv/kv_store.h"
 #include "kv/prefix_tree.h"
 
@@ -22,7 +23,7 @@ namespace cs {
 
 enum class AttnPath { kPerSequence, kTwoPhase, kRelay };
 
-class PrefixKv : public KvStore {
+class PrefixKv : public KvStore, public SequenceCache {
  public:
   // retain: keep the chunks of sequences that left, for later joins.
   PrefixKv(KvLayout layout, size_t capacity_bytes, int n_heads, AttnPath path = AttnPath::kTwoPhase,
@@ -32,14 +33,20 @@ class PrefixKv : public KvStore {
   // chunk the tree holds for them, and copies a partial match); *matched is
   // how many leading tokens have their K/V present. The caller appends the
   // rest through batches. Join with no tokens to share nothing.
-  KvStatus join(SeqId id, std::span<const int32_t> tokens, int* matched) { return tree_.join(id, tokens, matched); }
-  KvStatus leave(SeqId id) { return tree_.leave(id); }
+  KvStatus join(SeqId id, std::span<const int32_t> tokens, int* matched) override {
+    return tree_.join(id, tokens, matched);
+  }
+  KvStatus join_detached(SeqId id) override { return tree_.join_detached(id); }
+  KvStatus attach(SeqId id, std::span<const ChunkId> chunks) override { return tree_.attach_pinned(id, chunks); }
+  KvStatus leave(SeqId id) override { return tree_.leave(id); }
   KvStatus fork(SeqId parent, SeqId child) { return tree_.fork(parent, child); }
 
   // Chunks the batch would allocate, and how many can be had: begin_batch
   // fails when the first exceeds the second.
-  int chunks_needed(const Batch& batch) const;
-  int chunks_available() const { return tree_.available(); }
+  int chunks_needed(const Batch& batch) const override;
+  int chunks_available() const override { return tree_.available(); }
+  int chunks_to_append(SeqId id, int n) const override { return tree_.chunks_to_append(id, n); }
+  int chunk_size() const override { return tree_.layout().chunk_size; }
 
   void begin_batch(const Batch& batch) override;
   void store(int layer, const float* k, const float* v) override;

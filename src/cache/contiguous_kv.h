@@ -17,14 +17,6 @@
 
 namespace cs {
 
-struct KvShape {
-  int n_layers = 0;
-  int n_heads = 0;
-  int n_kv_heads = 0;
-  int head_dim = 0;
-  int kv_width() const { return n_kv_heads * head_dim; }
-};
-
 class ContiguousKv : public KvStore {
  public:
   // max_tokens bounds each sequence's length (the context size).

@@ -1,4 +1,4 @@
-#include "engine/prefix_kv.h"
+#include "cache/prefix_kv.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,0 +1,170 @@
+// The attention plan of one batch (attn/plan.h): walks cut into parts, and
+// the chunk-first runs of two-phase partition and relay, decided once.
+#include "attn/plan.h"
+
+#include <omp.h>
+
+#include <algorithm>
+
+namespace cs {
+namespace {
+
+// Runs of shared chunks read by at least min_rows query rows of at least
+// min_seqs sequences (one sequence's chunk-first GEMM would be exactly its
+// per-sequence walk): consecutive entries of the context's shared list with
+// the same readers, each one place further in every reader's chunk list.
+std::vector<SharedRun> chunk_first_runs(const AttnPlan& p, int min_rows, int min_seqs, bool whole_batch_only) {
+  std::vector<SharedRun> runs;
+  const int group = p.n_heads / p.layout.n_kv_heads;
+  for (const SharedChunk& s : p.ctx->shared) {
+    int rows = 0;
+    for (int r : s.readers) rows += p.rows_of(r) * group;
+    if (rows < min_rows || int(s.readers.size()) < min_seqs) continue;
+    if (whole_batch_only && int(s.readers.size()) != p.n_seqs()) continue;
+    if (!runs.empty()) {
+      SharedRun& last = runs.back();
+      const int n = int(last.chunks.size());
+      bool next = last.seqs == s.readers;
+      for (size_t k = 0; next && k < s.readers.size(); ++k) next = last.depth[k] + n == s.depth[k];
+      if (next) {
+        last.chunks.push_back(s.chunk);
+        continue;
+      }
+    }
+    runs.push_back({s.readers, s.depth, {s.chunk}});
+  }
+  return runs;
+}
+
+// The pieces of the runs: cut (when `cut`) wherever one of its readers moves
+// to another part of its walk (a prefix's readers all at once).
+std::vector<RunPiece> pieces_of(const AttnPlan& p, const std::vector<SharedRun>& runs, bool cut) {
+  std::vector<RunPiece> out;
+  for (int r = 0; r < int(runs.size()); ++r) {
+    const SharedRun& run = runs[size_t(r)];
+    const int n = int(run.chunks.size());
+    int j0 = 0;
+    for (int j = 1; j <= n; ++j) {
+      bool boundary = j == n;
+      for (size_t k = 0; cut && !boundary && k < run.seqs.size(); ++k) {
+        const size_t e = size_t(p.ctx->chunk_begin[size_t(run.seqs[k])] + run.depth[k] + j);
+        boundary = p.chunk_part[e] != p.chunk_part[e - 1];
+      }
+      if (boundary) {
+        out.push_back({r, j0, j});
+        j0 = j;
+      }
+    }
+  }
+  return out;
+}
+
+// Where each reader finds the pieces: its rows in their states and the
+// depths they cover, in piece order.
+std::vector<std::vector<ReaderPiece>> pieces_by_seq(const AttnPlan& p, const std::vector<SharedRun>& runs,
+                                                    const std::vector<RunPiece>& pieces) {
+  std::vector<std::vector<ReaderPiece>> out(size_t(p.n_seqs()));
+  const int group = p.n_heads / p.layout.n_kv_heads;
+  for (int j = 0; j < int(pieces.size()); ++j) {
+    const RunPiece& pc = pieces[size_t(j)];
+    const SharedRun& run = runs[size_t(pc.run)];
+    int row = 0;
+    for (size_t k = 0; k < run.seqs.size(); ++k) {
+      const int s = run.seqs[k];
+      out[size_t(s)].push_back({j, row, run.depth[k] + pc.j0, run.depth[k] + pc.j1});
+      row += p.rows_of(s) * group;
+    }
+  }
+  return out;
+}
+
+// Splits segments into pieces so that phase one has at least `items` work
+// items (segment x KV head). A segment is split by its sequences, never by its
+// chunks: each row then sees the same chunks in the same order as the
+// per-sequence kernel would, so two-phase partition computes every row with
+// the very same arithmetic (bit-identical results with sharing on or off),
+// and no extra partial state or merge is needed.
+std::vector<SharedRun> split_segments(const std::vector<SharedRun>& segs, int kv_heads, int items) {
+  if (segs.empty() || int(segs.size()) * kv_heads >= items) return segs;
+  const int factor = (items + int(segs.size()) * kv_heads - 1) / (int(segs.size()) * kv_heads);
+  std::vector<SharedRun> out;
+  for (const SharedRun& s : segs) {
+    const int n = int(s.seqs.size()), per = std::max(1, (n + factor - 1) / factor);
+    for (int b = 0; b < n; b += per) {
+      const int e = std::min(n, b + per);
+      out.push_back({std::vector<int>(s.seqs.begin() + b, s.seqs.begin() + e),
+                     std::vector<int>(s.depth.begin() + b, s.depth.begin() + e), s.chunks});
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+AttnPlan plan_attention(PrefixTree& tree, std::vector<int> q_begin, int n_heads, const TppOptions& opt) {
+  return plan_attention(tree, tree.context(), std::move(q_begin), n_heads, opt);
+}
+
+AttnPlan plan_attention(const PrefixTree& tree, std::shared_ptr<const KernelContext> ctx, std::vector<int> q_begin,
+                        int n_heads, const TppOptions& opt) {
+  AttnPlan p;
+  p.ctx = std::move(ctx);
+  p.layout = tree.layout();
+  p.n_heads = n_heads;
+  p.q_begin = std::move(q_begin);
+  const KernelContext& c = *p.ctx;
+  p.seq_len.reserve(c.seqs.size());
+  for (SeqId id : c.seqs) p.seq_len.push_back(tree.length(id));
+  // A chunk's first key follows the keys of the chunks before it in the
+  // sequence's list (partially filled chunks may sit anywhere in it).
+  p.chunk_len.resize(c.chunks.size());
+  p.chunk_start.resize(c.chunks.size());
+  p.chunk_part.resize(c.chunks.size());
+  p.part_begin.push_back(0);
+  for (size_t i = 0; i + 1 < c.chunk_begin.size(); ++i) {
+    int start = 0, part = -1;
+    bool prev_pinned = false;
+    uint64_t prev_group = 0;
+    for (int e = c.chunk_begin[i]; e < c.chunk_begin[i + 1]; ++e) {
+      const int depth = e - c.chunk_begin[i];
+      const ChunkId ch = c.chunks[size_t(e)];
+      const bool pinned = tree.pinned(ch);
+      const uint64_t group = pinned ? tree.pin_group(ch) : 0;
+      // A part starts with every run of pinned chunks, after one, and at
+      // every 32nd chunk outside them.
+      const bool starts = pinned ? !prev_pinned || group != prev_group : prev_pinned || depth % kPartChunks == 0;
+      if (starts || depth == 0) {
+        ++part;
+        p.part_starts.push_back(depth);
+      }
+      prev_pinned = pinned;
+      prev_group = group;
+      p.chunk_part[size_t(e)] = part;
+      p.chunk_len[size_t(e)] = tree.chunk_length(c.chunks[size_t(e)]);
+      p.chunk_start[size_t(e)] = start;
+      start += p.chunk_len[size_t(e)];
+    }
+    if (part < 0) p.part_starts.push_back(0);  // no chunk: one empty part
+    p.part_starts.push_back(c.chunk_begin[i + 1] - c.chunk_begin[i]);
+    p.part_begin.push_back(int(p.part_starts.size()));
+  }
+  const int items = 2 * omp_get_max_threads(), kvh = p.layout.n_kv_heads;
+  p.tpp_runs = chunk_first_runs(p, std::max(2, opt.min_rows), 2, false);
+  p.tpp_runs = split_segments(p.tpp_runs, kvh, items);
+  p.tpp_pieces = pieces_of(p, p.tpp_runs, true);
+  p.tpp_by_seq = pieces_by_seq(p, p.tpp_runs, p.tpp_pieces);
+  // Relay's system run: the chunks the whole batch shares from the root,
+  // split into pieces only when there are too few KV heads for the threads;
+  // one piece per run, since system attention is one state per row.
+  p.relay_runs = chunk_first_runs(p, 1, 1, true);
+  if (!p.relay_runs.empty() &&
+      std::any_of(p.relay_runs[0].depth.begin(), p.relay_runs[0].depth.end(), [](int d) { return d != 0; }))
+    p.relay_runs.clear();
+  if (p.relay_runs.size() > 1) p.relay_runs.resize(1);
+  p.relay_runs = split_segments(p.relay_runs, kvh, items);
+  p.relay_pieces = pieces_of(p, p.relay_runs, false);
+  p.relay_by_seq = pieces_by_seq(p, p.relay_runs, p.relay_pieces);
+  return p;
+}
+
+}  // namespace cs

@@ -1,0 +1,100 @@
+// The plan of one batch's attention (FlashInfer's plan/run split):
+// plan_attention() reads the prefix tree once per batch, on the thread that
+// owns the tree, and captures everything the kernels (attn/attention.h) need:
+// the tree's KernelContext, every sequence's length, every chunk's token
+// count and the index of its first key, where each sequence's walk is cut
+// into parts, and the chunk-first runs of two-phase partition and relay.
+#pragma once
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "kv/kernel_context.h"
+#include "kv/prefix_tree.h"
+
+namespace cs {
+
+// Every path cuts each (sequence, KV head)'s walk at the chunk depths that
+// are multiples of kPartChunks: each part is folded from an empty state and
+// the parts are merged in depth order. That one arithmetic, whatever the
+// batch, the sharing and the thread count, keeps results bit-identical across
+// them, and gives the threads independent work when there is little of it
+// (one sequence decoding with SmolLM2's 3 KV heads: 3 walks for 2 threads).
+// Each part costs a merge per row, and TPP one saved state per part of a
+// shared run: 8-chunk parts made Table 3's cell 7-8% slower (8x the saved
+// states, no longer cache-resident); 32-chunk parts cost it nothing
+// measurable and make a lone 3072-token SmolLM2 decode's attention 1.16x
+// faster on 2 threads (bench/kernel_ab).
+constexpr int kPartChunks = 32;
+
+// A run of chunks read by the same sequences, each at consecutive places in
+// its chunk list: chunk j of the run is reader k's chunk depth[k] + j. A
+// shared prefix's readers are a contiguous range of the context order, all at
+// the same depth; a Prompt Cache module's may be any sequences, each at its
+// own depth.
+struct SharedRun {
+  std::vector<int> seqs;   // readers (context indices), ascending
+  std::vector<int> depth;  // per reader: where the run starts in its chunk list
+  std::vector<ChunkId> chunks;
+};
+
+// Chunks [j0, j1) of run `run`, inside one part of every reader's walk
+// (two-phase partition: 32-chunk parts; relay: its system run whole). Phase
+// one leaves one partial state per piece and KV head; phase two merges it.
+struct RunPiece {
+  int run, j0, j1;
+};
+
+// A piece as one reader sees it: its rows in the piece's partial state, and
+// the depths [d0, d1) of its chunk list the piece covers.
+struct ReaderPiece {
+  int piece, row0, d0, d1;
+};
+
+struct TppOptions {
+  int min_rows = 2;  // chunk-first only when this many query rows (of 2+ sequences) share a chunk
+};
+
+struct AttnPlan {
+  std::shared_ptr<const KernelContext> ctx;
+  KvLayout layout;
+  int n_heads = 0;               // query heads
+  std::vector<int> q_begin;      // empty = one row per sequence
+  std::vector<int> seq_len;      // per sequence: keys cached, this batch's included
+  std::vector<int> chunk_len;    // per ctx->chunks entry: keys the chunk holds
+  std::vector<int> chunk_start;  // per ctx->chunks entry: index of its first key in the sequence
+  // Every path folds each sequence's walk in parts, each from an empty state,
+  // merged in order: each run of pinned chunks (a Prompt Cache module's text
+  // segment, which every reader attaches whole) is a part, and the chunks
+  // between them are cut at every 32nd chunk, so the arithmetic depends on the
+  // sequence's own chunk list only, never on the batch or the sharing.
+  std::vector<int> part_starts;  // per sequence, part_begin[i] ..: the depth each part starts at, then its end
+  std::vector<int> part_begin;   // per sequence (+1): index into part_starts
+  std::vector<int> chunk_part;   // per ctx->chunks entry: its part in its sequence's walk
+  // Chunk-first work, decided once per batch: two-phase partition's shared
+  // runs (empty: nothing worth it, TPP runs per-sequence attention) and
+  // relay's system run (the chunks the whole batch shares, from the root).
+  std::vector<SharedRun> tpp_runs, relay_runs;
+  std::vector<RunPiece> tpp_pieces, relay_pieces;
+  std::vector<std::vector<ReaderPiece>> tpp_by_seq, relay_by_seq;  // per sequence, in piece order
+
+  int n_seqs() const { return int(ctx->seqs.size()); }
+  int rows_begin(int i) const { return q_begin.empty() ? i : q_begin[size_t(i)]; }
+  int rows_of(int i) const { return rows_begin(i + 1) - rows_begin(i); }
+  int chunks_of(int i) const { return ctx->chunk_begin[size_t(i) + 1] - ctx->chunk_begin[size_t(i)]; }
+  int parts_of(int i) const { return part_begin[size_t(i) + 1] - part_begin[size_t(i)] - 1; }
+  // Depths [first, second) of part k of sequence i.
+  std::pair<int, int> part(int i, int k) const {
+    const int* s = part_starts.data() + part_begin[size_t(i)];
+    return {s[k], s[k + 1]};
+  }
+};
+
+// The plan of one batch over the tree's live sequences (the tree's context()
+// may rebuild, so this runs on the tree's writer thread). q_begin as above.
+AttnPlan plan_attention(PrefixTree& tree, std::vector<int> q_begin, int n_heads, const TppOptions& opt = {});
+// The same for the sequences of `ctx` (the tree's context, or part of it).
+AttnPlan plan_attention(const PrefixTree& tree, std::shared_ptr<const KernelContext> ctx, std::vector<int> q_begin,
+                        int n_heads, const TppOptions& opt = {});
+
+}  // namespace cs

@@ -1,0 +1,278 @@
+// The engine thread: take what other threads handed in, cancel, plan a step,
+// run it, sample, stream, retire, publish stats (engine.h has the contract).
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "engine/engine_impl.h"
+#include "kv/split_kv.h"
+
+namespace cs {
+
+void Engine::Impl::wake() {
+  {
+    std::lock_guard lock(mu);
+    poked = true;
+  }
+  cv.notify_one();
+}
+
+void Engine::Impl::publish_stats() {
+  EngineStats s = counters;
+  s.running = int(sched.running().size());
+  counters.peak_running = std::max(counters.peak_running, s.running);
+  s.peak_running = counters.peak_running;
+  s.waiting = int(sched.waiting().size());
+  s.kv = kv.tree().stats();
+  s.preemptions = sched.preemptions();
+  s.encoding = int(encoding.size());
+  s.threads = threads.threads();
+  {
+    std::lock_guard lock(stats_mu);
+    stats = s;
+  }
+  std::lock_guard lock(mu);
+  queued = int(inbox.size()) + s.waiting;
+  running = s.running;
+  cv.notify_all();
+}
+
+// Moves new requests in. False when the engine should stop.
+bool Engine::Impl::take_inbox() {
+  std::deque<std::shared_ptr<RequestState>> fresh;
+  {
+    std::unique_lock lock(mu);
+    if (!stopping && !poked && sched.idle() && encoding.empty()) cv.wait(lock, [&] { return poked || stopping; });
+    poked = false;
+    if (stopping) return false;
+    fresh.swap(inbox);
+    todo.swap(tasks);
+    for (auto& j : jobs) encoding.push_back(std::move(j));
+    jobs.clear();
+  }
+  for (auto& t : todo) t();
+  todo.clear();
+  for (auto& r : fresh) start(r);
+  return true;
+}
+
+void Engine::Impl::start(const std::shared_ptr<RequestState>& r) {
+  const Request& q = r->req;
+  r->building.completions.resize(size_t(q.n));
+  r->ended.assign(size_t(q.n), false);
+  r->building.usage.prompt_tokens = int(q.prompt.size());
+  r->live = q.n;
+  live.push_back(r);
+  ++counters.requests;
+  counters.prompt_tokens += q.prompt.size();
+  if (q.max_tokens == 0) {
+    end_request(r, FinishReason::kLength, "");
+    return;
+  }
+  // Cached spans name pinned chunks holding exactly their tokens.
+  for (const CachedSpan& s : q.cached) {
+    int n = 0;
+    bool ok = true;
+    for (ChunkId c : s.chunks) {
+      ok = ok && c >= 0 && c < kv.tree().pool().capacity() && kv.tree().pinned(c);
+      if (ok) n += kv.tree().chunk_length(c);
+    }
+    if (!ok || n != s.end - s.begin) {
+      end_request(r, FinishReason::kError, "a cached span's chunks are not pinned or do not hold its tokens");
+      return;
+    }
+  }
+  // Sharing modes fork the other completions from the first after its
+  // prefill; mode none prefills each on its own.
+  const int seqs = engine.opt_.mode == AttnMode::kNone ? q.n : 1;
+  if (seqs == q.n) r->forked = true;
+  for (int i = 0; i < seqs; ++i) sched.enqueue(std::make_unique<Sequence>(next_seq++, r, i, model.tokenizer()));
+}
+
+// Finishes every completion of r that has no sequence (not yet forked, or
+// never started) and every sequence of r.
+void Engine::Impl::end_request(std::shared_ptr<RequestState> rp, FinishReason reason, const std::string& message) {
+  RequestState& r = *rp;
+  std::vector<Sequence*> mine;
+  for (const auto& s : sched.running())
+    if (&s->request() == &r) mine.push_back(s.get());
+  for (const auto& s : sched.waiting())
+    if (&s->request() == &r) mine.push_back(s.get());
+  for (Sequence* s : mine) {
+    s->finish(reason, message);
+    sched.retire(s);
+  }
+  // Completions that have no sequence (not forked yet) end as well.
+  for (int i = 0; i < r.req.n; ++i) r.end_completion(i, reason, message);
+}
+
+void Engine::Impl::loop() {
+  while (take_inbox()) {
+    handle_cancels();
+    step();
+    count_finished();
+    publish_stats();
+  }
+  // Stopping: whatever is left ends as cancelled; tasks still run (their
+  // callers wait for them).
+  std::deque<std::shared_ptr<RequestState>> rest;
+  {
+    std::lock_guard lock(mu);
+    rest.swap(inbox);
+    todo.swap(tasks);
+    for (auto& j : jobs) encoding.push_back(std::move(j));
+    jobs.clear();
+  }
+  for (auto& t : todo) t();
+  while (!encoding.empty()) fail_job(*encoding.front(), "the engine stopped", ErrorKind::kStopped);
+  for (auto& r : rest) start(r);
+  while (!sched.idle()) {
+    Sequence* s = !sched.running().empty() ? sched.running().front().get() : sched.waiting().front().get();
+    end_request(s->request_ptr(), FinishReason::kCancelled, "the engine stopped");
+  }
+  count_finished();
+  publish_stats();
+}
+
+void Engine::Impl::count_finished() {
+  std::erase_if(live, [&](const std::shared_ptr<RequestState>& r) {
+    if (r->live > 0) return false;
+    ++counters.finished;
+    bool cancelled = false, error = false;
+    for (const Completion& c : r->building.completions) {
+      cancelled = cancelled || c.reason == FinishReason::kCancelled;
+      error = error || c.reason == FinishReason::kError;
+    }
+    counters.cancelled += cancelled;
+    counters.errors += error && !cancelled;
+    return true;
+  });
+}
+
+void Engine::Impl::handle_cancels() {
+  std::vector<std::shared_ptr<RequestState>> cancel;
+  auto look = [&](const auto& seqs) {
+    for (const auto& s : seqs)
+      if (s->request().cancel_requested && std::find(cancel.begin(), cancel.end(), s->request_ptr()) == cancel.end())
+        cancel.push_back(s->request_ptr());
+  };
+  look(sched.running());
+  look(sched.waiting());
+  for (const auto& r : cancel) end_request(r, FinishReason::kCancelled, "");
+}
+
+void Engine::Impl::step() {
+  omp_set_num_threads(threads.update());
+  // A schema being encoded takes half of the step's tokens beside requests
+  // (their prefill the rest; their decode tokens always run), and all of them
+  // alone.
+  while (!encoding.empty() && encoding.front()->enc->finished()) advance(*encoding.front());
+  SchemaJob* job = encoding.empty() ? nullptr : encoding.front().get();
+  const int step_tokens = engine.opt_.step_tokens;
+  const int reserve = job ? std::max(1, step_tokens / 2) : 0;
+  if (!sched.plan(batch, rows, stuck, reserve)) {
+    for (Sequence* s : stuck) {
+      const KvStats k = kv.tree().stats();
+      const std::string why = "the KV memory is full: the sequence alone fills the pool of " +
+                              std::to_string(k.chunks) + " chunks (" + std::to_string(k.pinned) +
+                              " pinned by Prompt Cache schemas)";
+      const bool any = s->tokens().size() > s->request().req.prompt.size();
+      s->finish(any ? FinishReason::kLength : FinishReason::kNoRoom, why);
+      sched.retire(s);
+    }
+    batch = Batch{};
+    rows.clear();
+  }
+  const int request_rows = batch.size();
+  if (job) job->enc->add_slice(batch, request_rows ? reserve : step_tokens);
+  if (batch.size() == 0) return;
+  const auto now = Clock::now();
+  for (const auto& row : rows) {
+    RequestState& r = row.seq->request();
+    if (r.admitted) continue;
+    r.admitted = true;
+    r.building.timings.queued_s = std::chrono::duration<double>(now - r.submitted).count();
+    // Matched in the tree, or (Prompt Cache) every span's tokens.
+    int cached = row.seq->cached();
+    if (row.seq->detached()) {
+      cached = 0;
+      for (const CachedSpan& s : row.seq->spans()) cached += s.end - s.begin;
+    }
+    r.building.usage.cached_tokens = cached;
+    counters.prompt_tokens_cached += uint64_t(cached);
+  }
+  try {
+    forward(job, request_rows);
+  } catch (const std::exception& e) {
+    // Nothing the requests could have caused (they were validated), but the
+    // engine goes on serving the others.
+    std::vector<std::shared_ptr<RequestState>> failed;
+    for (const auto& row : rows)
+      if (std::find(failed.begin(), failed.end(), row.seq->request_ptr()) == failed.end())
+        failed.push_back(row.seq->request_ptr());
+    for (const auto& r : failed) end_request(r, FinishReason::kError, e.what());
+    if (job) fail_job(*job, e.what());
+    return;
+  }
+  ++counters.steps;
+  if (job) advance(*job);
+  counters.peak_kv_used = std::max(counters.peak_kv_used, kv.tree().stats().used);
+  // Prefill: every token run but a sequence's latest sampled one.
+  for (const auto& row : rows) {
+    const Sequence& s = *row.seq;
+    const bool decode = row.take == 1 && s.pending() == 1 && s.tokens().size() > s.request().req.prompt.size();
+    if (!decode) counters.prefill_tokens += uint64_t(row.take);
+  }
+  sched.committed(rows);
+  const size_t V = size_t(model.config().n_vocab);
+  size_t li = 0;
+  std::vector<Sequence*> done;
+  for (const auto& row : rows) {
+    if (!row.logits) continue;
+    sample_row(row.seq, std::span<const float>(logits.data() + li * V, V), done);
+    ++li;
+  }
+  for (Sequence* s : done) sched.retire(s);
+}
+
+void Engine::Impl::forward(SchemaJob* job, int rows) {
+  if (!job) return model.forward(batch, kv, ws, logits);
+  const LlamaConfig& c = model.config();
+  SplitKv split(kv, job->enc->scratch(), c.n_kv_heads * c.head_dim, c.n_heads * c.head_dim);
+  split.set_split(rows);
+  model.forward(batch, split, ws, logits);
+}
+
+void Engine::Impl::sample_row(Sequence* s, std::span<const float> lg, std::vector<Sequence*>& done) {
+  RequestState& r = s->request();
+  const Tokenizer& tok = model.tokenizer();
+  std::vector<Sequence*> children;
+  if (s->index() == 0 && !r.forked) {
+    // n > 1: the other completions fork from this prefill (sharing every chunk).
+    r.forked = true;
+    for (int i = 1; i < r.req.n; ++i) {
+      auto child = s->fork(next_seq++, i, tok);
+      const KvStatus st = kv.fork(s->id(), child->id());
+      if (!st.ok()) {
+        r.end_completion(i, FinishReason::kError, st.message);
+        continue;
+      }
+      children.push_back(child.get());
+      sched.add_running(std::move(child));
+    }
+  }
+  const bool first = !r.first_token;
+  const auto now = Clock::now();
+  for (Sequence* q : children) q->last_token = s->last_token;
+  children.insert(children.begin(), s);
+  for (Sequence* q : children) {
+    ++counters.generated_tokens;
+    if (q->last_token) counters.itl.observe(std::chrono::duration<double>(now - *q->last_token).count());
+    q->last_token = now;
+    if (q->sample(lg, tok, engine.n_ctx_)) done.push_back(q);
+  }
+  if (first) counters.ttft.observe(r.building.timings.ttft_s);
+}
+
+}  // namespace cs
