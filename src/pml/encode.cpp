@@ -120,17 +120,20 @@ void SchemaEncoding::start_scaffold() {
     }
     if (toks_.empty()) continue;
     next_ = 0;
-    const size_t chunks = toks_.size() / size_t(layout_.chunk_size) + 2;
-    scratch_ = std::make_unique<PrefixKv>(layout_, layout_.chunk_bytes() * chunks, n_heads_, AttnPath::kPerSequence,
-                                          false);
-    int matched = 0;
-    (void)scratch_->join(0, {}, &matched);
+    scratch_.reset();  // made by the first slice, on the thread that runs them (the tree's writer)
     return;
   }
   scratch_.reset();
 }
 
 int SchemaEncoding::add_slice(Batch& batch, int max) {
+  if (!scratch_) {
+    const size_t chunks = toks_.size() / size_t(layout_.chunk_size) + 2;
+    scratch_ = std::make_unique<PrefixKv>(layout_, layout_.chunk_bytes() * chunks, n_heads_, AttnPath::kPerSequence,
+                                          false);
+    int matched = 0;
+    (void)scratch_->join(0, {}, &matched);
+  }
   const size_t n = std::min(toks_.size() - next_, size_t(std::max(max, 0)));
   for (size_t i = next_; i < next_ + n; ++i) batch.add(toks_[i], pos_[i], 0, false);
   pending_ = n;

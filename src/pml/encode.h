@@ -65,7 +65,8 @@ class SchemaEncoding {
   bool finished() const { return scaffold_ >= owners_.size(); }
 
   // Appends the next tokens of the current scaffold, at most `max` (> 0), to
-  // `batch` for scratch(); returns how many.
+  // `batch` for scratch(); returns how many. The first slice of a scaffold
+  // makes its private store: call from the thread that runs the slices.
   int add_slice(Batch& batch, int max);
   KvStore& scratch();
   // The slice's forward pass ran. When it completed a scaffold, that
