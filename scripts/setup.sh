@@ -31,6 +31,12 @@ if ! python3 -c "import selenium" 2>/dev/null; then
   python3 -m pip install --quiet "selenium>=4.10,<5"
 fi
 
+# The dequantizers' reference (tests/quant_reference_test.py): gguf's numpy code.
+if ! python3 -c "import gguf" 2>/dev/null; then
+  echo "setup: installing gguf (PyPI)" >&2
+  python3 -m pip install --quiet "gguf>=0.17,<1"
+fi
+
 MODEL="$root/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
 if [ -f "$MODEL" ] && echo "$SHA256  $MODEL" | sha256sum -c --status; then

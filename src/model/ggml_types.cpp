@@ -1,6 +1,7 @@
 #include "model/ggml_types.h"
 
 #include <cstring>
+#include <iterator>
 
 #include "base/f16.h"
 
@@ -14,9 +15,142 @@ std::optional<TypeInfo> type_info(uint32_t id) {
     case GgmlType::Q4_0: return TypeInfo{"Q4_0", kQBlock, sizeof(BlockQ4_0)};
     case GgmlType::Q4_1: return TypeInfo{"Q4_1", kQBlock, sizeof(BlockQ4_1)};
     case GgmlType::Q8_0: return TypeInfo{"Q8_0", kQBlock, sizeof(BlockQ8_0)};
+    case GgmlType::Q5_0: return TypeInfo{"Q5_0", kQBlock, sizeof(BlockQ5_0)};
+    case GgmlType::Q5_1: return TypeInfo{"Q5_1", kQBlock, sizeof(BlockQ5_1)};
+    case GgmlType::Q2_K: return TypeInfo{"Q2_K", kQK, sizeof(BlockQ2_K)};
+    case GgmlType::Q3_K: return TypeInfo{"Q3_K", kQK, sizeof(BlockQ3_K)};
+    case GgmlType::Q4_K: return TypeInfo{"Q4_K", kQK, sizeof(BlockQ4_K)};
+    case GgmlType::Q5_K: return TypeInfo{"Q5_K", kQK, sizeof(BlockQ5_K)};
+    case GgmlType::Q6_K: return TypeInfo{"Q6_K", kQK, sizeof(BlockQ6_K)};
   }
   return std::nullopt;
 }
+
+std::string type_name(uint32_t id) {
+  // ggml's type ids (ggml.h); 4, 5 and 31-33 are retired.
+  static const char* const names[] = {"F32",    "F16",   "Q4_0",  "Q4_1",   "",      "",     "Q5_0",  "Q5_1",
+                                      "Q8_0",   "Q8_1",  "Q2_K",  "Q3_K",   "Q4_K",  "Q5_K", "Q6_K",  "Q8_K",
+                                      "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS",
+                                      "I8",     "I16",   "I32",   "I64",    "F64",   "IQ1_M", "BF16",  "",
+                                      "",       "",      "TQ1_0", "TQ2_0",  "",      "",     "",      "MXFP4"};
+  return id < std::size(names) ? names[id] : "";
+}
+
+std::string supported_type_names() {
+  std::string out;
+  for (uint32_t id = 0; id < 64; ++id)
+    if (const auto info = type_info(id)) out += (out.empty() ? "" : ", ") + std::string(info->name);
+  return out;
+}
+
+bool widened_at_load(GgmlType type) {
+  switch (type) {
+    case GgmlType::Q4_0:
+    case GgmlType::Q4_1:
+    case GgmlType::Q8_0: return false;
+    default: return true;
+  }
+}
+
+namespace {
+
+// The 6-bit scale and minimum of Q4_K/Q5_K sub-block j (0..7), packed in 12
+// bytes: j < 4 in the low 6 bits of bytes j and j + 4; j >= 4 in the nibbles
+// of byte j + 4 with their top 2 bits in the top bits of bytes j - 4 and j.
+void scale_min_k4(const uint8_t* q, int j, int& sc, int& m) {
+  if (j < 4) {
+    sc = q[j] & 63;
+    m = q[j + 4] & 63;
+  } else {
+    sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+// Q3_K's 16 six-bit scales: low 4 bits from the nibbles of bytes 0-7, high 2
+// bits from the bit pairs of bytes 8-11.
+int scale_k3(const uint8_t* s, int i) {
+  const int low = (s[i % 8] >> (4 * (i / 8))) & 0xF;
+  const int high = (s[8 + i % 4] >> (2 * (i / 4))) & 3;
+  return (low | (high << 4)) - 32;
+}
+
+// Each value is computed as the reference (gguf's numpy dequantizers) does,
+// operation for operation in fp32; this file is built without FMA contraction
+// so that the results agree bit for bit.
+void dequantize_k(GgmlType type, const void* src, float* dst, size_t n) {
+  for (size_t k = 0; k < n / kQK; ++k, dst += kQK) {
+    switch (type) {
+      case GgmlType::Q2_K: {
+        const BlockQ2_K& b = static_cast<const BlockQ2_K*>(src)[k];
+        const float d = f16_to_f32(b.d), dmin = f16_to_f32(b.dmin);
+        for (int i = 0; i < kQK; ++i) {
+          const int half = i / 128, shift = (i % 128) / 32, l = i % 32;
+          const int q = (b.qs[half * 32 + l] >> (2 * shift)) & 3;
+          const float dl = d * float(b.scales[i / 16] & 0xF), ml = dmin * float(b.scales[i / 16] >> 4);
+          dst[i] = dl * float(q) - ml;
+        }
+        break;
+      }
+      case GgmlType::Q3_K: {
+        const BlockQ3_K& b = static_cast<const BlockQ3_K*>(src)[k];
+        const float d = f16_to_f32(b.d);
+        for (int i = 0; i < kQK; ++i) {
+          const int half = i / 128, shift = (i % 128) / 32, l = i % 32;
+          const int low = (b.qs[half * 32 + l] >> (2 * shift)) & 3;
+          const int hbit = (b.hmask[l] >> (i / 32)) & 1;
+          const float dl = d * float(scale_k3(b.scales, i / 16));
+          dst[i] = dl * float(low - (hbit ? 0 : 4));
+        }
+        break;
+      }
+      case GgmlType::Q4_K:
+      case GgmlType::Q5_K: {
+        const bool five = type == GgmlType::Q5_K;
+        const auto* b4 = static_cast<const BlockQ4_K*>(src) + k;
+        const auto* b5 = static_cast<const BlockQ5_K*>(src) + k;
+        const uint16_t dh = five ? b5->d : b4->d, mh = five ? b5->dmin : b4->dmin;
+        const uint8_t* scales = five ? b5->scales : b4->scales;
+        const uint8_t* qs = five ? b5->qs : b4->qs;
+        const float d = f16_to_f32(dh), dmin = f16_to_f32(mh);
+        for (int i = 0; i < kQK; ++i) {
+          const int g = i / 64, nib = (i % 64) / 32, l = i % 32;
+          int q = (qs[g * 32 + l] >> (4 * nib)) & 0xF;
+          if (five) q |= ((b5->qh[l] >> (i / 32)) & 1) << 4;
+          int sc, m;
+          scale_min_k4(scales, i / 32, sc, m);
+          const float dd = d * float(sc), dm = dmin * float(m);
+          dst[i] = dd * float(q) - dm;
+        }
+        break;
+      }
+      case GgmlType::Q6_K: {
+        const BlockQ6_K& b = static_cast<const BlockQ6_K*>(src)[k];
+        const float d = f16_to_f32(b.d);
+        for (int i = 0; i < kQK; ++i) {
+          const int h = i / 128, r = i % 128;
+          const int low = (b.ql[h * 64 + r % 64] >> (4 * (r / 64))) & 0xF;
+          const int high = (b.qh[h * 32 + r % 32] >> (2 * (r / 32))) & 3;
+          const float dd = d * float(b.scales[i / 16]);
+          dst[i] = dd * float((low | (high << 4)) - 32);
+        }
+        break;
+      }
+      default: return;
+    }
+  }
+}
+
+// Q5_0 / Q5_1: the fifth bit of value j is bit j of qh.
+template <class Block>
+int q5(const Block& b, int j) {
+  uint32_t qh;
+  std::memcpy(&qh, b.qh, 4);
+  const int low = j < 16 ? b.qs[j] & 0xF : b.qs[j - 16] >> 4;
+  return low | int((qh >> j) & 1) << 4;
+}
+
+}  // namespace
 
 void dequantize_row(GgmlType type, const void* src, float* dst, size_t n) {
   switch (type) {
@@ -63,6 +197,27 @@ void dequantize_row(GgmlType type, const void* src, float* dst, size_t n) {
       }
       return;
     }
+    case GgmlType::Q5_0: {
+      const auto* b = static_cast<const BlockQ5_0*>(src);
+      for (size_t k = 0; k < n / kQBlock; ++k, dst += kQBlock) {
+        const float d = f16_to_f32(b[k].d);
+        for (int j = 0; j < 32; ++j) dst[j] = d * float(q5(b[k], j) - 16);
+      }
+      return;
+    }
+    case GgmlType::Q5_1: {
+      const auto* b = static_cast<const BlockQ5_1*>(src);
+      for (size_t k = 0; k < n / kQBlock; ++k, dst += kQBlock) {
+        const float d = f16_to_f32(b[k].d), m = f16_to_f32(b[k].m);
+        for (int j = 0; j < 32; ++j) dst[j] = d * float(q5(b[k], j)) + m;
+      }
+      return;
+    }
+    case GgmlType::Q2_K:
+    case GgmlType::Q3_K:
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K:
+    case GgmlType::Q6_K: return dequantize_k(type, src, dst, n);
   }
 }
 

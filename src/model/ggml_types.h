@@ -1,10 +1,12 @@
 // Tensor element types of GGUF files (the ggml type ids) and their block
-// layouts. Quantized types store blocks of 32 values; the layouts below are
-// the on-disk formats, read directly by the dequantizers and dot kernels.
+// layouts. Legacy quantized types store blocks of 32 values, K-quants super-
+// blocks of 256; the layouts below are the on-disk formats, read directly by
+// the dequantizers and dot kernels.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 
 namespace cs {
 
@@ -13,7 +15,14 @@ enum class GgmlType : uint32_t {
   F16 = 1,
   Q4_0 = 2,
   Q4_1 = 3,
+  Q5_0 = 6,
+  Q5_1 = 7,
   Q8_0 = 8,
+  Q2_K = 10,
+  Q3_K = 11,
+  Q4_K = 12,
+  Q5_K = 13,
+  Q6_K = 14,
   BF16 = 30,
 };
 
@@ -25,6 +34,14 @@ struct TypeInfo {
 
 // Info for a supported type, nullopt for any other id.
 std::optional<TypeInfo> type_info(uint32_t id);
+// ggml's name of any type id ("IQ2_XS", ...; empty when unknown), for errors
+// about the types we do not support.
+std::string type_name(uint32_t id);
+// The supported types' names, for those errors.
+std::string supported_type_names();
+// True for types whose matmul reads an fp32 copy made at load (plain floats,
+// and the quantized types without integer kernels yet).
+bool widened_at_load(GgmlType type);
 
 constexpr int kQBlock = 32;
 
@@ -44,6 +61,58 @@ struct BlockQ8_0 {
   uint16_t d;  // fp16
   int8_t qs[32];
 };
+// Q5_0: x = d * (q - 16), q = low nibble (as Q4_0) | bit j of qh << 4.
+struct BlockQ5_0 {
+  uint16_t d;  // fp16
+  uint8_t qh[4];
+  uint8_t qs[16];
+};
+// Q5_1: x = d * q + m, q as Q5_0's.
+struct BlockQ5_1 {
+  uint16_t d, m;  // fp16
+  uint8_t qh[4];
+  uint8_t qs[16];
+};
+
+// K-quants: 256 values in sub-blocks of 16 (Q2_K, Q3_K, Q6_K) or 32 (Q4_K,
+// Q5_K), each with its own quantized scale (and minimum).
+constexpr int kQK = 256;
+// Q2_K: x = d * (sc & 15) * q - dmin * (sc >> 4), q 2 bits; sub-blocks of 16.
+struct BlockQ2_K {
+  uint8_t scales[16];
+  uint8_t qs[64];
+  uint16_t d, dmin;  // fp16
+};
+// Q3_K: x = d * (s - 32) * (q - 4 * !hbit), q 2 bits, s 6 bits packed in 12
+// bytes; sub-blocks of 16.
+struct BlockQ3_K {
+  uint8_t hmask[32];
+  uint8_t qs[64];
+  uint8_t scales[12];
+  uint16_t d;  // fp16
+};
+// Q4_K: x = d * sc * q - dmin * m, q 4 bits, sc and m 6 bits packed in 12
+// bytes; sub-blocks of 32.
+struct BlockQ4_K {
+  uint16_t d, dmin;  // fp16
+  uint8_t scales[12];
+  uint8_t qs[128];
+};
+// Q5_K: Q4_K with a fifth bit per value in qh.
+struct BlockQ5_K {
+  uint16_t d, dmin;  // fp16
+  uint8_t scales[12];
+  uint8_t qh[32];
+  uint8_t qs[128];
+};
+// Q6_K: x = d * sc * (q - 32), q 6 bits (4 in ql, 2 in qh), sc int8; sub-blocks of 16.
+struct BlockQ6_K {
+  uint8_t ql[128];
+  uint8_t qh[64];
+  int8_t scales[16];
+  uint16_t d;  // fp16
+};
+
 // An activation block: 32 int8 values, their scale d and s = d * sum(q)
 // (both rounded through fp16, as the on-disk Q8 formats would be).
 struct BlockQ8 {
@@ -61,6 +130,9 @@ constexpr int kPackBlockWords = 96;
 constexpr int kPackQ8BlockWords = 144;
 
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ8_0) == 34);
+static_assert(sizeof(BlockQ5_0) == 22 && sizeof(BlockQ5_1) == 24);
+static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(BlockQ4_K) == 144 &&
+              sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210);
 
 // Dequantize n values (n a multiple of the type's block size) to fp32.
 void dequantize_row(GgmlType type, const void* src, float* dst, size_t n);

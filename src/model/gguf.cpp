@@ -202,7 +202,12 @@ void GgufFile::parse() {
     }
     const uint32_t type = c.read<uint32_t>("tensor type");
     const auto info = type_info(type);
-    if (!info) fail("tensor '" + t.name + "' has unsupported type id " + std::to_string(type));
+    if (!info) {
+      const std::string name = type_name(type);
+      fail("tensor '" + t.name + "' has " +
+           (name.empty() ? "unknown type id " + std::to_string(type) : "type " + name + ", which chunkserve does not support") +
+           " (supported: " + supported_type_names() + ")");
+    }
     t.type = GgmlType(type);
     if (t.ne[0] % info->block_elems)
       fail("tensor '" + t.name + "' row of " + std::to_string(t.ne[0]) +

@@ -72,7 +72,9 @@ Weight make_weight(GgmlType type, int64_t rows, int64_t cols, const uint8_t* dat
   const TypeInfo info = *type_info(uint32_t(type));
   w.row_bytes = size_t(cols) / info.block_elems * info.block_bytes;
   w.data = data;
-  if (type == GgmlType::F16 || type == GgmlType::BF16 || type == GgmlType::F32) {
+  // Plain floats, and the quantized types without integer kernels yet (Q5_x,
+  // K-quants): an fp32 copy, dequantized once.
+  if (widened_at_load(type)) {
     w.owned.resize(size_t(rows * cols));
     dequantize_row(type, data, w.owned.data(), w.owned.size());
     w.type = GgmlType::F32;

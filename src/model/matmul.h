@@ -3,7 +3,9 @@
 // from the GGUF mapping: the activations are quantized to 8-bit blocks and the
 // products are integer dot products (AVX-512 VNNI or AVX2), the same scheme as
 // llama.cpp so that results agree with it to rounding. Float weights (F32, F16,
-// BF16) are widened to fp32 once at load. Multithreaded over output rows.
+// BF16) are widened to fp32 once at load, and so, until they have integer
+// kernels of their own, are Q5_0, Q5_1 and the K-quants (widened_at_load:
+// exact, but 4-8x the memory and bandwidth). Multithreaded over output rows.
 #pragma once
 #include <cstddef>
 #include <cstdint>
