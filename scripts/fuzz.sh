@@ -15,7 +15,7 @@ model=${CHUNKSERVE_MODEL:-$root/models/SmolLM2-135M-Instruct.Q4_1.gguf}
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
        -I"$root/src" -DCS_MODEL="\"$model\"" -Wall -Wextra)
 common=(src/model/gguf.cpp src/base/mapped_file.cpp src/model/ggml_types.cpp)
-text=(src/model/tokenizer.cpp src/model/regex.cpp)
+text=(src/model/tokenizer.cpp src/model/pre_tokenizer.cpp src/model/regex.cpp)
 declare -A sources=(
   [gguf]="${common[*]}"
   [tokenizer]="${common[*]} ${text[*]}"

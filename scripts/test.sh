@@ -9,6 +9,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/setup.sh"
+"$root/scripts/fetch_vocabs.sh"  # the tokenizer tests' data (tests/vocab_test.cpp)
 if [ "${1:-}" = "--sanitize" ]; then
   dir="$root/build-sanitize"
   "$root/scripts/build.sh" "$dir" -DCHUNKSERVE_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo

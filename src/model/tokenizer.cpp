@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 #include "model/gguf.h"
+#include "model/pre_tokenizer.h"
 #include "model/regex.h"
 #include "model/utf8.h"
 
@@ -36,15 +37,8 @@ const ByteMap& byte_map() {
   return m;
 }
 
-const char* kGpt2Pattern =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
-
-// Pre-tokenizer patterns by `tokenizer.ggml.pre`, applied one after another.
-std::vector<std::string> pre_patterns(const std::string& pre) {
-  if (pre == "smollm" || pre == "starcoder" || pre == "refact" || pre == "command-r" ||
-      pre == "codeshell" || pre == "exaone" || pre == "minerva-7b")
-    return {"\\p{N}", kGpt2Pattern};
-  return {kGpt2Pattern};  // "gpt2", "default" and anything unknown
+std::string unknown_pre(const std::string& pre) {
+  return "unsupported tokenizer.ggml.pre '" + pre + "' (supported: " + pre_tokenizer_names() + ")";
 }
 
 const std::string kSpmSpace = "\xe2\x96\x81";  // U+2581 "▁"
@@ -101,6 +95,7 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& f) {
   if (s.model != "gpt2" && s.model != "llama")
     f.fail("unsupported tokenizer.ggml.model '" + s.model + "' (supported: gpt2, llama)");
   s.pre = f.get_string("tokenizer.ggml.pre", "");
+  if (s.model == "gpt2" && !pre_tokenizer(s.pre)) f.fail(unknown_pre(s.pre));
   s.tokens = f.get_strings("tokenizer.ggml.tokens");
   if (f.has("tokenizer.ggml.token_type")) {
     for (double t : f.get_numbers("tokenizer.ggml.token_type")) s.types.push_back(TokenType(int(t)));
@@ -155,8 +150,12 @@ Tokenizer::Tokenizer(VocabSpec spec) : spec_(std::move(spec)) {
     auto id = find(name);
     byte_tokens_[b] = id ? *id : -1;
   }
-  if (spec_.model == "gpt2")
-    for (const auto& p : pre_patterns(spec_.pre)) pre_.push_back(std::make_unique<Regex>(p));
+  if (spec_.model == "gpt2") {
+    const auto pre = pre_tokenizer(spec_.pre);
+    if (!pre) throw Error(unknown_pre(spec_.pre));
+    for (const auto& p : pre->patterns) pre_.push_back(std::make_unique<Regex>(p));
+    ignore_merges_ = pre->ignore_merges;
+  }
 }
 
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
@@ -259,6 +258,8 @@ void Tokenizer::encode_bpe_piece(std::string_view bytes, std::vector<int32_t>& o
     word += bm.enc[b];
   }
   if (sym.empty()) return;
+  if (ignore_merges_)
+    if (auto it = token_to_id_.find(word); it != token_to_id_.end()) return out.push_back(it->second);
   sym.back().next = -1;
   std::string key;
   merge_pairs<int32_t>(sym, [&](int l, int r) -> std::optional<int32_t> {

@@ -30,7 +30,7 @@ enum class TokenType : int32_t { kNormal = 1, kUnknown = 2, kControl = 3, kUserD
 
 struct VocabSpec {
   std::string model;  // "gpt2" or "llama"
-  std::string pre;    // pre-tokenizer name (gpt2 only); "" = plain GPT-2 pattern
+  std::string pre;    // pre-tokenizer name (gpt2 only; model/pre_tokenizer.h)
   std::vector<std::string> tokens;
   std::vector<TokenType> types;   // empty = all normal
   std::vector<float> scores;      // llama only
@@ -100,6 +100,7 @@ class Tokenizer {
   std::vector<int32_t> end_ids_;
   int32_t byte_tokens_[256];       // SentencePiece <0xXX> ids, -1 if absent
   std::vector<std::unique_ptr<Regex>> pre_;  // applied in order
+  bool ignore_merges_ = false;               // a word that is a token is that token
 };
 
 }  // namespace cs

@@ -1,0 +1,96 @@
+// Every tokenizer we support, exact on llama.cpp's own test data: the
+// ggml-vocab-*.gguf vocabularies of the llama-cpp-python sdist with their
+// .inp texts and .out token ids (scripts/fetch_vocabs.sh puts them in
+// tests/data/vocab). Encoded as llama.cpp's test-tokenizer-0 does: no BOS,
+// special-token texts taken as text.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "model/gguf.h"
+#include "model/tokenizer.h"
+
+namespace cs {
+namespace {
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// The .inp texts, separated by "\n__ggml_vocab_test__\n".
+std::vector<std::string> texts(const std::string& path) {
+  const std::string all = slurp(path), sep = "\n__ggml_vocab_test__\n";
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (size_t at; (at = all.find(sep, start)) != std::string::npos; start = at + sep.size())
+    out.push_back(all.substr(start, at - start));
+  return out;
+}
+
+// The .out lines: each text's token ids.
+std::vector<std::vector<int32_t>> ids(const std::string& path) {
+  std::istringstream in(slurp(path));
+  std::vector<std::vector<int32_t>> out;
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream l(line);
+    out.emplace_back();
+    for (int32_t id; l >> id;) out.back().push_back(id);
+  }
+  return out;
+}
+
+class Vocab : public testing::TestWithParam<const char*> {};
+
+TEST_P(Vocab, MatchesLlamaCpp) {
+  const std::string base = std::string(CS_VOCAB_DIR) + "/ggml-vocab-" + GetParam() + ".gguf";
+  std::ifstream probe(base);
+  ASSERT_TRUE(probe.good()) << base << " is missing: run scripts/fetch_vocabs.sh";
+  const GgufFile f(base);
+  const Tokenizer tok = Tokenizer::from_gguf(f);
+  const auto in = texts(base + ".inp");
+  const auto want = ids(base + ".out");
+  ASSERT_EQ(in.size(), want.size());
+  ASSERT_GT(in.size(), 20u);
+  int wrong = 0;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const std::vector<int32_t> got = tok.encode(in[i], false, false);
+    if (got == want[i]) continue;
+    if (++wrong <= 3) ADD_FAILURE() << "text " << i << " '" << in[i] << "': " << testing::PrintToString(got)
+                                   << " != " << testing::PrintToString(want[i]);
+  }
+  EXPECT_EQ(wrong, 0) << "of " << in.size() << " texts";
+}
+
+INSTANTIATE_TEST_SUITE_P(LlamaCppData, Vocab,
+                         testing::Values("llama-bpe", "qwen2", "gpt-2", "starcoder", "refact", "deepseek-llm",
+                                         "deepseek-coder", "command-r", "falcon", "mpt", "phi-3", "llama-spm"),
+                         [](const auto& p) {
+                           std::string n = p.param;
+                           for (char& c : n) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+                           return n;
+                         });
+
+TEST(Vocab, AnUnknownPreTokenizerIsAnError) {
+  VocabSpec s;
+  s.model = "gpt2";
+  s.pre = "tekken";
+  s.tokens = {"a"};
+  try {
+    Tokenizer t(s);
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unsupported tokenizer.ggml.pre 'tekken' (supported: default, gpt-2,"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace cs
