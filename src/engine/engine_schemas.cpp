@@ -95,6 +95,9 @@ void Engine::Impl::advance(SchemaJob& job) {
   } catch (const Error& e) {
     fail_job(job, e.what(), e.kind());
     return;
+  } catch (const std::exception& e) {  // bad_alloc: the engine goes on
+    fail_job(job, e.what());
+    return;
   }
   counters.schema_tokens += uint64_t(enc.done() - before);
   if (job.progress && enc.done() > before) job.progress(enc.done(), enc.total());

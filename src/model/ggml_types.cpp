@@ -75,6 +75,25 @@ int scale_k3(const uint8_t* s, int i) {
   return (low | (high << 4)) - 32;
 }
 
+// Value i (0..255) of a K-quant's 2-bit array (Q2_K's values, Q3_K's low
+// bits): 32 bytes per half of the block, four values per byte, the j-th
+// group of 32 in bits 2j.
+int two_bits(const uint8_t* qs, int i) { return (qs[(i / 128) * 32 + i % 32] >> (2 * ((i % 128) / 32))) & 3; }
+
+// Q4_K / Q5_K: value i of a block whose 4-bit array is qs (and fifth bits qh).
+template <class Block>
+void dequantize_q45(const Block& b, const uint8_t* qh, float* dst) {
+  const float d = f16_to_f32(b.d), dmin = f16_to_f32(b.dmin);
+  for (int i = 0; i < kQK; ++i) {
+    int q = (b.qs[(i / 64) * 32 + i % 32] >> (4 * ((i % 64) / 32))) & 0xF;
+    if (qh) q |= ((qh[i % 32] >> (i / 32)) & 1) << 4;
+    int sc, m;
+    scale_min_k4(b.scales, i / 32, sc, m);
+    const float dd = d * float(sc), dm = dmin * float(m);
+    dst[i] = dd * float(q) - dm;
+  }
+}
+
 // Each value is computed as the reference (gguf's numpy dequantizers) does,
 // operation for operation in fp32; this file is built without FMA contraction
 // so that the results agree bit for bit.
@@ -85,8 +104,7 @@ void dequantize_k(GgmlType type, const void* src, float* dst, size_t n) {
         const BlockQ2_K& b = static_cast<const BlockQ2_K*>(src)[k];
         const float d = f16_to_f32(b.d), dmin = f16_to_f32(b.dmin);
         for (int i = 0; i < kQK; ++i) {
-          const int half = i / 128, shift = (i % 128) / 32, l = i % 32;
-          const int q = (b.qs[half * 32 + l] >> (2 * shift)) & 3;
+          const int q = two_bits(b.qs, i);
           const float dl = d * float(b.scales[i / 16] & 0xF), ml = dmin * float(b.scales[i / 16] >> 4);
           dst[i] = dl * float(q) - ml;
         }
@@ -96,32 +114,17 @@ void dequantize_k(GgmlType type, const void* src, float* dst, size_t n) {
         const BlockQ3_K& b = static_cast<const BlockQ3_K*>(src)[k];
         const float d = f16_to_f32(b.d);
         for (int i = 0; i < kQK; ++i) {
-          const int half = i / 128, shift = (i % 128) / 32, l = i % 32;
-          const int low = (b.qs[half * 32 + l] >> (2 * shift)) & 3;
-          const int hbit = (b.hmask[l] >> (i / 32)) & 1;
+          const int low = two_bits(b.qs, i);
+          const int hbit = (b.hmask[i % 32] >> (i / 32)) & 1;
           const float dl = d * float(scale_k3(b.scales, i / 16));
           dst[i] = dl * float(low - (hbit ? 0 : 4));
         }
         break;
       }
-      case GgmlType::Q4_K:
+      case GgmlType::Q4_K: dequantize_q45(static_cast<const BlockQ4_K*>(src)[k], nullptr, dst); break;
       case GgmlType::Q5_K: {
-        const bool five = type == GgmlType::Q5_K;
-        const auto* b4 = static_cast<const BlockQ4_K*>(src) + k;
-        const auto* b5 = static_cast<const BlockQ5_K*>(src) + k;
-        const uint16_t dh = five ? b5->d : b4->d, mh = five ? b5->dmin : b4->dmin;
-        const uint8_t* scales = five ? b5->scales : b4->scales;
-        const uint8_t* qs = five ? b5->qs : b4->qs;
-        const float d = f16_to_f32(dh), dmin = f16_to_f32(mh);
-        for (int i = 0; i < kQK; ++i) {
-          const int g = i / 64, nib = (i % 64) / 32, l = i % 32;
-          int q = (qs[g * 32 + l] >> (4 * nib)) & 0xF;
-          if (five) q |= ((b5->qh[l] >> (i / 32)) & 1) << 4;
-          int sc, m;
-          scale_min_k4(scales, i / 32, sc, m);
-          const float dd = d * float(sc), dm = dmin * float(m);
-          dst[i] = dd * float(q) - dm;
-        }
+        const BlockQ5_K& b = static_cast<const BlockQ5_K*>(src)[k];
+        dequantize_q45(b, b.qh, dst);
         break;
       }
       case GgmlType::Q6_K: {
