@@ -28,7 +28,9 @@ TEST(Model, ConfigOfSmolLM2) {
   EXPECT_EQ(c.n_kv_heads, 3);
   EXPECT_EQ(c.head_dim, 64);
   EXPECT_EQ(c.n_vocab, 49152);
-  EXPECT_DOUBLE_EQ(c.rope_base, 100000.0);
+  EXPECT_DOUBLE_EQ(c.rope.base, 100000.0);
+  EXPECT_EQ(c.rope.style, RopeStyle::kAdjacent);
+  EXPECT_TRUE(c.tied_embeddings);
 }
 
 std::vector<float> last_logits(const std::vector<int32_t>& ids, int chunk) {

@@ -49,10 +49,18 @@ TEST(Ops, SwiGluMatchesDoubleReference) {
   }
 }
 
+RopeParams rope_params(int rot_dim, double base, RopeStyle style = RopeStyle::kAdjacent) {
+  RopeParams p;
+  p.rot_dim = rot_dim;
+  p.base = base;
+  p.style = style;
+  return p;
+}
+
 TEST(Rope, PositionZeroIsIdentityAndPairsRotate) {
   const int32_t pos[2] = {0, 1};
   RopeTable t;
-  t.build(pos, 2, 4, 10000.0);
+  t.build(pos, 2, rope_params(4, 10000.0));
   float x[4] = {1, 2, 3, 4};
   rope(x, 1, 4, t, 0);
   EXPECT_FLOAT_EQ(x[0], 1);
@@ -71,13 +79,14 @@ TEST(Rope, RotationsCompose) {
   std::mt19937 rng(3);
   std::normal_distribution<float> nd;
   const int d = 64, heads = 3;
+  for (RopeStyle style : {RopeStyle::kAdjacent, RopeStyle::kHalves})
   for (auto [p, q] : {std::pair{5, 7}, {1000, 3}, {0, 4095}, {8191, 1}, {123, 4000}}) {
     std::vector<float> x(d * heads), a, b;
     for (auto& v : x) v = nd(rng);
     a = b = x;
     const int32_t ps[3] = {p, q, p + q};
     RopeTable t;
-    t.build(ps, 3, d, 100000.0);
+    t.build(ps, 3, rope_params(d, 100000.0, style));
     rope(a.data(), heads, d, t, 0);
     rope(a.data(), heads, d, t, 1);
     rope(b.data(), heads, d, t, 2);
@@ -92,10 +101,10 @@ TEST(Rope, DotProductDependsOnRelativePosition) {
   const int d = 64;
   std::vector<float> q0(d), k0(d);
   for (int i = 0; i < d; ++i) q0[i] = nd(rng), k0[i] = nd(rng);
-  auto score = [&](int pq, int pk) {
+  auto score = [&](int pq, int pk, RopeStyle style = RopeStyle::kAdjacent) {
     const int32_t ps[2] = {pq, pk};
     RopeTable t;
-    t.build(ps, 2, d, 10000.0);
+    t.build(ps, 2, rope_params(d, 10000.0, style));
     auto q = q0, k = k0;
     rope(q.data(), 1, d, t, 0);
     rope(k.data(), 1, d, t, 1);
@@ -105,6 +114,39 @@ TEST(Rope, DotProductDependsOnRelativePosition) {
   };
   EXPECT_NEAR(score(10, 3), score(1010, 1003), 1e-3);
   EXPECT_NEAR(score(7, 7), score(5000, 5000), 1e-3);
+  EXPECT_NEAR(score(10, 3, RopeStyle::kHalves), score(1010, 1003, RopeStyle::kHalves), 1e-3);
+}
+
+// Qwen's layout turns dimension i with i + rot_dim/2; a partial rot_dim
+// leaves the head's other dimensions alone.
+TEST(Rope, HalvesStylePairsTheTwoHalves) {
+  const int32_t pos[1] = {1};
+  RopeTable t;
+  t.build(pos, 1, rope_params(4, 10000.0, RopeStyle::kHalves));
+  float x[6] = {1, 1, 0, 0, 5, 6};  // head_dim 6, rot_dim 4
+  rope(x, 1, 6, t, 0);
+  EXPECT_NEAR(x[0], std::cos(1.0), 1e-6);  // pair (0, 2) by 1 rad
+  EXPECT_NEAR(x[2], std::sin(1.0), 1e-6);
+  EXPECT_NEAR(x[1], std::cos(0.01), 1e-6);  // pair (1, 3) by 1/100 rad
+  EXPECT_NEAR(x[3], std::sin(0.01), 1e-6);
+  EXPECT_EQ(x[4], 5);
+  EXPECT_EQ(x[5], 6);
+}
+
+// Linear scaling multiplies every angle; Llama 3's factors divide pair i's.
+TEST(Rope, ScaleAndFrequencyFactors) {
+  const int32_t pos[1] = {3};
+  RopeTable t;
+  RopeParams p = rope_params(4, 10000.0);
+  p.freq_scale = 0.5;
+  p.factors = {2.0f, 8.0f};
+  t.build(pos, 1, p);
+  float x[4] = {1, 0, 1, 0};
+  rope(x, 1, 4, t, 0);
+  EXPECT_NEAR(x[0], std::cos(3 * 0.5 / 2), 1e-6);
+  EXPECT_NEAR(x[1], std::sin(3 * 0.5 / 2), 1e-6);
+  EXPECT_NEAR(x[2], std::cos(3 * 0.5 * 0.01 / 8), 1e-6);
+  EXPECT_NEAR(x[3], std::sin(3 * 0.5 * 0.01 / 8), 1e-6);
 }
 
 }  // namespace

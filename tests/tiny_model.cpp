@@ -7,16 +7,35 @@
 
 namespace cs::test {
 
+TinyModelShape tiny_arch_shape(const std::string& variant) {
+  TinyModelShape s;
+  if (variant == "llama3") {
+    s.n_embd = 256, s.n_heads = 4, s.n_kv_heads = 1, s.tied = true, s.rope_freqs = true, s.rope_base = 500000.0f;
+  } else if (variant == "qwen2") {
+    s.arch = "qwen2", s.rope_base = 1000000.0f;
+  } else if (variant == "qwen3") {
+    s.arch = "qwen3", s.head_dim = 128, s.rope_base = 1000000.0f, s.tied = true;
+  }
+  return s;
+}
+
 std::string tiny_model(const std::string& name, TinyModelShape s) {
   GgufWriter w;
-  w.kv_str("general.architecture", "llama");
-  w.kv_u32("llama.block_count", uint32_t(s.n_layers));
-  w.kv_u32("llama.embedding_length", uint32_t(s.n_embd));
-  w.kv_u32("llama.feed_forward_length", uint32_t(s.n_ff));
-  w.kv_u32("llama.attention.head_count", uint32_t(s.n_heads));
-  w.kv_u32("llama.attention.head_count_kv", uint32_t(s.n_kv_heads));
-  w.kv_u32("llama.context_length", uint32_t(s.n_ctx));
-  w.kv_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  const std::string a = std::string(s.arch) + ".";
+  w.kv_str("general.architecture", s.arch);
+  w.kv_u32(a + "block_count", uint32_t(s.n_layers));
+  w.kv_u32(a + "embedding_length", uint32_t(s.n_embd));
+  w.kv_u32(a + "feed_forward_length", uint32_t(s.n_ff));
+  w.kv_u32(a + "attention.head_count", uint32_t(s.n_heads));
+  w.kv_u32(a + "attention.head_count_kv", uint32_t(s.n_kv_heads));
+  w.kv_u32(a + "context_length", uint32_t(s.n_ctx));
+  w.kv_f32(a + "attention.layer_norm_rms_epsilon", 1e-5f);
+  w.kv_f32(a + "rope.freq_base", s.rope_base);
+  if (*s.rope_scaling) w.kv_str(a + "rope.scaling.type", s.rope_scaling);
+  if (s.head_dim) {
+    w.kv_u32(a + "attention.key_length", uint32_t(s.head_dim));
+    w.kv_u32(a + "attention.value_length", uint32_t(s.head_dim));
+  }
   // <unk> <s> </s>, the 256 byte tokens, then words.
   std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
   std::vector<int32_t> types = {2, 3, 3};
@@ -42,34 +61,50 @@ std::string tiny_model(const std::string& name, TinyModelShape s) {
   w.kv_u32("tokenizer.ggml.eos_token_id", 2);
 
   const uint64_t E = uint64_t(s.n_embd), F = uint64_t(s.n_ff), V = tokens.size();
-  const uint64_t KW = E / uint64_t(s.n_heads) * uint64_t(s.n_kv_heads);
+  const uint64_t D = s.head_dim ? uint64_t(s.head_dim) : E / uint64_t(s.n_heads);
+  const uint64_t QW = D * uint64_t(s.n_heads), KW = D * uint64_t(s.n_kv_heads);
+  const bool biases = s.arch_tensors && std::string(s.arch) == "qwen2";
+  const bool qk_norm = s.arch_tensors && std::string(s.arch) == "qwen3";
   std::vector<uint8_t> data;
   std::mt19937 rng(s.seed);
   std::normal_distribution<float> nd;
   // F32 tensor of shape ne (ne[0] = columns), values scale * N(0, 1) (or
   // exactly 1 for norms), 32-byte aligned in the data section.
-  auto add = [&](const std::string& tname, std::vector<uint64_t> ne, float scale, bool ones = false) {
+  // Frequency factors as Llama 3's converter makes them: 1 for fast
+  // dimensions, up to 8 for slow ones.
+  auto add = [&](const std::string& tname, std::vector<uint64_t> ne, float scale, bool ones = false,
+                 bool factors = false) {
     while (data.size() % 32) data.push_back(0);
     w.tensor(tname, ne, 0, data.size());
     uint64_t n = 1;
     for (auto x : ne) n *= x;
     for (uint64_t i = 0; i < n; ++i) {
-      const float v = ones ? 1.0f + 0.1f * nd(rng) : scale * nd(rng);
+      const float v = factors ? 1.0f + 7.0f * float(i) / float(n) : ones ? 1.0f + 0.1f * nd(rng) : scale * nd(rng);
       const auto* p = reinterpret_cast<const uint8_t*>(&v);
       data.insert(data.end(), p, p + 4);
     }
   };
-  add("token_embd.weight", {E, V}, 1.0f);
+  add("token_embd.weight", {E, V}, s.tied ? s.output_scale : 1.0f);
   add("output_norm.weight", {E}, 0, true);
-  add("output.weight", {E, V}, s.output_scale);
+  if (!s.tied) add("output.weight", {E, V}, s.output_scale);
+  if (s.rope_freqs) add("rope_freqs.weight", {D / 2}, 0, false, true);
   for (int l = 0; l < s.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     add(p + "attn_norm.weight", {E}, 0, true);
     add(p + "ffn_norm.weight", {E}, 0, true);
-    add(p + "attn_q.weight", {E, E}, 0.15f);
+    add(p + "attn_q.weight", {E, QW}, 0.15f);
     add(p + "attn_k.weight", {E, KW}, 0.15f);
     add(p + "attn_v.weight", {E, KW}, 0.1f);
-    add(p + "attn_output.weight", {E, E}, 0.1f);
+    add(p + "attn_output.weight", {QW, E}, 0.1f);
+    if (biases) {
+      add(p + "attn_q.bias", {QW}, 0.5f);
+      add(p + "attn_k.bias", {KW}, 0.5f);
+      add(p + "attn_v.bias", {KW}, 0.2f);
+    }
+    if (qk_norm) {
+      add(p + "attn_q_norm.weight", {D}, 0, true);
+      add(p + "attn_k_norm.weight", {D}, 0, true);
+    }
     add(p + "ffn_gate.weight", {E, F}, 0.1f);
     add(p + "ffn_up.weight", {E, F}, 0.1f);
     add(p + "ffn_down.weight", {F, E}, 0.1f);

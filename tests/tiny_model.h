@@ -1,7 +1,9 @@
-// A small random Llama model written as a GGUF file (F32 weights, a
-// SentencePiece vocabulary of byte tokens and a few words), for engine tests
-// that must run fast under the sanitizers. Its outputs are meaningless but
-// deterministic, which is all exactness tests need.
+// A small random model written as a GGUF file (F32 weights, a SentencePiece
+// vocabulary of byte tokens and a few words), for engine tests that must run
+// fast under the sanitizers. Its outputs are meaningless but deterministic,
+// which is all exactness tests need. Any supported architecture: Qwen 2's
+// files get Q/K/V biases, Qwen 3's per-head Q/K norms (and head_dim, when
+// set, as attention.key_length); Llama's may get Llama 3's rope_freqs.
 #pragma once
 #include <string>
 
@@ -11,7 +13,19 @@ struct TinyModelShape {
   int n_layers = 2, n_embd = 128, n_heads = 2, n_kv_heads = 1, n_ff = 256, n_ctx = 1024;
   unsigned seed = 1;
   float output_scale = 0.2f;  // 0: every logit is 0 (a uniform next-token distribution)
+  const char* arch = "llama";
+  int head_dim = 0;         // 0: n_embd / n_heads
+  bool tied = false;        // no output.weight
+  bool rope_freqs = false;  // Llama 3's frequency factors
+  float rope_base = 10000.0f;
+  bool arch_tensors = true;       // false: leave out the biases or Q/K norms the architecture needs
+  const char* rope_scaling = "";  // rope.scaling.type, when set
 };
+
+// One tiny model per supported architecture, with its departures from
+// Llama: "llama3" (GQA 4:1, tied embeddings, rope_freqs), "qwen2" (biases,
+// RoPE by halves), "qwen3" (Q/K norms, head_dim 128 over a 128-wide embedding).
+TinyModelShape tiny_arch_shape(const std::string& variant);
 
 // Writes the model under the test temp dir (once per name); returns its path.
 std::string tiny_model(const std::string& name = "tiny", TinyModelShape shape = {});

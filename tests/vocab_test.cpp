@@ -77,6 +77,21 @@ INSTANTIATE_TEST_SUITE_P(LlamaCppData, Vocab,
                            return n;
                          });
 
+// Files without tokenizer.ggml.add_bos_token start with BOS as llama.cpp
+// does: SentencePiece and Llama 3's family yes, other byte-level BPE no.
+TEST(Vocab, BosByDefaultFollowsLlamaCpp) {
+  for (auto [name, bos] : {std::pair{"llama-bpe", 128000}, {"llama-spm", 1}, {"qwen2", -1}, {"gpt-2", -1}}) {
+    const std::string path = std::string(CS_VOCAB_DIR) + "/ggml-vocab-" + name + ".gguf";
+    ASSERT_TRUE(std::ifstream(path).good()) << path << " is missing: run scripts/fetch_vocabs.sh";
+    const Tokenizer tok = Tokenizer::from_gguf(GgufFile(path));
+    const std::vector<int32_t> ids = tok.encode("Hello", false, true);
+    if (bos >= 0)
+      EXPECT_EQ(ids.front(), bos) << name;
+    else
+      EXPECT_NE(ids.front(), tok.bos()) << name;
+  }
+}
+
 TEST(Vocab, AnUnknownPreTokenizerIsAnError) {
   VocabSpec s;
   s.model = "gpt2";

@@ -15,18 +15,29 @@
 
 namespace cs {
 
+// One of the architectures of model/arch.h: Llama 1-3.x and Mistral files,
+// Qwen 2, Qwen 3. head_dim is n_embd / n_heads unless the file says
+// otherwise (Qwen 3's attention.key_length), so the query width n_heads *
+// head_dim may differ from n_embd.
 struct LlamaConfig {
   std::string arch;
   int n_layers = 0, n_embd = 0, n_ff = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
-  int rot_dim = 0, n_vocab = 0, n_ctx_train = 0;
+  int n_vocab = 0, n_ctx_train = 0;
   float rms_eps = 1e-5f;
-  double rope_base = 10000.0;
+  RopeParams rope;
+  bool tied_embeddings = false;  // no output.weight: the head is token_embd
+  int q_width() const { return n_heads * head_dim; }
+  int kv_width() const { return n_kv_heads * head_dim; }
   KvShape kv_shape() const { return {n_layers, n_heads, n_kv_heads, head_dim}; }
 };
 
+// A layer's weights. The optional ones are empty when the file has none:
+// biases (required by Qwen 2, allowed on Llama) and per-head Q/K norms (Qwen 3).
 struct LlamaLayer {
   std::vector<float> attn_norm, ffn_norm;
   Weight wq, wk, wv, wo, w_gate, w_up, w_down;
+  std::vector<float> bq, bk, bv, bo;
+  std::vector<float> q_norm, k_norm;  // head_dim values each
 };
 
 // Scratch of one forward call, reused between calls.
@@ -64,7 +75,10 @@ class LlamaModel {
 
  private:
   LlamaModel() = default;
+  void load_config();
+  void load_weights();
   void embed(int32_t token, float* out) const;
+  void attention_inputs(const LlamaLayer& L, int n, Workspace& ws) const;
 
   std::unique_ptr<GgufFile> file_;
   std::unique_ptr<Tokenizer> tok_;

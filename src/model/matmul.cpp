@@ -64,7 +64,7 @@ std::vector<uint32_t> pack_q8_rows(const uint8_t* data, int64_t rows, int64_t co
   });
 }
 
-Weight make_weight(GgmlType type, int64_t rows, int64_t cols, const uint8_t* data) {
+Weight view_weight(GgmlType type, int64_t rows, int64_t cols, const uint8_t* data) {
   Weight w;
   w.type = type;
   w.rows = rows;
@@ -72,6 +72,11 @@ Weight make_weight(GgmlType type, int64_t rows, int64_t cols, const uint8_t* dat
   const TypeInfo info = *type_info(uint32_t(type));
   w.row_bytes = size_t(cols) / info.block_elems * info.block_bytes;
   w.data = data;
+  return w;
+}
+
+Weight make_weight(GgmlType type, int64_t rows, int64_t cols, const uint8_t* data) {
+  Weight w = view_weight(type, rows, cols, data);
   // Plain floats, and the quantized types without integer kernels yet (Q5_x,
   // K-quants): an fp32 copy, dequantized once.
   if (widened_at_load(type)) {

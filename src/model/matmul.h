@@ -35,8 +35,13 @@ struct Weight {
 };
 
 
-// Wraps tensor data. Plain-float types are converted to an owned fp32 copy.
+// Wraps tensor data for matmul. Plain-float types are converted to an owned
+// fp32 copy; Q4_x and Q8_0 are also repacked for the 16-row kernels.
 Weight make_weight(GgmlType type, int64_t rows, int64_t cols, const uint8_t* data);
+
+// Wraps tensor data as it is in the file, for row lookups (the token
+// embedding): no copy, no repacking; not for matmul.
+Weight view_weight(GgmlType type, int64_t rows, int64_t cols, const uint8_t* data);
 
 // Quantizes n values (n % 32 == 0) into n/32 blocks.
 void quantize_q8(const float* x, size_t n, BlockQ8* out);

@@ -88,13 +88,15 @@ void swiglu(const float* gate, const float* up, size_t n, float* out) {
   for (size_t i = size_t(n8) * 8; i < n; ++i) out[i] = swiglu1(gate[i], up[i]);
 }
 
-void RopeTable::build(const int32_t* pos, int n_tok, int rot_dim, double freq_base) {
-  half = rot_dim / 2;
+void RopeTable::build(const int32_t* pos, int n_tok, const RopeParams& p) {
+  half = p.rot_dim / 2;
+  style = p.style;
   cos_.resize(size_t(n_tok) * half);
   sin_.resize(size_t(n_tok) * half);
   for (int t = 0; t < n_tok; ++t)
     for (int i = 0; i < half; ++i) {
-      const double theta = double(pos[t]) * std::pow(freq_base, -2.0 * i / rot_dim);
+      double theta = double(pos[t]) * p.freq_scale * std::pow(p.base, -2.0 * i / p.rot_dim);
+      if (!p.factors.empty()) theta /= double(p.factors[size_t(i)]);
       cos_[size_t(t) * half + i] = float(std::cos(theta));
       sin_[size_t(t) * half + i] = float(std::sin(theta));
     }
@@ -103,14 +105,24 @@ void RopeTable::build(const int32_t* pos, int n_tok, int rot_dim, double freq_ba
 void rope(float* x, int n_heads, int head_dim, const RopeTable& table, int token) {
   const float* c = table.cos_.data() + size_t(token) * table.half;
   const float* s = table.sin_.data() + size_t(token) * table.half;
+  // The partner of dimension i: i + 1 (adjacent pairs) or i + half.
+  const bool adjacent = table.style == RopeStyle::kAdjacent;
+  const int stride = adjacent ? 2 : 1, partner = adjacent ? 1 : table.half;
   for (int h = 0; h < n_heads; ++h) {
     float* v = x + size_t(h) * head_dim;
     for (int i = 0; i < table.half; ++i) {
-      const float a = v[2 * i], b = v[2 * i + 1];
-      v[2 * i] = a * c[i] - b * s[i];
-      v[2 * i + 1] = a * s[i] + b * c[i];
+      float* a = v + stride * i;
+      const float x0 = a[0], x1 = a[partner];
+      a[0] = x0 * c[i] - x1 * s[i];
+      a[partner] = x0 * s[i] + x1 * c[i];
     }
   }
+}
+
+void add_bias(float* x, const float* b, int n, int n_tok) {
+  for (int t = 0; t < n_tok; ++t)
+#pragma omp simd
+    for (int i = 0; i < n; ++i) x[size_t(t) * n + i] += b[i];
 }
 
 }  // namespace cs

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "model/arch.h"
+
 namespace cs {
 
 // out = x / rms(x) * w, over n values.
@@ -20,16 +22,34 @@ void swiglu(const float* gate, const float* up, size_t n, float* out);
 // for sampling, to attn/exp_impl.h's accuracy); returns their sum (double).
 double exp_weights(const float* x, size_t n, float m, float scale, float* w);
 
-// RoPE angles for the given position ids: cos/sin of pos * base^(-2i/rot_dim),
-// computed in double so any position id, however large, rotates exactly.
-struct RopeTable {
-  int half = 0;              // rot_dim / 2
-  std::vector<float> cos_, sin_;  // [token][half]
-  void build(const int32_t* pos, int n_tok, int rot_dim, double freq_base);
+// A model's RoPE: the rotated dimensions of a head, the base, and its
+// scaling. Linear scaling multiplies every angle by freq_scale; Llama 3's
+// frequency factors (the rope_freqs tensor, rot_dim / 2 values) divide
+// dimension pair i's angle by factors[i].
+struct RopeParams {
+  int rot_dim = 0;
+  double base = 10000.0;
+  double freq_scale = 1.0;
+  std::vector<float> factors;  // empty: all 1
+  RopeStyle style = RopeStyle::kAdjacent;
 };
 
-// Rotates adjacent pairs (x[2i], x[2i+1]) of each of n_heads heads of one
-// token (the GGUF llama layout) by the token's angles.
+// RoPE angles for the given position ids: cos/sin of
+// pos * freq_scale * base^(-2i/rot_dim) / factors[i], computed in double so
+// any position id, however large, rotates exactly.
+struct RopeTable {
+  int half = 0;              // rot_dim / 2
+  RopeStyle style = RopeStyle::kAdjacent;
+  std::vector<float> cos_, sin_;  // [token][half]
+  void build(const int32_t* pos, int n_tok, const RopeParams& p);
+};
+
+// Rotates each of n_heads heads of one token by the token's angles: pairs
+// (x[2i], x[2i+1]) in the adjacent style, (x[i], x[i + rot_dim/2]) in the
+// halves style; dimensions from rot_dim on are left as they are.
 void rope(float* x, int n_heads, int head_dim, const RopeTable& table, int token);
+
+// x[t * n + i] += b[i] for each of n_tok rows.
+void add_bias(float* x, const float* b, int n, int n_tok);
 
 }  // namespace cs

@@ -51,7 +51,7 @@ const std::vector<Entry>& table() {
        {{"[\\p{P}\\$\\+<=>\\^~\\|]+", kGpt2, "\\p{N}+", "[0-9][0-9][0-9]"}, false}},
       {{"gpt-2", "gpt2", "phi-2", "mpt", "olmo"}, {{kGpt2}, false}},
       {{"starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b"}, {{"\\p{N}", kGpt2}, false}},
-      {{"llama3", "llama-v3", "llama-bpe", "falcon3", "pixtral"}, {{kLlama3}, true}},
+      {{"llama3", "llama-v3", "llama-bpe", "falcon3", "pixtral"}, {{kLlama3}, true, true}},
       {{"dbrx", "smaug-bpe"}, {{kLlama3}, false}},
       {{"qwen2", "deepseek-r1-qwen", "stablelm2"}, {{kQwen2}, false}},
       {{"falcon"},

@@ -14,6 +14,9 @@ struct PreTokenizer {
   // A word that is a whole vocabulary token is that token, without merges
   // (Llama 3's tokenizer).
   bool ignore_merges = false;
+  // Whether encoding starts with BOS when the file has no
+  // tokenizer.ggml.add_bos_token (llama.cpp's default for Llama 3's family).
+  bool add_bos = false;
 };
 
 // The pre-tokenizer of a `tokenizer.ggml.pre` value ("" and "default": the

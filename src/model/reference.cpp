@@ -41,16 +41,27 @@ void rmsnorm(const float* x, const std::vector<float>& w, int n, float eps, floa
   for (int i = 0; i < n; ++i) out[i] = x[i] * scale * w[size_t(i)];
 }
 
-// Rotates adjacent pairs of each head (the GGUF llama layout) for position pos.
-void rope(float* x, int heads, int head_dim, int rot_dim, double base, int pos) {
+void add(std::vector<float>& y, const std::vector<float>& b, int n) {
+  if (b.empty()) return;
+  for (int t = 0; t < n; ++t)
+    for (size_t i = 0; i < b.size(); ++i) y[size_t(t) * b.size() + i] += b[i];
+}
+
+// Rotates each head for position pos: dimension pairs (2i, 2i+1) in the
+// adjacent style, (i, i + rot_dim/2) in the halves style.
+void rope(float* x, int heads, int head_dim, const RopeParams& r, int pos) {
+  const int half = r.rot_dim / 2;
   for (int h = 0; h < heads; ++h)
-    for (int i = 0; i < rot_dim / 2; ++i) {
-      const double theta = pos * std::pow(base, -2.0 * i / rot_dim);
+    for (int i = 0; i < half; ++i) {
+      double theta = pos * r.freq_scale * std::pow(r.base, -2.0 * i / r.rot_dim);
+      if (!r.factors.empty()) theta /= r.factors[size_t(i)];
       const double c = std::cos(theta), s = std::sin(theta);
-      float* v = x + size_t(h) * head_dim + 2 * i;
-      const double a = v[0], b = v[1];
-      v[0] = float(a * c - b * s);
-      v[1] = float(a * s + b * c);
+      float* head = x + size_t(h) * head_dim;
+      float* v0 = r.style == RopeStyle::kAdjacent ? head + 2 * i : head + i;
+      float* v1 = r.style == RopeStyle::kAdjacent ? v0 + 1 : v0 + half;
+      const double a = *v0, b = *v1;
+      *v0 = float(a * c - b * s);
+      *v1 = float(a * s + b * c);
     }
 }
 
@@ -62,14 +73,15 @@ ReferenceModel::ReferenceModel(const LlamaModel& model) : cfg_(model.config()) {
   output_norm_ = model.output_norm();
   for (const LlamaLayer& l : model.layers())
     layers_.push_back({l.attn_norm, l.ffn_norm, dequantize(l.wq), dequantize(l.wk), dequantize(l.wv), dequantize(l.wo),
-                       dequantize(l.w_gate), dequantize(l.w_up), dequantize(l.w_down)});
+                       dequantize(l.w_gate), dequantize(l.w_up), dequantize(l.w_down), l.bq, l.bk, l.bv, l.bo,
+                       l.q_norm, l.k_norm});
 }
 
 void ReferenceModel::forward(std::span<const int32_t> tokens, std::vector<float>& logits) const {
   const LlamaConfig& c = cfg_;
   const int n = int(tokens.size()), E = c.n_embd, F = c.n_ff, D = c.head_dim;
-  const int KW = c.n_kv_heads * D, group = c.n_heads / c.n_kv_heads;
-  std::vector<float> x(size_t(n) * E), xb(x.size()), q(x.size()), att(x.size()), o(x.size());
+  const int QW = c.q_width(), KW = c.kv_width(), group = c.n_heads / c.n_kv_heads;
+  std::vector<float> x(size_t(n) * E), xb(x.size()), o(x.size()), q(size_t(n) * QW), att(q.size());
   std::vector<float> k(size_t(n) * KW), v(k.size()), gate(size_t(n) * F), up(gate.size());
   for (int t = 0; t < n; ++t) {
     if (tokens[size_t(t)] < 0 || tokens[size_t(t)] >= c.n_vocab)
@@ -78,19 +90,26 @@ void ReferenceModel::forward(std::span<const int32_t> tokens, std::vector<float>
   }
   for (const Layer& L : layers_) {
     for (int t = 0; t < n; ++t) rmsnorm(&x[size_t(t) * E], L.attn_norm, E, c.rms_eps, &xb[size_t(t) * E]);
-    matmul(L.wq, E, E, xb.data(), n, q.data());
+    matmul(L.wq, QW, E, xb.data(), n, q.data());
     matmul(L.wk, KW, E, xb.data(), n, k.data());
     matmul(L.wv, KW, E, xb.data(), n, v.data());
+    add(q, L.bq, n);
+    add(k, L.bk, n);
+    add(v, L.bv, n);
     for (int t = 0; t < n; ++t) {
-      rope(&q[size_t(t) * E], c.n_heads, D, c.rot_dim, c.rope_base, t);
-      rope(&k[size_t(t) * KW], c.n_kv_heads, D, c.rot_dim, c.rope_base, t);
+      if (!L.q_norm.empty()) {
+        for (int h = 0; h < c.n_heads; ++h) rmsnorm(&q[size_t(t) * QW + size_t(h) * D], L.q_norm, D, c.rms_eps, &q[size_t(t) * QW + size_t(h) * D]);
+        for (int h = 0; h < c.n_kv_heads; ++h) rmsnorm(&k[size_t(t) * KW + size_t(h) * D], L.k_norm, D, c.rms_eps, &k[size_t(t) * KW + size_t(h) * D]);
+      }
+      rope(&q[size_t(t) * QW], c.n_heads, D, c.rope, t);
+      rope(&k[size_t(t) * KW], c.n_kv_heads, D, c.rope, t);
     }
     // Causal attention, one (token, head) at a time.
 #pragma omp parallel for schedule(dynamic)
     for (int t = 0; t < n; ++t) {
       std::vector<double> p(size_t(t) + 1);
       for (int h = 0; h < c.n_heads; ++h) {
-        const float* qh = &q[size_t(t) * E + size_t(h) * D];
+        const float* qh = &q[size_t(t) * QW + size_t(h) * D];
         const int kvh = h / group;
         double mx = -INFINITY;
         for (int j = 0; j <= t; ++j) {
@@ -102,7 +121,7 @@ void ReferenceModel::forward(std::span<const int32_t> tokens, std::vector<float>
         }
         double sum = 0;
         for (int j = 0; j <= t; ++j) sum += p[size_t(j)] = std::exp(p[size_t(j)] - mx);
-        float* out = &att[size_t(t) * E + size_t(h) * D];
+        float* out = &att[size_t(t) * QW + size_t(h) * D];
         for (int d = 0; d < D; ++d) {
           double acc = 0;
           for (int j = 0; j <= t; ++j) acc += p[size_t(j)] * v[size_t(j) * KW + size_t(kvh) * D + d];
@@ -110,7 +129,8 @@ void ReferenceModel::forward(std::span<const int32_t> tokens, std::vector<float>
         }
       }
     }
-    matmul(L.wo, E, E, att.data(), n, o.data());
+    matmul(L.wo, E, QW, att.data(), n, o.data());
+    add(o, L.bo, n);
     for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
     for (int t = 0; t < n; ++t) rmsnorm(&x[size_t(t) * E], L.ffn_norm, E, c.rms_eps, &xb[size_t(t) * E]);
     matmul(L.w_gate, F, E, xb.data(), n, gate.data());

@@ -117,7 +117,10 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& f) {
   s.bos = id("tokenizer.ggml.bos_token_id");
   s.eos = id("tokenizer.ggml.eos_token_id");
   s.unk = id("tokenizer.ggml.unknown_token_id");
-  s.add_bos = f.get_bool("tokenizer.ggml.add_bos_token", s.model == "llama");
+  // Without the key: SentencePiece vocabularies start with BOS, byte-level
+  // BPE ones only where their pre-tokenizer's family does (Llama 3).
+  const bool bos_by_default = s.model == "llama" || (s.model == "gpt2" && pre_tokenizer(s.pre)->add_bos);
+  s.add_bos = f.get_bool("tokenizer.ggml.add_bos_token", bos_by_default);
   s.chat_template = f.get_string("tokenizer.chat_template", "");
   try {
     return Tokenizer(std::move(s));

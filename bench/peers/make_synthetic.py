@@ -1,0 +1,167 @@
+#!/usr/bin/env python3
+"""Writes a GGUF of a supported architecture with random weights and a real
+vocabulary, for checking chunkserve against llama.cpp where no real weights
+reach this machine (issue 25): PyPI's `gguf` writes the file, the tokenizer
+keys are copied from the llama-cpp-python sdist's ggml-vocab-*.gguf (unpacked
+by build_llama_cpp.sh, or fetched into tests/data/vocab by
+scripts/fetch_vocabs.sh).
+
+    make_synthetic.py PRESET OUT.gguf [--seed N]
+
+Presets (F16 matrices, F32 norms, biases and frequency factors):
+  llama3   Llama 3 departures at a small size: llama-bpe vocabulary (128256),
+           d 512, 4 layers, 8 heads / 2 K/V heads, tied embeddings, rope_freqs
+           from Llama 3.1's scaling rule
+  qwen2    qwen2 vocabulary (151936), d 512, 4 layers, Q/K/V biases
+  qwen3    qwen2 vocabulary, d 512, 4 layers, head_dim 128, per-head Q/K norms
+  llama3-1b  Llama-3.2-1B's shapes: 16 layers, d 2048, 32 heads / 8 K/V heads,
+           FFN 8192, llama-bpe vocabulary, tied embeddings (2.5 GB as F16;
+           bench/peers/make_1b.sh quantizes it to Q4_K_M)
+
+Random weights are scaled so that attention scores and logits have a spread of
+a few units: a bug in RoPE's pairing, a bias or a norm moves the next-token
+distributions far, where near-zero logits would hide it.
+"""
+import argparse
+import math
+import os
+import sys
+
+import numpy as np
+
+try:
+    import gguf
+except ImportError:
+    sys.exit("make_synthetic.py needs PyPI's gguf (scripts/setup.sh installs it)")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+VOCAB_DIRS = [os.path.join(ROOT, "tests", "data", "vocab")]
+
+PRESETS = {
+    "llama3": dict(arch="llama", vocab="llama-bpe", d=512, layers=4, heads=8, kv=2, ff=1536,
+                   base=500000.0, rope_freqs=True, eps=1e-5),
+    "qwen2": dict(arch="qwen2", vocab="qwen2", d=512, layers=4, heads=8, kv=2, ff=1536, base=1e6,
+                  bias=True, eps=1e-6),
+    "qwen3": dict(arch="qwen3", vocab="qwen2", d=512, layers=4, heads=8, kv=2, ff=1536, base=1e6,
+                  head_dim=128, qk_norm=True, eps=1e-6),
+    "llama3-1b": dict(arch="llama", vocab="llama-bpe", d=2048, layers=16, heads=32, kv=8, ff=8192,
+                      base=500000.0, rope_freqs=True, eps=1e-5),
+}
+
+
+def vocab_file(name):
+    for d in VOCAB_DIRS:
+        p = os.path.join(d, f"ggml-vocab-{name}.gguf")
+        if os.path.exists(p):
+            return p
+    sys.exit(f"ggml-vocab-{name}.gguf not found in {VOCAB_DIRS}: run scripts/fetch_vocabs.sh")
+
+
+def copy_tokenizer(w, path):
+    r = gguf.GGUFReader(path)
+    for key, field in r.fields.items():
+        if not key.startswith("tokenizer."):
+            continue
+        value, vtype = field.contents(), field.types[0]
+        if vtype == gguf.GGUFValueType.ARRAY:
+            w.add_array(key, value)
+        elif vtype == gguf.GGUFValueType.STRING:
+            w.add_string(key, value)
+        elif vtype == gguf.GGUFValueType.BOOL:
+            w.add_bool(key, value)
+        elif vtype == gguf.GGUFValueType.UINT32:
+            w.add_uint32(key, value)
+        elif vtype == gguf.GGUFValueType.INT32:
+            w.add_int32(key, value)
+        else:
+            sys.exit(f"{path}: key {key} has a type this script does not copy ({vtype})")
+    return len(r.fields["tokenizer.ggml.tokens"].contents())
+
+
+def llama31_factors(head_dim, base, factor=32.0, low=1.0, high=4.0, old_ctx=8192):
+    """Llama 3.1's long-context rule: fast dimensions keep their frequency,
+    slow ones are divided by `factor`, the band between is interpolated."""
+    out = []
+    for i in range(0, head_dim, 2):
+        wavelen = 2 * math.pi * base ** (i / head_dim)
+        if wavelen < old_ctx / high:
+            out.append(1.0)
+        elif wavelen > old_ctx / low:
+            out.append(factor)
+        else:
+            smooth = (old_ctx / wavelen - low) / (high - low)
+            out.append(1.0 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("preset", choices=sorted(PRESETS))
+    ap.add_argument("out")
+    ap.add_argument("--seed", type=int, default=1)
+    a = ap.parse_args()
+    p = PRESETS[a.preset]
+    rng = np.random.default_rng(a.seed)
+    arch, d, ff, heads, kv = p["arch"], p["d"], p["ff"], p["heads"], p["kv"]
+    hd = p.get("head_dim", d // heads)
+
+    w = gguf.GGUFWriter(a.out, arch)
+    w.add_name(f"synthetic-{a.preset}")
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    w.add_block_count(p["layers"])
+    w.add_context_length(8192)
+    w.add_embedding_length(d)
+    w.add_feed_forward_length(ff)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv)
+    w.add_rope_freq_base(p["base"])
+    w.add_layer_norm_rms_eps(p["eps"])
+    w.add_rope_dimension_count(hd)
+    if "head_dim" in p:
+        w.add_key_length(hd)
+        w.add_value_length(hd)
+    n_vocab = copy_tokenizer(w, vocab_file(p["vocab"]))
+    if arch == "llama":
+        w.add_vocab_size(n_vocab)
+
+    def mat(rows, cols, std):
+        return (rng.standard_normal((rows, cols), dtype=np.float32) * std).astype(np.float16)
+
+    def vec(n, mean, std):
+        return (mean + rng.standard_normal(n, dtype=np.float32) * std).astype(np.float32)
+
+    # Tied embeddings: logits = e_v . h with h normed (entries ~1), so an
+    # embedding std of 3/sqrt(d) gives logits of std ~3.
+    w.add_tensor("token_embd.weight", mat(n_vocab, d, 3.0 / math.sqrt(d)))
+    w.add_tensor("output_norm.weight", vec(d, 1.0, 0.1))
+    if p.get("rope_freqs"):
+        w.add_tensor("rope_freqs.weight", llama31_factors(hd, p["base"]))
+    proj = 1.5 / math.sqrt(d)  # q, k entries of std ~1.5: scores of a few units
+    for l in range(p["layers"]):
+        b = f"blk.{l}."
+        w.add_tensor(b + "attn_norm.weight", vec(d, 1.0, 0.1))
+        w.add_tensor(b + "attn_q.weight", mat(heads * hd, d, proj))
+        w.add_tensor(b + "attn_k.weight", mat(kv * hd, d, proj))
+        w.add_tensor(b + "attn_v.weight", mat(kv * hd, d, 1.0 / math.sqrt(d)))
+        w.add_tensor(b + "attn_output.weight", mat(d, heads * hd, 0.5 / math.sqrt(heads * hd)))
+        if p.get("bias"):
+            w.add_tensor(b + "attn_q.bias", vec(heads * hd, 0.0, 0.5))
+            w.add_tensor(b + "attn_k.bias", vec(kv * hd, 0.0, 0.5))
+            w.add_tensor(b + "attn_v.bias", vec(kv * hd, 0.0, 0.2))
+        if p.get("qk_norm"):
+            w.add_tensor(b + "attn_q_norm.weight", vec(hd, 1.0, 0.2))
+            w.add_tensor(b + "attn_k_norm.weight", vec(hd, 1.0, 0.2))
+        w.add_tensor(b + "ffn_norm.weight", vec(d, 1.0, 0.1))
+        w.add_tensor(b + "ffn_gate.weight", mat(ff, d, 1.0 / math.sqrt(d)))
+        w.add_tensor(b + "ffn_up.weight", mat(ff, d, 1.0 / math.sqrt(d)))
+        w.add_tensor(b + "ffn_down.weight", mat(d, ff, 0.5 / math.sqrt(ff)))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    print(f"{a.out}: {a.preset}, vocabulary {n_vocab}")
+
+
+if __name__ == "__main__":
+    main()

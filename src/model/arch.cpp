@@ -1,0 +1,30 @@
+#include "model/arch.h"
+
+#include <array>
+
+namespace cs {
+namespace {
+
+// Llama covers Llama 1-3.x, Mistral and SmolLM files (arch "llama"); Llama
+// 3's frequency factors and tied embeddings are tensors, not traits.
+constexpr std::array kArchs = {
+    ArchTraits{"llama", RopeStyle::kAdjacent, false, false},
+    ArchTraits{"qwen2", RopeStyle::kHalves, true, false},
+    ArchTraits{"qwen3", RopeStyle::kHalves, false, true},
+};
+
+}  // namespace
+
+const ArchTraits* find_arch(std::string_view name) {
+  for (const ArchTraits& a : kArchs)
+    if (a.name == name) return &a;
+  return nullptr;
+}
+
+std::string supported_arch_names() {
+  std::string out;
+  for (const ArchTraits& a : kArchs) out += (out.empty() ? "" : ", ") + std::string(a.name);
+  return out;
+}
+
+}  // namespace cs

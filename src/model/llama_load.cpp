@@ -1,0 +1,163 @@
+// LlamaModel::load: the configuration from the GGUF keys, then the weights,
+// each checked against the shape the configuration implies. What an
+// architecture requires beyond Llama comes from its traits (model/arch.h).
+#include <cmath>
+
+#include "base/error.h"
+#include "model/arch.h"
+#include "model/llama.h"
+
+namespace cs {
+namespace {
+
+std::vector<float> load_vector(const GgufFile& f, const GgufTensor& t, int n) {
+  if (t.n_elements != uint64_t(n))
+    f.fail("tensor '" + t.name + "' has " + std::to_string(t.n_elements) + " values, expected " +
+           std::to_string(n));
+  std::vector<float> out(static_cast<size_t>(n));
+  dequantize_row(t.type, t.data, out.data(), out.size());
+  return out;
+}
+
+std::vector<float> load_vector(const GgufFile& f, const std::string& name, int n) {
+  return load_vector(f, f.tensor(name), n);
+}
+
+// Empty when the file has no such tensor; an error when `required`.
+std::vector<float> optional_vector(const GgufFile& f, const std::string& name, int n, bool required) {
+  const GgufTensor* t = f.find_tensor(name);
+  if (!t && required) f.fail("tensor '" + name + "' is missing (the architecture requires it)");
+  return t ? load_vector(f, *t, n) : std::vector<float>{};
+}
+
+void check_shape(const GgufFile& f, const GgufTensor& t, int rows, int cols) {
+  if (t.n_dims != 2 || t.ne[0] != cols || t.ne[1] != rows)
+    f.fail("tensor '" + t.name + "' has shape [" + std::to_string(t.ne[0]) + ", " +
+           std::to_string(t.ne[1]) + "], expected [" + std::to_string(cols) + ", " +
+           std::to_string(rows) + "]");
+  const TypeInfo info = *type_info(uint32_t(t.type));
+  if (info.block_elems > 1 && cols % int(info.block_elems))
+    f.fail("tensor '" + t.name + "' rows are not whole quantization blocks");
+}
+
+// A weight of shape [rows][cols] (GGUF ne = {cols, rows}).
+Weight load_matrix(const GgufFile& f, const GgufTensor& t, int rows, int cols) {
+  check_shape(f, t, rows, cols);
+  return make_weight(t.type, rows, cols, t.data);
+}
+
+Weight load_matrix(const GgufFile& f, const std::string& name, int rows, int cols) {
+  return load_matrix(f, f.tensor(name), rows, cols);
+}
+
+int positive(const GgufFile& f, const std::string& key) {
+  const uint64_t v = f.get_uint(key);
+  if (v == 0 || v > (1u << 24)) f.fail("key '" + key + "' has implausible value " + std::to_string(v));
+  return int(v);
+}
+
+// rope.scaling.type: none, or linear (angles times 1 / factor). YaRN and
+// LongRoPE change attention too and are refused rather than approximated.
+double rope_freq_scale(const GgufFile& f, const std::string& a) {
+  const std::string type = f.get_string(a + "rope.scaling.type", "none");
+  if (type == "none") return 1.0;
+  if (type != "linear") f.fail("RoPE scaling '" + type + "' is not supported (supported: none, linear)");
+  const double factor = f.get_float(a + "rope.scaling.factor", 1.0);
+  if (!(factor > 0)) f.fail("rope.scaling.factor must be positive");
+  return 1.0 / factor;
+}
+
+}  // namespace
+
+std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path) {
+  std::unique_ptr<LlamaModel> m(new LlamaModel);
+  m->file_ = std::make_unique<GgufFile>(path);
+  m->load_config();
+  m->tok_ = std::make_unique<Tokenizer>(Tokenizer::from_gguf(*m->file_));
+  m->load_weights();
+  return m;
+}
+
+void LlamaModel::load_config() {
+  const GgufFile& f = *file_;
+  LlamaConfig& c = cfg_;
+  c.arch = f.get_string("general.architecture");
+  const ArchTraits* traits = find_arch(c.arch);
+  if (!traits) f.fail("unsupported architecture '" + c.arch + "' (supported: " + supported_arch_names() + ")");
+  const std::string a = c.arch + ".";
+  if (f.get_uint(a + "expert_count", 0) > 0) f.fail("mixture-of-experts models are not supported");
+  c.n_layers = positive(f, a + "block_count");
+  c.n_embd = positive(f, a + "embedding_length");
+  c.n_ff = positive(f, a + "feed_forward_length");
+  c.n_heads = positive(f, a + "attention.head_count");
+  c.n_kv_heads = f.has(a + "attention.head_count_kv") ? positive(f, a + "attention.head_count_kv") : c.n_heads;
+  if (c.n_heads % c.n_kv_heads) f.fail("the query heads are not a multiple of the K/V heads");
+  if (f.has(a + "attention.key_length")) {
+    c.head_dim = positive(f, a + "attention.key_length");
+    if (f.get_uint(a + "attention.value_length", uint64_t(c.head_dim)) != uint64_t(c.head_dim))
+      f.fail("K and V heads of different widths are not supported");
+  } else {
+    if (c.n_embd % c.n_heads) f.fail("the heads do not divide the embedding width");
+    c.head_dim = c.n_embd / c.n_heads;
+  }
+  // The attention kernels scale scores by 1/sqrt(head_dim); a file asking
+  // for another scale would be computed wrongly, so it is refused.
+  const double scale = f.get_float(a + "attention.scale", 0.0);
+  if (scale != 0.0 && std::fabs(scale * std::sqrt(double(c.head_dim)) - 1.0) > 1e-6)
+    f.fail("attention.scale " + std::to_string(scale) + " is not supported (only 1/sqrt(head_dim))");
+  c.rope.rot_dim = int(f.get_uint(a + "rope.dimension_count", uint64_t(c.head_dim)));
+  if (c.rope.rot_dim > c.head_dim || c.rope.rot_dim % 2 || c.rope.rot_dim == 0)
+    f.fail("invalid rope.dimension_count");
+  c.rope.base = f.get_float(a + "rope.freq_base", 10000.0);
+  c.rope.freq_scale = rope_freq_scale(f, a);
+  c.rope.style = traits->rope;
+  c.rms_eps = float(f.get_float(a + "attention.layer_norm_rms_epsilon", 1e-5));
+  c.n_ctx_train = int(f.get_uint(a + "context_length", 2048));
+}
+
+void LlamaModel::load_weights() {
+  const GgufFile& f = *file_;
+  LlamaConfig& c = cfg_;
+  const ArchTraits& traits = *find_arch(c.arch);
+  const GgufTensor& emb = f.tensor("token_embd.weight");
+  c.n_vocab = int(emb.ne[1]);
+  if (c.n_vocab != tok_->vocab_size())
+    f.fail("token_embd.weight has " + std::to_string(c.n_vocab) + " rows but the vocabulary has " +
+           std::to_string(tok_->vocab_size()) + " tokens");
+  check_shape(f, emb, c.n_vocab, c.n_embd);
+  // The embedding is only looked up by row: used as the file has it.
+  tok_embd_ = view_weight(emb.type, c.n_vocab, c.n_embd, emb.data);
+  // Tied embeddings (Llama 3.2, Qwen 2.5 small, SmolLM2): no output.weight,
+  // the head multiplies by the embedding.
+  const GgufTensor* out = f.find_tensor("output.weight");
+  c.tied_embeddings = out == nullptr;
+  output_ = load_matrix(f, out ? *out : emb, c.n_vocab, c.n_embd);
+  output_norm_ = load_vector(f, "output_norm.weight", c.n_embd);
+  // Llama 3.x's long-context RoPE: per-pair frequency divisors.
+  c.rope.factors = optional_vector(f, "rope_freqs.weight", c.rope.rot_dim / 2, false);
+
+  const int E = c.n_embd, QW = c.q_width(), KW = c.kv_width();
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    LlamaLayer L;
+    L.attn_norm = load_vector(f, p + "attn_norm.weight", E);
+    L.ffn_norm = load_vector(f, p + "ffn_norm.weight", E);
+    L.wq = load_matrix(f, p + "attn_q.weight", QW, E);
+    L.wk = load_matrix(f, p + "attn_k.weight", KW, E);
+    L.wv = load_matrix(f, p + "attn_v.weight", KW, E);
+    L.wo = load_matrix(f, p + "attn_output.weight", E, QW);
+    L.w_gate = load_matrix(f, p + "ffn_gate.weight", c.n_ff, E);
+    L.w_up = load_matrix(f, p + "ffn_up.weight", c.n_ff, E);
+    L.w_down = load_matrix(f, p + "ffn_down.weight", E, c.n_ff);
+    L.bq = optional_vector(f, p + "attn_q.bias", QW, traits.qkv_bias);
+    L.bk = optional_vector(f, p + "attn_k.bias", KW, traits.qkv_bias);
+    L.bv = optional_vector(f, p + "attn_v.bias", KW, traits.qkv_bias);
+    L.bo = optional_vector(f, p + "attn_output.bias", E, false);
+    L.q_norm = optional_vector(f, p + "attn_q_norm.weight", c.head_dim, traits.qk_norm);
+    L.k_norm = optional_vector(f, p + "attn_k_norm.weight", c.head_dim, traits.qk_norm);
+    if (L.q_norm.empty() != L.k_norm.empty()) f.fail("layer " + std::to_string(l) + " has only one of the Q/K norms");
+    layers_.push_back(std::move(L));
+  }
+}
+
+}  // namespace cs
