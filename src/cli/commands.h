@@ -19,6 +19,7 @@ Action add_serve_command(CLI::App& app);
 Action add_pml_command(CLI::App& app);
 Action add_bench_command(CLI::App& app);
 Action add_perplexity_command(CLI::App& app);
+Action add_info_command(CLI::App& app);
 // Registered under `bench` by add_bench_command.
 Action add_bench_attention_command(CLI::App& bench);
 Action add_bench_engine_command(CLI::App& bench);

@@ -27,10 +27,11 @@ int main(int argc, char** argv) {
   cs::Action pml = cs::add_pml_command(app);
   cs::Action bench = cs::add_bench_command(app);
   cs::Action perplexity = cs::add_perplexity_command(app);
+  cs::Action info = cs::add_info_command(app);
   // CLI11 would only say that a subcommand is required.
   const auto known = app.get_subcommands([&](const CLI::App* c) { return argc > 1 && c->check_name(argv[1]); });
   if (argc > 1 && argv[1][0] != '-' && known.empty()) {
-    std::fprintf(stderr, "chunkserve: unknown command '%s' (commands: generate, serve, pml, bench, perplexity; see --help)\n", argv[1]);
+    std::fprintf(stderr, "chunkserve: unknown command '%s' (commands: generate, serve, pml, bench, perplexity, info; see --help)\n", argv[1]);
     return 109;
   }
   try {
@@ -44,6 +45,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("pml")) return pml();
     if (app.got_subcommand("bench")) return bench();
     if (app.got_subcommand("perplexity")) return perplexity();
+    if (app.got_subcommand("info")) return info();
   } catch (const cs::Error& e) {
     std::fprintf(stderr, "chunkserve: error: %s\n", e.what());
     return 1;

@@ -97,7 +97,7 @@ const char* gguf_type_name(GgufType t) {
   return uint32_t(t) <= 12 ? names[uint32_t(t)] : "unknown";
 }
 
-GgufFile::GgufFile(const std::string& path) : file_(path) { parse(); }
+GgufFile::GgufFile(const std::string& path, GgufOpen mode) : file_(path), mode_(mode) { parse(); }
 
 // Names in messages come from the file: control bytes (a NUL would cut the
 // message short when printed) are written as \xNN, and long names are cut.
@@ -202,6 +202,14 @@ void GgufFile::parse() {
     }
     const uint32_t type = c.read<uint32_t>("tensor type");
     const auto info = type_info(type);
+    if (!info && mode_ == GgufOpen::kDescribe) {
+      t.type = GgmlType(type);
+      t.supported = false;
+      t.offset = c.read<uint64_t>("tensor offset");
+      if (!tensor_index_.emplace(t.name, tensors_.size()).second) fail("duplicate tensor '" + t.name + "'");
+      tensors_.push_back(std::move(t));
+      continue;
+    }
     if (!info) {
       const std::string name = type_name(type);
       fail("tensor '" + t.name + "' has " +
@@ -223,6 +231,7 @@ void GgufFile::parse() {
   const uint64_t data_start = (c.pos() + alignment_ - 1) / alignment_ * alignment_;
   const uint64_t data_size = data_start <= file_.size() ? file_.size() - data_start : 0;
   for (auto& t : tensors_) {
+    if (!t.supported) continue;
     if (t.offset > data_size || t.n_bytes > data_size - t.offset)
       fail("tensor '" + t.name + "' data [" + std::to_string(t.offset) + ", +" +
            std::to_string(t.n_bytes) + ") lies outside the file's data section of " +

@@ -44,11 +44,17 @@ struct GgufTensor {
   uint64_t n_elements = 0;
   uint64_t n_bytes = 0;
   const uint8_t* data = nullptr;  // points into the mapping
+  bool supported = true;  // false only in a file opened to describe it (n_bytes 0, data null)
 };
+
+// How GgufFile treats a tensor of a type chunkserve does not read: an error
+// naming it (kLoad), or recorded with supported = false so the file can
+// still be described (`chunkserve info`).
+enum class GgufOpen { kLoad, kDescribe };
 
 class GgufFile {
  public:
-  explicit GgufFile(const std::string& path);
+  explicit GgufFile(const std::string& path, GgufOpen mode = GgufOpen::kLoad);
 
   uint32_t version() const { return version_; }
   uint32_t alignment() const { return alignment_; }
@@ -85,6 +91,7 @@ class GgufFile {
   void parse();
 
   MappedFile file_;
+  GgufOpen mode_ = GgufOpen::kLoad;
   uint32_t version_ = 0;
   uint32_t alignment_ = 32;
   std::map<std::string, GgufValue> kv_;

@@ -1,4 +1,4 @@
-// libFuzzer: the GGUF reader on arbitrary files. Malformed input must end in
+// libFuzzer: the GGUF reader on arbitrary files, opened to load and to describe. Malformed input must end in
 // a cs::Error naming the problem, never a crash, an out-of-bounds read or an
 // unbounded allocation; a file it accepts must have consistent tensors.
 #include <unistd.h>
@@ -23,6 +23,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const uint8_t* begin = g.mapped().data();
     for (const auto& t : g.tensors())
       if (t.data < begin || t.data + t.n_bytes > begin + size) std::abort();
+  } catch (const cs::Error&) {
+  }
+  // Opened to describe (`chunkserve info`): tensors of unread types are
+  // kept without data; the others still lie inside the file.
+  try {
+    cs::GgufFile g(path, cs::GgufOpen::kDescribe);
+    const uint8_t* begin = g.mapped().data();
+    for (const auto& t : g.tensors())
+      if (t.supported ? t.data < begin || t.data + t.n_bytes > begin + size : t.data != nullptr) std::abort();
   } catch (const cs::Error&) {
   }
   return 0;
