@@ -139,7 +139,7 @@ std::vector<uint8_t> random_rows(GgmlType t, int rows, int cols, std::mt19937& r
   for (size_t off = 0; off < data.size(); off += size_t(info.block_bytes)) {
     uint16_t d = f32_to_f16(scale(rng)), m = f32_to_f16(-scale(rng) * 8);
     std::memcpy(&data[off], &d, 2);
-    if (t == GgmlType::Q4_1) std::memcpy(&data[off + 2], &m, 2);
+    if (t == GgmlType::Q4_1 || t == GgmlType::Q4_K) std::memcpy(&data[off + 2], &m, 2);
   }
   return data;
 }
@@ -189,6 +189,67 @@ TEST(QDot, EveryIsaMatchesDequantizedReference) {
           ASSERT_NEAR(y[i], ref[i], 1e-4 + 1e-4 * std::fabs(ref[i]))
               << type_info(uint32_t(t))->name << " isa " << isa << " n_tok " << n_tok << " i " << i;
       }
+    }
+  }
+}
+
+// The types that exist only repacked (Q4_K, Q5_0): block32's integers and
+// affine map give dequantize_row's values bit for bit (so the repacking is
+// exact), and every ISA's matmul equals the float product of the dequantized
+// weights with the dequantized activations; AVX2 and AVX-512 agree bit for bit.
+TEST(Matmul, RepackedOnlyTypesAreExactOnEveryIsa) {
+  std::mt19937 rng(41);
+  const Isa best = cpu_isa();
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_0}) {
+    const int rows = 37, cols = 512, nb = cols / 32;
+    const auto data = random_rows(t, rows, cols, rng);
+    const size_t rb = data.size() / rows;
+    std::vector<float> deq(cols);
+    for (int r = 0; r < rows; ++r) {
+      dequantize_row(t, &data[r * rb], deq.data(), cols);
+      for (int b = 0; b < nb; ++b) {
+        const Block32 blk = block32(t, &data[r * rb], b);
+        for (int j = 0; j < 32; ++j) {
+          volatile float p = blk.d * float(blk.q[j]);  // two roundings, as the dequantizer's
+          ASSERT_EQ(p + blk.m, deq[size_t(b * 32 + j)]) << type_info(uint32_t(t))->name << " row " << r << " block " << b;
+        }
+      }
+    }
+    const Weight w = make_weight(t, rows, cols, data.data());
+    ASSERT_FALSE(w.packed.empty());
+    for (int n_tok : {1, 3, 4, 6, 9}) {
+      std::vector<float> x(size_t(n_tok) * cols);
+      std::normal_distribution<float> nd;
+      for (auto& v : x) v = nd(rng);
+      std::vector<BlockQ8> acts(size_t(n_tok) * nb);
+      for (int k = 0; k < n_tok; ++k) quantize_q8(&x[size_t(k) * cols], cols, &acts[size_t(k) * nb]);
+      std::vector<double> ref(size_t(n_tok) * rows);
+      for (int r = 0; r < rows; ++r)
+        for (int k = 0; k < n_tok; ++k) {
+          double s = 0;
+          for (int b = 0; b < nb; ++b) {
+            const Block32 blk = block32(t, &data[r * rb], b);
+            const BlockQ8& a = acts[size_t(k) * nb + b];
+            for (int j = 0; j < 32; ++j) s += double(blk.d) * blk.q[j] * a.d * a.qs[j];
+            s += double(blk.m) * a.s;  // the minimum times the stored activation sum, as the kernels
+          }
+          ref[size_t(k) * rows + r] = s;
+        }
+      std::vector<float> first;
+      for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+        if (isa > best) continue;
+        set_isa_for_testing(isa);
+        std::vector<BlockQ8> scratch;
+        std::vector<float> y(ref.size(), NAN);
+        matmul(w, x.data(), n_tok, y.data(), scratch);
+        for (size_t i = 0; i < y.size(); ++i)
+          ASSERT_NEAR(y[i], ref[i], 1e-4 + 1e-4 * std::fabs(ref[i]))
+              << type_info(uint32_t(t))->name << " " << isa_name(isa) << " n_tok " << n_tok << " i " << i;
+        if (isa == Isa::kScalar) continue;
+        if (first.empty()) first = y;
+        else EXPECT_EQ(first, y) << "AVX2 and AVX-512 differ";
+      }
+      set_isa_for_testing(best);
     }
   }
 }

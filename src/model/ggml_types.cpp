@@ -47,7 +47,9 @@ bool widened_at_load(GgmlType type) {
   switch (type) {
     case GgmlType::Q4_0:
     case GgmlType::Q4_1:
-    case GgmlType::Q8_0: return false;
+    case GgmlType::Q8_0:
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_0: return false;
     default: return true;
   }
 }
@@ -154,6 +156,27 @@ int q5(const Block& b, int j) {
 }
 
 }  // namespace
+
+Block32 block32(GgmlType type, const uint8_t* row, int b) {
+  Block32 out{};
+  if (type == GgmlType::Q4_K) {
+    // Sub-block j = b % 8 of super-block b / 8: dequantize_q45's d * sc and
+    // dmin * m, the latter negated (exact).
+    const BlockQ4_K& k = reinterpret_cast<const BlockQ4_K*>(row)[b / 8];
+    const int j = b % 8;
+    int sc, m;
+    scale_min_k4(k.scales, j, sc, m);
+    out.d = f16_to_f32(k.d) * float(sc);
+    out.m = -(f16_to_f32(k.dmin) * float(m));
+    for (int i = 0; i < 32; ++i) out.q[i] = int8_t((k.qs[(j / 2) * 32 + i] >> (4 * (j % 2))) & 0xF);
+  } else if (type == GgmlType::Q5_0) {
+    const BlockQ5_0& k = reinterpret_cast<const BlockQ5_0*>(row)[b];
+    out.d = f16_to_f32(k.d);
+    out.m = 0.0f;
+    for (int i = 0; i < 32; ++i) out.q[i] = int8_t(q5(k, i) - 16);
+  }
+  return out;
+}
 
 void dequantize_row(GgmlType type, const void* src, float* dst, size_t n) {
   switch (type) {

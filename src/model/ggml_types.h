@@ -137,4 +137,13 @@ static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(Bloc
 // Dequantize n values (n a multiple of the type's block size) to fp32.
 void dequantize_row(GgmlType type, const void* src, float* dst, size_t n);
 
+// Block b (32 values) of a row of a type the 16-row kernels read after
+// repacking at load (Q4_K: q 0..15; Q5_0: q -16..15) as integers and one
+// affine map, x_j = d * q[j] + m, equal bit for bit to dequantize_row's x_j.
+struct Block32 {
+  int8_t q[32];
+  float d, m;
+};
+Block32 block32(GgmlType type, const uint8_t* row, int b);
+
 }  // namespace cs

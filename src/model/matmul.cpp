@@ -64,6 +64,90 @@ std::vector<uint32_t> pack_q8_rows(const uint8_t* data, int64_t rows, int64_t co
   });
 }
 
+namespace {
+
+// Fills one row's block of a repacked group from 32 integers and an affine
+// map: the Q4 layout (q 0..15, scale and minimum) or the Q8 layout (q + 128
+// as bytes, scale; the minimum must be 0).
+void fill_q4(uint32_t* w, int lane, const int8_t* q, float d, float m) {
+  std::memcpy(&w[lane], &d, 4);
+  std::memcpy(&w[16 + lane], &m, 4);
+  for (int k = 0; k < 4; ++k) {
+    uint32_t word = 0;
+    for (int i = 0; i < 4; ++i) word |= uint32_t(q[8 * k + i] | q[8 * k + 4 + i] << 4) << (8 * i);
+    w[32 + k * 16 + lane] = word;
+  }
+}
+
+void fill_q8(uint32_t* w, int lane, const int8_t* q, float d) {
+  std::memcpy(&w[lane], &d, 4);
+  for (int k = 0; k < 8; ++k) {
+    uint32_t word = 0;
+    for (int i = 0; i < 4; ++i) word |= uint32_t(uint8_t(q[4 * k + i] + 128)) << (8 * i);
+    w[16 + k * 16 + lane] = word;
+  }
+}
+
+}  // namespace
+
+bool packs_to_q8_layout(GgmlType type) { return type == GgmlType::Q8_0 || type == GgmlType::Q5_0; }
+
+std::vector<uint32_t> pack_block32_rows(GgmlType type, const uint8_t* data, int64_t rows, int64_t cols) {
+  const size_t row_bytes = size_t(cols) / size_t(type_info(uint32_t(type))->block_elems) *
+                           size_t(type_info(uint32_t(type))->block_bytes);
+  const bool q8 = packs_to_q8_layout(type);
+  return pack_rows(rows, cols, q8 ? kPackQ8BlockWords : kPackBlockWords, [&](uint32_t* w, int lane, int64_t r, int b) {
+    const Block32 blk = block32(type, data + size_t(r) * row_bytes, b);
+    if (q8)
+      fill_q8(w, lane, blk.q, blk.d);
+    else
+      fill_q4(w, lane, blk.q, blk.d, blk.m);
+  });
+}
+
+// The packed layouts read in plain C++, summing as the SIMD kernels do per
+// block (an exact int32 dot, then d * dx * dot (+ m * s)): the scalar path
+// of the types that exist only repacked.
+void qdot16_scalar(const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok, float* y, int ldy) {
+  for (int r = 0; r < n_rows; ++r)
+    for (int t = 0; t < n_tok; ++t) {
+      float acc = 0;
+      for (int b = 0; b < nb; ++b) {
+        const uint32_t* w = group + size_t(b) * kPackBlockWords;
+        const BlockQ8& a = acts[size_t(t) * nb + b];
+        int isum = 0;
+        for (int k = 0; k < 4; ++k)
+          for (int i = 0; i < 4; ++i) {
+            const int byte = int(w[32 + k * 16 + r] >> (8 * i)) & 0xff;
+            isum += (byte & 0xf) * a.qs[8 * k + i] + (byte >> 4) * a.qs[8 * k + 4 + i];
+          }
+        float d, m;
+        std::memcpy(&d, &w[r], 4);
+        std::memcpy(&m, &w[16 + r], 4);
+        acc += float(isum) * (d * a.d) + m * a.s;
+      }
+      y[size_t(t) * ldy + r] = acc;
+    }
+}
+
+void qdot16q8_scalar(const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok, float* y, int ldy) {
+  for (int r = 0; r < n_rows; ++r)
+    for (int t = 0; t < n_tok; ++t) {
+      float acc = 0;
+      for (int b = 0; b < nb; ++b) {
+        const uint32_t* w = group + size_t(b) * kPackQ8BlockWords;
+        const BlockQ8& a = acts[size_t(t) * nb + b];
+        int isum = 0;
+        for (int k = 0; k < 8; ++k)
+          for (int i = 0; i < 4; ++i) isum += ((int(w[16 + k * 16 + r] >> (8 * i)) & 0xff) - 128) * a.qs[4 * k + i];
+        float d;
+        std::memcpy(&d, &w[r], 4);
+        acc += float(isum) * (d * a.d);
+      }
+      y[size_t(t) * ldy + r] = acc;
+    }
+}
+
 Weight view_weight(GgmlType type, int64_t rows, int64_t cols, const uint8_t* data) {
   Weight w;
   w.type = type;
@@ -86,7 +170,9 @@ Weight make_weight(GgmlType type, int64_t rows, int64_t cols, const uint8_t* dat
     w.row_bytes = size_t(cols) * 4;
     w.data = reinterpret_cast<const uint8_t*>(w.owned.data());
   }
-  if (cpu_isa() >= Isa::kAvx2) {
+  if (only_repacked(type)) {
+    w.packed = pack_block32_rows(type, data, rows, cols);
+  } else if (cpu_isa() >= Isa::kAvx2) {
     if (type == GgmlType::Q4_0 || type == GgmlType::Q4_1) w.packed = pack_q4_rows(type, data, rows, cols);
     if (type == GgmlType::Q8_0) w.packed = pack_q8_rows(data, rows, cols);
   }
@@ -188,13 +274,17 @@ struct TileDot {
   void operator()(const Weight& w, int64_t r0, const BlockQ8* acts, int nb, int nt, float* y, int ldy = 0) const {
     if (ldy == 0) ldy = int(w.rows);
     const int nr = int(std::min<int64_t>(kRowTile, w.rows - r0));
-    const bool packed = isa >= Isa::kAvx2 && !w.packed.empty();
-    if (packed && w.type == GgmlType::Q8_0)  // kRowTile == kPackRows: a tile is one group
-      (isa == Isa::kAvx512 ? qdot16q8_avx512 : qdot16q8_avx2)(
-          w.packed.data() + size_t(r0 / kPackRows) * nb * kPackQ8BlockWords, nb, nr, acts, nt, y, ldy);
+    // Q4_0/Q4_1/Q8_0 have a scalar kernel on the file's layout; the types
+    // that exist only repacked run the packed layouts' scalar kernels.
+    const bool packed = !w.packed.empty() && (isa >= Isa::kAvx2 || only_repacked(w.type));
+    const bool q8 = packs_to_q8_layout(w.type);
+    const size_t group = size_t(r0 / kPackRows) * nb * (q8 ? kPackQ8BlockWords : kPackBlockWords);
+    if (packed && q8)  // kRowTile == kPackRows: a tile is one group
+      (isa == Isa::kAvx512 ? qdot16q8_avx512 : isa == Isa::kAvx2 ? qdot16q8_avx2 : qdot16q8_scalar)(
+          w.packed.data() + group, nb, nr, acts, nt, y, ldy);
     else if (packed)
-      (isa == Isa::kAvx512 ? qdot16_avx512 : qdot16_avx2)(
-          w.packed.data() + size_t(r0 / kPackRows) * nb * kPackBlockWords, nb, nr, acts, nt, y, ldy);
+      (isa == Isa::kAvx512 ? qdot16_avx512 : isa == Isa::kAvx2 ? qdot16_avx2 : qdot16_scalar)(
+          w.packed.data() + group, nb, nr, acts, nt, y, ldy);
     else
       kernel(w.type, w.data + size_t(r0) * w.row_bytes, w.row_bytes, nr, acts, nb, nt, y, ldy);
   }

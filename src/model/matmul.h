@@ -3,9 +3,11 @@
 // from the GGUF mapping: the activations are quantized to 8-bit blocks and the
 // products are integer dot products (AVX-512 VNNI or AVX2), the same scheme as
 // llama.cpp so that results agree with it to rounding. Float weights (F32, F16,
-// BF16) are widened to fp32 once at load, and so, until they have integer
-// kernels of their own, are Q5_0, Q5_1 and the K-quants (widened_at_load:
-// exact, but 4-8x the memory and bandwidth). Multithreaded over output rows.
+// BF16) are widened to fp32 once at load. Q4_K and Q5_0 are repacked exactly
+// into the Q4 and Q8 16-row layouts (1.3x and 1.6x the file's bytes); Q5_1,
+// Q2_K, Q3_K, Q5_K and Q6_K, until they have integer kernels of their own,
+// are widened too (widened_at_load: exact, but 5-8x the memory and
+// bandwidth). Multithreaded over output rows.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -91,6 +93,15 @@ void qdot16_avx512(const uint32_t* group, int nb, int n_rows, const BlockQ8* act
                    int ldy);
 void qdot16q8_avx512(const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok, float* y,
                      int ldy);
+// Scalar kernels on the repacked layouts (the reference path of the types
+// that exist only repacked, and of the tests).
+void qdot16_scalar(const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok, float* y, int ldy);
+void qdot16q8_scalar(const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok, float* y, int ldy);
+// Types with no kernel on the file's layout: repacked at load on every CPU
+// (Q4_K into the Q4 layout, Q5_0 into the Q8 one; both exactly, Block32).
+inline bool only_repacked(GgmlType type) { return type == GgmlType::Q4_K || type == GgmlType::Q5_0; }
+bool packs_to_q8_layout(GgmlType type);
+std::vector<uint32_t> pack_block32_rows(GgmlType type, const uint8_t* data, int64_t rows, int64_t cols);
 // Build Weight::packed from Q4_0/Q4_1 or Q8_0 rows.
 std::vector<uint32_t> pack_q4_rows(GgmlType type, const uint8_t* data, int64_t rows, int64_t cols);
 std::vector<uint32_t> pack_q8_rows(const uint8_t* data, int64_t rows, int64_t cols);
