@@ -22,6 +22,8 @@ namespace {
 using test::expect_same_tokens;
 using test::run_all;
 using test::run_each;
+using test::shared_prompts;
+using test::words;
 
 const LlamaModel& model(const std::string& variant) {
   static std::map<std::string, std::unique_ptr<LlamaModel>> models;
@@ -74,19 +76,6 @@ TEST_P(Arch, FastPathAgreesWithTheFloatReference) {
   EXPECT_LE(r.top1_differ, 1) << GetParam();
 }
 
-std::vector<Request> shared_prompts(int n, int sys, int max_tokens) {
-  std::vector<Request> out;
-  for (int i = 0; i < n; ++i) {
-    Request r;
-    for (int t = 0; t < sys; ++t) r.prompt.push_back(3 + (t * 31) % 256);
-    for (int t = 0; t < 7 + i % 5; ++t) r.prompt.push_back(3 + (i * 17 + t * 7) % 268);
-    r.max_tokens = max_tokens;
-    r.ignore_eos = true;
-    out.push_back(r);
-  }
-  return out;
-}
-
 TEST_P(Arch, GreedyTokensAreIdenticalAcrossModesBatchesAndPreemption) {
   const auto reqs = shared_prompts(8, 150, 120);
   Engine alone(m(), test::engine_options(AttnMode::kNone, 1, 2));
@@ -103,13 +92,6 @@ TEST_P(Arch, GreedyTokensAreIdenticalAcrossModesBatchesAndPreemption) {
   expect_same_tokens(run_all(tight, reqs), ref, std::string(GetParam()) + " preempted");
   ASSERT_TRUE(tight.wait_idle(std::chrono::seconds(30)));
   EXPECT_GT(tight.stats().preemptions, 0u);
-}
-
-std::string words(int n, int salt) {
-  static const char* w[] = {"the", "a", "cat", "dog", "sat", "on", "mat", "is"};
-  std::string out;
-  for (int i = 0; i < n; ++i) out += std::string(i ? " " : "") + w[(i * 7 + salt) % 8];
-  return out;
 }
 
 // A module after a union (never a shared prefix) is encoded once at its

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "engine/engine.h"
@@ -32,6 +33,29 @@ inline std::vector<Result> run_all(Engine& e, std::vector<Request> reqs) {
 inline std::vector<Result> run_each(Engine& e, std::vector<Request> reqs) {
   std::vector<Result> out;
   for (auto& r : reqs) out.push_back(e.submit(std::move(r)).wait());
+  return out;
+}
+
+// A system prompt of `sys` tokens shared by every request, then a private
+// tail; ids from the tiny vocabulary (tiny_model.h).
+inline std::vector<Request> shared_prompts(int n, int sys, int max_tokens, int tail = 7) {
+  std::vector<Request> out;
+  for (int i = 0; i < n; ++i) {
+    Request r;
+    for (int t = 0; t < sys; ++t) r.prompt.push_back(3 + (t * 31) % 256);
+    for (int t = 0; t < tail + i % 5; ++t) r.prompt.push_back(3 + (i * 17 + t * 7) % 268);
+    r.max_tokens = max_tokens;
+    r.ignore_eos = true;
+    out.push_back(r);
+  }
+  return out;
+}
+
+// Text of n words from the tiny vocabulary.
+inline std::string words(int n, int salt) {
+  static const char* w[] = {"the", "a", "cat", "dog", "sat", "on", "mat", "is"};
+  std::string out;
+  for (int i = 0; i < n; ++i) out += std::string(i ? " " : "") + w[(i * 7 + salt) % 8];
   return out;
 }
 

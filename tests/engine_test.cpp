@@ -18,25 +18,11 @@ namespace {
 using test::expect_same_tokens;
 using test::run_all;
 using test::run_each;
+using test::shared_prompts;
 
 const LlamaModel& tiny() {
   static std::unique_ptr<LlamaModel> m = LlamaModel::load(test::tiny_model());
   return *m;
-}
-
-// A system prompt of `sys` tokens shared by every request, then a private
-// tail; ids from the tiny vocabulary.
-std::vector<Request> shared_prompts(int n, int sys, int max_tokens, int tail = 7) {
-  std::vector<Request> out;
-  for (int i = 0; i < n; ++i) {
-    Request r;
-    for (int t = 0; t < sys; ++t) r.prompt.push_back(3 + (t * 31) % 256);
-    for (int t = 0; t < tail + i % 5; ++t) r.prompt.push_back(3 + (i * 17 + t * 7) % 268);
-    r.max_tokens = max_tokens;
-    r.ignore_eos = true;
-    out.push_back(r);
-  }
-  return out;
 }
 
 EngineOptions opts(AttnMode mode, int max_batch = 32) { return test::engine_options(mode, max_batch, 2); }

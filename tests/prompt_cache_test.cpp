@@ -24,18 +24,11 @@ namespace {
 using test::expect_same_tokens;
 using test::run_all;
 using test::run_each;
+using test::words;
 
 const LlamaModel& tiny() {
   static std::unique_ptr<LlamaModel> m = LlamaModel::load(test::tiny_model());
   return *m;
-}
-
-// Text of n words from the tiny vocabulary.
-std::string words(int n, int salt) {
-  static const char* w[] = {"the", "a", "cat", "dog", "sat", "on", "mat", "is"};
-  std::string out;
-  for (int i = 0; i < n; ++i) out += std::string(i ? " " : "") + w[(i * 7 + salt) % 8];
-  return out;
 }
 
 // A schema whose middle module `mid` follows a union, so prompts reach it

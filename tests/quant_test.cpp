@@ -144,6 +144,14 @@ std::vector<uint8_t> random_rows(GgmlType t, int rows, int cols, std::mt19937& r
   return data;
 }
 
+// n values drawn from N(0, 1): activations for the kernels.
+std::vector<float> normal_values(size_t n, std::mt19937& rng) {
+  std::normal_distribution<float> nd;
+  std::vector<float> x(n);
+  for (auto& v : x) v = nd(rng);
+  return x;
+}
+
 // Every ISA's kernel equals the float product of the dequantized weights with
 // the dequantized activations (the exact math it implements), for each type
 // and token count.
@@ -154,9 +162,7 @@ TEST(QDot, EveryIsaMatchesDequantizedReference) {
     const auto w = random_rows(t, rows, cols, rng);
     const size_t rb = w.size() / rows;
     for (int n_tok : {1, 2, 3, 4, 5, 9}) {
-      std::vector<float> x(size_t(n_tok) * cols);
-      std::normal_distribution<float> nd;
-      for (auto& v : x) v = nd(rng);
+      std::vector<float> x = normal_values(size_t(n_tok) * cols, rng);
       std::vector<BlockQ8> acts(size_t(n_tok) * nb);
       for (int k = 0; k < n_tok; ++k) quantize_q8(&x[size_t(k) * cols], cols, &acts[size_t(k) * nb]);
       // Reference: float dot of dequantized rows and dequantized activations.
@@ -193,14 +199,15 @@ TEST(QDot, EveryIsaMatchesDequantizedReference) {
   }
 }
 
-// The types that exist only repacked (Q4_K, Q5_0): block32's integers and
-// affine map give dequantize_row's values bit for bit (so the repacking is
-// exact), and every ISA's matmul equals the float product of the dequantized
-// weights with the dequantized activations; AVX2 and AVX-512 agree bit for bit.
-TEST(Matmul, RepackedOnlyTypesAreExactOnEveryIsa) {
+// The repacked types (Q4_K and Q5_0 exist only repacked): block32's integers
+// and affine map give dequantize_row's values bit for bit (so the repacking
+// is exact), and every ISA's matmul equals the float product of the
+// dequantized weights with the dequantized activations; AVX2 and AVX-512
+// agree bit for bit.
+TEST(Matmul, RepackedTypesAreExactOnEveryIsa) {
   std::mt19937 rng(41);
   const Isa best = cpu_isa();
-  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_0}) {
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_0, GgmlType::Q4_1, GgmlType::Q8_0}) {
     const int rows = 37, cols = 512, nb = cols / 32;
     const auto data = random_rows(t, rows, cols, rng);
     const size_t rb = data.size() / rows;
@@ -218,9 +225,7 @@ TEST(Matmul, RepackedOnlyTypesAreExactOnEveryIsa) {
     const Weight w = make_weight(t, rows, cols, data.data());
     ASSERT_FALSE(w.packed.empty());
     for (int n_tok : {1, 3, 4, 6, 9}) {
-      std::vector<float> x(size_t(n_tok) * cols);
-      std::normal_distribution<float> nd;
-      for (auto& v : x) v = nd(rng);
+      std::vector<float> x = normal_values(size_t(n_tok) * cols, rng);
       std::vector<BlockQ8> acts(size_t(n_tok) * nb);
       for (int k = 0; k < n_tok; ++k) quantize_q8(&x[size_t(k) * cols], cols, &acts[size_t(k) * nb]);
       std::vector<double> ref(size_t(n_tok) * rows);
@@ -292,9 +297,7 @@ TEST(Matmul, MultiEqualsSeparateProducts) {
   f16s.emplace_back(size_t(3 * cols), f32_to_f16(0.5f));
   ws.push_back(make_weight(GgmlType::F16, 3, cols, reinterpret_cast<const uint8_t*>(f16s[0].data())));
   for (int n_tok : {1, 6}) {
-    std::vector<float> x(size_t(n_tok) * cols);
-    std::normal_distribution<float> nd;
-    for (auto& v : x) v = nd(rng);
+    std::vector<float> x = normal_values(size_t(n_tok) * cols, rng);
     std::vector<std::vector<float>> want(ws.size()), got(ws.size());
     std::vector<const Weight*> wp;
     std::vector<float*> yp;
@@ -334,9 +337,7 @@ TEST(Matmul, RepackedEqualsScalar) {
       const Weight w = make_weight(t, rows, cols, data.data());
       ASSERT_FALSE(w.packed.empty());
       for (int n_tok : {1, 3, 4, 6, 9}) {
-        std::vector<float> x(size_t(n_tok) * cols);
-        std::normal_distribution<float> nd;
-        for (auto& v : x) v = nd(rng);
+        std::vector<float> x = normal_values(size_t(n_tok) * cols, rng);
         std::vector<BlockQ8> scratch;
         std::vector<float> slow(size_t(n_tok) * rows), first;
         set_isa_for_testing(Isa::kScalar);

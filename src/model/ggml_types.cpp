@@ -159,7 +159,24 @@ int q5(const Block& b, int j) {
 
 Block32 block32(GgmlType type, const uint8_t* row, int b) {
   Block32 out{};
-  if (type == GgmlType::Q4_K) {
+  if (type == GgmlType::Q4_0 || type == GgmlType::Q4_1) {
+    // Nibble j is value j (low) and j + 16 (high); Q4_0's offset -8 is its
+    // minimum -8 d, as llama.cpp's kernels apply it.
+    const bool q41 = type == GgmlType::Q4_1;
+    const uint8_t* blk = row + size_t(b) * (q41 ? sizeof(BlockQ4_1) : sizeof(BlockQ4_0));
+    uint16_t dh, mh = 0;
+    std::memcpy(&dh, blk, 2);
+    if (q41) std::memcpy(&mh, blk + 2, 2);
+    const uint8_t* qs = blk + (q41 ? 4 : 2);
+    out.d = f16_to_f32(dh);
+    out.m = q41 ? f16_to_f32(mh) : -8.0f * out.d;
+    for (int i = 0; i < 16; ++i) out.q[i] = int8_t(qs[i] & 0xF), out.q[i + 16] = int8_t(qs[i] >> 4);
+  } else if (type == GgmlType::Q8_0) {
+    const BlockQ8_0& k = reinterpret_cast<const BlockQ8_0*>(row)[b];
+    out.d = f16_to_f32(k.d);
+    out.m = 0.0f;
+    std::memcpy(out.q, k.qs, 32);
+  } else if (type == GgmlType::Q4_K) {
     // Sub-block j = b % 8 of super-block b / 8: dequantize_q45's d * sc and
     // dmin * m, the latter negated (exact).
     const BlockQ4_K& k = reinterpret_cast<const BlockQ4_K*>(row)[b / 8];

@@ -138,8 +138,11 @@ static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(Bloc
 void dequantize_row(GgmlType type, const void* src, float* dst, size_t n);
 
 // Block b (32 values) of a row of a type the 16-row kernels read after
-// repacking at load (Q4_K: q 0..15; Q5_0: q -16..15) as integers and one
-// affine map, x_j = d * q[j] + m, equal bit for bit to dequantize_row's x_j.
+// repacking at load, as integers and one affine map x_j = d * q[j] + m: the
+// Q4 layout's types (Q4_0, Q4_1, Q4_K: q 0..15) and the Q8 layout's (Q8_0;
+// Q5_0: q -16..15). For Q4_1, Q8_0, Q4_K and Q5_0 the map gives
+// dequantize_row's x_j bit for bit; Q4_0's minimum is -8 d, as llama.cpp's
+// kernels apply it.
 struct Block32 {
   int8_t q[32];
   float d, m;

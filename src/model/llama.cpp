@@ -6,6 +6,18 @@
 #include "base/error.h"
 
 namespace cs {
+namespace {
+
+// The per-token steps (norms, rope, residuals) run between parallel matmuls:
+// in a prefill they are split over the threads too, or one core idles. Each
+// token is computed alone, so no bit depends on the split.
+template <class Step>
+void per_token(int n, Step&& step) {
+#pragma omp parallel for schedule(static) if (n >= 32)
+  for (int t = 0; t < n; ++t) step(size_t(t));
+}
+
+}  // namespace
 
 void LlamaModel::embed(int32_t token, float* out) const {
   dequantize_row(tok_embd_.type, tok_embd_.data + size_t(token) * tok_embd_.row_bytes, out,
@@ -25,16 +37,15 @@ void LlamaModel::attention_inputs(const LlamaLayer& L, int n, Workspace& ws) con
   if (!L.bq.empty()) add_bias(q, L.bq.data(), QW, n);
   if (!L.bk.empty()) add_bias(k, L.bk.data(), KW, n);
   if (!L.bv.empty()) add_bias(v, L.bv.data(), KW, n);
-#pragma omp parallel for schedule(static) if (n >= 32)
-  for (int t = 0; t < n; ++t) {
-    float *qt = q + size_t(t) * QW, *kt = k + size_t(t) * KW;
+  per_token(n, [&](size_t t) {
+    float *qt = q + t * QW, *kt = k + t * KW;
     if (!L.q_norm.empty()) {
       for (int h = 0; h < c.n_heads; ++h) rmsnorm(qt + h * D, L.q_norm.data(), D, c.rms_eps, qt + h * D);
       for (int h = 0; h < c.n_kv_heads; ++h) rmsnorm(kt + h * D, L.k_norm.data(), D, c.rms_eps, kt + h * D);
     }
-    rope(qt, c.n_heads, D, ws.rope, t);
-    rope(kt, c.n_kv_heads, D, ws.rope, t);
-  }
+    rope(qt, c.n_heads, D, ws.rope, int(t));
+    rope(kt, c.n_kv_heads, D, ws.rope, int(t));
+  });
 }
 
 // The forward pass, read top to bottom as in llama2.c: embedding, then per
@@ -60,13 +71,6 @@ void LlamaModel::forward(const Batch& batch, KvStore& kv, Workspace& ws,
   float *x = ws.x.data(), *xb = ws.xb.data(), *att = ws.att.data(), *hb = ws.hb.data(), *hb2 = ws.hb2.data();
   ws.rope.build(batch.pos.data(), n, c.rope);
 
-  // The per-token steps (norms, residuals) run between parallel matmuls: in
-  // a prefill they are split over the threads too, or one core idles. Each
-  // token is computed alone, so no bit depends on the split.
-  auto per_token = [n](auto&& step) {
-#pragma omp parallel for schedule(static) if (n >= 32)
-    for (int t = 0; t < n; ++t) step(size_t(t));
-  };
   auto residual = [&](size_t t) {
     for (int i = 0; i < E; ++i) x[t * E + size_t(i)] += xb[t * E + size_t(i)];
   };
@@ -75,13 +79,13 @@ void LlamaModel::forward(const Batch& batch, KvStore& kv, Workspace& ws,
 
   for (int l = 0; l < c.n_layers; ++l) {
     const LlamaLayer& L = layers_[size_t(l)];
-    per_token([&](size_t t) { rmsnorm(x + t * E, L.attn_norm.data(), E, c.rms_eps, xb + t * E); });
+    per_token(n, [&](size_t t) { rmsnorm(x + t * E, L.attn_norm.data(), E, c.rms_eps, xb + t * E); });
     attention_inputs(L, n, ws);
     kv.store(l, ws.k.data(), ws.v.data());
     kv.attend(l, ws.q.data(), att);
     matmul(L.wo, att, n, xb, ws.qx);
     if (!L.bo.empty()) add_bias(xb, L.bo.data(), E, n);
-    per_token([&](size_t t) {
+    per_token(n, [&](size_t t) {
       residual(t);
       rmsnorm(x + t * E, L.ffn_norm.data(), E, c.rms_eps, xb + t * E);
     });
@@ -90,7 +94,7 @@ void LlamaModel::forward(const Batch& batch, KvStore& kv, Workspace& ws,
     matmul_multi(gate_up, xb, n, gate_up_out, ws.qx);
     swiglu(hb, hb2, size_t(n) * F, hb);
     matmul(L.w_down, hb, n, xb, ws.qx);
-    per_token(residual);
+    per_token(n, residual);
   }
   // Only the rows the caller asked for go through the (large) output head.
   int n_out = 0;

@@ -75,8 +75,8 @@ class LlamaModel {
 
  private:
   LlamaModel() = default;
-  void load_config();
-  void load_weights();
+  const ArchTraits& load_config();
+  void load_weights(const ArchTraits& traits);
   void embed(int32_t token, float* out) const;
   void attention_inputs(const LlamaLayer& L, int n, Workspace& ws) const;
 

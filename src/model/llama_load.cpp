@@ -72,13 +72,13 @@ double rope_freq_scale(const GgufFile& f, const std::string& a) {
 std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path) {
   std::unique_ptr<LlamaModel> m(new LlamaModel);
   m->file_ = std::make_unique<GgufFile>(path);
-  m->load_config();
+  const ArchTraits& traits = m->load_config();
   m->tok_ = std::make_unique<Tokenizer>(Tokenizer::from_gguf(*m->file_));
-  m->load_weights();
+  m->load_weights(traits);
   return m;
 }
 
-void LlamaModel::load_config() {
+const ArchTraits& LlamaModel::load_config() {
   const GgufFile& f = *file_;
   LlamaConfig& c = cfg_;
   c.arch = f.get_string("general.architecture");
@@ -113,12 +113,12 @@ void LlamaModel::load_config() {
   c.rope.style = traits->rope;
   c.rms_eps = float(f.get_float(a + "attention.layer_norm_rms_epsilon", 1e-5));
   c.n_ctx_train = int(f.get_uint(a + "context_length", 2048));
+  return *traits;
 }
 
-void LlamaModel::load_weights() {
+void LlamaModel::load_weights(const ArchTraits& traits) {
   const GgufFile& f = *file_;
   LlamaConfig& c = cfg_;
-  const ArchTraits& traits = *find_arch(c.arch);
   const GgufTensor& emb = f.tensor("token_embd.weight");
   c.n_vocab = int(emb.ne[1]);
   if (c.n_vocab != tok_->vocab_size())

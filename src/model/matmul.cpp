@@ -26,46 +26,6 @@ std::vector<uint32_t> pack_rows(int64_t rows, int64_t cols, int block_words, Fil
   return out;
 }
 
-}  // namespace
-
-std::vector<uint32_t> pack_q4_rows(GgmlType type, const uint8_t* data, int64_t rows, int64_t cols) {
-  const int nb = int(cols / kQBlock);
-  const bool q41 = type == GgmlType::Q4_1;
-  const size_t bs = q41 ? sizeof(BlockQ4_1) : sizeof(BlockQ4_0);
-  return pack_rows(rows, cols, kPackBlockWords, [&](uint32_t* w, int lane, int64_t r, int b) {
-    const uint8_t* blk = data + (size_t(r) * nb + b) * bs;
-    uint16_t dh, mh = 0;
-    std::memcpy(&dh, blk, 2);
-    if (q41) std::memcpy(&mh, blk + 2, 2);
-    const uint8_t* qs = blk + (q41 ? 4 : 2);
-    const float d = f16_to_f32(dh), m = q41 ? f16_to_f32(mh) : -8.0f * d;
-    std::memcpy(&w[lane], &d, 4);
-    std::memcpy(&w[16 + lane], &m, 4);
-    auto nib = [&](int e) { return e < 16 ? qs[e] & 0xf : qs[e - 16] >> 4; };
-    for (int k = 0; k < 4; ++k) {
-      uint32_t word = 0;
-      for (int i = 0; i < 4; ++i) word |= uint32_t(nib(8 * k + i) | nib(8 * k + 4 + i) << 4) << (8 * i);
-      w[32 + k * 16 + lane] = word;
-    }
-  });
-}
-
-std::vector<uint32_t> pack_q8_rows(const uint8_t* data, int64_t rows, int64_t cols) {
-  const int nb = int(cols / kQBlock);
-  return pack_rows(rows, cols, kPackQ8BlockWords, [&](uint32_t* w, int lane, int64_t r, int b) {
-    const auto* blk = reinterpret_cast<const BlockQ8_0*>(data) + size_t(r) * nb + b;
-    const float d = f16_to_f32(blk->d);
-    std::memcpy(&w[lane], &d, 4);
-    for (int k = 0; k < 8; ++k) {
-      uint32_t word = 0;
-      for (int i = 0; i < 4; ++i) word |= uint32_t(uint8_t(blk->qs[4 * k + i] + 128)) << (8 * i);
-      w[16 + k * 16 + lane] = word;
-    }
-  });
-}
-
-namespace {
-
 // Fills one row's block of a repacked group from 32 integers and an affine
 // map: the Q4 layout (q 0..15, scale and minimum) or the Q8 layout (q + 128
 // as bytes, scale; the minimum must be 0).
@@ -107,45 +67,50 @@ std::vector<uint32_t> pack_block32_rows(GgmlType type, const uint8_t* data, int6
 
 // The packed layouts read in plain C++, summing as the SIMD kernels do per
 // block (an exact int32 dot, then d * dx * dot (+ m * s)): the scalar path
-// of the types that exist only repacked.
-void qdot16_scalar(const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok, float* y, int ldy) {
+// of the types that exist only repacked. `block` gives a row's block b as
+// its integer dot with the activations, scale and minimum.
+template <int kWords, class Block>
+void qdot16_packed_scalar(const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok, float* y,
+                          int ldy, Block block) {
   for (int r = 0; r < n_rows; ++r)
     for (int t = 0; t < n_tok; ++t) {
       float acc = 0;
       for (int b = 0; b < nb; ++b) {
-        const uint32_t* w = group + size_t(b) * kPackBlockWords;
         const BlockQ8& a = acts[size_t(t) * nb + b];
-        int isum = 0;
-        for (int k = 0; k < 4; ++k)
-          for (int i = 0; i < 4; ++i) {
-            const int byte = int(w[32 + k * 16 + r] >> (8 * i)) & 0xff;
-            isum += (byte & 0xf) * a.qs[8 * k + i] + (byte >> 4) * a.qs[8 * k + 4 + i];
-          }
         float d, m;
-        std::memcpy(&d, &w[r], 4);
-        std::memcpy(&m, &w[16 + r], 4);
+        const int isum = block(group + size_t(b) * kWords, r, a, d, m);
         acc += float(isum) * (d * a.d) + m * a.s;
       }
       y[size_t(t) * ldy + r] = acc;
     }
 }
 
+void qdot16_scalar(const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok, float* y, int ldy) {
+  qdot16_packed_scalar<kPackBlockWords>(group, nb, n_rows, acts, n_tok, y, ldy,
+                                        [](const uint32_t* w, int r, const BlockQ8& a, float& d, float& m) {
+                                          int isum = 0;
+                                          for (int k = 0; k < 4; ++k)
+                                            for (int i = 0; i < 4; ++i) {
+                                              const int byte = int(w[32 + k * 16 + r] >> (8 * i)) & 0xff;
+                                              isum += (byte & 0xf) * a.qs[8 * k + i] + (byte >> 4) * a.qs[8 * k + 4 + i];
+                                            }
+                                          std::memcpy(&d, &w[r], 4);
+                                          std::memcpy(&m, &w[16 + r], 4);
+                                          return isum;
+                                        });
+}
+
 void qdot16q8_scalar(const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok, float* y, int ldy) {
-  for (int r = 0; r < n_rows; ++r)
-    for (int t = 0; t < n_tok; ++t) {
-      float acc = 0;
-      for (int b = 0; b < nb; ++b) {
-        const uint32_t* w = group + size_t(b) * kPackQ8BlockWords;
-        const BlockQ8& a = acts[size_t(t) * nb + b];
-        int isum = 0;
-        for (int k = 0; k < 8; ++k)
-          for (int i = 0; i < 4; ++i) isum += ((int(w[16 + k * 16 + r] >> (8 * i)) & 0xff) - 128) * a.qs[4 * k + i];
-        float d;
-        std::memcpy(&d, &w[r], 4);
-        acc += float(isum) * (d * a.d);
-      }
-      y[size_t(t) * ldy + r] = acc;
-    }
+  qdot16_packed_scalar<kPackQ8BlockWords>(group, nb, n_rows, acts, n_tok, y, ldy,
+                                          [](const uint32_t* w, int r, const BlockQ8& a, float& d, float& m) {
+                                            int isum = 0;
+                                            for (int k = 0; k < 8; ++k)
+                                              for (int i = 0; i < 4; ++i)
+                                                isum += ((int(w[16 + k * 16 + r] >> (8 * i)) & 0xff) - 128) * a.qs[4 * k + i];
+                                            std::memcpy(&d, &w[r], 4);
+                                            m = 0.0f;
+                                            return isum;
+                                          });
 }
 
 Weight view_weight(GgmlType type, int64_t rows, int64_t cols, const uint8_t* data) {
@@ -170,12 +135,11 @@ Weight make_weight(GgmlType type, int64_t rows, int64_t cols, const uint8_t* dat
     w.row_bytes = size_t(cols) * 4;
     w.data = reinterpret_cast<const uint8_t*>(w.owned.data());
   }
-  if (only_repacked(type)) {
+  // Q4_0/Q4_1/Q8_0 also have a scalar kernel on the file's layout, so they
+  // are repacked only for the SIMD kernels.
+  const bool file_layout_kernel = type == GgmlType::Q4_0 || type == GgmlType::Q4_1 || type == GgmlType::Q8_0;
+  if (only_repacked(type) || (file_layout_kernel && cpu_isa() >= Isa::kAvx2))
     w.packed = pack_block32_rows(type, data, rows, cols);
-  } else if (cpu_isa() >= Isa::kAvx2) {
-    if (type == GgmlType::Q4_0 || type == GgmlType::Q4_1) w.packed = pack_q4_rows(type, data, rows, cols);
-    if (type == GgmlType::Q8_0) w.packed = pack_q8_rows(data, rows, cols);
-  }
   return w;
 }
 

@@ -100,10 +100,9 @@ void qdot16q8_scalar(const uint32_t* group, int nb, int n_rows, const BlockQ8* a
 // Types with no kernel on the file's layout: repacked at load on every CPU
 // (Q4_K into the Q4 layout, Q5_0 into the Q8 one; both exactly, Block32).
 inline bool only_repacked(GgmlType type) { return type == GgmlType::Q4_K || type == GgmlType::Q5_0; }
+// Q8_0 and Q5_0 repack into the Q8 layout; Q4_0, Q4_1 and Q4_K into the Q4 one.
 bool packs_to_q8_layout(GgmlType type);
+// Weight::packed from rows of any of those types, through block32().
 std::vector<uint32_t> pack_block32_rows(GgmlType type, const uint8_t* data, int64_t rows, int64_t cols);
-// Build Weight::packed from Q4_0/Q4_1 or Q8_0 rows.
-std::vector<uint32_t> pack_q4_rows(GgmlType type, const uint8_t* data, int64_t rows, int64_t cols);
-std::vector<uint32_t> pack_q8_rows(const uint8_t* data, int64_t rows, int64_t cols);
 
 }  // namespace cs

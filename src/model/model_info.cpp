@@ -16,9 +16,10 @@ namespace {
 std::vector<TypeUse> type_mix(const GgufFile& f) {
   std::map<std::string, TypeUse> by_type;
   for (const GgufTensor& t : f.tensors()) {
-    const std::string name = type_name(uint32_t(t.type));
-    TypeUse& u = by_type[name.empty() ? "type " + std::to_string(uint32_t(t.type)) : name];
-    u.type = name.empty() ? "type " + std::to_string(uint32_t(t.type)) : name;
+    std::string name = type_name(uint32_t(t.type));
+    if (name.empty()) name = "type " + std::to_string(uint32_t(t.type));
+    TypeUse& u = by_type[name];
+    u.type = name;
     u.tensors += 1;
     u.params += t.n_elements;
     u.bytes += t.n_bytes;

@@ -95,7 +95,8 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& f) {
   if (s.model != "gpt2" && s.model != "llama")
     f.fail("unsupported tokenizer.ggml.model '" + s.model + "' (supported: gpt2, llama)");
   s.pre = f.get_string("tokenizer.ggml.pre", "");
-  if (s.model == "gpt2" && !pre_tokenizer(s.pre)) f.fail(unknown_pre(s.pre));
+  const std::optional<PreTokenizer> pre = pre_tokenizer(s.pre);
+  if (s.model == "gpt2" && !pre) f.fail(unknown_pre(s.pre));
   s.tokens = f.get_strings("tokenizer.ggml.tokens");
   if (f.has("tokenizer.ggml.token_type")) {
     for (double t : f.get_numbers("tokenizer.ggml.token_type")) s.types.push_back(TokenType(int(t)));
@@ -119,7 +120,7 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& f) {
   s.unk = id("tokenizer.ggml.unknown_token_id");
   // Without the key: SentencePiece vocabularies start with BOS, byte-level
   // BPE ones only where their pre-tokenizer's family does (Llama 3).
-  const bool bos_by_default = s.model == "llama" || (s.model == "gpt2" && pre_tokenizer(s.pre)->add_bos);
+  const bool bos_by_default = s.model == "llama" || (s.model == "gpt2" && pre->add_bos);
   s.add_bos = f.get_bool("tokenizer.ggml.add_bos_token", bos_by_default);
   s.chat_template = f.get_string("tokenizer.chat_template", "");
   try {
