@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <random>
 
@@ -113,13 +114,15 @@ TEST(QuantizeQ8, MatchesScalarFormulaBitForBit) {
     float amax = 0;
     for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(v[j]));
     const float d = amax / 127.0f, id = amax != 0 ? 127.0f / amax : 0.0f;
-    int sum = 0;
+    int sum = 0, sum_lo = 0;
     for (int j = 0; j < 32; ++j) {
       const int q = int(std::nearbyint(v[j] * id));
       ASSERT_EQ(got[size_t(b)].qs[j], q) << "block " << b << " element " << j;
       sum += q;
+      if (j < 16) sum_lo += q;
     }
     EXPECT_EQ(got[size_t(b)].sum, sum) << "block " << b;
+    EXPECT_EQ(got[size_t(b)].sum_lo, sum_lo) << "block " << b;
     EXPECT_EQ(got[size_t(b)].d, f16_to_f32(f32_to_f16(d))) << "block " << b;
     EXPECT_EQ(got[size_t(b)].s, f16_to_f32(f32_to_f16(d * float(sum)))) << "block " << b;
   }
@@ -135,11 +138,18 @@ std::vector<uint8_t> random_rows(GgmlType t, int rows, int cols, std::mt19937& r
   std::uniform_int_distribution<int> byte(0, 255);
   std::uniform_real_distribution<float> scale(0.001f, 0.05f);
   for (auto& v : data) v = uint8_t(byte(rng));
-  // Keep the fp16 scales finite and realistic.
+  // Keep the fp16 scales finite and realistic: d (and the minimum's
+  // scale, which follows it) where each block keeps them.
+  const size_t d_at = t == GgmlType::Q2_K   ? offsetof(BlockQ2_K, d)
+                      : t == GgmlType::Q3_K ? offsetof(BlockQ3_K, d)
+                      : t == GgmlType::Q6_K ? offsetof(BlockQ6_K, d)
+                                            : 0;
+  const bool has_min = t == GgmlType::Q4_1 || t == GgmlType::Q5_1 || t == GgmlType::Q4_K ||
+                       t == GgmlType::Q5_K || t == GgmlType::Q2_K;
   for (size_t off = 0; off < data.size(); off += size_t(info.block_bytes)) {
     uint16_t d = f32_to_f16(scale(rng)), m = f32_to_f16(-scale(rng) * 8);
-    std::memcpy(&data[off], &d, 2);
-    if (t == GgmlType::Q4_1 || t == GgmlType::Q4_K) std::memcpy(&data[off + 2], &m, 2);
+    std::memcpy(&data[off + d_at], &d, 2);
+    if (has_min) std::memcpy(&data[off + d_at + 2], &m, 2);
   }
   return data;
 }
@@ -199,16 +209,20 @@ TEST(QDot, EveryIsaMatchesDequantizedReference) {
   }
 }
 
-// The repacked types (Q4_K and Q5_0 exist only repacked): block32's integers
-// and affine map give dequantize_row's values bit for bit (so the repacking
-// is exact), and every ISA's matmul equals the float product of the
-// dequantized weights with the dequantized activations; AVX2 and AVX-512
-// agree bit for bit.
+// Every quantized type repacked (all but Q4_0/Q4_1/Q8_0 exist only
+// repacked): block32's integers and affine maps give dequantize_row's values
+// bit for bit (so the repacking is exact), and every ISA's matmul equals the
+// product of the dequantized weights with the dequantized activations, the
+// minimums weighted as each layout does (s per block, or d * sum per half);
+// AVX2 and AVX-512 agree bit for bit.
 TEST(Matmul, RepackedTypesAreExactOnEveryIsa) {
   std::mt19937 rng(41);
   const Isa best = cpu_isa();
-  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_0, GgmlType::Q4_1, GgmlType::Q8_0}) {
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q5_1,
+                     GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
     const int rows = 37, cols = 512, nb = cols / 32;
+    const bool half_mins = pack_layout(t) == PackLayout::kQ8HalfMin;
+    EXPECT_TRUE(t == GgmlType::Q4_1 || t == GgmlType::Q8_0 || only_repacked(t));
     const auto data = random_rows(t, rows, cols, rng);
     const size_t rb = data.size() / rows;
     std::vector<float> deq(cols);
@@ -217,8 +231,9 @@ TEST(Matmul, RepackedTypesAreExactOnEveryIsa) {
       for (int b = 0; b < nb; ++b) {
         const Block32 blk = block32(t, &data[r * rb], b);
         for (int j = 0; j < 32; ++j) {
-          volatile float p = blk.d * float(blk.q[j]);  // two roundings, as the dequantizer's
-          ASSERT_EQ(p + blk.m, deq[size_t(b * 32 + j)]) << type_info(uint32_t(t))->name << " row " << r << " block " << b;
+          volatile float p = blk.d[j / 16] * float(blk.q[j]);  // two roundings, as the dequantizer's
+          ASSERT_EQ(p + blk.m[j / 16], deq[size_t(b * 32 + j)])
+              << type_info(uint32_t(t))->name << " row " << r << " block " << b << " value " << j;
         }
       }
     }
@@ -235,8 +250,11 @@ TEST(Matmul, RepackedTypesAreExactOnEveryIsa) {
           for (int b = 0; b < nb; ++b) {
             const Block32 blk = block32(t, &data[r * rb], b);
             const BlockQ8& a = acts[size_t(k) * nb + b];
-            for (int j = 0; j < 32; ++j) s += double(blk.d) * blk.q[j] * a.d * a.qs[j];
-            s += double(blk.m) * a.s;  // the minimum times the stored activation sum, as the kernels
+            for (int j = 0; j < 32; ++j) s += double(blk.d[j / 16]) * blk.q[j] * a.d * a.qs[j];
+            if (half_mins)  // each half's minimum times that half's activation sum
+              s += double(blk.m[0]) * a.d * a.sum_lo + double(blk.m[1]) * a.d * (a.sum - a.sum_lo);
+            else  // the minimum times the stored activation sum, as the kernels
+              s += double(blk.m[0]) * a.s;
           }
           ref[size_t(k) * rows + r] = s;
         }
@@ -400,11 +418,11 @@ namespace {
 TEST(Matmul, RefinedHeadIsCloserToTheExactProduct) {
   std::mt19937 rng(31);
   const Isa best = cpu_isa();
-  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_1, GgmlType::Q4_0})
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_1, GgmlType::Q4_0, GgmlType::Q6_K, GgmlType::Q5_K, GgmlType::Q2_K})
     for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
       if (isa > best) continue;
       set_isa_for_testing(isa);
-      const int rows = 75, cols = 128, n_tok = 5;  // rows: 4 full tiles and a partial one
+      const int rows = 75, cols = 256, n_tok = 5;  // rows: 4 full tiles and a partial one
       const auto data = random_rows(t, rows, cols, rng);
       const Weight w = make_weight(t, rows, cols, data.data());
       std::vector<float> x(size_t(n_tok) * cols), wf(size_t(rows) * cols);

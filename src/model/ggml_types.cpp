@@ -44,14 +44,7 @@ std::string supported_type_names() {
 }
 
 bool widened_at_load(GgmlType type) {
-  switch (type) {
-    case GgmlType::Q4_0:
-    case GgmlType::Q4_1:
-    case GgmlType::Q8_0:
-    case GgmlType::Q4_K:
-    case GgmlType::Q5_0: return false;
-    default: return true;
-  }
+  return type == GgmlType::F32 || type == GgmlType::F16 || type == GgmlType::BF16;
 }
 
 namespace {
@@ -81,6 +74,14 @@ int scale_k3(const uint8_t* s, int i) {
 // bits): 32 bytes per half of the block, four values per byte, the j-th
 // group of 32 in bits 2j.
 int two_bits(const uint8_t* qs, int i) { return (qs[(i / 128) * 32 + i % 32] >> (2 * ((i % 128) / 32))) & 3; }
+
+// Value i (0..255) of Q6_K super-block k, offset by -32 (-32..31).
+int q6k(const BlockQ6_K& k, int i) {
+  const int h = i / 128, r = i % 128;
+  const int low = (k.ql[h * 64 + r % 64] >> (4 * (r / 64))) & 0xF;
+  const int high = (k.qh[h * 32 + r % 32] >> (2 * (r / 32))) & 3;
+  return (low | (high << 4)) - 32;
+}
 
 // Q4_K / Q5_K: value i of a block whose 4-bit array is qs (and fifth bits qh).
 template <class Block>
@@ -133,11 +134,8 @@ void dequantize_k(GgmlType type, const void* src, float* dst, size_t n) {
         const BlockQ6_K& b = static_cast<const BlockQ6_K*>(src)[k];
         const float d = f16_to_f32(b.d);
         for (int i = 0; i < kQK; ++i) {
-          const int h = i / 128, r = i % 128;
-          const int low = (b.ql[h * 64 + r % 64] >> (4 * (r / 64))) & 0xF;
-          const int high = (b.qh[h * 32 + r % 32] >> (2 * (r / 32))) & 3;
           const float dd = d * float(b.scales[i / 16]);
-          dst[i] = dd * float((low | (high << 4)) - 32);
+          dst[i] = dd * float(q6k(b, i));
         }
         break;
       }
@@ -157,42 +155,105 @@ int q5(const Block& b, int j) {
 
 }  // namespace
 
+namespace {
+
+// One map for both halves.
+void same_halves(Block32& out, float d, float m) {
+  out.d[0] = out.d[1] = d;
+  out.m[0] = out.m[1] = m;
+}
+
+// The K-quants' blocks of 32: sub-block j = b % 8 of super-block b / 8, each
+// map as dequantize_k computes it (minimums negated, exact).
+void block32_k(GgmlType type, const uint8_t* row, int b, Block32& out) {
+  const int j = b % 8, sb = b / 8;
+  switch (type) {
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K: {
+      const bool q5 = type == GgmlType::Q5_K;
+      const BlockQ4_K* k4 = reinterpret_cast<const BlockQ4_K*>(row) + sb;
+      const BlockQ5_K* k5 = reinterpret_cast<const BlockQ5_K*>(row) + sb;
+      const uint8_t* scales = q5 ? k5->scales : k4->scales;
+      const uint8_t* qs = q5 ? k5->qs : k4->qs;
+      int sc, m;
+      scale_min_k4(scales, j, sc, m);
+      same_halves(out, f16_to_f32(q5 ? k5->d : k4->d) * float(sc), -(f16_to_f32(q5 ? k5->dmin : k4->dmin) * float(m)));
+      for (int i = 0; i < 32; ++i) {
+        int q = (qs[(j / 2) * 32 + i] >> (4 * (j % 2))) & 0xF;
+        if (q5) q |= ((k5->qh[i] >> j) & 1) << 4;
+        out.q[i] = int8_t(q);
+      }
+      return;
+    }
+    case GgmlType::Q6_K: {
+      const BlockQ6_K& k = reinterpret_cast<const BlockQ6_K*>(row)[sb];
+      for (int h = 0; h < 2; ++h) out.d[h] = f16_to_f32(k.d) * float(k.scales[2 * j + h]), out.m[h] = 0.0f;
+      for (int i = 0; i < 32; ++i) out.q[i] = int8_t(q6k(k, 32 * j + i));
+      return;
+    }
+    case GgmlType::Q3_K: {
+      const BlockQ3_K& k = reinterpret_cast<const BlockQ3_K*>(row)[sb];
+      for (int h = 0; h < 2; ++h) out.d[h] = f16_to_f32(k.d) * float(scale_k3(k.scales, 2 * j + h)), out.m[h] = 0.0f;
+      for (int i = 0; i < 32; ++i) {
+        const int v = 32 * j + i;
+        out.q[i] = int8_t(two_bits(k.qs, v) - (((k.hmask[v % 32] >> (v / 32)) & 1) ? 0 : 4));
+      }
+      return;
+    }
+    case GgmlType::Q2_K: {
+      const BlockQ2_K& k = reinterpret_cast<const BlockQ2_K*>(row)[sb];
+      for (int h = 0; h < 2; ++h) {
+        const uint8_t sc = k.scales[2 * j + h];
+        out.d[h] = f16_to_f32(k.d) * float(sc & 0xF);
+        out.m[h] = -(f16_to_f32(k.dmin) * float(sc >> 4));
+      }
+      for (int i = 0; i < 32; ++i) out.q[i] = int8_t(two_bits(k.qs, 32 * j + i));
+      return;
+    }
+    default: return;
+  }
+}
+
+}  // namespace
+
 Block32 block32(GgmlType type, const uint8_t* row, int b) {
   Block32 out{};
-  if (type == GgmlType::Q4_0 || type == GgmlType::Q4_1) {
-    // Nibble j is value j (low) and j + 16 (high); Q4_0's offset -8 is its
-    // minimum -8 d, as llama.cpp's kernels apply it.
-    const bool q41 = type == GgmlType::Q4_1;
-    const uint8_t* blk = row + size_t(b) * (q41 ? sizeof(BlockQ4_1) : sizeof(BlockQ4_0));
-    uint16_t dh, mh = 0;
-    std::memcpy(&dh, blk, 2);
-    if (q41) std::memcpy(&mh, blk + 2, 2);
-    const uint8_t* qs = blk + (q41 ? 4 : 2);
-    out.d = f16_to_f32(dh);
-    out.m = q41 ? f16_to_f32(mh) : -8.0f * out.d;
-    for (int i = 0; i < 16; ++i) out.q[i] = int8_t(qs[i] & 0xF), out.q[i + 16] = int8_t(qs[i] >> 4);
-  } else if (type == GgmlType::Q8_0) {
-    const BlockQ8_0& k = reinterpret_cast<const BlockQ8_0*>(row)[b];
-    out.d = f16_to_f32(k.d);
-    out.m = 0.0f;
-    std::memcpy(out.q, k.qs, 32);
-  } else if (type == GgmlType::Q4_K) {
-    // Sub-block j = b % 8 of super-block b / 8: dequantize_q45's d * sc and
-    // dmin * m, the latter negated (exact).
-    const BlockQ4_K& k = reinterpret_cast<const BlockQ4_K*>(row)[b / 8];
-    const int j = b % 8;
-    int sc, m;
-    scale_min_k4(k.scales, j, sc, m);
-    out.d = f16_to_f32(k.d) * float(sc);
-    out.m = -(f16_to_f32(k.dmin) * float(m));
-    for (int i = 0; i < 32; ++i) out.q[i] = int8_t((k.qs[(j / 2) * 32 + i] >> (4 * (j % 2))) & 0xF);
-  } else if (type == GgmlType::Q5_0) {
-    const BlockQ5_0& k = reinterpret_cast<const BlockQ5_0*>(row)[b];
-    out.d = f16_to_f32(k.d);
-    out.m = 0.0f;
-    for (int i = 0; i < 32; ++i) out.q[i] = int8_t(q5(k, i) - 16);
+  switch (type) {
+    case GgmlType::Q4_0:
+    case GgmlType::Q4_1: {
+      // Nibble j is value j (low) and j + 16 (high); Q4_0's offset -8 is its
+      // minimum -8 d, as llama.cpp's kernels apply it.
+      const bool q41 = type == GgmlType::Q4_1;
+      const uint8_t* blk = row + size_t(b) * (q41 ? sizeof(BlockQ4_1) : sizeof(BlockQ4_0));
+      uint16_t dh, mh = 0;
+      std::memcpy(&dh, blk, 2);
+      if (q41) std::memcpy(&mh, blk + 2, 2);
+      const uint8_t* qs = blk + (q41 ? 4 : 2);
+      const float d = f16_to_f32(dh);
+      same_halves(out, d, q41 ? f16_to_f32(mh) : -8.0f * d);
+      for (int i = 0; i < 16; ++i) out.q[i] = int8_t(qs[i] & 0xF), out.q[i + 16] = int8_t(qs[i] >> 4);
+      return out;
+    }
+    case GgmlType::Q8_0: {
+      const BlockQ8_0& k = reinterpret_cast<const BlockQ8_0*>(row)[b];
+      same_halves(out, f16_to_f32(k.d), 0.0f);
+      std::memcpy(out.q, k.qs, 32);
+      return out;
+    }
+    case GgmlType::Q5_0: {
+      const BlockQ5_0& k = reinterpret_cast<const BlockQ5_0*>(row)[b];
+      same_halves(out, f16_to_f32(k.d), 0.0f);
+      for (int i = 0; i < 32; ++i) out.q[i] = int8_t(q5(k, i) - 16);
+      return out;
+    }
+    case GgmlType::Q5_1: {
+      const BlockQ5_1& k = reinterpret_cast<const BlockQ5_1*>(row)[b];
+      same_halves(out, f16_to_f32(k.d), f16_to_f32(k.m));
+      for (int i = 0; i < 32; ++i) out.q[i] = int8_t(q5(k, i));
+      return out;
+    }
+    default: block32_k(type, row, b, out); return out;
   }
-  return out;
 }
 
 void dequantize_row(GgmlType type, const void* src, float* dst, size_t n) {

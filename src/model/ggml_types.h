@@ -39,8 +39,8 @@ std::optional<TypeInfo> type_info(uint32_t id);
 std::string type_name(uint32_t id);
 // The supported types' names, for those errors.
 std::string supported_type_names();
-// True for types whose matmul reads an fp32 copy made at load (plain floats,
-// and the quantized types without integer kernels yet).
+// True for types whose matmul reads an fp32 copy made at load: the plain
+// floats (every quantized type has integer kernels).
 bool widened_at_load(GgmlType type);
 
 constexpr int kQBlock = 32;
@@ -118,16 +118,31 @@ struct BlockQ6_K {
 struct BlockQ8 {
   float d;
   float s;
-  int32_t sum;  // sum(q), exact: the repacked Q8_0 kernel offsets weights by 128
+  int32_t sum;     // sum(q), exact: the repacked Q8 kernels offset weights by 128
+  int32_t sum_lo;  // the sum of q[0..15], for the layouts that scale each half
   int8_t qs[32];
 };
 
 // Repacked layouts of the 16-row kernels (see Weight::packed): 16 rows a
-// group. Q4: per block 16 scales, 16 minimums and 64 words of nibbles. Q8_0:
-// per block 16 scales and 128 words of weights + 128 (unsigned bytes).
+// group, per block of 32 values a fixed number of 32-bit words.
+//   kQ4: 16 scales, 16 minimums (weighted by the activations' s), 64 words
+//        of nibbles (q 0..15).
+//   The Q8 layouts: scales, then minimums, then 128 words of bytes q + 128.
+//   kQ8 has 16 scales; kQ8Min 16 scales and 16 minimums (weighted by s);
+//   kQ8Half 32 scales, one per row and half of 16 values (the rows' first
+//   halves, then their second halves); kQ8HalfMin 32 scales and 32 minimums
+//   (weighted by each half's sum, d * sum).
+enum class PackLayout : uint8_t { kQ4, kQ8, kQ8Min, kQ8Half, kQ8HalfMin };
 constexpr int kPackRows = 16;
 constexpr int kPackBlockWords = 96;
-constexpr int kPackQ8BlockWords = 144;
+// Scales and minimums of a Q8 layout, in words per block.
+constexpr int q8_scale_words(PackLayout l) { return l == PackLayout::kQ8Half || l == PackLayout::kQ8HalfMin ? 32 : 16; }
+constexpr int q8_min_words(PackLayout l) {
+  return l == PackLayout::kQ8Min ? 16 : l == PackLayout::kQ8HalfMin ? 32 : 0;
+}
+constexpr int pack_block_words(PackLayout l) {
+  return l == PackLayout::kQ4 ? kPackBlockWords : q8_scale_words(l) + q8_min_words(l) + 128;
+}
 
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ5_0) == 22 && sizeof(BlockQ5_1) == 24);
@@ -137,15 +152,17 @@ static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(Bloc
 // Dequantize n values (n a multiple of the type's block size) to fp32.
 void dequantize_row(GgmlType type, const void* src, float* dst, size_t n);
 
-// Block b (32 values) of a row of a type the 16-row kernels read after
-// repacking at load, as integers and one affine map x_j = d * q[j] + m: the
-// Q4 layout's types (Q4_0, Q4_1, Q4_K: q 0..15) and the Q8 layout's (Q8_0;
-// Q5_0: q -16..15). For Q4_1, Q8_0, Q4_K and Q5_0 the map gives
-// dequantize_row's x_j bit for bit; Q4_0's minimum is -8 d, as llama.cpp's
-// kernels apply it.
+// Block b (32 values) of a row of any quantized type, as the 16-row kernels
+// read it after repacking at load: 32 integers and an affine map per half of
+// 16, x_j = d[h] * q[j] + m[h] with h = j / 16. The Q4 layout's types (Q4_0,
+// Q4_1, Q4_K: q 0..15) and the Q8 layouts' (Q8_0, Q5_0, Q5_1, Q5_K, Q6_K,
+// Q3_K, Q2_K: q -128..127). Types with one scale per 32 values have equal
+// halves; Q6_K, Q3_K and Q2_K scale each 16 on its own. For every type but
+// Q4_0 the map gives dequantize_row's x_j bit for bit; Q4_0's minimum is
+// -8 d, as llama.cpp's kernels apply it.
 struct Block32 {
   int8_t q[32];
-  float d, m;
+  float d[2], m[2];
 };
 Block32 block32(GgmlType type, const uint8_t* row, int b);
 

@@ -26,91 +26,120 @@ std::vector<uint32_t> pack_rows(int64_t rows, int64_t cols, int block_words, Fil
   return out;
 }
 
-// Fills one row's block of a repacked group from 32 integers and an affine
-// map: the Q4 layout (q 0..15, scale and minimum) or the Q8 layout (q + 128
-// as bytes, scale; the minimum must be 0).
-void fill_q4(uint32_t* w, int lane, const int8_t* q, float d, float m) {
-  std::memcpy(&w[lane], &d, 4);
-  std::memcpy(&w[16 + lane], &m, 4);
+// Fills one row's block of a repacked group from 32 integers and their
+// affine maps: the Q4 layout (q 0..15, scale and minimum) or a Q8 layout
+// (scales and minimums per block or per half, then q + 128 as bytes).
+void fill_q4(uint32_t* w, int lane, const Block32& blk) {
+  std::memcpy(&w[lane], &blk.d[0], 4);
+  std::memcpy(&w[16 + lane], &blk.m[0], 4);
   for (int k = 0; k < 4; ++k) {
     uint32_t word = 0;
-    for (int i = 0; i < 4; ++i) word |= uint32_t(q[8 * k + i] | q[8 * k + 4 + i] << 4) << (8 * i);
+    for (int i = 0; i < 4; ++i) word |= uint32_t(blk.q[8 * k + i] | blk.q[8 * k + 4 + i] << 4) << (8 * i);
     w[32 + k * 16 + lane] = word;
   }
 }
 
-void fill_q8(uint32_t* w, int lane, const int8_t* q, float d) {
-  std::memcpy(&w[lane], &d, 4);
+void fill_q8(PackLayout layout, uint32_t* w, int lane, const Block32& blk) {
+  const int scales = q8_scale_words(layout), mins = q8_min_words(layout);
+  for (int h = 0; h < scales / 16; ++h) std::memcpy(&w[16 * h + lane], &blk.d[h], 4);
+  for (int h = 0; h < mins / 16; ++h) std::memcpy(&w[scales + 16 * h + lane], &blk.m[h], 4);
   for (int k = 0; k < 8; ++k) {
     uint32_t word = 0;
-    for (int i = 0; i < 4; ++i) word |= uint32_t(uint8_t(q[4 * k + i] + 128)) << (8 * i);
-    w[16 + k * 16 + lane] = word;
+    for (int i = 0; i < 4; ++i) word |= uint32_t(uint8_t(blk.q[4 * k + i] + 128)) << (8 * i);
+    w[scales + mins + k * 16 + lane] = word;
   }
 }
 
-}  // namespace
-
-bool packs_to_q8_layout(GgmlType type) { return type == GgmlType::Q8_0 || type == GgmlType::Q5_0; }
-
-std::vector<uint32_t> pack_block32_rows(GgmlType type, const uint8_t* data, int64_t rows, int64_t cols) {
-  const size_t row_bytes = size_t(cols) / size_t(type_info(uint32_t(type))->block_elems) *
-                           size_t(type_info(uint32_t(type))->block_bytes);
-  const bool q8 = packs_to_q8_layout(type);
-  return pack_rows(rows, cols, q8 ? kPackQ8BlockWords : kPackBlockWords, [&](uint32_t* w, int lane, int64_t r, int b) {
-    const Block32 blk = block32(type, data + size_t(r) * row_bytes, b);
-    if (q8)
-      fill_q8(w, lane, blk.q, blk.d);
-    else
-      fill_q4(w, lane, blk.q, blk.d, blk.m);
-  });
+float word_float(const uint32_t* w, int i) {
+  float f;
+  std::memcpy(&f, &w[i], 4);
+  return f;
 }
 
-// The packed layouts read in plain C++, summing as the SIMD kernels do per
-// block (an exact int32 dot, then d * dx * dot (+ m * s)): the scalar path
-// of the types that exist only repacked. `block` gives a row's block b as
-// its integer dot with the activations, scale and minimum.
-template <int kWords, class Block>
-void qdot16_packed_scalar(const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok, float* y,
-                          int ldy, Block block) {
+// The Q8 layouts read in plain C++, summing as the SIMD kernels do per block
+// (exact int32 dots per half where L scales halves apart, then
+// dot * (d * dx), then the minimums).
+template <PackLayout L>
+void q8_packed_scalar(const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok, float* y, int ldy) {
+  constexpr int kScales = q8_scale_words(L), kMins = q8_min_words(L), kHalves = kScales / 16;
   for (int r = 0; r < n_rows; ++r)
     for (int t = 0; t < n_tok; ++t) {
       float acc = 0;
       for (int b = 0; b < nb; ++b) {
+        const uint32_t* w = group + size_t(b) * pack_block_words(L);
         const BlockQ8& a = acts[size_t(t) * nb + b];
-        float d, m;
-        const int isum = block(group + size_t(b) * kWords, r, a, d, m);
-        acc += float(isum) * (d * a.d) + m * a.s;
+        int isum[2] = {0, 0};
+        for (int k = 0; k < 8; ++k)
+          for (int i = 0; i < 4; ++i)
+            isum[k * kHalves / 8] += ((int(w[kScales + kMins + k * 16 + r] >> (8 * i)) & 0xff) - 128) * a.qs[4 * k + i];
+        for (int h = 0; h < kHalves; ++h) acc += float(isum[h]) * (word_float(w, 16 * h + r) * a.d);
+        const float lo = a.d * float(a.sum_lo), hi = a.d * float(a.sum - a.sum_lo);
+        if (kMins == 16) acc += word_float(w, kScales + r) * a.s;
+        if (kMins == 32) acc += word_float(w, kScales + r) * lo, acc += word_float(w, kScales + 16 + r) * hi;
       }
       y[size_t(t) * ldy + r] = acc;
     }
 }
 
-void qdot16_scalar(const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok, float* y, int ldy) {
-  qdot16_packed_scalar<kPackBlockWords>(group, nb, n_rows, acts, n_tok, y, ldy,
-                                        [](const uint32_t* w, int r, const BlockQ8& a, float& d, float& m) {
-                                          int isum = 0;
-                                          for (int k = 0; k < 4; ++k)
-                                            for (int i = 0; i < 4; ++i) {
-                                              const int byte = int(w[32 + k * 16 + r] >> (8 * i)) & 0xff;
-                                              isum += (byte & 0xf) * a.qs[8 * k + i] + (byte >> 4) * a.qs[8 * k + 4 + i];
-                                            }
-                                          std::memcpy(&d, &w[r], 4);
-                                          std::memcpy(&m, &w[16 + r], 4);
-                                          return isum;
-                                        });
+}  // namespace
+
+PackLayout pack_layout(GgmlType type) {
+  switch (type) {
+    case GgmlType::Q4_0:
+    case GgmlType::Q4_1:
+    case GgmlType::Q4_K: return PackLayout::kQ4;
+    case GgmlType::Q5_1:
+    case GgmlType::Q5_K: return PackLayout::kQ8Min;
+    case GgmlType::Q6_K:
+    case GgmlType::Q3_K: return PackLayout::kQ8Half;
+    case GgmlType::Q2_K: return PackLayout::kQ8HalfMin;
+    default: return PackLayout::kQ8;  // Q8_0, Q5_0
+  }
 }
 
-void qdot16q8_scalar(const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok, float* y, int ldy) {
-  qdot16_packed_scalar<kPackQ8BlockWords>(group, nb, n_rows, acts, n_tok, y, ldy,
-                                          [](const uint32_t* w, int r, const BlockQ8& a, float& d, float& m) {
-                                            int isum = 0;
-                                            for (int k = 0; k < 8; ++k)
-                                              for (int i = 0; i < 4; ++i)
-                                                isum += ((int(w[16 + k * 16 + r] >> (8 * i)) & 0xff) - 128) * a.qs[4 * k + i];
-                                            std::memcpy(&d, &w[r], 4);
-                                            m = 0.0f;
-                                            return isum;
-                                          });
+std::vector<uint32_t> pack_block32_rows(GgmlType type, const uint8_t* data, int64_t rows, int64_t cols) {
+  const size_t row_bytes = size_t(cols) / size_t(type_info(uint32_t(type))->block_elems) *
+                           size_t(type_info(uint32_t(type))->block_bytes);
+  const PackLayout layout = pack_layout(type);
+  return pack_rows(rows, cols, pack_block_words(layout), [&](uint32_t* w, int lane, int64_t r, int b) {
+    const Block32 blk = block32(type, data + size_t(r) * row_bytes, b);
+    if (layout == PackLayout::kQ4)
+      fill_q4(w, lane, blk);
+    else
+      fill_q8(layout, w, lane, blk);
+  });
+}
+
+// The Q4 layout read in plain C++, summing as the SIMD kernels do per block
+// (an exact int32 dot, then dot * (d * dx) + m * s).
+void qdot16_scalar(const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok, float* y, int ldy) {
+  for (int r = 0; r < n_rows; ++r)
+    for (int t = 0; t < n_tok; ++t) {
+      float acc = 0;
+      for (int b = 0; b < nb; ++b) {
+        const uint32_t* w = group + size_t(b) * kPackBlockWords;
+        const BlockQ8& a = acts[size_t(t) * nb + b];
+        int isum = 0;
+        for (int k = 0; k < 4; ++k)
+          for (int i = 0; i < 4; ++i) {
+            const int byte = int(w[32 + k * 16 + r] >> (8 * i)) & 0xff;
+            isum += (byte & 0xf) * a.qs[8 * k + i] + (byte >> 4) * a.qs[8 * k + 4 + i];
+          }
+        acc += float(isum) * (word_float(w, r) * a.d) + word_float(w, 16 + r) * a.s;
+      }
+      y[size_t(t) * ldy + r] = acc;
+    }
+}
+
+void qdot16q8_scalar(PackLayout layout, const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok,
+                     float* y, int ldy) {
+  switch (layout) {
+    case PackLayout::kQ8Min: return q8_packed_scalar<PackLayout::kQ8Min>(group, nb, n_rows, acts, n_tok, y, ldy);
+    case PackLayout::kQ8Half: return q8_packed_scalar<PackLayout::kQ8Half>(group, nb, n_rows, acts, n_tok, y, ldy);
+    case PackLayout::kQ8HalfMin:
+      return q8_packed_scalar<PackLayout::kQ8HalfMin>(group, nb, n_rows, acts, n_tok, y, ldy);
+    default: return q8_packed_scalar<PackLayout::kQ8>(group, nb, n_rows, acts, n_tok, y, ldy);
+  }
 }
 
 Weight view_weight(GgmlType type, int64_t rows, int64_t cols, const uint8_t* data) {
@@ -126,8 +155,7 @@ Weight view_weight(GgmlType type, int64_t rows, int64_t cols, const uint8_t* dat
 
 Weight make_weight(GgmlType type, int64_t rows, int64_t cols, const uint8_t* data) {
   Weight w = view_weight(type, rows, cols, data);
-  // Plain floats, and the quantized types without integer kernels yet (Q5_x,
-  // K-quants): an fp32 copy, dequantized once.
+  // Plain floats: an fp32 copy, converted once.
   if (widened_at_load(type)) {
     w.owned.resize(size_t(rows * cols));
     dequantize_row(type, data, w.owned.data(), w.owned.size());
@@ -137,8 +165,7 @@ Weight make_weight(GgmlType type, int64_t rows, int64_t cols, const uint8_t* dat
   }
   // Q4_0/Q4_1/Q8_0 also have a scalar kernel on the file's layout, so they
   // are repacked only for the SIMD kernels.
-  const bool file_layout_kernel = type == GgmlType::Q4_0 || type == GgmlType::Q4_1 || type == GgmlType::Q8_0;
-  if (only_repacked(type) || (file_layout_kernel && cpu_isa() >= Isa::kAvx2))
+  if (only_repacked(type) || (file_layout_kernel(type) && cpu_isa() >= Isa::kAvx2))
     w.packed = pack_block32_rows(type, data, rows, cols);
   return w;
 }
@@ -176,6 +203,11 @@ void quantize_q8(const float* x, size_t n, BlockQ8* out) {
     s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
     const int sum = _mm_cvtsi128_si32(s);
     out[b].sum = sum;
+    __m128i lo = _mm_add_epi32(_mm256_castsi256_si128(q[0]), _mm256_extracti128_si256(q[0], 1));
+    lo = _mm_add_epi32(lo, _mm_add_epi32(_mm256_castsi256_si128(q[1]), _mm256_extracti128_si256(q[1], 1)));
+    lo = _mm_add_epi32(lo, _mm_shuffle_epi32(lo, 0x4e));
+    lo = _mm_add_epi32(lo, _mm_shuffle_epi32(lo, 0xb1));
+    out[b].sum_lo = _mm_cvtsi128_si32(lo);
     out[b].d = _cvtsh_ss(_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT));
     out[b].s = _cvtsh_ss(_cvtss_sh(d * float(sum), _MM_FROUND_TO_NEAREST_INT));
   }
@@ -241,11 +273,11 @@ struct TileDot {
     // Q4_0/Q4_1/Q8_0 have a scalar kernel on the file's layout; the types
     // that exist only repacked run the packed layouts' scalar kernels.
     const bool packed = !w.packed.empty() && (isa >= Isa::kAvx2 || only_repacked(w.type));
-    const bool q8 = packs_to_q8_layout(w.type);
-    const size_t group = size_t(r0 / kPackRows) * nb * (q8 ? kPackQ8BlockWords : kPackBlockWords);
-    if (packed && q8)  // kRowTile == kPackRows: a tile is one group
+    const PackLayout layout = pack_layout(w.type);
+    const size_t group = size_t(r0 / kPackRows) * nb * size_t(pack_block_words(layout));
+    if (packed && layout != PackLayout::kQ4)  // kRowTile == kPackRows: a tile is one group
       (isa == Isa::kAvx512 ? qdot16q8_avx512 : isa == Isa::kAvx2 ? qdot16q8_avx2 : qdot16q8_scalar)(
-          w.packed.data() + group, nb, nr, acts, nt, y, ldy);
+          layout, w.packed.data() + group, nb, nr, acts, nt, y, ldy);
     else if (packed)
       (isa == Isa::kAvx512 ? qdot16_avx512 : isa == Isa::kAvx2 ? qdot16_avx2 : qdot16_scalar)(
           w.packed.data() + group, nb, nr, acts, nt, y, ldy);

@@ -1,13 +1,13 @@
 // Matrix products of model weights with activations: y[t] = W x[t] for a batch
-// of token rows. Quantized weights (Q4_0, Q4_1, Q8_0) are used in place, read
-// from the GGUF mapping: the activations are quantized to 8-bit blocks and the
-// products are integer dot products (AVX-512 VNNI or AVX2), the same scheme as
-// llama.cpp so that results agree with it to rounding. Float weights (F32, F16,
-// BF16) are widened to fp32 once at load. Q4_K and Q5_0 are repacked exactly
-// into the Q4 and Q8 16-row layouts (1.3x and 1.6x the file's bytes); Q5_1,
-// Q2_K, Q3_K, Q5_K and Q6_K, until they have integer kernels of their own,
-// are widened too (widened_at_load: exact, but 5-8x the memory and
-// bandwidth). Multithreaded over output rows.
+// of token rows. The activations are quantized to 8-bit blocks of 32 and the
+// products are integer dot products (AVX-512 VNNI or AVX2), the scheme of
+// llama.cpp's legacy types, so that results agree with it to rounding.
+// Quantized weights are repacked exactly at load into 16-row layouts (see
+// PackLayout): Q4_0/Q4_1/Q4_K into nibbles, the others into bytes with one
+// scale per block of 32 or per half of 16 (Q6_K, Q3_K, Q2_K); Q4_0, Q4_1 and
+// Q8_0 also have a kernel on the file's layout, used without AVX2. Float
+// weights (F32, F16, BF16) are widened to fp32 once at load. Multithreaded
+// over output rows.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -26,13 +26,13 @@ struct Weight {
   const uint8_t* data = nullptr;
   size_t row_bytes = 0;
   std::vector<float> owned;  // fp32 copy when the file's type is a plain float
-  // Q4_0/Q4_1 (and, alike, Q8_0) repacked for the 16-row kernels (built at
-  // load on AVX2 and AVX-512 CPUs):
-  // groups of 16 rows; per block, 16 fp32 scales d, 16 fp32 minimums m, then
-  // 4 x 64 bytes of nibbles where 32-bit lane r of vector k holds row r's
-  // elements 8k..8k+3 (low nibbles) and 8k+4..8k+7 (high nibbles). One
-  // vpdpbusd then advances 16 rows by 4 elements (AVX2: two vpmaddubsw per
-  // 8 rows by 8), and scales are vectors.
+  // Repacked for the 16-row kernels (pack_layout; Q4_0/Q4_1/Q8_0 only on
+  // AVX2 and AVX-512 CPUs): groups of 16 rows; per block, the rows' fp32
+  // scales and minimums, then the values, where 32-bit lane r of vector k
+  // holds row r's: in the Q4 layout elements 8k..8k+3 (low nibbles) and
+  // 8k+4..8k+7 (high nibbles), in the Q8 layouts elements 4k..4k+3. One
+  // vpdpbusd then advances 16 rows by 4 elements (AVX2: vpmaddubsw per 8
+  // rows), and scales are vectors.
   std::vector<uint32_t> packed;
 };
 
@@ -86,23 +86,29 @@ using QDotKernel = void (*)(GgmlType type, const uint8_t* rows, size_t row_bytes
 void qdot_scalar(GgmlType, const uint8_t*, size_t, int, const BlockQ8*, int, int, float*, int);
 void qdot_avx2(GgmlType, const uint8_t*, size_t, int, const BlockQ8*, int, int, float*, int);
 void qdot_avx512(GgmlType, const uint8_t*, size_t, int, const BlockQ8*, int, int, float*, int);
-// The repacked kernels: one group of 16 rows (n_rows of them real).
+// The repacked kernels: one group of 16 rows (n_rows of them real); qdot16
+// reads the Q4 layout, qdot16q8 the Q8 layouts.
 void qdot16_avx2(const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok, float* y, int ldy);
-void qdot16q8_avx2(const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok, float* y, int ldy);
+void qdot16q8_avx2(PackLayout layout, const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok,
+                   float* y, int ldy);
 void qdot16_avx512(const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok, float* y,
                    int ldy);
-void qdot16q8_avx512(const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok, float* y,
-                     int ldy);
+void qdot16q8_avx512(PackLayout layout, const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok,
+                     float* y, int ldy);
 // Scalar kernels on the repacked layouts (the reference path of the types
 // that exist only repacked, and of the tests).
 void qdot16_scalar(const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok, float* y, int ldy);
-void qdot16q8_scalar(const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok, float* y, int ldy);
-// Types with no kernel on the file's layout: repacked at load on every CPU
-// (Q4_K into the Q4 layout, Q5_0 into the Q8 one; both exactly, Block32).
-inline bool only_repacked(GgmlType type) { return type == GgmlType::Q4_K || type == GgmlType::Q5_0; }
-// Q8_0 and Q5_0 repack into the Q8 layout; Q4_0, Q4_1 and Q4_K into the Q4 one.
-bool packs_to_q8_layout(GgmlType type);
-// Weight::packed from rows of any of those types, through block32().
+void qdot16q8_scalar(PackLayout layout, const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok,
+                     float* y, int ldy);
+// Q4_0, Q4_1 and Q8_0 also have a kernel on the file's layout (any CPU).
+inline bool file_layout_kernel(GgmlType type) {
+  return type == GgmlType::Q4_0 || type == GgmlType::Q4_1 || type == GgmlType::Q8_0;
+}
+// The other quantized types exist only repacked, on every CPU.
+inline bool only_repacked(GgmlType type) { return !widened_at_load(type) && !file_layout_kernel(type); }
+// The layout a quantized type repacks into.
+PackLayout pack_layout(GgmlType type);
+// Weight::packed from rows of any quantized type, through block32().
 std::vector<uint32_t> pack_block32_rows(GgmlType type, const uint8_t* data, int64_t rows, int64_t cols);
 
 }  // namespace cs

@@ -64,31 +64,43 @@ void q4x8(const uint32_t* group, int half, int nb, int n_rows, const cs::BlockQ8
   store_rows(acc, T, n_rows, y, ldy);
 }
 
-// Repacked Q8_0 (stored + 128): the xor gives back the signed weight, and
-// vpmaddubsw takes |w| with w's sign moved onto x (pairs <= 2 x 128 x 127).
-template <int T>
+// The Q8 layouts (L; stored + 128): the xor gives back the signed weight,
+// and vpmaddubsw takes |w| with w's sign moved onto x (pairs <= 2 x 128 x
+// 127). Integer sums per half of the block where L scales halves apart.
+template <cs::PackLayout L, int T>
 void q8x8(const uint32_t* group, int half, int nb, int n_rows, const cs::BlockQ8* acts, float* y, int ldy) {
+  constexpr int kScales = cs::q8_scale_words(L), kMins = cs::q8_min_words(L), kHalves = kScales / 16;
   __m256 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   const __m256i bias = _mm256_set1_epi8(char(0x80)), ones = _mm256_set1_epi16(1);
   for (int b = 0; b < nb; ++b) {
-    const uint32_t* w = group + size_t(b) * cs::kPackQ8BlockWords + 8 * half;
-    __m256i isum[T];
-    for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
+    const uint32_t* w = group + size_t(b) * cs::pack_block_words(L) + 8 * half;
+    __m256i isum[T][kHalves];
+    for (int t = 0; t < T; ++t)
+      for (int h = 0; h < kHalves; ++h) isum[t][h] = _mm256_setzero_si256();
     for (int k = 0; k < 8; ++k) {
-      const __m256i v = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16 + 16 * k)), bias);
+      const __m256i v = _mm256_xor_si256(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + kScales + kMins + 16 * k)), bias);
       const __m256i mag = _mm256_abs_epi8(v);
       for (int t = 0; t < T; ++t) {
         int x;
         __builtin_memcpy(&x, acts[size_t(t) * nb + b].qs + 4 * k, 4);
         const __m256i xs = _mm256_sign_epi8(_mm256_set1_epi32(x), v);
-        isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(mag, xs), ones));
+        __m256i& s = isum[t][k * kHalves / 8];
+        s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(mag, xs), ones));
       }
     }
-    const __m256 d = _mm256_loadu_ps(reinterpret_cast<const float*>(w));
-    for (int t = 0; t < T; ++t)
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]),
-                               _mm256_mul_ps(d, _mm256_set1_ps(acts[size_t(t) * nb + b].d)), acc[t]);
+    for (int t = 0; t < T; ++t) {
+      const cs::BlockQ8& a = acts[size_t(t) * nb + b];
+      const __m256 ad = _mm256_set1_ps(a.d);
+      for (int h = 0; h < kHalves; ++h)
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t][h]),
+                                 _mm256_mul_ps(_mm256_loadu_ps(reinterpret_cast<const float*>(w + 16 * h)), ad), acc[t]);
+      const MinWeights mw = min_weights<L>(a);
+      for (int h = 0; h < kMins / 16; ++h)
+        acc[t] = _mm256_fmadd_ps(_mm256_loadu_ps(reinterpret_cast<const float*>(w + kScales + 16 * h)),
+                                 _mm256_set1_ps(mw.s[h]), acc[t]);
+    }
   }
   store_rows(acc, T, n_rows, y, ldy);
 }
@@ -115,11 +127,14 @@ struct Q4K {
     q4x8<T>(g, h, nb, nr, a, y, ldy);
   }
 };
-template <int T>
-struct Q8K {
-  static void run(const uint32_t* g, int h, int nb, int nr, const cs::BlockQ8* a, float* y, int ldy) {
-    q8x8<T>(g, h, nb, nr, a, y, ldy);
-  }
+template <cs::PackLayout L>
+struct Q8 {
+  template <int T>
+  struct K {
+    static void run(const uint32_t* g, int h, int nb, int nr, const cs::BlockQ8* a, float* y, int ldy) {
+      q8x8<L, T>(g, h, nb, nr, a, y, ldy);
+    }
+  };
 };
 }  // namespace
 
@@ -128,8 +143,15 @@ void qdot16_avx2(const uint32_t* group, int nb, int n_rows, const BlockQ8* acts,
   over_group<Q4K>(group, nb, n_rows, acts, n_tok, y, ldy);
 }
 
-void qdot16q8_avx2(const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok, float* y, int ldy) {
-  over_group<Q8K>(group, nb, n_rows, acts, n_tok, y, ldy);
+void qdot16q8_avx2(PackLayout layout, const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok,
+                   float* y, int ldy) {
+  switch (layout) {
+    case PackLayout::kQ8Min: return over_group<Q8<PackLayout::kQ8Min>::K>(group, nb, n_rows, acts, n_tok, y, ldy);
+    case PackLayout::kQ8Half: return over_group<Q8<PackLayout::kQ8Half>::K>(group, nb, n_rows, acts, n_tok, y, ldy);
+    case PackLayout::kQ8HalfMin:
+      return over_group<Q8<PackLayout::kQ8HalfMin>::K>(group, nb, n_rows, acts, n_tok, y, ldy);
+    default: return over_group<Q8<PackLayout::kQ8>::K>(group, nb, n_rows, acts, n_tok, y, ldy);
+  }
 }
 
 void qdot_avx2(GgmlType type, const uint8_t* rows, size_t row_bytes, int n_rows,

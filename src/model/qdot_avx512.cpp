@@ -52,28 +52,42 @@ void q4x16(const uint32_t* group, int nb, int n_rows, const cs::BlockQ8* acts, f
   for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + size_t(t) * ldy, rows, acc[t]);
 }
 
-// Repacked Q8_0: weights stored + 128 as unsigned bytes, so
-// sum (w + 128) x - 128 sum x = sum w x, all exact in int32.
-template <int T>
+// The Q8 layouts (L): weights stored + 128 as unsigned bytes, so
+// sum (w + 128) x - 128 sum x = sum w x, all exact in int32, per half of the
+// block where the layout scales halves apart.
+template <cs::PackLayout L, int T>
 void q8x16(const uint32_t* group, int nb, int n_rows, const cs::BlockQ8* acts, float* y, int ldy) {
+  constexpr int kScales = cs::q8_scale_words(L), kMins = cs::q8_min_words(L), kHalves = kScales / 16;
   __m512 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (int b = 0; b < nb; ++b) {
-    const uint32_t* w = group + size_t(b) * cs::kPackQ8BlockWords;
-    __m512i isum[T];
-    for (int t = 0; t < T; ++t) isum[t] = _mm512_set1_epi32(-128 * acts[size_t(t) * nb + b].sum);
+    const uint32_t* w = group + size_t(b) * cs::pack_block_words(L);
+    __m512i isum[T][kHalves];
+    for (int t = 0; t < T; ++t) {
+      const cs::BlockQ8& a = acts[size_t(t) * nb + b];
+      const HalfSums hs = half_sums<kHalves>(a);
+      for (int h = 0; h < kHalves; ++h) isum[t][h] = _mm512_set1_epi32(-128 * hs.sum[h]);
+    }
     for (int k = 0; k < 8; ++k) {
-      const __m512i v = _mm512_loadu_si512(w + 16 + 16 * k);
+      const __m512i v = _mm512_loadu_si512(w + kScales + kMins + 16 * k);
       for (int t = 0; t < T; ++t) {
         int x;
         __builtin_memcpy(&x, acts[size_t(t) * nb + b].qs + 4 * k, 4);
-        isum[t] = _mm512_dpbusd_epi32(isum[t], v, _mm512_set1_epi32(x));
+        __m512i& s = isum[t][k * kHalves / 8];
+        s = _mm512_dpbusd_epi32(s, v, _mm512_set1_epi32(x));
       }
     }
-    const __m512 d = _mm512_loadu_ps(reinterpret_cast<const float*>(w));
-    for (int t = 0; t < T; ++t)
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]),
-                               _mm512_mul_ps(d, _mm512_set1_ps(acts[size_t(t) * nb + b].d)), acc[t]);
+    for (int t = 0; t < T; ++t) {
+      const cs::BlockQ8& a = acts[size_t(t) * nb + b];
+      const __m512 ad = _mm512_set1_ps(a.d);
+      for (int h = 0; h < kHalves; ++h)
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t][h]),
+                                 _mm512_mul_ps(_mm512_loadu_ps(reinterpret_cast<const float*>(w + 16 * h)), ad), acc[t]);
+      const MinWeights mw = min_weights<L>(a);
+      for (int h = 0; h < kMins / 16; ++h)
+        acc[t] = _mm512_fmadd_ps(_mm512_loadu_ps(reinterpret_cast<const float*>(w + kScales + 16 * h)),
+                                 _mm512_set1_ps(mw.s[h]), acc[t]);
+    }
   }
   const __mmask16 rows = __mmask16((1u << n_rows) - 1);
   for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + size_t(t) * ldy, rows, acc[t]);
@@ -96,17 +110,28 @@ template <int T>
 struct Q4K {
   static void run(const uint32_t* g, int nb, int nr, const cs::BlockQ8* a, float* y, int ldy) { q4x16<T>(g, nb, nr, a, y, ldy); }
 };
-template <int T>
-struct Q8K {
-  static void run(const uint32_t* g, int nb, int nr, const cs::BlockQ8* a, float* y, int ldy) { q8x16<T>(g, nb, nr, a, y, ldy); }
+template <cs::PackLayout L>
+struct Q8 {
+  template <int T>
+  struct K {
+    static void run(const uint32_t* g, int nb, int nr, const cs::BlockQ8* a, float* y, int ldy) {
+      q8x16<L, T>(g, nb, nr, a, y, ldy);
+    }
+  };
 };
 
 }  // namespace
 
 namespace cs {
-void qdot16q8_avx512(const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok, float* y,
-                     int ldy) {
-  over_tokens<Q8K>(group, nb, n_rows, acts, n_tok, y, ldy);
+void qdot16q8_avx512(PackLayout layout, const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok,
+                     float* y, int ldy) {
+  switch (layout) {
+    case PackLayout::kQ8Min: return over_tokens<Q8<PackLayout::kQ8Min>::K>(group, nb, n_rows, acts, n_tok, y, ldy);
+    case PackLayout::kQ8Half: return over_tokens<Q8<PackLayout::kQ8Half>::K>(group, nb, n_rows, acts, n_tok, y, ldy);
+    case PackLayout::kQ8HalfMin:
+      return over_tokens<Q8<PackLayout::kQ8HalfMin>::K>(group, nb, n_rows, acts, n_tok, y, ldy);
+    default: return over_tokens<Q8<PackLayout::kQ8>::K>(group, nb, n_rows, acts, n_tok, y, ldy);
+  }
 }
 
 void qdot16_avx512(const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok, float* y,

@@ -36,6 +36,28 @@ inline ActWords act_words(const BlockQ8& a, int k) {
   return w;
 }
 
+// An activation block's integer sum per half the Q8 layouts scale apart
+// (kHalves 1: the whole block).
+struct HalfSums {
+  int sum[2];
+};
+template <int kHalves>
+inline HalfSums half_sums(const BlockQ8& a) {
+  if (kHalves == 1) return {{a.sum, 0}};
+  return {{a.sum_lo, a.sum - a.sum_lo}};
+}
+
+// What a Q8 layout's minimums are weighted by: the block's s (kQ8Min, as
+// the Q4 layout), or each half's d * sum (kQ8HalfMin).
+struct MinWeights {
+  float s[2];
+};
+template <cs::PackLayout L>
+inline MinWeights min_weights(const BlockQ8& a) {
+  if (L == cs::PackLayout::kQ8HalfMin) return {{a.d * float(a.sum_lo), a.d * float(a.sum - a.sum_lo)}};
+  return {{a.s, 0.0f}};
+}
+
 inline float hsum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
