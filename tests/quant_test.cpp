@@ -219,7 +219,8 @@ TEST(Matmul, RepackedTypesAreExactOnEveryIsa) {
   std::mt19937 rng(41);
   const Isa best = cpu_isa();
   for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q5_1,
-                     GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+                     GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_NL,
+                     GgmlType::IQ4_XS}) {
     const int rows = 37, cols = 512, nb = cols / 32;
     const bool half_mins = pack_layout(t) == PackLayout::kQ8HalfMin;
     EXPECT_TRUE(t == GgmlType::Q4_1 || t == GgmlType::Q8_0 || only_repacked(t));

@@ -22,6 +22,8 @@ std::optional<TypeInfo> type_info(uint32_t id) {
     case GgmlType::Q4_K: return TypeInfo{"Q4_K", kQK, sizeof(BlockQ4_K)};
     case GgmlType::Q5_K: return TypeInfo{"Q5_K", kQK, sizeof(BlockQ5_K)};
     case GgmlType::Q6_K: return TypeInfo{"Q6_K", kQK, sizeof(BlockQ6_K)};
+    case GgmlType::IQ4_NL: return TypeInfo{"IQ4_NL", kQBlock, sizeof(BlockIQ4_NL)};
+    case GgmlType::IQ4_XS: return TypeInfo{"IQ4_XS", kQK, sizeof(BlockIQ4_XS)};
   }
   return std::nullopt;
 }
@@ -83,6 +85,15 @@ int q6k(const BlockQ6_K& k, int i) {
   return (low | (high << 4)) - 32;
 }
 
+// IQ4_NL / IQ4_XS: value i (0..31) of the 16 bytes of a block of 32, as a grid
+// value.
+int iq4(const uint8_t* qs, int i) { return kIq4Values[i < 16 ? qs[i] & 0xF : qs[i - 16] >> 4]; }
+
+// IQ4_XS's 6-bit scale of sub-block j, offset by -32.
+int iq4xs_scale(const BlockIQ4_XS& b, int j) {
+  return (((b.scales_l[j / 2] >> (4 * (j % 2))) & 0xF) | (((b.scales_h >> (2 * j)) & 3) << 4)) - 32;
+}
+
 // Q4_K / Q5_K: value i of a block whose 4-bit array is qs (and fifth bits qh).
 template <class Block>
 void dequantize_q45(const Block& b, const uint8_t* qh, float* dst) {
@@ -128,6 +139,15 @@ void dequantize_k(GgmlType type, const void* src, float* dst, size_t n) {
       case GgmlType::Q5_K: {
         const BlockQ5_K& b = static_cast<const BlockQ5_K*>(src)[k];
         dequantize_q45(b, b.qh, dst);
+        break;
+      }
+      case GgmlType::IQ4_XS: {
+        const BlockIQ4_XS& b = static_cast<const BlockIQ4_XS*>(src)[k];
+        const float d = f16_to_f32(b.d);
+        for (int i = 0; i < kQK; ++i) {
+          const float dl = d * float(iq4xs_scale(b, i / 32));
+          dst[i] = dl * float(iq4(b.qs + 16 * (i / 32), i % 32));
+        }
         break;
       }
       case GgmlType::Q6_K: {
@@ -200,6 +220,12 @@ void block32_k(GgmlType type, const uint8_t* row, int b, Block32& out) {
       }
       return;
     }
+    case GgmlType::IQ4_XS: {
+      const BlockIQ4_XS& k = reinterpret_cast<const BlockIQ4_XS*>(row)[sb];
+      same_halves(out, f16_to_f32(k.d) * float(iq4xs_scale(k, j)), 0.0f);
+      for (int i = 0; i < 32; ++i) out.q[i] = int8_t(iq4(k.qs + 16 * j, i));
+      return;
+    }
     case GgmlType::Q2_K: {
       const BlockQ2_K& k = reinterpret_cast<const BlockQ2_K*>(row)[sb];
       for (int h = 0; h < 2; ++h) {
@@ -250,6 +276,12 @@ Block32 block32(GgmlType type, const uint8_t* row, int b) {
       const BlockQ5_1& k = reinterpret_cast<const BlockQ5_1*>(row)[b];
       same_halves(out, f16_to_f32(k.d), f16_to_f32(k.m));
       for (int i = 0; i < 32; ++i) out.q[i] = int8_t(q5(k, i));
+      return out;
+    }
+    case GgmlType::IQ4_NL: {
+      const BlockIQ4_NL& k = reinterpret_cast<const BlockIQ4_NL*>(row)[b];
+      same_halves(out, f16_to_f32(k.d), 0.0f);
+      for (int i = 0; i < 32; ++i) out.q[i] = int8_t(iq4(k.qs, i));
       return out;
     }
     default: block32_k(type, row, b, out); return out;
@@ -317,11 +349,20 @@ void dequantize_row(GgmlType type, const void* src, float* dst, size_t n) {
       }
       return;
     }
+    case GgmlType::IQ4_NL: {
+      const auto* b = static_cast<const BlockIQ4_NL*>(src);
+      for (size_t k = 0; k < n / kQBlock; ++k, dst += kQBlock) {
+        const float d = f16_to_f32(b[k].d);
+        for (int j = 0; j < 32; ++j) dst[j] = d * float(iq4(b[k].qs, j));
+      }
+      return;
+    }
     case GgmlType::Q2_K:
     case GgmlType::Q3_K:
     case GgmlType::Q4_K:
     case GgmlType::Q5_K:
-    case GgmlType::Q6_K: return dequantize_k(type, src, dst, n);
+    case GgmlType::Q6_K:
+    case GgmlType::IQ4_XS: return dequantize_k(type, src, dst, n);
   }
 }
 

@@ -23,6 +23,8 @@ enum class GgmlType : uint32_t {
   Q4_K = 12,
   Q5_K = 13,
   Q6_K = 14,
+  IQ4_NL = 20,
+  IQ4_XS = 23,
   BF16 = 30,
 };
 
@@ -105,6 +107,22 @@ struct BlockQ5_K {
   uint8_t qh[32];
   uint8_t qs[128];
 };
+// IQ4_NL: x = d * kIq4Values[q], q 4 bits in Q4_0's nibble order: a
+// non-linear grid of 16 values.
+inline constexpr int8_t kIq4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+struct BlockIQ4_NL {
+  uint16_t d;  // fp16
+  uint8_t qs[16];
+};
+// IQ4_XS: IQ4_NL's grid in super-blocks of 256, sub-block j (32 values) scaled
+// by d * (s - 32), s 6 bits (4 in scales_l, 2 in scales_h); values as IQ4_NL's
+// per sub-block (qs[16 j ..]).
+struct BlockIQ4_XS {
+  uint16_t d;  // fp16
+  uint16_t scales_h;
+  uint8_t scales_l[4];
+  uint8_t qs[128];
+};
 // Q6_K: x = d * sc * (q - 32), q 6 bits (4 in ql, 2 in qh), sc int8; sub-blocks of 16.
 struct BlockQ6_K {
   uint8_t ql[128];
@@ -148,6 +166,7 @@ static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(Block
 static_assert(sizeof(BlockQ5_0) == 22 && sizeof(BlockQ5_1) == 24);
 static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(BlockQ4_K) == 144 &&
               sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210);
+static_assert(sizeof(BlockIQ4_NL) == 18 && sizeof(BlockIQ4_XS) == 136);
 
 // Dequantize n values (n a multiple of the type's block size) to fp32.
 void dequantize_row(GgmlType type, const void* src, float* dst, size_t n);
@@ -156,7 +175,7 @@ void dequantize_row(GgmlType type, const void* src, float* dst, size_t n);
 // read it after repacking at load: 32 integers and an affine map per half of
 // 16, x_j = d[h] * q[j] + m[h] with h = j / 16. The Q4 layout's types (Q4_0,
 // Q4_1, Q4_K: q 0..15) and the Q8 layouts' (Q8_0, Q5_0, Q5_1, Q5_K, Q6_K,
-// Q3_K, Q2_K: q -128..127). Types with one scale per 32 values have equal
+// Q3_K, Q2_K, IQ4_NL, IQ4_XS: q -128..127; IQ4's q is its grid value). Types with one scale per 32 values have equal
 // halves; Q6_K, Q3_K and Q2_K scale each 16 on its own. For every type but
 // Q4_0 the map gives dequantize_row's x_j bit for bit; Q4_0's minimum is
 // -8 d, as llama.cpp's kernels apply it.
