@@ -1,9 +1,14 @@
 // Conformance against llama.cpp (an implementation nobody here wrote): its
 // token ids for varied texts and its greedy continuations on the default
 // model, recorded by bench/peers/make_conformance.py in data/conformance.json.
+// CS_CONFORMANCE_MODEL and CS_CONFORMANCE_DATA (environment) point the same
+// checks at another file and its recording (bench/peers/check_quants.sh: the
+// requantized SmolLM2 files); the figures recorded for the default file only
+// (its perplexity, how many continuations stay identical) are then skipped.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -14,17 +19,25 @@
 #include "model/chat_template.h"
 #include "model/llama.h"
 #include "model/perplexity.h"
+#include "model/reference.h"
 
 namespace cs {
 namespace {
 
+const char* env_or(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? v : fallback;
+}
+
+bool default_file() { return std::getenv("CS_CONFORMANCE_MODEL") == nullptr; }
+
 const LlamaModel& model() {
-  static std::unique_ptr<LlamaModel> m = LlamaModel::load(CS_MODEL);
+  static std::unique_ptr<LlamaModel> m = LlamaModel::load(env_or("CS_CONFORMANCE_MODEL", CS_MODEL));
   return *m;
 }
 
 nlohmann::json data() {
-  std::ifstream f(CS_CONFORMANCE);
+  std::ifstream f(env_or("CS_CONFORMANCE_DATA", CS_CONFORMANCE));
   return nlohmann::json::parse(f);
 }
 
@@ -98,8 +111,12 @@ TEST(Conformance, PmlTextCannotForgeControlTokens) {
 // order, exp approximation) flips some rounding and moves logits by up to
 // ~0.4. Our own scalar and SIMD kernels, both exact to float rounding, differ
 // by that much from each other (Model.IsaLevelsAgree measures it); see
-// docs/ARCHITECTURE.md "Numerics".
+// docs/ARCHITECTURE.md "Numerics". On another file than the default, a flip
+// is also near when the gap is within both engines' measured logit error
+// there (first_logit_errors, below: llama.cpp's from the exact result, ours
+// from llama.cpp's).
 constexpr float kNearTie = 0.25f;
+float near_tie();
 TEST(Conformance, GreedyContinuationsMatchLlamaCpp) {
   const auto d = data();
   ASSERT_GE(d["greedy"].size(), 10u);
@@ -128,7 +145,7 @@ TEST(Conformance, GreedyContinuationsMatchLlamaCpp) {
     const float gap = std::min(r.top2_gap[i], their_gap[i]);
     std::printf("[conformance] flip at token %zu of '%.40s...': ours %d, llama.cpp %d, gap %.5f\n",
                 i, prompt.c_str(), i < r.tokens.size() ? r.tokens[i] : -1, want[i], gap);
-    EXPECT_LT(gap, kNearTie) << prompt << ": token " << i << " differs with top-2 gap " << gap;
+    EXPECT_LT(gap, near_tie()) << prompt << ": token " << i << " differs with top-2 gap " << gap;
     ++tie_flips;
   }
   std::printf("[conformance] %d of %zu continuations identical, %d diverge at a near-tie\n", exact,
@@ -136,7 +153,9 @@ TEST(Conformance, GreedyContinuationsMatchLlamaCpp) {
   // Measured: 4 of the 12 recorded continuations are identical to the end
   // (every other one parts at a near-tie, checked above). Fewer would mean a
   // numerics change worth a look, even if every flip stayed a near-tie.
-  EXPECT_GE(exact, 4);
+  if (default_file()) {
+    EXPECT_GE(exact, 4);
+  }
 }
 
 // Perplexity over a text in the repository (a snapshot of ARCHITECTURE.md),
@@ -145,6 +164,7 @@ TEST(Conformance, GreedyContinuationsMatchLlamaCpp) {
 // --chunks 16 -t 2` (the sdist build, fp16 K/V): 182.8206 +/- 20.06400. Ours
 // measured 183.847 with fp16 K/V, 182.697 with fp32; the bound is 1%.
 TEST(Conformance, PerplexityMatchesLlamaCpp) {
+  if (!default_file()) GTEST_SKIP() << "llama.cpp's figure is recorded for the default file";
   std::ifstream in(CS_PERPLEXITY_TEXT, std::ios::binary);
   std::ostringstream text;
   text << in.rdbuf();
@@ -161,26 +181,80 @@ TEST(Conformance, PerplexityMatchesLlamaCpp) {
   EXPECT_NEAR(r.ppl(), kLlamaCpp, 0.01 * kLlamaCpp);
 }
 
+// Our first-step logits for a recorded prompt (fp32 K/V, as llama.cpp ran).
+std::vector<float> first_logits(const std::vector<int32_t>& ids) {
+  ContiguousKv kv(model().config().kv_shape(), int(ids.size()) + 1, KvType::kF32);
+  Workspace ws;
+  Batch b;
+  for (size_t i = 0; i < ids.size(); ++i) b.add(ids[i], int32_t(i), 0, i + 1 == ids.size());
+  std::vector<float> logits;
+  model().forward(b, kv, ws, logits);
+  return logits;
+}
+
+// The largest |logit - llama.cpp's| over each prompt's top-5 first-step
+// logits, of our fast path and, for another file than the default, of our
+// float reference (dequantized weights, fp32 activations): how far llama.cpp
+// itself is from the exact result on that file. On another file the logits
+// are compared relative to the prompt's top logit (llama.cpp's top-1 token),
+// which is what probabilities and greedy choices depend on: on the
+// requantized files all of a prompt's logits move together by up to ~1 with
+// the int8 rounding of the final hidden state, which changes no probability.
+struct FirstLogitErrors {
+  float ours = 0, reference = 0, ours_from_reference = 0;
+};
+FirstLogitErrors first_logit_errors() {
+  static const FirstLogitErrors e = [] {
+    FirstLogitErrors out;
+    const auto d = data();
+    const std::unique_ptr<ReferenceModel> ref = default_file() ? nullptr : std::make_unique<ReferenceModel>(model());
+    for (const auto& g : d["greedy"]) {
+      const auto ids = g["prompt_ids"].get<std::vector<int32_t>>();
+      const std::vector<float> logits = first_logits(ids);
+      std::vector<float> exact;
+      if (ref) ref->forward(ids, exact);
+      const size_t last = exact.empty() ? 0 : exact.size() - logits.size();
+      const size_t top = g["first_top5"][0][0].get<size_t>();
+      const float their_top = g["first_top5"][0][1].get<float>();
+      for (const auto& kvp : g["first_top5"]) {
+        const size_t tok = kvp[0].get<size_t>();
+        const float theirs = kvp[1].get<float>();
+        if (!ref) {
+          out.ours = std::max(out.ours, std::fabs(logits[tok] - theirs));
+          continue;
+        }
+        const float o = logits[tok] - logits[top], t = theirs - their_top, x = exact[last + tok] - exact[last + top];
+        out.ours = std::max(out.ours, std::fabs(o - t));
+        out.reference = std::max(out.reference, std::fabs(x - t));
+        out.ours_from_reference = std::max(out.ours_from_reference, std::fabs(o - x));
+      }
+    }
+    return out;
+  }();
+  return e;
+}
+
+// The logit noise floor: 0.75 on the default file (measured 0.41-0.55 by
+// kernel, as above); on another file, at least how far llama.cpp's logits
+// are from the exact ones there (its K-quant kernels quantize activations in
+// blocks of 256, where SmolLM2's outliers set a step 8x coarser than ours).
+float logit_floor() { return std::max(0.75f, first_logit_errors().reference); }
+
+float near_tie() {
+  if (default_file()) return kNearTie;
+  const FirstLogitErrors e = first_logit_errors();
+  return std::max(kNearTie, e.reference + e.ours);
+}
+
 // First-step logits agree with llama.cpp's to quantization rounding.
 TEST(Conformance, FirstLogitsCloseToLlamaCpp) {
-  const auto d = data();
-  float worst = 0;
-  for (const auto& g : d["greedy"]) {
-    const auto ids = g["prompt_ids"].get<std::vector<int32_t>>();
-    ContiguousKv kv(model().config().kv_shape(), int(ids.size()) + 1, KvType::kF32);
-    Workspace ws;
-    Batch b;
-    for (size_t i = 0; i < ids.size(); ++i) b.add(ids[i], int32_t(i), 0, i + 1 == ids.size());
-    std::vector<float> logits;
-    model().forward(b, kv, ws, logits);
-    for (const auto& kvp : g["first_top5"]) {
-      const float diff = std::fabs(logits[kvp[0].get<int>()] - kvp[1].get<float>());
-      worst = std::max(worst, diff);
-    }
-  }
-  std::printf("[conformance] max |logit - llama.cpp logit| over top-5 of %zu prompts: %.5f\n",
-              d["greedy"].size(), worst);
-  EXPECT_LT(worst, 0.75f);  // the noise floor above (measured 0.41-0.55 by kernel)
+  const FirstLogitErrors e = first_logit_errors();
+  std::printf("[conformance] max |logit - llama.cpp logit| over top-5 of %zu prompts%s: %.5f\n",
+              data()["greedy"].size(), default_file() ? "" : ", each relative to the top", e.ours);
+  if (!default_file())
+    std::printf("[conformance] the float reference's: %.5f (noise floor %.5f); ours from the reference: %.5f\n",
+                e.reference, logit_floor(), e.ours_from_reference);
+  EXPECT_LT(e.ours, logit_floor());
 }
 
 }  // namespace

@@ -17,7 +17,8 @@ import llama_cpp  # noqa: E402
 
 root = here.parent.parent
 model = sys.argv[1] if len(sys.argv) > 1 else str(root / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf")
-out_path = root / "tests" / "data" / "conformance.json"
+# A second argument writes elsewhere (check_quants.sh records other files).
+out_path = pathlib.Path(sys.argv[2]) if len(sys.argv) > 2 else root / "tests" / "data" / "conformance.json"
 
 TEXTS = [
     "Hello world",
