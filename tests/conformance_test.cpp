@@ -235,9 +235,10 @@ FirstLogitErrors first_logit_errors() {
 }
 
 // The logit noise floor: 0.75 on the default file (measured 0.41-0.55 by
-// kernel, as above); on another file, at least how far llama.cpp's logits
-// are from the exact ones there (its K-quant kernels quantize activations in
-// blocks of 256, where SmolLM2's outliers set a step 8x coarser than ours).
+// kernel, as above); on another file, llama.cpp's own distance from the
+// exact logits there where that is larger (its K-quant kernels quantize
+// activations in blocks of 256, where SmolLM2's outliers set a step 8x
+// coarser than ours).
 float logit_floor() { return std::max(0.75f, first_logit_errors().reference); }
 
 float near_tie() {
@@ -254,7 +255,13 @@ TEST(Conformance, FirstLogitsCloseToLlamaCpp) {
   if (!default_file())
     std::printf("[conformance] the float reference's: %.5f (noise floor %.5f); ours from the reference: %.5f\n",
                 e.reference, logit_floor(), e.ours_from_reference);
-  EXPECT_LT(e.ours, logit_floor());
+  if (default_file()) {
+    EXPECT_LT(e.ours, logit_floor());
+  } else if (e.ours >= logit_floor()) {
+    // Beyond the floor, the difference must be llama.cpp's: ours no farther
+    // from the exact logits than its.
+    EXPECT_LE(e.ours_from_reference, e.reference) << "beyond the floor " << logit_floor();
+  }
 }
 
 }  // namespace
