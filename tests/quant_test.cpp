@@ -213,7 +213,7 @@ TEST(QDot, EveryIsaMatchesDequantizedReference) {
 // repacked): block32's integers and affine maps give dequantize_row's values
 // bit for bit (so the repacking is exact), and every ISA's matmul equals the
 // product of the dequantized weights with the dequantized activations, the
-// minimums weighted as each layout does (s per block, or d * sum per half);
+// minimums weighted as each layout does (s per block, or d * sum);
 // AVX2 and AVX-512 agree bit for bit.
 TEST(Matmul, RepackedTypesAreExactOnEveryIsa) {
   std::mt19937 rng(41);
@@ -222,7 +222,7 @@ TEST(Matmul, RepackedTypesAreExactOnEveryIsa) {
                      GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_NL,
                      GgmlType::IQ4_XS}) {
     const int rows = 37, cols = 512, nb = cols / 32;
-    const bool half_mins = pack_layout(t) == PackLayout::kQ8HalfMin;
+    const PackLayout layout = pack_layout(t);
     EXPECT_TRUE(t == GgmlType::Q4_1 || t == GgmlType::Q8_0 || only_repacked(t));
     const auto data = random_rows(t, rows, cols, rng);
     const size_t rb = data.size() / rows;
@@ -252,10 +252,12 @@ TEST(Matmul, RepackedTypesAreExactOnEveryIsa) {
             const Block32 blk = block32(t, &data[r * rb], b);
             const BlockQ8& a = acts[size_t(k) * nb + b];
             for (int j = 0; j < 32; ++j) s += double(blk.d[j / 16]) * blk.q[j] * a.d * a.qs[j];
-            if (half_mins)  // each half's minimum times that half's activation sum
-              s += double(blk.m[0]) * a.d * a.sum_lo + double(blk.m[1]) * a.d * (a.sum - a.sum_lo);
-            else  // the minimum times the stored activation sum, as the kernels
+            // The minimums times the activations' sum: the stored s in the Q4
+            // layout, d * sum of the block or of each half in the Q8 ones.
+            if (layout == PackLayout::kQ4)
               s += double(blk.m[0]) * a.s;
+            else
+              s += double(blk.m[0]) * a.d * a.sum_lo + double(blk.m[1]) * a.d * (a.sum - a.sum_lo);
           }
           ref[size_t(k) * rows + r] = s;
         }

@@ -146,10 +146,10 @@ struct BlockQ8 {
 //   kQ4: 16 scales, 16 minimums (weighted by the activations' s), 64 words
 //        of nibbles (q 0..15).
 //   The Q8 layouts: scales, then minimums, then 128 words of bytes q + 128.
-//   kQ8 has 16 scales; kQ8Min 16 scales and 16 minimums (weighted by s);
-//   kQ8Half 32 scales, one per row and half of 16 values (the rows' first
-//   halves, then their second halves); kQ8HalfMin 32 scales and 32 minimums
-//   (weighted by each half's sum, d * sum).
+//   kQ8 has 16 scales; kQ8Min 16 scales and 16 minimums (weighted by the
+//   activations' d * sum); kQ8Half 32 scales, one per row and half of 16
+//   values (the rows' first halves, then their second halves); kQ8HalfMin
+//   32 scales and 32 minimums (weighted by each half's d * sum).
 enum class PackLayout : uint8_t { kQ4, kQ8, kQ8Min, kQ8Half, kQ8HalfMin };
 constexpr int kPackRows = 16;
 constexpr int kPackBlockWords = 96;

@@ -74,7 +74,7 @@ void q8_packed_scalar(const uint32_t* group, int nb, int n_rows, const BlockQ8* 
             isum[k * kHalves / 8] += ((int(w[kScales + kMins + k * 16 + r] >> (8 * i)) & 0xff) - 128) * a.qs[4 * k + i];
         for (int h = 0; h < kHalves; ++h) acc += float(isum[h]) * (word_float(w, 16 * h + r) * a.d);
         const float lo = a.d * float(a.sum_lo), hi = a.d * float(a.sum - a.sum_lo);
-        if (kMins == 16) acc += word_float(w, kScales + r) * a.s;
+        if (kMins == 16) acc += word_float(w, kScales + r) * (a.d * float(a.sum));
         if (kMins == 32) acc += word_float(w, kScales + r) * lo, acc += word_float(w, kScales + 16 + r) * hi;
       }
       y[size_t(t) * ldy + r] = acc;
