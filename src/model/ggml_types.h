@@ -162,6 +162,21 @@ constexpr int pack_block_words(PackLayout l) {
   return l == PackLayout::kQ4 ? kPackBlockWords : q8_scale_words(l) + q8_min_words(l) + 128;
 }
 
+// What a Q8 layout's minimums are weighted by: the block's d * sum in fp32
+// (kQ8Min) or each half's (kQ8HalfMin). Not the fp16-rounded s the Q4 layout
+// uses as llama.cpp's Q4_0/Q4_1 kernels do: where SmolLM2's outliers make
+// d * sum ~1e4, s's rounding moved logits of a Q5_K_M file by ~0.5.
+// Shared by the scalar and SIMD kernels; static, so that no copy compiled
+// with AVX-512 flags can stand in for the others at link time.
+struct MinWeights {
+  float s[2];
+};
+template <PackLayout L>
+static MinWeights min_weights(const BlockQ8& a) {
+  if (L == PackLayout::kQ8HalfMin) return {{a.d * float(a.sum_lo), a.d * float(a.sum - a.sum_lo)}};
+  return {{a.d * float(a.sum), 0.0f}};
+}
+
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ5_0) == 22 && sizeof(BlockQ5_1) == 24);
 static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(BlockQ4_K) == 144 &&

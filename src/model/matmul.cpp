@@ -73,9 +73,8 @@ void q8_packed_scalar(const uint32_t* group, int nb, int n_rows, const BlockQ8* 
           for (int i = 0; i < 4; ++i)
             isum[k * kHalves / 8] += ((int(w[kScales + kMins + k * 16 + r] >> (8 * i)) & 0xff) - 128) * a.qs[4 * k + i];
         for (int h = 0; h < kHalves; ++h) acc += float(isum[h]) * (word_float(w, 16 * h + r) * a.d);
-        const float lo = a.d * float(a.sum_lo), hi = a.d * float(a.sum - a.sum_lo);
-        if (kMins == 16) acc += word_float(w, kScales + r) * (a.d * float(a.sum));
-        if (kMins == 32) acc += word_float(w, kScales + r) * lo, acc += word_float(w, kScales + 16 + r) * hi;
+        const MinWeights mw = min_weights<L>(a);
+        for (int h = 0; h < kMins / 16; ++h) acc += word_float(w, kScales + 16 * h + r) * mw.s[h];
       }
       y[size_t(t) * ldy + r] = acc;
     }

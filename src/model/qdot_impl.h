@@ -14,6 +14,8 @@
 namespace {
 
 using cs::BlockQ8;
+using cs::MinWeights;
+using cs::min_weights;
 using cs::GgmlType;
 
 inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
@@ -45,19 +47,6 @@ template <int kHalves>
 inline HalfSums half_sums(const BlockQ8& a) {
   if (kHalves == 1) return {{a.sum, 0}};
   return {{a.sum_lo, a.sum - a.sum_lo}};
-}
-
-// What a Q8 layout's minimums are weighted by: the block's d * sum in fp32
-// (kQ8Min) or each half's (kQ8HalfMin). Not the fp16-rounded s the Q4 layout
-// uses as llama.cpp's Q4_0/Q4_1 kernels do: where SmolLM2's outliers make
-// d * sum ~1e4, s's rounding moved logits of a Q5_K_M file by ~0.5.
-struct MinWeights {
-  float s[2];
-};
-template <cs::PackLayout L>
-inline MinWeights min_weights(const BlockQ8& a) {
-  if (L == cs::PackLayout::kQ8HalfMin) return {{a.d * float(a.sum_lo), a.d * float(a.sum - a.sum_lo)}};
-  return {{a.d * float(a.sum), 0.0f}};
 }
 
 inline float hsum(__m256 v) {
