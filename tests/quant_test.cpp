@@ -125,6 +125,7 @@ TEST(QuantizeQ8, MatchesScalarFormulaBitForBit) {
     EXPECT_EQ(got[size_t(b)].sum_lo, sum_lo) << "block " << b;
     EXPECT_EQ(got[size_t(b)].d, f16_to_f32(f32_to_f16(d))) << "block " << b;
     EXPECT_EQ(got[size_t(b)].s, f16_to_f32(f32_to_f16(d * float(sum)))) << "block " << b;
+    EXPECT_EQ(got[size_t(b)].ds, f16_to_f32(f32_to_f16(d)) * float(sum)) << "block " << b;
   }
   EXPECT_EQ(got[2].qs[1], -14);  // -14.5 -> -14 (even)
   EXPECT_EQ(got[2].qs[3], -12);  // -12.5 -> -12
@@ -240,6 +241,21 @@ TEST(Matmul, RepackedTypesAreExactOnEveryIsa) {
     }
     const Weight w = make_weight(t, rows, cols, data.data());
     ASSERT_FALSE(w.packed.empty());
+    if (is_k_layout(layout)) {
+      // The K layouts keep the file's factors: each map is d * sc (and
+      // dmin * mn), exact; 4.75, 5.75 and 6.625 bits per value.
+      for (int r = 0; r < rows; ++r)
+        for (int b = 0; b < nb; ++b) {
+          const Block32 blk = block32(t, &data[r * rb], b);
+          const BlockScales bs = block_scales(t, &data[r * rb], b);
+          for (int h = 0; h < 2; ++h) {
+            ASSERT_EQ(bs.d * float(bs.sc[h]), blk.d[h]) << type_info(uint32_t(t))->name << " row " << r << " block " << b;
+            ASSERT_EQ(bs.dmin * float(bs.mn[h]), blk.m[h]) << type_info(uint32_t(t))->name << " row " << r << " block " << b;
+          }
+        }
+      const size_t bits = t == GgmlType::Q4_K ? 4750 : t == GgmlType::Q5_K ? 5750 : 6625;
+      EXPECT_EQ(w.packed.size() * 32 * 1000, bits * 48 * cols) << type_info(uint32_t(t))->name;  // 37 rows -> 3 groups of 16
+    }
     for (int n_tok : {1, 3, 4, 6, 9}) {
       std::vector<float> x = normal_values(size_t(n_tok) * cols, rng);
       std::vector<BlockQ8> acts(size_t(n_tok) * nb);
@@ -385,24 +401,40 @@ TEST(Matmul, RepackedEqualsScalar) {
 TEST(Matmul, RepackedExtremesDoNotSaturate) {
   const Isa best = cpu_isa();
   if (best < Isa::kAvx2) GTEST_SKIP() << "no AVX2";
-  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0}) {
-    const int rows = 16, cols = 64;
+  // The bytes of each block that hold values: all bits set gives the
+  // largest value (Q8_0: 0x80, the most negative); the K layouts' values
+  // reach 63 (Q6_K), whose vpmaddubsw pairs come closest to 2^15.
+  struct Values {
+    GgmlType type;
+    int begin, end;
+    uint8_t byte;
+  };
+  for (Values v : {Values{GgmlType::Q4_0, 2, 18, 0xff}, Values{GgmlType::Q4_1, 4, 20, 0xff},
+                   Values{GgmlType::Q8_0, 2, 34, 0x80}, Values{GgmlType::Q4_K, 16, 144, 0xff},
+                   Values{GgmlType::Q5_K, 16, 176, 0xff}, Values{GgmlType::Q6_K, 0, 192, 0xff}}) {
+    const GgmlType t = v.type;
+    const int rows = 16, cols = 256;
     std::mt19937 rng(3);
     auto data = random_rows(t, rows, cols, rng);
-    const int bs = int(type_info(uint32_t(t))->block_bytes), head = t == GgmlType::Q4_1 ? 4 : 2;
+    const int bs = int(type_info(uint32_t(t))->block_bytes);
     for (size_t off = 0; off < data.size(); off += size_t(bs))
-      for (int i = head; i < bs; ++i) data[off + size_t(i)] = t == GgmlType::Q8_0 ? 0x80 : 0xff;
+      for (int i = v.begin; i < v.end; ++i) data[off + size_t(i)] = v.byte;
     const Weight w = make_weight(t, rows, cols, data.data());
     for (float sign : {1.0f, -1.0f}) {
       const std::vector<float> x(cols, 0.5f * sign);
       std::vector<BlockQ8> scratch;
       std::vector<float> fast(rows), slow(rows);
-      matmul(w, x.data(), 1, fast.data(), scratch);
       set_isa_for_testing(Isa::kScalar);
       matmul(w, x.data(), 1, slow.data(), scratch);
+      for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
+        if (isa > best) continue;
+        set_isa_for_testing(isa);
+        matmul(w, x.data(), 1, fast.data(), scratch);
+        for (int r = 0; r < rows; ++r)
+          ASSERT_NEAR(fast[size_t(r)], slow[size_t(r)], 1e-4 + 1e-4 * std::fabs(slow[size_t(r)]))
+              << type_info(uint32_t(t))->name << " " << isa_name(isa);
+      }
       set_isa_for_testing(best);
-      for (int r = 0; r < rows; ++r)
-        ASSERT_NEAR(fast[size_t(r)], slow[size_t(r)], 1e-4 + 1e-4 * std::fabs(slow[size_t(r)])) << type_info(uint32_t(t))->name;
     }
   }
 }

@@ -1,10 +1,10 @@
 #include "kv/chunk_pool.h"
 
-#include <sys/mman.h>
-
 #include <cstdlib>
 #include <cstring>
 #include <new>
+
+#include "base/huge_pages.h"
 
 namespace cs {
 
@@ -18,25 +18,19 @@ const char* kv_type_name(KvType t) {
   }
 }
 
-void ChunkPool::FreeDeleter::operator()(uint8_t* p) const { std::free(p); }
+void ChunkPool::FreeDeleter::operator()(uint8_t* p) const { free_hinted(p); }
 
 ChunkPool::ChunkPool(KvLayout layout, size_t capacity_bytes) : layout_(layout) {
   const size_t cb = layout_.chunk_bytes();
   capacity_ = cb ? int(std::min<size_t>(capacity_bytes / cb, size_t(INT32_MAX / 2))) : 0;
   if (capacity_ > 0) {
-    // Pools of 2 MB or more are 2 MB aligned and asked to live on huge pages:
-    // attention walks blocks scattered over the whole pool, and with 4 KB
-    // pages every 16 KB block costs TLB misses and page walks (the kernels'
-    // prefetches among them). Smaller pools: 64-byte alignment, so every K/V
-    // block starts on a cache line.
-    constexpr size_t kHuge = size_t(2) << 20;
-    const size_t align = size_t(capacity_) * cb >= kHuge ? kHuge : 64;
-    const size_t bytes = (size_t(capacity_) * cb + align - 1) / align * align;
-    memory_.reset(static_cast<uint8_t*>(std::aligned_alloc(align, bytes)));
-    if (!memory_) throw std::bad_alloc();
-#ifdef MADV_HUGEPAGE
-    if (align == kHuge) madvise(memory_.get(), bytes, MADV_HUGEPAGE);  // a hint: failure is harmless
-#endif
+    // On huge pages when 2 MB or more (base/huge_pages.h): attention walks
+    // blocks scattered over the whole pool, and with 4 KB pages every 16 KB
+    // block costs TLB misses and page walks (the kernels' prefetches among
+    // them). Smaller pools: 64-byte alignment, so every K/V block starts on
+    // a cache line.
+    const size_t bytes = size_t(capacity_) * cb;
+    memory_.reset(static_cast<uint8_t*>(allocate_hinted(bytes)));
     // Touched now, as llama.cpp clears its KV buffer: the pool is resident
     // from the start (a server's memory does not creep up as the prefix
     // cache fills), page faults stay out of the first requests, and memory

@@ -288,6 +288,27 @@ Block32 block32(GgmlType type, const uint8_t* row, int b) {
   }
 }
 
+BlockScales block_scales(GgmlType type, const uint8_t* row, int b) {
+  const int j = b % 8, sb = b / 8;
+  BlockScales out{};
+  if (type == GgmlType::Q6_K) {
+    const BlockQ6_K& k = reinterpret_cast<const BlockQ6_K*>(row)[sb];
+    out.d = f16_to_f32(k.d);
+    out.sc[0] = k.scales[2 * j], out.sc[1] = k.scales[2 * j + 1];
+    return out;
+  }
+  const bool q5 = type == GgmlType::Q5_K;
+  const BlockQ4_K* k4 = reinterpret_cast<const BlockQ4_K*>(row) + sb;
+  const BlockQ5_K* k5 = reinterpret_cast<const BlockQ5_K*>(row) + sb;
+  int sc, m;
+  scale_min_k4(q5 ? k5->scales : k4->scales, j, sc, m);
+  out.d = f16_to_f32(q5 ? k5->d : k4->d);
+  out.dmin = -f16_to_f32(q5 ? k5->dmin : k4->dmin);
+  out.sc[0] = out.sc[1] = int8_t(sc);
+  out.mn[0] = out.mn[1] = int8_t(m);
+  return out;
+}
+
 void dequantize_row(GgmlType type, const void* src, float* dst, size_t n) {
   switch (type) {
     case GgmlType::F32:

@@ -138,44 +138,9 @@ struct BlockQ8 {
   float s;
   int32_t sum;     // sum(q), exact: the repacked Q8 kernels offset weights by 128
   int32_t sum_lo;  // the sum of q[0..15], for the layouts that scale each half
+  float ds;        // d * sum in fp32: what most layouts weigh minimums by
   int8_t qs[32];
 };
-
-// Repacked layouts of the 16-row kernels (see Weight::packed): 16 rows a
-// group, per block of 32 values a fixed number of 32-bit words.
-//   kQ4: 16 scales, 16 minimums (weighted by the activations' s), 64 words
-//        of nibbles (q 0..15).
-//   The Q8 layouts: scales, then minimums, then 128 words of bytes q + 128.
-//   kQ8 has 16 scales; kQ8Min 16 scales and 16 minimums (weighted by the
-//   activations' d * sum); kQ8Half 32 scales, one per row and half of 16
-//   values (the rows' first halves, then their second halves); kQ8HalfMin
-//   32 scales and 32 minimums (weighted by each half's d * sum).
-enum class PackLayout : uint8_t { kQ4, kQ8, kQ8Min, kQ8Half, kQ8HalfMin };
-constexpr int kPackRows = 16;
-constexpr int kPackBlockWords = 96;
-// Scales and minimums of a Q8 layout, in words per block.
-constexpr int q8_scale_words(PackLayout l) { return l == PackLayout::kQ8Half || l == PackLayout::kQ8HalfMin ? 32 : 16; }
-constexpr int q8_min_words(PackLayout l) {
-  return l == PackLayout::kQ8Min ? 16 : l == PackLayout::kQ8HalfMin ? 32 : 0;
-}
-constexpr int pack_block_words(PackLayout l) {
-  return l == PackLayout::kQ4 ? kPackBlockWords : q8_scale_words(l) + q8_min_words(l) + 128;
-}
-
-// What a Q8 layout's minimums are weighted by: the block's d * sum in fp32
-// (kQ8Min) or each half's (kQ8HalfMin). Not the fp16-rounded s the Q4 layout
-// uses as llama.cpp's Q4_0/Q4_1 kernels do: where SmolLM2's outliers make
-// d * sum ~1e4, s's rounding moved logits of a Q5_K_M file by ~0.5.
-// Shared by the scalar and SIMD kernels; static, so that no copy compiled
-// with AVX-512 flags can stand in for the others at link time.
-struct MinWeights {
-  float s[2];
-};
-template <PackLayout L>
-static MinWeights min_weights(const BlockQ8& a) {
-  if (L == PackLayout::kQ8HalfMin) return {{a.d * float(a.sum_lo), a.d * float(a.sum - a.sum_lo)}};
-  return {{a.d * float(a.sum), 0.0f}};
-}
 
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ5_0) == 22 && sizeof(BlockQ5_1) == 24);
@@ -188,10 +153,10 @@ void dequantize_row(GgmlType type, const void* src, float* dst, size_t n);
 
 // Block b (32 values) of a row of any quantized type, as the 16-row kernels
 // read it after repacking at load: 32 integers and an affine map per half of
-// 16, x_j = d[h] * q[j] + m[h] with h = j / 16. The Q4 layout's types (Q4_0,
-// Q4_1, Q4_K: q 0..15) and the Q8 layouts' (Q8_0, Q5_0, Q5_1, Q5_K, Q6_K,
-// Q3_K, Q2_K, IQ4_NL, IQ4_XS: q -128..127; IQ4's q is its grid value). Types with one scale per 32 values have equal
-// halves; Q6_K, Q3_K and Q2_K scale each 16 on its own. For every type but
+// 16, x_j = d[h] * q[j] + m[h] with h = j / 16: q 0..15 for Q4_0, Q4_1 and
+// Q4_K, 0..31 for Q5_1 and Q5_K, otherwise signed (Q6_K -32..31; IQ4's q is
+// its grid value). Types with one scale per 32 values have equal halves;
+// Q6_K, Q3_K and Q2_K scale each 16 on its own. For every type but
 // Q4_0 the map gives dequantize_row's x_j bit for bit; Q4_0's minimum is
 // -8 d, as llama.cpp's kernels apply it.
 struct Block32 {
@@ -199,5 +164,17 @@ struct Block32 {
   float d[2], m[2];
 };
 Block32 block32(GgmlType type, const uint8_t* row, int b);
+
+// Block32's maps of a Q4_K, Q5_K or Q6_K block factored as the file stores
+// them: d[h] = d * sc[h] and m[h] = dmin * mn[h] (dmin negated, so m comes out
+// as the map's minimum), each product exact in fp32 (an fp16 times a 6- or
+// 8-bit integer), so the repacked layouts can keep the small integers and one
+// d per super-block of 256. Q4_K/Q5_K have one sc and mn per block (both
+// halves equal), Q6_K one sc per half and no minimum.
+struct BlockScales {
+  float d, dmin;
+  int8_t sc[2], mn[2];
+};
+BlockScales block_scales(GgmlType type, const uint8_t* row, int b);
 
 }  // namespace cs

@@ -16,10 +16,10 @@ namespace {
 // Lays rows out in groups of kPackRows: calls fill(words, lane, row, block)
 // for every row and block, `words` being that group's block of block_words.
 template <class Fill>
-std::vector<uint32_t> pack_rows(int64_t rows, int64_t cols, int block_words, Fill fill) {
+PackedWords pack_rows(int64_t rows, int64_t cols, int block_words, Fill fill) {
   const int nb = int(cols / kQBlock);
   const int64_t groups = (rows + kPackRows - 1) / kPackRows;
-  std::vector<uint32_t> out(size_t(groups) * nb * block_words, 0);
+  PackedWords out(size_t(groups) * nb * block_words, 0);
   for (int64_t r = 0; r < rows; ++r)
     for (int b = 0; b < nb; ++b)
       fill(out.data() + (size_t(r / kPackRows) * nb + b) * block_words, int(r % kPackRows), r, b);
@@ -48,6 +48,46 @@ void fill_q8(PackLayout layout, uint32_t* w, int lane, const Block32& blk) {
     for (int i = 0; i < 4; ++i) word |= uint32_t(uint8_t(blk.q[4 * k + i] + 128)) << (8 * i);
     w[scales + mins + k * 16 + lane] = word;
   }
+}
+
+// The K layouts (Q4_K, Q5_K, Q6_K): for every row and super-block the
+// header's d (and negated dmin), and per block the int8 factors, the low
+// nibbles and the high planes of q + offset (see KLayout).
+PackedWords pack_k_rows(GgmlType type, const uint8_t* data, int64_t rows, int64_t cols, size_t row_bytes) {
+  const PackLayout l = pack_layout(type);
+  const KLayout kl = k_layout(l);
+  const int nb = int(cols / kQBlock);
+  const int64_t groups = (rows + kPackRows - 1) / kPackRows;
+  PackedWords out(size_t(groups) * pack_group_words(l, nb), 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint8_t* row = data + size_t(r) * row_bytes;
+    const int lane = int(r % kPackRows);
+    for (int b = 0; b < nb; ++b) {
+      const Block32 blk = block32(type, row, b);
+      const BlockScales bs = block_scales(type, row, b);
+      uint32_t* sup = out.data() + size_t(r / kPackRows) * pack_group_words(l, nb) + size_t(b / 8) * k_super_words(l);
+      std::memcpy(&sup[lane], &bs.d, 4);
+      if (kl.mins) std::memcpy(&sup[16 + lane], &bs.dmin, 4);
+      uint32_t* w = sup + k_header_words(l) + (b % 8) * k_block_words(l);
+      auto* factors = reinterpret_cast<int8_t*>(w);
+      factors[lane] = bs.sc[0];
+      factors[16 + lane] = kl.half_scales ? bs.sc[1] : bs.mn[0];
+      int q[32];
+      for (int i = 0; i < 32; ++i) q[i] = blk.q[i] + kl.offset;
+      for (int k = 0; k < 4; ++k) {
+        uint32_t word = 0;
+        for (int i = 0; i < 4; ++i) word |= uint32_t((q[8 * k + i] & 0xF) | (q[8 * k + 4 + i] & 0xF) << 4) << (8 * i);
+        w[8 + 16 * k + lane] = word;
+      }
+      for (int k = 0; k < 4; ++k)
+        for (int i = 0; i < 4; ++i) {
+          const int lo = q[8 * k + i] >> 4, hi = q[8 * k + 4 + i] >> 4;
+          if (kl.planes == 1) w[72 + lane] |= uint32_t(lo | hi << 1) << (8 * i + 2 * k);
+          if (kl.planes == 2) w[72 + 16 * (k / 2) + lane] |= uint32_t(lo | hi << 2) << (8 * i + 4 * (k % 2));
+        }
+    }
+  }
+  return out;
 }
 
 float word_float(const uint32_t* w, int i) {
@@ -80,26 +120,65 @@ void q8_packed_scalar(const uint32_t* group, int nb, int n_rows, const BlockQ8* 
     }
 }
 
+// The K layouts read in plain C++, summing as the SIMD kernels do per block
+// (exact int32 dots per half where L scales halves apart, the scales d * sc
+// exact in fp32, then dot * (scale * dx), then the minimum).
+template <PackLayout L>
+void k_packed_scalar(const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok, float* y, int ldy) {
+  constexpr KLayout kl = k_layout(L);
+  constexpr int kHalves = kl.half_scales ? 2 : 1;
+  for (int r = 0; r < n_rows; ++r)
+    for (int t = 0; t < n_tok; ++t) {
+      float acc = 0;
+      for (int b = 0; b < nb; ++b) {
+        const uint32_t* sup = group + size_t(b / 8) * k_super_words(L);
+        const uint32_t* w = sup + k_header_words(L) + (b % 8) * k_block_words(L);
+        const auto* factors = reinterpret_cast<const int8_t*>(w);
+        const BlockQ8& a = acts[size_t(t) * nb + b];
+        int isum[2] = {-kl.offset * (kHalves == 2 ? a.sum_lo : a.sum), -kl.offset * (a.sum - a.sum_lo)};
+        for (int k = 0; k < 4; ++k)
+          for (int i = 0; i < 4; ++i) {
+            const int byte = int(w[8 + 16 * k + r] >> (8 * i)) & 0xff;
+            int lo = byte & 0xf, hi = byte >> 4;
+            if (kl.planes == 1) {
+              const int bits = int(w[72 + r] >> (8 * i + 2 * k)) & 3;
+              lo |= (bits & 1) << 4, hi |= (bits >> 1) << 4;
+            }
+            if (kl.planes == 2) {
+              const int bits = int(w[72 + 16 * (k / 2) + r] >> (8 * i + 4 * (k % 2))) & 15;
+              lo |= (bits & 3) << 4, hi |= (bits >> 2) << 4;
+            }
+            isum[k * kHalves / 4] += lo * a.qs[8 * k + i] + hi * a.qs[8 * k + 4 + i];
+          }
+        for (int h = 0; h < kHalves; ++h)
+          acc += float(isum[h]) * ((word_float(sup, r) * float(factors[16 * h + r])) * a.d);
+        if (kl.mins) acc += word_float(sup, 16 + r) * float(factors[16 + r]) * min_weights<L>(a).s[0];
+      }
+      y[size_t(t) * ldy + r] = acc;
+    }
+}
+
 }  // namespace
 
 PackLayout pack_layout(GgmlType type) {
   switch (type) {
     case GgmlType::Q4_0:
-    case GgmlType::Q4_1:
-    case GgmlType::Q4_K: return PackLayout::kQ4;
-    case GgmlType::Q5_1:
-    case GgmlType::Q5_K: return PackLayout::kQ8Min;
-    case GgmlType::Q6_K:
+    case GgmlType::Q4_1: return PackLayout::kQ4;
+    case GgmlType::Q4_K: return PackLayout::kQ4K;
+    case GgmlType::Q5_K: return PackLayout::kQ5K;
+    case GgmlType::Q6_K: return PackLayout::kQ6K;
+    case GgmlType::Q5_1: return PackLayout::kQ8Min;
     case GgmlType::Q3_K: return PackLayout::kQ8Half;
     case GgmlType::Q2_K: return PackLayout::kQ8HalfMin;
     default: return PackLayout::kQ8;  // Q8_0, Q5_0
   }
 }
 
-std::vector<uint32_t> pack_block32_rows(GgmlType type, const uint8_t* data, int64_t rows, int64_t cols) {
+PackedWords pack_block32_rows(GgmlType type, const uint8_t* data, int64_t rows, int64_t cols) {
   const size_t row_bytes = size_t(cols) / size_t(type_info(uint32_t(type))->block_elems) *
                            size_t(type_info(uint32_t(type))->block_bytes);
   const PackLayout layout = pack_layout(type);
+  if (is_k_layout(layout)) return pack_k_rows(type, data, rows, cols, row_bytes);
   return pack_rows(rows, cols, pack_block_words(layout), [&](uint32_t* w, int lane, int64_t r, int b) {
     const Block32 blk = block32(type, data + size_t(r) * row_bytes, b);
     if (layout == PackLayout::kQ4)
@@ -133,6 +212,9 @@ void qdot16_scalar(const uint32_t* group, int nb, int n_rows, const BlockQ8* act
 void qdot16q8_scalar(PackLayout layout, const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok,
                      float* y, int ldy) {
   switch (layout) {
+    case PackLayout::kQ4K: return k_packed_scalar<PackLayout::kQ4K>(group, nb, n_rows, acts, n_tok, y, ldy);
+    case PackLayout::kQ5K: return k_packed_scalar<PackLayout::kQ5K>(group, nb, n_rows, acts, n_tok, y, ldy);
+    case PackLayout::kQ6K: return k_packed_scalar<PackLayout::kQ6K>(group, nb, n_rows, acts, n_tok, y, ldy);
     case PackLayout::kQ8Min: return q8_packed_scalar<PackLayout::kQ8Min>(group, nb, n_rows, acts, n_tok, y, ldy);
     case PackLayout::kQ8Half: return q8_packed_scalar<PackLayout::kQ8Half>(group, nb, n_rows, acts, n_tok, y, ldy);
     case PackLayout::kQ8HalfMin:
@@ -208,6 +290,7 @@ void quantize_q8(const float* x, size_t n, BlockQ8* out) {
     lo = _mm_add_epi32(lo, _mm_shuffle_epi32(lo, 0xb1));
     out[b].sum_lo = _mm_cvtsi128_si32(lo);
     out[b].d = _cvtsh_ss(_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT));
+    out[b].ds = out[b].d * float(sum);
     out[b].s = _cvtsh_ss(_cvtss_sh(d * float(sum), _MM_FROUND_TO_NEAREST_INT));
   }
 }
@@ -273,7 +356,7 @@ struct TileDot {
     // that exist only repacked run the packed layouts' scalar kernels.
     const bool packed = !w.packed.empty() && (isa >= Isa::kAvx2 || only_repacked(w.type));
     const PackLayout layout = pack_layout(w.type);
-    const size_t group = size_t(r0 / kPackRows) * nb * size_t(pack_block_words(layout));
+    const size_t group = size_t(r0 / kPackRows) * pack_group_words(layout, nb);
     if (packed && layout != PackLayout::kQ4)  // kRowTile == kPackRows: a tile is one group
       (isa == Isa::kAvx512 ? qdot16q8_avx512 : isa == Isa::kAvx2 ? qdot16q8_avx2 : qdot16q8_scalar)(
           layout, w.packed.data() + group, nb, nr, acts, nt, y, ldy);

@@ -3,9 +3,11 @@
 // products are integer dot products (AVX-512 VNNI or AVX2), the scheme of
 // llama.cpp's legacy types, so that results agree with it to rounding.
 // Quantized weights are repacked exactly at load into 16-row layouts (see
-// PackLayout): Q4_0/Q4_1/Q4_K into nibbles, the others into bytes with one
-// scale per block of 32 or per half of 16 (Q6_K, Q3_K, Q2_K); Q4_0, Q4_1 and
-// Q8_0 also have a kernel on the file's layout, used without AVX2. Float
+// model/pack_layout.h): Q4_0/Q4_1 into nibbles; Q4_K/Q5_K/Q6_K into nibbles
+// and high-bit planes under the file's factored scales (within 4% of the
+// file's bytes: decode reads little more than the file); the others into
+// bytes with one scale per block of 32 or per half of 16 (Q3_K, Q2_K). Q4_0,
+// Q4_1 and Q8_0 also have a kernel on the file's layout, used without AVX2. Float
 // weights (F32, F16, BF16) are widened to fp32 once at load. Multithreaded
 // over output rows.
 #pragma once
@@ -14,9 +16,15 @@
 #include <span>
 #include <vector>
 
+#include "base/huge_pages.h"
 #include "model/ggml_types.h"
+#include "model/pack_layout.h"
 
 namespace cs {
+
+// Repacked weights: on huge pages where large (base/huge_pages.h), as a
+// decode step streams them all.
+using PackedWords = std::vector<uint32_t, HugePageAllocator<uint32_t>>;
 
 // A rows x cols weight matrix, row-major (GGUF ne[0] = cols).
 struct Weight {
@@ -25,15 +33,12 @@ struct Weight {
   int64_t cols = 0;
   const uint8_t* data = nullptr;
   size_t row_bytes = 0;
-  std::vector<float> owned;  // fp32 copy when the file's type is a plain float
+  std::vector<float, HugePageAllocator<float>> owned;  // fp32 copy when the file's type is a plain float
   // Repacked for the 16-row kernels (pack_layout; Q4_0/Q4_1/Q8_0 only on
-  // AVX2 and AVX-512 CPUs): groups of 16 rows; per block, the rows' fp32
-  // scales and minimums, then the values, where 32-bit lane r of vector k
-  // holds row r's: in the Q4 layout elements 8k..8k+3 (low nibbles) and
-  // 8k+4..8k+7 (high nibbles), in the Q8 layouts elements 4k..4k+3. One
-  // vpdpbusd then advances 16 rows by 4 elements (AVX2: vpmaddubsw per 8
-  // rows), and scales are vectors.
-  std::vector<uint32_t> packed;
+  // AVX2 and AVX-512 CPUs): groups of 16 rows, laid out as
+  // model/pack_layout.h describes. One vpdpbusd advances 16 rows by 4
+  // values (AVX2: vpmaddubsw per 8 rows), and scales are vectors.
+  PackedWords packed;
 };
 
 
@@ -87,7 +92,7 @@ void qdot_scalar(GgmlType, const uint8_t*, size_t, int, const BlockQ8*, int, int
 void qdot_avx2(GgmlType, const uint8_t*, size_t, int, const BlockQ8*, int, int, float*, int);
 void qdot_avx512(GgmlType, const uint8_t*, size_t, int, const BlockQ8*, int, int, float*, int);
 // The repacked kernels: one group of 16 rows (n_rows of them real); qdot16
-// reads the Q4 layout, qdot16q8 the Q8 layouts.
+// reads the Q4 layout, qdot16q8 every other layout (the Q8 and K layouts).
 void qdot16_avx2(const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok, float* y, int ldy);
 void qdot16q8_avx2(PackLayout layout, const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok,
                    float* y, int ldy);
@@ -109,6 +114,6 @@ inline bool only_repacked(GgmlType type) { return !widened_at_load(type) && !fil
 // The layout a quantized type repacks into.
 PackLayout pack_layout(GgmlType type);
 // Weight::packed from rows of any quantized type, through block32().
-std::vector<uint32_t> pack_block32_rows(GgmlType type, const uint8_t* data, int64_t rows, int64_t cols);
+PackedWords pack_block32_rows(GgmlType type, const uint8_t* data, int64_t rows, int64_t cols);
 
 }  // namespace cs

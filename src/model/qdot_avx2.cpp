@@ -105,6 +105,70 @@ void q8x8(const uint32_t* group, int half, int nb, int n_rows, const cs::BlockQ8
   store_rows(acc, T, n_rows, y, ldy);
 }
 
+template <int kPlanes, bool kHigh>
+inline __m256i with_plane(__m256i nib, const __m256i* planes, int k) {
+  if (kPlanes == 0) return nib;
+  const __m256i p = planes[kPlanes == 1 ? 0 : k / 2];
+  const int sh = plane_shift<kPlanes, kHigh>(k);
+  const __m256i moved = sh >= 0 ? _mm256_slli_epi16(p, sh) : _mm256_srli_epi16(p, -sh);
+  return _mm256_or_si256(nib, _mm256_and_si256(moved, _mm256_set1_epi8(plane_mask(kPlanes))));
+}
+
+// Eight of the row factors of a K layout block (int8 at byte offset `at`) as floats.
+inline __m256 factors8(const uint32_t* w, int at) {
+  return _mm256_cvtepi32_ps(
+      _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(reinterpret_cast<const uint8_t*>(w) + at))));
+}
+
+// The K layouts (L), as the AVX-512 kernel reads them. A value is at most
+// 63, so a vpmaddubsw pair is at most 2 x 63 x 127 and the low and high
+// nibbles' pairs together 32004 < 2^15: one vpmaddwd per vector k.
+template <cs::PackLayout L, int T>
+void kx8(const uint32_t* group, int half, int nb, int n_rows, const cs::BlockQ8* acts, float* y, int ldy) {
+  constexpr cs::KLayout kl = cs::k_layout(L);
+  constexpr int kHalves = kl.half_scales ? 2 : 1;
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  const __m256i low = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+  for (int b = 0; b < nb; ++b) {
+    const uint32_t* sup = group + size_t(b / 8) * cs::k_super_words(L);
+    const uint32_t* w = sup + cs::k_header_words(L) + (b % 8) * cs::k_block_words(L);
+    const __m256 d = _mm256_loadu_ps(reinterpret_cast<const float*>(sup + 8 * half));
+    __m256 scale[2], mins;
+    for (int h = 0; h < kHalves; ++h) scale[h] = _mm256_mul_ps(d, factors8(w, 16 * h + 8 * half));
+    if (kl.mins) mins = _mm256_mul_ps(_mm256_loadu_ps(reinterpret_cast<const float*>(sup + 16 + 8 * half)),
+                                      factors8(w, 16 + 8 * half));
+    __m256i planes[2];
+    for (int p = 0; p < kl.planes; ++p)
+      planes[p] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 72 + 16 * p + 8 * half));
+    __m256i isum[T][kHalves];
+    for (int t = 0; t < T; ++t) {
+      const HalfSums hs = half_sums<kHalves>(acts[size_t(t) * nb + b]);
+      for (int h = 0; h < kHalves; ++h) isum[t][h] = _mm256_set1_epi32(-kl.offset * hs.sum[h]);
+    }
+    for (int k = 0; k < 4; ++k) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 8 + 16 * k + 8 * half));
+      const __m256i lo = with_plane<kl.planes, false>(_mm256_and_si256(v, low), planes, k);
+      const __m256i hi = with_plane<kl.planes, true>(_mm256_and_si256(_mm256_srli_epi16(v, 4), low), planes, k);
+      for (int t = 0; t < T; ++t) {
+        const ActWords x = act_words(acts[size_t(t) * nb + b], k);
+        const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_set1_epi32(x.lo)),
+                                             _mm256_maddubs_epi16(hi, _mm256_set1_epi32(x.hi)));
+        __m256i& s = isum[t][k * kHalves / 4];
+        s = _mm256_add_epi32(s, _mm256_madd_epi16(s16, ones));
+      }
+    }
+    for (int t = 0; t < T; ++t) {
+      const cs::BlockQ8& a = acts[size_t(t) * nb + b];
+      const __m256 ad = _mm256_set1_ps(a.d);
+      for (int h = 0; h < kHalves; ++h)
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t][h]), _mm256_mul_ps(scale[h], ad), acc[t]);
+      if (kl.mins) acc[t] = _mm256_fmadd_ps(mins, _mm256_set1_ps(min_weights<L>(a).s[0]), acc[t]);
+    }
+  }
+  store_rows(acc, T, n_rows, y, ldy);
+}
+
 // A 16-row group: each 8-row half over the tokens, four at a time.
 template <template <int> class K>
 void over_group(const uint32_t* group, int nb, int n_rows, const cs::BlockQ8* acts, int n_tok, float* y, int ldy) {
@@ -127,12 +191,16 @@ struct Q4K {
     q4x8<T>(g, h, nb, nr, a, y, ldy);
   }
 };
+// The kernel of layout L (a Q8 or a K layout) with T tokens.
 template <cs::PackLayout L>
-struct Q8 {
+struct Layout {
   template <int T>
   struct K {
     static void run(const uint32_t* g, int h, int nb, int nr, const cs::BlockQ8* a, float* y, int ldy) {
-      q8x8<L, T>(g, h, nb, nr, a, y, ldy);
+      if constexpr (cs::is_k_layout(L))
+        kx8<L, T>(g, h, nb, nr, a, y, ldy);
+      else
+        q8x8<L, T>(g, h, nb, nr, a, y, ldy);
     }
   };
 };
@@ -146,11 +214,14 @@ void qdot16_avx2(const uint32_t* group, int nb, int n_rows, const BlockQ8* acts,
 void qdot16q8_avx2(PackLayout layout, const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok,
                    float* y, int ldy) {
   switch (layout) {
-    case PackLayout::kQ8Min: return over_group<Q8<PackLayout::kQ8Min>::K>(group, nb, n_rows, acts, n_tok, y, ldy);
-    case PackLayout::kQ8Half: return over_group<Q8<PackLayout::kQ8Half>::K>(group, nb, n_rows, acts, n_tok, y, ldy);
+    case PackLayout::kQ4K: return over_group<Layout<PackLayout::kQ4K>::K>(group, nb, n_rows, acts, n_tok, y, ldy);
+    case PackLayout::kQ5K: return over_group<Layout<PackLayout::kQ5K>::K>(group, nb, n_rows, acts, n_tok, y, ldy);
+    case PackLayout::kQ6K: return over_group<Layout<PackLayout::kQ6K>::K>(group, nb, n_rows, acts, n_tok, y, ldy);
+    case PackLayout::kQ8Min: return over_group<Layout<PackLayout::kQ8Min>::K>(group, nb, n_rows, acts, n_tok, y, ldy);
+    case PackLayout::kQ8Half: return over_group<Layout<PackLayout::kQ8Half>::K>(group, nb, n_rows, acts, n_tok, y, ldy);
     case PackLayout::kQ8HalfMin:
-      return over_group<Q8<PackLayout::kQ8HalfMin>::K>(group, nb, n_rows, acts, n_tok, y, ldy);
-    default: return over_group<Q8<PackLayout::kQ8>::K>(group, nb, n_rows, acts, n_tok, y, ldy);
+      return over_group<Layout<PackLayout::kQ8HalfMin>::K>(group, nb, n_rows, acts, n_tok, y, ldy);
+    default: return over_group<Layout<PackLayout::kQ8>::K>(group, nb, n_rows, acts, n_tok, y, ldy);
   }
 }
 

@@ -93,7 +93,69 @@ void q8x16(const uint32_t* group, int nb, int n_rows, const cs::BlockQ8* acts, f
   for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + size_t(t) * ldy, rows, acc[t]);
 }
 
-// Runs K (a q4x16 or q8x16 instantiation) over tokens four at a time.
+template <int kPlanes, bool kHigh>
+inline __m512i with_plane(__m512i nib, const __m512i* planes, int k) {
+  if (kPlanes == 0) return nib;
+  const __m512i p = planes[kPlanes == 1 ? 0 : k / 2];
+  const int sh = plane_shift<kPlanes, kHigh>(k);
+  const __m512i moved = sh > 0 ? _mm512_slli_epi16(p, unsigned(sh)) : sh < 0 ? _mm512_srli_epi16(p, unsigned(-sh)) : p;
+  return _mm512_ternarylogic_epi32(nib, moved, _mm512_set1_epi8(plane_mask(kPlanes)), 0xF8);  // nib | (moved & mask)
+}
+
+// The K layouts (L): per super-block the rows' d (and dmin), per block the
+// scales d * sc as Block32's, exact; values q + offset (nibble and high
+// planes), the offset taken back out of the exact int32 sums as the Q8
+// layouts take 128.
+template <cs::PackLayout L, int T>
+void kx16(const uint32_t* group, int nb, int n_rows, const cs::BlockQ8* acts, float* y, int ldy) {
+  constexpr cs::KLayout kl = cs::k_layout(L);
+  constexpr int kHalves = kl.half_scales ? 2 : 1;
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  const __m512i low = _mm512_set1_epi8(0x0f);
+  for (int b = 0; b < nb; ++b) {
+    const uint32_t* sup = group + size_t(b / 8) * cs::k_super_words(L);
+    const uint32_t* w = sup + cs::k_header_words(L) + (b % 8) * cs::k_block_words(L);
+    const __m512 d = _mm512_loadu_ps(reinterpret_cast<const float*>(sup));
+    __m512 scale[2], mins;
+    for (int h = 0; h < kHalves; ++h)
+      scale[h] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
+                                      reinterpret_cast<const __m128i*>(w + 4 * h)))));
+    if (kl.mins)
+      mins = _mm512_mul_ps(_mm512_loadu_ps(reinterpret_cast<const float*>(sup + 16)),
+                           _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
+                               reinterpret_cast<const __m128i*>(w + 4)))));
+    __m512i planes[2];
+    for (int p = 0; p < kl.planes; ++p) planes[p] = _mm512_loadu_si512(w + 72 + 16 * p);
+    __m512i isum[T][kHalves];
+    for (int t = 0; t < T; ++t) {
+      const HalfSums hs = half_sums<kHalves>(acts[size_t(t) * nb + b]);
+      for (int h = 0; h < kHalves; ++h) isum[t][h] = _mm512_set1_epi32(-kl.offset * hs.sum[h]);
+    }
+    for (int k = 0; k < 4; ++k) {
+      const __m512i v = _mm512_loadu_si512(w + 8 + 16 * k);
+      const __m512i lo = with_plane<kl.planes, false>(_mm512_and_si512(v, low), planes, k);
+      const __m512i hi = with_plane<kl.planes, true>(_mm512_and_si512(_mm512_srli_epi16(v, 4), low), planes, k);
+      for (int t = 0; t < T; ++t) {
+        const ActWords x = act_words(acts[size_t(t) * nb + b], k);
+        __m512i& s = isum[t][k * kHalves / 4];
+        s = _mm512_dpbusd_epi32(s, lo, _mm512_set1_epi32(x.lo));
+        s = _mm512_dpbusd_epi32(s, hi, _mm512_set1_epi32(x.hi));
+      }
+    }
+    for (int t = 0; t < T; ++t) {
+      const cs::BlockQ8& a = acts[size_t(t) * nb + b];
+      const __m512 ad = _mm512_set1_ps(a.d);
+      for (int h = 0; h < kHalves; ++h)
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t][h]), _mm512_mul_ps(scale[h], ad), acc[t]);
+      if (kl.mins) acc[t] = _mm512_fmadd_ps(mins, _mm512_set1_ps(min_weights<L>(a).s[0]), acc[t]);
+    }
+  }
+  const __mmask16 rows = __mmask16((1u << n_rows) - 1);
+  for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + size_t(t) * ldy, rows, acc[t]);
+}
+
+// Runs K (a q4x16, q8x16 or kx16 instantiation) over tokens four at a time.
 template <template <int> class K>
 void over_tokens(const uint32_t* group, int nb, int n_rows, const cs::BlockQ8* acts, int n_tok, float* y,
                  int ldy) {
@@ -110,12 +172,16 @@ template <int T>
 struct Q4K {
   static void run(const uint32_t* g, int nb, int nr, const cs::BlockQ8* a, float* y, int ldy) { q4x16<T>(g, nb, nr, a, y, ldy); }
 };
+// The kernel of layout L (a Q8 or a K layout) with T tokens.
 template <cs::PackLayout L>
-struct Q8 {
+struct Layout {
   template <int T>
   struct K {
     static void run(const uint32_t* g, int nb, int nr, const cs::BlockQ8* a, float* y, int ldy) {
-      q8x16<L, T>(g, nb, nr, a, y, ldy);
+      if constexpr (cs::is_k_layout(L))
+        kx16<L, T>(g, nb, nr, a, y, ldy);
+      else
+        q8x16<L, T>(g, nb, nr, a, y, ldy);
     }
   };
 };
@@ -126,11 +192,14 @@ namespace cs {
 void qdot16q8_avx512(PackLayout layout, const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok,
                      float* y, int ldy) {
   switch (layout) {
-    case PackLayout::kQ8Min: return over_tokens<Q8<PackLayout::kQ8Min>::K>(group, nb, n_rows, acts, n_tok, y, ldy);
-    case PackLayout::kQ8Half: return over_tokens<Q8<PackLayout::kQ8Half>::K>(group, nb, n_rows, acts, n_tok, y, ldy);
+    case PackLayout::kQ4K: return over_tokens<Layout<PackLayout::kQ4K>::K>(group, nb, n_rows, acts, n_tok, y, ldy);
+    case PackLayout::kQ5K: return over_tokens<Layout<PackLayout::kQ5K>::K>(group, nb, n_rows, acts, n_tok, y, ldy);
+    case PackLayout::kQ6K: return over_tokens<Layout<PackLayout::kQ6K>::K>(group, nb, n_rows, acts, n_tok, y, ldy);
+    case PackLayout::kQ8Min: return over_tokens<Layout<PackLayout::kQ8Min>::K>(group, nb, n_rows, acts, n_tok, y, ldy);
+    case PackLayout::kQ8Half: return over_tokens<Layout<PackLayout::kQ8Half>::K>(group, nb, n_rows, acts, n_tok, y, ldy);
     case PackLayout::kQ8HalfMin:
-      return over_tokens<Q8<PackLayout::kQ8HalfMin>::K>(group, nb, n_rows, acts, n_tok, y, ldy);
-    default: return over_tokens<Q8<PackLayout::kQ8>::K>(group, nb, n_rows, acts, n_tok, y, ldy);
+      return over_tokens<Layout<PackLayout::kQ8HalfMin>::K>(group, nb, n_rows, acts, n_tok, y, ldy);
+    default: return over_tokens<Layout<PackLayout::kQ8>::K>(group, nb, n_rows, acts, n_tok, y, ldy);
   }
 }
 

@@ -10,6 +10,7 @@
 #include <immintrin.h>
 
 #include "model/ggml_types.h"
+#include "model/pack_layout.h"
 
 namespace {
 
@@ -48,6 +49,17 @@ inline HalfSums half_sums(const BlockQ8& a) {
   if (kHalves == 1) return {{a.sum, 0}};
   return {{a.sum_lo, a.sum - a.sum_lo}};
 }
+
+// A K layout's value bytes from one nibble vector and its high plane
+// (KLayout): vector k's low (lo) or high nibbles with their high bits moved
+// to bit 4 (and 5). Shifts run on 16-bit lanes; the mask keeps only bits
+// that came from the same byte.
+template <int kPlanes, bool kHigh>
+constexpr int plane_shift(int k) {
+  if (kPlanes == 1) return 4 - (2 * k + (kHigh ? 1 : 0));
+  return 4 - (4 * (k % 2) + (kHigh ? 2 : 0));
+}
+constexpr char plane_mask(int planes) { return planes == 1 ? 0x10 : 0x30; }
 
 inline float hsum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
