@@ -155,18 +155,25 @@ void kx16(const uint32_t* group, int nb, int n_rows, const cs::BlockQ8* acts, fl
   for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + size_t(t) * ldy, rows, acc[t]);
 }
 
-// Runs K (a q4x16, q8x16 or kx16 instantiation) over tokens four at a time.
-template <template <int> class K>
+// The last n (< N) tokens, by the instantiation for n.
+template <template <int> class K, int N>
+void tail_tokens(int n, const uint32_t* group, int nb, int n_rows, const cs::BlockQ8* acts, float* y, int ldy) {
+  if constexpr (N > 1) {
+    if (n == N - 1) return K<N - 1>::run(group, nb, n_rows, acts, y, ldy);
+    tail_tokens<K, N - 1>(n, group, nb, n_rows, acts, y, ldy);
+  }
+}
+
+// Runs K (a q4x16, q8x16 or kx16 instantiation) over tokens kTile at a time:
+// each unpacked weight vector serves kTile tokens, as many as the
+// accumulators and the unpacking's registers leave room for.
+template <template <int> class K, int kTile = 4>
 void over_tokens(const uint32_t* group, int nb, int n_rows, const cs::BlockQ8* acts, int n_tok, float* y,
                  int ldy) {
   int t = 0;
-  for (; t + 4 <= n_tok; t += 4) K<4>::run(group, nb, n_rows, acts + size_t(t) * nb, y + size_t(t) * ldy, ldy);
-  switch (n_tok - t) {
-    case 3: K<3>::run(group, nb, n_rows, acts + size_t(t) * nb, y + size_t(t) * ldy, ldy); break;
-    case 2: K<2>::run(group, nb, n_rows, acts + size_t(t) * nb, y + size_t(t) * ldy, ldy); break;
-    case 1: K<1>::run(group, nb, n_rows, acts + size_t(t) * nb, y + size_t(t) * ldy, ldy); break;
-    default: break;
-  }
+  for (; t + kTile <= n_tok; t += kTile)
+    K<kTile>::run(group, nb, n_rows, acts + size_t(t) * nb, y + size_t(t) * ldy, ldy);
+  tail_tokens<K, kTile>(n_tok - t, group, nb, n_rows, acts + size_t(t) * nb, y + size_t(t) * ldy, ldy);
 }
 template <int T>
 struct Q4K {
@@ -192,9 +199,9 @@ namespace cs {
 void qdot16q8_avx512(PackLayout layout, const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok,
                      float* y, int ldy) {
   switch (layout) {
-    case PackLayout::kQ4K: return over_tokens<Layout<PackLayout::kQ4K>::K>(group, nb, n_rows, acts, n_tok, y, ldy);
-    case PackLayout::kQ5K: return over_tokens<Layout<PackLayout::kQ5K>::K>(group, nb, n_rows, acts, n_tok, y, ldy);
-    case PackLayout::kQ6K: return over_tokens<Layout<PackLayout::kQ6K>::K>(group, nb, n_rows, acts, n_tok, y, ldy);
+    case PackLayout::kQ4K: return over_tokens<Layout<PackLayout::kQ4K>::K, 8>(group, nb, n_rows, acts, n_tok, y, ldy);
+    case PackLayout::kQ5K: return over_tokens<Layout<PackLayout::kQ5K>::K, 8>(group, nb, n_rows, acts, n_tok, y, ldy);
+    case PackLayout::kQ6K: return over_tokens<Layout<PackLayout::kQ6K>::K, 6>(group, nb, n_rows, acts, n_tok, y, ldy);
     case PackLayout::kQ8Min: return over_tokens<Layout<PackLayout::kQ8Min>::K>(group, nb, n_rows, acts, n_tok, y, ldy);
     case PackLayout::kQ8Half: return over_tokens<Layout<PackLayout::kQ8Half>::K>(group, nb, n_rows, acts, n_tok, y, ldy);
     case PackLayout::kQ8HalfMin:
