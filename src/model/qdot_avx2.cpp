@@ -40,6 +40,7 @@ void q4x8(const uint32_t* group, int half, int nb, int n_rows, const cs::BlockQ8
   const __m256i low = _mm256_set1_epi8(0x0f);
   for (int b = 0; b < nb; ++b) {
     const uint32_t* w = group + size_t(b) * cs::kPackBlockWords + 8 * half;
+    prefetch_ahead(w, cs::kPackBlockWords);
     __m256i s16[T];
     for (int t = 0; t < T; ++t) s16[t] = _mm256_setzero_si256();
     for (int k = 0; k < 4; ++k) {
@@ -75,6 +76,7 @@ void q8x8(const uint32_t* group, int half, int nb, int n_rows, const cs::BlockQ8
   const __m256i bias = _mm256_set1_epi8(char(0x80)), ones = _mm256_set1_epi16(1);
   for (int b = 0; b < nb; ++b) {
     const uint32_t* w = group + size_t(b) * cs::pack_block_words(L) + 8 * half;
+    prefetch_ahead(w, cs::pack_block_words(L));
     __m256i isum[T][kHalves];
     for (int t = 0; t < T; ++t)
       for (int h = 0; h < kHalves; ++h) isum[t][h] = _mm256_setzero_si256();
@@ -133,6 +135,7 @@ void kx8(const uint32_t* group, int half, int nb, int n_rows, const cs::BlockQ8*
   for (int b = 0; b < nb; ++b) {
     const uint32_t* sup = group + size_t(b / 8) * cs::k_super_words(L);
     const uint32_t* w = sup + cs::k_header_words(L) + (b % 8) * cs::k_block_words(L);
+    prefetch_ahead(w, cs::k_block_words(L));
     const __m256 d = _mm256_loadu_ps(reinterpret_cast<const float*>(sup + 8 * half));
     __m256 scale[2], mins;
     for (int h = 0; h < kHalves; ++h) scale[h] = _mm256_mul_ps(d, factors8(w, 16 * h + 8 * half));
