@@ -508,12 +508,18 @@ void matmul_refined(const Weight& w, const float* x, int n_tok, float margin, fl
       const int k = h.tile_count[size_t(tile)];
       if (k == 0) continue;
       const int* picked = h.tile_rows.data() + size_t(tile) * size_t(n_tok);
-      acts.resize(size_t(k) * nb);
-      for (int i = 0; i < k; ++i)
-        std::copy_n(h.level2.data() + size_t(picked[i]) * nb, nb, acts.data() + size_t(i) * nb);
+      // Every row selected (where logits are flat, most tiles): level two as
+      // it is; otherwise the selected rows gathered.
+      const BlockQ8* level2 = h.level2.data();
+      if (k < n_tok) {
+        acts.resize(size_t(k) * nb);
+        for (int i = 0; i < k; ++i)
+          std::copy_n(h.level2.data() + size_t(picked[i]) * nb, nb, acts.data() + size_t(i) * nb);
+        level2 = acts.data();
+      }
       part.resize(size_t(k) * kRowTile);
       const size_t r0 = size_t(tile) * kRowTile, nr = std::min<size_t>(kRowTile, rows - r0);
-      dot(w, int64_t(r0), acts.data(), nb, k, part.data(), kRowTile);
+      dot(w, int64_t(r0), level2, nb, k, part.data(), kRowTile);
       for (int i = 0; i < k; ++i)
         for (size_t r = 0; r < nr; ++r) y[size_t(picked[i]) * rows + r0 + r] += part[size_t(i) * kRowTile + r];
     }
