@@ -10,28 +10,22 @@
 #include <utility>
 
 #include "base/error.h"
+#include "base/fd.h"
 
 namespace cs {
 
 MappedFile::MappedFile(const std::string& path) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Error(path + ": cannot open: " + std::strerror(errno));
+  // Closed on every way out; the mapping keeps the file alive.
+  const Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) throw Error(path + ": cannot open: " + std::strerror(errno));
   struct stat st{};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw Error(path + ": not a regular file");
-  }
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) throw Error(path + ": not a regular file");
   size_ = size_t(st.st_size);
   if (size_ > 0) {
-    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
-      const int e = errno;
-      ::close(fd);
-      throw Error(path + ": cannot map: " + std::strerror(e));
-    }
+    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+    if (p == MAP_FAILED) throw Error(path + ": cannot map: " + std::strerror(errno));
     data_ = static_cast<const uint8_t*>(p);
   }
-  ::close(fd);  // the mapping keeps the file alive
 }
 
 MappedFile::MappedFile(MappedFile&& o) noexcept

@@ -119,6 +119,9 @@ struct Server::Impl {
   void metrics(const HttpRequest&, HttpResponse&, HttpExchange&, Outcome&);
   void pml_prompt(ApiRequest& r);
   void log(const std::string& route, int status, const std::string& id, const Result* r);
+  // The label a path is logged and counted under: a route's name, or
+  // "(other)", so that no request can add labels to /metrics at will.
+  std::string route_name(const std::string& path) const;
 
   Engine& engine;
   ServerOptions opt;
@@ -130,6 +133,8 @@ struct Server::Impl {
   // State below is protected by `mu`: the counts and the log's lines.
   std::mutex mu;
   HttpCounts http_counts;
+  // The routes' paths (prefix routes' with a trailing flag), set before serving.
+  std::vector<std::pair<std::string, bool>> known;
 };
 
 void Server::Impl::log(const std::string& route, int status, const std::string& id, const Result* r) {
@@ -159,7 +164,14 @@ void Server::Impl::log(const std::string& route, int status, const std::string& 
 
 // Every route's response is logged and counted under its route's name;
 // client mistakes are ApiErrors (4xx), anything else a logged 500.
+std::string Server::Impl::route_name(const std::string& path) const {
+  for (const auto& [p, prefix] : known)
+    if (prefix ? path.starts_with(p) : path == p) return prefix ? p + "{name}" : p;
+  return "(other)";
+}
+
 void Server::Impl::add(const char* method, const std::string& path, RouteFn fn, bool prefix) {
+  known.emplace_back(path, prefix);
   const std::string name = prefix ? path + "{name}" : path;
   http.route(method, path, [this, fn = std::move(fn), name](const HttpRequest& req, HttpResponse& res, HttpExchange& ex) {
     Outcome o;
@@ -180,12 +192,12 @@ bool Server::Impl::before(const HttpRequest& req, HttpResponse& res) {
   if (!key_digest.empty() && !is_key(req.header("Authorization"), key_digest)) {
     reply_error(res, {401, "missing or wrong API key (Authorization: Bearer KEY)", "invalid_request_error", "",
                       "invalid_api_key"});
-    log(req.path.starts_with("/v1/") ? req.path : "(other)", 401, "", nullptr);
+    log(route_name(req.path), 401, "", nullptr);
     return true;
   }
   if (draining && req.path.starts_with("/v1/")) {
     reply_error(res, {503, "the server is shutting down", "server_error", "", "shutting_down"});
-    log(req.path, 503, "", nullptr);
+    log(route_name(req.path), 503, "", nullptr);
     return true;
   }
   return false;
@@ -200,7 +212,7 @@ HttpResponse Server::Impl::transport_error(const HttpRequest* req, int status, c
   if (status == 431) code = "headers_too_large";
   if (status == 408) code = "request_timeout";
   reply_error(res, {status, message, status >= 500 ? "server_error" : "invalid_request_error", "", code});
-  log(req && status == 405 ? req->path : "(other)", status, "", nullptr);
+  log(req ? route_name(req->path) : "(other)", status, "", nullptr);
   return res;
 }
 

@@ -378,6 +378,15 @@ class Limits(unittest.TestCase):
             ok = openai.OpenAI(base_url=s.url + "/v1", api_key="sekret", max_retries=0)
             self.assertEqual(len(ok.completions.create(model=MODEL_ID, prompt="hi", max_tokens=2).choices), 1)
             self.assertEqual(raw(s.url, "GET", "/health")[0], 200)  # probes need no key
+            # Refused paths are counted under their route or "(other)", never
+            # under the path sent: no client can add labels to /metrics.
+            for path in ("/v1/made-up-1", "/v1/made-up-2", "/v1/schemas/made-up-3"):
+                self.assertEqual(raw(s.url, "GET", path)[0], 401)
+            text = raw(s.url, "GET", "/metrics", headers={"Authorization": "Bearer sekret"})[2]
+            self.assertNotIn("made-up", text)
+            self.assertIn('route="(other)",code="401"} 2', text)
+            self.assertIn('route="/v1/schemas/{name}",code="401"} 1', text)
+            self.assertIn('route="/v1/completions",code="401"} 2', text)
         finally:
             self.assertEqual(s.stop(), 0)
 
