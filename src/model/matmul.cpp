@@ -50,9 +50,26 @@ void fill_q8(PackLayout layout, uint32_t* w, int lane, const Block32& blk) {
   }
 }
 
-// The K layouts (Q4_K, Q5_K, Q6_K): for every row and super-block the
-// header's d (and negated dmin), and per block the int8 factors, the low
-// nibbles and the high planes of q + offset (see KLayout).
+// One row's block of a K layout (the block's words w, the row's lane): the
+// int8 factors, the low nibbles and the high planes of q + offset (KLayout).
+void fill_k(const KLayout& kl, uint32_t* w, int lane, const Block32& blk, const BlockScales& bs) {
+  auto* factors = reinterpret_cast<int8_t*>(w);
+  factors[lane] = bs.sc[0];
+  factors[16 + lane] = kl.half_scales ? bs.sc[1] : bs.mn[0];
+  int q[32];
+  for (int i = 0; i < 32; ++i) q[i] = blk.q[i] + kl.offset;
+  for (int k = 0; k < 4; ++k)
+    for (int i = 0; i < 4; ++i) {
+      const int lo = q[8 * k + i], hi = q[8 * k + 4 + i];
+      w[kKNibbles + 16 * k + lane] |= uint32_t((lo & 0xF) | (hi & 0xF) << 4) << (8 * i);
+      if (kl.planes == 1) w[kKPlanes + lane] |= uint32_t(lo >> 4 | (hi >> 4) << 1) << (8 * i + 2 * k);
+      if (kl.planes == 2)
+        w[kKPlanes + 16 * (k / 2) + lane] |= uint32_t(lo >> 4 | (hi >> 4) << 2) << (8 * i + 4 * (k % 2));
+    }
+}
+
+// The K layouts (Q4_K, Q5_K, Q6_K): per group and super-block the rows' d
+// (and negated dmin), then the blocks (fill_k).
 PackedWords pack_k_rows(GgmlType type, const uint8_t* data, int64_t rows, int64_t cols, size_t row_bytes) {
   const PackLayout l = pack_layout(type);
   const KLayout kl = k_layout(l);
@@ -63,28 +80,11 @@ PackedWords pack_k_rows(GgmlType type, const uint8_t* data, int64_t rows, int64_
     const uint8_t* row = data + size_t(r) * row_bytes;
     const int lane = int(r % kPackRows);
     for (int b = 0; b < nb; ++b) {
-      const Block32 blk = block32(type, row, b);
       const BlockScales bs = block_scales(type, row, b);
       uint32_t* sup = out.data() + size_t(r / kPackRows) * pack_group_words(l, nb) + size_t(b / 8) * k_super_words(l);
       std::memcpy(&sup[lane], &bs.d, 4);
       if (kl.mins) std::memcpy(&sup[16 + lane], &bs.dmin, 4);
-      uint32_t* w = sup + k_header_words(l) + (b % 8) * k_block_words(l);
-      auto* factors = reinterpret_cast<int8_t*>(w);
-      factors[lane] = bs.sc[0];
-      factors[16 + lane] = kl.half_scales ? bs.sc[1] : bs.mn[0];
-      int q[32];
-      for (int i = 0; i < 32; ++i) q[i] = blk.q[i] + kl.offset;
-      for (int k = 0; k < 4; ++k) {
-        uint32_t word = 0;
-        for (int i = 0; i < 4; ++i) word |= uint32_t((q[8 * k + i] & 0xF) | (q[8 * k + 4 + i] & 0xF) << 4) << (8 * i);
-        w[8 + 16 * k + lane] = word;
-      }
-      for (int k = 0; k < 4; ++k)
-        for (int i = 0; i < 4; ++i) {
-          const int lo = q[8 * k + i] >> 4, hi = q[8 * k + 4 + i] >> 4;
-          if (kl.planes == 1) w[72 + lane] |= uint32_t(lo | hi << 1) << (8 * i + 2 * k);
-          if (kl.planes == 2) w[72 + 16 * (k / 2) + lane] |= uint32_t(lo | hi << 2) << (8 * i + 4 * (k % 2));
-        }
+      fill_k(kl, sup + k_header_words(l) + (b % 8) * k_block_words(l), lane, block32(type, row, b), bs);
     }
   }
   return out;
@@ -138,14 +138,14 @@ void k_packed_scalar(const uint32_t* group, int nb, int n_rows, const BlockQ8* a
         int isum[2] = {-kl.offset * (kHalves == 2 ? a.sum_lo : a.sum), -kl.offset * (a.sum - a.sum_lo)};
         for (int k = 0; k < 4; ++k)
           for (int i = 0; i < 4; ++i) {
-            const int byte = int(w[8 + 16 * k + r] >> (8 * i)) & 0xff;
+            const int byte = int(w[kKNibbles + 16 * k + r] >> (8 * i)) & 0xff;
             int lo = byte & 0xf, hi = byte >> 4;
             if (kl.planes == 1) {
-              const int bits = int(w[72 + r] >> (8 * i + 2 * k)) & 3;
+              const int bits = int(w[kKPlanes + r] >> (8 * i + 2 * k)) & 3;
               lo |= (bits & 1) << 4, hi |= (bits >> 1) << 4;
             }
             if (kl.planes == 2) {
-              const int bits = int(w[72 + 16 * (k / 2) + r] >> (8 * i + 4 * (k % 2))) & 15;
+              const int bits = int(w[kKPlanes + 16 * (k / 2) + r] >> (8 * i + 4 * (k % 2))) & 15;
               lo |= (bits & 3) << 4, hi |= (bits >> 2) << 4;
             }
             isum[k * kHalves / 4] += lo * a.qs[8 * k + i] + hi * a.qs[8 * k + 4 + i];

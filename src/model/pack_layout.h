@@ -57,7 +57,9 @@ constexpr KLayout k_layout(PackLayout l) {
                                  : KLayout{0, false, true, 0};
 }
 constexpr int k_header_words(PackLayout l) { return k_layout(l).mins ? 32 : 16; }
-constexpr int k_block_words(PackLayout l) { return 8 + 64 + 16 * k_layout(l).planes; }
+// Word offsets within a K layout's block: the factors, the nibbles, the planes.
+constexpr int kKNibbles = 8, kKPlanes = kKNibbles + 64;
+constexpr int k_block_words(PackLayout l) { return kKPlanes + 16 * k_layout(l).planes; }
 constexpr int k_super_words(PackLayout l) { return k_header_words(l) + 8 * k_block_words(l); }
 
 // Words of one group of 16 rows of nb blocks (a K layout's nb is a multiple of 8).

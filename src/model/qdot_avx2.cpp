@@ -143,14 +143,14 @@ void kx8(const uint32_t* group, int half, int nb, int n_rows, const cs::BlockQ8*
                                       factors8(w, 16 + 8 * half));
     __m256i planes[2];
     for (int p = 0; p < kl.planes; ++p)
-      planes[p] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 72 + 16 * p + 8 * half));
+      planes[p] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + cs::kKPlanes + 16 * p + 8 * half));
     __m256i isum[T][kHalves];
     for (int t = 0; t < T; ++t) {
       const HalfSums hs = half_sums<kHalves>(acts[size_t(t) * nb + b]);
       for (int h = 0; h < kHalves; ++h) isum[t][h] = _mm256_set1_epi32(-kl.offset * hs.sum[h]);
     }
     for (int k = 0; k < 4; ++k) {
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 8 + 16 * k + 8 * half));
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + cs::kKNibbles + 16 * k + 8 * half));
       const __m256i lo = with_plane<kl.planes, false>(_mm256_and_si256(v, low), planes, k);
       const __m256i hi = with_plane<kl.planes, true>(_mm256_and_si256(_mm256_srli_epi16(v, 4), low), planes, k);
       for (int t = 0; t < T; ++t) {

@@ -129,14 +129,14 @@ void kx16(const uint32_t* group, int nb, int n_rows, const cs::BlockQ8* acts, fl
                            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
                                reinterpret_cast<const __m128i*>(w + 4)))));
     __m512i planes[2];
-    for (int p = 0; p < kl.planes; ++p) planes[p] = _mm512_loadu_si512(w + 72 + 16 * p);
+    for (int p = 0; p < kl.planes; ++p) planes[p] = _mm512_loadu_si512(w + cs::kKPlanes + 16 * p);
     __m512i isum[T][kHalves];
     for (int t = 0; t < T; ++t) {
       const HalfSums hs = half_sums<kHalves>(acts[size_t(t) * nb + b]);
       for (int h = 0; h < kHalves; ++h) isum[t][h] = _mm512_set1_epi32(-kl.offset * hs.sum[h]);
     }
     for (int k = 0; k < 4; ++k) {
-      const __m512i v = _mm512_loadu_si512(w + 8 + 16 * k);
+      const __m512i v = _mm512_loadu_si512(w + cs::kKNibbles + 16 * k);
       const __m512i lo = with_plane<kl.planes, false>(_mm512_and_si512(v, low), planes, k);
       const __m512i hi = with_plane<kl.planes, true>(_mm512_and_si512(_mm512_srli_epi16(v, 4), low), planes, k);
       for (int t = 0; t < T; ++t) {
