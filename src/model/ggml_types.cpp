@@ -190,25 +190,23 @@ void block32_k(GgmlType type, const uint8_t* row, int b, Block32& out) {
   switch (type) {
     case GgmlType::Q4_K:
     case GgmlType::Q5_K: {
+      // The maps from the file's factors (block_scales): d * sc, and the
+      // minimum dmin * m negated, as dequantize_q45 computes them, exactly.
+      const BlockScales bs = block_scales(type, row, b);
+      same_halves(out, bs.d * float(bs.sc[0]), bs.dmin * float(bs.mn[0]));
       const bool q5 = type == GgmlType::Q5_K;
-      const BlockQ4_K* k4 = reinterpret_cast<const BlockQ4_K*>(row) + sb;
-      const BlockQ5_K* k5 = reinterpret_cast<const BlockQ5_K*>(row) + sb;
-      const uint8_t* scales = q5 ? k5->scales : k4->scales;
-      const uint8_t* qs = q5 ? k5->qs : k4->qs;
-      int sc, m;
-      scale_min_k4(scales, j, sc, m);
-      same_halves(out, f16_to_f32(q5 ? k5->d : k4->d) * float(sc), -(f16_to_f32(q5 ? k5->dmin : k4->dmin) * float(m)));
+      const uint8_t* qs = q5 ? reinterpret_cast<const BlockQ5_K*>(row)[sb].qs : reinterpret_cast<const BlockQ4_K*>(row)[sb].qs;
       for (int i = 0; i < 32; ++i) {
         int q = (qs[(j / 2) * 32 + i] >> (4 * (j % 2))) & 0xF;
-        if (q5) q |= ((k5->qh[i] >> j) & 1) << 4;
+        if (q5) q |= ((reinterpret_cast<const BlockQ5_K*>(row)[sb].qh[i] >> j) & 1) << 4;
         out.q[i] = int8_t(q);
       }
       return;
     }
     case GgmlType::Q6_K: {
-      const BlockQ6_K& k = reinterpret_cast<const BlockQ6_K*>(row)[sb];
-      for (int h = 0; h < 2; ++h) out.d[h] = f16_to_f32(k.d) * float(k.scales[2 * j + h]), out.m[h] = 0.0f;
-      for (int i = 0; i < 32; ++i) out.q[i] = int8_t(q6k(k, 32 * j + i));
+      const BlockScales bs = block_scales(type, row, b);
+      for (int h = 0; h < 2; ++h) out.d[h] = bs.d * float(bs.sc[h]), out.m[h] = 0.0f;
+      for (int i = 0; i < 32; ++i) out.q[i] = int8_t(q6k(reinterpret_cast<const BlockQ6_K*>(row)[sb], 32 * j + i));
       return;
     }
     case GgmlType::Q3_K: {

@@ -29,14 +29,22 @@ PackedWords pack_rows(int64_t rows, int64_t cols, int block_words, Fill fill) {
 // Fills one row's block of a repacked group from 32 integers and their
 // affine maps: the Q4 layout (q 0..15, scale and minimum) or a Q8 layout
 // (scales and minimums per block or per half, then q + 128 as bytes).
+// The low nibbles of 32 values into a lane of 4 nibble vectors (the Q4 and
+// K layouts' order: vector k holds values 8k..8k+3 low, 8k+4..8k+7 high).
+void put_nibbles(uint32_t* nibbles, int lane, const int* q) {
+  for (int k = 0; k < 4; ++k) {
+    uint32_t word = 0;
+    for (int i = 0; i < 4; ++i) word |= uint32_t((q[8 * k + i] & 0xF) | (q[8 * k + 4 + i] & 0xF) << 4) << (8 * i);
+    nibbles[16 * k + lane] = word;
+  }
+}
+
 void fill_q4(uint32_t* w, int lane, const Block32& blk) {
   std::memcpy(&w[lane], &blk.d[0], 4);
   std::memcpy(&w[16 + lane], &blk.m[0], 4);
-  for (int k = 0; k < 4; ++k) {
-    uint32_t word = 0;
-    for (int i = 0; i < 4; ++i) word |= uint32_t(blk.q[8 * k + i] | blk.q[8 * k + 4 + i] << 4) << (8 * i);
-    w[32 + k * 16 + lane] = word;
-  }
+  int q[32];
+  std::copy_n(blk.q, 32, q);
+  put_nibbles(w + 32, lane, q);
 }
 
 void fill_q8(PackLayout layout, uint32_t* w, int lane, const Block32& blk) {
@@ -58,10 +66,10 @@ void fill_k(const KLayout& kl, uint32_t* w, int lane, const Block32& blk, const 
   factors[16 + lane] = kl.half_scales ? bs.sc[1] : bs.mn[0];
   int q[32];
   for (int i = 0; i < 32; ++i) q[i] = blk.q[i] + kl.offset;
+  put_nibbles(w + kKNibbles, lane, q);
   for (int k = 0; k < 4; ++k)
     for (int i = 0; i < 4; ++i) {
       const int lo = q[8 * k + i], hi = q[8 * k + 4 + i];
-      w[kKNibbles + 16 * k + lane] |= uint32_t((lo & 0xF) | (hi & 0xF) << 4) << (8 * i);
       if (kl.planes == 1) w[kKPlanes + lane] |= uint32_t(lo >> 4 | (hi >> 4) << 1) << (8 * i + 2 * k);
       if (kl.planes == 2)
         w[kKPlanes + 16 * (k / 2) + lane] |= uint32_t(lo >> 4 | (hi >> 4) << 2) << (8 * i + 4 * (k % 2));
