@@ -2,13 +2,13 @@
 # Builds the libFuzzer targets with clang under ASan+UBSan and runs each for
 # SECONDS (default 60) from its committed seed corpus (copied, so the run's
 # new inputs stay in the build directory). Exits non-zero on any crash.
-#   scripts/fuzz.sh [SECONDS] [TARGET...]     targets: request tokenizer gguf pml
+#   scripts/fuzz.sh [SECONDS] [TARGET...]     targets: request tokenizer gguf pml jinja
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 secs=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(request tokenizer gguf pml)
+[ ${#targets[@]} -gt 0 ] || targets=(request tokenizer gguf pml jinja)
 out="$root/build-fuzz"
 mkdir -p "$out"
 model=${CHUNKSERVE_MODEL:-$root/models/SmolLM2-135M-Instruct.Q4_1.gguf}
@@ -16,11 +16,14 @@ flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recov
        -I"$root/src" -DCS_MODEL="\"$model\"" -Wall -Wextra)
 common=(src/model/gguf.cpp src/base/mapped_file.cpp src/model/ggml_types.cpp)
 text=(src/model/tokenizer.cpp src/model/pre_tokenizer.cpp src/model/regex.cpp)
+jinja=(src/jinja/value.cpp src/jinja/lexer.cpp src/jinja/parser.cpp src/jinja/methods.cpp src/jinja/filters.cpp
+       src/jinja/template.cpp)
 declare -A sources=(
   [gguf]="${common[*]}"
   [tokenizer]="${common[*]} ${text[*]}"
-  [request]="${common[*]} ${text[*]} src/model/chat_template.cpp src/server/api_request.cpp src/engine/validate.cpp src/pml/parse.cpp src/pml/src_files.cpp"
+  [request]="${common[*]} ${text[*]} ${jinja[*]} src/model/chat_template.cpp src/server/api_request.cpp src/engine/validate.cpp src/pml/parse.cpp src/pml/src_files.cpp"
   [pml]="src/pml/parse.cpp src/pml/src_files.cpp src/pml/layout.cpp src/pml/assemble.cpp"
+  [jinja]="${jinja[*]}"
 )
 for t in "${targets[@]}"; do
   bin="$out/fuzz_$t"
@@ -33,6 +36,8 @@ for t in "${targets[@]}"; do
   corpus="$out/corpus_$t"
   mkdir -p "$corpus"
   cp -n "$root/tests/fuzz/corpus/$t/"* "$corpus/" 2>/dev/null || true
+  # The real chat templates fetched for the tests seed the template fuzzer too.
+  [ "$t" = jinja ] && cp -n "$root/tests/data/templates/"*.jinja "$corpus/" 2>/dev/null || true
   echo "fuzz: $t for ${secs}s"
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     "$bin" "$corpus" -max_total_time="$secs" -timeout=10 -rss_limit_mb=4096 -max_len=65536 \

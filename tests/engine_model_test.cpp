@@ -23,7 +23,7 @@ const LlamaModel& model() {
 // questions asked 4 times each; greedy, 20 tokens.
 std::vector<Request> chat_requests(int n = 32, int max_tokens = 20) {
   const Tokenizer& tok = model().tokenizer();
-  const ChatTemplate t = ChatTemplate::detect(tok.chat_template(), tok.model());
+  const ChatTemplate& t = model().chat();
   const std::string system =
       "You are a careful assistant for a bookstore. Answer in one short sentence. The store opens at nine, "
       "closes at six, sells new and used books, orders any title within three days, and offers a ten percent "
@@ -37,7 +37,7 @@ std::vector<Request> chat_requests(int n = 32, int max_tokens = 20) {
   std::vector<Request> out;
   for (int i = 0; i < n; ++i) {
     Request r;
-    r.prompt = t.apply({{"system", system}, {"user", questions[i % 8]}}).encode(tok, false);
+    r.prompt = t.apply(std::vector<ChatMessage>{{"system", system}, {"user", questions[i % 8]}}).encode(tok, false);
     r.max_tokens = max_tokens;
     r.logprobs = 2;
     out.push_back(r);

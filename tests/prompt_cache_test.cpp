@@ -206,7 +206,7 @@ TEST(PromptCache, PreemptedPromptsGiveTheSameTokens) {
   // Room for the schema, its encoding and a little more: the prompts' own
   // chunks overflow. (Encoding runs on a scratch cache of its own.)
   EngineOptions o = opts();
-  o.kv_memory = size_t(probe.stats().kv.pinned + 8) * probe.stats().kv.chunk_bytes;
+  o.kv_memory = size_t(probe.stats().kv.pinned + 6) * probe.stats().kv.chunk_bytes;
   Engine tight(tiny(), o);
   tight.register_schema(pml::parse_schema(schema_xml(), "s.xml"));
   std::vector<Request> reqs, ref_reqs;

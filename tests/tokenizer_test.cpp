@@ -92,27 +92,5 @@ TEST(Tokenizer, EmptyVocabularyIsAnError) {
   EXPECT_THROW(Tokenizer{s}, Error);
 }
 
-TEST(ChatTemplate, ChatMLWithDefaultSystem) {
-  const std::string tmpl =
-      "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
-      "{{ '<|im_start|>system\nYou are SmolLM<|im_end|>\n' }}{% endif %}...";
-  const ChatTemplate c = ChatTemplate::detect(tmpl, "gpt2");
-  EXPECT_EQ(c.style, ChatStyle::kChatML);
-  EXPECT_EQ(c.apply({{"user", "Hi"}}).text(),
-            "<|im_start|>system\nYou are SmolLM<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
-            "<|im_start|>assistant\n");
-  EXPECT_EQ(c.apply({{"system", "S"}, {"user", "Hi"}, {"assistant", "Yo"}, {"user", "Q"}}).text(),
-            "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
-            "<|im_start|>assistant\nYo<|im_end|>\n<|im_start|>user\nQ<|im_end|>\n"
-            "<|im_start|>assistant\n");
-}
-
-TEST(ChatTemplate, Llama2Style) {
-  const ChatTemplate c = ChatTemplate::detect("", "llama");
-  EXPECT_EQ(c.style, ChatStyle::kLlama2);
-  EXPECT_EQ(c.apply({{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello"}, {"user", "Bye"}}).text(),
-            "<s>[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST] Hello </s><s>[INST] Bye [/INST]");
-}
-
 }  // namespace
 }  // namespace cs

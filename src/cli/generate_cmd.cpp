@@ -20,6 +20,7 @@ struct GenerateOptions {
   std::string model;
   std::string prompt;
   bool chat = false;
+  std::string chat_template;
   GenerateParams params;
   EngineOptions engine;
 };
@@ -29,15 +30,23 @@ void write_out(const std::string& s) {
     throw Error(std::string("cannot write to standard output: ") + std::strerror(errno));
 }
 
+std::vector<int32_t> chat_prompt(const LlamaModel& model, const std::string& user) {
+  try {
+    return model.chat().apply({{"user", user}}).encode(model.tokenizer(), true);
+  } catch (const jinja::TemplateError& e) {
+    throw Error(std::string("the chat template refused the prompt: ") + e.what());
+  }
+}
+
 int run_generate(GenerateOptions o) {
-  auto model = LlamaModel::load(o.model.empty() ? default_model_path() : o.model);
+  auto model = load_chat_model(o.model, o.chat_template);
   const Tokenizer& tok = model->tokenizer();
   if (o.prompt.empty() == o.params.pml.empty()) throw Error("give a prompt: either -p TEXT or --pml PROMPT");
   if (!o.params.pml.empty() && o.chat) throw Error("--chat applies to -p; a PML prompt has its own role blocks");
   // Special tokens come only from the chat template's markup; a raw prompt is text.
   const std::vector<int32_t> ids =
       o.prompt.empty() ? std::vector<int32_t>()
-      : o.chat         ? ChatTemplate::detect(tok.chat_template(), tok.model()).apply({{"user", o.prompt}}).encode(tok, true)
+      : o.chat         ? chat_prompt(*model, o.prompt)
                        : tok.encode(o.prompt, false, true);
   GenerateParams& p = o.params;
   if (!p.pml.empty()) {
@@ -81,6 +90,7 @@ Action add_generate_command(CLI::App& app) {
   cmd->add_option("--pml", o->params.pml, "Prompt Cache: a PML prompt (a file, or the XML itself)");
   cmd->add_flag("--no-cache", o->params.no_cache, "Compute the PML prompt from scratch (the quality baseline)");
   cmd->add_flag("--chat", o->chat, "Wrap the prompt in the model's chat template");
+  add_chat_template_option(*cmd, o->chat_template);
   SamplingParams& s = o->params.sampling;
   cmd->add_option("-n,--max-tokens", o->params.max_tokens, "Tokens to generate")->check(int_in(0, 1 << 24));
   cmd->add_option("--temp", s.temperature, "Temperature (0 = greedy)")->check(finite_in(0, 100));

@@ -2,8 +2,13 @@
 
 #include <CLI/CLI.hpp>
 #include <cmath>
+#include <cstdio>
+#include <fstream>
 #include <map>
 #include <sstream>
+
+#include "cli/commands.h"
+#include "model/llama.h"
 
 namespace cs {
 namespace {
@@ -100,6 +105,33 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, bool serving) {
     cmd.add_option("--step-tokens", o.step_tokens, "Tokens per forward pass (decode + prefill chunks)")
         ->check(int_in(1, 65536));
   }
+}
+
+}  // namespace cs
+
+namespace cs {
+
+void add_chat_template_option(CLI::App& cmd, std::string& file) {
+  cmd.add_option("--chat-template", file, "A Jinja chat template file that replaces the model's own")
+      ->check(CLI::ExistingFile);
+}
+
+std::unique_ptr<LlamaModel> load_chat_model(const std::string& path, const std::string& template_file) {
+  auto model = LlamaModel::load(path.empty() ? default_model_path() : path);
+  if (!template_file.empty()) {
+    std::ifstream in(template_file, std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    if (!in) throw Error("cannot read the chat template '" + template_file + "'");
+    try {
+      model->set_chat_template(text.str());
+    } catch (const jinja::TemplateError& e) {
+      throw Error("the chat template '" + template_file + "': " + e.what());
+    }
+  } else if (!model->chat_note().empty()) {
+    std::fprintf(stderr, "chunkserve: %s\n", model->chat_note().c_str());
+  }
+  return model;
 }
 
 }  // namespace cs

@@ -2,6 +2,7 @@
 // value and the range plainly (CLI11's own print the full range of a double
 // and let nan through).
 #pragma once
+#include <memory>
 #include <string>
 
 #include "engine/engine.h"
@@ -27,5 +28,11 @@ void add_kv_type_option(CLI::App& cmd, KvType& type);
 // The engine's options: --attention, --chunk-size, --kv-memory, --kv-type,
 // --ctx, --threads (and, when `serving`, --max-batch and --step-tokens).
 void add_engine_options(CLI::App& cmd, EngineOptions& o, bool serving);
+// --chat-template FILE: a Jinja chat template that replaces the model file's.
+void add_chat_template_option(CLI::App& cmd, std::string& file);
+// The model at `path` (the default model when empty) with the chat template
+// of `template_file` when one is named; says on stderr, in one line, when the
+// model's chat template is not the file's own (none in the file: ChatML).
+std::unique_ptr<LlamaModel> load_chat_model(const std::string& path, const std::string& template_file);
 
 }  // namespace cs

@@ -7,8 +7,10 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "model/chat_template.h"
 #include "model/llama.h"
+#include "pml/encode.h"
 #include "pml/layout.h"
 
 namespace cs {
@@ -16,15 +18,15 @@ namespace {
 
 struct PmlOptions {
   std::string model;
+  std::string chat_template;
   std::vector<std::string> files;
 };
 
 int run_check(const PmlOptions& o) {
-  auto model = LlamaModel::load(o.model.empty() ? default_model_path() : o.model);
+  auto model = load_chat_model(o.model, o.chat_template);
   const Tokenizer& tok = model->tokenizer();
-  const ChatTemplate chat = ChatTemplate::detect(tok.chat_template(), tok.model());
   const pml::Encoder enc = [&tok](const std::string& t, bool special) { return tok.encode(t, special, false); };
-  const pml::RoleMarkers roles = [&chat](const std::string& r) { return chat.role_markers(r); };
+  const pml::RoleMarkers roles = pml::text_model(*model).roles;
   for (const std::string& f : o.files) {
     std::ifstream in(f, std::ios::binary);
     if (!in) throw Error("cannot read '" + f + "'");
@@ -51,6 +53,7 @@ Action add_pml_command(CLI::App& app) {
   CLI::App* check = pml->add_subcommand("check", "Parse PML files and print each schema's layout (position IDs)");
   check->add_option("files", o->files, "PML files (schemas or prompts)")->required();
   check->add_option("-m,--model", o->model, "GGUF model whose tokenizer and chat template lay it out");
+  add_chat_template_option(*check, o->chat_template);
   return [o] { return run_check(*o); };
 }
 

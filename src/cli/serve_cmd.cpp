@@ -18,6 +18,7 @@ namespace {
 
 struct ServeOptions {
   std::string model;
+  std::string chat_template;
   EngineOptions engine;
   ServerOptions server;
   double grace_s = 30;
@@ -52,7 +53,7 @@ int run_serve(ServeOptions o) {
   std::signal(SIGPIPE, SIG_IGN);
 
   const std::string path = o.model.empty() ? default_model_path() : o.model;
-  auto model = LlamaModel::load(path);
+  auto model = load_chat_model(path, o.chat_template);
   if (o.server.model_id.empty()) o.server.model_id = std::filesystem::path(path).stem().string();
   if (o.server.api_key.empty())
     if (const char* k = std::getenv("CHUNKSERVE_API_KEY")) o.server.api_key = k;
@@ -90,6 +91,7 @@ Action add_serve_command(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
   CLI::App* c = app.add_subcommand("serve", "Serve the OpenAI-compatible HTTP API");
   c->add_option("-m,--model", o->model, "GGUF model file (default: the SmolLM2 model)");
+  add_chat_template_option(*c, o->chat_template);
   c->add_option("--host", o->server.host, "Address to listen on (default 127.0.0.1: this machine only)");
   c->add_option("--port", o->server.port, "Port (0: any free port)")->check(int_in(0, 65535));
   c->add_option("--api-key", o->server.api_key, "Require 'Authorization: Bearer KEY' (or $CHUNKSERVE_API_KEY)");

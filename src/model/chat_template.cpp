@@ -2,69 +2,131 @@
 
 namespace cs {
 
-ChatTemplate ChatTemplate::detect(const std::string& text, const std::string& vocab_model) {
-  ChatTemplate t;
-  if (text.find("<|im_start|>") != std::string::npos) {
-    t.style = ChatStyle::kChatML;
-    const std::string open = "<|im_start|>system\n";
-    const size_t b = text.find(open);
-    const size_t e = b == std::string::npos ? b : text.find("<|im_end|>", b);
-    // Only a literal system turn (no template expression inside) is a default.
-    if (e != std::string::npos) {
-      std::string sys = text.substr(b + open.size(), e - b - open.size());
-      if (sys.find('{') == std::string::npos && sys.find('\'') == std::string::npos)
-        t.default_system = sys;
-    }
-  } else if (text.find("[INST]") != std::string::npos || (text.empty() && vocab_model == "llama")) {
-    t.style = ChatStyle::kLlama2;
+namespace {
+
+// ChatML, for files that carry no template (the format SmolLM2, Qwen and
+// many fine-tunes use).
+const char* const kChatML =
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
+
+bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
+bool ends_with(const std::string& s, const std::string& p) {
+  return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
+}
+
+// The texts between marker messages: pieces[i] before message i, the last
+// after the last message; nullopt when a marker is missing or out of order.
+std::optional<std::vector<std::string>> split_at(const std::string& text, const std::vector<std::string>& marks) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  for (const std::string& m : marks) {
+    const size_t p = text.find(m, at);
+    if (p == std::string::npos) return std::nullopt;
+    out.push_back(text.substr(at, p - at));
+    at = p + m.size();
   }
+  out.push_back(text.substr(at));
+  return out;
+}
+
+}  // namespace
+
+const char* ChatTemplate::chatml_source() { return kChatML; }
+
+ChatTemplate ChatTemplate::for_model(const Tokenizer& tok, const std::string& override_source) {
+  const std::string bos = tok.bos() >= 0 ? tok.piece(tok.bos(), true) : "";
+  const std::string eos = tok.eos() >= 0 ? tok.piece(tok.eos(), true) : "";
+  const std::string& src = override_source.empty() ? tok.chat_template() : override_source;
+  ChatTemplate t(src.empty() ? kChatML : src, bos, eos, tok.wants_bos());
+  t.fallback_ = src.empty();
   return t;
 }
 
-std::pair<std::string, std::string> ChatTemplate::role_markers(const std::string& role) const {
-  if (style == ChatStyle::kChatML) return {"<|im_start|>" + role + "\n", "<|im_end|>\n"};
-  if (role == "system") return {"<s>[INST] <<SYS>>\n", "\n<</SYS>>\n\n"};
-  if (role == "user") return {"[INST] ", " [/INST]"};
-  return {" ", " </s>"};
+ChatTemplate::ChatTemplate(const std::string& source, std::string bos_token, std::string eos_token, bool bos_added)
+    : tmpl_(std::make_shared<const jinja::Template>(source)), bos_token_(std::move(bos_token)),
+      eos_token_(std::move(eos_token)), bos_added_(bos_added) {
+  derive_markers();
 }
 
-std::string ChatTemplate::reply_start() const { return style == ChatStyle::kChatML ? "<|im_start|>assistant\n" : ""; }
+ChatPrompt ChatTemplate::render(const ChatInput& in) const {
+  jinja::Dict vars;
+  vars.set("messages", jinja::Value::from_json(in.messages, true));
+  vars.set("tools", in.tools.is_null() ? jinja::Value::none() : jinja::Value::from_json(in.tools, true));
+  vars.set("documents", jinja::Value::none());
+  vars.set("add_generation_prompt", jinja::Value(in.add_generation_prompt));
+  vars.set("bos_token", jinja::Value(bos_token_));
+  vars.set("eos_token", jinja::Value(eos_token_));
+  jinja::RenderOptions opts;
+  opts.now = in.now;
+  const jinja::Str out = tmpl_->render(vars, opts);
+  ChatPrompt p;
+  for (const auto& [text, content] : out.pieces()) content ? p.content(text) : p.markup(text);
+  return p;
+}
 
-ChatPrompt ChatTemplate::apply(const std::vector<ChatMessage>& messages) const {
-  ChatPrompt out;
-  const bool has_system = !messages.empty() && messages[0].role == "system";
-  if (style == ChatStyle::kChatML) {
-    if (!has_system && !default_system.empty()) out.markup("<|im_start|>system\n" + default_system + "<|im_end|>\n");
-    for (const auto& m : messages) {
-      out.markup("<|im_start|>" + m.role + "\n");
-      out.content(m.content);
-      out.markup("<|im_end|>\n");
+ChatPrompt ChatTemplate::apply(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
+  ChatInput in;
+  for (const ChatMessage& m : messages) in.messages.push_back({{"role", m.role}, {"content", m.content}});
+  in.add_generation_prompt = add_generation_prompt;
+  return render(in);
+}
+
+RoleText ChatTemplate::role_markers(const std::string& role) const {
+  if (role == "system") return system_;
+  if (role == "assistant") return assistant_;
+  return user_;
+}
+
+// Renders system, user, assistant, user with marker texts as the messages and
+// reads the markup around each. A template that refuses a system message
+// (Gemma 2) or hides it gets the user's markers for it. When nothing can be
+// read (a template that refuses these conversations), every role gets none.
+void ChatTemplate::derive_markers() {
+  const std::vector<std::string> marks = {"@@CSMARKA@@", "@@CSMARKB@@", "@@CSMARKC@@", "@@CSMARKD@@"};
+  const std::vector<std::string> roles = {"system", "user", "assistant", "user"};
+  auto conversation = [&](size_t first, size_t n, bool gen) -> std::optional<std::string> {
+    ChatInput in;
+    for (size_t i = first; i < first + n; ++i) in.messages.push_back({{"role", roles[i]}, {"content", marks[i]}});
+    in.add_generation_prompt = gen;
+    in.now = 0;
+    try {
+      return render(in).text();
+    } catch (const Error&) {
+      return std::nullopt;
     }
-    out.markup("<|im_start|>assistant\n");
-    return out;
+  };
+  auto strip_bos = [&](std::string s) {
+    return bos_added_ && !bos_token_.empty() && starts_with(s, bos_token_) ? s.substr(bos_token_.size()) : s;
+  };
+  // Without the system message: user A, assistant B, user C.
+  const auto conv = conversation(1, 3, false), conv_gen = conversation(1, 3, true), two = conversation(1, 2, false);
+  const auto p = conv ? split_at(*conv, {marks[1], marks[2], marks[3]}) : std::nullopt;
+  if (!p) return;
+  user_.close = (*p)[3];
+  assistant_.open = starts_with((*p)[1], user_.close) ? (*p)[1].substr(user_.close.size()) : (*p)[1];
+  const auto q = two ? split_at(*two, {marks[1], marks[2]}) : std::nullopt;
+  assistant_.close = q ? (*q)[2] : "";
+  user_.open = starts_with((*p)[2], assistant_.close) ? (*p)[2].substr(assistant_.close.size()) : (*p)[2];
+  if (conv_gen && starts_with(*conv_gen, *conv)) reply_start_ = conv_gen->substr(conv->size());
+  // With the system message first.
+  const auto sys = conversation(0, 2, false);
+  const auto s = sys ? split_at(*sys, {marks[0], marks[1]}) : std::nullopt;
+  if (!s) {
+    system_ = user_;
+    return;
   }
-  // Llama-2: <s>[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST] {reply} </s>
-  const std::string system = has_system ? messages[0].content : "";
-  bool first_user = true;
-  for (size_t i = has_system ? 1 : 0; i < messages.size(); ++i) {
-    const auto& m = messages[i];
-    if (m.role == "assistant") {
-      out.markup(" ");
-      out.content(m.content);
-      out.markup(" </s>");
-      continue;
-    }
-    out.markup("<s>[INST] ");
-    if (first_user && !system.empty()) {
-      out.markup("<<SYS>>\n");
-      out.content(system);
-      out.markup("\n<</SYS>>\n\n");
-    }
-    first_user = false;
-    out.content(m.content);
-    out.markup(" [/INST]");
-  }
-  return out;
+  system_.open = strip_bos((*s)[0]);
+  system_.close = ends_with((*s)[1], user_.open) ? (*s)[1].substr(0, (*s)[1].size() - user_.open.size()) : (*s)[1];
+}
+
+std::vector<int32_t> ChatPrompt::encode(const Tokenizer& tok, bool add_bos) const {
+  std::vector<int32_t> ids = tok.encode(parts(), false);
+  if (add_bos && tok.wants_bos() && tok.bos() >= 0 && (ids.empty() || ids[0] != tok.bos()))
+    ids.insert(ids.begin(), tok.bos());
+  return ids;
 }
 
 void ChatPrompt::add(std::string_view s, bool special) {

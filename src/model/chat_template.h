@@ -1,54 +1,102 @@
-// Chat templates: turn role messages into the prompt text the model was tuned
-// on. The style is read from the GGUF's tokenizer.chat_template (ChatML when it
-// uses <|im_start|>, Llama-2 when it uses [INST]), else chosen by vocabulary
-// (gpt2 -> ChatML, llama -> Llama-2). A default system message written into
-// a ChatML template (as SmolLM2's is) is added when the chat has none.
+// Chat templates: turn a conversation into the prompt text the model was
+// tuned on, by rendering the model's own Jinja template
+// (tokenizer.chat_template) the way Hugging Face's apply_chat_template does
+// (jinja/template.h). A file without a template gets ChatML, with one warning
+// line from the caller; `--chat-template FILE` replaces the file's template.
+//
+// The render keeps apart what the template wrote (markup) and what the
+// conversation brought (content): only markup can produce special tokens, so
+// a user who types "<|im_start|>system" gets those characters as text, not a
+// forged turn, whichever way the template moves the text around.
+//
+// Immutable after construction; apply() may run on many threads at once.
 #pragma once
+#include <ctime>
+#include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "jinja/template.h"
 #include "model/tokenizer.h"
 
 namespace cs {
 
 struct ChatMessage {
-  std::string role;  // "system", "user", "assistant"
+  std::string role;  // "system", "user", "assistant", "tool"
   std::string content;
 };
 
-// A rendered chat: the template's markup and the messages' text kept apart,
-// so that only the markup can produce special tokens (a user who types
-// "<|im_start|>system" gets those characters as text, not a forged turn).
+// What a render reads. messages: [{"role", "content", and whatever else the
+// API carried: "tool_calls", "tool_call_id", "name", ...}]; tools: null or the
+// request's tool list. Strings from here are content.
+struct ChatInput {
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  nlohmann::ordered_json tools;  // null: none
+  bool add_generation_prompt = true;
+  std::optional<std::time_t> now;  // strftime_now's clock (tests)
+};
+
+// A rendered chat: runs of markup and content.
 class ChatPrompt {
  public:
   void markup(std::string_view s) { add(s, true); }
   void content(std::string_view s) { add(s, false); }
   std::string text() const;                // everything, concatenated
   std::vector<TextPart> parts() const;     // views into this prompt, for Tokenizer::encode
-  std::vector<int32_t> encode(const Tokenizer& tok, bool add_bos) const { return tok.encode(parts(), add_bos); }
+  // Token ids. The BOS the vocabulary asks for is added when add_bos and the
+  // template did not write one itself.
+  std::vector<int32_t> encode(const Tokenizer& tok, bool add_bos) const;
 
  private:
   void add(std::string_view s, bool special);
   std::vector<std::pair<std::string, bool>> parts_;  // (text, is markup)
 };
 
-enum class ChatStyle { kChatML, kLlama2 };
+// The text around one message of a role, for PML's role blocks.
+struct RoleText {
+  std::string open, close;
+};
 
-struct ChatTemplate {
-  ChatStyle style = ChatStyle::kChatML;
-  std::string default_system;  // may be empty
+class ChatTemplate {
+ public:
+  // The template of the model's vocabulary, `override_source` when not empty
+  // (--chat-template), else ChatML (is_fallback()). Throws
+  // jinja::TemplateError when the template does not compile.
+  static ChatTemplate for_model(const Tokenizer& tok, const std::string& override_source = "");
+  // bos_added: the tokenizer adds BOS itself, so the role markers leave out
+  // a BOS the template writes (PML adds its own).
+  ChatTemplate(const std::string& source, std::string bos_token, std::string eos_token, bool bos_added = false);
 
-  static ChatTemplate detect(const std::string& template_text, const std::string& vocab_model);
-  // The prompt, ending where the assistant's reply begins.
-  ChatPrompt apply(const std::vector<ChatMessage>& messages) const;
-  // The text before and after one message of `role` (PML's role blocks).
-  // ChatML: "<|im_start|>user\n" and "<|im_end|>\n". Llama-2 has no per-message
-  // markers for every role: system is <<SYS>>...<</SYS>>, user [INST]...[/INST],
-  // assistant the reply then </s>.
-  std::pair<std::string, std::string> role_markers(const std::string& role) const;
-  // Where the assistant's reply begins (after the last message).
-  std::string reply_start() const;
+  static const char* chatml_source();
+  bool is_fallback() const { return fallback_; }
+
+  // The prompt. Throws jinja::TemplateError when the template refuses the
+  // conversation (raise_exception) or fails on it.
+  ChatPrompt render(const ChatInput& in) const;
+  ChatPrompt apply(const std::vector<ChatMessage>& messages, bool add_generation_prompt = true) const;
+
+  // The text before and after one message of `role` ("system", "user",
+  // "assistant"), and where the assistant's reply begins, as the template
+  // writes them in a conversation of system, user, assistant, user
+  // (found by rendering one with marker texts as the messages). Templates that
+  // fold the system message into the first user turn give the user's markers
+  // to the system role.
+  RoleText role_markers(const std::string& role) const;
+  const std::string& reply_start() const { return reply_start_; }
+
+ private:
+  void derive_markers();
+
+  std::shared_ptr<const jinja::Template> tmpl_;
+  std::string bos_token_, eos_token_;
+  bool bos_added_ = false;
+  bool fallback_ = false;
+  RoleText system_, user_, assistant_;
+  std::string reply_start_;
 };
 
 }  // namespace cs

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kv/kv_store.h"
+#include "model/chat_template.h"
 #include "model/gguf.h"
 #include "model/matmul.h"
 #include "model/ops.h"
@@ -61,6 +62,14 @@ class LlamaModel {
 
   const LlamaConfig& config() const { return cfg_; }
   const Tokenizer& tokenizer() const { return *tok_; }
+  // The chat template: the file's, else ChatML. A file template that does not
+  // compile also gives ChatML, and chat_note() says why.
+  const ChatTemplate& chat() const { return *chat_; }
+  // One line for the log when chat() is not the file's own template ("" else).
+  const std::string& chat_note() const { return chat_note_; }
+  // Replaces the chat template (--chat-template FILE); throws
+  // jinja::TemplateError when `source` does not compile.
+  void set_chat_template(const std::string& source);
   const GgufFile& file() const { return *file_; }
   // The weights as loaded (the float reference, model/reference.h, reads them).
   const Weight& tok_embd() const { return tok_embd_; }
@@ -82,6 +91,8 @@ class LlamaModel {
 
   std::unique_ptr<GgufFile> file_;
   std::unique_ptr<Tokenizer> tok_;
+  std::unique_ptr<ChatTemplate> chat_;
+  std::string chat_note_;
   LlamaConfig cfg_;
   Weight tok_embd_, output_;
   std::vector<float> output_norm_;

@@ -74,8 +74,21 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path) {
   m->file_ = std::make_unique<GgufFile>(path);
   const ArchTraits& traits = m->load_config();
   m->tok_ = std::make_unique<Tokenizer>(Tokenizer::from_gguf(*m->file_));
+  try {
+    m->chat_ = std::make_unique<ChatTemplate>(ChatTemplate::for_model(*m->tok_));
+    if (m->chat_->is_fallback()) m->chat_note_ = "the model file has no chat template; using ChatML";
+  } catch (const jinja::TemplateError& e) {
+    m->chat_ = std::make_unique<ChatTemplate>(ChatTemplate::for_model(*m->tok_, ChatTemplate::chatml_source()));
+    m->chat_note_ = std::string("the model file's chat template does not compile (") + e.what() +
+                    "); using ChatML (--chat-template FILE gives another)";
+  }
   m->load_weights(traits);
   return m;
+}
+
+void LlamaModel::set_chat_template(const std::string& source) {
+  chat_ = std::make_unique<ChatTemplate>(ChatTemplate::for_model(*tok_, source));
+  chat_note_.clear();
 }
 
 const ArchTraits& LlamaModel::load_config() {

@@ -11,10 +11,13 @@ namespace cs::pml {
 
 TextModel text_model(const LlamaModel& model) {
   const Tokenizer& tok = model.tokenizer();
-  const ChatTemplate chat = ChatTemplate::detect(tok.chat_template(), tok.model());
+  const ChatTemplate& chat = model.chat();
   TextModel tm;
   tm.encode = [&tok](const std::string& t, bool special) { return tok.encode(t, special, false); };
-  tm.roles = [chat](const std::string& r) { return chat.role_markers(r); };
+  tm.roles = [&chat](const std::string& r) {
+    const RoleText t = chat.role_markers(r);
+    return std::make_pair(t.open, t.close);
+  };
   tm.bos = tok.encode("", false, true);
   tm.reply_start = chat.reply_start();
   // Placeholders: a space, which does not change a text's meaning (the

@@ -267,6 +267,72 @@ ApiRequest parse_completion_request(const std::string& body, const ApiLimits& li
   return out;
 }
 
+namespace {
+
+// One message as the chat template reads it: the role (developer is
+// system), the content as one string (text parts joined; null only beside
+// tool calls), and the fields a template may read besides (tool_calls with
+// their arguments as an object, tool_call_id, name), in the client's order.
+nlohmann::ordered_json chat_message(const json& m, const nlohmann::ordered_json& om, size_t i) {
+  const std::string at = "messages[" + std::to_string(i) + "]";
+  if (!m.is_object()) throw invalid(at, at + " must be an object", "invalid_type");
+  const json* role = Fields(m).get("role");
+  if (!role || !role->is_string()) throw invalid(at + ".role", at + " has no role");
+  std::string r = role->get<std::string>();
+  if (r == "developer") r = "system";  // OpenAI's newer name for the system role
+  if (r != "system" && r != "user" && r != "assistant" && r != "tool")
+    throw invalid(at + ".role", at + " has the unknown role '" + role->get<std::string>() +
+                                    "' (system, developer, user, assistant or tool)");
+  nlohmann::ordered_json out = {{"role", r}};
+  const json* c = Fields(m).get("content");
+  const json* calls = Fields(m).get("tool_calls");
+  if (c && c->is_string()) {
+    out["content"] = c->get<std::string>();
+  } else if (c && c->is_array()) {
+    std::string text;
+    for (const json& part : *c) {
+      const json* type = part.is_object() ? Fields(part).get("type") : nullptr;
+      if (!type || *type != "text" || !part.contains("text") || !part["text"].is_string())
+        throw invalid(at + ".content", at + ": only text content parts are supported");
+      text += part["text"].get<std::string>();
+    }
+    out["content"] = text;
+  } else if ((!c || c->is_null()) && r == "assistant" && calls) {
+    out["content"] = nullptr;
+  } else {
+    throw invalid(at + ".content", at + " must have a string content", "invalid_type");
+  }
+  if (calls) {
+    if (r != "assistant" || !calls->is_array())
+      throw invalid(at + ".tool_calls", at + ": tool_calls must be a list, on an assistant message", "invalid_type");
+    nlohmann::ordered_json list = nlohmann::ordered_json::array();
+    for (size_t k = 0; k < calls->size(); ++k) {
+      const auto& call = om["tool_calls"][k];
+      const std::string cat = at + ".tool_calls[" + std::to_string(k) + "]";
+      if (!call.is_object() || !call.contains("function") || !call["function"].is_object() ||
+          !call["function"].contains("name") || !call["function"]["name"].is_string())
+        throw invalid(cat, cat + " must be {\"type\": \"function\", \"function\": {\"name\", \"arguments\"}}");
+      nlohmann::ordered_json c2 = call;
+      // Templates print arguments as an object (Hugging Face's convention);
+      // OpenAI sends them as JSON text.
+      auto& args = c2["function"]["arguments"];
+      if (args.is_string()) {
+        nlohmann::ordered_json parsed = nlohmann::ordered_json::parse(args.get<std::string>(), nullptr, false);
+        if (parsed.is_discarded() || !parsed.is_object())
+          throw invalid(cat + ".function.arguments", cat + ".function.arguments must be a JSON object");
+        args = std::move(parsed);
+      }
+      list.push_back(std::move(c2));
+    }
+    out["tool_calls"] = std::move(list);
+  }
+  for (const char* k : {"tool_call_id", "name"})
+    if (om.contains(k) && om[k].is_string()) out[k] = om[k];
+  return out;
+}
+
+}  // namespace
+
 ApiRequest parse_chat_request(const std::string& body, const ApiLimits& lim) {
   const json j = parse_body(body);
   refuse_unsupported(j, true);
@@ -292,36 +358,18 @@ ApiRequest parse_chat_request(const std::string& body, const ApiLimits& lim) {
   if (!msgs) throw invalid("messages", "messages is required", "missing_required_parameter");
   if (!msgs->is_array()) throw invalid("messages", "messages must be a list", "invalid_type");
   if (msgs->empty()) throw invalid("messages", "messages must not be empty");
-  std::vector<ChatMessage> conv;
-  for (size_t i = 0; i < msgs->size(); ++i) {
-    const json& m = msgs->at(i);
-    const std::string at = "messages[" + std::to_string(i) + "]";
-    if (!m.is_object()) throw invalid(at, at + " must be an object", "invalid_type");
-    const json* role = Fields(m).get("role");
-    if (!role || !role->is_string()) throw invalid(at + ".role", at + " has no role");
-    std::string r = role->get<std::string>();
-    if (r == "developer") r = "system";  // OpenAI's newer name for the system role
-    if (r != "system" && r != "user" && r != "assistant")
-      throw invalid(at + ".role", at + " has the unknown role '" + role->get<std::string>() +
-                                      "' (system, developer, user or assistant)");
-    const json* c = Fields(m).get("content");
-    std::string text;
-    if (c && c->is_string()) {
-      text = c->get<std::string>();
-    } else if (c && c->is_array()) {
-      for (const json& part : *c) {
-        const json* type = part.is_object() ? Fields(part).get("type") : nullptr;
-        if (!type || *type != "text" || !part.contains("text") || !part["text"].is_string())
-          throw invalid(at + ".content", at + ": only text content parts are supported");
-        text += part["text"].get<std::string>();
-      }
-    } else {
-      throw invalid(at + ".content", at + " must have a string content", "invalid_type");
-    }
-    conv.push_back({r, text});
-  }
+  // Parsed again keeping each object's key order: the template may print
+  // a tool call's arguments with tojson, in the order the client sent.
+  const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(body);
+  ChatInput in;
+  for (size_t i = 0; i < msgs->size(); ++i) in.messages.push_back(chat_message(msgs->at(i), ordered["messages"][i], i));
   // Special tokens come from the template's markup only, never from a message.
-  out.engine.prompt = lim.chat->apply(conv).encode(*lim.tokenizer, true);
+  try {
+    out.engine.prompt = lim.chat->render(in).encode(*lim.tokenizer, true);
+  } catch (const jinja::TemplateError& e) {
+    throw invalid("messages", "the model's chat template refused the conversation: " + e.message() +
+                                  (e.line() > 0 ? " (template line " + std::to_string(e.line()) + ")" : ""));
+  }
   set_max_tokens(max, param, lim, out);
   return out;
 }

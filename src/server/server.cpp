@@ -81,9 +81,8 @@ using RouteFn = std::function<void(const HttpRequest&, HttpResponse&, HttpExchan
 struct Server::Impl {
   Impl(Engine& e, ServerOptions o) : engine(e), opt(std::move(o)), http(http_options(e, opt)) {
     const Tokenizer& tok = e.model().tokenizer();
-    chat = ChatTemplate::detect(tok.chat_template(), tok.model());
     limits.tokenizer = &tok;
-    limits.chat = &chat;
+    limits.chat = &e.model().chat();
     limits.model_id = opt.model_id;
     limits.n_ctx = e.n_ctx();
     limits.max_n = e.options().max_batch;
@@ -125,7 +124,6 @@ struct Server::Impl {
 
   Engine& engine;
   ServerOptions opt;
-  ChatTemplate chat;
   ApiLimits limits;
   std::string key_digest;  // of "Bearer KEY", when a key is set
   HttpServer http;

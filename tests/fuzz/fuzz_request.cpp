@@ -15,7 +15,7 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const cs::Tokenizer& tok = cs::fuzz::tokenizer();
-  static const cs::ChatTemplate chat = cs::ChatTemplate::detect(tok.chat_template(), tok.model());
+  static const cs::ChatTemplate chat = cs::ChatTemplate::for_model(tok);
   if (size == 0) return 0;
   cs::ApiLimits lim;
   lim.tokenizer = &tok;

@@ -1,0 +1,126 @@
+// Chat templates over the Jinja renderer: the ChatML fallback, the role
+// markers PML reads off a template, BOS written once, refusals as typed
+// errors, and user text that never becomes a special token.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "model/chat_template.h"
+
+namespace cs {
+namespace {
+
+// A SentencePiece vocabulary of <unk> <s> </s>, the 256 byte tokens and a space that
+// adds BOS, as Llama's do.
+Tokenizer byte_tokenizer() {
+  VocabSpec s;
+  s.model = "llama";
+  s.tokens = {"<unk>", "<s>", "</s>"};
+  s.types = {TokenType::kUnknown, TokenType::kControl, TokenType::kControl};
+  for (int b = 0; b < 256; ++b) {
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "<0x%02X>", b);
+    s.tokens.push_back(hex);
+    s.types.push_back(TokenType::kByte);
+  }
+  s.tokens.push_back("\xe2\x96\x81");  // SentencePiece's space
+  s.types.push_back(TokenType::kNormal);
+  s.scores.assign(s.tokens.size(), 0.0f);
+  s.bos = 1;
+  s.eos = 2;
+  s.unk = 0;
+  s.add_bos = true;
+  return Tokenizer(s);
+}
+
+const char* const kLlama3Like =
+    "{{- bos_token }}{%- for m in messages %}"
+    "{{- '<|start_header_id|>' + m['role'] + '<|end_header_id|>\\n\\n' + m['content'] | trim + '<|eot_id|>' }}"
+    "{%- endfor %}{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}";
+
+TEST(ChatTemplate, FallbackIsChatML) {
+  const ChatTemplate t(ChatTemplate::chatml_source(), "<s>", "</s>");
+  EXPECT_EQ(t.apply({{"system", "S"}, {"user", "Hi"}, {"assistant", "Yo"}, {"user", "Q"}}).text(),
+            "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+            "<|im_start|>assistant\nYo<|im_end|>\n<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(t.apply({{"user", "Hi"}}, false).text(), "<|im_start|>user\nHi<|im_end|>\n");
+  for (const char* role : {"system", "user", "assistant"}) {
+    EXPECT_EQ(t.role_markers(role).open, std::string("<|im_start|>") + role + "\n");
+    EXPECT_EQ(t.role_markers(role).close, "<|im_end|>\n");
+  }
+  EXPECT_EQ(t.reply_start(), "<|im_start|>assistant\n");
+}
+
+TEST(ChatTemplate, MarkersOfALlama3StyleTemplate) {
+  const ChatTemplate t(kLlama3Like, "<|begin_of_text|>", "<|eot_id|>", true);
+  EXPECT_EQ(t.role_markers("system").open, "<|start_header_id|>system<|end_header_id|>\n\n");
+  EXPECT_EQ(t.role_markers("system").close, "<|eot_id|>");
+  EXPECT_EQ(t.role_markers("user").open, "<|start_header_id|>user<|end_header_id|>\n\n");
+  EXPECT_EQ(t.role_markers("assistant").close, "<|eot_id|>");
+  EXPECT_EQ(t.reply_start(), "<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+// Gemma 2 refuses a system message: the system role gets the user's markers.
+TEST(ChatTemplate, ATemplateWithoutSystemGivesItTheUserMarkers) {
+  const ChatTemplate t(
+      "{%- for m in messages %}{% if m['role'] == 'system' %}{{ raise_exception('System role not supported') }}"
+      "{% endif %}{{ '<start_of_turn>' + m['role'] + '\\n' + m['content'] + '<end_of_turn>\\n' }}{% endfor %}"
+      "{% if add_generation_prompt %}{{ '<start_of_turn>model\\n' }}{% endif %}",
+      "<bos>", "<eos>");
+  EXPECT_EQ(t.role_markers("system").open, "<start_of_turn>user\n");
+  EXPECT_EQ(t.role_markers("assistant").open, "<start_of_turn>assistant\n");
+  EXPECT_EQ(t.reply_start(), "<start_of_turn>model\n");
+  try {
+    t.apply({{"system", "S"}, {"user", "Hi"}});
+    ADD_FAILURE() << "the template should refuse";
+  } catch (const jinja::TemplateError& e) {
+    EXPECT_EQ(e.template_kind(), jinja::TemplateErrorKind::kRaised);
+    EXPECT_EQ(e.message(), "System role not supported");
+  }
+}
+
+TEST(ChatTemplate, BosIsWrittenOnce) {
+  const Tokenizer tok = byte_tokenizer();
+  const ChatTemplate writes_bos = ChatTemplate(kLlama3Like, "<s>", "</s>", true);
+  const auto ids = writes_bos.apply({{"user", "Hi"}}).encode(tok, true);
+  ASSERT_FALSE(ids.empty());
+  EXPECT_EQ(ids[0], 1);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), 1), 1);
+  const ChatTemplate chatml(ChatTemplate::chatml_source(), "<s>", "</s>", true);
+  const auto ids2 = chatml.apply({{"user", "Hi"}}).encode(tok, true);
+  EXPECT_EQ(ids2[0], 1);
+  EXPECT_EQ(std::count(ids2.begin(), ids2.end(), 1), 1);
+}
+
+// A message that types the special tokens gets their bytes, not their ids,
+// even where the template trims, concatenates and upper-cases it.
+TEST(ChatTemplate, UserTextNeverBecomesSpecial) {
+  const Tokenizer tok = byte_tokenizer();
+  const ChatTemplate t("{{ bos_token }}{% for m in messages %}{{ (m['content'] | trim) + '</s>' + m['content'] | upper }}"
+                       "{% endfor %}",
+                       "<s>", "</s>", true);
+  const ChatPrompt p = t.apply({{"user", " </s><s> "}}, false);
+  EXPECT_EQ(p.text(), "<s></s><s></s> </S><S> ");
+  const auto ids = p.encode(tok, true);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), 1), 1);  // the template's BOS
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), 2), 1);  // the template's </s>
+  EXPECT_EQ(tok.decode(ids, true), p.text());
+}
+
+TEST(ChatTemplate, ToolCallsAndToolsReachTheTemplate) {
+  const ChatTemplate t(
+      "{% for tool in tools %}[{{ tool.function.name }}]{% endfor %}"
+      "{% for m in messages %}{% if m.tool_calls %}{{ m.tool_calls[0].function.arguments | tojson }}"
+      "{% elif m.role == 'tool' %}<{{ m.content }}>{% endif %}{% endfor %}",
+      "", "");
+  ChatInput in;
+  in.tools = nlohmann::ordered_json::parse(R"([{"type": "function", "function": {"name": "get_weather"}}])");
+  in.messages = nlohmann::ordered_json::parse(
+      R"([{"role": "assistant", "content": null, "tool_calls": [{"type": "function",
+          "function": {"name": "get_weather", "arguments": {"city": "Paris", "at": 9}}}]},
+          {"role": "tool", "content": "18C"}])");
+  EXPECT_EQ(t.render(in).text(), "[get_weather]{\"city\": \"Paris\", \"at\": 9}<18C>");
+}
+
+}  // namespace
+}  // namespace cs
