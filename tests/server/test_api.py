@@ -96,6 +96,28 @@ class Api(unittest.TestCase):
         self.assertEqual(r.object, "chat.completion")
         self.assertEqual(ask().choices[0].message.content, c.message.content)  # greedy is deterministic
 
+    def test_chat_with_a_tool_call_in_the_history(self):
+        # The assistant's tool call and the tool's result reach the template
+        # (arguments as OpenAI sends them, JSON text); the reply is greedy.
+        msgs = [{"role": "user", "content": "What's the weather in Paris?"},
+                {"role": "assistant", "content": "", "tool_calls": [
+                    {"id": "call12345", "type": "function",
+                     "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+                {"role": "tool", "tool_call_id": "call12345", "content": "18 C, cloudy"},
+                {"role": "developer", "content": "Answer in one sentence."}]
+        ask = lambda: self.client.chat.completions.create(model=MODEL_ID, messages=msgs, max_tokens=12,
+                                                          temperature=0)
+        r = ask()
+        self.assertGreater(r.usage.prompt_tokens, 40)
+        self.assertEqual(ask().choices[0].message.content, r.choices[0].message.content)
+        # SmolLM2's template adds content to a string: a null content is a
+        # 400 naming the template's line, as jinja2 would refuse it too.
+        msgs[1]["content"] = None
+        err, _ = self.error(400, json.dumps({"model": MODEL_ID, "messages": msgs}))
+        self.assertEqual(err["message"], "the model's chat template refused the conversation: unsupported operand "
+                                         "type(s) for +: 'str' and 'NoneType' (template line 4)")
+        self.assertEqual(err["param"], "messages")
+
     def test_stream_equals_non_stream_with_usage(self):
         kw = dict(model=MODEL_ID, messages=[{"role": "system", "content": SYSTEM},
                                             {"role": "user", "content": "Do gift cards expire?"}],
@@ -216,6 +238,15 @@ class Api(unittest.TestCase):
             (json.dumps({"model": MODEL_ID, "messages": ["hi"]}), 400, "must be an object", "messages[0]"),
             (json.dumps({"model": MODEL_ID, "messages": [{"role": "wizard", "content": "hi"}]}), 400,
              "unknown role 'wizard'", "messages[0].role"),
+            (json.dumps({"model": MODEL_ID, "messages": [{"role": "user", "content": None}]}), 400,
+             "must have a string content", "messages[0].content"),
+            (json.dumps({"model": MODEL_ID, "messages": [
+                {"role": "assistant", "content": None, "tool_calls": [{"type": "function", "function": {
+                    "name": "f", "arguments": "not json"}}]}]}), 400,
+             "messages[0].tool_calls[0].function.arguments must be a JSON object",
+             "messages[0].tool_calls[0].function.arguments"),
+            (json.dumps({"model": MODEL_ID, "messages": [{"role": "user", "content": "hi", "tool_calls": []}]}), 400,
+             "tool_calls must be a list, on an assistant message", "messages[0].tool_calls"),
             (json.dumps({"messages": [{"role": "user", "content": "hi"}]}), 400, "model is required", "model"),
             (json.dumps({"model": "gpt-4", "messages": [{"role": "user", "content": "hi"}]}), 404,
              "the model 'gpt-4' does not exist", "model"),
