@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "model/utf8.h"
+#include "base/utf8.h"
 
 namespace cs {
 namespace {

@@ -5,6 +5,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "jinja/value.h"
 
@@ -26,8 +27,13 @@ std::optional<Value> method(const Value& obj, const std::string& name);
 Str py_strip(const Str& s, const Value& chars, bool left, bool right);
 Value py_split(const Str& s, const Value& sep, int64_t maxsplit);
 Str py_replace(const Str& s, const std::string& old, const Str& with, int64_t count);
-// Python's str(x) for joining: strings keep their marks.
-Str str_of(const Value& v);
+Str py_capitalize(const Str& s);
+// Lines split at \n, \r\n and \r, without the line ends.
+std::vector<Str> py_splitlines(const Str& s);
+// f applied to each ASCII byte (upper, lower), marks kept.
+Str map_ascii(const Str& s, int (*f)(int));
+// A dict's (key, value) pairs, each a two-item list.
+List dict_items(const Dict& d);
 // jinja2's getattr(obj, name): a method, else an item of a dict; undefined if
 // none (attribute of undefined is an error for the caller to raise).
 Value get_attr(const Value& obj, const std::string& name);

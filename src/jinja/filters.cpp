@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 
+#include "base/utf8.h"
 #include "jinja/builtins.h"
 #include "jinja/error.h"
 
@@ -27,11 +28,7 @@ List iterate(const Value& v) {
     case Value::Kind::kString: {
       List out;
       const std::string& t = v.text();
-      for (size_t i = 0; i < t.size();) {
-        const size_t e = utf8_offset(t.substr(i), 1) + i;
-        out.push_back(Value(v.as_str().slice(i, e)));
-        i = e;
-      }
+      for (size_t i = 0; i < t.size(); i += utf8_len(t, i)) out.push_back(Value(v.as_str().slice(i, i + utf8_len(t, i))));
       return out;
     }
     default: type_error("'" + v.type_name() + "' object is not iterable");
@@ -101,10 +98,10 @@ Value f_default(const Env&, const Value& v, Args& a) {
   return v;
 }
 
-Value f_trim(const Env&, const Value& v, Args& a) { return Value(py_strip(str_of(v), a.get(0, "chars"), true, true)); }
-Value f_string(const Env&, const Value& v, Args&) { return Value(str_of(v)); }
+Value f_trim(const Env&, const Value& v, Args& a) { return Value(py_strip(v.to_str(), a.get(0, "chars"), true, true)); }
+Value f_string(const Env&, const Value& v, Args&) { return Value(v.to_str()); }
 Value f_safe(const Env&, const Value& v, Args&) {
-  Str s = str_of(v);
+  Str s = v.to_str();
   return Value(s.mark_safe());
 }
 
@@ -113,41 +110,23 @@ Value f_join(const Env&, const Value& v, Args& a) {
   Str out;
   bool first = true;
   for (const Value& e : iterate(v)) {
-    if (!first) out.append(sep.is_undefined() ? Str() : str_of(sep));
+    if (!first) out.append(sep.is_undefined() ? Str() : sep.to_str());
     first = false;
-    out.append(str_of(attr.is_undefined() ? e : path_of(e, str_of(attr).text())));
+    out.append((attr.is_undefined() ? e : path_of(e, attr.to_str().text())).to_str());
   }
   return Value(out);
 }
 
-Value f_case(const Value& v, int (*f)(int)) {
-  Str out;
-  const Str src = str_of(v);
-  for (const auto& [piece, content] : src.pieces()) {
-    std::string t(piece);
-    for (char& c : t)
-      if (static_cast<unsigned char>(c) < 0x80) c = char(f(static_cast<unsigned char>(c)));
-    out.append(Str(std::move(t), content));
-  }
-  return Value(out);
-}
-Value f_upper(const Env&, const Value& v, Args&) { return f_case(v, [](int c) { return std::toupper(c); }); }
-Value f_lower(const Env&, const Value& v, Args&) { return f_case(v, [](int c) { return std::tolower(c); }); }
+Value f_upper(const Env&, const Value& v, Args&) { return Value(map_ascii(v.to_str(), [](int c) { return std::toupper(c); })); }
+Value f_lower(const Env&, const Value& v, Args&) { return Value(map_ascii(v.to_str(), [](int c) { return std::tolower(c); })); }
 
-Value f_capitalize(const Env& env, const Value& v, Args& a) {
-  const Value low = f_lower(env, v, a);
-  const Str& s = low.as_str();
-  if (s.text().empty()) return low;
-  Str out = f_upper(env, Value(s.slice(0, 1)), a).as_str();
-  out.append(s.slice(1, s.text().size()));
-  return Value(out);
-}
+Value f_capitalize(const Env&, const Value& v, Args&) { return Value(py_capitalize(v.to_str())); }
 
 Value f_title(const Env&, const Value& v, Args&) {
   // jinja2: words begin after whitespace or - ( { [ <; first letter upper, rest lower.
   Str out;
   bool start = true;
-  const Str src = str_of(v);
+  const Str src = v.to_str();
   for (const auto& [piece, content] : src.pieces()) {
     std::string t(piece);
     for (char& c : t) {
@@ -164,9 +143,7 @@ Value f_title(const Env&, const Value& v, Args&) {
 Value f_items(const Env&, const Value& v, Args&) {
   if (v.is_undefined()) return Value(List{});
   if (!v.is_dict()) type_error("Can only get item pairs from a mapping.");
-  List out;
-  for (const auto& [k, e] : v.dict().items) out.push_back(Value(List{v.dict().key(k), e}));
-  return Value(std::move(out));
+  return Value(dict_items(v.dict()));
 }
 
 Value f_dictsort(const Env&, const Value& v, Args& a) {
@@ -175,8 +152,7 @@ Value f_dictsort(const Env&, const Value& v, Args& a) {
   const Value by = a.get(1, "by");
   const bool by_value = by.is_string() && by.text() == "value";
   const bool reverse = a.get(2, "reverse").truthy();
-  List out;
-  for (const auto& [k, e] : v.dict().items) out.push_back(Value(List{v.dict().key(k), e}));
+  List out = dict_items(v.dict());
   std::stable_sort(out.begin(), out.end(), [&](const Value& x, const Value& y) {
     const size_t i = by_value ? 1 : 0;
     const int c = compare(lowered(x.list()[i], cs), lowered(y.list()[i], cs));
@@ -190,25 +166,16 @@ Value f_list(const Env&, const Value& v, Args&) { return Value(iterate(v)); }
 Value f_replace(const Env&, const Value& v, Args& a) {
   const Value old = a.get(0, "old"), with = a.get(1, "new"), count = a.get(2, "count");
   const int64_t n = count.kind() == Value::Kind::kInt ? count.as_int() : -1;
-  return Value(py_replace(str_of(v), str_of(old).text(), str_of(with), n));
+  return Value(py_replace(v.to_str(), old.to_str().text(), with.to_str(), n));
 }
 
 Value f_indent(const Env&, const Value& v, Args& a) {
   const Value w = a.get(0, "width");
   const std::string ind = w.is_string() ? w.text() : std::string(size_t(w.kind() == Value::Kind::kInt ? std::clamp<int64_t>(w.as_int(), 0, 1024) : 4), ' ');
   const bool first = a.get(1, "first").truthy(), blank = a.get(2, "blank").truthy();
-  Str s = str_of(v);
+  Str s = v.to_str();
   s.append_markup("\n");
-  // splitlines on \n (and \r\n, \r)
-  std::vector<Str> lines;
-  const std::string& t = s.text();
-  size_t b = 0;
-  for (size_t i = 0; i < t.size(); ++i) {
-    if (t[i] != '\n' && t[i] != '\r') continue;
-    lines.push_back(s.slice(b, i));
-    if (t[i] == '\r' && i + 1 < t.size() && t[i + 1] == '\n') ++i;
-    b = i + 1;
-  }
+  const std::vector<Str> lines = py_splitlines(s);
   Str out;
   if (first) out.append_markup(ind);
   for (size_t i = 0; i < lines.size(); ++i) {
@@ -227,11 +194,11 @@ Value filter_seq(const Env& env, const Value& v, Args& a, bool attr, bool keep) 
   const size_t test_at = attr ? 1 : 0;
   const Value test = a.get(test_at, "");
   Args targs = rest(a, test_at + 1);
-  const std::string path = attr ? str_of(a.get(0, "attribute")).text() : "";
+  const std::string path = attr ? (a.get(0, "attribute")).to_str().text() : "";
   if (!v.truthy()) return Value(std::move(out));  // jinja2 skips a falsy sequence (None) whole
   for (const Value& e : iterate(v)) {
     const Value x = attr ? path_of(e, path) : e;
-    const bool ok = test.is_undefined() ? x.truthy() : env.test(str_of(test).text(), x, targs);
+    const bool ok = test.is_undefined() ? x.truthy() : env.test(test.to_str().text(), x, targs);
     if (ok == keep) out.push_back(e);
   }
   return Value(std::move(out));
@@ -248,13 +215,13 @@ Value f_map(const Env& env, const Value& v, Args& a) {
   if (!attr.is_undefined()) {
     const Value def = a.get(SIZE_MAX, "default");
     for (const Value& e : iterate(v)) {
-      Value x = path_of(e, str_of(attr).text());
+      Value x = path_of(e, attr.to_str().text());
       out.push_back(x.is_undefined() && !def.is_undefined() ? def : x);
     }
     return Value(std::move(out));
   }
   if (a.pos.empty()) type_error("map requires a filter name or attribute=");
-  const std::string name = str_of(a.pos[0]).text();
+  const std::string name = (a.pos[0]).to_str().text();
   Args fargs = rest(a, 1);
   for (const Value& e : iterate(v)) out.push_back(env.filter(name, e, fargs));
   return Value(std::move(out));
@@ -298,7 +265,7 @@ List sorted(const Value& v, Args& a, size_t first_arg) {
   const bool cs = a.get(first_arg + 1, "case_sensitive").truthy();
   const Value attr = a.get(first_arg + 2, "attribute");
   List out = iterate(v);
-  auto key = [&](const Value& x) { return lowered(attr.is_undefined() ? x : path_of(x, str_of(attr).text()), cs); };
+  auto key = [&](const Value& x) { return lowered(attr.is_undefined() ? x : path_of(x, attr.to_str().text()), cs); };
   std::stable_sort(out.begin(), out.end(), [&](const Value& x, const Value& y) {
     const int c = compare(key(x), key(y));
     return reverse ? c > 0 : c < 0;
@@ -313,7 +280,7 @@ Value f_unique(const Env&, const Value& v, Args& a) {
   const Value attr = a.get(1, "attribute");
   List out, seen;
   for (const Value& e : iterate(v)) {
-    const Value k = lowered(attr.is_undefined() ? e : path_of(e, str_of(attr).text()), cs);
+    const Value k = lowered(attr.is_undefined() ? e : path_of(e, attr.to_str().text()), cs);
     if (std::find(seen.begin(), seen.end(), k) != seen.end()) continue;
     seen.push_back(k);
     out.push_back(e);
@@ -357,7 +324,7 @@ Value f_sum(const Env&, const Value& v, Args& a) {
   double d = start.is_undefined() ? 0 : start.as_number();
   int64_t i = start.kind() == Value::Kind::kInt ? start.as_int() : 0;
   for (const Value& e : iterate(v)) {
-    const Value x = attr.is_undefined() ? e : path_of(e, str_of(attr).text());
+    const Value x = attr.is_undefined() ? e : path_of(e, attr.to_str().text());
     if (!x.is_number() && x.kind() != Value::Kind::kBool) type_error("unsupported operand type(s) for +: 'int' and '" + x.type_name() + "'");
     is_float = is_float || x.kind() == Value::Kind::kFloat;
     d += x.as_number();
@@ -383,7 +350,7 @@ Value f_round(const Env&, const Value& v, Args& a) {
 Value f_escape(const Env&, const Value& v, Args&) {
   if (v.is_string() && v.as_str().safe()) return v;
   Str out;
-  const Str src = str_of(v);
+  const Str src = v.to_str();
   for (const auto& [piece, content] : src.pieces()) {
     std::string t;
     for (char c : piece) {
@@ -401,17 +368,17 @@ Value f_escape(const Env&, const Value& v, Args&) {
   return Value(out.mark_safe());
 }
 
-Value f_forceescape(const Env& env, const Value& v, Args& a) { return f_escape(env, Value(str_of(v)), a); }
+Value f_forceescape(const Env& env, const Value& v, Args& a) { return f_escape(env, Value(v.to_str()), a); }
 
-Value f_attr(const Env&, const Value& v, Args& a) { return get_attr(v, str_of(a.get(0, "name")).text()); }
+Value f_attr(const Env&, const Value& v, Args& a) { return get_attr(v, (a.get(0, "name")).to_str().text()); }
 
 Value f_wordcount(const Env&, const Value& v, Args&) {
-  return Value(int64_t(py_split(str_of(v), Value(), -1).list().size()));
+  return Value(int64_t(py_split(v.to_str(), Value(), -1).list().size()));
 }
 
 // "%s" % args: %s, %d, %r and %% only.
 Value f_format(const Env&, const Value& v, Args& a) {
-  const Str fmt = str_of(v);
+  const Str fmt = v.to_str();
   const std::string& f = fmt.text();
   Str out;
   size_t k = 0, lit = 0;
@@ -424,7 +391,7 @@ Value f_format(const Env&, const Value& v, Args& a) {
     } else {
       if (k >= a.pos.size()) type_error("not enough arguments for format string");
       const Value& x = a.pos[k++];
-      if (c == 's') out.append(str_of(x));
+      if (c == 's') out.append(x.to_str());
       else if (c == 'd') out.append(Str(std::to_string(int64_t(x.as_number())), x.has_content()));
       else if (c == 'r') out.append(Str(x.repr(), x.has_content()));
       else type_error(std::string("unsupported format character '") + c + "'");
@@ -436,7 +403,7 @@ Value f_format(const Env&, const Value& v, Args& a) {
 }
 
 Value f_center(const Env&, const Value& v, Args& a) {
-  const Str s = str_of(v);
+  const Str s = v.to_str();
   const Value w = a.get(0, "width");
   const int64_t width = w.kind() == Value::Kind::kInt ? std::min<int64_t>(w.as_int(), 1 << 20) : 80;
   const int64_t n = int64_t(utf8_length(s.text()));
@@ -486,15 +453,9 @@ bool case_is(const Value& v, bool upper) {
   return cased;
 }
 
-bool contains(const Value& seq, const Value& x);
-
 }  // namespace
 
-bool value_in(const Value& x, const Value& seq) { return contains(seq, x); }
-
-namespace {
-
-bool contains(const Value& seq, const Value& x) {
+bool value_in(const Value& x, const Value& seq) {
   switch (seq.kind()) {
     case Value::Kind::kString:
       if (!x.is_string()) type_error("'in <string>' requires string as left operand, not " + x.type_name());
@@ -505,8 +466,6 @@ bool contains(const Value& seq, const Value& x) {
     default: type_error("argument of type '" + seq.type_name() + "' is not iterable");
   }
 }
-
-}  // namespace
 
 std::optional<Value> apply_filter(const Env& env, const std::string& name, const Value& v, Args& args) {
   const auto& m = filters();
@@ -539,7 +498,7 @@ std::optional<bool> apply_test(const std::string& n, const Value& v, Args& a) {
   if (n == "le" || n == "<=") return compare(v, arg) <= 0;
   if (n == "gt" || n == "greaterthan" || n == ">") return compare(v, arg) > 0;
   if (n == "ge" || n == ">=") return compare(v, arg) >= 0;
-  if (n == "in") return contains(arg, v);
+  if (n == "in") return value_in(v, arg);
   if (n == "odd" || n == "even") {
     if (k != K::kInt) type_error("odd/even need an integer");
     return (v.as_int() % 2 != 0) == (n == "odd");

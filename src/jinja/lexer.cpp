@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "base/utf8.h"
 #include "jinja/error.h"
 
 namespace cs::jinja {
@@ -23,24 +24,6 @@ std::string normalise(std::string_view src) {
   }
   if (!s.empty() && s.back() == '\n') s.pop_back();  // keep_trailing_newline=False
   return s;
-}
-
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += char(cp);
-  } else if (cp < 0x800) {
-    out += char(0xC0 | (cp >> 6));
-    out += char(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += char(0xE0 | (cp >> 12));
-    out += char(0x80 | ((cp >> 6) & 0x3F));
-    out += char(0x80 | (cp & 0x3F));
-  } else {
-    out += char(0xF0 | (cp >> 18));
-    out += char(0x80 | ((cp >> 12) & 0x3F));
-    out += char(0x80 | ((cp >> 6) & 0x3F));
-    out += char(0x80 | (cp & 0x3F));
-  }
 }
 
 class Lexer {
@@ -249,7 +232,7 @@ class Lexer {
             cp = cp * 16 + uint32_t(std::isdigit(static_cast<unsigned char>(h)) ? h - '0' : (std::tolower(h) - 'a' + 10));
           }
           pos_ += n;
-          append_utf8(v, cp);
+          v += utf8_encode(cp);
           break;
         }
         default: v += '\\'; v += e;  // Python keeps unknown escapes

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "base/utf8.h"
 #include "jinja/builtins.h"
 #include "jinja/error.h"
 
@@ -25,14 +26,12 @@ bool py_space(std::string_view s, size_t at, size_t* len) {
   return false;
 }
 
-size_t cp_len(unsigned char c) { return c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4; }
-
 // Whether the code point at `at` is one of `chars` (a string of code points).
 bool in_chars(std::string_view s, size_t at, std::string_view chars, size_t* len) {
-  *len = std::min(cp_len(static_cast<unsigned char>(s[at])), s.size() - at);
+  *len = utf8_len(s, at);
   const std::string_view cp = s.substr(at, *len);
-  for (size_t k = 0; k < chars.size(); k += cp_len(static_cast<unsigned char>(chars[k])))
-    if (chars.substr(k, cp_len(static_cast<unsigned char>(chars[k]))) == cp) return true;
+  for (size_t k = 0; k < chars.size(); k += utf8_len(chars, k))
+    if (chars.substr(k, utf8_len(chars, k)) == cp) return true;
   return false;
 }
 
@@ -42,17 +41,6 @@ int64_t int_arg(const Value& v, const char* what) {
   if (v.kind() == Value::Kind::kInt) return v.as_int();
   if (v.kind() == Value::Kind::kBool) return v.as_bool();
   type_error(std::string(what) + " must be an integer, not " + v.type_name());
-}
-
-Str map_ascii(const Str& s, int (*f)(int)) {
-  Str out;
-  for (const auto& [piece, content] : s.pieces()) {
-    std::string t(piece);
-    for (char& c : t)
-      if (static_cast<unsigned char>(c) < 0x80) c = char(f(static_cast<unsigned char>(c)));
-    out.append(Str(std::move(t), content));
-  }
-  return out;
 }
 
 bool ascii_alpha(char c) { return std::isalpha(static_cast<unsigned char>(c)); }
@@ -123,7 +111,7 @@ Str py_format(const Str& fmt, Args& a) {
         v = a.get(SIZE_MAX, field);
       }
       if (v.is_undefined()) type_error("Replacement index " + field + " out of range for positional args tuple");
-      out.append(str_of(v));
+      out.append(v.to_str());
       lit = e + 1;
       i = e;
     }
@@ -166,14 +154,7 @@ std::optional<Value> str_method(const Value& self, const std::string& n) {
   if (n == "lower") return bound(n, [s](Args&) { return Value(map_ascii(s, [](int c) { return std::tolower(c); })); });
   if (n == "upper") return bound(n, [s](Args&) { return Value(map_ascii(s, [](int c) { return std::toupper(c); })); });
   if (n == "title") return bound(n, [s](Args&) { return Value(py_title(s)); });
-  if (n == "capitalize")
-    return bound(n, [s](Args&) {
-      Str lower = map_ascii(s, [](int c) { return std::tolower(c); });
-      if (s.text().empty()) return Value(lower);
-      Str out = map_ascii(lower.slice(0, 1), [](int c) { return std::toupper(c); });
-      out.append(lower.slice(1, s.text().size()));
-      return Value(out);
-    });
+  if (n == "capitalize") return bound(n, [s](Args&) { return Value(py_capitalize(s)); });
   if (n == "replace")
     return bound(n, [s](Args& a) {
       const Value old = a.get(0, "old"), with = a.get(1, "new"), count = a.get(2, "count");
@@ -224,15 +205,7 @@ std::optional<Value> str_method(const Value& self, const std::string& n) {
   if (n == "splitlines")
     return bound(n, [s](Args&) {
       List out;
-      const std::string& t = s.text();
-      size_t b = 0;
-      for (size_t i = 0; i < t.size(); ++i) {
-        if (t[i] != '\n' && t[i] != '\r') continue;
-        out.push_back(Value(s.slice(b, i)));
-        if (t[i] == '\r' && i + 1 < t.size() && t[i + 1] == '\n') ++i;
-        b = i + 1;
-      }
-      if (b < t.size()) out.push_back(Value(s.slice(b, t.size())));
+      for (Str& line : py_splitlines(s)) out.push_back(Value(std::move(line)));
       return Value(std::move(out));
     });
   return std::nullopt;
@@ -255,12 +228,7 @@ std::optional<Value> dict_method(const Value& self, const std::string& n) {
       const Value def = a.get(1, "default");
       return def.is_undefined() ? Value::none() : def;
     });
-  if (n == "items")
-    return bound(n, [d](Args&) {
-      List out;
-      for (const auto& [k, v] : d->items) out.push_back(Value(List{d->key(k), v}));
-      return Value(std::move(out));
-    });
+  if (n == "items") return bound(n, [d](Args&) { return Value(dict_items(*d)); });
   if (n == "keys")
     return bound(n, [d](Args&) {
       List out;
@@ -359,7 +327,7 @@ Str py_replace(const Str& s, const std::string& old, const Str& with, int64_t co
     // Python inserts `with` between code points (and at both ends).
     size_t b = 0;
     int64_t n = 0;
-    for (size_t i = 0; i <= t.size(); i += i < t.size() ? cp_len(static_cast<unsigned char>(t[i])) : 1) {
+    for (size_t i = 0; i <= t.size(); i += i < t.size() ? utf8_len(t, i) : 1) {
       if (count >= 0 && n >= count) break;
       out.append(s.slice(b, i));
       out.append(with);
@@ -380,7 +348,44 @@ Str py_replace(const Str& s, const std::string& old, const Str& with, int64_t co
   return out;
 }
 
-Str str_of(const Value& v) { return v.to_str(); }
+Str map_ascii(const Str& s, int (*f)(int)) {
+  Str out;
+  for (const auto& [piece, content] : s.pieces()) {
+    std::string t(piece);
+    for (char& c : t)
+      if (static_cast<unsigned char>(c) < 0x80) c = char(f(static_cast<unsigned char>(c)));
+    out.append(Str(std::move(t), content));
+  }
+  return out;
+}
+
+Str py_capitalize(const Str& s) {
+  const Str lower = map_ascii(s, [](int c) { return std::tolower(c); });
+  if (s.text().empty()) return lower;
+  Str out = map_ascii(lower.slice(0, 1), [](int c) { return std::toupper(c); });
+  out.append(lower.slice(1, s.text().size()));
+  return out;
+}
+
+std::vector<Str> py_splitlines(const Str& s) {
+  std::vector<Str> out;
+  const std::string& t = s.text();
+  size_t b = 0;
+  for (size_t i = 0; i < t.size(); ++i) {
+    if (t[i] != '\n' && t[i] != '\r') continue;
+    out.push_back(s.slice(b, i));
+    if (t[i] == '\r' && i + 1 < t.size() && t[i + 1] == '\n') ++i;
+    b = i + 1;
+  }
+  if (b < t.size()) out.push_back(s.slice(b, t.size()));
+  return out;
+}
+
+List dict_items(const Dict& d) {
+  List out;
+  for (const auto& [k, v] : d.items) out.push_back(Value(List{d.key(k), v}));
+  return out;
+}
 
 std::optional<Value> method(const Value& obj, const std::string& name) {
   if (obj.is_string()) return str_method(obj, name);

@@ -181,20 +181,19 @@ class Parser {
     }
   }
 
-  std::vector<std::string> targets(const char* stmt) {
+  std::vector<std::string> targets() {
     std::vector<std::string> out;
     const bool paren = skip_op("(");
     do {
       out.push_back(expect_name("a variable name"));
     } while (skip_op(","));
     if (paren) expect_op(")");
-    (void)stmt;
     return out;
   }
 
   std::unique_ptr<Stmt> for_stmt(std::unique_ptr<Stmt> s) {
     s->kind = Stmt::Kind::kFor;
-    s->targets = targets("for");
+    s->targets = targets();
     if (!skip_name("in")) fail("expected 'in' in {% for %}, found " + describe());
     s->expr = tuple_expr(false);
     if (skip_name("if")) s->cond = expression();
@@ -221,7 +220,7 @@ class Parser {
       ++i_;
       s->attr = expect_name("an attribute name");
     } else {
-      s->targets = targets("set");
+      s->targets = targets();
     }
     if (skip_op("=")) {
       s->expr = tuple_expr();

@@ -507,7 +507,7 @@ class Renderer {
                                       }}));
     globals_.set("raise_exception", Value(Callable{"raise_exception", [](Args& a) -> Value {
                                                    throw TemplateError(TemplateErrorKind::kRaised, 0,
-                                                                       str_of(a.get(0, "message")).text());
+                                                                       (a.get(0, "message")).to_str().text());
                                                  }}));
     globals_.set("strftime_now", Value(Callable{"strftime_now", [this](Args& a) { return strftime_now(a); }}));
   }
@@ -529,7 +529,7 @@ class Renderer {
   }
 
   Value strftime_now(Args& a) {
-    const std::string fmt = str_of(a.get(0, "format")).text();
+    const std::string fmt = (a.get(0, "format")).to_str().text();
     const std::time_t t = opts_.now ? *opts_.now : std::time(nullptr);
     std::tm tm{};
     localtime_r(&t, &tm);

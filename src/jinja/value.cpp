@@ -19,10 +19,6 @@ bool Str::has_content() const {
   return std::any_of(runs_.begin(), runs_.end(), [](const auto& r) { return r.second; });
 }
 
-bool Str::all_content() const {
-  return !runs_.empty() && std::all_of(runs_.begin(), runs_.end(), [](const auto& r) { return r.second; });
-}
-
 void Str::append(const Str& s) {
   if (s.text_.empty()) return;
   if (runs_.empty() && s.runs_.empty()) {

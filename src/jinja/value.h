@@ -33,7 +33,6 @@ class Str {
   Str(std::string text, bool content = false);  // NOLINT: literals convert
   const std::string& text() const { return text_; }
   bool has_content() const;
-  bool all_content() const;
   // jinja2's Markup (from |safe or |e): `markup + str` escapes the str.
   bool safe() const { return safe_; }
   Str& mark_safe(bool safe = true) {

@@ -9,7 +9,7 @@
 #include "model/gguf.h"
 #include "model/pre_tokenizer.h"
 #include "model/regex.h"
-#include "model/utf8.h"
+#include "base/utf8.h"
 
 namespace cs {
 namespace {

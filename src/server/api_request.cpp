@@ -8,7 +8,9 @@
 
 namespace cs {
 
-using json = nlohmann::json;
+// Ordered: a template may print what the client sent (a tool call's
+// arguments, with tojson) and must see its keys in the client's order.
+using json = nlohmann::ordered_json;
 
 std::string error_json(const ApiError& e) {
   json j = {{"error",
@@ -273,7 +275,7 @@ namespace {
 // system), the content as one string (text parts joined; null only beside
 // tool calls), and the fields a template may read besides (tool_calls with
 // their arguments as an object, tool_call_id, name), in the client's order.
-nlohmann::ordered_json chat_message(const json& m, const nlohmann::ordered_json& om, size_t i) {
+json chat_message(const json& m, size_t i) {
   const std::string at = "messages[" + std::to_string(i) + "]";
   if (!m.is_object()) throw invalid(at, at + " must be an object", "invalid_type");
   const json* role = Fields(m).get("role");
@@ -283,7 +285,7 @@ nlohmann::ordered_json chat_message(const json& m, const nlohmann::ordered_json&
   if (r != "system" && r != "user" && r != "assistant" && r != "tool")
     throw invalid(at + ".role", at + " has the unknown role '" + role->get<std::string>() +
                                     "' (system, developer, user, assistant or tool)");
-  nlohmann::ordered_json out = {{"role", r}};
+  json out = {{"role", r}};
   const json* c = Fields(m).get("content");
   const json* calls = Fields(m).get("tool_calls");
   if (c && c->is_string()) {
@@ -305,19 +307,19 @@ nlohmann::ordered_json chat_message(const json& m, const nlohmann::ordered_json&
   if (calls) {
     if (r != "assistant" || !calls->is_array())
       throw invalid(at + ".tool_calls", at + ": tool_calls must be a list, on an assistant message", "invalid_type");
-    nlohmann::ordered_json list = nlohmann::ordered_json::array();
+    json list = json::array();
     for (size_t k = 0; k < calls->size(); ++k) {
-      const auto& call = om["tool_calls"][k];
+      const json& call = (*calls)[k];
       const std::string cat = at + ".tool_calls[" + std::to_string(k) + "]";
       if (!call.is_object() || !call.contains("function") || !call["function"].is_object() ||
           !call["function"].contains("name") || !call["function"]["name"].is_string())
         throw invalid(cat, cat + " must be {\"type\": \"function\", \"function\": {\"name\", \"arguments\"}}");
-      nlohmann::ordered_json c2 = call;
+      json c2 = call;
       // Templates print arguments as an object (Hugging Face's convention);
       // OpenAI sends them as JSON text.
       auto& args = c2["function"]["arguments"];
       if (args.is_string()) {
-        nlohmann::ordered_json parsed = nlohmann::ordered_json::parse(args.get<std::string>(), nullptr, false);
+        json parsed = json::parse(args.get<std::string>(), nullptr, false);
         if (parsed.is_discarded() || !parsed.is_object())
           throw invalid(cat + ".function.arguments", cat + ".function.arguments must be a JSON object");
         args = std::move(parsed);
@@ -327,7 +329,7 @@ nlohmann::ordered_json chat_message(const json& m, const nlohmann::ordered_json&
     out["tool_calls"] = std::move(list);
   }
   for (const char* k : {"tool_call_id", "name"})
-    if (om.contains(k) && om[k].is_string()) out[k] = om[k];
+    if (const json* v = Fields(m).get(k); v && v->is_string()) out[k] = *v;
   return out;
 }
 
@@ -358,11 +360,8 @@ ApiRequest parse_chat_request(const std::string& body, const ApiLimits& lim) {
   if (!msgs) throw invalid("messages", "messages is required", "missing_required_parameter");
   if (!msgs->is_array()) throw invalid("messages", "messages must be a list", "invalid_type");
   if (msgs->empty()) throw invalid("messages", "messages must not be empty");
-  // Parsed again keeping each object's key order: the template may print
-  // a tool call's arguments with tojson, in the order the client sent.
-  const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(body);
   ChatInput in;
-  for (size_t i = 0; i < msgs->size(); ++i) in.messages.push_back(chat_message(msgs->at(i), ordered["messages"][i], i));
+  for (size_t i = 0; i < msgs->size(); ++i) in.messages.push_back(chat_message(msgs->at(i), i));
   // Special tokens come from the template's markup only, never from a message.
   try {
     out.engine.prompt = lim.chat->render(in).encode(*lim.tokenizer, true);

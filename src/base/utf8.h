@@ -1,4 +1,4 @@
-// Minimal UTF-8 helpers for the tokenizer. Invalid bytes are single units.
+// Minimal UTF-8 helpers (tokenizer, text streaming, templates). Invalid bytes are single units.
 #pragma once
 #include <cstdint>
 #include <string>
