@@ -1,6 +1,7 @@
 // Every supported architecture on a tiny random model of its own (llama3:
 // GQA 4:1, tied embeddings, rope_freqs; qwen2: Q/K/V biases, RoPE by halves;
-// qwen3: per-head Q/K norms, head_dim 128 over a 128-wide embedding):
+// qwen3: per-head Q/K norms, head_dim 128 over a 128-wide embedding; gemma3:
+// 5 of 6 layers sliding over 40 positions, head_dim 256, post-norms, GeGLU):
 // the configuration read, the fast path against the float reference, and the
 // engine's guarantees (identical greedy tokens across attention modes,
 // batches, retained prefixes and preemption; Prompt Cache modules shared and
@@ -8,8 +9,11 @@
 // depth. Also: the errors for what is not supported.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 
+#include "cache/contiguous_kv.h"
+#include "cache/prefix_kv.h"
 #include "engine_helpers.h"
 #include "model/perplexity.h"
 #include "model/reference.h"
@@ -41,7 +45,7 @@ TEST_P(Arch, ConfigurationIsRead) {
   const LlamaConfig& c = m().config();
   const std::string v = GetParam();
   EXPECT_EQ(c.arch, v == "llama3" ? "llama" : v);
-  EXPECT_EQ(c.head_dim, v == "qwen3" ? 128 : 64);
+  EXPECT_EQ(c.head_dim, v == "qwen3" ? 128 : v == "gemma3" ? 256 : 64);
   EXPECT_EQ(c.q_width(), c.n_heads * c.head_dim);
   EXPECT_EQ(c.rope.style, v == "llama3" ? RopeStyle::kAdjacent : RopeStyle::kHalves);
   EXPECT_EQ(c.rope.factors.size(), v == "llama3" ? size_t(32) : size_t(0));
@@ -49,8 +53,21 @@ TEST_P(Arch, ConfigurationIsRead) {
   const LlamaLayer& L = m().layers()[0];
   EXPECT_EQ(L.bq.size(), v == "qwen2" ? size_t(c.q_width()) : size_t(0));
   EXPECT_EQ(L.bv.size(), v == "qwen2" ? size_t(c.kv_width()) : size_t(0));
-  EXPECT_EQ(L.q_norm.size(), v == "qwen3" ? size_t(128) : size_t(0));
+  EXPECT_EQ(L.q_norm.size(), v == "qwen3" ? size_t(128) : v == "gemma3" ? size_t(256) : size_t(0));
   EXPECT_EQ(c.n_heads / c.n_kv_heads, v == "llama3" ? 4 : 2);
+  const bool gemma = v == "gemma3";
+  EXPECT_EQ(L.attn_post_norm.size(), gemma ? size_t(c.n_embd) : size_t(0));
+  EXPECT_EQ(L.ffn_post_norm.size(), gemma ? size_t(c.n_embd) : size_t(0));
+  EXPECT_EQ(c.act, gemma ? FfnAct::kGeluTanh : FfnAct::kSilu);
+  EXPECT_EQ(c.embd_scale, gemma ? std::sqrt(128.0f) : 1.0f);
+  EXPECT_EQ(c.q_scale, 1.0f);
+  // Gemma 3: every 6th layer global, the rest slide, with RoPE base 10000.
+  EXPECT_EQ(c.window, gemma ? std::vector<int>({40, 40, 40, 40, 40, 0}) : std::vector<int>{});
+  if (gemma) {
+    EXPECT_EQ(c.rope.base, 1000000.0);
+    EXPECT_EQ(c.rope_swa.base, 10000.0);
+    EXPECT_EQ(c.rope_swa.style, RopeStyle::kHalves);
+  }
 }
 
 std::vector<int32_t> some_tokens(int n) {
@@ -74,6 +91,35 @@ TEST_P(Arch, FastPathAgreesWithTheFloatReference) {
   for (double k : r.kl) kl_max = std::max(kl_max, k);
   EXPECT_LT(kl_max, 1e-3) << GetParam();
   EXPECT_LE(r.top1_differ, 1) << GetParam();
+}
+
+// The chunk cache (what the engine runs) against the contiguous cache,
+// two independent keepers of key positions, on one sequence whose position
+// ids jump (as a Prompt Cache prompt's do): sliding windows count positions,
+// so the jump moves keys out of a window. Logits agree to the kernels'
+// different walk orders; a window ignored or counted in tokens would move them
+// far more.
+TEST_P(Arch, TheChunkCacheAgreesWithTheContiguousCache) {
+  const LlamaConfig& c = m().config();
+  const KvLayout layout{c.n_layers, c.n_kv_heads, c.head_dim, 64, KvType::kF32};
+  PrefixKv chunked(layout, layout.chunk_bytes() * 16, c.n_heads);
+  ContiguousKv dense(c.kv_shape(), 512, KvType::kF32);
+  int matched = 0;
+  ASSERT_TRUE(chunked.join(7, {}, &matched).ok());
+  const std::vector<int32_t> toks = some_tokens(200);
+  Workspace ws1, ws2;
+  std::vector<float> a, b;
+  float worst = 0;
+  for (int step = 0, at = 0; at < 200; ++step) {
+    Batch batch;
+    const int n = step == 0 ? 90 : step == 1 ? 60 : 1;  // two prefill slices, then decode
+    for (int k = 0; k < n && at < 200; ++k, ++at) batch.add(toks[size_t(at)], at < 100 ? at : at + 37, 7, true);
+    m().forward(batch, chunked, ws1, a);
+    m().forward(batch, dense, ws2, b);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(a[i] - b[i]));
+  }
+  EXPECT_LT(worst, 2e-3f) << GetParam();
 }
 
 TEST_P(Arch, GreedyTokensAreIdenticalAcrossModesBatchesAndPreemption) {
@@ -116,7 +162,7 @@ TEST_P(Arch, PromptCacheModulesAreSharedAndExact) {
   expect_same_tokens(run_all(e, reqs), alone, std::string(GetParam()) + " prompt cache batched vs alone");
 }
 
-INSTANTIATE_TEST_SUITE_P(Tiny, Arch, testing::Values("llama3", "qwen2", "qwen3"));
+INSTANTIATE_TEST_SUITE_P(Tiny, Arch, testing::Values("llama3", "qwen2", "qwen3", "gemma3"));
 
 // What the loader refuses, each with its reason.
 std::string load_error(test::TinyModelShape shape, const std::string& name) {
@@ -131,16 +177,18 @@ std::string load_error(test::TinyModelShape shape, const std::string& name) {
 TEST(ArchErrors, UnknownArchitectureListsTheSupportedOnes) {
   test::TinyModelShape s;
   s.arch = "mamba";
-  EXPECT_NE(load_error(s, "tiny_mamba").find("unsupported architecture 'mamba' (supported: llama, qwen2, qwen3)"),
+  EXPECT_NE(load_error(s, "tiny_mamba").find("unsupported architecture 'mamba' (supported: llama, qwen2, qwen3, gemma3)"),
             std::string::npos);
 }
 
 TEST(ArchErrors, AFileWithoutItsArchitecturesTensorsIsRefused) {
-  for (const char* v : {"qwen2", "qwen3"}) {
+  for (const char* v : {"qwen2", "qwen3", "gemma3"}) {
     test::TinyModelShape s = test::tiny_arch_shape(v);
     s.arch_tensors = false;
     const std::string err = load_error(s, std::string("tiny_bare_") + v);
-    const std::string missing = std::string(v) == "qwen2" ? "attn_q.bias" : "attn_q_norm.weight";
+    const std::string missing = std::string(v) == "qwen2"   ? "attn_q.bias"
+                                : std::string(v) == "qwen3" ? "attn_q_norm.weight"
+                                                            : "post_attention_norm.weight";
     EXPECT_NE(err.find("tensor 'blk.0." + missing + "' is missing (the architecture requires it)"), std::string::npos)
         << err;
   }

@@ -23,12 +23,14 @@ struct Case {
   KvType type;
   uint32_t seed;
   bool prefill = false;
+  int window = 0;  // a sliding window, in positions (0: none)
 };
 
 std::string name(const Case& c) {
   return "batch " + std::to_string(c.batch) + " kv_heads " + std::to_string(c.n_kv_heads) + " group " +
          std::to_string(c.group) + " d " + std::to_string(c.d) + " " + kv_type_name(c.type) + " seed " +
-         std::to_string(c.seed) + (c.prefill ? " prefill" : "");
+         std::to_string(c.seed) + (c.prefill ? " prefill" : "") +
+         (c.window ? " window " + std::to_string(c.window) : "");
 }
 
 // Random K/V for tokens [from, to) of sequence id, every layer and KV head.
@@ -52,8 +54,18 @@ struct Planned {
   Planned(PrefixTree& t, std::vector<int> q_begin, int n_heads) : tree(t), plan(plan_attention(t, q_begin, n_heads)) {}
   Planned(const PrefixTree& t, std::shared_ptr<const KernelContext> ctx, int n_heads)
       : tree(t), plan(plan_attention(t, std::move(ctx), {}, n_heads)) {}
+  std::vector<int> window_first;  // per query row, when a window is set
   AttnProblem problem(const float* q, float* out, int layer = 0) {
-    return {&tree.pool(), &plan, layer, q, out, &ws};
+    return {&tree.pool(), &plan, layer, q, out, &ws, window_first.empty() ? nullptr : window_first.data()};
+  }
+  // A sliding window of w positions (a sequence's keys at 0, 1, 2, ...): the
+  // k-th of n rows of a sequence of L keys is key L - n + k.
+  void set_window(int w) {
+    window_first.clear();
+    for (int i = 0; i < plan.n_seqs(); ++i) {
+      const int len = plan.seq_len[size_t(i)], n = plan.rows_of(i);
+      for (int k = 0; k < n; ++k) window_first.push_back(std::max(0, len - n + k - w + 1));
+    }
   }
 };
 
@@ -66,8 +78,9 @@ struct World {
   std::vector<float> q;
   std::vector<int> q_begin;
   int n_heads = 0;
+  int window = 0;
 
-  World(const Case& c) {
+  World(const Case& c) : window(c.window) {
     std::mt19937 rng(c.seed);
     std::normal_distribution<float> nd;
     const KvLayout L{2, c.n_kv_heads, c.d, 64, c.type};
@@ -109,7 +122,10 @@ struct World {
   }
 
   AttnProblem problem(std::vector<float>& out) {
-    if (!run) run = std::make_unique<Planned>(*tree, q_begin, n_heads);
+    if (!run) {
+      run = std::make_unique<Planned>(*tree, q_begin, n_heads);
+      if (window) run->set_window(window);
+    }
     out.assign(q.size(), NAN);
     return run->problem(q.data(), out.data(), 1);
   }
@@ -170,10 +186,24 @@ void check(const Case& c) {
 
 TEST(Attention, RandomTreesAgreeWithReference) {
   uint32_t seed = 1;
-  for (int d : {64, 128})
+  for (int d : {64, 128, 256})
     for (int group : {1, 3, 4, 8})
       for (KvType type : {KvType::kF32, KvType::kF16, KvType::kBF16})
         check({1 + int(seed * 37 % 24), 1 + int(seed % 2), group, d, type, seed++});
+}
+
+// Sliding windows (Gemma 3's local layers): each row sees only the keys of
+// the last `window` positions, in every path and on every ISA; a window
+// edge inside a chunk, chunks wholly before every window, windows wider
+// than the sequence.
+TEST(Attention, SlidingWindowsAgreeWithReference) {
+  uint32_t seed = 300;
+  for (int window : {1, 37, 64, 100, 200, 1000})
+    for (bool prefill : {false, true}) {
+      const int d = seed % 3 == 0 ? 256 : seed % 3 == 1 ? 64 : 128;
+      check({1 + int(seed * 37 % 24), 1 + int(seed % 2), 1 + int(seed % 4), d, KvType(seed % 3), seed, prefill, window});
+      ++seed;
+    }
 }
 
 TEST(Attention, LargeBatches) {
@@ -285,9 +315,12 @@ TEST(Attention, LongWalksArePartedExactly) {
   struct Shape {
     int kv_heads, group, d;
     KvType type;
+    int window = 0;  // sliding: whole parts before a row's window, an edge inside one
   };
-  for (const Shape sh : {Shape{3, 3, 64, KvType::kF16}, Shape{2, 1, 128, KvType::kF32}}) {
-    SCOPED_TRACE(std::to_string(sh.kv_heads) + " KV heads, d " + std::to_string(sh.d) + " " + kv_type_name(sh.type));
+  for (const Shape sh : {Shape{3, 3, 64, KvType::kF16}, Shape{2, 1, 128, KvType::kF32},
+                         Shape{1, 4, 256, KvType::kF16, 700}, Shape{3, 3, 64, KvType::kBF16, 2500}}) {
+    SCOPED_TRACE(std::to_string(sh.kv_heads) + " KV heads, d " + std::to_string(sh.d) + " " + kv_type_name(sh.type) +
+                 " window " + std::to_string(sh.window));
     const KvLayout L{1, sh.kv_heads, sh.d, 64, sh.type};
     constexpr int kShared = 45 * 64 + 20, kSeqs = 5;
     const int own[kSeqs] = {0, 1, 100, 1000, 2100};
@@ -327,7 +360,12 @@ TEST(Attention, LongWalksArePartedExactly) {
     ASSERT_TRUE(single_run(*ctx));
     ASSERT_EQ(ctx->seqs, (std::vector<SeqId>{0, 1, 2, 3, 4}));
     std::vector<float> ref(q.size()), first;
-    attn_reference(all, Planned(all, {}, n_heads).problem(q.data(), ref.data()));
+    auto planned = [&](PrefixTree& t) {
+      auto p = std::make_unique<Planned>(t, std::vector<int>{}, n_heads);
+      if (sh.window) p->set_window(sh.window);
+      return p;
+    };
+    attn_reference(all, planned(all)->problem(q.data(), ref.data()));
     const size_t row = size_t(n_heads * sh.d);
     std::vector<std::unique_ptr<PrefixTree>> lone;
     for (int s = 0; s < kSeqs; ++s) {
@@ -338,12 +376,12 @@ TEST(Attention, LongWalksArePartedExactly) {
     for (int threads : {1, 2, 3}) {
       omp_set_num_threads(threads);
       std::vector<float> per(q.size()), tpp(q.size()), alone(q.size());
-      Planned run(all, {}, n_heads);
-      attn_per_sequence(run.problem(q.data(), per.data()));
-      attn_tpp(run.problem(q.data(), tpp.data()));
+      const auto run = planned(all);
+      attn_per_sequence(run->problem(q.data(), per.data()));
+      attn_tpp(run->problem(q.data(), tpp.data()));
       for (int s = 0; s < kSeqs; ++s) {
-        Planned one(*lone[size_t(s)], {}, n_heads);
-        attn_per_sequence(one.problem(q.data() + size_t(s) * row, alone.data() + size_t(s) * row));
+        const auto one = planned(*lone[size_t(s)]);
+        attn_per_sequence(one->problem(q.data() + size_t(s) * row, alone.data() + size_t(s) * row));
       }
       EXPECT_LT(max_diff(per, ref), sh.type == KvType::kF32 ? 1e-5f : 2e-3f) << threads << " threads";
       EXPECT_EQ(tpp, per) << "two-phase vs per-sequence, " << threads << " threads";
@@ -575,7 +613,8 @@ TEST(Merge, TwoHalvesEqualTheWhole) {
 }
 
 // The block kernel on one chunk, two folds in a row (so the running max
-// moves and o is rescaled), with random visible limits (0 included): every
+// moves and o is rescaled), with random visible limits (0 included) and
+// window edges (a row's first visible key, sliding windows): every
 // row agrees with the scalar kernel, and gets the very same bits whether it
 // is computed in a batch of nq rows or alone. The second property is what
 // makes two-phase partition bit-identical to per-sequence attention.
@@ -584,7 +623,7 @@ TEST(Block, RowsAgreeWithScalarAndDoNotDependOnTheBatch) {
   std::mt19937 rng(7);
   std::normal_distribution<float> nd;
   for (int type = 0; type < 3; ++type)
-    for (int d : {64, 128})
+    for (int d : {64, 128, 256})
       for (int c : {64, 128})
         for (int nq : {1, 3, 5, 8, 16, 17, 33, 70}) {
           const int esz = int(kv_type_size(KvType(type)));
@@ -599,6 +638,9 @@ TEST(Block, RowsAgreeWithScalarAndDoNotDependOnTheBatch) {
           for (auto& x : q) x = nd(rng);
           std::vector<int> limit(static_cast<size_t>(nq));
           for (auto& x : limit) x = int(rng() % 4) == 0 ? 0 : int(rng() % uint32_t(c)) + 1;
+          std::vector<int> first(static_cast<size_t>(nq), 0);
+          for (int r = 0; r < nq; ++r)
+            if (limit[size_t(r)] > 0 && rng() % 2) first[size_t(r)] = int(rng() % uint32_t(limit[size_t(r)]));
           // Runs rows [r0, r0 + n) through both chunks with the current ISA.
           void (*kernel)(const BlockJob&) = block_update;
           auto run = [&](int r0, int n, std::vector<float>& o, std::vector<float>& m, std::vector<float>& l) {
@@ -616,6 +658,7 @@ TEST(Block, RowsAgreeWithScalarAndDoNotDependOnTheBatch) {
               j.c = c;
               j.d = d;
               j.limit = limit.data() + r0;
+              j.first = first.data() + r0;
               j.scale = 0.125f;
               j.o = o.data();
               j.o_stride = d;

@@ -38,12 +38,13 @@ struct CausalCase {
   int max_batch;    // tokens per sequence per batch: 1..max_batch
   int steps;
   int prefill = 0;  // if > 0: the first batch holds this many tokens of each sequence
+  int window = 0;   // if > 0: odd layers slide over this many positions
 };
 
 // Random interleaved batches of several sequences (decode steps and prefills
 // that cross the cache's 64-token blocks): each query sees exactly its own
 // sequence's tokens up to itself, through the right KV head (GQA), in every
-// layer. Head dims 64 and 128 run the block kernel; 16 the plain loop.
+// layer. Head dims 64, 128 and 256 run the block kernel; 16 the plain loop.
 // Each case runs for every storage type. The reference reads the K/V the
 // cache holds (rounded to the type), so the bound is fp32 accumulation's
 // 1e-5 for all three: rounding at store is the only effect of the type.
@@ -56,7 +57,7 @@ float stored(KvType type, float x) {
 }
 
 TEST_P(ContiguousKvCausal, MatchesReference) {
-  const auto [shape, max_batch, steps, prefill] = std::get<0>(GetParam());
+  const auto [shape, max_batch, steps, prefill, window] = std::get<0>(GetParam());
   const KvType type = std::get<1>(GetParam());
   std::mt19937 rng(11 + shape.head_dim + max_batch);
   std::normal_distribution<float> nd;
@@ -70,7 +71,7 @@ TEST_P(ContiguousKvCausal, MatchesReference) {
     std::uniform_int_distribution<int> pick(0, 2), len(1, max_batch);
     for (int s = 0; s < 3; ++s)
       if (pick(rng) || step == 0)
-        for (int n = step == 0 && prefill ? prefill : len(rng); n > 0; --n) b.add(0, 0, s, true);
+        for (int n = step == 0 && prefill ? prefill : len(rng), k = 0; k < n; ++k) b.add(0, kv.length(s) + k, s, true);
     const int n = b.size();
     kv.begin_batch(b);
     for (int layer = 0; layer < L; ++layer) {
@@ -78,7 +79,8 @@ TEST_P(ContiguousKvCausal, MatchesReference) {
       for (auto* a : {&k, &v, &q})
         for (auto& x : *a) x = nd(rng);
       kv.store(layer, k.data(), v.data());
-      kv.attend(layer, q.data(), out.data());
+      const int w = layer % 2 ? window : 0;
+      kv.attend(layer, q.data(), out.data(), w);
       for (auto* a : {&k, &v})
         for (auto& x : *a) x = stored(type, x);
       auto& lk = ks[size_t(layer)];
@@ -90,7 +92,8 @@ TEST_P(ContiguousKvCausal, MatchesReference) {
         for (int h = 0; h < shape.n_heads; ++h) {
           const int kvh = h / (shape.n_heads / shape.n_kv_heads);
           std::vector<std::vector<float>> kh, vh;
-          for (size_t j = 0; j < lk[s].size(); ++j) {
+          // Positions are indices here: a window keeps the last w keys.
+          for (size_t j = w ? size_t(std::max(0, int(lk[s].size()) - w)) : 0; j < lk[s].size(); ++j) {
             kh.emplace_back(lk[s][j].begin() + kvh * d, lk[s][j].begin() + (kvh + 1) * d);
             vh.emplace_back(lv[s][j].begin() + kvh * d, lv[s][j].begin() + (kvh + 1) * d);
           }
@@ -120,7 +123,11 @@ INSTANTIATE_TEST_SUITE_P(Shapes, ContiguousKvCausal,
                                            // Decode after a long prefill: few calls, so each
                                            // walk is split into parts merged afterwards.
                                            CausalCase{{1, 4, 1, 64}, 1, 5, 300},
-                                           CausalCase{{2, 3, 1, 128}, 2, 4, 380}),
+                                           CausalCase{{2, 3, 1, 128}, 2, 4, 380},
+                                           // Sliding windows on odd layers (Gemma 3: head dim
+                                           // 256, one KV head), in prefill and split decode.
+                                           CausalCase{{2, 4, 1, 256}, 70, 9, 0, 50},
+                                           CausalCase{{2, 4, 1, 64}, 1, 5, 300, 100}),
                                             ::testing::Values(KvType::kF32, KvType::kF16, KvType::kBF16)),
                          [](const auto& info) {
                            const CausalCase& c = std::get<0>(info.param);
@@ -130,6 +137,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, ContiguousKvCausal,
                            name += "_gqa" + std::to_string(s.n_heads / s.n_kv_heads);
                            name += "_batch" + std::to_string(c.max_batch);
                            if (c.prefill) name += "_prefill" + std::to_string(c.prefill);
+                           if (c.window) name += "_window" + std::to_string(c.window);
                            name += "_";
                            name += kv_type_name(std::get<1>(info.param));
                            return name;
@@ -168,7 +176,7 @@ struct Recorder : KvStore {
   void store(int, const float* k, const float* v) override {
     for (int r = 0; r < rows; ++r) stored.push_back(k[r * 2] + v[r * 2 + 1]);
   }
-  void attend(int, const float* q, float* out) override {
+  void attend(int, const float* q, float* out, int) override {
     for (int r = 0; r < rows; ++r) attended.push_back(q[r * 3]), out[r * 3] = -q[r * 3];
   }
 };
@@ -184,7 +192,7 @@ TEST(SplitKv, EachStoreGetsItsRows) {
   for (int i = 0; i < 10; ++i) k[size_t(i)] = float(i), v[size_t(i)] = float(100 * i);
   for (int i = 0; i < 15; ++i) q[size_t(i)] = float(i);
   split.store(0, k.data(), v.data());
-  split.attend(0, q.data(), out.data());
+  split.attend(0, q.data(), out.data(), 0);
   EXPECT_EQ(a.tokens, (std::vector<int32_t>{10, 11}));
   EXPECT_EQ(b.tokens, (std::vector<int32_t>{12, 13, 14}));
   EXPECT_EQ(b.seqs, (std::vector<int32_t>{0, 0, 0}));

@@ -49,6 +49,34 @@ TEST(Ops, SwiGluMatchesDoubleReference) {
   }
 }
 
+// GeGLU (Gemma): gelu's tanh form times up, against double-precision tanh;
+// the cubic makes its sigmoid's argument z large fast, so the bound grows
+// with |z| as swiglu's with |gate|; huge gates give g * up or 0, never NaN.
+TEST(Ops, GeGluMatchesDoubleReference) {
+  std::mt19937 rng(6);
+  std::uniform_real_distribution<float> wide(-12.0f, 12.0f);
+  std::normal_distribution<float> nd;
+  for (size_t n : {size_t(1), size_t(7), size_t(8), size_t(13), size_t(40000), size_t(8 * 4096 + 5)}) {
+    std::vector<float> g(n), u(n);
+    for (size_t i = 0; i < n; ++i) g[i] = i % 3 ? wide(rng) : nd(rng), u[i] = nd(rng);
+    const float edge[] = {0.0f, -0.0f, 1e-30f, -1e-30f, 20.0f, -20.0f, 1e4f, -1e4f, 3e38f, -3e38f};
+    for (size_t i = 0; i < n && i < std::size(edge); ++i) g[n - 1 - i] = edge[i], u[n - 1 - i] = 0.25f;
+    std::vector<float> out = g;
+    geglu(out.data(), u.data(), n, out.data());
+    for (size_t i = 0; i < n; ++i) {
+      const double x = g[i], y = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+      const double ref = x / (1.0 + std::exp(-2 * y)) * u[i];  // 0.5 (1 + tanh y), without 1 + -1
+      const double tol = (1.0 + std::fabs(2 * y) / 4) * 1e-6 * std::fabs(ref) + 1e-30;
+      ASSERT_FALSE(std::isnan(out[i])) << "gate " << g[i];
+      ASSERT_NEAR(out[i], ref, tol) << "gate " << g[i] << " at " << i << " of " << n;
+    }
+  }
+  const float g1[1] = {1.0f}, u1[1] = {2.0f};
+  float o1[1];
+  geglu(g1, u1, 1, o1);
+  EXPECT_NEAR(o1[0], 2 * 0.8411920f, 1e-6);  // gelu_tanh(1) = 0.841192
+}
+
 RopeParams rope_params(int rot_dim, double base, RopeStyle style = RopeStyle::kAdjacent) {
   RopeParams p;
   p.rot_dim = rot_dim;

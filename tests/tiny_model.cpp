@@ -15,6 +15,9 @@ TinyModelShape tiny_arch_shape(const std::string& variant) {
     s.arch = "qwen2", s.rope_base = 1000000.0f;
   } else if (variant == "qwen3") {
     s.arch = "qwen3", s.head_dim = 128, s.rope_base = 1000000.0f, s.tied = true;
+  } else if (variant == "gemma3") {
+    s.arch = "gemma3", s.n_layers = 6, s.head_dim = 256, s.rope_base = 1000000.0f, s.tied = true, s.window = 40;
+    s.output_scale = 0.02f;  // embeddings are scaled by sqrt(n_embd) on the way in
   }
   return s;
 }
@@ -32,6 +35,7 @@ std::string tiny_model(const std::string& name, TinyModelShape s) {
   w.kv_f32(a + "attention.layer_norm_rms_epsilon", 1e-5f);
   w.kv_f32(a + "rope.freq_base", s.rope_base);
   if (*s.rope_scaling) w.kv_str(a + "rope.scaling.type", s.rope_scaling);
+  if (s.window) w.kv_u32(a + "attention.sliding_window", uint32_t(s.window));
   if (s.head_dim) {
     w.kv_u32(a + "attention.key_length", uint32_t(s.head_dim));
     w.kv_u32(a + "attention.value_length", uint32_t(s.head_dim));
@@ -64,7 +68,9 @@ std::string tiny_model(const std::string& name, TinyModelShape s) {
   const uint64_t D = s.head_dim ? uint64_t(s.head_dim) : E / uint64_t(s.n_heads);
   const uint64_t QW = D * uint64_t(s.n_heads), KW = D * uint64_t(s.n_kv_heads);
   const bool biases = s.arch_tensors && std::string(s.arch) == "qwen2";
-  const bool qk_norm = s.arch_tensors && std::string(s.arch) == "qwen3";
+  const bool gemma = std::string(s.arch) == "gemma3";
+  const bool qk_norm = s.arch_tensors && (std::string(s.arch) == "qwen3" || gemma);
+  const bool post_norms = s.arch_tensors && gemma;
   std::vector<uint8_t> data;
   std::mt19937 rng(s.seed);
   std::normal_distribution<float> nd;
@@ -104,6 +110,10 @@ std::string tiny_model(const std::string& name, TinyModelShape s) {
     if (qk_norm) {
       add(p + "attn_q_norm.weight", {D}, 0, true);
       add(p + "attn_k_norm.weight", {D}, 0, true);
+    }
+    if (post_norms) {
+      add(p + "post_attention_norm.weight", {E}, 0, true);
+      add(p + "post_ffw_norm.weight", {E}, 0, true);
     }
     add(p + "ffn_gate.weight", {E, F}, 0.1f);
     add(p + "ffn_up.weight", {E, F}, 0.1f);

@@ -20,11 +20,14 @@ struct TinyModelShape {
   float rope_base = 10000.0f;
   bool arch_tensors = true;       // false: leave out the biases or Q/K norms the architecture needs
   const char* rope_scaling = "";  // rope.scaling.type, when set
+  int window = 0;                 // attention.sliding_window (Gemma 3), when set
 };
 
 // One tiny model per supported architecture, with its departures from
 // Llama: "llama3" (GQA 4:1, tied embeddings, rope_freqs), "qwen2" (biases,
-// RoPE by halves), "qwen3" (Q/K norms, head_dim 128 over a 128-wide embedding).
+// RoPE by halves), "qwen3" (Q/K norms, head_dim 128 over a 128-wide embedding),
+// "gemma3" (6 layers, 5 of them sliding over 40 positions, head_dim 256 with
+// one KV head, Q/K norms, post-norms, GeGLU, scaled embeddings).
 TinyModelShape tiny_arch_shape(const std::string& variant);
 
 // Writes the model under the test temp dir (once per name); returns its path.

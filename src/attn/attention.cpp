@@ -27,7 +27,9 @@ struct RowSet {
   int d = 0;
   std::vector<float> q, o, m, l;
   std::vector<int> visible;  // keys each row may see (sequence-relative)
+  std::vector<int> window;   // its first key under a sliding window (0: none)
   std::vector<int> limit;    // per chunk: visible keys of that chunk
+  std::vector<int> first;    // per chunk: its first visible key
 
   void gather(const AttnProblem& p, int seq_begin, int seq_end, int kv_head, Tokens tok = {}) {
     resize(p, [&](auto&& each) {
@@ -59,7 +61,9 @@ struct RowSet {
     m.assign(size_t(n), -INFINITY);
     l.assign(size_t(n), 0.0f);
     visible.resize(size_t(n));
+    window.resize(size_t(n));
     limit.resize(size_t(n));
+    first.resize(size_t(n));
   }
 
   // Appends sequence s's query rows (tokens `tok`) from row `row` on.
@@ -75,6 +79,7 @@ struct RowSet {
         const float* src = p.q + (size_t(p.rows_begin(s) + k) * p.plan->n_heads + h) * d;
         for (int x = 0; x < d; ++x) q[size_t(row) * d + size_t(x)] = src[x] * scale;
         visible[size_t(row)] = len - nr + k + 1 - shift;
+        window[size_t(row)] = p.window_first ? p.window_first[p.rows_begin(s) + k] - shift : 0;
       }
   }
   int rows() const { return int(m.size()); }
@@ -84,7 +89,9 @@ struct RowSet {
     d = from.d;
     q = from.q;
     visible = from.visible;
+    window = from.window;
     limit.resize(from.limit.size());
+    first.resize(from.first.size());
     o.assign(from.o.size(), 0.0f);
     m.assign(from.m.size(), -INFINITY);
     l.assign(from.l.size(), 0.0f);
@@ -105,8 +112,12 @@ struct RowSet {
     const KvLayout& L = p.plan->layout;
     bool any = false;
     for (int r = 0; r < rows(); ++r) {
-      limit[size_t(r)] = std::clamp(visible[size_t(r)] - start, 0, len);
-      any = any || limit[size_t(r)] > 0;
+      const size_t i = size_t(r);
+      limit[i] = std::clamp(visible[i] - start, 0, len);
+      first[i] = std::clamp(window[i] - start, 0, len);
+      // A chunk wholly before the row's window: nothing of it is visible.
+      if (first[i] >= limit[i]) limit[i] = first[i] = 0;
+      any = any || limit[i] > 0;
     }
     if (!any) return;
     BlockJob j;
@@ -119,6 +130,7 @@ struct RowSet {
     j.c = L.chunk_size;
     j.d = d;
     j.limit = limit.data();
+    j.first = first.data();
     j.scale = 1.0f;
     j.o = o.data();
     j.o_stride = d;
@@ -210,7 +222,7 @@ void fold_part(const AttnProblem& p, RowSet* rows, int i0, int i1, int kv_head, 
 // The kernels' shape limits, checked at every entry point.
 void check(const AttnProblem& p) {
   const KvLayout& L = p.plan->layout;
-  if (L.head_dim != 64 && L.head_dim != 128) throw Error("attention: head_dim must be 64 or 128");
+  if (!block_head_dim(L.head_dim)) throw Error(std::string("attention: head_dim must be ") + kBlockHeadDims);
   if (L.chunk_size % 64 || L.chunk_size > 256) throw Error("attention: chunk size must be 64, 128, 192 or 256");
   if (p.plan->n_heads % L.n_kv_heads) throw Error("attention: query heads must be a multiple of KV heads");
 }
@@ -313,9 +325,10 @@ void attn_reference(const PrefixTree& tree, const AttnProblem& p) {
         const size_t row = (size_t(p.rows_begin(i) + r) * n_heads + h) * d;
         const float* q = p.q + row;
         const int vis = len - nr + r + 1;
+        const int lo = p.window_first ? std::max(0, p.window_first[p.rows_begin(i) + r]) : 0;
         std::vector<double> s(static_cast<size_t>(vis)), acc(static_cast<size_t>(d), 0.0);
         double mx = -INFINITY;
-        for (int t = 0; t < vis; ++t) {
+        for (int t = lo; t < vis; ++t) {
           tree.read_kv(id, t, p.layer, h / group, k.data(), v.data());
           double dot = 0;
           for (int x = 0; x < d; ++x) dot += double(q[x]) * k[size_t(x)];
@@ -323,13 +336,13 @@ void attn_reference(const PrefixTree& tree, const AttnProblem& p) {
           mx = std::max(mx, s[size_t(t)]);
         }
         double z = 0;
-        for (int t = 0; t < vis; ++t) {
+        for (int t = lo; t < vis; ++t) {
           const double w = std::exp(s[size_t(t)] - mx);
           z += w;
           tree.read_kv(id, t, p.layer, h / group, k.data(), v.data());
           for (int x = 0; x < d; ++x) acc[size_t(x)] += w * v[size_t(x)];
         }
-        for (int x = 0; x < d; ++x) p.out[row + size_t(x)] = vis > 0 ? float(acc[size_t(x)] / z) : 0.0f;
+        for (int x = 0; x < d; ++x) p.out[row + size_t(x)] = vis > lo ? float(acc[size_t(x)] / z) : 0.0f;
       }
   }
 }

@@ -13,7 +13,7 @@
 // L_i - n_i + k + 1 of its L_i cached keys (causal prefill; decode sees all).
 // Grouped-query attention: query head h reads KV head h / (n_heads / n_kv_heads).
 // fp32 accumulation; K/V read in the pool's storage type. Multithreaded.
-// Shapes: head_dim 64 or 128, chunk size a multiple of 64 up to 256 (else
+// Shapes: head_dim 64, 128 or 256, chunk size a multiple of 64 up to 256 (else
 // cs::Error).
 #pragma once
 #include <memory>
@@ -39,6 +39,9 @@ struct AttnProblem {
   const float* q = nullptr;
   float* out = nullptr;
   AttnWorkspace* ws = nullptr;
+  // A sliding window: per query row (as q's rows), the first key of its
+  // sequence it may see; null: every key up to its own.
+  const int* window_first = nullptr;
 
   int n_seqs() const { return plan->n_seqs(); }
   int rows_begin(int i) const { return plan->rows_begin(i); }

@@ -28,11 +28,11 @@ float elem(const uint8_t* base, int kv_type, size_t i) {
 void block_update_scalar(const BlockJob& j) {
   std::vector<float> s(size_t(j.c));
   for (int r = 0; r < j.nq; ++r) {
-    const int lim = j.limit[r];
+    const int lim = j.limit[r], first = j.first ? j.first[r] : 0;
     if (lim == 0) continue;
     const float* q = j.q + size_t(r) * j.q_stride;
     float mx = -INFINITY;
-    for (int t = 0; t < lim; ++t) {
+    for (int t = first; t < lim; ++t) {
       float dot = 0;
       for (int k = 0; k < j.d; ++k) dot += q[k] * elem(j.kt, j.kv_type, size_t(k) * j.c + t);
       s[size_t(t)] = dot * j.scale;
@@ -43,7 +43,7 @@ void block_update_scalar(const BlockJob& j) {
     float* o = j.o + size_t(r) * j.o_stride;
     float sum = 0;
     for (int i = 0; i < j.d; ++i) o[i] *= alpha;
-    for (int t = 0; t < lim; ++t) {
+    for (int t = first; t < lim; ++t) {
       const float p = std::exp(s[size_t(t)] - m_new);
       sum += p;
       for (int i = 0; i < j.d; ++i) o[i] += p * elem(j.v, j.kv_type, size_t(t) * j.d + i);

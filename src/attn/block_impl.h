@@ -170,6 +170,8 @@ void softmax_rows(const cs::BlockJob& j, float* S, int cols) {
       if (i >= n || j.limit[g + i] == 0) continue;
       float* s = S + (g + i) * cols;
       for (int t = j.limit[g + i]; t < cols; ++t) s[t] = kMasked;
+      if (j.first)
+        for (int t = 0; t < j.first[g + i]; ++t) s[t] = kMasked;
       for (int t = 0; t < cols; t += W) rv[k] = Ops::max(rv[k], Ops::load(s + t));
     }
     alignas(64) float m_old[W], m_new[W], alpha[W], sum[W];
@@ -328,7 +330,9 @@ void block_entry(const cs::BlockJob& j) {
     s.m = j.m + r0;
     s.l = j.l + r0;
     s.limit = j.limit + r0;
-    if (j.d == 128) dispatch_type<Ops, 128>(s);
+    s.first = j.first ? j.first + r0 : nullptr;
+    if (j.d == 256) dispatch_type<Ops, 256>(s);
+    else if (j.d == 128) dispatch_type<Ops, 128>(s);
     else dispatch_type<Ops, 64>(s);
   }
 }

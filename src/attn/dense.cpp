@@ -15,26 +15,26 @@ namespace {
 
 constexpr int kSlice = 64;  // rows per block-kernel call (its stack buffers)
 
-void attend_slice(const float* q, float* out, const size_t* off, const int* visible, int nq,
+void attend_slice(const float* q, float* out, const size_t* off, const int* first, const int* visible, int nq,
                   const DenseBlocks& kv) {
   const int d = kv.d;
-  alignas(64) float o[kSlice * 128];
+  alignas(64) float o[kSlice * 256];
   float m[kSlice], l[kSlice];
   int seen = 0;
   for (int r = 0; r < nq; ++r) seen = std::max(seen, visible[r]);
-  attend_rows_part(q, off, visible, nq, kv, 0, (seen + kDenseBlock - 1) / kDenseBlock, o, m, l);
+  attend_rows_part(q, off, first, visible, nq, kv, 0, (seen + kDenseBlock - 1) / kDenseBlock, o, m, l);
   for (int r = 0; r < nq; ++r) finalize(o + r * d, l[r], d, out + off[r]);
 }
 
 // Any head dim: scores, a numerically safe softmax, then the weighted V sum.
-void attend_row_plain(const float* q, float* out, int n, const DenseBlocks& kv) {
+void attend_row_plain(const float* q, float* out, int lo, int n, const DenseBlocks& kv) {
   thread_local std::vector<float> score;
   score.resize(size_t(n));
   const int d = kv.d;
   const float scale = 1.0f / std::sqrt(float(d));
   const size_t es = kv_type_size(KvType(kv.type));
   float m = -INFINITY;
-  for (int t = 0; t < n; ++t) {
+  for (int t = lo; t < n; ++t) {
     const uint8_t* kt = kv.kt + size_t(t / kDenseBlock) * kv.stride + size_t(t % kDenseBlock) * es;
     float s = 0;
     for (int x = 0; x < d; ++x) s += q[x] * load_kv_elem(kt + size_t(x) * kDenseBlock * es, kv.type);
@@ -42,9 +42,9 @@ void attend_row_plain(const float* q, float* out, int n, const DenseBlocks& kv) 
     m = std::max(m, score[size_t(t)]);
   }
   float sum = 0;
-  for (int t = 0; t < n; ++t) sum += (score[size_t(t)] = std::exp(score[size_t(t)] - m));
+  for (int t = lo; t < n; ++t) sum += (score[size_t(t)] = std::exp(score[size_t(t)] - m));
   std::fill(out, out + d, 0.0f);
-  for (int t = 0; t < n; ++t) {
+  for (int t = lo; t < n; ++t) {
     const uint8_t* v = kv.v + size_t(t / kDenseBlock) * kv.stride + size_t(t % kDenseBlock) * d * es;
     const float p = score[size_t(t)] / sum;
     for (int x = 0; x < d; ++x) out[x] += p * load_kv_elem(v + size_t(x) * es, kv.type);
@@ -53,21 +53,21 @@ void attend_row_plain(const float* q, float* out, int n, const DenseBlocks& kv) 
 
 }  // namespace
 
-void attend_rows(const float* q, float* out, const size_t* off, const int* visible, int nq,
+void attend_rows(const float* q, float* out, const size_t* off, const int* first, const int* visible, int nq,
                  const DenseBlocks& kv) {
-  if (kv.d == 64 || kv.d == 128) {
+  if (block_head_dim(kv.d)) {
     for (int r0 = 0; r0 < nq; r0 += kSlice)
-      attend_slice(q, out, off + r0, visible + r0, std::min(kSlice, nq - r0), kv);
+      attend_slice(q, out, off + r0, first ? first + r0 : nullptr, visible + r0, std::min(kSlice, nq - r0), kv);
     return;
   }
-  for (int r = 0; r < nq; ++r) attend_row_plain(q + off[r], out + off[r], visible[r], kv);
+  for (int r = 0; r < nq; ++r) attend_row_plain(q + off[r], out + off[r], first ? first[r] : 0, visible[r], kv);
 }
 
 // Blocks no row may see yet (causal prefill) are skipped.
-void attend_rows_part(const float* q, const size_t* off, const int* visible, int nq, const DenseBlocks& kv,
-                      int b0, int b1, float* o, float* m, float* l) {
+void attend_rows_part(const float* q, const size_t* off, const int* first, const int* visible, int nq,
+                      const DenseBlocks& kv, int b0, int b1, float* o, float* m, float* l) {
   const int d = kv.d;
-  alignas(64) float qs[kSlice * 128];
+  alignas(64) float qs[kSlice * 256];
   // Queries pre-scaled once here, not once per block by the kernel.
   const float scale = 1.0f / std::sqrt(float(d));
   for (int r = 0; r < nq; ++r) {
@@ -76,7 +76,7 @@ void attend_rows_part(const float* q, const size_t* off, const int* visible, int
     m[r] = -INFINITY;
     l[r] = 0.0f;
   }
-  int limit[kSlice];
+  int limit[kSlice], lo[kSlice];
   BlockJob j;
   j.q = qs;
   j.q_stride = d;
@@ -85,6 +85,7 @@ void attend_rows_part(const float* q, const size_t* off, const int* visible, int
   j.c = kDenseBlock;
   j.d = d;
   j.limit = limit;
+  j.first = lo;
   j.o = o;
   j.o_stride = d;
   j.m = m;
@@ -93,6 +94,8 @@ void attend_rows_part(const float* q, const size_t* off, const int* visible, int
     bool any = false;
     for (int r = 0; r < nq; ++r) {
       limit[r] = std::clamp(visible[r] - b * kDenseBlock, 0, kDenseBlock);
+      lo[r] = first ? std::clamp(first[r] - b * kDenseBlock, 0, kDenseBlock) : 0;
+      if (lo[r] >= limit[r]) limit[r] = lo[r] = 0;  // a block before the row's window
       any = any || limit[r] > 0;
     }
     if (!any) continue;

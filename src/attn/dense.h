@@ -19,18 +19,19 @@ struct DenseBlocks {
 };
 
 // For the nq rows r (query q + off[r], d floats; output out + off[r]):
-// out = softmax(q . K^T / sqrt(d)) V over keys [0, visible[r]), visible[r] >= 1.
-// Head dims 64 and 128 run the block kernel (runtime-dispatched SIMD, online
-// softmax, the next block prefetched) on up to 64 rows per call; any other
-// head dim runs a plain two-pass loop per row. fp32 accumulation throughout.
-void attend_rows(const float* q, float* out, const size_t* off, const int* visible, int nq,
+// out = softmax(q . K^T / sqrt(d)) V over keys [first[r], visible[r])
+// (first null: from 0), first[r] < visible[r].
+// Head dims 64, 128 and 256 run the block kernel (runtime-dispatched SIMD,
+// online softmax, the next block prefetched) on up to 64 rows per call; any
+// other head dim runs a plain two-pass loop per row. fp32 accumulation.
+void attend_rows(const float* q, float* out, const size_t* off, const int* first, const int* visible, int nq,
                  const DenseBlocks& kv);
 
-// One part of a long walk split over threads (head dims 64 and 128, nq <= 64):
+// One part of a long walk split over threads (block_head_dim(d), nq <= 64):
 // the rows' unnormalised states (o: nq x d, m, l) over blocks [b0, b1) only.
 // The parts are folded together with merge() and written with finalize()
 // (attn/state.h).
-void attend_rows_part(const float* q, const size_t* off, const int* visible, int nq, const DenseBlocks& kv,
-                      int b0, int b1, float* o, float* m, float* l);
+void attend_rows_part(const float* q, const size_t* off, const int* first, const int* visible, int nq,
+                      const DenseBlocks& kv, int b0, int b1, float* o, float* m, float* l);
 
 }  // namespace cs

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "attn/block.h"
 #include "attn/dense.h"
 #include "attn/state.h"
 #include "base/f16.h"
@@ -43,10 +44,12 @@ void ContiguousKv::begin_batch(const Batch& batch) {
                                                " tokens, more than the context of " + std::to_string(max_tokens_)});
   tok_seq_.clear();
   tok_idx_.clear();
+  tok_pos_ = batch.pos;
   for (int s : batch.seq) {
     Seq& q = seqs_[s];
     if (q.kv.empty()) q.kv.resize(size_t(shape_.n_layers));
     tok_seq_.push_back(&q);
+    q.pos.push_back(batch.pos[tok_idx_.size()]);
     tok_idx_.push_back(q.len++);
     const size_t need = size_t((q.len + kDenseBlock - 1) / kDenseBlock) * block_bytes();
     for (auto& buf : q.kv)
@@ -70,6 +73,9 @@ void ContiguousKv::plan_rows() {
   }
   row_off_.clear();
   row_visible_.clear();
+  row_seq_.clear();
+  row_pos_.clear();
+  win_ = 0;
   work_.clear();
   splits_.clear();
   constexpr int kRowsPerCall = 64;
@@ -80,6 +86,8 @@ void ContiguousKv::plan_rows() {
         for (int g = 0; g < group; ++g) {
           row_off_.push_back((size_t(t) * H + size_t(kvh * group + g)) * D);
           row_visible_.push_back(tok_idx_[size_t(t)] + 1);
+          row_seq_.push_back(s);
+          row_pos_.push_back(tok_pos_[size_t(t)]);
         }
       const int r1 = int(row_off_.size());
       for (int r = r0; r < r1; r += kRowsPerCall) work_.push_back({s, kvh, r, std::min(kRowsPerCall, r1 - r)});
@@ -95,7 +103,7 @@ void ContiguousKv::plan_rows() {
 void ContiguousKv::split_long_walks() {
   constexpr int kTasks = 12, kMinBlocks = 2;
   const int n = int(work_.size());
-  if (n >= kTasks || (shape_.head_dim != 64 && shape_.head_dim != 128)) return;
+  if (n >= kTasks || !block_head_dim(shape_.head_dim)) return;
   std::vector<Work> split;
   int slot = 0;
   for (const Work& w : work_) {
@@ -144,8 +152,21 @@ void ContiguousKv::store(int layer, const float* k, const float* v) {
     }
 }
 
-void ContiguousKv::attend(int layer, const float* q, float* out) {
+// A row at position p sees the keys at positions above p - window.
+const int* ContiguousKv::window_first(int window) {
+  if (window == win_) return row_first_.data();
+  win_ = window;
+  row_first_.resize(row_pos_.size());
+  for (size_t r = 0; r < row_pos_.size(); ++r) {
+    const std::vector<int32_t>& pos = row_seq_[r]->pos;
+    row_first_[r] = int(std::lower_bound(pos.begin(), pos.end(), int64_t(row_pos_[r]) - window + 1) - pos.begin());
+  }
+  return row_first_.data();
+}
+
+void ContiguousKv::attend(int layer, const float* q, float* out, int window) {
   const size_t d = size_t(shape_.head_dim);
+  const int* first = window > 0 ? window_first(window) : nullptr;
   const int n = int(work_.size());
   // Later row slices of a prefill see more blocks: hand them out first.
 #pragma omp parallel for schedule(dynamic) if (n > 1)
@@ -156,11 +177,11 @@ void ContiguousKv::attend(int layer, const float* q, float* out) {
     const size_t* off = row_off_.data() + w.r0;
     const int* visible = row_visible_.data() + w.r0;
     if (w.part < 0) {
-      attend_rows(q, out, off, visible, w.n, kv);
+      attend_rows(q, out, off, first ? first + w.r0 : nullptr, visible, w.n, kv);
       continue;
     }
     const StateRef p = part_state(w.part);
-    attend_rows_part(q, off, visible, w.n, kv, w.b0, w.b1, p.o, p.m, p.l);
+    attend_rows_part(q, off, first ? first + w.r0 : nullptr, visible, w.n, kv, w.b0, w.b1, p.o, p.m, p.l);
   }
   // Fold each split walk's parts, in block order, into its first part.
   for (const Split& s : splits_) {

@@ -24,7 +24,7 @@ class ContiguousKv : public KvStore {
 
   void begin_batch(const Batch& batch) override;
   void store(int layer, const float* k, const float* v) override;
-  void attend(int layer, const float* q, float* out) override;
+  void attend(int layer, const float* q, float* out, int window) override;
 
   int length(int seq) const;  // tokens cached for seq (0 if unknown)
   void remove(int seq);
@@ -33,6 +33,7 @@ class ContiguousKv : public KvStore {
   struct Seq {
     int len = 0;
     std::vector<std::vector<uint8_t>> kv;  // [layer]: blocks of block_bytes()
+    std::vector<int32_t> pos;              // its keys' position ids
   };
   // One attend_rows call: rows [r0, r0 + n) of the batch's row lists, all of
   // one sequence and KV head. A part (part >= 0) covers only blocks
@@ -52,6 +53,8 @@ class ContiguousKv : public KvStore {
   uint8_t* k_slot(Seq& s, int layer, int idx, int kv_head);  // K^T column of token idx
   uint8_t* v_slot(Seq& s, int layer, int idx, int kv_head);  // V row of token idx
   void plan_rows();
+  // Per row, the first key a sliding window of `window` positions lets it see.
+  const int* window_first(int window);
   void split_long_walks();
   size_t part_floats() const;
   StateRef part_state(int slot);
@@ -63,10 +66,15 @@ class ContiguousKv : public KvStore {
   std::map<int, Seq> seqs_;
   std::vector<Seq*> tok_seq_;  // per batch token
   std::vector<int> tok_idx_;   // per batch token: its index in the sequence
+  std::vector<int32_t> tok_pos_;  // per batch token: its position id
   // Query rows of the batch grouped by (sequence, KV head), token-major:
   // offset of the row in q / out, and how many keys it sees.
   std::vector<size_t> row_off_;
   std::vector<int> row_visible_;
+  std::vector<const Seq*> row_seq_;
+  std::vector<int32_t> row_pos_;
+  std::vector<int> row_first_;  // for window win_ (0: not computed)
+  int win_ = 0;
   std::vector<Work> work_;
   std::vector<Split> splits_;
   std::vector<float> parts_;  // per part slot: a state of 64 rows (part_state)

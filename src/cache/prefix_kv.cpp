@@ -2,12 +2,53 @@
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 #include <unordered_map>
 
 namespace cs {
 
 PrefixKv::PrefixKv(KvLayout layout, size_t capacity_bytes, int n_heads, AttnPath path, bool retain)
     : tree_(layout, capacity_bytes, retain), n_heads_(n_heads), path_(path) {}
+
+KvStatus PrefixKv::join(SeqId id, std::span<const int32_t> tokens, int* matched) {
+  const KvStatus st = tree_.join(id, tokens, matched);
+  if (st.ok()) {
+    std::vector<int32_t>& pos = pos_[id];
+    pos.resize(size_t(*matched));
+    std::iota(pos.begin(), pos.end(), 0);
+  }
+  return st;
+}
+
+KvStatus PrefixKv::join_detached(SeqId id) {
+  const KvStatus st = tree_.join_detached(id);
+  if (st.ok()) pos_[id].clear();
+  return st;
+}
+
+KvStatus PrefixKv::attach(SeqId id, std::span<const ChunkId> chunks, std::span<const int32_t> positions) {
+  const int before = tree_.contains(id) ? tree_.length(id) : 0;
+  const KvStatus st = tree_.attach_pinned(id, chunks);
+  if (!st.ok()) return st;
+  std::vector<int32_t>& pos = pos_[id];
+  const size_t added = size_t(tree_.length(id) - before);
+  // Positions the caller did not give continue from the last one.
+  for (size_t k = 0; k < added; ++k)
+    pos.push_back(k < positions.size() ? positions[k] : (pos.empty() ? 0 : pos.back() + 1));
+  return st;
+}
+
+KvStatus PrefixKv::leave(SeqId id) {
+  const KvStatus st = tree_.leave(id);
+  if (st.ok()) pos_.erase(id);
+  return st;
+}
+
+KvStatus PrefixKv::fork(SeqId parent, SeqId child) {
+  const KvStatus st = tree_.fork(parent, child);
+  if (st.ok()) pos_[child] = pos_[parent];
+  return st;
+}
 
 void PrefixKv::group(const Batch& batch, std::vector<SeqTokens>& out) const {
   out.clear();
@@ -50,6 +91,7 @@ void PrefixKv::begin_batch(const Batch& batch) {
   }
   slot_.clear();
   for (SeqId id : batch.seq) slot_.push_back(tree_.slot(id, next[id]++));
+  for (int t = 0; t < batch.size(); ++t) pos_[batch.seq[size_t(t)]].push_back(batch.pos[size_t(t)]);
 
   // The kernels take query rows grouped by sequence in context order.
   const auto ctx = tree_.context();
@@ -61,7 +103,27 @@ void PrefixKv::begin_batch(const Batch& batch) {
   std::vector<int> fill(q_begin.begin(), q_begin.end() - 1);
   row_of_tok_.clear();
   for (SeqId id : batch.seq) row_of_tok_.push_back(fill[size_t(index.at(id))]++);
+  row_pos_.resize(batch.seq.size());
+  for (int t = 0; t < batch.size(); ++t) row_pos_[size_t(row_of_tok_[size_t(t)])] = batch.pos[size_t(t)];
   plan_ = plan_attention(tree_, std::move(q_begin), n_heads_);
+  win_ = 0;
+}
+
+// A row at position p sees the keys at positions above p - window: in a
+// sequence's increasing positions, those from the first such key on.
+const int* PrefixKv::window_first(int window) {
+  if (window == win_) return win_first_.data();
+  win_ = window;
+  win_first_.resize(row_pos_.size());
+  for (int i = 0; i < plan_.n_seqs(); ++i) {
+    if (plan_.rows_of(i) == 0) continue;
+    const std::vector<int32_t>& pos = pos_.at(plan_.ctx->seqs[size_t(i)]);
+    for (int r = plan_.rows_begin(i); r < plan_.rows_begin(i + 1); ++r) {
+      const int64_t lowest = int64_t(row_pos_[size_t(r)]) - window + 1;
+      win_first_[size_t(r)] = int(std::lower_bound(pos.begin(), pos.end(), lowest) - pos.begin());
+    }
+  }
+  return win_first_.data();
 }
 
 void PrefixKv::store(int layer, const float* k, const float* v) {
@@ -73,13 +135,14 @@ void PrefixKv::store(int layer, const float* k, const float* v) {
                         v + t * w + size_t(h) * L.head_dim);
 }
 
-void PrefixKv::attend(int layer, const float* q, float* out) {
+void PrefixKv::attend(int layer, const float* q, float* out, int window) {
   const size_t w = size_t(n_heads_) * tree_.layout().head_dim;
   q_.resize(row_of_tok_.size() * w);
   out_.resize(q_.size());
   for (size_t t = 0; t < row_of_tok_.size(); ++t)
     std::memcpy(q_.data() + size_t(row_of_tok_[t]) * w, q + t * w, w * 4);
-  const AttnProblem p{&tree_.pool(), &plan_, layer, q_.data(), out_.data(), &ws_};
+  const AttnProblem p{&tree_.pool(), &plan_, layer, q_.data(), out_.data(), &ws_,
+                      window > 0 ? window_first(window) : nullptr};
   switch (path_) {
     case AttnPath::kPerSequence: attn_per_sequence(p); break;
     case AttnPath::kTwoPhase: attn_tpp(p); break;

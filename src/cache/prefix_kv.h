@@ -12,6 +12,7 @@
 // thread), like the tree it owns; attend() itself is parallel.
 #pragma once
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "attn/attention.h"
@@ -33,13 +34,11 @@ class PrefixKv : public KvStore, public SequenceCache {
   // chunk the tree holds for them, and copies a partial match); *matched is
   // how many leading tokens have their K/V present. The caller appends the
   // rest through batches. Join with no tokens to share nothing.
-  KvStatus join(SeqId id, std::span<const int32_t> tokens, int* matched) override {
-    return tree_.join(id, tokens, matched);
-  }
-  KvStatus join_detached(SeqId id) override { return tree_.join_detached(id); }
-  KvStatus attach(SeqId id, std::span<const ChunkId> chunks) override { return tree_.attach_pinned(id, chunks); }
-  KvStatus leave(SeqId id) override { return tree_.leave(id); }
-  KvStatus fork(SeqId parent, SeqId child) { return tree_.fork(parent, child); }
+  KvStatus join(SeqId id, std::span<const int32_t> tokens, int* matched) override;
+  KvStatus join_detached(SeqId id) override;
+  KvStatus attach(SeqId id, std::span<const ChunkId> chunks, std::span<const int32_t> positions) override;
+  KvStatus leave(SeqId id) override;
+  KvStatus fork(SeqId parent, SeqId child);
 
   // Chunks the batch would allocate, and how many can be had: begin_batch
   // fails when the first exceeds the second.
@@ -50,7 +49,7 @@ class PrefixKv : public KvStore, public SequenceCache {
 
   void begin_batch(const Batch& batch) override;
   void store(int layer, const float* k, const float* v) override;
-  void attend(int layer, const float* q, float* out) override;
+  void attend(int layer, const float* q, float* out, int window) override;
 
   const PrefixTree& tree() const { return tree_; }
   PrefixTree& tree() { return tree_; }
@@ -63,6 +62,9 @@ class PrefixKv : public KvStore, public SequenceCache {
     std::vector<int32_t> tokens;
   };
   void group(const Batch& batch, std::vector<SeqTokens>& out) const;
+  // Per query row, the first key a sliding window of `window` positions
+  // lets it see (computed once per batch and window).
+  const int* window_first(int window);
 
   PrefixTree tree_;
   int n_heads_;
@@ -72,6 +74,13 @@ class PrefixKv : public KvStore, public SequenceCache {
   std::vector<SeqTokens> groups_;
   std::vector<std::pair<ChunkId, int>> slot_;  // per batch token: chunk and offset of its K/V
   std::vector<int> row_of_tok_;                // batch token -> query row in context order
+  // Per live sequence, its keys' position ids (a prefix joined from the tree
+  // sits at 0, 1, 2, ...; attached module chunks at their layout's); only
+  // sliding windows read them.
+  std::unordered_map<SeqId, std::vector<int32_t>> pos_;
+  std::vector<int32_t> row_pos_;  // per query row: its position id
+  std::vector<int> win_first_;    // per query row: see window_first
+  int win_ = 0;                   // the window win_first_ is for (0: none yet)
   std::vector<float> q_, out_;
 };
 

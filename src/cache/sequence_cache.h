@@ -23,8 +23,9 @@ class SequenceCache {
   // Starts a sequence that shares nothing by prefix (a Prompt Cache prompt:
   // its cached spans are attached as its computation reaches them).
   virtual KvStatus join_detached(SeqId id) = 0;
-  // Appends pinned chunks (a module's) to a detached sequence.
-  virtual KvStatus attach(SeqId id, std::span<const ChunkId> chunks) = 0;
+  // Appends pinned chunks (a module's) to a detached sequence; `positions`
+  // are their tokens' position ids (the layout's).
+  virtual KvStatus attach(SeqId id, std::span<const ChunkId> chunks, std::span<const int32_t> positions) = 0;
   // Ends a sequence; what it cached may stay for later joins.
   virtual KvStatus leave(SeqId id) = 0;
   // Chunks appending n tokens to sequence `id` would take.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "attn/block.h"
 #include "engine/engine_impl.h"
 
 namespace cs {
@@ -48,8 +49,9 @@ Engine::Engine(const LlamaModel& model, EngineOptions opt) : model_(model), opt_
                 std::to_string(c.n_ctx_train) + " tokens");
   if (opt_.chunk_size <= 0 || opt_.chunk_size % 64 || opt_.chunk_size > 256)
     throw Error("chunk size " + std::to_string(opt_.chunk_size) + " is not supported (64, 128, 192 or 256)");
-  if (c.head_dim != 64 && c.head_dim != 128)
-    throw Error("head dimension " + std::to_string(c.head_dim) + " is not supported by the chunk cache (64 or 128)");
+  if (!block_head_dim(c.head_dim))
+    throw Error("head dimension " + std::to_string(c.head_dim) + " is not supported by the chunk cache (" +
+                kBlockHeadDims + ")");
   if (opt_.max_batch < 1) throw Error("max batch must be at least 1");
   if (opt_.step_tokens < 1) throw Error("step tokens must be at least 1");
   const KvLayout layout{c.n_layers, c.n_kv_heads, c.head_dim, opt_.chunk_size, opt_.kv_type};

@@ -61,7 +61,8 @@ void Scheduler::attach_spans(Sequence& s) {
     const CachedSpan& span = s.spans()[s.next_span++];
     // The engine checked the chunks hold the span's tokens when it took the
     // request; attaching them cannot fail for a live detached sequence.
-    (void)kv_.attach(s.id(), span.chunks);
+    const std::span<const int32_t> pos(s.positions());
+    (void)kv_.attach(s.id(), span.chunks, pos.subspan(size_t(span.begin), size_t(span.end - span.begin)));
     s.set_cached(span.end);
   }
 }

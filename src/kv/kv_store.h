@@ -50,8 +50,12 @@ class KvStore {
   // n_kv_heads * head_dim floats.
   virtual void store(int layer, const float* k, const float* v) = 0;
   // Causal attention for one layer: each query row (n_heads * head_dim) sees
-  // its own sequence's cached tokens up to and including itself.
-  virtual void attend(int layer, const float* q, float* out) = 0;
+  // its own sequence's cached tokens up to and including itself; with a
+  // window > 0 (a sliding-window layer), only those whose position id is
+  // above the row's minus `window` (llama.cpp's rule: the last `window`
+  // positions). Windows are in positions, not tokens: a Prompt Cache prompt's
+  // keys sit at its layout's positions. A sequence's positions must increase.
+  virtual void attend(int layer, const float* q, float* out, int window) = 0;
 };
 
 }  // namespace cs

@@ -11,6 +11,7 @@ constexpr std::array kArchs = {
     ArchTraits{"llama", RopeStyle::kAdjacent, false, false},
     ArchTraits{"qwen2", RopeStyle::kHalves, true, false},
     ArchTraits{"qwen3", RopeStyle::kHalves, false, true},
+    ArchTraits{"gemma3", RopeStyle::kHalves, false, true, true, true, FfnAct::kGeluTanh, 6, 10000.0},
 };
 
 }  // namespace

@@ -15,11 +15,25 @@ namespace cs {
 // (ggml's "neox" mode).
 enum class RopeStyle { kAdjacent, kHalves };
 
+// The feed-forward block's gate: SwiGLU (silu) or GeGLU (tanh-GELU, Gemma).
+enum class FfnAct { kSilu, kGeluTanh };
+
 struct ArchTraits {
   std::string_view name;
   RopeStyle rope = RopeStyle::kAdjacent;
   bool qkv_bias = false;  // attn_{q,k,v}.bias required (Qwen 2); optional elsewhere
-  bool qk_norm = false;   // attn_{q,k}_norm.weight: an RMSNorm over each head before RoPE (Qwen 3)
+  bool qk_norm = false;   // attn_{q,k}_norm.weight: an RMSNorm over each head before RoPE (Qwen 3, Gemma 3)
+  // Gemma 3: post_attention_norm / post_ffw_norm on each block's output
+  // before its residual, embeddings times sqrt(n_embd), GeGLU.
+  bool post_norms = false;
+  bool scale_embd = false;
+  FfnAct act = FfnAct::kSilu;
+  // Sliding-window attention: every swa_pattern-th layer (1-based) attends
+  // globally, the others to attention.sliding_window positions, with RoPE
+  // base rope_base_swa and no scaling (Gemma 3: 6 and 10000, as llama.cpp
+  // sets them; the GGUF carries neither). 0: every layer global.
+  int swa_pattern = 0;
+  double rope_base_swa = 10000.0;
 };
 
 // nullptr for an architecture we do not run.

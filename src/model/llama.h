@@ -17,7 +17,7 @@
 namespace cs {
 
 // One of the architectures of model/arch.h: Llama 1-3.x and Mistral files,
-// Qwen 2, Qwen 3. head_dim is n_embd / n_heads unless the file says
+// Qwen 2, Qwen 3, Gemma 3. head_dim is n_embd / n_heads unless the file says
 // otherwise (Qwen 3's attention.key_length), so the query width n_heads *
 // head_dim may differ from n_embd.
 struct LlamaConfig {
@@ -27,6 +27,22 @@ struct LlamaConfig {
   float rms_eps = 1e-5f;
   RopeParams rope;
   bool tied_embeddings = false;  // no output.weight: the head is token_embd
+  float embd_scale = 1.0f;       // embeddings are multiplied by it (Gemma: sqrt(n_embd))
+  FfnAct act = FfnAct::kSilu;
+  // Queries are multiplied by q_scale before attention, whose kernels scale
+  // scores by 1/sqrt(head_dim): 1 unless the model's attention scale is
+  // another (Gemma 3 27B: 1/sqrt(n_embd / n_heads)).
+  float q_scale = 1.0f;
+  // Sliding-window layers (Gemma 3): per layer, the window in positions
+  // (0: global), and their own RoPE (rope_swa).
+  std::vector<int> window;
+  RopeParams rope_swa;
+  int window_of(int layer) const { return window.empty() ? 0 : window[size_t(layer)]; }
+  bool any_window() const {
+    for (int w : window)
+      if (w > 0) return true;
+    return false;
+  }
   int q_width() const { return n_heads * head_dim; }
   int kv_width() const { return n_kv_heads * head_dim; }
   KvShape kv_shape() const { return {n_layers, n_heads, n_kv_heads, head_dim}; }
@@ -36,6 +52,7 @@ struct LlamaConfig {
 // biases (required by Qwen 2, allowed on Llama) and per-head Q/K norms (Qwen 3).
 struct LlamaLayer {
   std::vector<float> attn_norm, ffn_norm;
+  std::vector<float> attn_post_norm, ffn_post_norm;  // Gemma 3: on each block's output
   Weight wq, wk, wv, wo, w_gate, w_up, w_down;
   std::vector<float> bq, bk, bv, bo;
   std::vector<float> q_norm, k_norm;  // head_dim values each
@@ -46,7 +63,7 @@ struct Workspace {
   std::vector<float> x, xb, q, k, v, att, hb, hb2, logits_in;
   HeadScratch head;
   std::vector<BlockQ8> qx;
-  RopeTable rope;
+  RopeTable rope, rope_swa;  // global layers' angles; sliding layers' (when they differ)
 };
 
 // The output head refines the logits within this many nats of a row's top
@@ -87,7 +104,7 @@ class LlamaModel {
   const ArchTraits& load_config();
   void load_weights(const ArchTraits& traits);
   void embed(int32_t token, float* out) const;
-  void attention_inputs(const LlamaLayer& L, int n, Workspace& ws) const;
+  void attention_inputs(const LlamaLayer& L, int n, const RopeTable& rope, Workspace& ws) const;
 
   std::unique_ptr<GgufFile> file_;
   std::unique_ptr<Tokenizer> tok_;

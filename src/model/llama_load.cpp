@@ -67,6 +67,24 @@ double rope_freq_scale(const GgufFile& f, const std::string& a) {
   return 1.0 / factor;
 }
 
+// Sliding windows: attention.sliding_window positions on every layer but
+// each swa_pattern-th (attention.sliding_window_pattern overrides the
+// architecture's pattern), with RoPE of base rope_base_swa, unscaled.
+void read_windows(const GgufFile& f, const std::string& a, const ArchTraits& traits, LlamaConfig& c) {
+  if (!traits.swa_pattern) return;
+  const uint64_t window = f.get_uint(a + "attention.sliding_window", 0);
+  if (window == 0) return;
+  if (window > (1u << 24)) f.fail("attention.sliding_window has implausible value " + std::to_string(window));
+  const uint64_t pattern = f.get_uint(a + "attention.sliding_window_pattern", uint64_t(traits.swa_pattern));
+  if (pattern == 0) f.fail("attention.sliding_window_pattern must be positive");
+  c.window.assign(size_t(c.n_layers), 0);
+  for (int l = 0; l < c.n_layers; ++l)
+    if ((uint64_t(l) + 1) % pattern != 0) c.window[size_t(l)] = int(window);
+  c.rope_swa = c.rope;
+  c.rope_swa.base = traits.rope_base_swa;
+  c.rope_swa.freq_scale = 1.0;
+}
+
 }  // namespace
 
 std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path) {
@@ -113,11 +131,14 @@ const ArchTraits& LlamaModel::load_config() {
     if (c.n_embd % c.n_heads) f.fail("the heads do not divide the embedding width");
     c.head_dim = c.n_embd / c.n_heads;
   }
-  // The attention kernels scale scores by 1/sqrt(head_dim); a file asking
-  // for another scale would be computed wrongly, so it is refused.
-  const double scale = f.get_float(a + "attention.scale", 0.0);
-  if (scale != 0.0 && std::fabs(scale * std::sqrt(double(c.head_dim)) - 1.0) > 1e-6)
-    f.fail("attention.scale " + std::to_string(scale) + " is not supported (only 1/sqrt(head_dim))");
+  // The attention kernels scale scores by 1/sqrt(head_dim); another scale
+  // multiplies the queries first. Gemma 3 27B (62 layers) scales by
+  // 1/sqrt(n_embd / n_heads), a fact its GGUF does not carry (llama.cpp
+  // knows it by the layer count too).
+  double scale = f.get_float(a + "attention.scale", 0.0);
+  if (scale == 0.0 && c.arch == "gemma3" && c.n_layers == 62) scale = 1.0 / std::sqrt(double(c.n_embd / c.n_heads));
+  if (scale < 0.0 || !std::isfinite(scale)) f.fail("attention.scale must be positive");
+  c.q_scale = scale == 0.0 ? 1.0f : float(scale * std::sqrt(double(c.head_dim)));
   c.rope.rot_dim = int(f.get_uint(a + "rope.dimension_count", uint64_t(c.head_dim)));
   if (c.rope.rot_dim > c.head_dim || c.rope.rot_dim % 2 || c.rope.rot_dim == 0)
     f.fail("invalid rope.dimension_count");
@@ -126,6 +147,9 @@ const ArchTraits& LlamaModel::load_config() {
   c.rope.style = traits->rope;
   c.rms_eps = float(f.get_float(a + "attention.layer_norm_rms_epsilon", 1e-5));
   c.n_ctx_train = int(f.get_uint(a + "context_length", 2048));
+  c.act = traits->act;
+  if (traits->scale_embd) c.embd_scale = std::sqrt(float(c.n_embd));
+  read_windows(f, a, *traits, c);
   return *traits;
 }
 
@@ -155,6 +179,8 @@ void LlamaModel::load_weights(const ArchTraits& traits) {
     LlamaLayer L;
     L.attn_norm = load_vector(f, p + "attn_norm.weight", E);
     L.ffn_norm = load_vector(f, p + "ffn_norm.weight", E);
+    L.attn_post_norm = optional_vector(f, p + "post_attention_norm.weight", E, traits.post_norms);
+    L.ffn_post_norm = optional_vector(f, p + "post_ffw_norm.weight", E, traits.post_norms);
     L.wq = load_matrix(f, p + "attn_q.weight", QW, E);
     L.wk = load_matrix(f, p + "attn_k.weight", KW, E);
     L.wv = load_matrix(f, p + "attn_v.weight", KW, E);

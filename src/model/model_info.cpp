@@ -5,6 +5,7 @@
 #include <map>
 
 #include "base/error.h"
+#include "attn/block.h"
 #include "model/arch.h"
 #include "model/gguf.h"
 #include "model/llama.h"
@@ -64,8 +65,8 @@ void find_problems(ModelInfo& m) {
     m.problems.push_back("tokenizer '" + m.tokenizer + "' is not supported (supported: gpt2, llama)");
   else if (m.tokenizer == "gpt2" && !pre_tokenizer(m.pre))
     m.problems.push_back("pre-tokenizer '" + m.pre + "' is not supported");
-  if (m.head_dim != 64 && m.head_dim != 128)
-    m.problems.push_back("head dimension " + std::to_string(m.head_dim) + " (the chunk cache runs 64 and 128)");
+  if (!block_head_dim(m.head_dim))
+    m.problems.push_back("head dimension " + std::to_string(m.head_dim) + " (the chunk cache runs " + kBlockHeadDims + ")");
 }
 
 std::string human_bytes(uint64_t b) {

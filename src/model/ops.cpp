@@ -43,6 +43,31 @@ float swiglu1(float g, float u) {
   return g * ((std::signbit(g) ? e : 1.0f) / (1.0f + e)) * u;
 }
 
+// GELU's tanh form is a sigmoid: 0.5 (1 + tanh(y)) = sigmoid(2y), with
+// y = sqrt(2/pi) (g + 0.044715 g^3); so gelu(g) u = g sigmoid(z) u, computed
+// as swiglu8 computes silu's sigmoid.
+constexpr float kGeluZ = 1.5957691216057308f;  // 2 sqrt(2/pi)
+constexpr float kGeluC = 0.044715f;
+
+__m256 geglu8(__m256 g, __m256 u) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256 g2 = _mm256_mul_ps(g, g);
+  const __m256 z = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(kGeluZ), g),
+                                 _mm256_fmadd_ps(_mm256_set1_ps(kGeluC), g2, _mm256_set1_ps(1.0f)));
+  const __m256 x = _mm256_max_ps(_mm256_or_ps(z, sign), _mm256_set1_ps(-100.0f));
+  const __m256 e = exp_nonpos<__m256, Avx2>(x);
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 num = _mm256_blendv_ps(one, e, z);  // e where z's sign bit is set
+  return _mm256_mul_ps(_mm256_mul_ps(g, _mm256_div_ps(num, _mm256_add_ps(one, e))), u);
+}
+
+float geglu1(float g, float u) {
+  const float z = kGeluZ * g * (1.0f + kGeluC * g * g);
+  // 0 where the vector exp gives 0 (below 2^-126), not a denormal.
+  const float e = std::fabs(z) > 87.0f ? 0.0f : std::exp(-std::fabs(z));
+  return g * ((std::signbit(z) ? e : 1.0f) / (1.0f + e)) * u;
+}
+
 }  // namespace
 
 namespace cs {
@@ -86,6 +111,14 @@ void swiglu(const float* gate, const float* up, size_t n, float* out) {
   for (long b = 0; b < n8; ++b)
     _mm256_storeu_ps(out + 8 * b, swiglu8(_mm256_loadu_ps(gate + 8 * b), _mm256_loadu_ps(up + 8 * b)));
   for (size_t i = size_t(n8) * 8; i < n; ++i) out[i] = swiglu1(gate[i], up[i]);
+}
+
+void geglu(const float* gate, const float* up, size_t n, float* out) {
+  const long n8 = long(n / 8);
+#pragma omp parallel for schedule(static) if (n8 >= 4096)
+  for (long b = 0; b < n8; ++b)
+    _mm256_storeu_ps(out + 8 * b, geglu8(_mm256_loadu_ps(gate + 8 * b), _mm256_loadu_ps(up + 8 * b)));
+  for (size_t i = size_t(n8) * 8; i < n; ++i) out[i] = geglu1(gate[i], up[i]);
 }
 
 void RopeTable::build(const int32_t* pos, int n_tok, const RopeParams& p) {

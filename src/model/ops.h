@@ -18,6 +18,11 @@ void rmsnorm(const float* x, const float* w, int n, float eps, float* out);
 // bits depend on that.
 void swiglu(const float* gate, const float* up, size_t n, float* out);
 
+// out[i] = gelu(gate[i]) * up[i], GELU's tanh approximation (Gemma's
+// GeGLU, as llama.cpp's ggml_gelu), through the same vector exp as swiglu.
+// out may be gate or up.
+void geglu(const float* gate, const float* up, size_t n, float* out);
+
 // w[i] = exp((x[i] - m) * scale) for x[i] <= m, scale >= 0 (softmax weights
 // for sampling, to attn/exp_impl.h's accuracy); returns their sum (double).
 double exp_weights(const float* x, size_t n, float m, float scale, float* w);

@@ -65,6 +65,18 @@ void rope(float* x, int heads, int head_dim, const RopeParams& r, int pos) {
     }
 }
 
+// Gemma 3's norm of a block's output before its residual (none elsewhere).
+void post_norm(std::vector<float>& y, const std::vector<float>& w, int n, int E, float eps) {
+  if (w.empty()) return;
+  for (int t = 0; t < n; ++t) rmsnorm(&y[size_t(t) * E], w, E, eps, &y[size_t(t) * E]);
+}
+
+// silu, or GELU's tanh approximation (libm's tanhf).
+float activation(FfnAct act, float g) {
+  if (act == FfnAct::kSilu) return g / (1.0f + expf(-g));
+  return 0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g)));
+}
+
 }  // namespace
 
 ReferenceModel::ReferenceModel(const LlamaModel& model) : cfg_(model.config()) {
@@ -74,7 +86,7 @@ ReferenceModel::ReferenceModel(const LlamaModel& model) : cfg_(model.config()) {
   for (const LlamaLayer& l : model.layers())
     layers_.push_back({l.attn_norm, l.ffn_norm, dequantize(l.wq), dequantize(l.wk), dequantize(l.wv), dequantize(l.wo),
                        dequantize(l.w_gate), dequantize(l.w_up), dequantize(l.w_down), l.bq, l.bk, l.bv, l.bo,
-                       l.q_norm, l.k_norm});
+                       l.q_norm, l.k_norm, l.attn_post_norm, l.ffn_post_norm});
 }
 
 void ReferenceModel::forward(std::span<const int32_t> tokens, std::vector<float>& logits) const {
@@ -88,7 +100,11 @@ void ReferenceModel::forward(std::span<const int32_t> tokens, std::vector<float>
       throw Error("token id " + std::to_string(tokens[size_t(t)]) + " is out of range");
     std::copy_n(tok_embd_.data() + size_t(tokens[size_t(t)]) * E, E, x.data() + size_t(t) * E);
   }
-  for (const Layer& L : layers_) {
+  for (float& e : x) e *= c.embd_scale;
+  for (int l = 0; l < c.n_layers; ++l) {
+    const Layer& L = layers_[size_t(l)];
+    const int window = c.window_of(l);
+    const RopeParams& rp = window ? c.rope_swa : c.rope;
     for (int t = 0; t < n; ++t) rmsnorm(&x[size_t(t) * E], L.attn_norm, E, c.rms_eps, &xb[size_t(t) * E]);
     matmul(L.wq, QW, E, xb.data(), n, q.data());
     matmul(L.wk, KW, E, xb.data(), n, k.data());
@@ -101,42 +117,46 @@ void ReferenceModel::forward(std::span<const int32_t> tokens, std::vector<float>
         for (int h = 0; h < c.n_heads; ++h) rmsnorm(&q[size_t(t) * QW + size_t(h) * D], L.q_norm, D, c.rms_eps, &q[size_t(t) * QW + size_t(h) * D]);
         for (int h = 0; h < c.n_kv_heads; ++h) rmsnorm(&k[size_t(t) * KW + size_t(h) * D], L.k_norm, D, c.rms_eps, &k[size_t(t) * KW + size_t(h) * D]);
       }
-      rope(&q[size_t(t) * QW], c.n_heads, D, c.rope, t);
-      rope(&k[size_t(t) * KW], c.n_kv_heads, D, c.rope, t);
+      rope(&q[size_t(t) * QW], c.n_heads, D, rp, t);
+      rope(&k[size_t(t) * KW], c.n_kv_heads, D, rp, t);
     }
-    // Causal attention, one (token, head) at a time.
+    // Causal attention, one (token, head) at a time; a sliding layer sees
+    // the last `window` positions.
 #pragma omp parallel for schedule(dynamic)
     for (int t = 0; t < n; ++t) {
       std::vector<double> p(size_t(t) + 1);
+      const int j0 = window ? std::max(0, t - window + 1) : 0;
       for (int h = 0; h < c.n_heads; ++h) {
         const float* qh = &q[size_t(t) * QW + size_t(h) * D];
         const int kvh = h / group;
         double mx = -INFINITY;
-        for (int j = 0; j <= t; ++j) {
+        for (int j = j0; j <= t; ++j) {
           const float* kj = &k[size_t(j) * KW + size_t(kvh) * D];
           double s = 0;
           for (int d = 0; d < D; ++d) s += double(qh[d]) * kj[d];
-          p[size_t(j)] = s / std::sqrt(double(D));
+          p[size_t(j)] = s * double(c.q_scale) / std::sqrt(double(D));
           mx = std::max(mx, p[size_t(j)]);
         }
         double sum = 0;
-        for (int j = 0; j <= t; ++j) sum += p[size_t(j)] = std::exp(p[size_t(j)] - mx);
+        for (int j = j0; j <= t; ++j) sum += p[size_t(j)] = std::exp(p[size_t(j)] - mx);
         float* out = &att[size_t(t) * QW + size_t(h) * D];
         for (int d = 0; d < D; ++d) {
           double acc = 0;
-          for (int j = 0; j <= t; ++j) acc += p[size_t(j)] * v[size_t(j) * KW + size_t(kvh) * D + d];
+          for (int j = j0; j <= t; ++j) acc += p[size_t(j)] * v[size_t(j) * KW + size_t(kvh) * D + d];
           out[d] = float(acc / sum);
         }
       }
     }
     matmul(L.wo, E, QW, att.data(), n, o.data());
     add(o, L.bo, n);
+    post_norm(o, L.attn_post_norm, n, E, c.rms_eps);
     for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
     for (int t = 0; t < n; ++t) rmsnorm(&x[size_t(t) * E], L.ffn_norm, E, c.rms_eps, &xb[size_t(t) * E]);
     matmul(L.w_gate, F, E, xb.data(), n, gate.data());
     matmul(L.w_up, F, E, xb.data(), n, up.data());
-    for (size_t i = 0; i < gate.size(); ++i) gate[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+    for (size_t i = 0; i < gate.size(); ++i) gate[i] = activation(c.act, gate[i]) * up[i];
     matmul(L.w_down, E, F, gate.data(), n, o.data());
+    post_norm(o, L.ffn_post_norm, n, E, c.rms_eps);
     for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
   }
   for (int t = 0; t < n; ++t) rmsnorm(&x[size_t(t) * E], output_norm_, E, c.rms_eps, &xb[size_t(t) * E]);

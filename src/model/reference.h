@@ -23,6 +23,7 @@ class ReferenceModel {
   struct Layer {
     std::vector<float> attn_norm, ffn_norm, wq, wk, wv, wo, w_gate, w_up, w_down;
     std::vector<float> bq, bk, bv, bo, q_norm, k_norm;  // empty where the model has none
+    std::vector<float> attn_post_norm, ffn_post_norm;
   };
   const LlamaConfig& cfg_;
   std::vector<float> tok_embd_, output_, output_norm_;
