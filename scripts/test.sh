@@ -10,6 +10,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/setup.sh"
 "$root/scripts/fetch_vocabs.sh"  # the tokenizer tests' data (tests/vocab_test.cpp)
+"$root/scripts/fetch_gemma.sh" >/dev/null  # the Gemma 3 tests (tests/gemma_test.cpp, gemma3_conformance)
 if [ "${1:-}" = "--sanitize" ]; then
   dir="$root/build-sanitize"
   "$root/scripts/build.sh" "$dir" -DCHUNKSERVE_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo

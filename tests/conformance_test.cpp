@@ -162,19 +162,24 @@ TEST(Conformance, GreedyContinuationsMatchLlamaCpp) {
 // `llama-perplexity -m MODEL -f tests/data/perplexity_text.md -c 128
 // --chunks 16 -t 2` (the sdist build, fp16 K/V): 182.8206 +/- 20.06400. Ours
 // measured 183.847 with fp16 K/V, 182.697 with fp32; the bound is 1%.
+// On another file, the figure make_conformance.py recorded with PPL_CTX
+// (Gemma 3: windows of 1024, so its 512-position sliding windows cut them).
 TEST(Conformance, PerplexityMatchesLlamaCpp) {
-  if (!default_file()) GTEST_SKIP() << "llama.cpp's figure is recorded for the default file";
+  const auto d = data();
+  const bool recorded = d.contains("perplexity");
+  if (!default_file() && !recorded) GTEST_SKIP() << "no llama-perplexity figure recorded for this file";
   std::ifstream in(CS_PERPLEXITY_TEXT, std::ios::binary);
   std::ostringstream text;
   text << in.rdbuf();
   const auto tokens = model().tokenizer().encode(text.str(), false, true);
   PerplexityOptions o;
-  o.n_ctx = 128;
-  o.max_windows = 16;
+  o.n_ctx = recorded ? d["perplexity"]["ctx"].get<int>() : 128;
+  o.max_windows = recorded ? d["perplexity"]["chunks"].get<int>() : 16;
   const PerplexityResult r = perplexity(model(), tokens, o);
-  EXPECT_EQ(r.windows, 16);
-  EXPECT_EQ(r.count, 16 * 63);
-  constexpr double kLlamaCpp = 182.8206;
+  const int windows = std::min(o.max_windows, int(tokens.size()) / o.n_ctx);
+  EXPECT_EQ(r.windows, windows);
+  EXPECT_EQ(r.count, windows * (o.n_ctx / 2 - 1));
+  const double kLlamaCpp = recorded ? d["perplexity"]["ppl"].get<double>() : 182.8206;
   std::printf("[conformance] perplexity %.4f +/- %.4f, llama.cpp %.4f (%+.2f%%)\n", r.ppl(), r.ppl_error(), kLlamaCpp,
               100 * (r.ppl() / kLlamaCpp - 1));
   EXPECT_NEAR(r.ppl(), kLlamaCpp, 0.01 * kLlamaCpp);

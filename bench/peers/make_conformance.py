@@ -104,6 +104,23 @@ def main():
             llm.eval([tok])
         data["greedy"].append({"prompt": text, "prompt_ids": ids, "continuation": out,
                                "top2_gaps": gaps, "first_top5": top})
+    # With PPL_CTX: llama-perplexity over tests/data/perplexity_text.md in
+    # windows of PPL_CTX tokens (fp16 K/V, its default), for
+    # Conformance.PerplexityMatchesLlamaCpp on this file.
+    ppl_ctx = int(os.environ.get("PPL_CTX", "0"))
+    if ppl_ctx:
+        import re, subprocess
+        chunks = int(os.environ.get("PPL_CHUNKS", "16"))
+        bin_dir = work / "llama.cpp" / "build" / "bin"
+        log = subprocess.run([str(bin_dir / "llama-perplexity"), "-m", model, "-f",
+                              str(root / "tests" / "data" / "perplexity_text.md"), "-c", str(ppl_ctx),
+                              "--chunks", str(chunks), "-t", "2"], capture_output=True, text=True,
+                             env={**os.environ, "LD_LIBRARY_PATH": str(bin_dir)}).stderr
+        m = re.search(r"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)", log)
+        if not m:
+            sys.exit("llama-perplexity printed no final estimate:\n" + log[-2000:])
+        data["perplexity"] = {"ctx": ppl_ctx, "chunks": chunks, "ppl": float(m.group(1)),
+                              "error": float(m.group(2))}
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
     print(f"wrote {out_path}: {len(data['tokenize'])} texts, {len(data['greedy'])} prompts")

@@ -144,6 +144,9 @@ Tokenizer::Tokenizer(VocabSpec spec) : spec_(std::move(spec)) {
   std::stable_sort(specials_.begin(), specials_.end(), [&](int32_t a, int32_t b) {
     return spec_.tokens[a].size() > spec_.tokens[b].size();
   });
+  // Gemma's vocabulary has 6414 of them: look up only those that begin with
+  // the byte at hand.
+  for (int32_t id : specials_) specials_by_byte_[static_cast<unsigned char>(spec_.tokens[id][0])].push_back(id);
   for (const char* name : {"<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|end_of_text|>",
                            "</s>", "<end_of_turn>"})
     if (auto id = find(name)) end_ids_.push_back(*id);
@@ -214,7 +217,7 @@ std::vector<int32_t> Tokenizer::encode(std::span<const TextPart> parts, bool add
     size_t start = 0, i = 0;
     while (i < text.size()) {
       int32_t hit = -1;
-      for (int32_t id : specials_) {
+      for (int32_t id : specials_by_byte_[static_cast<unsigned char>(text[i])]) {
         const std::string& s = spec_.tokens[id];
         if (!part.special && spec_.types[id] == TokenType::kControl) continue;
         if (text.compare(i, s.size(), s) == 0) {
