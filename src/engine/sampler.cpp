@@ -10,8 +10,16 @@
 
 namespace cs {
 
+// The first index of the largest value, as std::max_element finds it, in
+// two vectorised passes (the max, then where it first is): a 262144-token
+// vocabulary took ~0.2 ms per sequence scalar, 5% of a batch-32 decode step.
 int32_t argmax(std::span<const float> v) {
-  return int32_t(std::max_element(v.begin(), v.end()) - v.begin());
+  if (v.empty()) return 0;
+  float m = v[0];
+#pragma omp simd reduction(max : m)
+  for (size_t i = 0; i < v.size(); ++i) m = v[i] > m ? v[i] : m;
+  const auto it = std::find(v.begin(), v.end(), m);
+  return it == v.end() ? int32_t(std::max_element(v.begin(), v.end()) - v.begin()) : int32_t(it - v.begin());
 }
 
 namespace {
@@ -45,14 +53,19 @@ std::vector<std::pair<int32_t, float>> top_logprobs(std::span<const float> logit
 Sampler::Sampler(SamplingParams p) : p_(p), rng_(p.seed) {}
 
 int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history, size_t prompt_len) {
+  const bool presence = (p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f) && history.size() > prompt_len;
+  const bool repeat = p_.repeat_penalty != 1.0f && p_.repeat_last_n != 0;
+  // Greedy without penalties reads the logits as they are (no 1 MB copy per
+  // sequence and step on a 262144-token vocabulary).
+  if (!presence && !repeat && p_.temperature <= 0.0f) return argmax(logits);
   work_.assign(logits.begin(), logits.end());
-  if ((p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f) && history.size() > prompt_len) {
+  if (presence) {
     std::unordered_map<int32_t, int> count;
     for (int32_t id : history.subspan(prompt_len)) ++count[id];
     for (auto [id, c] : count)
       if (id >= 0 && size_t(id) < work_.size()) work_[size_t(id)] -= p_.presence_penalty + p_.frequency_penalty * float(c);
   }
-  if (p_.repeat_penalty != 1.0f && p_.repeat_last_n != 0) {
+  if (repeat) {
     const size_t n = p_.repeat_last_n < 0 ? history.size()
                                           : std::min(history.size(), size_t(p_.repeat_last_n));
     std::unordered_set<int32_t> seen(history.end() - long(n), history.end());
