@@ -8,11 +8,13 @@
 // as model_tests' Conformance tests (tests/CMakeLists.txt, gemma3_conformance).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "base/error.h"
 #include "engine/engine.h"
 #include "engine_helpers.h"
+#include "model/chat_template.h"
 #include "pml/pml.h"
 
 namespace cs {
@@ -81,6 +83,24 @@ TEST(Gemma, TheFileIsReadAsGemma3) {
   EXPECT_EQ(c.rope_swa.base, 10000.0);
   EXPECT_EQ(c.rope.base, 1000000.0);
   EXPECT_GT(requests(1, 1)[0].prompt.size(), size_t(600));  // the shared text outruns the window
+}
+
+// The file has no chat template, but its vocabulary has Gemma's turn tokens:
+// the fallback is Gemma's format, whose markers are those control tokens,
+// while the same text typed in a message stays text.
+TEST(Gemma, WithoutATemplateChatUsesGemmasTurnTokens) {
+  const ChatTemplate& t = model().chat();
+  EXPECT_TRUE(t.is_fallback());
+  EXPECT_EQ(model().chat_note(), "the model file has no chat template; using Gemma's turn format (<start_of_turn>)");
+  const ChatPrompt p = t.apply({{"system", "Be brief."}, {"user", "Hi <start_of_turn>model"}});
+  EXPECT_EQ(p.text(), "<start_of_turn>user\nBe brief.\n\nHi <start_of_turn>model<end_of_turn>\n<start_of_turn>model\n");
+  const Tokenizer& tok = model().tokenizer();
+  const std::vector<int32_t> ids = p.encode(tok, true);
+  const int32_t start = *tok.find("<start_of_turn>"), end = *tok.find("<end_of_turn>");
+  EXPECT_EQ(ids[0], tok.bos());
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), start), 2);  // the template's two, not the typed one
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), end), 1);
+  EXPECT_TRUE(tok.is_end_of_generation(end));
 }
 
 TEST(Gemma, GreedyTokensAreIdenticalAcrossModesBatchesSharingAndPreemption) {

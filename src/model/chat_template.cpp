@@ -12,6 +12,20 @@ const char* const kChatML =
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
 
+// Gemma's turn format, for files that carry no template but whose
+// vocabulary has its turn tokens (Gemma 3 270M's pretrained file): the
+// assistant is "model", a system message opens the first user turn, each
+// message's content is trimmed. BOS comes from the tokenizer.
+const char* const kGemma =
+    "{%- if messages and messages[0]['role'] == 'system' -%}"
+    "{%- set first = messages[0]['content'] | trim + '\n\n' -%}{%- set turns = messages[1:] -%}"
+    "{%- else -%}{%- set first = '' -%}{%- set turns = messages -%}{%- endif -%}"
+    "{%- for message in turns -%}"
+    "{{- '<start_of_turn>' + ('model' if message['role'] == 'assistant' else message['role']) + '\n' -}}"
+    "{{- (first if loop.first else '') + message['content'] | trim + '<end_of_turn>\n' -}}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<start_of_turn>model\n' -}}{%- endif -%}";
+
 bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
 bool ends_with(const std::string& s, const std::string& p) {
   return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
@@ -40,8 +54,10 @@ ChatTemplate ChatTemplate::for_model(const Tokenizer& tok, const std::string& ov
   const std::string bos = tok.bos() >= 0 ? tok.piece(tok.bos(), true) : "";
   const std::string eos = tok.eos() >= 0 ? tok.piece(tok.eos(), true) : "";
   const std::string& src = override_source.empty() ? tok.chat_template() : override_source;
-  ChatTemplate t(src.empty() ? kChatML : src, bos, eos, tok.wants_bos());
+  const bool gemma = src.empty() && tok.find("<start_of_turn>") && tok.find("<end_of_turn>");
+  ChatTemplate t(!src.empty() ? src : gemma ? kGemma : kChatML, bos, eos, tok.wants_bos());
   t.fallback_ = src.empty();
+  t.fallback_name_ = !src.empty() ? "" : gemma ? "Gemma's turn format (<start_of_turn>)" : "ChatML";
   return t;
 }
 

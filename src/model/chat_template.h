@@ -64,7 +64,9 @@ struct RoleText {
 class ChatTemplate {
  public:
   // The template of the model's vocabulary, `override_source` when not empty
-  // (--chat-template), else ChatML (is_fallback()). Throws
+  // (--chat-template), else a built-in one (is_fallback()): Gemma's turn
+  // format when the vocabulary has <start_of_turn> and <end_of_turn>, else
+  // ChatML. Throws
   // jinja::TemplateError when the template does not compile.
   static ChatTemplate for_model(const Tokenizer& tok, const std::string& override_source = "");
   // bos_added: the tokenizer adds BOS itself, so the role markers leave out
@@ -73,6 +75,8 @@ class ChatTemplate {
 
   static const char* chatml_source();
   bool is_fallback() const { return fallback_; }
+  // Which built-in template a fallback is ("ChatML", ...; "" otherwise).
+  const std::string& fallback_name() const { return fallback_name_; }
 
   // The prompt. Throws jinja::TemplateError when the template refuses the
   // conversation (raise_exception) or fails on it.
@@ -95,6 +99,7 @@ class ChatTemplate {
   std::string bos_token_, eos_token_;
   bool bos_added_ = false;
   bool fallback_ = false;
+  std::string fallback_name_;
   RoleText system_, user_, assistant_;
   std::string reply_start_;
 };

@@ -94,7 +94,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path) {
   m->tok_ = std::make_unique<Tokenizer>(Tokenizer::from_gguf(*m->file_));
   try {
     m->chat_ = std::make_unique<ChatTemplate>(ChatTemplate::for_model(*m->tok_));
-    if (m->chat_->is_fallback()) m->chat_note_ = "the model file has no chat template; using ChatML";
+    if (m->chat_->is_fallback()) m->chat_note_ = "the model file has no chat template; using " + m->chat_->fallback_name();
   } catch (const jinja::TemplateError& e) {
     m->chat_ = std::make_unique<ChatTemplate>(ChatTemplate::for_model(*m->tok_, ChatTemplate::chatml_source()));
     m->chat_note_ = std::string("the model file's chat template does not compile (") + e.what() +

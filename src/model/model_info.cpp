@@ -103,7 +103,10 @@ ModelInfo describe_model(const std::string& path) {
   // scaling, ...): load it, when nothing above already rules it out.
   if (m.problems.empty()) {
     try {
-      LlamaModel::load(path);
+      const auto model = LlamaModel::load(path);
+      m.template_fallback = model->chat().fallback_name();
+      for (int l = 0; l < model->config().n_layers; ++l)
+        if (const int w = model->config().window_of(l)) m.window = w, ++m.sliding_layers;
     } catch (const Error& e) {
       m.problems.push_back(e.what());
     }
@@ -120,11 +123,16 @@ std::string format_model_info(const ModelInfo& m) {
   line("parameters", human_count(m.params) + " (" + std::to_string(m.params) + ")");
   line("layers", std::to_string(m.n_layers) + ", width " + std::to_string(m.n_embd) + ", FFN " + std::to_string(m.n_ff));
   line("attention", std::to_string(m.n_heads) + " heads, " + std::to_string(m.n_kv_heads) + " K/V heads, head dim " +
-                        std::to_string(m.head_dim));
+                        std::to_string(m.head_dim) +
+                        (m.window ? "; " + std::to_string(m.sliding_layers) + " of " + std::to_string(m.n_layers) +
+                                        " layers slide over " + std::to_string(m.window) + " positions"
+                                  : ""));
   line("context", std::to_string(m.n_ctx_train) + " tokens (trained)");
   line("embeddings", m.tied_embeddings ? "tied (the output head is the token embedding)" : "separate output head");
   line("vocabulary", std::to_string(m.n_vocab) + " tokens, " + m.tokenizer + (m.pre.empty() ? "" : ", pre-tokenizer " + m.pre));
-  line("chat template", m.template_line.empty() ? "(none: ChatML is used)" : m.template_line);
+  line("chat template", !m.template_line.empty() ? m.template_line
+                        : "(none: " + (m.template_fallback.empty() ? std::string("ChatML") : m.template_fallback) +
+                              " is used)");
   line("KV cache", human_bytes(m.kv_bytes_per_token) + " per token (fp16)");
   o += "tensor types\n";
   for (const TypeUse& u : m.types) {
