@@ -71,4 +71,26 @@ inline void expect_same_tokens(const std::vector<Result>& a, const std::vector<R
   }
 }
 
+// Serves `reqs` batched on a fresh engine per mode, waits until it is idle,
+// and checks every request's greedy tokens against `ref`; prints and returns
+// how many prompt tokens each mode computed, of how many.
+inline void expect_modes_agree(const LlamaModel& m, const std::vector<Request>& reqs, const std::vector<Result>& ref,
+                               std::initializer_list<AttnMode> modes, EngineOptions (*opts)(AttnMode, int),
+                               const std::string& what) {
+  for (AttnMode mode : modes) {
+    Engine e(m, opts(mode, 32));
+    expect_same_tokens(run_all(e, reqs), ref, what + ", " + attn_mode_name(mode) + ", batch " + std::to_string(reqs.size()));
+    ASSERT_TRUE(e.wait_idle(std::chrono::seconds(120)));
+    const EngineStats s = e.stats();
+    // Sharing modes compute the shared text once; `none` all of it.
+    if (mode != AttnMode::kNone) {
+      EXPECT_LT(s.prefill_tokens, s.prompt_tokens / 4) << attn_mode_name(mode);
+    } else {
+      EXPECT_EQ(s.prefill_tokens, s.prompt_tokens);
+    }
+    std::printf("[%s] %s: %llu of %llu prompt tokens computed, peak %d chunks\n", what.c_str(), attn_mode_name(mode),
+                (unsigned long long)s.prefill_tokens, (unsigned long long)s.prompt_tokens, s.kv.peak);
+  }
+}
+
 }  // namespace cs::test

@@ -56,20 +56,8 @@ TEST(EngineModel, GreedyTokensAreIdenticalAcrossModesBatchesAndPreemption) {
   auto ref8 = run_each(alone, first8);
   std::vector<Result> ref;
   for (int i = 0; i < 32; ++i) ref.push_back(ref8[size_t(i % 8)]);
-  for (AttnMode mode : {AttnMode::kTpp, AttnMode::kPerSequence, AttnMode::kNone}) {
-    Engine e(model(), opts(mode));
-    expect_same_tokens(run_all(e, reqs), ref, std::string(attn_mode_name(mode)) + ", batch 32");
-    ASSERT_TRUE(e.wait_idle(std::chrono::seconds(60)));
-    const EngineStats s = e.stats();
-    if (mode != AttnMode::kNone) {
-      // The system prompt was computed once, each question's tail once.
-      EXPECT_LT(s.prefill_tokens, s.prompt_tokens / 4) << attn_mode_name(mode);
-    } else {
-      EXPECT_EQ(s.prefill_tokens, s.prompt_tokens);
-    }
-    std::printf("[engine] %s: %llu of %llu prompt tokens computed, peak %d chunks\n", attn_mode_name(mode),
-                (unsigned long long)s.prefill_tokens, (unsigned long long)s.prompt_tokens, s.kv.peak);
-  }
+  test::expect_modes_agree(model(), reqs, ref, {AttnMode::kTpp, AttnMode::kPerSequence, AttnMode::kNone}, opts,
+                           "engine");
   // A pool too small for the batch: sequences are preempted and recomputed.
   EngineOptions tight = opts(AttnMode::kTpp);
   Engine probe(model(), tight);

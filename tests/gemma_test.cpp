@@ -110,17 +110,8 @@ TEST(Gemma, GreedyTokensAreIdenticalAcrossModesBatchesSharingAndPreemption) {
   const auto ref8 = run_each(alone, first8);
   std::vector<Result> ref;
   for (int i = 0; i < 16; ++i) ref.push_back(ref8[size_t(i % 8)]);
-  for (AttnMode mode : {AttnMode::kTpp, AttnMode::kPerSequence, AttnMode::kNone}) {
-    Engine e(model(), opts(mode));
-    expect_same_tokens(run_all(e, reqs), ref, std::string(attn_mode_name(mode)) + ", batch 16");
-    ASSERT_TRUE(e.wait_idle(std::chrono::seconds(120)));
-    const EngineStats s = e.stats();
-    if (mode != AttnMode::kNone) {
-      EXPECT_LT(s.prefill_tokens, s.prompt_tokens / 4) << attn_mode_name(mode);
-    }
-    std::printf("[gemma] %s: %llu of %llu prompt tokens computed\n", attn_mode_name(mode),
-                (unsigned long long)s.prefill_tokens, (unsigned long long)s.prompt_tokens);
-  }
+  test::expect_modes_agree(model(), reqs, ref, {AttnMode::kTpp, AttnMode::kPerSequence, AttnMode::kNone}, opts,
+                           "gemma");
   // A pool too small for the batch: sequences are preempted and recomputed.
   EngineOptions tight = opts(AttnMode::kTpp);
   Engine probe(model(), tight);

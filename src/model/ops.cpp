@@ -25,18 +25,21 @@ struct Avx2 {
   }
 };
 
-// silu(g) * u with e = exp(-|g|) in (0, 1], so nothing overflows:
-// sigmoid(g) = 1 / (1 + e) for g >= 0 and e / (1 + e) for g < 0.
-__m256 swiglu8(__m256 g, __m256 u) {
+// x sigmoid(z) u with e = exp(-|z|) in (0, 1], so nothing overflows:
+// sigmoid(z) = 1 / (1 + e) for z >= 0 and e / (1 + e) for z < 0.
+__m256 times_sigmoid8(__m256 x, __m256 z, __m256 u) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
-  // exp(-|g|); the clamp keeps x log2(e) finite for |g| near FLT_MAX (the
-  // exp is 0 from -88 on anyway).
-  const __m256 x = _mm256_max_ps(_mm256_or_ps(g, sign), _mm256_set1_ps(-100.0f));
-  const __m256 e = exp_nonpos<__m256, Avx2>(x);
+  // exp(-|z|); the clamp keeps its argument times log2(e) finite for |z|
+  // near FLT_MAX (the exp is 0 from -88 on anyway).
+  const __m256 n = _mm256_max_ps(_mm256_or_ps(z, sign), _mm256_set1_ps(-100.0f));
+  const __m256 e = exp_nonpos<__m256, Avx2>(n);
   const __m256 one = _mm256_set1_ps(1.0f);
-  const __m256 num = _mm256_blendv_ps(one, e, g);  // e where g's sign bit is set
-  return _mm256_mul_ps(_mm256_mul_ps(g, _mm256_div_ps(num, _mm256_add_ps(one, e))), u);
+  const __m256 num = _mm256_blendv_ps(one, e, z);  // e where z's sign bit is set
+  return _mm256_mul_ps(_mm256_mul_ps(x, _mm256_div_ps(num, _mm256_add_ps(one, e))), u);
 }
+
+// silu(g) u = g sigmoid(g) u.
+__m256 swiglu8(__m256 g, __m256 u) { return times_sigmoid8(g, g, u); }
 
 float swiglu1(float g, float u) {
   const float e = std::exp(-std::fabs(g));
@@ -44,21 +47,15 @@ float swiglu1(float g, float u) {
 }
 
 // GELU's tanh form is a sigmoid: 0.5 (1 + tanh(y)) = sigmoid(2y), with
-// y = sqrt(2/pi) (g + 0.044715 g^3); so gelu(g) u = g sigmoid(z) u, computed
-// as swiglu8 computes silu's sigmoid.
+// y = sqrt(2/pi) (g + 0.044715 g^3); so gelu(g) u = g sigmoid(z) u with z = 2y.
 constexpr float kGeluZ = 1.5957691216057308f;  // 2 sqrt(2/pi)
 constexpr float kGeluC = 0.044715f;
 
 __m256 geglu8(__m256 g, __m256 u) {
-  const __m256 sign = _mm256_set1_ps(-0.0f);
   const __m256 g2 = _mm256_mul_ps(g, g);
   const __m256 z = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(kGeluZ), g),
                                  _mm256_fmadd_ps(_mm256_set1_ps(kGeluC), g2, _mm256_set1_ps(1.0f)));
-  const __m256 x = _mm256_max_ps(_mm256_or_ps(z, sign), _mm256_set1_ps(-100.0f));
-  const __m256 e = exp_nonpos<__m256, Avx2>(x);
-  const __m256 one = _mm256_set1_ps(1.0f);
-  const __m256 num = _mm256_blendv_ps(one, e, z);  // e where z's sign bit is set
-  return _mm256_mul_ps(_mm256_mul_ps(g, _mm256_div_ps(num, _mm256_add_ps(one, e))), u);
+  return times_sigmoid8(g, z, u);
 }
 
 float geglu1(float g, float u) {

@@ -136,17 +136,18 @@ Tokenizer::Tokenizer(VocabSpec spec) : spec_(std::move(spec)) {
   token_to_id_.reserve(spec_.tokens.size());
   for (size_t i = 0; i < spec_.tokens.size(); ++i) token_to_id_.emplace(spec_.tokens[i], int32_t(i));
   for (size_t r = 0; r < spec_.merges.size(); ++r) merge_rank_.emplace(spec_.merges[r], int32_t(r));
+  std::vector<int32_t> specials;
   for (size_t i = 0; i < spec_.tokens.size(); ++i) {
     const TokenType t = spec_.types[i];
     if ((t == TokenType::kControl || t == TokenType::kUserDefined) && !spec_.tokens[i].empty())
-      specials_.push_back(int32_t(i));
+      specials.push_back(int32_t(i));
   }
-  std::stable_sort(specials_.begin(), specials_.end(), [&](int32_t a, int32_t b) {
+  std::stable_sort(specials.begin(), specials.end(), [&](int32_t a, int32_t b) {
     return spec_.tokens[a].size() > spec_.tokens[b].size();
   });
   // Gemma's vocabulary has 6414 of them: look up only those that begin with
   // the byte at hand.
-  for (int32_t id : specials_) specials_by_byte_[static_cast<unsigned char>(spec_.tokens[id][0])].push_back(id);
+  for (int32_t id : specials) specials_by_byte_[static_cast<unsigned char>(spec_.tokens[id][0])].push_back(id);
   for (const char* name : {"<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|end_of_text|>",
                            "</s>", "<end_of_turn>"})
     if (auto id = find(name)) end_ids_.push_back(*id);

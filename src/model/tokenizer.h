@@ -97,8 +97,8 @@ class Tokenizer {
   VocabSpec spec_;
   std::unordered_map<std::string, int32_t> token_to_id_;
   std::unordered_map<std::string, int32_t> merge_rank_;
-  std::vector<int32_t> specials_;  // ids of special tokens, longest text first
-  std::array<std::vector<int32_t>, 256> specials_by_byte_;  // the same, by first byte
+  // Ids of special tokens by their text's first byte, longest text first.
+  std::array<std::vector<int32_t>, 256> specials_by_byte_;
   std::vector<int32_t> end_ids_;
   int32_t byte_tokens_[256];       // SentencePiece <0xXX> ids, -1 if absent
   std::vector<std::unique_ptr<Regex>> pre_;  // applied in order
