@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Fails when a source file includes a header from a floor above its own.
 
-The floors, lowest first (docs/ARCHITECTURE.md): base jinja kv attn cache model pml
-engine server cli. A file in src/F may include only headers of F and of the
+The floors, lowest first (docs/ARCHITECTURE.md): base jinja kv attn cache model grammar
+pml engine server cli. A file in src/F may include only headers of F and of the
 floors below it. Run by the build (target check_floors) and by CTest.
 
     scripts/check_floors.py [SRC_DIR]
@@ -11,7 +11,7 @@ import os
 import re
 import sys
 
-FLOORS = "base jinja kv attn cache model pml engine server cli".split()
+FLOORS = "base jinja kv attn cache model grammar pml engine server cli".split()
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/[^"]+"')
 
 

@@ -43,6 +43,10 @@ if ! python3 -c "import jinja2" 2>/dev/null; then
   python3 -m pip install --quiet "jinja2>=3.1,<4"
 fi
 
+# The grammar engine of constrained decoding (xgrammar's C++ core, from its
+# PyPI sdist; CMakeLists.txt links it).
+"$root/scripts/build_xgrammar.sh"
+
 MODEL="$root/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
 if [ -f "$MODEL" ] && echo "$SHA256  $MODEL" | sha256sum -c --status; then

@@ -19,6 +19,8 @@ namespace {
 struct GenerateOptions {
   std::string model;
   std::string prompt;
+  std::string json_schema, regex, grammar;  // constrained decoding: a file, a regex, a file
+  bool json_object = false;
   bool chat = false;
   std::string chat_template;
   GenerateParams params;
@@ -36,6 +38,25 @@ std::vector<int32_t> chat_prompt(const LlamaModel& model, const std::string& use
   } catch (const jinja::TemplateError& e) {
     throw Error(std::string("the chat template refused the prompt: ") + e.what());
   }
+}
+
+std::string read_file(const std::string& path, const char* what) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw Error(std::string("cannot read the ") + what + " '" + path + "': " + std::strerror(errno));
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// At most one of --json-schema, --json-object, --regex and --grammar.
+std::optional<GrammarSpec> constraint(const GenerateOptions& o) {
+  const int given = !o.json_schema.empty() + o.json_object + !o.regex.empty() + !o.grammar.empty();
+  if (given > 1) throw Error("give at most one of --json-schema, --json-object, --regex and --grammar");
+  if (!o.json_schema.empty()) return GrammarSpec{GrammarKind::kJsonSchema, read_file(o.json_schema, "JSON schema")};
+  if (o.json_object) return GrammarSpec{GrammarKind::kAnyJson, ""};
+  if (!o.regex.empty()) return GrammarSpec{GrammarKind::kRegex, o.regex};
+  if (!o.grammar.empty()) return GrammarSpec{GrammarKind::kEbnf, read_file(o.grammar, "grammar")};
+  return std::nullopt;
 }
 
 int run_generate(GenerateOptions o) {
@@ -59,6 +80,7 @@ int run_generate(GenerateOptions o) {
     }
     p.progress = [](const std::string& line) { std::fprintf(stderr, "%s", line.c_str()); };
   }
+  p.grammar = constraint(o);
   p.mode = o.engine.mode;
   p.chunk_size = o.engine.chunk_size;
   p.kv_memory = o.engine.kv_memory;
@@ -100,6 +122,10 @@ Action add_generate_command(CLI::App& app) {
       ->check(finite_in(0, 100, true));
   cmd->add_option("--seed", s.seed, "Sampling seed");
   cmd->add_option("--stop", o->params.stop, "Stop string (repeatable)");
+  cmd->add_option("--json-schema", o->json_schema, "Constrain the output to a JSON schema (a file)");
+  cmd->add_flag("--json-object", o->json_object, "Constrain the output to a JSON object");
+  cmd->add_option("--regex", o->regex, "Constrain the output to a regular expression");
+  cmd->add_option("--grammar", o->grammar, "Constrain the output to an EBNF grammar (a file; root rule 'root')");
   add_engine_options(*cmd, o->engine, false);
   return [o] { return run_generate(*o); };
 }

@@ -76,6 +76,11 @@ Engine::~Engine() {
 }
 
 
+std::shared_ptr<const Grammar> Engine::compile_grammar(const GrammarSpec& spec) const {
+  std::call_once(impl_->grammar_once, [&] { impl_->grammar_vocab = std::make_unique<GrammarVocab>(model_.tokenizer()); });
+  return Grammar::compile(*impl_->grammar_vocab, spec);
+}
+
 RequestHandle Engine::submit(Request r) {
   validate_request(r, limits());
   Impl& m = *impl_;

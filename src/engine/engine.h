@@ -170,6 +170,11 @@ class Engine {
   // prompt, unknown schema, module or parameter, ...).
   Request pml_request(const std::string& prompt_xml, bool use_cache, const std::string& file = "<prompt>") const;
 
+  // Constrained decoding: the spec compiled for this model's vocabulary (the
+  // vocabulary's tables are built on the first call), to set as a request's
+  // grammar. Any thread. Throws GrammarError naming what does not compile.
+  std::shared_ptr<const Grammar> compile_grammar(const GrammarSpec& spec) const;
+
   // What submit() checks requests against (engine/validate.h).
   RequestLimits limits() const;
   const EngineOptions& options() const { return opt_; }

@@ -107,6 +107,11 @@ struct Engine::Impl {
   mutable std::once_flag identity_once;  // the model file's hash, taken when first needed
   mutable pml::ModelIdentity identity;
 
+  // --- Constrained decoding: the vocabulary's tables, built once when first
+  // needed (compile_grammar, any thread).
+  mutable std::once_flag grammar_once;
+  mutable std::unique_ptr<GrammarVocab> grammar_vocab;
+
   std::thread thread;
 };
 

@@ -63,6 +63,7 @@ GenerateResult generate(const LlamaModel& model, const std::vector<int32_t>& pro
   r.sampling = params.sampling;
   r.max_tokens = params.max_tokens;
   r.stop = params.stop;
+  if (params.grammar) r.grammar = engine.compile_grammar(*params.grammar);
   if (params.top2_gaps) r.logprobs = 2;
   RequestHandle h = engine.submit(std::move(r));
   bool eos = false;

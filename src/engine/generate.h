@@ -3,6 +3,7 @@
 // whole UTF-8 characters; a stop string is never emitted, even in part.
 #pragma once
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,7 @@ struct GenerateParams {
   std::string pml;
   bool no_cache = false;
   std::function<void(const std::string&)> progress;  // encoding progress lines
+  std::optional<GrammarSpec> grammar;  // constrained decoding (GrammarError when it does not compile)
 };
 
 struct GenerateResult {

@@ -10,6 +10,7 @@
 
 #include "base/error.h"
 #include "engine/sampler.h"
+#include "grammar/grammar.h"
 #include "kv/chunk_pool.h"
 
 namespace cs {
@@ -33,6 +34,10 @@ struct Request {
   int n = 1;                        // completions, forked from one prefill
   int logprobs = -1;                // -1: off; k >= 0: each token's logprob and the top k
   bool ignore_eos = false;          // generate max_tokens whatever is sampled (benchmarks)
+  // Constrained decoding (Engine::compile_grammar): each token is sampled
+  // only from those the grammar allows next; end of generation only where it
+  // may end. Null: unconstrained.
+  std::shared_ptr<const Grammar> grammar;
 };
 
 // A request the engine refuses at submit(): the message names the problem,

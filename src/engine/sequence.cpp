@@ -35,6 +35,18 @@ Sequence::Sequence(SeqId id, std::shared_ptr<RequestState> req, int index, const
     positions_.resize(tokens_.size());
     for (size_t i = 0; i < positions_.size(); ++i) positions_[i] = int32_t(i);
   }
+  if (req_->req.grammar) grammar_.emplace(req_->req.grammar);
+}
+
+// The logits with every token the grammar does not allow next at -inf
+// (sampling, temperature and logprobs all see the masked distribution).
+std::span<const float> Sequence::constrain(std::span<const float> logits) {
+  if (!grammar_) return logits;
+  mask_.resize(size_t(grammar_->mask_words()));
+  grammar_->fill_mask(mask_);
+  masked_.assign(logits.begin(), logits.end());
+  apply_mask(masked_, mask_);
+  return masked_;
 }
 
 std::unique_ptr<Sequence> Sequence::fork(SeqId id, int index, const Tokenizer& tok) const {
@@ -47,10 +59,13 @@ std::unique_ptr<Sequence> Sequence::fork(SeqId id, int index, const Tokenizer& t
   return s;
 }
 
-bool Sequence::sample(std::span<const float> logits, const Tokenizer& tok, int n_ctx) {
+bool Sequence::sample(std::span<const float> raw, const Tokenizer& tok, int n_ctx) {
   RequestState& r = *req_;
   const Request& q = r.req;
+  const std::span<const float> logits = constrain(raw);
   const int32_t id = sampler_.sample(logits, tokens_, q.prompt.size());
+  // The mask allowed it, so the grammar takes it.
+  if (grammar_) (void)grammar_->accept(id);
   if (!r.first_token) {
     r.first_token = true;
     r.building.timings.ttft_s = seconds(Clock::now() - r.submitted);
@@ -61,7 +76,8 @@ bool Sequence::sample(std::span<const float> logits, const Tokenizer& tok, int n
     sampled_any_ = true;
     out.ttft_s = seconds(Clock::now() - r.submitted);
   }
-  const bool eos = tok.is_end_of_generation(id) && !q.ignore_eos;
+  // Under a grammar, end of generation is only sampled where it may end.
+  const bool eos = tok.is_end_of_generation(id) && (!q.ignore_eos || grammar_);
   StreamEvent ev;
   ev.index = index_;
   ev.token = id;

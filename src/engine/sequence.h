@@ -57,6 +57,8 @@ class Sequence {
   // the completion ended (end of generation, stop string, max tokens or the
   // context `n_ctx`); finish() has then been called.
   bool sample(std::span<const float> logits, const Tokenizer& tok, int n_ctx);
+  // Whether a grammar constrains it (request().req.grammar).
+  bool constrained() const { return grammar_.has_value(); }
   // Ends the completion (flushing held-back text unless it stopped on a stop
   // string) and, when it was the request's last, publishes the result.
   void finish(FinishReason reason, const std::string& message = {});
@@ -66,6 +68,8 @@ class Sequence {
   int preemptions = 0;
 
  private:
+  std::span<const float> constrain(std::span<const float> logits);
+
   SeqId id_;
   std::shared_ptr<RequestState> req_;
   int index_;
@@ -73,6 +77,9 @@ class Sequence {
   std::vector<int32_t> positions_;
   int cached_ = 0;
   Sampler sampler_;
+  std::optional<GrammarMatcher> grammar_;  // the request's constraint, where it has one
+  std::vector<uint32_t> mask_;
+  std::vector<float> masked_;
   TextStream text_;
   bool stopped_ = false;
   bool sampled_any_ = false;

@@ -83,6 +83,12 @@ class Tokenizer {
   const std::string& chat_template() const { return spec_.chat_template; }
   // True for tokens that end generation (EOS, <|endoftext|>, <|im_end|>, ...).
   bool is_end_of_generation(int32_t id) const;
+  // Those tokens' ids.
+  const std::vector<int32_t>& end_ids() const { return end_ids_; }
+  // A token's text as the vocabulary stores it (byte-level BPE's symbols,
+  // SentencePiece's "▁" and <0xXX>), and its type.
+  const std::string& token(int32_t id) const { return spec_.tokens[size_t(id)]; }
+  TokenType type(int32_t id) const { return spec_.types[size_t(id)]; }
   // Whether the vocabulary can spell byte b on its own (byte-level BPE: its
   // symbol; SentencePiece: its <0xXX> token). Bytes it cannot come back as
   // U+FFFD.

@@ -1,0 +1,154 @@
+#include "grammar/grammar.h"
+
+#include <dlpack/dlpack.h>
+#include <xgrammar/xgrammar.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <exception>
+
+#include "model/tokenizer.h"
+
+namespace cs {
+
+struct GrammarVocab::Impl {
+  // Tokens that hold no control byte (below 0x20): JSON allows none outside
+  // escapes, but xgrammar's JSON strings take them raw, and strict parsers
+  // (Python's json, Pydantic) refuse the result. JSON masks keep only these
+  // (and the end-of-generation tokens).
+  std::vector<uint32_t> json_safe;
+  xgrammar::TokenizerInfo info;
+  // One thread: compiling runs on a request's worker thread, which is the
+  // parallelism; the engine's own threads stay free for the forward pass.
+  xgrammar::GrammarCompiler compiler;
+  Impl(const std::vector<std::string>& vocab, xgrammar::VocabType type, std::vector<int32_t> stops)
+      : info(vocab, type, std::nullopt, std::move(stops), false), compiler(info, 1, true, 64ll << 20) {}
+};
+
+namespace {
+
+// The vocabulary as xgrammar reads it: each token's stored text (byte-level
+// BPE's symbols, SentencePiece's pieces), except that control, unknown and
+// unused tokens are empty, which xgrammar takes as never allowed: a grammar
+// matches text, and those tokens are no text.
+std::vector<std::string> engine_vocab(const Tokenizer& tok) {
+  std::vector<std::string> out(size_t(tok.vocab_size()));
+  for (int32_t i = 0; i < tok.vocab_size(); ++i) {
+    const TokenType t = tok.type(i);
+    if (t != TokenType::kControl && t != TokenType::kUnknown && t != TokenType::kUnused) out[size_t(i)] = tok.token(i);
+  }
+  return out;
+}
+
+// The engine's message without what is only for its developers: its log
+// prefix ("[12:00:00] path/file.cc:123: ") and an internal check's
+// "Check failed: (...) is false: ".
+std::string client_message(std::string m) {
+  if (!m.empty() && m[0] == '[') {
+    const size_t e = m.find("] ");
+    if (e != std::string::npos) m.erase(0, e + 2);
+  }
+  const size_t colon = m.find(": ");
+  if (colon != std::string::npos && m.find(' ') > colon && m.rfind(':', colon - 1) != std::string::npos) {
+    const size_t line = m.rfind(':', colon - 1);
+    if (line + 1 < colon && std::all_of(m.begin() + long(line) + 1, m.begin() + long(colon), ::isdigit))
+      m.erase(0, colon + 2);
+  }
+  if (m.rfind("Check failed: ", 0) == 0) {
+    const size_t e = m.find(" is false: ");
+    if (e != std::string::npos) m.erase(0, e + 11);
+  }
+  while (!m.empty() && std::isspace(static_cast<unsigned char>(m.back()))) m.pop_back();
+  return m;
+}
+
+}  // namespace
+
+GrammarVocab::GrammarVocab(const Tokenizer& tok) : size_(tok.vocab_size()) {
+  const auto type = tok.model() == "gpt2" ? xgrammar::VocabType::BYTE_LEVEL : xgrammar::VocabType::BYTE_FALLBACK;
+  impl_ = std::make_unique<Impl>(engine_vocab(tok), type, tok.end_ids());
+  impl_->json_safe.assign(size_t(mask_words()), 0);
+  for (int32_t t = 0; t < size_; ++t) {
+    const std::string text = tok.piece(t, true);
+    const bool safe = tok.is_end_of_generation(t) ||
+                      std::none_of(text.begin(), text.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20; });
+    if (safe) impl_->json_safe[size_t(t) / 32] |= 1u << (uint32_t(t) % 32);
+  }
+}
+
+GrammarVocab::~GrammarVocab() = default;
+
+struct Grammar::Impl {
+  xgrammar::CompiledGrammar compiled;
+  int vocab_size;
+  const std::vector<uint32_t>* only = nullptr;  // JSON: the vocabulary's json_safe tokens
+};
+
+Grammar::Grammar() = default;
+Grammar::~Grammar() = default;
+
+std::shared_ptr<const Grammar> Grammar::compile(const GrammarVocab& vocab, const GrammarSpec& spec) {
+  xgrammar::GrammarCompiler& c = vocab.impl_->compiler;
+  std::shared_ptr<Grammar> g(new Grammar);
+  try {
+    auto compiled = [&] {
+      switch (spec.kind) {
+        case GrammarKind::kJsonSchema:
+          return c.CompileJSONSchema(spec.text, false, std::nullopt, std::make_pair(",", ":"), true);
+        case GrammarKind::kRegex: return c.CompileRegex(spec.text);
+        case GrammarKind::kEbnf: return c.CompileGrammar(spec.text, "root");
+        case GrammarKind::kAnyJson: break;
+      }
+      // OpenAI's json_object: any object, compact like a schema's.
+      return c.CompileJSONSchema(R"({"type": "object"})", false, std::nullopt, std::make_pair(",", ":"), false);
+    }();
+    const bool json = spec.kind == GrammarKind::kJsonSchema || spec.kind == GrammarKind::kAnyJson;
+    g->impl_ = std::make_unique<Impl>(Impl{std::move(compiled), vocab.size(), json ? &vocab.impl_->json_safe : nullptr});
+  } catch (const std::exception& e) {
+    // Whatever the engine throws on a spec it cannot compile is the spec's
+    // problem: its message goes back to the client as it is.
+    throw GrammarError(client_message(e.what()));
+  }
+  return g;
+}
+
+struct GrammarMatcher::Impl {
+  std::shared_ptr<const Grammar> grammar;
+  xgrammar::GrammarMatcher matcher;
+};
+
+GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> g)
+    : impl_(std::make_unique<Impl>(Impl{g, xgrammar::GrammarMatcher(g->impl_->compiled)})) {}
+GrammarMatcher::~GrammarMatcher() = default;
+GrammarMatcher::GrammarMatcher(GrammarMatcher&&) noexcept = default;
+GrammarMatcher& GrammarMatcher::operator=(GrammarMatcher&&) noexcept = default;
+
+void GrammarMatcher::fill_mask(std::span<uint32_t> bits) {
+  int64_t shape[1] = {int64_t(bits.size())};
+  DLTensor t{};
+  t.data = bits.data();
+  t.device = DLDevice{kDLCPU, 0};
+  t.ndim = 1;
+  t.dtype = DLDataType{kDLInt, 32, 1};
+  t.shape = shape;
+  impl_->matcher.FillNextTokenBitmask(&t);
+  if (const std::vector<uint32_t>* only = impl_->grammar->impl_->only)
+    for (size_t w = 0; w < bits.size(); ++w) bits[w] &= (*only)[w];
+}
+
+bool GrammarMatcher::accept(int32_t token) {
+  if (token < 0 || token >= impl_->grammar->impl_->vocab_size) return false;
+  return impl_->matcher.AcceptToken(token);
+}
+
+bool GrammarMatcher::terminated() const { return impl_->matcher.IsTerminated(); }
+
+int GrammarMatcher::mask_words() const { return (impl_->grammar->impl_->vocab_size + 31) / 32; }
+
+void apply_mask(std::span<float> logits, std::span<const uint32_t> bits) {
+  for (size_t t = 0; t < logits.size(); ++t)
+    if (!mask_allows(bits, int32_t(t))) logits[t] = -INFINITY;
+}
+
+}  // namespace cs

@@ -1,0 +1,108 @@
+// Constrained decoding: what a sequence may sample next under a JSON schema,
+// any JSON, a regular expression or an EBNF grammar, as a bit mask over the
+// vocabulary. The grammar engine is xgrammar's C++ core (built from its PyPI
+// sdist by scripts/build_xgrammar.sh); this floor keeps it behind our types,
+// so nothing above includes its headers.
+//
+// GrammarVocab: one per tokenizer, built once (tens of ms for 49152 tokens):
+// the vocabulary as the engine decodes it, control tokens never allowed,
+// end-of-generation tokens allowed only where the grammar may end.
+// Grammar: a compiled constraint, immutable, shared by every sequence using it.
+// GrammarMatcher: one sequence's position in it.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+
+namespace cs {
+
+class Tokenizer;
+
+// What a request constrains its output with.
+// kAnyJson: any JSON object (OpenAI's json_object).
+enum class GrammarKind { kJsonSchema, kAnyJson, kRegex, kEbnf };
+
+// JSON (a schema's, or any) is compact: no whitespace between tokens, so a
+// small model cannot pad its output with newlines until max_tokens.
+struct GrammarSpec {
+  GrammarKind kind = GrammarKind::kAnyJson;
+  std::string text;  // the schema (JSON), the regex or the EBNF (root rule "root"); unused for kAnyJson
+};
+
+// A schema, regex or grammar that does not compile: the message says why
+// (the engine's own words, with the path inside a schema where it gives one).
+class GrammarError : public Error {
+ public:
+  explicit GrammarError(const std::string& what) : Error(what) {}
+};
+
+class GrammarVocab {
+ public:
+  explicit GrammarVocab(const Tokenizer& tok);
+  ~GrammarVocab();
+  GrammarVocab(const GrammarVocab&) = delete;
+  GrammarVocab& operator=(const GrammarVocab&) = delete;
+  int size() const { return size_; }
+  // 32-bit words in a mask over this vocabulary.
+  int mask_words() const { return (size_ + 31) / 32; }
+
+ private:
+  friend class Grammar;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  int size_ = 0;
+};
+
+// A compiled grammar keeps a pointer into its vocabulary's tables: the
+// vocabulary outlives every grammar compiled for it (one per model).
+class Grammar {
+ public:
+  // Throws GrammarError for a spec that does not compile.
+  static std::shared_ptr<const Grammar> compile(const GrammarVocab& vocab, const GrammarSpec& spec);
+  ~Grammar();
+  Grammar(const Grammar&) = delete;
+  Grammar& operator=(const Grammar&) = delete;
+
+ private:
+  friend class GrammarMatcher;
+  struct Impl;
+  Grammar();
+  std::unique_ptr<Impl> impl_;
+};
+
+class GrammarMatcher {
+ public:
+  explicit GrammarMatcher(std::shared_ptr<const Grammar> g);
+  ~GrammarMatcher();
+  GrammarMatcher(GrammarMatcher&&) noexcept;
+  GrammarMatcher& operator=(GrammarMatcher&&) noexcept;
+
+  // Bit t % 32 of word t / 32 set: token t may come next. `bits` has
+  // mask_words() words.
+  void fill_mask(std::span<uint32_t> bits);
+  // Advances past `token`; false (and no change) when the grammar does not
+  // allow it here.
+  bool accept(int32_t token);
+  // An end-of-generation token was accepted: the output is complete.
+  bool terminated() const;
+  // Words of the mask fill_mask writes.
+  int mask_words() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// logits[t] = -inf for every token the mask does not allow.
+void apply_mask(std::span<float> logits, std::span<const uint32_t> bits);
+
+// Whether token t is allowed by the mask.
+inline bool mask_allows(std::span<const uint32_t> bits, int32_t t) {
+  return (bits[size_t(t) / 32] >> (uint32_t(t) % 32)) & 1u;
+}
+
+}  // namespace cs

@@ -1,0 +1,308 @@
+// Constrained decoding's masks (src/grammar) on two real kinds of vocabulary:
+// SentencePiece with byte fallback (the tiny model's) and byte-level BPE
+// (llama.cpp's GPT-2 test vocabulary). Random walks that sample uniformly
+// among the tokens a mask allows must always produce text the constraint
+// accepts, checked by independent means (nlohmann's JSON parser and the
+// schema's rules written out here, std::regex); disallowed tokens are
+// refused; control tokens are never allowed; bad specs are typed errors.
+#include "grammar/grammar.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <random>
+#include <regex>
+
+#include "engine/engine.h"
+#include "engine_helpers.h"
+#include "model/gguf.h"
+#include "model/llama.h"
+#include "model/tokenizer.h"
+#include "tiny_model.h"
+
+namespace cs {
+namespace {
+
+const Tokenizer& tiny_vocab() {
+  static const Tokenizer t = Tokenizer::from_gguf(GgufFile(test::tiny_model()));
+  return t;
+}
+
+const Tokenizer& gpt2_vocab() {
+  static const Tokenizer t = Tokenizer::from_gguf(GgufFile(std::string(CS_VOCAB_DIR) + "/ggml-vocab-gpt-2.gguf"));
+  return t;
+}
+
+struct Walk {
+  std::string text;
+  bool ended = false;  // the grammar accepted an end-of-generation token
+};
+
+// Samples uniformly among the allowed tokens (an end-of-generation token,
+// when allowed, half the time), up to max_steps; every mask must allow
+// something until the walk ends.
+Walk walk(const Tokenizer& tok, const GrammarVocab& vocab, const std::shared_ptr<const Grammar>& g, uint32_t seed,
+          int max_steps = 300) {
+  std::mt19937 rng(seed);
+  GrammarMatcher m(g);
+  std::vector<uint32_t> bits(size_t(vocab.mask_words()));
+  std::vector<int32_t> ids;
+  Walk out;
+  for (int step = 0; step < max_steps && !m.terminated(); ++step) {
+    m.fill_mask(bits);
+    std::vector<int32_t> allowed, ends;
+    for (int32_t t = 0; t < vocab.size(); ++t)
+      if (mask_allows(bits, t)) (tok.is_end_of_generation(t) ? ends : allowed).push_back(t);
+    EXPECT_FALSE(allowed.empty() && ends.empty()) << "nothing allowed after '" << tok.decode(ids) << "'";
+    if (allowed.empty() && ends.empty()) break;
+    const bool end = !ends.empty() && (allowed.empty() || rng() % 2);
+    const int32_t t = end ? ends[0] : allowed[rng() % allowed.size()];
+    EXPECT_TRUE(m.accept(t));
+    if (end) out.ended = true;
+    else ids.push_back(t);
+  }
+  out.text = tok.decode(ids);
+  return out;
+}
+
+// A nested schema with the features a tool call's arguments use.
+const char* kSchema = R"({
+  "type": "object",
+  "properties": {
+    "name": {"type": "string", "maxLength": 6},
+    "age": {"type": "integer", "minimum": 0, "maximum": 150},
+    "color": {"enum": ["red", "green"]},
+    "tags": {"type": "array", "items": {"type": "boolean"}, "maxItems": 3},
+    "address": {"type": "object", "properties": {"zip": {"type": "string", "pattern": "^[0-9]{5}$"}},
+                "required": ["zip"], "additionalProperties": false}
+  },
+  "required": ["name", "age", "color", "address"],
+  "additionalProperties": false
+})";
+
+// kSchema's rules, checked on a parsed value.
+void expect_valid(const nlohmann::json& j, const std::string& text) {
+  ASSERT_TRUE(j.is_object()) << text;
+  for (const char* k : {"name", "age", "color", "address"}) ASSERT_TRUE(j.contains(k)) << k << " missing: " << text;
+  for (const auto& [k, v] : j.items())
+    EXPECT_TRUE(k == "name" || k == "age" || k == "color" || k == "tags" || k == "address") << k << ": " << text;
+  EXPECT_TRUE(j["name"].is_string());
+  EXPECT_LE(j["name"].get<std::string>().size(), 6u * 4) << text;  // 6 characters, up to 4 bytes each
+  ASSERT_TRUE(j["age"].is_number_integer()) << text;
+  EXPECT_GE(j["age"].get<int64_t>(), 0);
+  EXPECT_LE(j["age"].get<int64_t>(), 150);
+  EXPECT_TRUE(j["color"] == "red" || j["color"] == "green") << text;
+  if (j.contains("tags")) {
+    ASSERT_TRUE(j["tags"].is_array());
+    EXPECT_LE(j["tags"].size(), 3u);
+    for (const auto& b : j["tags"]) EXPECT_TRUE(b.is_boolean());
+  }
+  ASSERT_TRUE(j["address"].is_object());
+  EXPECT_EQ(j["address"].size(), 1u) << text;
+  EXPECT_TRUE(std::regex_match(j["address"]["zip"].get<std::string>(), std::regex("[0-9]{5}"))) << text;
+}
+
+std::string hex(const std::string& s) {
+  std::string out;
+  char b[4];
+  for (unsigned char c : s) std::snprintf(b, sizeof b, "%02x", c), out += b;
+  return out;
+}
+
+// Whitespace between JSON tokens (not inside a string literal).
+bool space_outside_strings(const std::string& s) {
+  bool in_string = false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (in_string && s[i] == '\\') ++i;
+    else if (s[i] == '"') in_string = !in_string;
+    else if (!in_string && std::isspace(static_cast<unsigned char>(s[i]))) return true;
+  }
+  return false;
+}
+
+class GrammarWalks : public testing::TestWithParam<const char*> {
+ protected:
+  const Tokenizer& tok() const { return std::string(GetParam()) == "tiny" ? tiny_vocab() : gpt2_vocab(); }
+};
+
+TEST_P(GrammarWalks, JsonSchemaOutputsAreValid) {
+  const GrammarVocab vocab(tok());
+  const auto g = Grammar::compile(vocab, {GrammarKind::kJsonSchema, kSchema});
+  int ended = 0;
+  for (uint32_t seed = 0; seed < 20; ++seed) {
+    const Walk w = walk(tok(), vocab, g, seed);
+    SCOPED_TRACE(w.text);
+    if (!w.ended) continue;
+    ++ended;
+    EXPECT_FALSE(space_outside_strings(w.text)) << "compact JSON";
+    const nlohmann::json j = nlohmann::json::parse(w.text, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << "not JSON: " << w.text << " " << hex(w.text);
+    expect_valid(j, w.text);
+  }
+  EXPECT_GE(ended, 18) << "walks that reached the end";
+}
+
+TEST_P(GrammarWalks, AnyJsonIsAnObject) {
+  const GrammarVocab vocab(tok());
+  const auto g = Grammar::compile(vocab, {GrammarKind::kAnyJson, ""});
+  for (uint32_t seed = 0; seed < 10; ++seed) {
+    const Walk w = walk(tok(), vocab, g, 100 + seed, 200);
+    if (!w.ended) continue;
+    // A uniform walk writes numbers beyond a double's range, which the
+    // parser refuses: syntax is checked with every number written as 0.
+    static const std::regex number("-?[0-9]+(\\.[0-9]+)?([eE][+-]?[0-9]+)?");
+    const nlohmann::json j = nlohmann::json::parse(std::regex_replace(w.text, number, "0"), nullptr, false);
+    EXPECT_TRUE(j.is_object()) << w.text << " " << hex(w.text);
+  }
+}
+
+TEST_P(GrammarWalks, RegexAndEbnfOutputsMatch) {
+  const GrammarVocab vocab(tok());
+  const auto re = Grammar::compile(vocab, {GrammarKind::kRegex, "[a-c]{2}-[0-9]{1,3}"});
+  const auto ebnf = Grammar::compile(vocab, {GrammarKind::kEbnf, "root ::= \"yes\" | \"no\" | \"maybe \" [0-9]"});
+  for (uint32_t seed = 0; seed < 10; ++seed) {
+    const Walk a = walk(tok(), vocab, re, seed);
+    EXPECT_TRUE(a.ended);
+    EXPECT_TRUE(std::regex_match(a.text, std::regex("[a-c]{2}-[0-9]{1,3}"))) << a.text;
+    const Walk b = walk(tok(), vocab, ebnf, seed);
+    EXPECT_TRUE(b.ended);
+    EXPECT_TRUE(std::regex_match(b.text, std::regex("yes|no|maybe [0-9]"))) << b.text;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Vocab, GrammarWalks, testing::Values("tiny", "gpt2"));
+
+// A token the mask does not allow is refused and changes nothing; control
+// tokens are never allowed, end-of-generation ones only where the grammar
+// may end.
+TEST(Grammar, DisallowedTokensAreRefused) {
+  const Tokenizer& tok = tiny_vocab();
+  const GrammarVocab vocab(tok);
+  GrammarMatcher m(Grammar::compile(vocab, {GrammarKind::kEbnf, "root ::= \"ab\""}));
+  std::vector<uint32_t> bits(size_t(vocab.mask_words()));
+  m.fill_mask(bits);
+  const int32_t a = *tok.find("<0x61>"), b = *tok.find("<0x62>"), eos = tok.eos(), bos = tok.bos();
+  EXPECT_TRUE(mask_allows(bits, a));
+  EXPECT_FALSE(mask_allows(bits, b));
+  EXPECT_FALSE(mask_allows(bits, eos));  // "" is not "ab"
+  EXPECT_FALSE(mask_allows(bits, bos));  // a control token
+  EXPECT_FALSE(m.accept(b));
+  EXPECT_FALSE(m.accept(-1));
+  EXPECT_FALSE(m.accept(vocab.size()));
+  EXPECT_TRUE(m.accept(a));
+  EXPECT_TRUE(m.accept(b));
+  m.fill_mask(bits);
+  EXPECT_TRUE(mask_allows(bits, eos));
+  EXPECT_FALSE(mask_allows(bits, a));
+  EXPECT_FALSE(m.terminated());
+  EXPECT_TRUE(m.accept(eos));
+  EXPECT_TRUE(m.terminated());
+}
+
+TEST(Grammar, MaskedLogitsAreMinusInfinity) {
+  std::vector<float> logits = {1, 2, 3, 4, 5};
+  const std::vector<uint32_t> bits = {0b01010};
+  apply_mask(logits, bits);
+  EXPECT_EQ(logits, (std::vector<float>{-INFINITY, 2, -INFINITY, 4, -INFINITY}));
+}
+
+// What does not compile is a GrammarError with the engine's reason.
+TEST(Grammar, BadSpecsAreTypedErrors) {
+  const GrammarVocab vocab(tiny_vocab());
+  for (const GrammarSpec& bad : {GrammarSpec{GrammarKind::kJsonSchema, "{not json"},
+                                 GrammarSpec{GrammarKind::kJsonSchema, R"({"type": "frobnicate"})"},
+                                 GrammarSpec{GrammarKind::kJsonSchema, R"({"$ref": "#/$defs/missing"})"},
+                                 GrammarSpec{GrammarKind::kRegex, "(unclosed"},
+                                 GrammarSpec{GrammarKind::kEbnf, "root ::= undefined_rule"},
+                                 GrammarSpec{GrammarKind::kEbnf, "no rules here"}}) {
+    try {
+      Grammar::compile(vocab, bad);
+      ADD_FAILURE() << "compiled: " << bad.text;
+    } catch (const GrammarError& e) {
+      const std::string m = e.what();
+      EXPECT_GT(m.size(), 10u) << bad.text;
+      EXPECT_EQ(m.find(".cc:"), std::string::npos) << m;  // no log prefix or source path
+      EXPECT_NE(m[0], '[') << m;
+      std::printf("[grammar] %s -> %s\n", bad.text.c_str(), e.what());
+    }
+  }
+}
+
+// The messages a client sees, for the kinds it can get wrong.
+TEST(Grammar, ErrorMessagesNameTheProblem) {
+  const GrammarVocab vocab(tiny_vocab());
+  auto error = [&](GrammarKind k, const std::string& text) -> std::string {
+    try {
+      Grammar::compile(vocab, {k, text});
+    } catch (const GrammarError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_EQ(error(GrammarKind::kJsonSchema, R"({"type": "frobnicate"})"), "Unsupported type \"frobnicate\"");
+  EXPECT_EQ(error(GrammarKind::kJsonSchema, R"({"$ref": "#/$defs/missing"})"), "Cannot find field $defs in #/$defs/missing");
+  EXPECT_EQ(error(GrammarKind::kRegex, "(unclosed"), "Regex parsing error at position 10: The parenthesis is not closed.");
+  EXPECT_EQ(error(GrammarKind::kEbnf, "root ::= undefined_rule"),
+            "EBNF parser error at line 1, column 10: Rule \"undefined_rule\" is not defined");
+}
+
+// Through the engine on the tiny model: constrained requests batched with
+// each other and with an unconstrained one get exactly the tokens they get
+// alone, every output matches its constraint, and a grammar that has ended
+// ends the completion (finish reason stop) before max_tokens.
+TEST(GrammarEngine, ConstrainedRequestsAreExactAndValid) {
+  const LlamaModel& m = *[] {
+    static std::unique_ptr<LlamaModel> p = LlamaModel::load(test::tiny_model());
+    return p.get();
+  }();
+  Engine e(m, test::engine_options(AttnMode::kTpp, 8, 2));
+  const auto schema = e.compile_grammar({GrammarKind::kJsonSchema, kSchema});
+  const auto regex = e.compile_grammar({GrammarKind::kRegex, "(the|a) (cat|dog) [0-9]{2,4}"});
+  std::vector<Request> reqs;
+  for (int i = 0; i < 6; ++i) {
+    Request r;
+    r.prompt = m.tokenizer().encode("the cat sat on the mat", false, true);
+    r.prompt.push_back(int32_t(260 + i));  // each its own last token
+    r.max_tokens = 120;
+    r.sampling.temperature = i % 2 ? 0.8f : 0.0f;  // greedy and sampled
+    r.sampling.seed = uint64_t(i);
+    r.grammar = i < 3 ? schema : i < 5 ? regex : nullptr;
+    reqs.push_back(r);
+  }
+  const auto alone = test::run_each(e, reqs);
+  test::expect_same_tokens(test::run_all(e, reqs), alone, "constrained, batched vs alone");
+  int complete = 0;
+  for (int i = 0; i < 5; ++i) {
+    const Completion& c = alone[size_t(i)].completions[0];
+    SCOPED_TRACE(c.text);
+    if (i < 3) {
+      if (c.reason != FinishReason::kStop) continue;  // max_tokens inside a long string: a prefix only
+      ++complete;
+      const nlohmann::json j = nlohmann::json::parse(c.text, nullptr, false);
+      ASSERT_FALSE(j.is_discarded()) << hex(c.text);
+      expect_valid(j, c.text);
+    } else {
+      EXPECT_EQ(c.reason, FinishReason::kStop);
+      EXPECT_TRUE(std::regex_match(c.text, std::regex("(the|a) (cat|dog) [0-9]{2,4}")));
+    }
+  }
+  EXPECT_GE(complete, 2) << "schema completions that reached the end";
+}
+
+// A completion may stop on max_tokens mid-grammar (OpenAI's "length"); the
+// tokens it has are a prefix the grammar allows.
+TEST(GrammarEngine, MaxTokensCutsAValidPrefix) {
+  static std::unique_ptr<LlamaModel> m = LlamaModel::load(test::tiny_model());
+  Engine e(*m, test::engine_options(AttnMode::kTpp, 4, 2));
+  Request r;
+  r.prompt = m->tokenizer().encode("a dog", false, true);
+  r.max_tokens = 3;
+  r.grammar = e.compile_grammar({GrammarKind::kRegex, "xyz[0-9]{20}"});
+  const Result got = e.submit(r).wait();
+  EXPECT_EQ(got.completions[0].reason, FinishReason::kLength);
+  const std::string& t = got.completions[0].text;
+  EXPECT_TRUE(std::string("xyz").compare(0, std::min<size_t>(3, t.size()), t, 0, std::min<size_t>(3, t.size())) == 0) << t;
+}
+
+}  // namespace
+}  // namespace cs
