@@ -52,7 +52,8 @@ std::string client_message(std::string m) {
   const size_t colon = m.find(": ");
   if (colon != std::string::npos && m.find(' ') > colon && m.rfind(':', colon - 1) != std::string::npos) {
     const size_t line = m.rfind(':', colon - 1);
-    if (line + 1 < colon && std::all_of(m.begin() + long(line) + 1, m.begin() + long(colon), ::isdigit))
+    const auto digit = [](char c) { return c >= '0' && c <= '9'; };
+    if (line + 1 < colon && std::all_of(m.begin() + long(line) + 1, m.begin() + long(colon), digit))
       m.erase(0, colon + 2);
   }
   if (m.rfind("Check failed: ", 0) == 0) {
