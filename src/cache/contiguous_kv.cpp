@@ -44,7 +44,6 @@ void ContiguousKv::begin_batch(const Batch& batch) {
                                                " tokens, more than the context of " + std::to_string(max_tokens_)});
   tok_seq_.clear();
   tok_idx_.clear();
-  tok_pos_ = batch.pos;
   for (int s : batch.seq) {
     Seq& q = seqs_[s];
     if (q.kv.empty()) q.kv.resize(size_t(shape_.n_layers));
@@ -74,7 +73,6 @@ void ContiguousKv::plan_rows() {
   row_off_.clear();
   row_visible_.clear();
   row_seq_.clear();
-  row_pos_.clear();
   win_ = 0;
   work_.clear();
   splits_.clear();
@@ -87,7 +85,6 @@ void ContiguousKv::plan_rows() {
           row_off_.push_back((size_t(t) * H + size_t(kvh * group + g)) * D);
           row_visible_.push_back(tok_idx_[size_t(t)] + 1);
           row_seq_.push_back(s);
-          row_pos_.push_back(tok_pos_[size_t(t)]);
         }
       const int r1 = int(row_off_.size());
       for (int r = r0; r < r1; r += kRowsPerCall) work_.push_back({s, kvh, r, std::min(kRowsPerCall, r1 - r)});
@@ -156,10 +153,10 @@ void ContiguousKv::store(int layer, const float* k, const float* v) {
 const int* ContiguousKv::window_first(int window) {
   if (window == win_) return row_first_.data();
   win_ = window;
-  row_first_.resize(row_pos_.size());
-  for (size_t r = 0; r < row_pos_.size(); ++r) {
-    const std::vector<int32_t>& pos = row_seq_[r]->pos;
-    row_first_[r] = int(std::lower_bound(pos.begin(), pos.end(), int64_t(row_pos_[r]) - window + 1) - pos.begin());
+  row_first_.resize(row_seq_.size());
+  for (size_t r = 0; r < row_seq_.size(); ++r) {
+    const std::vector<int32_t>& pos = row_seq_[r]->pos;  // the row's own key is its last visible one
+    row_first_[r] = first_in_window(pos, pos[size_t(row_visible_[r] - 1)], window);
   }
   return row_first_.data();
 }

@@ -66,13 +66,11 @@ class ContiguousKv : public KvStore {
   std::map<int, Seq> seqs_;
   std::vector<Seq*> tok_seq_;  // per batch token
   std::vector<int> tok_idx_;   // per batch token: its index in the sequence
-  std::vector<int32_t> tok_pos_;  // per batch token: its position id
   // Query rows of the batch grouped by (sequence, KV head), token-major:
   // offset of the row in q / out, and how many keys it sees.
   std::vector<size_t> row_off_;
   std::vector<int> row_visible_;
   std::vector<const Seq*> row_seq_;
-  std::vector<int32_t> row_pos_;
   std::vector<int> row_first_;  // for window win_ (0: not computed)
   int win_ = 0;
   std::vector<Work> work_;

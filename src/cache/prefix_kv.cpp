@@ -27,14 +27,13 @@ KvStatus PrefixKv::join_detached(SeqId id) {
 }
 
 KvStatus PrefixKv::attach(SeqId id, std::span<const ChunkId> chunks, std::span<const int32_t> positions) {
-  const int before = tree_.contains(id) ? tree_.length(id) : 0;
+  size_t tokens = 0;
+  for (ChunkId c : chunks) tokens += size_t(tree_.chunk_length(c));
+  if (positions.size() != tokens)
+    return {KvCode::kInvalid, "attach: " + std::to_string(positions.size()) + " positions for " +
+                                  std::to_string(tokens) + " tokens"};
   const KvStatus st = tree_.attach_pinned(id, chunks);
-  if (!st.ok()) return st;
-  std::vector<int32_t>& pos = pos_[id];
-  const size_t added = size_t(tree_.length(id) - before);
-  // Positions the caller did not give continue from the last one.
-  for (size_t k = 0; k < added; ++k)
-    pos.push_back(k < positions.size() ? positions[k] : (pos.empty() ? 0 : pos.back() + 1));
+  if (st.ok()) pos_[id].insert(pos_[id].end(), positions.begin(), positions.end());
   return st;
 }
 
@@ -103,8 +102,6 @@ void PrefixKv::begin_batch(const Batch& batch) {
   std::vector<int> fill(q_begin.begin(), q_begin.end() - 1);
   row_of_tok_.clear();
   for (SeqId id : batch.seq) row_of_tok_.push_back(fill[size_t(index.at(id))]++);
-  row_pos_.resize(batch.seq.size());
-  for (int t = 0; t < batch.size(); ++t) row_pos_[size_t(row_of_tok_[size_t(t)])] = batch.pos[size_t(t)];
   plan_ = plan_attention(tree_, std::move(q_begin), n_heads_);
   win_ = 0;
 }
@@ -114,14 +111,15 @@ void PrefixKv::begin_batch(const Batch& batch) {
 const int* PrefixKv::window_first(int window) {
   if (window == win_) return win_first_.data();
   win_ = window;
-  win_first_.resize(row_pos_.size());
+  win_first_.resize(row_of_tok_.size());
   for (int i = 0; i < plan_.n_seqs(); ++i) {
-    if (plan_.rows_of(i) == 0) continue;
+    const int n = plan_.rows_of(i);
+    if (n == 0) continue;
+    // Its k-th of n rows is key len - n + k (this batch's keys are its last).
     const std::vector<int32_t>& pos = pos_.at(plan_.ctx->seqs[size_t(i)]);
-    for (int r = plan_.rows_begin(i); r < plan_.rows_begin(i + 1); ++r) {
-      const int64_t lowest = int64_t(row_pos_[size_t(r)]) - window + 1;
-      win_first_[size_t(r)] = int(std::lower_bound(pos.begin(), pos.end(), lowest) - pos.begin());
-    }
+    const int len = plan_.seq_len[size_t(i)];
+    for (int k = 0; k < n; ++k)
+      win_first_[size_t(plan_.rows_begin(i) + k)] = first_in_window(pos, pos[size_t(len - n + k)], window);
   }
   return win_first_.data();
 }

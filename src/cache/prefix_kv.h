@@ -78,7 +78,6 @@ class PrefixKv : public KvStore, public SequenceCache {
   // sits at 0, 1, 2, ...; attached module chunks at their layout's); only
   // sliding windows read them.
   std::unordered_map<SeqId, std::vector<int32_t>> pos_;
-  std::vector<int32_t> row_pos_;  // per query row: its position id
   std::vector<int> win_first_;    // per query row: see window_first
   int win_ = 0;                   // the window win_first_ is for (0: none yet)
   std::vector<float> q_, out_;

@@ -3,7 +3,9 @@
 // how KV is laid out. The implementations live a floor up, in src/cache: a
 // contiguous per-sequence cache and the prefix-aware chunk cache.
 #pragma once
+#include <algorithm>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "kv/kv_status.h"
@@ -37,6 +39,13 @@ struct KvShape {
   int head_dim = 0;
   int kv_width() const { return n_kv_heads * head_dim; }
 };
+
+// A sliding window's edge: the index of the first of a sequence's keys
+// (their positions `pos`, increasing) that a query at position `p` sees, the
+// keys at positions above p - window. Both stores apply it.
+inline int first_in_window(std::span<const int32_t> pos, int32_t p, int window) {
+  return int(std::lower_bound(pos.begin(), pos.end(), int64_t(p) - window + 1) - pos.begin());
+}
 
 class KvStore {
  public:

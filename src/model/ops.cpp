@@ -65,6 +65,18 @@ float geglu1(float g, float u) {
   return g * ((std::signbit(z) ? e : 1.0f) / (1.0f + e)) * u;
 }
 
+// out = f(gate, up) elementwise, 8 at a time, the tail one by one. A
+// prefill's n is large (512 tokens x SmolLM2's 1536 = 786k), and this runs
+// between two parallel matmuls: split it too, or one core idles.
+// (Template arguments, so each stays inlined in its loop.)
+template <__m256 (*f8)(__m256, __m256), float (*f1)(float, float)>
+void gated(const float* gate, const float* up, size_t n, float* out) {
+  const long n8 = long(n / 8);
+#pragma omp parallel for schedule(static) if (n8 >= 4096)
+  for (long b = 0; b < n8; ++b) _mm256_storeu_ps(out + 8 * b, f8(_mm256_loadu_ps(gate + 8 * b), _mm256_loadu_ps(up + 8 * b)));
+  for (size_t i = size_t(n8) * 8; i < n; ++i) out[i] = f1(gate[i], up[i]);
+}
+
 }  // namespace
 
 namespace cs {
@@ -100,23 +112,9 @@ double exp_weights(const float* x, size_t n, float m, float scale, float* w) {
   return sum;
 }
 
-void swiglu(const float* gate, const float* up, size_t n, float* out) {
-  // A prefill's n is large (512 tokens x SmolLM2's 1536 = 786k), and this
-  // runs between two parallel matmuls: split it too, or one core idles.
-  const long n8 = long(n / 8);
-#pragma omp parallel for schedule(static) if (n8 >= 4096)
-  for (long b = 0; b < n8; ++b)
-    _mm256_storeu_ps(out + 8 * b, swiglu8(_mm256_loadu_ps(gate + 8 * b), _mm256_loadu_ps(up + 8 * b)));
-  for (size_t i = size_t(n8) * 8; i < n; ++i) out[i] = swiglu1(gate[i], up[i]);
-}
+void swiglu(const float* gate, const float* up, size_t n, float* out) { gated<swiglu8, swiglu1>(gate, up, n, out); }
 
-void geglu(const float* gate, const float* up, size_t n, float* out) {
-  const long n8 = long(n / 8);
-#pragma omp parallel for schedule(static) if (n8 >= 4096)
-  for (long b = 0; b < n8; ++b)
-    _mm256_storeu_ps(out + 8 * b, geglu8(_mm256_loadu_ps(gate + 8 * b), _mm256_loadu_ps(up + 8 * b)));
-  for (size_t i = size_t(n8) * 8; i < n; ++i) out[i] = geglu1(gate[i], up[i]);
-}
+void geglu(const float* gate, const float* up, size_t n, float* out) { gated<geglu8, geglu1>(gate, up, n, out); }
 
 void RopeTable::build(const int32_t* pos, int n_tok, const RopeParams& p) {
   half = p.rot_dim / 2;
