@@ -165,6 +165,15 @@ TEST(Jinja, ErrorsNameTheLineAndConstruct) {
       {"{% for i in 5 %}{% endfor %}", TemplateErrorKind::kType, 1, "'int' object is not iterable"},
       {"{{ 1 // 0 }}", TemplateErrorKind::kType, 1, "integer division or modulo by zero"},
       {"{{ 'abc'['x':] }}", TemplateErrorKind::kType, 1, "slice indices must be integers or None, not str"},
+      // Found by the fuzzer: an empty subscript, numbers past int64.
+      {"{{ x[] }}", TemplateErrorKind::kSyntax, 1, "expected an index or a slice inside []"},
+      {"{{ 1e300 | int }}", TemplateErrorKind::kType, 1, "integer overflow"},
+      {"{{ '1e19' | int }}", TemplateErrorKind::kType, 1, "integer overflow"},
+      {"{{ '%d' % 1e300 }}", TemplateErrorKind::kType, 1, "integer overflow"},
+      {"{{ [9223372036854775807, 1] | sum }}", TemplateErrorKind::kType, 1, "integer overflow"},
+      {"{{ (-9223372036854775807 - 1) | abs }}", TemplateErrorKind::kType, 1, "integer overflow"},
+      {"{{ m.a.99999999999999999999 }}", TemplateErrorKind::kSyntax, 1, "the integer 99999999999999999999 is too large"},
+      {"{{ [m] | map(attribute='99999999999999999999') | list }}", TemplateErrorKind::kType, 1, "integer overflow"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.src);
@@ -188,6 +197,8 @@ TEST(Jinja, RendersAreBounded) {
   EXPECT_EQ(error_of("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}").template_kind(), TemplateErrorKind::kLimit);
   EXPECT_EQ(error_of("{{ range(10000000) | length }}").template_kind(), TemplateErrorKind::kLimit);
   EXPECT_EQ(error_of("{{ 9223372036854775807 + 1 }}").message(), "integer overflow");
+  EXPECT_EQ(render("{{ 9223372036854775807 + false }}|{{ 2.5 | int }}|{{ -2.5 | int }}|{{ [1, true] | sum }}").text(),
+            "9223372036854775807|2|-2|2");
   // Nesting is bounded before it can exhaust the stack.
   EXPECT_EQ(error_of("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}").message(),
             "the template nests deeper than 100 levels");

@@ -2,6 +2,7 @@
 // jinja floor). Each throws TemplateError{kType} (or kUndefined) with the
 // Python-style reason; the renderer adds the line.
 #pragma once
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
@@ -39,6 +40,15 @@ List dict_items(const Dict& d);
 Value get_attr(const Value& obj, const std::string& name);
 Value get_item(const Value& obj, const Value& key);
 [[noreturn]] void type_error(const std::string& what);
+// int64 arithmetic that raises "integer overflow" instead of wrapping:
+// Python's ints do not overflow, and no template needs 2^63.
+int64_t int_add(int64_t a, int64_t b);
+int64_t int_sub(int64_t a, int64_t b);
+int64_t int_mul(int64_t a, int64_t b);
+// Python's int(x) for a finite float (truncation), or "integer overflow".
+int64_t int_of(double x);
+// A run of decimal digits as an int, or "integer overflow".
+int64_t int_of_digits(const std::string& digits);
 // The items a for loop sees: a list's items, a dict's keys, a string's
 // characters; nothing for undefined; a type error for anything else.
 List iterate(const Value& v);

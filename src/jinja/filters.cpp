@@ -45,7 +45,7 @@ Value path_of(const Value& obj, const std::string& path) {
     const size_t e = path.find('.', b);
     const std::string part = path.substr(b, e == std::string::npos ? std::string::npos : e - b);
     if (!part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return std::isdigit(c); }))
-      cur = get_item(cur, Value(int64_t(std::stoll(part))));
+      cur = get_item(cur, Value(int_of_digits(part)));
     else
       cur = get_item(cur, Value(part));
     if (e == std::string::npos) return cur;
@@ -233,7 +233,7 @@ Value f_int(const Env&, const Value& v, Args& a) {
   switch (v.kind()) {
     case Value::Kind::kInt: return v;
     case Value::Kind::kBool: return Value(int64_t(v.as_bool()));
-    case Value::Kind::kFloat: return std::isfinite(v.as_number()) ? Value(int64_t(v.as_number())) : fallback;
+    case Value::Kind::kFloat: return std::isfinite(v.as_number()) ? Value(int_of(v.as_number())) : fallback;
     case Value::Kind::kString: {
       const std::string t = py_strip(v.as_str(), Value(), true, true).text();
       char* end = nullptr;
@@ -241,7 +241,7 @@ Value f_int(const Env&, const Value& v, Args& a) {
       const long long i = std::strtoll(t.c_str(), &end, 10);
       if (!t.empty() && *end == 0 && errno == 0) return Value(int64_t(i));
       const double d = std::strtod(t.c_str(), &end);
-      if (!t.empty() && *end == 0 && std::isfinite(d)) return Value(int64_t(d));
+      if (!t.empty() && *end == 0 && std::isfinite(d)) return Value(int_of(d));
       return fallback;
     }
     default: return fallback;
@@ -328,13 +328,13 @@ Value f_sum(const Env&, const Value& v, Args& a) {
     if (!x.is_number() && x.kind() != Value::Kind::kBool) type_error("unsupported operand type(s) for +: 'int' and '" + x.type_name() + "'");
     is_float = is_float || x.kind() == Value::Kind::kFloat;
     d += x.as_number();
-    if (x.kind() != Value::Kind::kFloat) i += int64_t(x.as_number());
+    if (!is_float) i = int_add(i, x.kind() == Value::Kind::kInt ? x.as_int() : int64_t(x.as_bool()));
   }
   return is_float ? Value(d) : Value(i);
 }
 
 Value f_abs(const Env&, const Value& v, Args&) {
-  if (v.kind() == Value::Kind::kInt) return Value(v.as_int() < 0 ? -v.as_int() : v.as_int());
+  if (v.kind() == Value::Kind::kInt) return Value(v.as_int() < 0 ? int_sub(0, v.as_int()) : v.as_int());
   return Value(std::fabs(v.as_number()));
 }
 
@@ -392,7 +392,7 @@ Value f_format(const Env&, const Value& v, Args& a) {
       if (k >= a.pos.size()) type_error("not enough arguments for format string");
       const Value& x = a.pos[k++];
       if (c == 's') out.append(x.to_str());
-      else if (c == 'd') out.append(Str(std::to_string(int64_t(x.as_number())), x.has_content()));
+      else if (c == 'd') out.append(Str(std::to_string(int_of(x.as_number())), x.has_content()));
       else if (c == 'r') out.append(Str(x.repr(), x.has_content()));
       else type_error(std::string("unsupported format character '") + c + "'");
     }

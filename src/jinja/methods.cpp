@@ -1,6 +1,7 @@
 // Python's str, dict and list methods as templates call them, and jinja2's
 // attribute and item lookup.
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "base/utf8.h"
@@ -10,6 +11,36 @@
 namespace cs::jinja {
 
 void type_error(const std::string& what) { throw TemplateError(TemplateErrorKind::kType, 0, what); }
+
+int64_t int_add(int64_t a, int64_t b) {
+  int64_t r = 0;
+  if (__builtin_add_overflow(a, b, &r)) type_error("integer overflow");
+  return r;
+}
+int64_t int_sub(int64_t a, int64_t b) {
+  int64_t r = 0;
+  if (__builtin_sub_overflow(a, b, &r)) type_error("integer overflow");
+  return r;
+}
+int64_t int_mul(int64_t a, int64_t b) {
+  int64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r)) type_error("integer overflow");
+  return r;
+}
+
+int64_t int_of(double x) {
+  // 2^63 is exact as a double; int64 holds [-2^63, 2^63).
+  constexpr double kTwo63 = 9223372036854775808.0;
+  const double t = std::trunc(x);
+  if (!(t >= -kTwo63 && t < kTwo63)) type_error("integer overflow");
+  return static_cast<int64_t>(t);
+}
+
+int64_t int_of_digits(const std::string& digits) {
+  int64_t r = 0;
+  for (char c : digits) r = int_add(int_mul(r, 10), c - '0');
+  return r;
+}
 
 namespace {
 

@@ -508,7 +508,10 @@ class Parser {
           auto it = make(Expr::Kind::kItem, line);
           it->args.push_back(std::move(e));
           auto idx = make(Expr::Kind::kLiteral, line);
-          idx->value = Value(int64_t(std::atoll(t.text.c_str())));
+          errno = 0;
+          const long long v = std::strtoll(t.text.c_str(), nullptr, 10);
+          if (errno == ERANGE) fail("the integer " + t.text + " is too large");
+          idx->value = Value(int64_t(v));
           it->args.push_back(std::move(idx));
           e = std::move(it);
         } else {
@@ -543,6 +546,7 @@ class Parser {
     }
     expect_op("]");
     if (!slice) {
+      if (!parts[0]) fail("expected an index or a slice inside []");
       auto it = make(Expr::Kind::kItem, line);
       it->args.push_back(std::move(obj));
       it->args.push_back(std::move(parts[0]));

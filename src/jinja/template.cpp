@@ -41,18 +41,6 @@ enum class Flow { kNormal, kBreak, kContinue };
   throw TemplateError(kind, line, what);
 }
 
-// a op b on int64, or a type error on overflow (Python's ints do not overflow;
-// no template needs 2^63).
-template <typename Op>
-int64_t checked(Op op, int64_t a, int64_t b) {
-  int64_t r = 0;
-  if (op(a, b, &r)) type_error("integer overflow");
-  return r;
-}
-bool add_ovf(int64_t a, int64_t b, int64_t* r) { return __builtin_add_overflow(a, b, r); }
-bool sub_ovf(int64_t a, int64_t b, int64_t* r) { return __builtin_sub_overflow(a, b, r); }
-bool mul_ovf(int64_t a, int64_t b, int64_t* r) { return __builtin_mul_overflow(a, b, r); }
-
 class Renderer {
  public:
   Renderer(const Dict& vars, const RenderOptions& opts) : opts_(opts) {
@@ -290,7 +278,7 @@ class Renderer {
       case Expr::Kind::kUnary: {
         const Value v = eval(*x.args[0], s);
         if (x.name == "not") return Value(!v.truthy());
-        if (v.kind() == Value::Kind::kInt) return x.name == "-" ? Value(checked(sub_ovf, 0, v.as_int())) : v;
+        if (v.kind() == Value::Kind::kInt) return x.name == "-" ? Value(int_sub(0, v.as_int())) : v;
         if (!v.is_number()) type_error("bad operand type for unary " + x.name + ": '" + v.type_name() + "'");
         return x.name == "-" ? Value(-v.as_number()) : v;
       }
@@ -421,11 +409,12 @@ class Renderer {
     const bool ints = a.kind() != Value::Kind::kFloat && b.kind() != Value::Kind::kFloat;
     const double x = a.as_number(), y = b.as_number();
     if (ints) {
-      const int64_t i = int64_t(x), j = int64_t(y);
-      const int64_t ii = a.kind() == Value::Kind::kInt ? a.as_int() : i, jj = b.kind() == Value::Kind::kInt ? b.as_int() : j;
-      if (op == "+") return Value(checked(add_ovf, ii, jj));
-      if (op == "-") return Value(checked(sub_ovf, ii, jj));
-      if (op == "*") return Value(checked(mul_ovf, ii, jj));
+      // Bools count as 0 and 1.
+      const int64_t ii = a.kind() == Value::Kind::kInt ? a.as_int() : int64_t(a.as_bool());
+      const int64_t jj = b.kind() == Value::Kind::kInt ? b.as_int() : int64_t(b.as_bool());
+      if (op == "+") return Value(int_add(ii, jj));
+      if (op == "-") return Value(int_sub(ii, jj));
+      if (op == "*") return Value(int_mul(ii, jj));
       if (op == "//" || op == "%") {
         if (jj == 0) type_error("integer division or modulo by zero");
         if (ii == INT64_MIN && jj == -1) type_error("integer overflow");
@@ -436,7 +425,7 @@ class Renderer {
       if (op == "**" && jj >= 0) {
         int64_t p = 1;
         for (int64_t k = 0; k < jj; ++k)
-          if (__builtin_mul_overflow(p, ii, &p)) type_error("integer overflow");
+          p = int_mul(p, ii);
         return Value(p);
       }
     }
