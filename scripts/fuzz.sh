@@ -2,18 +2,18 @@
 # Builds the libFuzzer targets with clang under ASan+UBSan and runs each for
 # SECONDS (default 60) from its committed seed corpus (copied, so the run's
 # new inputs stay in the build directory). Exits non-zero on any crash.
-#   scripts/fuzz.sh [SECONDS] [TARGET...]     targets: request tokenizer gguf pml jinja
+#   scripts/fuzz.sh [SECONDS] [TARGET...]     targets: request tokenizer gguf pml jinja grammar
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 secs=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(request tokenizer gguf pml jinja)
+[ ${#targets[@]} -gt 0 ] || targets=(request tokenizer gguf pml jinja grammar)
 out="$root/build-fuzz"
 mkdir -p "$out"
 model=${CHUNKSERVE_MODEL:-$root/models/SmolLM2-135M-Instruct.Q4_1.gguf}
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-       -I"$root/src" -DCS_MODEL="\"$model\"" -Wall -Wextra)
+       -I"$root/src" -I"$root/.deps/xgrammar/include" -DCS_MODEL="\"$model\"" -Wall -Wextra)
 common=(src/model/gguf.cpp src/base/mapped_file.cpp src/model/ggml_types.cpp)
 text=(src/model/tokenizer.cpp src/model/pre_tokenizer.cpp src/model/regex.cpp)
 jinja=(src/jinja/value.cpp src/jinja/lexer.cpp src/jinja/parser.cpp src/jinja/methods.cpp src/jinja/filters.cpp
@@ -21,9 +21,10 @@ jinja=(src/jinja/value.cpp src/jinja/lexer.cpp src/jinja/parser.cpp src/jinja/me
 declare -A sources=(
   [gguf]="${common[*]}"
   [tokenizer]="${common[*]} ${text[*]}"
-  [request]="${common[*]} ${text[*]} ${jinja[*]} src/model/chat_template.cpp src/server/api_request.cpp src/engine/validate.cpp src/pml/parse.cpp src/pml/src_files.cpp"
+  [request]="${common[*]} ${text[*]} ${jinja[*]} src/model/chat_template.cpp src/server/api_request.cpp src/server/tool_calls.cpp src/grammar/schema_check.cpp src/engine/validate.cpp src/pml/parse.cpp src/pml/src_files.cpp"
   [pml]="src/pml/parse.cpp src/pml/src_files.cpp src/pml/layout.cpp src/pml/assemble.cpp"
   [jinja]="${jinja[*]}"
+  [grammar]="${common[*]} ${text[*]} src/grammar/grammar.cpp src/grammar/schema_check.cpp"
 )
 for t in "${targets[@]}"; do
   bin="$out/fuzz_$t"
@@ -31,7 +32,7 @@ for t in "${targets[@]}"; do
   for s in ${sources[$t]}; do srcs+=("$root/$s"); done
   # Rebuild when any source is newer than the binary.
   if [ ! -x "$bin" ] || [ -n "$(find "$root/tests/fuzz" "${srcs[@]}" "$root/src" -newer "$bin" -name '*.[ch]*' | head -1)" ]; then
-    clang++ "${flags[@]}" "$root/tests/fuzz/fuzz_$t.cpp" "${srcs[@]}" -lpcre2-8 -lpugixml -o "$bin"
+    clang++ "${flags[@]}" "$root/tests/fuzz/fuzz_$t.cpp" "${srcs[@]}" -lpcre2-8 -lpugixml "$root/.deps/xgrammar/lib/libxgrammar.a" -o "$bin"
   fi
   corpus="$out/corpus_$t"
   mkdir -p "$corpus"

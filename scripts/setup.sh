@@ -37,6 +37,12 @@ if ! python3 -c "import gguf" 2>/dev/null; then
   python3 -m pip install --quiet "gguf>=0.17,<1"
 fi
 
+# Structured outputs' tests check answers against their schemas with jsonschema.
+if ! python3 -c "import jsonschema" 2>/dev/null; then
+  echo "setup: installing jsonschema (PyPI)" >&2
+  python3 -m pip install --quiet "jsonschema>=4,<5"
+fi
+
 # The chat templates' reference renderer (tests/chat_templates/check_templates.py).
 if ! python3 -c "import jinja2" 2>/dev/null; then
   echo "setup: installing jinja2 (PyPI)" >&2

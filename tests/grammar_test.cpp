@@ -20,6 +20,7 @@
 #include "model/gguf.h"
 #include "model/llama.h"
 #include "model/tokenizer.h"
+#include "server/tool_calls.h"
 #include "tiny_model.h"
 
 namespace cs {
@@ -207,6 +208,43 @@ TEST_P(GrammarWalks, RegexAndEbnfOutputsMatch) {
   }
 }
 
+// tool_choice "required": in each format, every walk that ends is one or
+// more calls (one when not parallel) that parse back, each naming a tool
+// and with arguments valid against that tool's schema, and nothing else.
+TEST_P(GrammarWalks, RequiredToolCallsAreValidInEveryFormat) {
+  const GrammarVocab vocab(tok());
+  const nlohmann::ordered_json tools = nlohmann::ordered_json::parse(std::string(R"([
+    {"type": "function", "function": {"name": "lookup", "parameters": )") + kSchema + R"(}},
+    {"type": "function", "function": {"name": "now", "parameters": {"type": "object",
+      "properties": {"tz": {"enum": ["utc", "local"]}}, "additionalProperties": false}}}])");
+  for (const ToolFormat f : {ToolFormat::kHermes, ToolFormat::kLlama3, ToolFormat::kMistral})
+    for (const bool parallel : {false, true}) {
+      SCOPED_TRACE(std::string(tool_format_name(f)) + (parallel ? " parallel" : ""));
+      const auto g = Grammar::compile(vocab, tool_call_grammar(tools, f, {ToolChoice::Kind::kRequired, ""}, parallel));
+      int ended = 0;
+      for (uint32_t seed = 0; seed < 8; ++seed) {
+        const Walk w = walk(tok(), vocab, g, 300 + seed, 600);
+        if (!w.ended) continue;
+        ++ended;
+        const ParsedReply r = parse_tool_calls(w.text, f);
+        EXPECT_EQ(r.content, "") << w.text;
+        ASSERT_GE(r.calls.size(), 1u) << w.text;
+        if (!parallel) EXPECT_EQ(r.calls.size(), 1u) << w.text;
+        for (const ToolCall& c : r.calls) {
+          const nlohmann::json args = nlohmann::json::parse(c.arguments, nullptr, false);
+          ASSERT_TRUE(args.is_object()) << w.text;
+          if (c.name == "lookup")
+            expect_valid(args, w.text);
+          else
+            EXPECT_TRUE(c.name == "now" && (args.empty() || args == nlohmann::json{{"tz", "utc"}} ||
+                                             args == nlohmann::json{{"tz", "local"}}))
+                << w.text;
+        }
+      }
+      EXPECT_GE(ended, 4) << "walks that reached the end";
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Vocab, GrammarWalks, testing::Values("tiny", "gpt2"));
 
 // A token the mask does not allow is refused and changes nothing; control
@@ -276,8 +314,11 @@ TEST(Grammar, ErrorMessagesNameTheProblem) {
     }
     return "";
   };
-  EXPECT_EQ(error(GrammarKind::kJsonSchema, R"({"type": "frobnicate"})"), "Unsupported type \"frobnicate\"");
-  EXPECT_EQ(error(GrammarKind::kJsonSchema, R"({"$ref": "#/$defs/missing"})"), "Cannot find field $defs in #/$defs/missing");
+  // Schemas are checked first (grammar/schema_check.h): the message names the place.
+  EXPECT_EQ(error(GrammarKind::kJsonSchema, R"({"type": "frobnicate"})"),
+            "at /type: type \"frobnicate\" is not a JSON type (string, number, integer, boolean, object, array, null)");
+  EXPECT_EQ(error(GrammarKind::kJsonSchema, R"({"$ref": "#/$defs/missing"})"),
+            "at /$ref: $ref \"#/$defs/missing\" leads nowhere in this schema");
   EXPECT_EQ(error(GrammarKind::kRegex, "(unclosed"), "Regex parsing error at position 10: The parenthesis is not closed.");
   EXPECT_EQ(error(GrammarKind::kEbnf, "root ::= undefined_rule"),
             "EBNF parser error at line 1, column 10: Rule \"undefined_rule\" is not defined");

@@ -10,6 +10,10 @@
 //      request its own seed); at most --max-batch running. Normalized latency
 //      = mean end-to-end latency (queueing included) / n_c; TTFT p50/p99;
 //      throughput; peak KV bytes and peak batch.
+//  (c) --json-schema FILE (batched): each round runs the mode unconstrained
+//      and then every completion under the schema, both sampled at
+//      temperature 1 (so each completion walks its own path through the
+//      grammar): the cost of constrained decoding per token, masks included.
 // Each (mode, repetition) runs on a fresh engine, so nothing stays cached
 // between runs; one JSON object per run with --json.
 #include <CLI/CLI.hpp>
@@ -36,6 +40,7 @@ struct BenchEngineOptions {
   double rate = 1.0;
   int np = 2048, ns = 2048, nc = 64, requests = 32;
   unsigned seed = 1;
+  std::string schema_file;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -61,7 +66,8 @@ EngineOptions engine_for(const BenchEngineOptions& o, const std::string& mode) {
   return e;
 }
 
-void batched_run(const LlamaModel& model, const BenchEngineOptions& o, const std::string& mode, int rep) {
+void batched_run(const LlamaModel& model, const BenchEngineOptions& o, const std::string& mode, int rep,
+                 const std::string& schema = "") {
   EngineOptions eo = engine_for(o, mode);
   eo.max_batch = std::max(eo.max_batch, o.batch);
   Engine engine(model, eo);
@@ -70,6 +76,14 @@ void batched_run(const LlamaModel& model, const BenchEngineOptions& o, const std
   r.n = o.batch;
   r.max_tokens = o.tg + 1;  // the first token comes from the prefill
   r.ignore_eos = true;
+  if (!o.schema_file.empty()) {
+    // Both runs of a round sample the same way, so the difference is the
+    // grammar's: its masks and what they change in sampling.
+    r.sampling.temperature = 1.0f;
+    r.sampling.seed = uint64_t(rep + 1);
+  }
+  if (!schema.empty()) r.grammar = engine.compile_grammar({GrammarKind::kJsonSchema, schema});
+  const std::string label = schema.empty() ? mode : mode + "+schema";
   const Result res = engine.submit(r).wait();
   if (res.completions[0].reason == FinishReason::kError) throw Error(res.completions[0].message);
   engine.wait_idle(std::chrono::seconds(60));
@@ -79,8 +93,10 @@ void batched_run(const LlamaModel& model, const BenchEngineOptions& o, const std
   double t_pp = 0;
   for (const Completion& c : res.completions) t_pp = std::max(t_pp, c.ttft_s);
   const double t_tg = res.timings.total_s - t_pp;
-  const double prefill = o.pp / t_pp, decode = double(o.batch) * o.tg / t_tg,
-               total = (o.pp + double(o.batch) * o.tg) / (t_pp + t_tg);
+  // Tokens after each completion's first (a schema may end one early).
+  double generated = 0;
+  for (const Completion& c : res.completions) generated += double(std::max<size_t>(c.tokens.size(), 1) - 1);
+  const double prefill = o.pp / t_pp, decode = generated / t_tg, total = (o.pp + generated) / (t_pp + t_tg);
   // KV held by live sequences (retained chunks of finished ones are a cache
   // the pool evicts when it needs room).
   const size_t peak_kv = size_t(s.peak_kv_used) * s.kv.chunk_bytes;
@@ -90,10 +106,10 @@ void batched_run(const LlamaModel& model, const BenchEngineOptions& o, const std
                 "\"threads\": %d, \"isa\": \"%s\", \"kv_type\": \"%s\", \"t_pp\": %.4f, \"t_tg\": %.4f, "
                 "\"prefill_tps\": %.2f, \"decode_tps\": %.2f, \"total_tps\": %.2f, \"peak_kv_bytes\": %zu, "
                 "\"preemptions\": %llu}\n",
-                mode.c_str(), rep, o.pp, o.tg, o.batch, s.threads, isa_name(cpu_isa()), kv_type_name(eo.kv_type), t_pp,
+                label.c_str(), rep, o.pp, o.tg, o.batch, s.threads, isa_name(cpu_isa()), kv_type_name(eo.kv_type), t_pp,
                 t_tg, prefill, decode, total, peak_kv, (unsigned long long)s.preemptions);
   } else {
-    std::printf("| %s | %d | %d | %d | %.3f | %.1f | %.3f | %.1f | %.1f | %.1f |\n", mode.c_str(), o.pp, o.tg, o.batch,
+    std::printf("| %s | %d | %d | %d | %.3f | %.1f | %.3f | %.1f | %.1f | %.1f |\n", label.c_str(), o.pp, o.tg, o.batch,
                 t_pp, prefill, t_tg, decode, total, double(peak_kv) / (1 << 20));
   }
   std::fflush(stdout);
@@ -185,8 +201,16 @@ int run_bench_engine(BenchEngineOptions o) {
     w.pp = std::min(o.pp, 256), w.tg = 4, w.batch = std::min(o.batch, 4);
     batched_run(*model, w, o.modes[0], -1);
   }
+  const std::string schema = o.schema_file.empty() ? "" : read_text_file(o.schema_file, "JSON schema");
   for (int rep = 0; rep < o.reps; ++rep)
-    for (const auto& m : o.modes) o.poisson ? poisson_run(*model, o, m, rep) : batched_run(*model, o, m, rep);
+    for (const auto& m : o.modes) {
+      if (o.poisson) {
+        poisson_run(*model, o, m, rep);
+        continue;
+      }
+      batched_run(*model, o, m, rep);
+      if (!schema.empty()) batched_run(*model, o, m, rep, schema);
+    }
   return 0;
 }
 
@@ -209,6 +233,8 @@ Action add_bench_engine_command(CLI::App& bench) {
   c->add_option("--nc", o->nc, "Completion tokens per request (poisson)")->check(int_in(1, 1 << 20));
   c->add_option("--requests", o->requests, "Requests (poisson)")->check(int_in(1, 1 << 20));
   c->add_option("--seed", o->seed, "Arrival and sampling seed (poisson)");
+  c->add_option("--json-schema", o->schema_file,
+                "Also run each round constrained by this JSON schema (batched; the cost of constrained decoding)");
   add_engine_options(*c, o->engine, true);
   return [o] { return run_bench_engine(*o); };
 }

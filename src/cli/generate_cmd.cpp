@@ -40,22 +40,14 @@ std::vector<int32_t> chat_prompt(const LlamaModel& model, const std::string& use
   }
 }
 
-std::string read_file(const std::string& path, const char* what) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(std::string("cannot read the ") + what + " '" + path + "': " + std::strerror(errno));
-  std::ostringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
 // At most one of --json-schema, --json-object, --regex and --grammar.
 std::optional<GrammarSpec> constraint(const GenerateOptions& o) {
   const int given = !o.json_schema.empty() + o.json_object + !o.regex.empty() + !o.grammar.empty();
   if (given > 1) throw Error("give at most one of --json-schema, --json-object, --regex and --grammar");
-  if (!o.json_schema.empty()) return GrammarSpec{GrammarKind::kJsonSchema, read_file(o.json_schema, "JSON schema")};
+  if (!o.json_schema.empty()) return GrammarSpec{GrammarKind::kJsonSchema, read_text_file(o.json_schema, "JSON schema")};
   if (o.json_object) return GrammarSpec{GrammarKind::kAnyJson, ""};
   if (!o.regex.empty()) return GrammarSpec{GrammarKind::kRegex, o.regex};
-  if (!o.grammar.empty()) return GrammarSpec{GrammarKind::kEbnf, read_file(o.grammar, "grammar")};
+  if (!o.grammar.empty()) return GrammarSpec{GrammarKind::kEbnf, read_text_file(o.grammar, "grammar")};
   return std::nullopt;
 }
 

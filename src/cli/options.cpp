@@ -1,7 +1,9 @@
 #include "cli/options.h"
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -114,6 +116,14 @@ namespace cs {
 void add_chat_template_option(CLI::App& cmd, std::string& file) {
   cmd.add_option("--chat-template", file, "A Jinja chat template file that replaces the model's own")
       ->check(CLI::ExistingFile);
+}
+
+std::string read_text_file(const std::string& path, const char* what) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw Error(std::string("cannot read the ") + what + " '" + path + "': " + std::strerror(errno));
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
 }
 
 std::unique_ptr<LlamaModel> load_chat_model(const std::string& path, const std::string& template_file) {

@@ -33,6 +33,8 @@ void add_chat_template_option(CLI::App& cmd, std::string& file);
 // The model at `path` (the default model when empty) with the chat template
 // of `template_file` when one is named; says on stderr, in one line, when the
 // model's chat template is not the file's own (none in the file: ChatML).
+// The file's bytes, or an Error naming `what` and the path.
+std::string read_text_file(const std::string& path, const char* what);
 std::unique_ptr<LlamaModel> load_chat_model(const std::string& path, const std::string& template_file);
 
 }  // namespace cs

@@ -59,13 +59,21 @@ std::unique_ptr<Sequence> Sequence::fork(SeqId id, int index, const Tokenizer& t
   return s;
 }
 
+void Sequence::draw(std::span<const float> raw) {
+  const int32_t id = sampler_.sample(constrain(raw), tokens_, req_->req.prompt.size());
+  // The mask allowed it, so the grammar takes it.
+  if (grammar_) (void)grammar_->accept(id);
+  drawn_ = id;
+}
+
 bool Sequence::sample(std::span<const float> raw, const Tokenizer& tok, int n_ctx) {
   RequestState& r = *req_;
   const Request& q = r.req;
-  const std::span<const float> logits = constrain(raw);
-  const int32_t id = sampler_.sample(logits, tokens_, q.prompt.size());
-  // The mask allowed it, so the grammar takes it.
-  if (grammar_) (void)grammar_->accept(id);
+  if (!drawn_) draw(raw);
+  const int32_t id = *drawn_;
+  drawn_.reset();
+  // What the draw saw: the masked logits under a grammar.
+  const std::span<const float> logits = grammar_ ? std::span<const float>(masked_) : raw;
   if (!r.first_token) {
     r.first_token = true;
     r.building.timings.ttft_s = seconds(Clock::now() - r.submitted);

@@ -57,6 +57,11 @@ class Sequence {
   // the completion ended (end of generation, stop string, max tokens or the
   // context `n_ctx`); finish() has then been called.
   bool sample(std::span<const float> logits, const Tokenizer& tok, int n_ctx);
+  // The part of sample() that touches only this sequence (the grammar's
+  // mask, the draw, the grammar's advance), done ahead so that the engine
+  // can draw every row of a step in parallel; sample() with the same logits
+  // then does the rest. The token is the one sample() alone would draw.
+  void draw(std::span<const float> logits);
   // Whether a grammar constrains it (request().req.grammar).
   bool constrained() const { return grammar_.has_value(); }
   // Ends the completion (flushing held-back text unless it stopped on a stop
@@ -80,6 +85,7 @@ class Sequence {
   std::optional<GrammarMatcher> grammar_;  // the request's constraint, where it has one
   std::vector<uint32_t> mask_;
   std::vector<float> masked_;
+  std::optional<int32_t> drawn_;  // draw() ran for the coming sample()
   TextStream text_;
   bool stopped_ = false;
   bool sampled_any_ = false;

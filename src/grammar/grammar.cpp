@@ -7,7 +7,10 @@
 #include <cctype>
 #include <cmath>
 #include <exception>
+#include <sstream>
 
+#include "grammar/messages.h"
+#include "grammar/schema_check.h"
 #include "model/tokenizer.h"
 
 namespace cs {
@@ -41,6 +44,47 @@ std::vector<std::string> engine_vocab(const Tokenizer& tok) {
   return out;
 }
 
+// An EBNF string literal of s.
+std::string ebnf_literal(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += char(c);
+    } else if (c < 0x20) {
+      static const char* hex = "0123456789abcdef";
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    } else {
+      out += char(c);
+    }
+  }
+  return out + "\"";
+}
+
+// The schema's grammar (its rules printed as EBNF, the schema's own rule
+// renamed by xgrammar when another is the root) under a root that frames it.
+xgrammar::Grammar framed(const std::string& schema, const JsonFrame& f) {
+  const xgrammar::Grammar json =
+      xgrammar::Grammar::FromJSONSchema(schema, false, std::nullopt, std::make_pair(",", ":"), true);
+  std::ostringstream ebnf;
+  ebnf << json << "\n";
+  const std::string item = ebnf_literal(f.before) + " root " + ebnf_literal(f.after);
+  ebnf << "framed_items ::= " << item;
+  if (f.max_items != 1) {
+    ebnf << " (" << ebnf_literal(f.between) << " " << item << ")";
+    if (f.max_items <= 0)
+      ebnf << "*";
+    else
+      ebnf << "{0," << f.max_items - 1 << "}";
+  }
+  ebnf << "\nframed ::= " << ebnf_literal(f.open) << " framed_items " << ebnf_literal(f.close) << "\n";
+  return xgrammar::Grammar::FromEBNF(ebnf.str(), "framed");
+}
+
+}  // namespace
+
 // The engine's message without what is only for its developers: its log
 // prefix ("[12:00:00] path/file.cc:123: ") and an internal check's
 // "Check failed: (...) is false: ".
@@ -64,7 +108,14 @@ std::string client_message(std::string m) {
   return m;
 }
 
-}  // namespace
+std::string GrammarSpec::key() const {
+  std::string k = std::to_string(int(kind)) + '\0' + text;
+  if (frame)
+    for (const std::string* s : {&frame->open, &frame->before, &frame->after, &frame->between, &frame->close})
+      k += '\0' + *s;
+  if (frame) k += '\0' + std::to_string(frame->max_items);
+  return k;
+}
 
 GrammarVocab::GrammarVocab(const Tokenizer& tok) : size_(tok.vocab_size()) {
   const auto type = tok.model() == "gpt2" ? xgrammar::VocabType::BYTE_LEVEL : xgrammar::VocabType::BYTE_FALLBACK;
@@ -96,6 +147,8 @@ std::shared_ptr<const Grammar> Grammar::compile(const GrammarVocab& vocab, const
     auto compiled = [&] {
       switch (spec.kind) {
         case GrammarKind::kJsonSchema:
+          check_schema(spec.text);
+          if (spec.frame) return c.CompileGrammar(framed(spec.text, *spec.frame));
           return c.CompileJSONSchema(spec.text, false, std::nullopt, std::make_pair(",", ":"), true);
         case GrammarKind::kRegex: return c.CompileRegex(spec.text);
         case GrammarKind::kEbnf: return c.CompileGrammar(spec.text, "root");
@@ -106,6 +159,8 @@ std::shared_ptr<const Grammar> Grammar::compile(const GrammarVocab& vocab, const
     }();
     const bool json = spec.kind == GrammarKind::kJsonSchema || spec.kind == GrammarKind::kAnyJson;
     g->impl_ = std::make_unique<Impl>(Impl{std::move(compiled), vocab.size(), json ? &vocab.impl_->json_safe : nullptr});
+  } catch (const GrammarError&) {
+    throw;
   } catch (const std::exception& e) {
     // Whatever the engine throws on a spec it cannot compile is the spec's
     // problem: its message goes back to the client as it is.

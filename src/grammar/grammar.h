@@ -12,7 +12,9 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -28,9 +30,24 @@ enum class GrammarKind { kJsonSchema, kAnyJson, kRegex, kEbnf };
 
 // JSON (a schema's, or any) is compact: no whitespace between tokens, so a
 // small model cannot pad its output with newlines until max_tokens.
+// A schema's JSON framed by literal text: open, then one or more items (at
+// most max_items; 0 = no limit) each `before` JSON `after`, joined by
+// `between`, then close. Tool calls are this: Hermes' <tool_call>{...}
+// </tool_call> items, Mistral's [TOOL_CALLS][{...},{...}].
+struct JsonFrame {
+  std::string open, before, after, between, close;
+  int max_items = 1;
+};
+
 struct GrammarSpec {
+  GrammarSpec() = default;
+  GrammarSpec(GrammarKind k, std::string t, std::optional<JsonFrame> f = std::nullopt)
+      : kind(k), text(std::move(t)), frame(std::move(f)) {}
   GrammarKind kind = GrammarKind::kAnyJson;
   std::string text;  // the schema (JSON), the regex or the EBNF (root rule "root"); unused for kAnyJson
+  std::optional<JsonFrame> frame;  // kJsonSchema only
+  // The cache key: every field that changes the compiled grammar.
+  std::string key() const;
 };
 
 // A schema, regex or grammar that does not compile: the message says why

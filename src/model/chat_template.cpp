@@ -62,7 +62,7 @@ ChatTemplate ChatTemplate::for_model(const Tokenizer& tok, const std::string& ov
 }
 
 ChatTemplate::ChatTemplate(const std::string& source, std::string bos_token, std::string eos_token, bool bos_added)
-    : tmpl_(std::make_shared<const jinja::Template>(source)), bos_token_(std::move(bos_token)),
+    : tmpl_(std::make_shared<const jinja::Template>(source)), source_(source), bos_token_(std::move(bos_token)),
       eos_token_(std::move(eos_token)), bos_added_(bos_added) {
   derive_markers();
 }

@@ -75,6 +75,8 @@ class ChatTemplate {
 
   static const char* chatml_source();
   bool is_fallback() const { return fallback_; }
+  // The Jinja text (tool calling reads which call format its markup uses).
+  const std::string& source() const { return source_; }
   // Which built-in template a fallback is ("ChatML", ...; "" otherwise).
   const std::string& fallback_name() const { return fallback_name_; }
 
@@ -96,6 +98,7 @@ class ChatTemplate {
   void derive_markers();
 
   std::shared_ptr<const jinja::Template> tmpl_;
+  std::string source_;
   std::string bos_token_, eos_token_;
   bool bos_added_ = false;
   bool fallback_ = false;

@@ -1,5 +1,8 @@
 #include "server/api_request.h"
 
+#include "grammar/schema_check.h"
+
+#include <cctype>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -118,15 +121,131 @@ void refuse_unsupported(const json& j, bool chat) {
   if (f.integer("best_of", 0, 1 << 20).value_or(1) > 1) refuse("best_of", " (use n)");
   if (const json* b = f.get("logit_bias"); b && !(b->is_object() && b->empty())) refuse("logit_bias", "");
   if (chat) {
-    if (const json* t = f.get("tools"); t && !(t->is_array() && t->empty())) refuse("tools", "");
-    if (f.get("functions")) refuse("functions", "");
-    if (f.get("tool_choice") && f.string("tool_choice").value_or("none") != "none") refuse("tool_choice", "");
-    if (const json* rf = f.get("response_format")) {
-      const json* type = rf->is_object() ? Fields(*rf).get("type") : nullptr;
-      if (!type || !type->is_string() || *type != "text") refuse("response_format", " (only {\"type\": \"text\"})");
-    }
+    if (f.get("functions")) refuse("functions", " (use tools)");
+    if (f.get("function_call")) refuse("function_call", " (use tool_choice)");
     if (const json* m = f.get("modalities"); m && *m != json::array({"text"})) refuse("modalities", " (text only)");
   }
+}
+
+// A schema given as an object or as its JSON text.
+std::string schema_text(const json& v, const std::string& param) {
+  if (v.is_object()) return v.dump();
+  if (v.is_string()) {
+    const json parsed = json::parse(v.get<std::string>(), nullptr, false);
+    if (!parsed.is_discarded() && parsed.is_object()) return parsed.dump();
+  }
+  throw invalid(param, param + " must be a JSON schema (an object)", "invalid_type");
+}
+
+// response_format (OpenAI) and the extras for other constraints: "regex",
+// "grammar" (EBNF/GBNF with a root rule) and "json_schema" as llama-server
+// names them, "guided_json"/"guided_regex"/"guided_grammar" as vLLM does.
+void parse_constraint(const json& j, ApiRequest& out) {
+  const Fields f(j);
+  std::vector<std::pair<std::string, GrammarSpec>> given;
+  if (const json* rf = f.get("response_format")) {
+    const json* type = rf->is_object() ? Fields(*rf).get("type") : nullptr;
+    if (!type || !type->is_string())
+      throw invalid("response_format", "response_format must be {\"type\": \"text\" | \"json_object\" | \"json_schema\"}",
+                    "invalid_type");
+    const std::string t = type->get<std::string>();
+    if (t == "json_object") {
+      given.emplace_back("response_format", GrammarSpec{GrammarKind::kAnyJson, "", std::nullopt});
+    } else if (t == "json_schema") {
+      const json* js = Fields(*rf).get("json_schema");
+      if (!js || !js->is_object() || !Fields(*js).get("schema"))
+        throw invalid("response_format.json_schema",
+                      "response_format.json_schema must be {\"name\", \"schema\": {...}, \"strict\"}",
+                      "missing_required_parameter");
+      given.emplace_back("response_format",
+                         GrammarSpec{GrammarKind::kJsonSchema,
+                                     schema_text((*js)["schema"], "response_format.json_schema.schema"), std::nullopt});
+    } else if (t != "text") {
+      throw invalid("response_format.type", "response_format.type '" + t +
+                                                "' is not one of text, json_object, json_schema");
+    }
+  }
+  for (const char* name : {"json_schema", "guided_json"})
+    if (const json* v = f.get(name)) given.emplace_back(name, GrammarSpec{GrammarKind::kJsonSchema, schema_text(*v, name), std::nullopt});
+  for (const char* name : {"regex", "guided_regex"})
+    if (auto v = f.string(name)) given.emplace_back(name, GrammarSpec{GrammarKind::kRegex, *v, std::nullopt});
+  for (const char* name : {"grammar", "guided_grammar"})
+    if (auto v = f.string(name)) given.emplace_back(name, GrammarSpec{GrammarKind::kEbnf, *v, std::nullopt});
+  if (given.size() > 1)
+    throw invalid(given[1].first, "give one constraint: " + given[0].first + " and " + given[1].first + " both constrain the output");
+  if (!given.empty()) out.constraint_param = given[0].first, out.constraint = std::move(given[0].second);
+}
+
+// A function name as OpenAI allows it.
+bool function_name(const std::string& s) {
+  if (s.empty() || s.size() > 64) return false;
+  for (char c : s)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-') return false;
+  return true;
+}
+
+// tools: [{"type": "function", "function": {"name", "description", "parameters"}}].
+json parse_tools(const json& tools) {
+  if (!tools.is_array()) throw invalid("tools", "tools must be a list", "invalid_type");
+  json out = json::array();
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const std::string at = "tools[" + std::to_string(i) + "]";
+    const json& t = tools[i];
+    const json* fn = t.is_object() ? Fields(t).get("function") : nullptr;
+    if (!t.is_object() || (t.contains("type") && t["type"] != "function") || !fn || !fn->is_object())
+      throw invalid(at, at + " must be {\"type\": \"function\", \"function\": {\"name\", \"description\", \"parameters\"}}");
+    const json* name = Fields(*fn).get("name");
+    if (!name || !name->is_string() || !function_name(name->get<std::string>()))
+      throw invalid(at + ".function.name", at + ".function.name must be 1 to 64 letters, digits, _ or -");
+    for (const json& prev : out)
+      if (prev["function"]["name"] == *name)
+        throw invalid(at + ".function.name", "two tools are named '" + name->get<std::string>() + "'");
+    if (const json* p = Fields(*fn).get("parameters")) {
+      if (!p->is_object())
+        throw invalid(at + ".function.parameters", at + ".function.parameters must be a JSON schema (an object)",
+                      "invalid_type");
+      try {
+        check_schema(p->dump());
+      } catch (const GrammarError& e) {
+        throw invalid(at + ".function.parameters", at + ".function.parameters: " + e.what(), "invalid_schema");
+      }
+    }
+    if (const json* d = Fields(*fn).get("description"); d && !d->is_string())
+      throw invalid(at + ".function.description", at + ".function.description must be a string", "invalid_type");
+    json clean = {{"type", "function"}, {"function", json::object()}};
+    for (const char* k : {"name", "description", "parameters", "strict"})
+      if (const json* v = Fields(*fn).get(k)) clean["function"][k] = *v;
+    out.push_back(std::move(clean));
+  }
+  return out;
+}
+
+// tool_choice: "none" | "auto" | "required" | {"type": "function", "function": {"name"}}.
+ToolChoice parse_tool_choice(const json* c, const json& tools) {
+  ToolChoice choice;
+  choice.kind = tools.empty() ? ToolChoice::Kind::kNone : ToolChoice::Kind::kAuto;
+  if (!c) return choice;
+  if (c->is_string()) {
+    const std::string s = c->get<std::string>();
+    if (s == "none") choice.kind = ToolChoice::Kind::kNone;
+    else if (s == "auto") choice.kind = tools.empty() ? ToolChoice::Kind::kNone : ToolChoice::Kind::kAuto;
+    else if (s == "required") choice.kind = ToolChoice::Kind::kRequired;
+    else throw invalid("tool_choice", "tool_choice '" + s + "' is not one of none, auto, required or a function");
+  } else {
+    const json* fn = c->is_object() ? Fields(*c).get("function") : nullptr;
+    const json* name = fn && fn->is_object() ? Fields(*fn).get("name") : nullptr;
+    if (!name || !name->is_string())
+      throw invalid("tool_choice", "tool_choice must be none, auto, required or {\"type\": \"function\", \"function\": {\"name\"}}",
+                    "invalid_type");
+    choice.kind = ToolChoice::Kind::kNamed;
+    choice.name = name->get<std::string>();
+    bool found = false;
+    for (const json& t : tools) found = found || t["function"]["name"] == *name;
+    if (!found) throw invalid("tool_choice", "tool_choice names the function '" + choice.name + "', which is not in tools");
+  }
+  if (tools.empty() && choice.kind == ToolChoice::Kind::kRequired)
+    throw invalid("tool_choice", "tool_choice 'required' needs tools");
+  return choice;
 }
 
 // The fields both routes share.
@@ -234,6 +353,7 @@ ApiRequest parse_completion_request(const std::string& body, const ApiLimits& li
   refuse_unsupported(j, false);
   ApiRequest out;
   parse_common(j, lim, out);
+  parse_constraint(j, out);
   const Fields f(j);
   if (auto lp = f.integer("logprobs", 0, 20)) {
     out.logprobs = true;
@@ -333,6 +453,46 @@ json chat_message(const json& m, size_t i) {
   return out;
 }
 
+// The generic tool format writes past calls and results as text: an
+// assistant turn's calls as <tool_call> blocks, tool results as a user turn
+// of <tool_response> blocks (consecutive results in one turn), so that any
+// template renders them and roles still alternate.
+json generic_history(const json& msgs) {
+  json out = json::array();
+  bool after_result = false;
+  for (const json& m : msgs) {
+    const bool result = m["role"] == "tool";
+    if (m["role"] == "assistant" && m.contains("tool_calls")) {
+      std::string text = m["content"].is_string() ? m["content"].get<std::string>() : "";
+      for (const json& c : m["tool_calls"]) {
+        if (!text.empty()) text += '\n';
+        const json& fn = c["function"];
+        text += generic_call_text(fn["name"].get<std::string>(), fn.contains("arguments") ? fn["arguments"] : json::object());
+      }
+      out.push_back({{"role", "assistant"}, {"content", text}});
+    } else if (result) {
+      const std::string block = "<tool_response>" + m["content"].get<std::string>() + "</tool_response>";
+      if (after_result)
+        out.back()["content"] = out.back()["content"].get<std::string>() + "\n" + block;
+      else
+        out.push_back({{"role", "user"}, {"content", block}});
+    } else {
+      out.push_back(m);
+    }
+    after_result = result;
+  }
+  return out;
+}
+
+// The tools a template takes no tools for: described in the system message.
+void add_generic_tools(json& msgs, const json& tools) {
+  const std::string text = generic_tools_text(tools);
+  if (!msgs.empty() && msgs[0]["role"] == "system" && msgs[0]["content"].is_string())
+    msgs[0]["content"] = msgs[0]["content"].get<std::string>() + "\n\n" + text;
+  else
+    msgs.insert(msgs.begin(), json{{"role", "system"}, {"content", text}});
+}
+
 }  // namespace
 
 ApiRequest parse_chat_request(const std::string& body, const ApiLimits& lim) {
@@ -341,6 +501,7 @@ ApiRequest parse_chat_request(const std::string& body, const ApiLimits& lim) {
   ApiRequest out;
   out.chat = true;
   parse_common(j, lim, out);
+  parse_constraint(j, out);
   const Fields f(j);
   if (f.boolean("logprobs").value_or(false)) {
     out.logprobs = true;
@@ -354,6 +515,8 @@ ApiRequest parse_chat_request(const std::string& body, const ApiLimits& lim) {
   if (parse_pml(j, out, max)) {
     if (const json* m = f.get("messages"); m && !(m->is_array() && m->empty()))
       throw invalid("pml", "give either messages or pml, not both (messages may be [])");
+    if (const json* t = f.get("tools"); t && !(t->is_array() && t->empty()))
+      throw invalid("tools", "tools need messages (a PML prompt writes its own text)");
     return out;
   }
   const json* msgs = f.get("messages");
@@ -362,6 +525,25 @@ ApiRequest parse_chat_request(const std::string& body, const ApiLimits& lim) {
   if (msgs->empty()) throw invalid("messages", "messages must not be empty");
   ChatInput in;
   for (size_t i = 0; i < msgs->size(); ++i) in.messages.push_back(chat_message(msgs->at(i), i));
+  const json tools = f.get("tools") ? parse_tools(*f.get("tools")) : json::array();
+  const ToolChoice choice = parse_tool_choice(f.get("tool_choice"), tools);
+  const bool parallel = f.boolean("parallel_tool_calls").value_or(true);
+  const ToolSyntax& syntax = lim.tools;
+  if (!syntax.template_takes_tools) in.messages = generic_history(in.messages);
+  if (choice.kind != ToolChoice::Kind::kNone) {
+    out.tools = true;
+    out.tool_format = syntax.format;
+    if (syntax.template_takes_tools)
+      in.tools = tools;
+    else
+      add_generic_tools(in.messages, tools);
+  }
+  if (choice.kind == ToolChoice::Kind::kRequired || choice.kind == ToolChoice::Kind::kNamed) {
+    if (out.constraint)
+      throw invalid(out.constraint_param, out.constraint_param + " cannot be combined with a tool_choice that demands a call");
+    out.constraint = tool_call_grammar(tools, syntax.format, choice, parallel);
+    out.constraint_param = "tools";
+  }
   // Special tokens come from the template's markup only, never from a message.
   try {
     out.engine.prompt = lim.chat->render(in).encode(*lim.tokenizer, true);

@@ -11,6 +11,7 @@
 #include "model/chat_template.h"
 #include "model/tokenizer.h"
 #include "server/api_error.h"
+#include "server/tool_calls.h"
 
 namespace cs {
 
@@ -21,6 +22,7 @@ struct ApiLimits {
   std::string model_id;  // the one model served
   int n_ctx = 0;         // context per sequence
   int max_n = 1;         // completions per request
+  ToolSyntax tools;      // the chat template's call format
 };
 
 struct ApiRequest {
@@ -36,6 +38,15 @@ struct ApiRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool logprobs = false;       // answer with logprobs (engine.logprobs = how many alternatives)
+  // Constrained decoding: response_format, regex or grammar (or the tool
+  // call a tool_choice demands), compiled by the server into engine.grammar.
+  // constraint_param names the field its errors are about.
+  std::optional<GrammarSpec> constraint;
+  std::string constraint_param;
+  // Tools offered (tool_choice not "none"): the reply is parsed for calls in
+  // tool_format.
+  bool tools = false;
+  ToolFormat tool_format = ToolFormat::kHermes;
 };
 
 // Throws ApiError.

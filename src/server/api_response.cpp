@@ -1,6 +1,7 @@
 #include "server/api_response.h"
 
 #include <nlohmann/json.hpp>
+#include <random>
 
 namespace cs {
 
@@ -53,20 +54,47 @@ json completion_logprobs(const Tokenizer& tok, const std::vector<TokenLogprobs>&
   return {{"tokens", tokens}, {"token_logprobs", lp}, {"top_logprobs", top}, {"text_offset", off}};
 }
 
+std::string call_id() {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  static const char* digits = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  std::string id = "call_";
+  for (int i = 0; i < 24; ++i) id += digits[rng() % 62];
+  return id;
+}
+
+json tool_call_json(const ToolCall& c) {
+  return {{"id", call_id()}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}};
+}
+
 }  // namespace
 
-const char* api_finish_reason(FinishReason r) { return r == FinishReason::kStop ? "stop" : "length"; }
+const char* api_finish_reason(FinishReason r, bool calls) {
+  if (r == FinishReason::kStop) return calls ? "tool_calls" : "stop";
+  return "length";
+}
 
 ApiResponder::ApiResponder(const ApiRequest& req, const Tokenizer& tok, std::string id, long long created)
-    : req_(req), tok_(tok), id_(std::move(id)), created_(created), started_(size_t(req.engine.n), false) {}
+    : req_(req), tok_(tok), id_(std::move(id)), created_(created), started_(size_t(req.engine.n), false),
+      text_(size_t(req.engine.n)), sent_(size_t(req.engine.n), 0) {}
 
 std::string ApiResponder::response(const Result& r) const {
   json choices = json::array();
   for (size_t i = 0; i < r.completions.size(); ++i) {
     const Completion& c = r.completions[i];
     json ch = {{"index", i}, {"finish_reason", api_finish_reason(c.reason)}};
-    if (req_.chat) {
+    if (req_.chat && req_.tools) {
+      const ParsedReply p = parse_tool_calls(c.text, req_.tool_format);
+      ch["message"] = {{"role", "assistant"}, {"content", p.content.empty() && !p.calls.empty() ? json(nullptr) : json(p.content)}};
+      if (!p.calls.empty()) {
+        json calls = json::array();
+        for (const ToolCall& call : p.calls) calls.push_back(tool_call_json(call));
+        ch["message"]["tool_calls"] = calls;
+        ch["finish_reason"] = api_finish_reason(c.reason, true);
+      }
+    } else if (req_.chat) {
       ch["message"] = {{"role", "assistant"}, {"content", c.text}};
+    }
+    if (req_.chat) {
       if (req_.logprobs) {
         json content = json::array();
         for (const auto& t : c.logprobs) content.push_back(chat_entry(tok_, t.token, t.logprob, t.top));
@@ -89,11 +117,56 @@ std::string ApiResponder::response(const Result& r) const {
                {"usage", usage_of(r)}});
 }
 
+// One chunk of a chat stream.
+std::string ApiResponder::event(int index, const json& delta, const json& finish, const json& logprobs) {
+  return choice_chunk({{"index", index}, {"delta", delta}, {"logprobs", logprobs}, {"finish_reason", finish}});
+}
+
+// The SSE line of a chunk with one choice.
+std::string ApiResponder::choice_chunk(const json& choice) const {
+  json j = {{"id", id_},
+            {"object", req_.chat ? "chat.completion.chunk" : "text_completion"},
+            {"created", created_},
+            {"model", req_.model},
+            {"system_fingerprint", "chunkserve"},
+            {"choices", json::array({choice})}};
+  if (req_.include_usage) j["usage"] = nullptr;
+  return "data: " + dump(j) + "\n\n";
+}
+
+// The end of a reply with tools: the text held back parsed, its content and
+// its calls sent (each call whole, in OpenAI's delta shape), then the finish.
+std::string ApiResponder::tool_deltas(int index, size_t* calls) {
+  const size_t i = size_t(index);
+  const ParsedReply p = parse_tool_calls(std::string_view(text_[i]).substr(sent_[i]), req_.tool_format);
+  std::string out;
+  json role = json::object();
+  if (!started_[i]) role["role"] = "assistant", started_[i] = true;
+  if (!p.content.empty()) {
+    json d = role;
+    d["content"] = p.content;
+    out += event(index, d, nullptr, nullptr);
+    role = json::object();
+  }
+  for (size_t k = 0; k < p.calls.size(); ++k) {
+    json call = tool_call_json(p.calls[k]);
+    call["index"] = k;
+    json d = role;
+    d["tool_calls"] = json::array({call});
+    out += event(index, d, nullptr, nullptr);
+    role = json::object();
+  }
+  sent_[i] = text_[i].size();
+  *calls = p.calls.size();
+  return out;
+}
+
 std::string ApiResponder::chunk(const StreamEvent& ev) {
   if (ev.kind == StreamEvent::Kind::kToken && ev.end_of_generation) return {};
   const bool fin = ev.kind == StreamEvent::Kind::kFinish;
   if (fin)
     if (auto e = failure(ev.reason, ev.message)) return error_chunk(*e);
+  if (req_.chat && req_.tools) return tool_chunk(ev);
   const bool has_lp = req_.logprobs && !fin && ev.token >= 0;
   if (!fin && ev.text.empty() && !has_lp) return {};
   json choice = {{"index", ev.index}, {"finish_reason", fin ? json(api_finish_reason(ev.reason)) : json(nullptr)}};
@@ -112,14 +185,30 @@ std::string ApiResponder::chunk(const StreamEvent& ev) {
     choice["logprobs"] =
         has_lp ? completion_logprobs(tok_, {{ev.token, ev.logprob, ev.top}}, 0) : json(nullptr);
   }
-  json j = {{"id", id_},
-            {"object", req_.chat ? "chat.completion.chunk" : "text_completion"},
-            {"created", created_},
-            {"model", req_.model},
-            {"system_fingerprint", "chunkserve"},
-            {"choices", json::array({choice})}};
-  if (req_.include_usage) j["usage"] = nullptr;
-  return "data: " + dump(j) + "\n\n";
+  return choice_chunk(choice);
+}
+
+// A chat stream with tools: content goes out as it comes until the text
+// may be a call (tool_call_start); from there it is held and parsed at the end.
+std::string ApiResponder::tool_chunk(const StreamEvent& ev) {
+  const size_t i = size_t(ev.index);
+  if (ev.kind == StreamEvent::Kind::kFinish) {
+    size_t calls = 0;
+    std::string out = tool_deltas(ev.index, &calls);
+    json delta = json::object();
+    if (!started_[i]) delta["role"] = "assistant", started_[i] = true;
+    return out + event(ev.index, delta, api_finish_reason(ev.reason, calls > 0), nullptr);
+  }
+  text_[i] += ev.text;
+  const size_t until = std::max(sent_[i], tool_call_start(text_[i], req_.tool_format));
+  const bool has_lp = req_.logprobs && ev.token >= 0;
+  if (until == sent_[i] && !has_lp) return {};
+  json delta = json::object();
+  if (!started_[i]) delta["role"] = "assistant", started_[i] = true;
+  delta["content"] = text_[i].substr(sent_[i], until - sent_[i]);
+  sent_[i] = until;
+  return event(ev.index, delta, nullptr,
+               has_lp ? json{{"content", json::array({chat_entry(tok_, ev.token, ev.logprob, ev.top)})}} : json(nullptr));
 }
 
 std::string ApiResponder::usage_chunk(const Result& r) const {

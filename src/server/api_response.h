@@ -5,9 +5,11 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+#include <optional>
+
 #include "engine/request.h"
 #include "model/tokenizer.h"
-#include <optional>
 
 #include "server/api_request.h"
 
@@ -34,6 +36,14 @@ class ApiResponder {
   std::string id_;
   long long created_;
   std::vector<bool> started_;  // per choice: the assistant role was sent (chat)
+  // With tools: per choice, the text so far and how much of it went out as
+  // content (the rest may be a call, parsed at the end).
+  std::vector<std::string> text_;
+  std::vector<size_t> sent_;
+  std::string tool_deltas(int index, size_t* calls);
+  std::string tool_chunk(const StreamEvent& ev);
+  std::string choice_chunk(const nlohmann::json& choice) const;
+  std::string event(int index, const nlohmann::json& delta, const nlohmann::json& finish, const nlohmann::json& logprobs);
 };
 
 // The error a completion's end is, if it is one: kError a 500, kNoRoom (no
@@ -41,7 +51,7 @@ class ApiResponder {
 std::optional<ApiError> failure(FinishReason r, const std::string& message);
 
 // OpenAI's finish_reason for ours ("stop", "length"; a cancelled completion
-// was cut short: "length").
-const char* api_finish_reason(FinishReason r);
+// was cut short: "length"); "tool_calls" when a stopped reply made calls.
+const char* api_finish_reason(FinishReason r, bool calls = false);
 
 }  // namespace cs

@@ -86,6 +86,7 @@ struct Server::Impl {
     limits.model_id = opt.model_id;
     limits.n_ctx = e.n_ctx();
     limits.max_n = e.options().max_batch;
+    limits.tools = tool_syntax(e.model().chat().source());
     if (!opt.api_key.empty()) key_digest = digest("Bearer " + opt.api_key);
     routes();
   }
@@ -117,6 +118,7 @@ struct Server::Impl {
   void schema_delete(const HttpRequest&, HttpResponse&, HttpExchange&, Outcome&);
   void metrics(const HttpRequest&, HttpResponse&, HttpExchange&, Outcome&);
   void pml_prompt(ApiRequest& r);
+  void constrain(ApiRequest& r);
   void log(const std::string& route, int status, const std::string& id, const Result* r);
   // The label a path is logged and counted under: a route's name, or
   // "(other)", so that no request can add labels to /metrics at will.
@@ -236,10 +238,25 @@ void Server::Impl::pml_prompt(ApiRequest& r) {
   ++http_counts.pml_requests[r.engine.cached.empty() ? "(no cache)" : "cached"];
 }
 
+// The request's constraint compiled (xgrammar caches compiled grammars, so
+// an agent's repeated schema compiles once). A schema or grammar that does
+// not compile is the client's mistake: a 400 with the compiler's reason.
+void Server::Impl::constrain(ApiRequest& r) {
+  try {
+    r.engine.grammar = engine.compile_grammar(*r.constraint);
+  } catch (const GrammarError& e) {
+    const bool schema = r.constraint->kind == GrammarKind::kJsonSchema || r.constraint->kind == GrammarKind::kAnyJson;
+    const bool regex = r.constraint->kind == GrammarKind::kRegex;
+    throw ApiError{400, r.constraint_param + ": " + e.what(), "invalid_request_error", r.constraint_param,
+                   schema ? "invalid_schema" : regex ? "invalid_regex" : "invalid_grammar"};
+  }
+}
+
 void Server::Impl::generate(const HttpRequest& req, HttpResponse& res, HttpExchange& ex, Outcome& o, bool is_chat) {
   o.id = random_id(is_chat ? "chatcmpl-" : "cmpl-");
   ApiRequest ar = is_chat ? parse_chat_request(req.body, limits) : parse_completion_request(req.body, limits);
   if (!ar.pml.empty()) pml_prompt(ar);
+  if (ar.constraint) constrain(ar);
   RequestHandle h;
   try {
     h = engine.submit(ar.engine);

@@ -1,7 +1,8 @@
 // libFuzzer: an HTTP request body through the OpenAI request parser and the
 // engine's request checks (the path every /v1 request takes before it
 // reaches the engine; a "pml" prompt's XML through the PML parser). The
-// first byte picks the route. Anything may be
+// first byte picks the route and the template's tool-call format; the body
+// is also read as a model's reply and parsed for tool calls. Anything may be
 // refused (ApiError, RequestError); nothing may crash, hang or leak.
 #include <cstdint>
 #include <cstdlib>
@@ -23,7 +24,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   lim.model_id = "m";
   lim.n_ctx = 512;
   lim.max_n = 4;
+  lim.tools.format = static_cast<cs::ToolFormat>((data[0] >> 1) % 3);
+  lim.tools.template_takes_tools = (data[0] >> 3) & 1;
   const std::string body(reinterpret_cast<const char*>(data) + 1, size - 1);
+  const cs::ParsedReply reply = cs::parse_tool_calls(body, lim.tools.format);
+  if (reply.content.size() > body.size() || cs::tool_call_start(body, lim.tools.format) > body.size()) std::abort();
   try {
     const cs::ApiRequest r = data[0] & 1 ? cs::parse_chat_request(body, lim) : cs::parse_completion_request(body, lim);
     if (!r.pml.empty()) {

@@ -8,6 +8,9 @@ import subprocess
 import sys
 import threading
 import time
+import unittest
+
+import openai
 
 
 class Server:
@@ -81,3 +84,21 @@ def raw(url, method, path, body=None, headers=None):
         return r.status, dict(r.getheaders()), json.loads(text)
     except ValueError:
         return r.status, dict(r.getheaders()), text
+
+
+class ServedTest(unittest.TestCase):
+    """Tests sharing one server (`server`, started with `server_args`) and an
+    openai client of it (`client`); the module sets `binary` and `model`
+    from its command line. The server must exit cleanly."""
+    binary = model = None
+    server_args = ("--max-batch", "8")
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server(ServedTest.binary, ServedTest.model, *cls.server_args)
+        cls.client = openai.OpenAI(base_url=cls.server.url + "/v1", api_key="unused", max_retries=0)
+
+    @classmethod
+    def tearDownClass(cls):
+        status = cls.server.stop()
+        assert status == 0, f"server exit status {status}"

@@ -411,4 +411,4 @@ class Options(unittest.TestCase):
 
 if __name__ == "__main__":
     BINARY, MODEL = sys.argv[1], sys.argv[2]
-    unittest.main(argv=[sys.argv[0], "-v"])
+    unittest.main(argv=[sys.argv[0], "-v"] + sys.argv[3:])

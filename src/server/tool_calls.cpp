@@ -1,0 +1,218 @@
+#include "server/tool_calls.h"
+
+#include <optional>
+
+namespace cs {
+
+using ojson = nlohmann::ordered_json;
+
+namespace {
+
+constexpr std::string_view kHermesOpen = "<tool_call>", kHermesClose = "</tool_call>";
+constexpr std::string_view kMistralMarker = "[TOOL_CALLS]", kPythonTag = "<|python_tag|>";
+
+bool space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && space(s.front())) s.remove_prefix(1);
+  while (!s.empty() && space(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+// A call from {"name": ..., "arguments"|"parameters": {...} or its JSON text}.
+std::optional<ToolCall> call_of(const ojson& j) {
+  if (!j.is_object() || !j.contains("name") || !j["name"].is_string()) return std::nullopt;
+  ojson args = ojson::object();
+  for (const char* k : {"arguments", "parameters"})
+    if (j.contains(k)) args = j[k];
+  if (args.is_string()) args = ojson::parse(args.get<std::string>(), nullptr, false);
+  if (args.is_null()) args = ojson::object();
+  if (!args.is_object()) return std::nullopt;
+  return ToolCall{j["name"].get<std::string>(), args.dump(-1, ' ', false, ojson::error_handler_t::replace)};
+}
+
+std::optional<ToolCall> parse_call(std::string_view text) {
+  const ojson j = ojson::parse(trim(text), nullptr, false);
+  if (j.is_discarded()) return std::nullopt;
+  return call_of(j);
+}
+
+// Calls from a JSON list of call objects; nullopt unless every item is one.
+std::optional<std::vector<ToolCall>> parse_call_list(std::string_view text) {
+  const ojson j = ojson::parse(trim(text), nullptr, false);
+  if (j.is_discarded() || !j.is_array() || j.empty()) return std::nullopt;
+  std::vector<ToolCall> calls;
+  for (const ojson& x : j) {
+    auto c = call_of(x);
+    if (!c) return std::nullopt;
+    calls.push_back(std::move(*c));
+  }
+  return calls;
+}
+
+void append_content(std::string& content, std::string_view piece) {
+  piece = trim(piece);
+  if (piece.empty()) return;
+  if (!content.empty()) content += '\n';
+  content += piece;
+}
+
+ParsedReply parse_hermes(std::string_view text) {
+  ParsedReply r;
+  std::string content;
+  size_t at = 0;
+  for (;;) {
+    const size_t open = text.find(kHermesOpen, at);
+    if (open == std::string_view::npos) break;
+    append_content(content, text.substr(at, open - at));
+    const size_t body = open + kHermesOpen.size();
+    const size_t close = text.find(kHermesClose, body);
+    const size_t end = close == std::string_view::npos ? text.size() : close + kHermesClose.size();
+    if (auto c = parse_call(text.substr(body, (close == std::string_view::npos ? text.size() : close) - body)))
+      r.calls.push_back(std::move(*c));
+    else
+      append_content(content, text.substr(open, end - open));
+    at = end;
+  }
+  append_content(content, text.substr(std::min(at, text.size())));
+  r.content = std::move(content);
+  return r;
+}
+
+ParsedReply parse_llama3(std::string_view text) {
+  std::string_view t = trim(text);
+  if (t.starts_with(kPythonTag)) t = trim(t.substr(kPythonTag.size()));
+  if (auto c = parse_call(t)) return {"", {std::move(*c)}};
+  // Several calls joined by ';'.
+  std::vector<ToolCall> calls;
+  size_t at = 0;
+  while (at <= t.size()) {
+    const size_t semi = t.find(';', at);
+    const size_t end = semi == std::string_view::npos ? t.size() : semi;
+    auto c = parse_call(t.substr(at, end - at));
+    if (!c) return {std::string(trim(text)), {}};
+    calls.push_back(std::move(*c));
+    at = end + 1;
+  }
+  return {"", std::move(calls)};
+}
+
+ParsedReply parse_mistral(std::string_view text) {
+  const size_t m = text.find(kMistralMarker);
+  const std::string_view before = m == std::string_view::npos ? std::string_view() : text.substr(0, m);
+  const std::string_view rest = m == std::string_view::npos ? text : text.substr(m + kMistralMarker.size());
+  if (auto calls = parse_call_list(rest)) return {std::string(trim(before)), std::move(*calls)};
+  return {std::string(trim(text)), {}};
+}
+
+// The start of a suffix of text that begins `marker` (a marker still being
+// streamed), or npos.
+size_t partial_marker(std::string_view text, std::string_view marker) {
+  for (size_t n = std::min(text.size(), marker.size() - 1); n > 0; --n)
+    if (marker.starts_with(text.substr(text.size() - n))) return text.size() - n;
+  return std::string_view::npos;
+}
+
+size_t marker_start(std::string_view text, std::string_view marker) {
+  const size_t full = text.find(marker);
+  return full != std::string_view::npos ? full : partial_marker(text, marker);
+}
+
+// Where the reply's first visible character would start a call (`opener`),
+// 0 while the reply is still blank.
+size_t opens_with(std::string_view text, char opener) {
+  const size_t first = text.find_first_not_of(" \n\r\t");
+  if (first == std::string_view::npos || text[first] == opener) return 0;
+  return std::string_view::npos;
+}
+
+}  // namespace
+
+ToolSyntax tool_syntax(const std::string& source) {
+  ToolSyntax s;
+  s.template_takes_tools = source.find("tools") != std::string::npos;
+  if (source.find("[TOOL_CALLS]") != std::string::npos)
+    s.format = ToolFormat::kMistral;
+  else if (source.find("<tool_call>") != std::string::npos)
+    s.format = ToolFormat::kHermes;
+  else if (source.find("<|python_tag|>") != std::string::npos || source.find("ipython") != std::string::npos)
+    s.format = ToolFormat::kLlama3;
+  else
+    s.template_takes_tools = false;  // tools without a call format we know: described generically
+  return s;
+}
+
+const char* tool_format_name(ToolFormat f) {
+  switch (f) {
+    case ToolFormat::kHermes: return "hermes";
+    case ToolFormat::kLlama3: return "llama3";
+    case ToolFormat::kMistral: return "mistral";
+  }
+  return "hermes";
+}
+
+std::string generic_tools_text(const ojson& tools) {
+  std::string s =
+      "You can call tools (functions). Their definitions, as JSON:\n<tools>\n";
+  for (const ojson& t : tools) s += t.dump(-1, ' ', false, ojson::error_handler_t::replace) + "\n";
+  s += "</tools>\n"
+       "To call tools, reply with one block per call and nothing else:\n"
+       "<tool_call>{\"name\": \"function name\", \"arguments\": {\"argument\": \"value\"}}</tool_call>\n"
+       "Each call's result comes back in a <tool_response> block.";
+  return s;
+}
+
+std::string generic_call_text(const std::string& name, const ojson& arguments) {
+  const ojson call = {{"name", name}, {"arguments", arguments}};
+  return std::string(kHermesOpen) + call.dump(-1, ' ', false, ojson::error_handler_t::replace) +
+         std::string(kHermesClose);
+}
+
+GrammarSpec tool_call_grammar(const ojson& tools, ToolFormat f, const ToolChoice& choice, bool parallel) {
+  const char* args_key = f == ToolFormat::kLlama3 ? "parameters" : "arguments";
+  ojson cases = ojson::array();
+  for (const ojson& t : tools) {
+    const ojson& fn = t["function"];
+    const std::string name = fn["name"].get<std::string>();
+    if (choice.kind == ToolChoice::Kind::kNamed && name != choice.name) continue;
+    const ojson params = fn.contains("parameters") && fn["parameters"].is_object() ? fn["parameters"]
+                                                                                     : ojson{{"type", "object"}};
+    cases.push_back({{"type", "object"},
+                     {"properties", {{"name", {{"const", name}}}, {args_key, params}}},
+                     {"required", {"name", args_key}},
+                     {"additionalProperties", false}});
+  }
+  GrammarSpec spec;
+  spec.kind = GrammarKind::kJsonSchema;
+  spec.text = (cases.size() == 1 ? cases[0] : ojson{{"anyOf", cases}}).dump();
+  JsonFrame frame;
+  frame.max_items = parallel && f != ToolFormat::kLlama3 ? 0 : 1;
+  switch (f) {
+    case ToolFormat::kHermes: frame.before = kHermesOpen, frame.after = kHermesClose; break;
+    case ToolFormat::kMistral: frame.open = std::string(kMistralMarker) + "[", frame.between = ",", frame.close = "]"; break;
+    case ToolFormat::kLlama3: break;
+  }
+  spec.frame = std::move(frame);
+  return spec;
+}
+
+ParsedReply parse_tool_calls(std::string_view text, ToolFormat f) {
+  switch (f) {
+    case ToolFormat::kHermes: return parse_hermes(text);
+    case ToolFormat::kLlama3: return parse_llama3(text);
+    case ToolFormat::kMistral: return parse_mistral(text);
+  }
+  return {std::string(text), {}};
+}
+
+size_t tool_call_start(std::string_view text, ToolFormat f) {
+  size_t at = std::string_view::npos;
+  switch (f) {
+    case ToolFormat::kHermes: at = marker_start(text, kHermesOpen); break;
+    case ToolFormat::kLlama3: at = opens_with(text, '{'); break;
+    case ToolFormat::kMistral: at = std::min(marker_start(text, kMistralMarker), opens_with(text, '[')); break;
+  }
+  return at == std::string_view::npos ? text.size() : at;
+}
+
+}  // namespace cs

@@ -1,0 +1,73 @@
+// Tool calling (OpenAI's `tools`): the model's own format for calls, found
+// from its chat template; a documented generic format for a template that
+// takes no tools; the grammar that makes a call valid by construction
+// (tool_choice "required" or a named function); and the calls parsed back
+// out of the generated text. Pure functions; docs/tool_calls.md describes
+// the formats.
+#pragma once
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "grammar/grammar.h"
+
+namespace cs {
+
+// How a model writes calls.
+//   kHermes:  <tool_call>{"name": ..., "arguments": {...}}</tool_call>, one
+//             block per call (Hermes, Qwen 2/2.5/3, SmolLM3, and the generic
+//             format).
+//   kLlama3:  {"name": ..., "parameters": {...}} as the whole reply, after
+//             an optional <|python_tag|> (Llama 3.1-3.3).
+//   kMistral: [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...] (Mistral).
+enum class ToolFormat { kHermes, kLlama3, kMistral };
+
+struct ToolSyntax {
+  ToolFormat format = ToolFormat::kHermes;
+  // The template renders `tools` itself; else the generic format describes
+  // them in a system message and writes calls and results as text.
+  bool template_takes_tools = false;
+};
+
+// From the template's source: which format its markup uses.
+ToolSyntax tool_syntax(const std::string& template_source);
+const char* tool_format_name(ToolFormat f);
+
+struct ToolChoice {
+  enum class Kind { kNone, kAuto, kRequired, kNamed } kind = Kind::kAuto;
+  std::string name;  // kNamed
+};
+
+// The generic format's system text: the tools as JSON and how to call them.
+std::string generic_tools_text(const nlohmann::ordered_json& tools);
+// A past call as the generic format writes it into an assistant turn.
+std::string generic_call_text(const std::string& name, const nlohmann::ordered_json& arguments);
+
+// A grammar for the calls the choice demands (kRequired: any of the tools;
+// kNamed: that one): each call's name is one of them and its arguments
+// follow that tool's parameter schema. parallel: one or more calls, else one.
+GrammarSpec tool_call_grammar(const nlohmann::ordered_json& tools, ToolFormat f, const ToolChoice& choice,
+                              bool parallel);
+
+struct ToolCall {
+  std::string name;
+  std::string arguments;  // a JSON object as compact text, as OpenAI sends it
+};
+
+struct ParsedReply {
+  std::string content;  // the text outside the calls (trimmed)
+  std::vector<ToolCall> calls;
+};
+
+// The calls in a reply. Text that only looks like a call (JSON that does not
+// parse, no name) stays content: nothing the model wrote is dropped.
+ParsedReply parse_tool_calls(std::string_view text, ToolFormat f);
+
+// Where calls may begin in text streamed so far: the start of the format's
+// marker, of a partial marker at its end, or (kLlama3, kMistral) of a reply
+// that opens like a call. text.size() when the text so far is plain content.
+size_t tool_call_start(std::string_view text, ToolFormat f);
+
+}  // namespace cs

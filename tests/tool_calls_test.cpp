@@ -1,0 +1,312 @@
+// Structured outputs and tool calls at the API: the call format found from
+// real chat templates (the llama-cpp-python sdist's), calls parsed back out
+// of each format's text, what a stream may send before a call is whole, the
+// request fields (response_format, regex, grammar, tools, tool_choice) and
+// their errors, tools in the prompt (the template's own text, or the generic
+// format's), and schema mistakes named by their place.
+#include "server/tool_calls.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "grammar/schema_check.h"
+#include "model/chat_template.h"
+#include "model/gguf.h"
+#include "server/api_request.h"
+
+namespace cs {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+std::string template_source(const std::string& name) {
+  std::ifstream f(std::string(CS_TEMPLATE_DIR) + "/" + name + ".jinja");
+  std::stringstream s;
+  s << f.rdbuf();
+  EXPECT_FALSE(s.str().empty()) << name;
+  return s.str();
+}
+
+TEST(ToolCalls, TheFormatComesFromTheTemplate) {
+  struct {
+    const char* name;
+    ToolFormat format;
+    bool takes;
+  } cases[] = {
+      {"Qwen-Qwen2.5-7B-Instruct", ToolFormat::kHermes, true},
+      {"NousResearch-Hermes-3-Llama-3.1-8B-tool_use", ToolFormat::kHermes, true},
+      {"Qwen-Qwen3-0.6B", ToolFormat::kHermes, true},
+      {"HuggingFaceTB-SmolLM3-3B", ToolFormat::kHermes, false},  // its xml_tools are not `tools`
+      {"meta-llama-Llama-3.1-8B-Instruct", ToolFormat::kLlama3, true},
+      {"meta-llama-Llama-3.3-70B-Instruct", ToolFormat::kLlama3, true},
+      {"mistralai-Mistral-Nemo-Instruct-2407", ToolFormat::kMistral, true},
+      {"google-gemma-2-2b-it", ToolFormat::kHermes, false},
+      {"microsoft-Phi-3.5-mini-instruct", ToolFormat::kHermes, false},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    const ToolSyntax s = tool_syntax(template_source(c.name));
+    EXPECT_EQ(tool_format_name(s.format), std::string(tool_format_name(c.format)));
+    EXPECT_EQ(s.template_takes_tools, c.takes);
+  }
+  EXPECT_FALSE(tool_syntax(ChatTemplate::chatml_source()).template_takes_tools);
+}
+
+void expect_calls(const ParsedReply& r, const std::string& content, const std::vector<ToolCall>& calls) {
+  EXPECT_EQ(r.content, content);
+  ASSERT_EQ(r.calls.size(), calls.size());
+  for (size_t i = 0; i < calls.size(); ++i) {
+    EXPECT_EQ(r.calls[i].name, calls[i].name);
+    EXPECT_EQ(r.calls[i].arguments, calls[i].arguments);
+  }
+}
+
+TEST(ToolCalls, EachFormatParses) {
+  expect_calls(parse_tool_calls("Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+                                "\"Paris\"}}\n</tool_call>\n<tool_call>{\"name\":\"add\",\"arguments\":\"{\\\"a\\\": 1}\"}"
+                                "</tool_call>",
+                                ToolFormat::kHermes),
+               "Let me check.", {{"get_weather", R"({"city":"Paris"})"}, {"add", R"({"a":1})"}});
+  // A call cut short by max_tokens after its JSON still parses; one without
+  // arguments has empty ones.
+  expect_calls(parse_tool_calls("<tool_call>{\"name\": \"now\"}", ToolFormat::kHermes), "", {{"now", "{}"}});
+  expect_calls(parse_tool_calls("<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}",
+                                ToolFormat::kLlama3),
+               "", {{"get_weather", R"({"city":"Oslo"})"}});
+  expect_calls(parse_tool_calls(R"( {"name": "a", "parameters": {}}; {"name": "b", "parameters": {"x": [1, 2]}})",
+                                ToolFormat::kLlama3),
+               "", {{"a", "{}"}, {"b", R"({"x":[1,2]})"}});
+  expect_calls(parse_tool_calls(R"([TOOL_CALLS][{"name": "a", "arguments": {"k": "v"}}, {"name": "b", "arguments": {}}])",
+                                ToolFormat::kMistral),
+               "", {{"a", R"({"k":"v"})"}, {"b", "{}"}});
+  // Mistral's [TOOL_CALLS] is a control token the text leaves out.
+  expect_calls(parse_tool_calls(R"([{"name": "a", "arguments": {"k": 1.5}}])", ToolFormat::kMistral), "",
+               {{"a", R"({"k":1.5})"}});
+}
+
+TEST(ToolCalls, WhatIsNotACallStaysContent) {
+  expect_calls(parse_tool_calls("Paris is sunny.", ToolFormat::kHermes), "Paris is sunny.", {});
+  expect_calls(parse_tool_calls("a <tool_call>{not json}</tool_call> b", ToolFormat::kHermes),
+               "a\n<tool_call>{not json}</tool_call>\nb", {});
+  expect_calls(parse_tool_calls("<tool_call>{\"arguments\": {}}</tool_call>", ToolFormat::kHermes),
+               "<tool_call>{\"arguments\": {}}</tool_call>", {});
+  expect_calls(parse_tool_calls("{\"answer\": 42}", ToolFormat::kLlama3), "{\"answer\": 42}", {});
+  expect_calls(parse_tool_calls("[1, 2]", ToolFormat::kMistral), "[1, 2]", {});
+}
+
+TEST(ToolCalls, AStreamHoldsOnlyWhatMayBeACall) {
+  EXPECT_EQ(tool_call_start("Hello there", ToolFormat::kHermes), 11u);
+  EXPECT_EQ(tool_call_start("Hello <tool", ToolFormat::kHermes), 6u);
+  EXPECT_EQ(tool_call_start("Hello <tool_call>{\"na", ToolFormat::kHermes), 6u);
+  EXPECT_EQ(tool_call_start("a < b", ToolFormat::kHermes), 5u);
+  EXPECT_EQ(tool_call_start("  ", ToolFormat::kLlama3), 0u);
+  EXPECT_EQ(tool_call_start(" {\"name\"", ToolFormat::kLlama3), 0u);
+  EXPECT_EQ(tool_call_start("The answer {", ToolFormat::kLlama3), 12u);
+  EXPECT_EQ(tool_call_start("[{\"name\"", ToolFormat::kMistral), 0u);
+  EXPECT_EQ(tool_call_start("ok [TOOL_C", ToolFormat::kMistral), 3u);
+}
+
+TEST(ToolCalls, TheGrammarFramesEachFormat) {
+  const ojson tools = ojson::parse(R"([
+    {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}}}},
+    {"type": "function", "function": {"name": "g"}}])");
+  const GrammarSpec hermes = tool_call_grammar(tools, ToolFormat::kHermes, {ToolChoice::Kind::kRequired, ""}, true);
+  EXPECT_EQ(hermes.kind, GrammarKind::kJsonSchema);
+  EXPECT_EQ(hermes.text,
+            R"({"anyOf":[{"type":"object","properties":{"name":{"const":"f"},"arguments":{"type":"object","properties":{"x":{"type":"integer"}}}},"required":["name","arguments"],"additionalProperties":false},)"
+            R"({"type":"object","properties":{"name":{"const":"g"},"arguments":{"type":"object"}},"required":["name","arguments"],"additionalProperties":false}]})");
+  ASSERT_TRUE(hermes.frame);
+  EXPECT_EQ(hermes.frame->before, "<tool_call>");
+  EXPECT_EQ(hermes.frame->after, "</tool_call>");
+  EXPECT_EQ(hermes.frame->max_items, 0);
+  const GrammarSpec named = tool_call_grammar(tools, ToolFormat::kLlama3, {ToolChoice::Kind::kNamed, "g"}, true);
+  EXPECT_EQ(named.text,
+            R"({"type":"object","properties":{"name":{"const":"g"},"parameters":{"type":"object"}},"required":["name","parameters"],"additionalProperties":false})");
+  EXPECT_EQ(named.frame->max_items, 1);  // Llama 3's format has one call per reply
+  const GrammarSpec mistral = tool_call_grammar(tools, ToolFormat::kMistral, {ToolChoice::Kind::kRequired, ""}, false);
+  EXPECT_EQ(mistral.frame->open, "[TOOL_CALLS][");
+  EXPECT_EQ(mistral.frame->close, "]");
+  EXPECT_EQ(mistral.frame->max_items, 1);
+}
+
+std::string schema_error(const std::string& schema) {
+  try {
+    check_schema(schema);
+  } catch (const GrammarError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ToolCalls, SchemaMistakesNameTheirPlace) {
+  EXPECT_EQ(schema_error(R"({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]})"), "");
+  EXPECT_EQ(schema_error(R"({"type": "object", "properties": {"address": {"properties": {"zip": {"type": "strng"}}}}})"),
+            "at /properties/address/properties/zip/type: type \"strng\" is not a JSON type (string, number, integer, "
+            "boolean, object, array, null)");
+  EXPECT_EQ(schema_error(R"({"properties": {"a/b": {"pattern": "(["}}})"),
+            "at /properties/a~1b/pattern: pattern \"([\" is not a regular expression: Regex parsing error at position "
+            "3: Unclosed '['");
+  EXPECT_EQ(schema_error(R"({"$defs": {"p": {}}, "anyOf": [{"$ref": "#/$defs/p"}, {"$ref": "#/$defs/q"}]})"),
+            "at /anyOf/1/$ref: $ref \"#/$defs/q\" leads nowhere in this schema");
+  EXPECT_EQ(schema_error(R"({"$ref": "http://example.com/s.json"})"),
+            "at /$ref: $ref \"http://example.com/s.json\" is not inside this schema (only #/... references are read)");
+  EXPECT_EQ(schema_error(R"({"type": "array", "items": {"type": "string", "minLength": -1}})"),
+            "at /items/minLength: minLength must be a non-negative integer, not -1");
+  EXPECT_EQ(schema_error(R"({"type": "array", "minItems": 3, "maxItems": 2})"), "at /: minItems 3 is above maxItems 2");
+  EXPECT_EQ(schema_error(R"({"type": "number", "minimum": 5, "maximum": 1})"), "at /: minimum 5 is above maximum 1");
+  EXPECT_EQ(schema_error(R"({"anyOf": []})"), "at /anyOf: anyOf must be a non-empty list of schemas");
+  EXPECT_EQ(schema_error(R"({"properties": {"a": 3}})"), "at /properties/a: a schema must be an object or a boolean, not number");
+  EXPECT_EQ(schema_error(R"({"required": "a"})"), "at /required: required must be a list of property names");
+  EXPECT_EQ(schema_error("{"), "the schema is not valid JSON");
+}
+
+// Requests through the API parser, over the GPT-2 test vocabulary (its
+// text round-trips byte for byte) and a real template.
+class ChatRequests : public ::testing::Test {
+ protected:
+  static const Tokenizer& tok() {
+    static const Tokenizer t = Tokenizer::from_gguf(GgufFile(std::string(CS_VOCAB_DIR) + "/ggml-vocab-gpt-2.gguf"));
+    return t;
+  }
+  ApiRequest parse(const std::string& body, const std::string& template_name = "") {
+    const ChatTemplate chat(template_name.empty() ? ChatTemplate::chatml_source() : template_source(template_name),
+                            "", "<|endoftext|>");
+    ApiLimits lim;
+    lim.tokenizer = &tok();
+    lim.chat = &chat;
+    lim.model_id = "m";
+    lim.n_ctx = 4096;
+    lim.max_n = 4;
+    lim.tools = tool_syntax(chat.source());
+    return parse_chat_request(body, lim);
+  }
+  std::string prompt(const std::string& body, const std::string& template_name = "") {
+    return tok().decode(parse(body, template_name).engine.prompt);
+  }
+  ApiError error(const std::string& body) {
+    try {
+      parse(body);
+    } catch (const ApiError& e) {
+      return e;
+    }
+    ADD_FAILURE() << "no error for " << body;
+    return {};
+  }
+  static std::string body(const std::string& extra) {
+    return R"({"model": "m", "messages": [{"role": "user", "content": "Weather in Paris?"}])" + extra + "}";
+  }
+  static constexpr const char* kTools =
+      R"(, "tools": [{"type": "function", "function": {"name": "get_weather", "description": "Weather now",
+           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])";
+};
+
+TEST_F(ChatRequests, ResponseFormatAndTheExtrasBecomeConstraints) {
+  EXPECT_FALSE(parse(body(R"(, "response_format": {"type": "text"})")).constraint);
+  const ApiRequest any = parse(body(R"(, "response_format": {"type": "json_object"})"));
+  ASSERT_TRUE(any.constraint);
+  EXPECT_EQ(any.constraint->kind, GrammarKind::kAnyJson);
+  const ApiRequest schema = parse(
+      body(R"(, "response_format": {"type": "json_schema", "json_schema": {"name": "w", "schema": {"type": "object"}, "strict": true}})"));
+  ASSERT_TRUE(schema.constraint);
+  EXPECT_EQ(schema.constraint->kind, GrammarKind::kJsonSchema);
+  EXPECT_EQ(schema.constraint->text, R"({"type":"object"})");
+  EXPECT_EQ(schema.constraint_param, "response_format");
+  for (const char* name : {"regex", "guided_regex"}) {
+    const ApiRequest r = parse(body(std::string(R"(, ")") + name + R"x(": "(yes|no)")x"));
+    EXPECT_EQ(r.constraint->kind, GrammarKind::kRegex);
+    EXPECT_EQ(r.constraint->text, "(yes|no)");
+    EXPECT_EQ(r.constraint_param, name);
+  }
+  EXPECT_EQ(parse(body(R"(, "grammar": "root ::= \"a\"")")).constraint->kind, GrammarKind::kEbnf);
+  EXPECT_EQ(parse(body(R"(, "guided_json": "{\"type\": \"string\"}")")).constraint->text, R"({"type":"string"})");
+}
+
+TEST_F(ChatRequests, BadConstraintsAre400sNamingTheField) {
+  struct {
+    const char* extra;
+    const char* param;
+    const char* message;
+  } cases[] = {
+      {R"(, "response_format": {"type": "yaml"})", "response_format.type",
+       "response_format.type 'yaml' is not one of text, json_object, json_schema"},
+      {R"(, "response_format": {"type": "json_schema"})", "response_format.json_schema",
+       R"(response_format.json_schema must be {"name", "schema": {...}, "strict"})"},
+      {R"(, "response_format": {"type": "json_schema", "json_schema": {"schema": 3}})", "response_format.json_schema.schema",
+       "response_format.json_schema.schema must be a JSON schema (an object)"},
+      {R"(, "regex": "a", "grammar": "root ::= \"a\"")", "grammar",
+       "give one constraint: regex and grammar both constrain the output"},
+      {R"(, "tools": [{"type": "function", "function": {"name": "a b"}}])", "tools[0].function.name",
+       "tools[0].function.name must be 1 to 64 letters, digits, _ or -"},
+      {R"(, "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "obj"}}}])",
+       "tools[0].function.parameters",
+       "tools[0].function.parameters: at /type: type \"obj\" is not a JSON type (string, number, integer, boolean, "
+       "object, array, null)"},
+      {R"(, "tools": [{"function": {"name": "f"}}, {"function": {"name": "f"}}])", "tools[1].function.name",
+       "two tools are named 'f'"},
+      {R"(, "tool_choice": "required")", "tool_choice", "tool_choice 'required' needs tools"},
+      {R"(, "tools": [{"function": {"name": "f"}}], "tool_choice": {"type": "function", "function": {"name": "g"}})",
+       "tool_choice", "tool_choice names the function 'g', which is not in tools"},
+      {R"(, "tools": [{"function": {"name": "f"}}], "tool_choice": "sometimes")", "tool_choice",
+       "tool_choice 'sometimes' is not one of none, auto, required or a function"},
+      {R"(, "tools": [{"function": {"name": "f"}}], "tool_choice": "required", "regex": "x")", "regex",
+       "regex cannot be combined with a tool_choice that demands a call"},
+      {R"(, "functions": [])", "functions", "functions is not supported (use tools)"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.extra);
+    const ApiError e = error(body(c.extra));
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.param, c.param);
+    EXPECT_EQ(e.message, c.message);
+  }
+}
+
+TEST_F(ChatRequests, ATemplateWithToolsRendersThemItself) {
+  const std::string p = prompt(body(kTools), "Qwen-Qwen2.5-7B-Instruct");
+  EXPECT_NE(p.find("<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"get_weather\""), std::string::npos) << p;
+  EXPECT_EQ(p.find("You can call tools"), std::string::npos);
+  const ApiRequest r = parse(body(std::string(kTools) + R"(, "tool_choice": "required")"), "Qwen-Qwen2.5-7B-Instruct");
+  EXPECT_TRUE(r.tools);
+  ASSERT_TRUE(r.constraint);
+  EXPECT_EQ(r.constraint->frame->before, "<tool_call>");
+  EXPECT_EQ(r.constraint_param, "tools");
+}
+
+TEST_F(ChatRequests, OtherwiseTheGenericFormatDescribesThem) {
+  const std::string p = prompt(body(kTools));
+  EXPECT_EQ(p.rfind("<|im_start|>system\nYou can call tools (functions). Their definitions, as JSON:\n<tools>\n"
+                    R"({"type":"function","function":{"name":"get_weather","description":"Weather now",)",
+                    0),
+            0u)
+      << p;
+  // tool_choice none: no tools in the prompt, no calls parsed.
+  const ApiRequest none = parse(body(std::string(kTools) + R"(, "tool_choice": "none")"));
+  EXPECT_FALSE(none.tools);
+  EXPECT_EQ(tok().decode(none.engine.prompt).find("<tools>"), std::string::npos);
+  // A system message gets the description after its own text.
+  const std::string with_system = prompt(
+      R"({"model": "m", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}])" +
+      std::string(kTools) + "}");
+  EXPECT_EQ(with_system.rfind("<|im_start|>system\nBe brief.\n\nYou can call tools", 0), 0u) << with_system;
+}
+
+TEST_F(ChatRequests, TheGenericFormatWritesPastCallsAsText) {
+  const std::string p = prompt(R"({"model": "m", "messages": [
+      {"role": "user", "content": "Weather in Paris and Oslo?"},
+      {"role": "assistant", "content": null, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}},
+        {"id": "c2", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}}]},
+      {"role": "tool", "tool_call_id": "c1", "content": "18 C"},
+      {"role": "tool", "tool_call_id": "c2", "content": "9 C"}]})");
+  EXPECT_NE(p.find("<|im_start|>assistant\n<tool_call>{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\"}}"
+                   "</tool_call>\n<tool_call>{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Oslo\"}}</tool_call>"
+                   "<|im_end|>\n<|im_start|>user\n<tool_response>18 C</tool_response>\n<tool_response>9 C"
+                   "</tool_response><|im_end|>\n<|im_start|>assistant\n"),
+            std::string::npos)
+      << p;
+}
+
+}  // namespace
+}  // namespace cs
