@@ -21,10 +21,10 @@ jinja=(src/jinja/value.cpp src/jinja/lexer.cpp src/jinja/parser.cpp src/jinja/me
 declare -A sources=(
   [gguf]="${common[*]}"
   [tokenizer]="${common[*]} ${text[*]}"
-  [request]="${common[*]} ${text[*]} ${jinja[*]} src/model/chat_template.cpp src/server/api_request.cpp src/server/tool_calls.cpp src/grammar/schema_check.cpp src/engine/validate.cpp src/pml/parse.cpp src/pml/src_files.cpp"
+  [request]="${common[*]} ${text[*]} ${jinja[*]} src/model/chat_template.cpp src/server/api_request.cpp src/server/tool_calls.cpp src/grammar/messages.cpp src/grammar/schema_check.cpp src/engine/validate.cpp src/pml/parse.cpp src/pml/src_files.cpp"
   [pml]="src/pml/parse.cpp src/pml/src_files.cpp src/pml/layout.cpp src/pml/assemble.cpp"
   [jinja]="${jinja[*]}"
-  [grammar]="${common[*]} ${text[*]} src/grammar/grammar.cpp src/grammar/schema_check.cpp"
+  [grammar]="${common[*]} ${text[*]} src/grammar/grammar.cpp src/grammar/messages.cpp src/grammar/schema_check.cpp"
 )
 for t in "${targets[@]}"; do
   bin="$out/fuzz_$t"

@@ -229,7 +229,9 @@ TEST_P(GrammarWalks, RequiredToolCallsAreValidInEveryFormat) {
         const ParsedReply r = parse_tool_calls(w.text, f);
         EXPECT_EQ(r.content, "") << w.text;
         ASSERT_GE(r.calls.size(), 1u) << w.text;
-        if (!parallel) EXPECT_EQ(r.calls.size(), 1u) << w.text;
+        if (!parallel) {
+          EXPECT_EQ(r.calls.size(), 1u) << w.text;
+        }
         for (const ToolCall& c : r.calls) {
           const nlohmann::json args = nlohmann::json::parse(c.arguments, nullptr, false);
           ASSERT_TRUE(args.is_object()) << w.text;

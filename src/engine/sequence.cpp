@@ -60,7 +60,13 @@ std::unique_ptr<Sequence> Sequence::fork(SeqId id, int index, const Tokenizer& t
 }
 
 void Sequence::draw(std::span<const float> raw) {
-  const int32_t id = sampler_.sample(constrain(raw), tokens_, req_->req.prompt.size());
+  const std::span<const float> logits = constrain(raw);
+  if (grammar_ && !mask_any(mask_)) {
+    // The grammar went where no token of the vocabulary continues it.
+    drawn_ = -1;
+    return;
+  }
+  const int32_t id = sampler_.sample(logits, tokens_, req_->req.prompt.size());
   // The mask allowed it, so the grammar takes it.
   if (grammar_) (void)grammar_->accept(id);
   drawn_ = id;
@@ -72,6 +78,12 @@ bool Sequence::sample(std::span<const float> raw, const Tokenizer& tok, int n_ct
   if (!drawn_) draw(raw);
   const int32_t id = *drawn_;
   drawn_.reset();
+  if (id < 0) {
+    finish(FinishReason::kError, "the constraint allows no token of this model's vocabulary after " +
+                                     std::to_string(r.building.completions[size_t(index_)].tokens.size()) +
+                                     " generated tokens (the text so far cannot be continued token by token)");
+    return true;
+  }
   // What the draw saw: the masked logits under a grammar.
   const std::span<const float> logits = grammar_ ? std::span<const float>(masked_) : raw;
   if (!r.first_token) {

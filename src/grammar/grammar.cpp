@@ -85,38 +85,6 @@ xgrammar::Grammar framed(const std::string& schema, const JsonFrame& f) {
 
 }  // namespace
 
-// The engine's message without what is only for its developers: its log
-// prefix ("[12:00:00] path/file.cc:123: ") and an internal check's
-// "Check failed: (...) is false: ".
-std::string client_message(std::string m) {
-  if (!m.empty() && m[0] == '[') {
-    const size_t e = m.find("] ");
-    if (e != std::string::npos) m.erase(0, e + 2);
-  }
-  const size_t colon = m.find(": ");
-  if (colon != std::string::npos && m.find(' ') > colon && m.rfind(':', colon - 1) != std::string::npos) {
-    const size_t line = m.rfind(':', colon - 1);
-    const auto digit = [](char c) { return c >= '0' && c <= '9'; };
-    if (line + 1 < colon && std::all_of(m.begin() + long(line) + 1, m.begin() + long(colon), digit))
-      m.erase(0, colon + 2);
-  }
-  if (m.rfind("Check failed: ", 0) == 0) {
-    const size_t e = m.find(" is false: ");
-    if (e != std::string::npos) m.erase(0, e + 11);
-  }
-  while (!m.empty() && std::isspace(static_cast<unsigned char>(m.back()))) m.pop_back();
-  return m;
-}
-
-std::string GrammarSpec::key() const {
-  std::string k = std::to_string(int(kind)) + '\0' + text;
-  if (frame)
-    for (const std::string* s : {&frame->open, &frame->before, &frame->after, &frame->between, &frame->close})
-      k += '\0' + *s;
-  if (frame) k += '\0' + std::to_string(frame->max_items);
-  return k;
-}
-
 GrammarVocab::GrammarVocab(const Tokenizer& tok) : size_(tok.vocab_size()) {
   const auto type = tok.model() == "gpt2" ? xgrammar::VocabType::BYTE_LEVEL : xgrammar::VocabType::BYTE_FALLBACK;
   impl_ = std::make_unique<Impl>(engine_vocab(tok), type, tok.end_ids());
@@ -166,7 +134,17 @@ std::shared_ptr<const Grammar> Grammar::compile(const GrammarVocab& vocab, const
     // problem: its message goes back to the client as it is.
     throw GrammarError(client_message(e.what()));
   }
+  // A constraint no token of this vocabulary can begin (a regex of bytes
+  // the vocabulary has no token for, say) would leave nothing to sample.
+  GrammarMatcher start(g);
+  std::vector<uint32_t> bits(size_t(start.mask_words()));
+  start.fill_mask(bits);
+  if (!mask_any(bits)) throw GrammarError("no token of this model's vocabulary can begin the constrained output");
   return g;
+}
+
+bool mask_any(std::span<const uint32_t> bits) {
+  return std::any_of(bits.begin(), bits.end(), [](uint32_t w) { return w != 0; });
 }
 
 struct GrammarMatcher::Impl {

@@ -46,8 +46,6 @@ struct GrammarSpec {
   GrammarKind kind = GrammarKind::kAnyJson;
   std::string text;  // the schema (JSON), the regex or the EBNF (root rule "root"); unused for kAnyJson
   std::optional<JsonFrame> frame;  // kJsonSchema only
-  // The cache key: every field that changes the compiled grammar.
-  std::string key() const;
 };
 
 // A schema, regex or grammar that does not compile: the message says why
@@ -116,6 +114,9 @@ class GrammarMatcher {
 
 // logits[t] = -inf for every token the mask does not allow.
 void apply_mask(std::span<float> logits, std::span<const uint32_t> bits);
+
+// Whether the mask allows any token.
+bool mask_any(std::span<const uint32_t> bits);
 
 // Whether token t is allowed by the mask.
 inline bool mask_allows(std::span<const uint32_t> bits, int32_t t) {

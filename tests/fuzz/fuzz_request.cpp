@@ -27,8 +27,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   lim.tools.format = static_cast<cs::ToolFormat>((data[0] >> 1) % 3);
   lim.tools.template_takes_tools = (data[0] >> 3) & 1;
   const std::string body(reinterpret_cast<const char*>(data) + 1, size - 1);
-  const cs::ParsedReply reply = cs::parse_tool_calls(body, lim.tools.format);
-  if (reply.content.size() > body.size() || cs::tool_call_start(body, lim.tools.format) > body.size()) std::abort();
+  // Parsed calls have arguments that are a JSON object.
+  for (const cs::ToolCall& c : cs::parse_tool_calls(body, lim.tools.format).calls)
+    if (!nlohmann::json::parse(c.arguments, nullptr, false).is_object()) std::abort();
+  if (cs::tool_call_start(body, lim.tools.format) > body.size()) std::abort();
   try {
     const cs::ApiRequest r = data[0] & 1 ? cs::parse_chat_request(body, lim) : cs::parse_completion_request(body, lim);
     if (!r.pml.empty()) {

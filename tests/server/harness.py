@@ -86,6 +86,13 @@ def raw(url, method, path, body=None, headers=None):
         return r.status, dict(r.getheaders()), text
 
 
+# Tests that spend minutes under ThreadSanitizer encoding a Prompt Cache
+# schema on one thread and add no concurrency the others lack: the sanitizer
+# run sets CHUNKSERVE_TSAN_LIGHT=1 and skips them (the release run has them).
+heavy_under_tsan = unittest.skipIf(os.environ.get("CHUNKSERVE_TSAN_LIGHT") == "1",
+                                   "encodes a schema: minutes under ThreadSanitizer; the release run covers it")
+
+
 class ServedTest(unittest.TestCase):
     """Tests sharing one server (`server`, started with `server_args`) and an
     openai client of it (`client`); the module sets `binary` and `model`

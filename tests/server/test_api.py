@@ -16,7 +16,7 @@ import unittest
 
 import openai
 
-from harness import ServedTest, Server, raw
+from harness import ServedTest, Server, heavy_under_tsan, raw
 
 BINARY = MODEL = None
 MODEL_ID = "SmolLM2-135M-Instruct.Q4_1"
@@ -273,6 +273,7 @@ class Api(ServedTest):
         self.assertEqual(code, 404)
         self.assertIn("no route for GET /v2/everything", j["error"]["message"])
 
+    @heavy_under_tsan
     def test_prompt_cache_schemas(self):
         here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "pml")
         schema = read_text(os.path.join(here, "schema_mbti_short.xml"))
@@ -355,6 +356,7 @@ class Api(ServedTest):
 
 
 class SavedSchemas(unittest.TestCase):
+    @heavy_under_tsan
     def test_schemas_survive_a_restart(self):
         here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "pml")
         schema = read_text(os.path.join(here, "schema_mbti_short.xml"))

@@ -19,7 +19,7 @@ import unittest
 
 import openai
 
-from harness import Server, raw
+from harness import Server, heavy_under_tsan, raw
 
 BINARY = MODEL = None
 MODEL_ID = "SmolLM2-135M-Instruct.Q4_1"
@@ -334,6 +334,7 @@ class Options(unittest.TestCase):
             finally:
                 self.assertEqual(s.stop(), 0)
 
+    @heavy_under_tsan
     def test_prompt_beside_pinned_schema_is_refused_with_numbers(self):
         words = " ".join(f"word{i}" for i in range(320))  # about 1175 tokens: 21 pinned chunks
         s = Server(BINARY, MODEL, "--kv-memory", "48M", "--ctx", "2048", "--max-batch", "1")

@@ -269,6 +269,9 @@ class Structured(ServedTest):
         self.assertIn("at /properties/q/pattern: pattern", e["message"])
         e = self.error({"model": MODEL_ID, "messages": msgs, "regex": "[a-"})
         self.assertEqual((e["param"], e["code"]), ("regex", "invalid_regex"))
+        # SmolLM2's vocabulary has no usable token for the byte 0x06: nothing could be sampled.
+        e = self.error({"model": MODEL_ID, "messages": msgs, "regex": "\x06"})
+        self.assertEqual(e["message"], "regex: no token of this model's vocabulary can begin the constrained output")
         e = self.error({"model": MODEL_ID, "messages": msgs, "grammar": "root ::= undefined_rule"})
         self.assertEqual((e["param"], e["code"]), ("grammar", "invalid_grammar"))
         self.assertIn('Rule "undefined_rule" is not defined', e["message"])
