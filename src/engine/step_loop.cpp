@@ -229,13 +229,13 @@ void Engine::Impl::step() {
   // Draws in parallel: each row's grammar mask, sampler and grammar advance
   // are its own (tens to hundreds of us each at temperature > 0 or under a
   // grammar, a seventh of a batch-32 step); the bookkeeping stays serial.
-  std::vector<std::pair<Sequence*, size_t>> draws;
+  // Row k of the logits is the k-th row that wants logits.
+  std::vector<Sequence*> draws;
   for (const auto& row : rows)
-    if (row.logits) draws.emplace_back(row.seq, draws.size());
+    if (row.logits) draws.push_back(row.seq);
   if (draws.size() > 1) {
 #pragma omp parallel for schedule(dynamic, 1)
-    for (size_t k = 0; k < draws.size(); ++k)
-      draws[k].first->draw(std::span<const float>(logits.data() + draws[k].second * V, V));
+    for (size_t k = 0; k < draws.size(); ++k) draws[k]->draw(std::span<const float>(logits.data() + k * V, V));
   }
   size_t li = 0;
   std::vector<Sequence*> done;
