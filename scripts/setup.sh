@@ -7,6 +7,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 
 PACKAGES=(cmake ninja-build g++ pkg-config python3 python3-pip libgtest-dev libgmock-dev
           libbenchmark-dev nlohmann-json3-dev libcli11-dev libpcre2-dev libboost-dev libpugixml-dev libssl-dev
+          libzmq3-dev cppzmq-dev libmsgpack-cxx-dev
           chromium chromium-driver)
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -41,6 +42,12 @@ fi
 if ! python3 -c "import jsonschema" 2>/dev/null; then
   echo "setup: installing jsonschema (PyPI)" >&2
   python3 -m pip install --quiet "jsonschema>=4,<5"
+fi
+
+# The KV events' tests subscribe as a router would: pyzmq and msgpack.
+if ! python3 -c "import zmq, msgpack" 2>/dev/null; then
+  echo "setup: installing pyzmq and msgpack (PyPI)" >&2
+  python3 -m pip install --quiet "pyzmq>=25,<28" "msgpack>=1,<2"
 fi
 
 # The chat templates' reference renderer (tests/chat_templates/check_templates.py).

@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "engine/schema_dir.h"
+#include "server/kv_events.h"
 #include "server/server.h"
 
 namespace cs {
@@ -21,6 +22,7 @@ struct ServeOptions {
   std::string chat_template;
   EngineOptions engine;
   ServerOptions server;
+  KvEventOptions kv_events;
   double grace_s = 30;
   std::string log_format = "text";
 };
@@ -59,6 +61,18 @@ int run_serve(ServeOptions o) {
     if (const char* k = std::getenv("CHUNKSERVE_API_KEY")) o.server.api_key = k;
   o.server.grace = std::chrono::milliseconds(long(o.grace_s * 1000));
   o.server.log_json = o.log_format == "json";
+  o.server.worker.version = CHUNKSERVE_VERSION;
+  o.server.worker.model_path = std::filesystem::absolute(path).string();
+  // The publisher outlives the engine that feeds it.
+  std::unique_ptr<KvEventPublisher> events;
+  if (!o.kv_events.endpoint.empty()) {
+    events = std::make_unique<KvEventPublisher>(o.kv_events);
+    o.engine.kv_event_block_size = o.kv_events.block_size;
+    o.engine.kv_events = [p = events.get()](std::vector<BlockEvent> ev) { p->publish(std::move(ev)); };
+    o.server.worker.kv_events = o.kv_events.endpoint;
+    o.server.worker.kv_events_replay = o.kv_events.replay_endpoint;
+    o.server.worker.kv_events_topic = o.kv_events.topic;
+  }
   Engine engine(*model, o.engine);
   if (!o.server.schema_dir.empty()) restore_schemas(engine, o.server.schema_dir);
   Server server(engine, o.server);
@@ -111,6 +125,19 @@ Action add_serve_command(CLI::App& app) {
   c->add_flag("--tree-text", o->server.tree_text,
               "GET /v1/kv/tree (and the console) may show the cached text: every user's prompts and answers to "
               "anyone who can reach the port");
+  c->add_option("--kv-events", o->kv_events.endpoint,
+                "Publish KV cache events in vLLM's format (msgpack over ZMQ PUB) on this endpoint, bound, for "
+                "prefix-aware routers (e.g. tcp://127.0.0.1:5557)");
+  c->add_option("--kv-events-replay", o->kv_events.replay_endpoint,
+                "ZMQ ROUTER endpoint where subscribers ask for the events they missed (vLLM's replay protocol)");
+  c->add_option("--kv-events-topic", o->kv_events.topic, "Topic (first frame) of each event message (default empty)");
+  c->add_option("--kv-event-block-size", o->kv_events.block_size,
+                "Tokens per block in KV events: a divisor of the chunk size; routers must hash at the same size "
+                "(default 16, vLLM's and the routers' default)")
+      ->check(CLI::IsMember({1, 2, 4, 8, 16, 32, 64, 128, 256}));
+  c->add_option("--root", o->server.worker.root,
+                "What /v1/models and /server_info report as the model's root (a Hugging Face tokenizer directory for "
+                "routers that tokenize; default: the model file)");
   c->add_option("--log-format", o->log_format, "Request log lines: text or json")->check(CLI::IsMember({"text", "json"}));
   add_engine_options(*c, o->engine, true);
   return [o] { return run_serve(*o); };

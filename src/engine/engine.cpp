@@ -54,6 +54,9 @@ Engine::Engine(const LlamaModel& model, EngineOptions opt) : model_(model), opt_
                 kBlockHeadDims + ")");
   if (opt_.max_batch < 1) throw Error("max batch must be at least 1");
   if (opt_.step_tokens < 1) throw Error("step tokens must be at least 1");
+  if (opt_.kv_event_block_size < 0 || (opt_.kv_event_block_size > 0 && opt_.chunk_size % opt_.kv_event_block_size))
+    throw Error("KV event block size " + std::to_string(opt_.kv_event_block_size) +
+                " does not divide the chunk size " + std::to_string(opt_.chunk_size));
   const KvLayout layout{c.n_layers, c.n_kv_heads, c.head_dim, opt_.chunk_size, opt_.kv_type};
   size_t bytes = opt_.kv_memory;
   if (bytes == 0) {
@@ -65,6 +68,10 @@ Engine::Engine(const LlamaModel& model, EngineOptions opt) : model_(model), opt_
     throw Error("KV memory of " + std::to_string(bytes) + " bytes holds fewer than 2 chunks of " +
                 std::to_string(layout.chunk_bytes()) + " bytes");
   impl_ = std::make_unique<Impl>(*this, layout, bytes);
+  if (opt_.kv_event_block_size > 0 && opt_.kv_events) {
+    impl_->ledger = std::make_unique<BlockLedger>(opt_.kv_event_block_size, opt_.chunk_size);
+    impl_->kv.tree().observe(impl_->ledger.get());
+  }
   impl_->text = pml::text_model(model);
   impl_->publish_stats();
   impl_->thread = std::thread([this] { impl_->loop(); });
@@ -126,6 +133,21 @@ bool Engine::wait_idle(std::chrono::milliseconds timeout) {
   return m.cv.wait_for(lock, timeout, [&] { return m.queued == 0 && m.running == 0; });
 }
 
+
+int Engine::flush_cache() {
+  Impl& m = *impl_;
+  return m.on_engine_thread([&m] {
+    const int freed = m.kv.tree().evict(m.kv.tree().pool().capacity());
+    m.publish_stats();
+    return freed;
+  });
+}
+
+std::vector<uint64_t> Engine::kv_block_hashes() const {
+  Impl& m = *impl_;
+  if (!m.ledger) return {};
+  return m.on_engine_thread([&m] { return m.kv.tree().block_hashes(m.ledger->block_size()); });
+}
 
 std::shared_ptr<const KvTreeSnapshot> Engine::kv_tree() const {
   Impl& m = *impl_;

@@ -52,6 +52,11 @@ struct EngineOptions {
   bool retain = true;           // keep finished sequences' chunks for later requests (prefix caching)
   int max_waiting = 4096;       // submit() refuses (busy) beyond this many queued requests
   int extra_chunks = 0;         // kv_memory 0: room for this many chunks more (generate: its schemas' pinned chunks)
+  // Scale-out (kv/block_ledger.h): the tree's blocks of this many tokens (a
+  // divisor of chunk_size; 0: none), handed to kv_events on the engine thread
+  // after each step that stored or removed any. Keep it quick: queue them.
+  int kv_event_block_size = 0;
+  std::function<void(std::vector<BlockEvent>)> kv_events;
 };
 
 // A snapshot of the engine (for metrics); counters only grow.
@@ -132,6 +137,14 @@ class Engine {
   bool wait_idle(std::chrono::milliseconds timeout);
 
   EngineStats stats() const;
+
+  // Drops every retained prefix no running sequence reads (POST
+  // /flush_cache); pinned Prompt Cache chunks stay. Returns the chunks freed.
+  int flush_cache();
+  // The hashes of the blocks the tree holds now, computed from its chunks
+  // (PrefixTree::block_hashes) at the KV event block size; empty without
+  // events. Routers' subscribers check their view against it.
+  std::vector<uint64_t> kv_block_hashes() const;
 
   // The KV cache as a tree (kv/tree_view.h) with the stats of the same
   // moment, for the web console and routers. Built on the engine thread

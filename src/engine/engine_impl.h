@@ -49,7 +49,10 @@ struct Engine::Impl {
   void forward(SchemaJob* job, int rows);
   void sample_row(Sequence* s, std::span<const float> logits, std::vector<Sequence*>& done);
   void count_finished();
+  // Hands the blocks stored and removed since the last call to kv_events.
+  void publish_kv_events();
   PrefixKv kv;
+  std::unique_ptr<BlockLedger> ledger;  // when KV events are on
   Scheduler sched;
   Workspace ws;
   ThreadBudget threads;

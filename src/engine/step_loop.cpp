@@ -107,11 +107,18 @@ void Engine::Impl::end_request(std::shared_ptr<RequestState> rp, FinishReason re
   for (int i = 0; i < r.req.n; ++i) r.end_completion(i, reason, message);
 }
 
+void Engine::Impl::publish_kv_events() {
+  if (!ledger) return;
+  std::vector<BlockEvent> events = ledger->take();
+  if (!events.empty()) engine.opt_.kv_events(std::move(events));
+}
+
 void Engine::Impl::loop() {
   while (take_inbox()) {
     handle_cancels();
     step();
     count_finished();
+    publish_kv_events();
     publish_stats();
   }
   // Stopping: whatever is left ends as cancelled; tasks still run (their
@@ -132,6 +139,7 @@ void Engine::Impl::loop() {
     end_request(s->request_ptr(), FinishReason::kCancelled, "the engine stopped");
   }
   count_finished();
+  publish_kv_events();
   publish_stats();
 }
 

@@ -104,6 +104,7 @@ void PrefixTree::attach(ChunkId c, ChunkId parent) {
 void PrefixTree::detach_and_free(ChunkId c) {
   const bool in_tree = meta_[size_t(c)].in_tree;
   const ChunkId parent = meta_[size_t(c)].parent;
+  if (in_tree && observer_) observer_->removed(c);
   if (in_tree) {
     auto& siblings = children_of(parent);
     siblings.erase(std::find(siblings.begin(), siblings.end(), c));
@@ -202,6 +203,7 @@ KvStatus PrefixTree::join(SeqId id, std::span<const int32_t> tokens, int* matche
       copy_tokens(own, best, best_m);
       ++meta_[size_t(best)].uses;  // its tokens served this sequence too
       attach(own, node);
+      grown(own, 0);
       meta_[size_t(own)].ref = meta_[size_t(own)].uses = 1;
       seq.chunks.push_back(own);
       seq.length += best_m;
@@ -241,25 +243,56 @@ KvStatus PrefixTree::append(SeqId id, std::span<const int32_t> tokens) {
     const ChunkId own = allocate_chunk();
     copy_tokens(own, tail, chunk_length(tail));
     if (!seq.detached) attach(own, meta_[size_t(tail)].parent);
+    grown(own, 0);
     meta_[size_t(own)].ref = meta_[size_t(own)].uses = 1;
     --meta_[size_t(tail)].ref;  // still read by the other sequences
     seq.chunks.back() = own;
     dirty_ = true;
   }
+  // The observer hears of each chunk once, when the tokens for it are in.
+  ChunkId growing = seq.chunks.empty() ? kNoChunk : seq.chunks.back();
+  int before = growing < 0 ? 0 : chunk_length(growing);
   for (int32_t t : tokens) {
     ChunkId last = seq.chunks.empty() ? kNoChunk : seq.chunks.back();
     if (last < 0 || chunk_length(last) == c || meta_[size_t(last)].pinned) {
+      if (growing >= 0 && chunk_length(growing) > before) grown(growing, before);
       const ChunkId fresh = allocate_chunk();  // cannot fail: counted above
       if (!seq.detached) attach(fresh, last);
       meta_[size_t(fresh)].ref = meta_[size_t(fresh)].uses = 1;
       seq.chunks.push_back(fresh);
       last = fresh;
+      growing = fresh, before = 0;
       dirty_ = true;
     }
     meta_[size_t(last)].tokens.push_back(t);
     ++seq.length;
   }
+  if (growing >= 0 && chunk_length(growing) > before) grown(growing, before);
   return KvStatus::Ok();
+}
+
+std::vector<PrefixTree::TreeChunk> PrefixTree::tree_chunks() const {
+  std::vector<TreeChunk> out;
+  std::vector<ChunkId> todo(root_children_.rbegin(), root_children_.rend());
+  while (!todo.empty()) {
+    const ChunkId c = todo.back();
+    todo.pop_back();
+    const Chunk& m = meta_[size_t(c)];
+    out.push_back({c, m.parent, m.tokens});
+    todo.insert(todo.end(), m.children.rbegin(), m.children.rend());
+  }
+  return out;
+}
+
+std::vector<uint64_t> PrefixTree::block_hashes(int block) const {
+  std::unordered_map<ChunkId, std::optional<uint64_t>> last;  // a chunk's last block
+  std::set<uint64_t> out;
+  for (const TreeChunk& c : tree_chunks()) {
+    std::optional<uint64_t> prev = c.parent == kNoChunk ? std::nullopt : last[c.parent];
+    for (size_t b = 0; b + size_t(block) <= c.tokens.size(); b += size_t(block)) out.insert(*(prev = block_hash(prev, c.tokens.subspan(b, size_t(block)))));
+    last[c.id] = prev;
+  }
+  return {out.begin(), out.end()};
 }
 
 int PrefixTree::chunks_to_append(SeqId id, int n) const {

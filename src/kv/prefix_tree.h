@@ -35,6 +35,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kv/block_ledger.h"
 #include "kv/chunk_pool.h"
 #include "kv/kernel_context.h"
 #include "kv/kv_status.h"
@@ -123,6 +124,22 @@ class PrefixTree {
   // Reads them back as floats (tests, reference kernels).
   void read_kv(SeqId id, int index, int layer, int head, float* k, float* v) const;
 
+  // Every chunk in the tree (live or cached, not pinned) with its parent,
+  // parents first: what a subscriber to the block events should hold.
+  struct TreeChunk {
+    ChunkId id, parent;
+    std::span<const int32_t> tokens;
+  };
+  std::vector<TreeChunk> tree_chunks() const;
+  // The distinct hashes (kv/block_ledger.h) of every full block of `block`
+  // tokens in the tree, computed from its chunks now: what the events of a
+  // BlockLedger said it holds, found another way.
+  std::vector<uint64_t> block_hashes(int block) const;
+
+  // Tells `o` (or nobody: nullptr) how the tree's chunks grow and leave it,
+  // on the writer thread (kv/block_ledger.h). Not owned.
+  void observe(TreeObserver* o) { observer_ = o; }
+
   ChunkPool& pool() { return pool_; }
   const ChunkPool& pool() const { return pool_; }
   const KvLayout& layout() const { return pool_.layout(); }
@@ -159,6 +176,10 @@ class PrefixTree {
   void touch(ChunkId c);
   void update_evictable(ChunkId c);
   void copy_tokens(ChunkId dst, ChunkId src, int n);
+  // Tells the observer that chunk c (if in the tree) grew from `before` tokens.
+  void grown(ChunkId c, int before) {
+    if (observer_ && meta_[size_t(c)].in_tree) observer_->grown(c, meta_[size_t(c)].parent, meta_[size_t(c)].tokens, before);
+  }
   std::vector<ChunkId>& children_of(ChunkId parent) {
     return parent < 0 ? root_children_ : meta_[size_t(parent)].children;
   }
@@ -182,6 +203,7 @@ class PrefixTree {
   uint64_t version_ = 0;
   std::shared_ptr<const KernelContext> context_;
   std::thread::id writer_{};
+  TreeObserver* observer_ = nullptr;
 };
 
 }  // namespace cs

@@ -265,6 +265,7 @@ void parse_common(const json& j, const ApiLimits& lim, ApiRequest& out) {
   }
   SamplingParams& s = out.engine.sampling;
   s.temperature = float(f.number("temperature", 0, 2).value_or(1.0));
+  out.engine.ignore_eos = f.boolean("ignore_eos").value_or(false);  // vLLM's extra: load generators ask for exact lengths
   s.top_p = float(f.number("top_p", 0, 1, true).value_or(1.0));
   s.top_k = int(f.integer("top_k", 0, 1 << 20).value_or(0));
   s.presence_penalty = float(f.number("presence_penalty", -2, 2).value_or(0));

@@ -80,6 +80,8 @@ using RouteFn = std::function<void(const HttpRequest&, HttpResponse&, HttpExchan
 
 struct Server::Impl {
   Impl(Engine& e, ServerOptions o) : engine(e), opt(std::move(o)), http(http_options(e, opt)) {
+    opt.worker.model_id = opt.model_id;
+    if (opt.worker.root.empty()) opt.worker.root = opt.worker.model_path;
     const Tokenizer& tok = e.model().tokenizer();
     limits.tokenizer = &tok;
     limits.chat = &e.model().chat();
@@ -117,6 +119,7 @@ struct Server::Impl {
   void schema_list(const HttpRequest&, HttpResponse&, HttpExchange&, Outcome&);
   void schema_delete(const HttpRequest&, HttpResponse&, HttpExchange&, Outcome&);
   void metrics(const HttpRequest&, HttpResponse&, HttpExchange&, Outcome&);
+  void flush_cache(const HttpRequest&, HttpResponse&, HttpExchange&, Outcome&);
   void pml_prompt(ApiRequest& r);
   void constrain(ApiRequest& r);
   void log(const std::string& route, int status, const std::string& id, const Result* r);
@@ -360,16 +363,28 @@ void Server::Impl::kv_tree(const HttpRequest& req, HttpResponse& res, HttpExchan
                    "permission_error", "text", "tree_text_disabled"};
   json tree = kv_tree_json(*engine.kv_tree(), engine.model().tokenizer(), max_nodes, text);
   tree["text_shown"] = opt.tree_text;
+  // ?blocks=1: the blocks the KV events describe, as the tree holds them now
+  // (hashes name token runs the events already publish).
+  if (param("blocks", 0, 1, 0) == 1) {
+    if (opt.worker.kv_events.empty())
+      throw ApiError{400, "blocks=1: this server publishes no KV events (serve --kv-events)", "invalid_request_error",
+                     "blocks", "kv_events_disabled"};
+    const std::vector<uint64_t> hashes = engine.kv_block_hashes();
+    tree["blocks"] = {{"block_size", engine.options().kv_event_block_size}, {"count", hashes.size()}, {"hashes", hashes}};
+  }
   res.body = dump(tree);
 }
 
 void Server::Impl::models(const HttpRequest&, HttpResponse& res, HttpExchange&, Outcome&) {
-  json m = {{"id", opt.model_id},
-            {"object", "model"},
-            {"created", unix_now()},
-            {"owned_by", "chunkserve"},
-            {"max_model_len", engine.n_ctx()}};
-  res.body = dump({{"object", "list"}, {"data", json::array({m})}});
+  res.body = dump({{"object", "list"}, {"data", json::array({model_card(engine, opt.worker, unix_now())})}});
+}
+
+// Routers' "forget what you cached": retained prefixes go; chunks running
+// sequences read and pinned Prompt Cache modules stay.
+void Server::Impl::flush_cache(const HttpRequest&, HttpResponse& res, HttpExchange&, Outcome&) {
+  const int freed = engine.flush_cache();
+  const EngineStats s = engine.stats();
+  res.body = dump({{"flushed", true}, {"chunks_freed", freed}, {"chunks_in_use", s.kv.used}, {"chunks_pinned", s.kv.pinned}});
 }
 
 void Server::Impl::tokenize(const HttpRequest& req, HttpResponse& res, HttpExchange&, Outcome&) {
@@ -480,6 +495,15 @@ void Server::Impl::routes() {
   http.on_error([this](const HttpRequest* req, int status, const std::string& message) {
     return transport_error(req, status, message);
   });
+  const RouteFn server_info_fn = [this](const HttpRequest&, HttpResponse& res, HttpExchange&, Outcome&) {
+    res.body = dump(server_info(engine, opt.worker));
+  };
+  const RouteFn model_info_fn = [this](const HttpRequest&, HttpResponse& res, HttpExchange&, Outcome&) {
+    res.body = dump(model_info(engine, opt.worker));
+  };
+  const RouteFn load_fn = [this](const HttpRequest&, HttpResponse& res, HttpExchange&, Outcome&) {
+    res.body = dump(load_info(engine.stats()));
+  };
   const struct {
     const char* method;
     const char* path;
@@ -501,6 +525,18 @@ void Server::Impl::routes() {
       {"GET", "/v1/schemas", std::bind(&Impl::schema_list, this, _1, _2, _3, _4)},
       {"DELETE", "/v1/schemas/", std::bind(&Impl::schema_delete, this, _1, _2, _3, _4), true},
       {"GET", "/metrics", std::bind(&Impl::metrics, this, _1, _2, _3, _4)},
+      {"GET", "/version", [this](const HttpRequest&, HttpResponse& res, HttpExchange&, Outcome&) {
+         res.body = dump({{"version", opt.worker.version}});
+       }},
+      {"GET", "/server_info", server_info_fn},
+      {"GET", "/get_server_info", server_info_fn},
+      {"GET", "/model_info", model_info_fn},
+      {"GET", "/get_model_info", model_info_fn},
+      {"GET", "/get_load", load_fn},
+      {"GET", "/v1/loads", [this](const HttpRequest&, HttpResponse& res, HttpExchange&, Outcome&) {
+         res.body = dump({{"object", "list"}, {"data", json::array({load_info(engine.stats())})}});
+       }},
+      {"POST", "/flush_cache", std::bind(&Impl::flush_cache, this, _1, _2, _3, _4)},
   };
   for (const auto& r : table) add(r.method, r.path, r.fn, r.prefix);
 }

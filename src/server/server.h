@@ -6,7 +6,9 @@
 //
 // Routes: POST /v1/completions, POST /v1/chat/completions (streamed as
 // server-sent events or not), GET /v1/models, GET /health, POST /tokenize,
-// POST /detokenize, GET /metrics. Every invalid request gets a 4xx with
+// POST /detokenize, GET /metrics; for routers (server/worker_info.h) GET
+// /version, /server_info, /model_info, /get_load, /v1/loads and POST
+// /flush_cache. Every invalid request gets a 4xx with
 // OpenAI's error object; a client that disconnects mid-stream cancels its
 // request. With an API key, everything but /health needs
 // "Authorization: Bearer KEY".
@@ -16,6 +18,7 @@
 #include <string>
 
 #include "engine/engine.h"
+#include "server/worker_info.h"
 
 namespace cs {
 
@@ -31,6 +34,7 @@ struct ServerOptions {
   std::string schema_dir;          // Prompt Cache: schemas registered are saved here (and deleted with them)
   std::string pml_src_dir;         // <module src=FILE> of schemas sent over HTTP: only below this; empty = refused
   bool tree_text = false;          // GET /v1/kv/tree may show the cached text (everyone's prompts)
+  WorkerIdentity worker;           // what /server_info and friends report (model_id is taken from above)
 };
 
 class Server {
