@@ -56,7 +56,7 @@ struct EngineOptions {
   // divisor of chunk_size; 0: none), handed to kv_events on the engine thread
   // after each step that stored or removed any. Keep it quick: queue them.
   int kv_event_block_size = 0;
-  std::function<void(std::vector<BlockEvent>)> kv_events;
+  std::function<void(std::vector<BlockEvent>)> kv_events = nullptr;
 };
 
 // A snapshot of the engine (for metrics); counters only grow.
