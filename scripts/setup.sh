@@ -49,6 +49,19 @@ if ! python3 -c "import zmq, msgpack" 2>/dev/null; then
   echo "setup: installing pyzmq and msgpack (PyPI)" >&2
   python3 -m pip install --quiet "pyzmq>=25,<28" "msgpack>=1,<2"
 fi
+# The exported tokenizer (scripts/export_tokenizer.py) is checked with Hugging Face's tokenizers.
+if ! python3 -c "import tokenizers" 2>/dev/null; then
+  echo "setup: installing tokenizers (PyPI)" >&2
+  python3 -m pip install --quiet "tokenizers>=0.20,<1"
+fi
+
+# The router in front of several replicas (scripts/cluster.sh): vllm-router's
+# wheel, in the project's own venv (it pins its own dependencies).
+if [ ! -x "$root/.venv/bin/vllm-router" ]; then
+  echo "setup: installing vllm-router (PyPI) into .venv" >&2
+  python3 -m venv "$root/.venv"
+  "$root/.venv/bin/python" -m pip install --quiet "vllm-router==0.1.17"
+fi
 
 # The chat templates' reference renderer (tests/chat_templates/check_templates.py).
 if ! python3 -c "import jinja2" 2>/dev/null; then

@@ -12,7 +12,7 @@ namespace {
 
 using Packer = msgpack::packer<msgpack::sbuffer>;
 
-void pack_str(Packer& p, const std::string& s) { p.pack(s); }
+void pack_str(Packer& p, const char* s) { p.pack(std::string(s)); }
 
 void pack_hashes(Packer& p, std::span<const BlockEvent> run) {
   p.pack_array(uint32_t(run.size()));
@@ -70,9 +70,8 @@ std::string encode_kv_event_batch(double ts, std::span<const BlockEvent> events,
   for (size_t i = 0; i < events.size(); i = runs.back().second) runs.emplace_back(i, run_end(events, i));
   msgpack::sbuffer buf;
   Packer p(buf);
-  p.pack_map(3);
-  pack_str(p, "ts"), p.pack_double(ts);
-  pack_str(p, "events");
+  p.pack_array(3);
+  p.pack_double(ts);
   p.pack_array(uint32_t(runs.size() + (cleared ? 1 : 0)));
   if (cleared) {
     p.pack_map(1);
@@ -85,7 +84,7 @@ std::string encode_kv_event_batch(double ts, std::span<const BlockEvent> events,
     else
       pack_removed(p, run);
   }
-  pack_str(p, "data_parallel_rank"), p.pack_int32(0);
+  p.pack_int32(0);  // data_parallel_rank
   return std::string(buf.data(), buf.size());
 }
 

@@ -1,9 +1,12 @@
-// KV events for prefix-aware routers, in vLLM's format: each batch is a
-// msgpack map {ts, events, data_parallel_rank}; an event is a map tagged by
-// "type": BlockStored (block_hashes, parent_block_hash, token_ids,
-// block_size, lora_id, medium, lora_name), BlockRemoved (block_hashes,
-// medium) or AllBlocksCleared. Consecutive blocks of one chain are one
-// BlockStored (its token_ids are all of theirs), as vLLM sends them.
+// KV events for prefix-aware routers, in vLLM's format as vllm-router
+// decodes it: each batch is the msgpack array [ts, events,
+// data_parallel_rank] (an array-like msgspec struct); each event a map tagged
+// by "type": BlockStored {block_hashes, parent_block_hash, token_ids,
+// block_size, lora_id, medium, lora_name}, BlockRemoved {block_hashes,
+// medium} or AllBlocksCleared {}.
+// Consecutive blocks of one chain are one BlockStored (its token_ids are all
+// of theirs), as vLLM sends them. Hashes are unsigned 63-bit integers;
+// medium, lora_id and lora_name are nil.
 //
 // The publisher sends each batch as the multipart message [topic, sequence
 // number (8 bytes, big-endian), payload] on a ZMQ PUB socket, keeps the last

@@ -387,10 +387,22 @@ void Server::Impl::flush_cache(const HttpRequest&, HttpResponse& res, HttpExchan
   res.body = dump({{"flushed", true}, {"chunks_freed", freed}, {"chunks_in_use", s.kv.used}, {"chunks_pinned", s.kv.pinned}});
 }
 
+// Two shapes: llama-server's {"content"} (the text's tokens), and vLLM's
+// {"model", "prompt"} or {"model", "messages"}: the exact prompt tokens the
+// same body would run as a completion or chat request (chat template, tools
+// and all), which is what routers hash to find the replica holding a prefix.
 void Server::Impl::tokenize(const HttpRequest& req, HttpResponse& res, HttpExchange&, Outcome&) {
   const Tokenizer& tok = engine.model().tokenizer();
   const json j = json::parse(req.body, nullptr, false);
-  const char* shape = "the body must be {\"content\": string, \"add_special\": bool, \"with_pieces\": bool}";
+  const char* shape =
+      "the body must be {\"content\": string, \"add_special\": bool, \"with_pieces\": bool}, or a completion "
+      "({\"model\", \"prompt\"}) or chat ({\"model\", \"messages\"}) request";
+  if (!j.is_discarded() && j.is_object() && !j.contains("content") && (j.contains("prompt") || j.contains("messages"))) {
+    const ApiRequest ar = j.contains("messages") ? parse_chat_request(req.body, limits) : parse_completion_request(req.body, limits);
+    res.body = dump({{"count", ar.engine.prompt.size()}, {"max_model_len", engine.n_ctx()}, {"tokens", ar.engine.prompt},
+                     {"token_strs", nullptr}});
+    return;
+  }
   if (j.is_discarded() || !j.is_object() || !j.contains("content") || !j["content"].is_string())
     throw ApiError{400, shape, "invalid_request_error", "content", ""};
   auto flag = [&](const char* name) {

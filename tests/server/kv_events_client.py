@@ -86,12 +86,14 @@ class KvEventSubscriber:
             sock.close(linger=0)
 
     def _apply(self, seq, payload):
-        batch = msgpack.unpackb(payload, raw=False)
+        # [ts, events, data_parallel_rank], each event a map tagged by "type".
+        ts, events, *_rank = msgpack.unpackb(payload, raw=False)
         with self.lock:
             if self.last_seq >= 0 and seq != self.last_seq + 1:
                 self.errors.append(f"sequence {seq} after {self.last_seq}")
             self.last_seq = seq
-            for ev in batch["events"]:
+            self.last_ts = ts
+            for ev in events:
                 kind = ev["type"]
                 if kind == "AllBlocksCleared":
                     self.blocks.clear()
@@ -108,11 +110,10 @@ class KvEventSubscriber:
                     self.errors.append(f"unknown event type {kind}")
 
     def _stored(self, ev):
-        size, hashes, tokens = ev["block_size"], ev["block_hashes"], ev["token_ids"]
+        hashes, parent, tokens, size = ev["block_hashes"], ev["parent_block_hash"], ev["token_ids"], ev["block_size"]
         if len(tokens) != size * len(hashes):
             self.errors.append(f"{len(hashes)} blocks of {size} with {len(tokens)} tokens")
             return
-        parent = ev["parent_block_hash"]
         if parent is not None and parent not in self.blocks:
             self.errors.append(f"stored {hashes[0]} under {parent}, not held")
         for i, h in enumerate(hashes):
