@@ -8,7 +8,7 @@
 #
 # The router listens on PORT (default 8080); replica i on PORT+1+i, with its
 # KV events (vLLM's format, ZMQ) on PORT+100+2i and their replay socket on
-# PORT+101+2i. --policy is the router's: kv_aware (default: routes on the
+# PORT+101+2i; the router's own metrics on PORT+99. --policy is the router's: kv_aware (default: routes on the
 # replicas' KV events, the blocks each one holds), cache_aware (the router's
 # own guess from the prompts' text), round_robin, power_of_two, ... Each
 # replica gets T threads (default: the cores split between the replicas).
@@ -69,7 +69,8 @@ for w in "${workers[@]}"; do
   curl -sf "$w/health" >/dev/null 2>&1 || { echo "cluster: $w did not start" >&2; exit 1; }
 done
 
-args=(--host 127.0.0.1 --port "$port" --worker-urls "${workers[@]}" --policy "$policy" --log-level warning
+args=(--host 127.0.0.1 --port "$port" --prometheus-port $((port + 99)) --worker-urls "${workers[@]}" --policy "$policy"
+      --log-level warning
       --health-check-interval-secs 2 --health-failure-threshold 2)
 if [ "$policy" = kv_aware ]; then
   # The router asks each replica to tokenize (POST /tokenize) and hashes the

@@ -28,7 +28,8 @@ if [ "${1:-}" = "--sanitize" ]; then
   # (CHUNKSERVE_TSAN_LIGHT; minutes each under the sanitizer), and so are the
   # structured-output tests (their server paths are test_api's; long prompts
   # take minutes each under the sanitizer; their parsers run under ASan above).
-  for t in test_api test_hardening; do
+  # test_scaleout: the engine thread hands KV events to the publisher thread.
+  for t in test_api test_hardening test_scaleout; do
     CHUNKSERVE_TSAN_LIGHT=1 CHUNKSERVE_SERVER_ARGS="--threads 1" python3 "$root/tests/server/$t.py" "$tsan/chunkserve" \
       "$root/models/SmolLM2-135M-Instruct.Q4_1.gguf"
   done
