@@ -71,6 +71,18 @@ class Server:
         return False
 
 
+def wait_until(check, timeout=15.0):
+    """Polls check() every 50 ms until it is true or `timeout` seconds pass
+    (bounded); returns its last value. For state that settles a moment after
+    an answer (events sent after a step, a router's health checks)."""
+    deadline = time.time() + timeout
+    while True:
+        v = check()
+        if v or time.time() > deadline:
+            return v
+        time.sleep(0.05)
+
+
 def raw(url, method, path, body=None, headers=None):
     """(status, headers, parsed JSON or text) of one HTTP request (JSON content type unless headers say)."""
     host, port = url.replace("http://", "").split(":")

@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import openai
 
-from harness import raw
+from harness import raw, wait_until
 from kv_events_client import KvEventSubscriber, block_hash
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -48,13 +48,6 @@ def system_prompt(k):
     return "You are the support assistant of ACME Corporation. Be brief and polite. " + rules
 
 
-def wait_until(check, timeout=20.0):
-    deadline = time.time() + timeout
-    while True:
-        v = check()
-        if v or time.time() > deadline:
-            return v
-        time.sleep(0.1)
 
 
 class Cluster(unittest.TestCase):

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 import openai
 import zmq
 
-from harness import Server, ServedTest, raw
+from harness import Server, ServedTest, raw, wait_until
 from kv_events_client import KvEventSubscriber
 
 MODEL_ID = "SmolLM2-135M-Instruct.Q4_1"
@@ -38,14 +38,6 @@ def prompt(family, n_words, tail=""):
     return "You are a support agent. " + " ".join(words) + tail
 
 
-def wait_until(check, timeout=15.0):
-    """Polls check() until it is true (bounded); returns its last value."""
-    deadline = time.time() + timeout
-    while True:
-        v = check()
-        if v or time.time() > deadline:
-            return v
-        time.sleep(0.05)
 
 
 class WorkerEndpoints(ServedTest):
