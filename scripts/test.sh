@@ -22,7 +22,7 @@ if [ "${1:-}" = "--sanitize" ]; then
     -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
   ninja -C "$tsan" --quiet unit_tests chunkserve
   cd "$tsan"
-  export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
+  export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$root/tests/tsan.supp"
   ctest --output-on-failure -L threads
   # Schema-encoding tests that add no concurrency are left to the release run
   # (CHUNKSERVE_TSAN_LIGHT; minutes each under the sanitizer), and so are the

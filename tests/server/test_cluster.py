@@ -87,7 +87,9 @@ class Cluster(unittest.TestCase):
     @classmethod
     def stop_cluster(cls):
         if cls.proc.poll() is None:
-            cls.proc.send_signal(signal.SIGTERM)  # the script stops the router and every replica
+            # Ctrl-C as a terminal sends it: SIGINT to the whole process group
+            # (the script, the router, the replicas); the script stops what is left.
+            os.killpg(cls.proc.pid, signal.SIGINT)
         try:
             cls.proc.wait(60)
         except subprocess.TimeoutExpired:

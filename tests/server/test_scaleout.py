@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 import openai
 import zmq
 
-from harness import Server, ServedTest, raw, wait_until
+from harness import Server, ServedTest, heavy_under_tsan, heavy_under_tsan_because, raw, wait_until
 from kv_events_client import KvEventSubscriber
 
 MODEL_ID = "SmolLM2-135M-Instruct.Q4_1"
@@ -81,6 +81,7 @@ class WorkerEndpoints(ServedTest):
             self.assertEqual(info["model_type"], "llama")
             self.assertTrue(info["model_path"].endswith(".gguf"))
 
+    @heavy_under_tsan_because("1,200 tokens of decoding (test_api runs these threads under the sanitizer)")
     def test_load_counts_running_and_waiting(self):
         idle = self.get("/get_load")
         self.assertEqual(idle["load"], 0)
@@ -99,6 +100,7 @@ class WorkerEndpoints(ServedTest):
         self.assertGreater(load["kv_cache_usage"], 0)
         self.assertEqual(wait_until(lambda: self.get("/get_load")["load"] == 0), True)
 
+    @heavy_under_tsan
     def test_flush_drops_retained_prefixes_only(self):
         schema = ('<schema name="flushtest"><system>You answer questions about the flush test, '
                   'which keeps pinned modules.</system></schema>')
@@ -151,13 +153,13 @@ class KeyProtectsRouterEndpoints(unittest.TestCase):
 
 
 class KvEvents(unittest.TestCase):
-    """A small pool (40 MiB: 27 chunks) so that the workload evicts."""
+    """A small pool (16 MiB: 11 chunks, 704 tokens) so that a light workload evicts."""
 
     @classmethod
     def setUpClass(cls):
         cls.pub = f"tcp://127.0.0.1:{free_port()}"
         cls.replay = f"tcp://127.0.0.1:{free_port()}"
-        cls.server = Server(ServedTest.binary, ServedTest.model, "--max-batch", "4", "--kv-memory", "40M",
+        cls.server = Server(ServedTest.binary, ServedTest.model, "--max-batch", "4", "--kv-memory", "16M",
                             "--kv-events", cls.pub, "--kv-events-replay", cls.replay)
         cls.client = openai.OpenAI(base_url=cls.server.url + "/v1", api_key="unused", max_retries=0)
 
@@ -179,7 +181,7 @@ class KvEvents(unittest.TestCase):
         jobs = jobs[seed % len(jobs):] + jobs[:seed % len(jobs)]
         with ThreadPoolExecutor(4) as pool:
             list(pool.map(lambda j: self.client.completions.create(
-                model=MODEL_ID, prompt=prompt(j[0], 150 + 40 * (hash(j[0]) % 3), f" Question {j[1]}:"),
+                model=MODEL_ID, prompt=prompt(j[0], 50 + 25 * (len(j[0]) % 3), f" Question {j[1]}:"),
                 max_tokens=4, temperature=0), jobs))
 
     def test_subscriber_view_matches_the_tree(self):
