@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 import openai
 import zmq
 
-from harness import Server, ServedTest, heavy_under_tsan, heavy_under_tsan_because, raw, wait_until
+from harness import Server, ServedTest, heavy_under_tsan_because, raw, wait_until
 from kv_events_client import KvEventSubscriber
 
 MODEL_ID = "SmolLM2-135M-Instruct.Q4_1"
@@ -40,6 +40,12 @@ def prompt(family, n_words, tail=""):
 
 
 
+# Under ThreadSanitizer only the KV events run (the engine thread feeding the
+# publisher's): these routes are plain handlers, whose threads test_api covers there.
+no_new_threads = heavy_under_tsan_because("no threads beyond test_api's")
+
+
+@no_new_threads
 class WorkerEndpoints(ServedTest):
     server_args = ("--max-batch", "4", "--kv-events", f"tcp://127.0.0.1:{free_port()}", "--kv-event-block-size", "32")
 
@@ -81,7 +87,6 @@ class WorkerEndpoints(ServedTest):
             self.assertEqual(info["model_type"], "llama")
             self.assertTrue(info["model_path"].endswith(".gguf"))
 
-    @heavy_under_tsan_because("1,200 tokens of decoding (test_api runs these threads under the sanitizer)")
     def test_load_counts_running_and_waiting(self):
         idle = self.get("/get_load")
         self.assertEqual(idle["load"], 0)
@@ -100,7 +105,6 @@ class WorkerEndpoints(ServedTest):
         self.assertGreater(load["kv_cache_usage"], 0)
         self.assertEqual(wait_until(lambda: self.get("/get_load")["load"] == 0), True)
 
-    @heavy_under_tsan
     def test_flush_drops_retained_prefixes_only(self):
         schema = ('<schema name="flushtest"><system>You answer questions about the flush test, '
                   'which keeps pinned modules.</system></schema>')
@@ -133,6 +137,7 @@ class WorkerEndpoints(ServedTest):
         self.assertEqual(with_events["count"], len(with_events["hashes"]))
 
 
+@no_new_threads
 class KeyProtectsRouterEndpoints(unittest.TestCase):
     def test_every_router_endpoint_needs_the_key(self):
         s = Server(ServedTest.binary, ServedTest.model, "--api-key", "sekret")
@@ -185,9 +190,11 @@ class KvEvents(unittest.TestCase):
                 max_tokens=4, temperature=0), jobs))
 
     def test_subscriber_view_matches_the_tree(self):
+        # Under ThreadSanitizer each prompt once (still more than the pool holds).
+        repeats = 1 if os.environ.get("CHUNKSERVE_TSAN_LIGHT") == "1" else 3
         a = KvEventSubscriber(self.pub, self.replay)
         try:
-            self.run_load(["alpha", "beta", "gamma"], 3, seed=1)
+            self.run_load(["alpha", "beta", "gamma"], repeats, seed=1)
             self.assertTrue(self.matches_tree(a))
             self.assertGreater(a.stored, 0)
             # A subscriber started now catches up through the replay socket.
@@ -195,7 +202,7 @@ class KvEvents(unittest.TestCase):
             self.assertTrue(self.matches_tree(b))
             a.close()
             # More prompts than the pool holds: the oldest prefixes are evicted.
-            self.run_load(["delta", "epsilon", "zeta", "eta"], 2, seed=2)
+            self.run_load(["delta", "epsilon", "zeta", "eta"], min(2, repeats), seed=2)
             self.assertTrue(self.matches_tree(b))
             self.assertGreater(b.removed, 0, "the workload evicted nothing")
             # A restarted subscriber (same endpoints, fresh state) rebuilds the same view.
