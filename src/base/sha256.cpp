@@ -2,7 +2,6 @@
 
 #include <openssl/evp.h>
 
-
 #include "base/error.h"
 
 namespace cs {

@@ -11,7 +11,6 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "engine/schema_dir.h"
-#include "server/kv_events.h"
 #include "server/server.h"
 
 namespace cs {
@@ -22,7 +21,6 @@ struct ServeOptions {
   std::string chat_template;
   EngineOptions engine;
   ServerOptions server;
-  KvEventOptions kv_events;
   double grace_s = 30;
   std::string log_format = "text";
 };
@@ -65,13 +63,10 @@ int run_serve(ServeOptions o) {
   o.server.worker.model_path = std::filesystem::absolute(path).string();
   // The publisher outlives the engine that feeds it.
   std::unique_ptr<KvEventPublisher> events;
-  if (!o.kv_events.endpoint.empty()) {
-    events = std::make_unique<KvEventPublisher>(o.kv_events);
-    o.engine.kv_event_block_size = o.kv_events.block_size;
-    o.engine.kv_events = [p = events.get()](std::vector<BlockEvent> ev) { p->publish(std::move(ev)); };
-    o.server.worker.kv_events = o.kv_events.endpoint;
-    o.server.worker.kv_events_replay = o.kv_events.replay_endpoint;
-    o.server.worker.kv_events_topic = o.kv_events.topic;
+  if (const KvEventOptions& ev = o.server.worker.kv_events; !ev.endpoint.empty()) {
+    events = std::make_unique<KvEventPublisher>(ev);
+    o.engine.kv_event_block_size = ev.block_size;
+    o.engine.kv_events = [p = events.get()](std::vector<BlockEvent> batch) { p->publish(std::move(batch)); };
   }
   Engine engine(*model, o.engine);
   if (!o.server.schema_dir.empty()) restore_schemas(engine, o.server.schema_dir);
@@ -125,13 +120,13 @@ Action add_serve_command(CLI::App& app) {
   c->add_flag("--tree-text", o->server.tree_text,
               "GET /v1/kv/tree (and the console) may show the cached text: every user's prompts and answers to "
               "anyone who can reach the port");
-  c->add_option("--kv-events", o->kv_events.endpoint,
+  c->add_option("--kv-events", o->server.worker.kv_events.endpoint,
                 "Publish KV cache events in vLLM's format (msgpack over ZMQ PUB) on this endpoint, bound, for "
                 "prefix-aware routers (e.g. tcp://127.0.0.1:5557)");
-  c->add_option("--kv-events-replay", o->kv_events.replay_endpoint,
+  c->add_option("--kv-events-replay", o->server.worker.kv_events.replay_endpoint,
                 "ZMQ ROUTER endpoint where subscribers ask for the events they missed (vLLM's replay protocol)");
-  c->add_option("--kv-events-topic", o->kv_events.topic, "Topic (first frame) of each event message (default empty)");
-  c->add_option("--kv-event-block-size", o->kv_events.block_size,
+  c->add_option("--kv-events-topic", o->server.worker.kv_events.topic, "Topic (first frame) of each event message (default empty)");
+  c->add_option("--kv-event-block-size", o->server.worker.kv_events.block_size,
                 "Tokens per block in KV events: a divisor of the chunk size; routers must hash at the same size "
                 "(default 16, vLLM's and the routers' default)")
       ->check(CLI::IsMember({1, 2, 4, 8, 16, 32, 64, 128, 256}));

@@ -37,7 +37,7 @@ Engine::Impl::Impl(Engine& e, const KvLayout& layout, size_t pool_bytes)
     : engine(e),
       model(e.model_),
       kv(layout, pool_bytes, model.config().n_heads, path_of(e.opt_.mode),
-         e.opt_.retain && e.opt_.mode != AttnMode::kNone),
+         e.opt_.prefix_caching()),
       sched(kv, {e.opt_.mode != AttnMode::kNone, e.opt_.max_batch, e.opt_.step_tokens}),
       threads(e.opt_.threads) {}
 
@@ -54,9 +54,10 @@ Engine::Engine(const LlamaModel& model, EngineOptions opt) : model_(model), opt_
                 kBlockHeadDims + ")");
   if (opt_.max_batch < 1) throw Error("max batch must be at least 1");
   if (opt_.step_tokens < 1) throw Error("step tokens must be at least 1");
-  if (opt_.kv_event_block_size < 0 || (opt_.kv_event_block_size > 0 && opt_.chunk_size % opt_.kv_event_block_size))
-    throw Error("KV event block size " + std::to_string(opt_.kv_event_block_size) +
-                " does not divide the chunk size " + std::to_string(opt_.chunk_size));
+  // Checks the block size before the pool is allocated.
+  std::unique_ptr<BlockLedger> ledger;
+  if (opt_.kv_event_block_size != 0 && opt_.kv_events)
+    ledger = std::make_unique<BlockLedger>(opt_.kv_event_block_size, opt_.chunk_size);
   const KvLayout layout{c.n_layers, c.n_kv_heads, c.head_dim, opt_.chunk_size, opt_.kv_type};
   size_t bytes = opt_.kv_memory;
   if (bytes == 0) {
@@ -68,8 +69,8 @@ Engine::Engine(const LlamaModel& model, EngineOptions opt) : model_(model), opt_
     throw Error("KV memory of " + std::to_string(bytes) + " bytes holds fewer than 2 chunks of " +
                 std::to_string(layout.chunk_bytes()) + " bytes");
   impl_ = std::make_unique<Impl>(*this, layout, bytes);
-  if (opt_.kv_event_block_size > 0 && opt_.kv_events) {
-    impl_->ledger = std::make_unique<BlockLedger>(opt_.kv_event_block_size, opt_.chunk_size);
+  if (ledger) {
+    impl_->ledger = std::move(ledger);
     impl_->kv.tree().observe(impl_->ledger.get());
   }
   impl_->text = pml::text_model(model);

@@ -57,6 +57,9 @@ struct EngineOptions {
   // after each step that stored or removed any. Keep it quick: queue them.
   int kv_event_block_size = 0;
   std::function<void(std::vector<BlockEvent>)> kv_events = nullptr;
+
+  // Finished sequences' chunks stay for later requests (mode none shares nothing).
+  bool prefix_caching() const { return retain && mode != AttnMode::kNone; }
 };
 
 // A snapshot of the engine (for metrics); counters only grow.

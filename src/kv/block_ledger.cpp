@@ -21,8 +21,8 @@ uint64_t block_hash(std::optional<uint64_t> parent, std::span<const int32_t> tok
 
 BlockLedger::BlockLedger(int block_size, int chunk_size) : block_size_(block_size) {
   if (block_size <= 0 || chunk_size % block_size != 0)
-    throw Error("block size " + std::to_string(block_size) + " does not divide the chunk size " +
-                                std::to_string(chunk_size));
+    throw Error("KV event block size " + std::to_string(block_size) + " does not divide the chunk size " +
+                std::to_string(chunk_size));
 }
 
 void BlockLedger::grown(ChunkId c, ChunkId parent, std::span<const int32_t> tokens, int before) {

@@ -289,7 +289,10 @@ std::vector<uint64_t> PrefixTree::block_hashes(int block) const {
   std::set<uint64_t> out;
   for (const TreeChunk& c : tree_chunks()) {
     std::optional<uint64_t> prev = c.parent == kNoChunk ? std::nullopt : last[c.parent];
-    for (size_t b = 0; b + size_t(block) <= c.tokens.size(); b += size_t(block)) out.insert(*(prev = block_hash(prev, c.tokens.subspan(b, size_t(block)))));
+    for (size_t b = 0; b + size_t(block) <= c.tokens.size(); b += size_t(block)) {
+      prev = block_hash(prev, c.tokens.subspan(b, size_t(block)));
+      out.insert(*prev);
+    }
     last[c.id] = prev;
   }
   return {out.begin(), out.end()};

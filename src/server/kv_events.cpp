@@ -143,6 +143,7 @@ void KvEventPublisher::publish(std::vector<BlockEvent> events) {
 
 void KvEventPublisher::run() {
   std::deque<std::pair<int64_t, std::string>> kept;  // for replays
+  int64_t next_seq = 0;
   Sockets& s = *sockets_;
   for (;;) {
     std::deque<Pending> todo;
@@ -156,7 +157,7 @@ void KvEventPublisher::run() {
       stop = stopping_;
     }
     for (const Pending& b : todo) {
-      const int64_t seq = int64_t(next_seq_.load());
+      const int64_t seq = next_seq++;
       std::string payload = encode_kv_event_batch(b.ts, b.events, opt_.block_size, b.cleared);
       const std::string seq8 = seq_bytes(seq);
       s.pub.send(zmq::buffer(opt_.topic), zmq::send_flags::sndmore);
@@ -164,7 +165,6 @@ void KvEventPublisher::run() {
       s.pub.send(zmq::buffer(payload), zmq::send_flags::none);
       kept.emplace_back(seq, std::move(payload));
       if (kept.size() > opt_.buffer) kept.pop_front();
-      next_seq_.store(uint64_t(seq + 1));
     }
     while (s.has_replay) {
       // [client id, empty, start seq (8 bytes)]

@@ -18,7 +18,6 @@
 // Threading: publish() from any thread (the engine's); one thread of its own
 // owns the sockets.
 #pragma once
-#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -54,7 +53,6 @@ class KvEventPublisher {
   KvEventPublisher& operator=(const KvEventPublisher&) = delete;
 
   void publish(std::vector<BlockEvent> events);
-  uint64_t published() const { return next_seq_.load(); }  // batches sent so far
 
  private:
   void run();
@@ -70,7 +68,6 @@ class KvEventPublisher {
   };
   std::deque<Pending> queue_;  // batches waiting to be encoded and sent
   bool stopping_ = false;
-  std::atomic<uint64_t> next_seq_{0};
   std::thread thread_;
 };
 

@@ -366,7 +366,7 @@ void Server::Impl::kv_tree(const HttpRequest& req, HttpResponse& res, HttpExchan
   // ?blocks=1: the blocks the KV events describe, as the tree holds them now
   // (hashes name token runs the events already publish).
   if (param("blocks", 0, 1, 0) == 1) {
-    if (opt.worker.kv_events.empty())
+    if (opt.worker.kv_events.endpoint.empty())
       throw ApiError{400, "blocks=1: this server publishes no KV events (serve --kv-events)", "invalid_request_error",
                      "blocks", "kv_events_disabled"};
     const std::vector<uint64_t> hashes = engine.kv_block_hashes();

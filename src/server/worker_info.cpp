@@ -16,12 +16,13 @@ json server_info(const Engine& e, const WorkerIdentity& w) {
   // Routers hash prompts at the events' block size; without events the
   // unit of sharing is the chunk.
   const int block = o.kv_event_block_size > 0 ? o.kv_event_block_size : o.chunk_size;
-  const bool events = !w.kv_events.empty();
+  const KvEventOptions& ev = w.kv_events;
+  const bool events = !ev.endpoint.empty();
   const json kv_events = {{"enable_kv_cache_events", events},
                           {"publisher", events ? "zmq" : "null"},
-                          {"endpoint", w.kv_events},
-                          {"replay_endpoint", w.kv_events_replay.empty() ? json(nullptr) : json(w.kv_events_replay)},
-                          {"topic", w.kv_events_topic}};
+                          {"endpoint", ev.endpoint},
+                          {"replay_endpoint", ev.replay_endpoint.empty() ? json(nullptr) : json(ev.replay_endpoint)},
+                          {"topic", ev.topic}};
   return {{"version", w.version},
           {"engine", "chunkserve"},
           {"model_path", w.model_path},
@@ -34,11 +35,11 @@ json server_info(const Engine& e, const WorkerIdentity& w) {
           {"kv_pool_bytes", s.kv.bytes},
           {"max_batch", o.max_batch},
           {"threads", s.threads},
-          {"prefix_caching", o.retain && o.mode != AttnMode::kNone},
+          {"prefix_caching", o.prefix_caching()},
           {"kv_events", kv_events},
           {"vllm_config",
            {{"model_config", {{"model", w.root}, {"served_model_name", w.model_id}, {"max_model_len", e.n_ctx()}}},
-            {"cache_config", {{"block_size", block}, {"enable_prefix_caching", o.retain && o.mode != AttnMode::kNone}}},
+            {"cache_config", {{"block_size", block}, {"enable_prefix_caching", o.prefix_caching()}}},
             {"kv_events_config", kv_events}}}};
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "engine/engine.h"
+#include "server/kv_events.h"
 
 namespace cs {
 
@@ -17,9 +18,7 @@ struct WorkerIdentity {
   std::string model_id;    // the name clients use
   std::string model_path;  // the GGUF file
   std::string root;        // what /v1/models reports as root: a tokenizer directory, else the model path
-  std::string kv_events;   // ZMQ PUB endpoint, empty: no events
-  std::string kv_events_replay;
-  std::string kv_events_topic;
+  KvEventOptions kv_events;  // its endpoint empty: no events
 };
 
 nlohmann::json model_card(const Engine& e, const WorkerIdentity& w, long long created);
