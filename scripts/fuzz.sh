@@ -2,13 +2,13 @@
 # Builds the libFuzzer targets with clang under ASan+UBSan and runs each for
 # SECONDS (default 60) from its committed seed corpus (copied, so the run's
 # new inputs stay in the build directory). Exits non-zero on any crash.
-#   scripts/fuzz.sh [SECONDS] [TARGET...]     targets: request tokenizer gguf pml jinja grammar
+#   scripts/fuzz.sh [SECONDS] [TARGET...]     targets: request tokenizer gguf pml jinja grammar kvfile
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 secs=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(request tokenizer gguf pml jinja grammar)
+[ ${#targets[@]} -gt 0 ] || targets=(request tokenizer gguf pml jinja grammar kvfile)
 out="$root/build-fuzz"
 mkdir -p "$out"
 model=${CHUNKSERVE_MODEL:-$root/models/SmolLM2-135M-Instruct.Q4_1.gguf}
@@ -25,6 +25,7 @@ declare -A sources=(
   [pml]="src/pml/parse.cpp src/pml/src_files.cpp src/pml/layout.cpp src/pml/assemble.cpp"
   [jinja]="${jinja[*]}"
   [grammar]="${common[*]} ${text[*]} src/grammar/grammar.cpp src/grammar/messages.cpp src/grammar/schema_check.cpp"
+  [kvfile]="src/kv/kv_file.cpp"
 )
 for t in "${targets[@]}"; do
   bin="$out/fuzz_$t"
@@ -32,7 +33,7 @@ for t in "${targets[@]}"; do
   for s in ${sources[$t]}; do srcs+=("$root/$s"); done
   # Rebuild when any source is newer than the binary.
   if [ ! -x "$bin" ] || [ -n "$(find "$root/tests/fuzz" "${srcs[@]}" "$root/src" -newer "$bin" -name '*.[ch]*' | head -1)" ]; then
-    clang++ "${flags[@]}" "$root/tests/fuzz/fuzz_$t.cpp" "${srcs[@]}" -lpcre2-8 -lpugixml "$root/.deps/xgrammar/lib/libxgrammar.a" -o "$bin"
+    clang++ "${flags[@]}" "$root/tests/fuzz/fuzz_$t.cpp" "${srcs[@]}" -lpcre2-8 -lpugixml -lxxhash "$root/.deps/xgrammar/lib/libxgrammar.a" -o "$bin"
   fi
   corpus="$out/corpus_$t"
   mkdir -p "$corpus"

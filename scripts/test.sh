@@ -34,7 +34,7 @@ if [ "${1:-}" = "--sanitize" ]; then
       "$root/models/SmolLM2-135M-Instruct.Q4_1.gguf"
   done
   unset TSAN_OPTIONS
-  "$root/scripts/fuzz.sh" 60
+  "$root/scripts/fuzz.sh" 50
 else
   dir="$root/build"
   "$root/scripts/build.sh" "$dir"

@@ -150,4 +150,79 @@ void PrefixKv::attend(int layer, const float* q, float* out, int window) {
     std::memcpy(out + t * w, out_.data() + size_t(row_of_tok_[t]) * w, w * 4);
 }
 
+void PrefixKv::attach_disk(DiskTier* disk) {
+  disk_ = disk;
+  // The chain's root is the tier's: it names the model and the KV layout.
+  tree_.use_keys(disk->root(), [this](ChunkId c) { persist(c); });
+}
+
+void PrefixKv::persist(ChunkId c) {
+  const ChunkId parent = tree_.parent(c);
+  const DiskWant w{tree_.key(c), parent < 0 ? tree_.root_key() : tree_.key(parent), tree_.chunk_tokens(c)};
+  disk_->store(w, {tree_.pool().data(c), tree_.layout().chunk_bytes()}, persist_wait_);
+}
+
+void PrefixKv::persist_all() {
+  if (!disk_) return;
+  persist_wait_ = true;
+  tree_.persist_all();
+  persist_wait_ = false;
+}
+
+// The tree's full-chunk match, then the chunks the disk holds beyond it, one
+// key leading to the next; read once per wait, adopted into the tree (as
+// retained chunks, which the join then shares) when room allows.
+SequenceCache::Prep PrefixKv::prepare(SeqId id, std::span<const int32_t> known, int room, int* from_disk) {
+  *from_disk = 0;
+  if (!disk_) return Prep::kReady;
+  const int c = chunk_size();
+  auto [node, i] = tree_.match(known);
+  if (auto it = loads_.find(id); it != loads_.end()) {
+    Load& l = it->second;
+    if (!l.done) return Prep::kLoading;
+    // The tree may have changed while it read: adopt from where it ends now.
+    const int skip = (i - l.start) / c;
+    if (i < l.start || (i - l.start) % c != 0 || skip >= int(l.got.chunks.size())) {
+      loads_.erase(it);
+      return Prep::kReady;
+    }
+    const int n = int(l.got.chunks.size()) - skip;
+    if (n > room) return Prep::kNoRoom;
+    for (int k = skip; k < int(l.got.chunks.size()); ++k) {
+      const DiskWant& w = l.got.chunks[size_t(k)];
+      const ChunkId got = tree_.adopt(node, w.tokens, l.got.data[size_t(k)], w.key);
+      if (got < 0) break;
+      node = got;
+      *from_disk += c;
+    }
+    loads_.erase(it);
+    return Prep::kReady;
+  }
+  Load l;
+  l.start = i;
+  std::vector<DiskWant> want;
+  ChunkKey parent = node < 0 ? tree_.root_key() : tree_.key(node);
+  for (; i + c <= int(known.size()); i += c) {
+    const auto tokens = known.subspan(size_t(i), size_t(c));
+    const ChunkKey key = chunk_key(parent, tokens);
+    if (!disk_->has(key)) break;
+    want.push_back({key, parent, {tokens.begin(), tokens.end()}});
+    parent = key;
+  }
+  if (want.empty()) return Prep::kReady;
+  disk_->load(uint64_t(id), std::move(want));
+  loads_.emplace(id, std::move(l));
+  return Prep::kLoading;
+}
+
+void PrefixKv::take_loads() {
+  if (!disk_) return;
+  for (DiskLoad& got : disk_->take_loaded()) {
+    auto it = loads_.find(SeqId(got.ticket));
+    if (it == loads_.end()) continue;  // forgotten: cancelled while reading
+    it->second.done = true;
+    it->second.got = std::move(got);
+  }
+}
+
 }  // namespace cs

@@ -17,6 +17,7 @@
 
 #include "attn/attention.h"
 #include "cache/sequence_cache.h"
+#include "kv/disk_tier.h"
 #include "kv/kv_store.h"
 #include "kv/prefix_tree.h"
 
@@ -51,6 +52,17 @@ class PrefixKv : public KvStore, public SequenceCache {
   void store(int layer, const float* k, const float* v) override;
   void attend(int layer, const float* q, float* out, int window) override;
 
+  // --- The disk tier (kv/disk_tier.h; not owned): full chunks leaving the
+  // pool, and shared prefixes, are stored there; prepare() reads back what
+  // continues a prompt's match, and take_loads() (each step) collects it.
+  void attach_disk(DiskTier* disk);
+  DiskTier* disk() const { return disk_; }
+  Prep prepare(SeqId id, std::span<const int32_t> known, int room, int* from_disk) override;
+  void forget(SeqId id) override { loads_.erase(id); }
+  void take_loads();
+  // Stores every full chunk of the tree (a clean shutdown), waiting for room.
+  void persist_all();
+
   const PrefixTree& tree() const { return tree_; }
   PrefixTree& tree() { return tree_; }
   const AttnPlan& plan() const { return plan_; }
@@ -66,7 +78,18 @@ class PrefixKv : public KvStore, public SequenceCache {
   // lets it see (computed once per batch and window).
   const int* window_first(int window);
 
+  // Chunks read for a sequence waiting to join.
+  struct Load {
+    bool done = false;
+    DiskLoad got;
+    int start = 0;  // token index of its first chunk
+  };
+  void persist(ChunkId c);
+
   PrefixTree tree_;
+  DiskTier* disk_ = nullptr;
+  bool persist_wait_ = false;  // persist_all: block for queue room instead of dropping
+  std::unordered_map<SeqId, Load> loads_;
   int n_heads_;
   AttnPath path_;
   AttnPlan plan_;

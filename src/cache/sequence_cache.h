@@ -34,6 +34,20 @@ class SequenceCache {
   virtual int chunks_needed(const Batch& batch) const = 0;
   virtual int chunks_available() const = 0;
   virtual int chunk_size() const = 0;
+
+  // A lower tier (the disk, kv/disk_tier.h): before joining, the scheduler
+  // asks whether more of the tokens can be brought in than the tree holds.
+  // kLoading: they are being read (ask again later; the sequence waits,
+  // others go on); kNoRoom: they are read but `room` chunks cannot take
+  // them (wait as for prefill room); kReady: join now (*from_disk tokens
+  // were brought into the tree for it).
+  enum class Prep { kReady, kLoading, kNoRoom };
+  virtual Prep prepare(SeqId, std::span<const int32_t>, int /*room*/, int* from_disk) {
+    *from_disk = 0;
+    return Prep::kReady;
+  }
+  // The sequence will not join (cancelled while waiting): drop what was read for it.
+  virtual void forget(SeqId) {}
 };
 
 }  // namespace cs

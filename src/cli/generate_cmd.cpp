@@ -79,6 +79,8 @@ int run_generate(GenerateOptions o) {
   p.kv_type = o.engine.kv_type;
   p.n_ctx = o.engine.n_ctx;
   p.threads = o.engine.threads;
+  p.kv_disk = o.engine.kv_disk;
+  p.kv_disk_bytes = o.engine.kv_disk_bytes;
   GenerateResult r = generate(*model, ids, p, write_out);
   write_out("\n");
   const double pp = r.prefill_seconds > 0 ? r.prompt_tokens / r.prefill_seconds : 0;
@@ -86,6 +88,9 @@ int run_generate(GenerateOptions o) {
   if (!p.pml.empty())
     std::fprintf(stderr, "\nschemas ready in %.2f s | prompt: %d tokens, %d from the cache | time to first token %.1f ms\n",
                  r.encode_seconds, r.prompt_tokens, r.cached_tokens, 1000 * r.prefill_seconds);
+  if (!p.kv_disk.empty())
+    std::fprintf(stderr, "\nprompt: %d tokens, %d read from the disk tier | time to first token %.1f ms\n",
+                 r.prompt_tokens, r.disk_tokens, 1000 * r.prefill_seconds);
   std::fprintf(stderr, "prefill: %d tokens, %.1f tokens/s | decode: %d tokens, %.1f tokens/s (%s)\n",
                r.prompt_tokens, pp, r.sampled, tg, r.stop_reason.c_str());
   return 0;

@@ -99,6 +99,11 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, bool serving) {
       "--kv-memory", [&o](const std::string& s) { o.kv_memory = parse_bytes(s); },
       "KV pool size, e.g. 512M or 2G (default: max batch x context, at most 2G)");
   add_kv_type_option(cmd, o.kv_type);
+  cmd.add_option("--kv-disk", o.kv_disk,
+                 "Disk tier: a directory keeping KV chunks the pool lets go of, and shared prefixes, across restarts");
+  cmd.add_option_function<std::string>(
+      "--kv-disk-size", [&o](const std::string& s) { o.kv_disk_bytes = parse_bytes(s); },
+      "The disk tier's size, e.g. 20G (default 8G); its least recently used chunks go beyond it");
   cmd.add_option("--ctx", o.n_ctx, "Context per sequence (default: the model's)")->check(int_in(0, 1 << 24));
   cmd.add_option("-t,--threads", o.threads, "Compute threads at most (0 = the available cores)")
       ->check(int_in(0, 4096));

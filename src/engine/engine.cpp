@@ -73,6 +73,21 @@ Engine::Engine(const LlamaModel& model, EngineOptions opt) : model_(model), opt_
     impl_->ledger = std::move(ledger);
     impl_->kv.tree().observe(impl_->ledger.get());
   }
+  if (!opt_.kv_disk.empty()) {
+    if (!opt_.prefix_caching()) throw Error("--kv-disk needs prefix caching (retained prefixes, a mode other than none)");
+    const std::string shape = std::string(kv_type_name(layout.type)) + " chunk " + std::to_string(layout.chunk_size) +
+                              " layers " + std::to_string(layout.n_layers) + " kv_heads " +
+                              std::to_string(layout.n_kv_heads) + " head_dim " + std::to_string(layout.head_dim);
+    DiskTierOptions d;
+    d.dir = opt_.kv_disk;
+    d.capacity_bytes = opt_.kv_disk_bytes;
+    d.root = chunk_key_root(impl_->model_identity().sha256, shape);
+    d.chunk_tokens = layout.chunk_size;
+    d.chunk_bytes = layout.chunk_bytes();
+    d.on_loaded = [m = impl_.get()] { m->wake(); };
+    impl_->disk = std::make_unique<DiskTier>(std::move(d));
+    impl_->kv.attach_disk(impl_->disk.get());
+  }
   impl_->text = pml::text_model(model);
   impl_->publish_stats();
   impl_->thread = std::thread([this] { impl_->loop(); });
@@ -158,7 +173,9 @@ std::shared_ptr<const KvTreeSnapshot> Engine::kv_tree() const {
   try {
     m.tree = m.on_engine_thread([&m] {
       auto t = std::make_shared<KvTreeSnapshot>();
-      t->view = m.kv.tree().view(kTreeNodes, kTreeHead);
+      DiskTier* d = m.disk.get();
+      t->view = d ? m.kv.tree().view(kTreeNodes, kTreeHead, [d](const ChunkKey& k) { return d->has(k); })
+                  : m.kv.tree().view(kTreeNodes, kTreeHead);
       m.publish_stats();
       t->stats = m.engine.stats();
       t->chunk_size = m.kv.tree().layout().chunk_size;

@@ -57,6 +57,12 @@ struct EngineOptions {
   // after each step that stored or removed any. Keep it quick: queue them.
   int kv_event_block_size = 0;
   std::function<void(std::vector<BlockEvent>)> kv_events = nullptr;
+  // The disk tier (kv/disk_tier.h): a directory keeping full chunks the pool
+  // lets go of (and shared prefixes), across restarts; empty: none. Needs
+  // prefix caching. Its files are named for the model file's SHA-256 (hashed
+  // at start-up) and the KV layout.
+  std::string kv_disk{};
+  uint64_t kv_disk_bytes = 8ull << 30;
 
   // Finished sequences' chunks stay for later requests (mode none shares nothing).
   bool prefix_caching() const { return retain && mode != AttnMode::kNone; }
@@ -71,6 +77,7 @@ struct EngineStats {
   uint64_t requests = 0, finished = 0, cancelled = 0, errors = 0;
   uint64_t prompt_tokens = 0;         // prompt tokens of submitted requests
   uint64_t prompt_tokens_cached = 0;  // of which found in the cache at admission
+  uint64_t prompt_tokens_disk = 0;    // of those, brought in from the disk tier
   uint64_t prefill_tokens = 0;        // tokens run as prefill (recomputation included)
   uint64_t generated_tokens = 0;
   uint64_t preemptions = 0;
@@ -80,6 +87,8 @@ struct EngineStats {
   int threads = 0;                    // threads the last step used
   Histogram ttft = ttft_histogram();  // submit -> first token, per request
   Histogram itl = itl_histogram();    // between a sequence's consecutive tokens
+  bool disk_on = false;               // a disk tier is attached
+  DiskTierStats disk;
 };
 
 class Engine;

@@ -61,6 +61,7 @@ struct Engine::Impl {
   std::vector<Scheduler::Row> rows;
   std::vector<Sequence*> stuck;
   SeqId next_seq = 0;
+  bool stepped = true;  // the last step ran something (else the loop may sleep)
   EngineStats counters;                              // published by publish_stats
   std::vector<std::shared_ptr<RequestState>> live;   // started, not yet counted as finished
   std::deque<std::function<void()>> todo;            // tasks taken from `tasks`
@@ -116,6 +117,9 @@ struct Engine::Impl {
   mutable std::unique_ptr<GrammarVocab> grammar_vocab;
 
   std::thread thread;
+  // The disk tier, when on. Last: destroyed first (it finishes its writes),
+  // while the lock its callback takes still exists.
+  std::unique_ptr<DiskTier> disk;
 };
 
 template <class F>

@@ -17,6 +17,8 @@ GenerateResult generate(const LlamaModel& model, const std::vector<int32_t>& pro
   eo.max_batch = 1;
   eo.n_ctx = params.n_ctx;
   eo.threads = params.threads;
+  eo.kv_disk = params.kv_disk;
+  eo.kv_disk_bytes = params.kv_disk_bytes;
   // The default pool holds the context beside the schemas' pinned chunks.
   std::vector<pml::Schema> schemas;
   for (const std::string& f : params.schemas) schemas.push_back(pml::parse_schema_file(f));
@@ -86,6 +88,7 @@ GenerateResult generate(const LlamaModel& model, const std::vector<int32_t>& pro
   out.decode_seconds = res.timings.decode_s;
   out.prompt_tokens = res.usage.prompt_tokens;
   out.cached_tokens = res.usage.cached_tokens;
+  out.disk_tokens = res.usage.disk_tokens;
   out.sampled = res.usage.completion_tokens;
   return out;
 }

@@ -21,6 +21,8 @@ struct GenerateParams {
   int chunk_size = 64;
   size_t kv_memory = 0;           // 0 = enough for the context
   int threads = 0;                // at most; 0 = the cores available
+  std::string kv_disk;            // the disk tier's directory (EngineOptions::kv_disk); empty: none
+  uint64_t kv_disk_bytes = 8ull << 30;
   bool top2_gaps = false;         // record each step's top-2 gap (costs a softmax per token)
   // Prompt Cache: schemas to register (PML files), and a PML prompt that
   // imports their modules (instead of the token prompt). no_cache computes
@@ -43,7 +45,8 @@ struct GenerateResult {
   double prefill_seconds = 0;    // time to the first token
   double decode_seconds = 0;     // first token to the end
   int prompt_tokens = 0;
-  int cached_tokens = 0;         // prompt tokens served from the cache (modules)
+  int cached_tokens = 0;         // prompt tokens served from the cache (modules, or the disk tier)
+  int disk_tokens = 0;           // of those, read from the disk tier
   int sampled = 0;               // tokens sampled, an end-of-generation token included
   double encode_seconds = 0;     // registering the schemas
 };

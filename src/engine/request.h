@@ -89,6 +89,7 @@ struct StreamEvent {
 struct Usage {
   int prompt_tokens = 0;
   int cached_tokens = 0;      // prompt tokens whose K/V were found in the cache (no prefill)
+  int disk_tokens = 0;        // of those, read back from the disk tier
   int completion_tokens = 0;  // sampled tokens over all completions (an end-of-generation token included)
 };
 

@@ -1,6 +1,7 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <climits>
 
 namespace cs {
 
@@ -76,6 +77,20 @@ void Scheduler::admit() {
     if (deferred(s)) {
       ++it;
       continue;
+    }
+    // A lower tier may hold more of its prompt than the tree: reading it
+    // keeps only this sequence waiting; bringing it in takes room as prefill would.
+    if (opt_.share && !s.detached()) {
+      const auto& t = s.tokens();
+      const int room = running_.empty() ? INT_MAX : kv_.chunks_available() - reserved - 1;
+      int from_disk = 0;
+      const auto prep = kv_.prepare(s.id(), std::span(t).first(t.size() - 1), room, &from_disk);
+      if (prep == SequenceCache::Prep::kLoading) {
+        ++it;
+        continue;
+      }
+      if (prep == SequenceCache::Prep::kNoRoom) break;
+      s.disk_tokens += from_disk;
     }
     if (!try_admit(s, reserved)) break;  // first come, first served: no overtaking for room
     reserved += kv_.chunks_to_append(s.id(), s.to_compute()) + 1;
@@ -153,7 +168,10 @@ void Scheduler::retire(Sequence* s) {
     return;
   }
   auto wait = std::find_if(waiting_.begin(), waiting_.end(), [s](const auto& p) { return p.get() == s; });
-  if (wait != waiting_.end()) waiting_.erase(wait);
+  if (wait != waiting_.end()) {
+    kv_.forget(s->id());
+    waiting_.erase(wait);
+  }
 }
 
 }  // namespace cs

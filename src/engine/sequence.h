@@ -71,6 +71,7 @@ class Sequence {
   uint64_t admit_order = 0;  // larger = admitted later (preempted first)
   std::optional<Clock::time_point> last_token;  // when it last sampled
   int preemptions = 0;
+  int disk_tokens = 0;  // prompt tokens the disk tier brought into the tree for it
 
  private:
   std::span<const float> constrain(std::span<const float> logits);

@@ -28,6 +28,8 @@ void Engine::Impl::publish_stats() {
   s.preemptions = sched.preemptions();
   s.encoding = int(encoding.size());
   s.threads = threads.threads();
+  s.disk_on = disk != nullptr;
+  if (disk) s.disk = disk->stats();
   {
     std::lock_guard lock(stats_mu);
     stats = s;
@@ -43,7 +45,10 @@ bool Engine::Impl::take_inbox() {
   std::deque<std::shared_ptr<RequestState>> fresh;
   {
     std::unique_lock lock(mu);
-    if (!stopping && !poked && sched.idle() && encoding.empty()) cv.wait(lock, [&] { return poked || stopping; });
+    // Nothing to step (idle, or only sequences waiting for the disk tier,
+    // whose reads poke): sleep until poked.
+    if (!stopping && !poked && (sched.idle() || !stepped) && encoding.empty())
+      cv.wait(lock, [&] { return poked || stopping; });
     poked = false;
     if (stopping) return false;
     fresh.swap(inbox);
@@ -116,6 +121,7 @@ void Engine::Impl::publish_kv_events() {
 void Engine::Impl::loop() {
   while (take_inbox()) {
     handle_cancels();
+    kv.take_loads();
     step();
     count_finished();
     publish_kv_events();
@@ -137,6 +143,11 @@ void Engine::Impl::loop() {
   while (!sched.idle()) {
     Sequence* s = !sched.running().empty() ? sched.running().front().get() : sched.waiting().front().get();
     end_request(s->request_ptr(), FinishReason::kCancelled, "the engine stopped");
+  }
+  // A clean stop keeps what the pool holds for the next start.
+  if (disk) {
+    kv.persist_all();
+    disk->drain();
   }
   count_finished();
   publish_kv_events();
@@ -194,6 +205,7 @@ void Engine::Impl::step() {
   }
   const int request_rows = batch.size();
   if (job) job->enc->add_slice(batch, request_rows ? reserve : step_tokens);
+  stepped = batch.size() > 0 || !stuck.empty();
   if (batch.size() == 0) return;
   const auto now = Clock::now();
   for (const auto& row : rows) {
@@ -208,7 +220,9 @@ void Engine::Impl::step() {
       for (const CachedSpan& s : row.seq->spans()) cached += s.end - s.begin;
     }
     r.building.usage.cached_tokens = cached;
+    r.building.usage.disk_tokens = std::min(row.seq->disk_tokens, cached);
     counters.prompt_tokens_cached += uint64_t(cached);
+    counters.prompt_tokens_disk += uint64_t(r.building.usage.disk_tokens);
   }
   try {
     forward(job, request_rows);

@@ -41,6 +41,7 @@ KvStats PrefixTree::stats() const {
   s.chunk_bytes = layout().chunk_bytes();
   s.cached = cached_;
   s.pinned = pinned_;
+  s.evicted = evicted_;
   s.used = pool_.used_count() - cached_ - pinned_;
   return s;
 }
@@ -129,6 +130,7 @@ void PrefixTree::unref(ChunkId c) {
   if (m.in_tree && (retain_ || !m.children.empty())) {  // kept: a retained prefix
     touch(c);
     update_evictable(c);
+    if (persist_ && m.keyed) persist_(c);
   } else {
     detach_and_free(c);
   }
@@ -138,10 +140,80 @@ int PrefixTree::evict(int n) {
   int freed = 0;
   while (freed < n && !evictable_.empty()) {
     const ChunkId c = evictable_.begin()->second;
+    if (persist_ && meta_[size_t(c)].keyed) persist_(c);
     detach_and_free(c);
     ++freed;
+    ++evicted_;
   }
   return freed;
+}
+
+void PrefixTree::grown(ChunkId c, int before) {
+  Chunk& m = meta_[size_t(c)];
+  if (!m.in_tree) return;
+  if (observer_) observer_->grown(c, m.parent, m.tokens, before);
+  // In-tree parents are full (a partial chunk grows before it has children).
+  if (keys_ && !m.keyed && int(m.tokens.size()) == layout().chunk_size) {
+    m.key = chunk_key(m.parent < 0 ? root_key_ : meta_[size_t(m.parent)].key, m.tokens);
+    m.keyed = true;
+  }
+}
+
+// Set-up, before the writer thread starts (not a mutation the rule checks).
+void PrefixTree::use_keys(const ChunkKey& root, std::function<void(ChunkId)> persist) {
+  keys_ = true;
+  root_key_ = root;
+  persist_ = std::move(persist);
+  for (const TreeChunk& t : tree_chunks()) grown(t.id, int(t.tokens.size()));
+}
+
+std::pair<ChunkId, int> PrefixTree::match(std::span<const int32_t> tokens) const {
+  const int c = layout().chunk_size, n = int(tokens.size());
+  ChunkId node = kNoChunk;
+  int i = 0;
+  while (i + c <= n) {
+    ChunkId next = kNoChunk;
+    for (ChunkId ch : children_of(node)) {
+      const auto& t = meta_[size_t(ch)].tokens;
+      if (int(t.size()) == c && std::equal(t.begin(), t.end(), tokens.begin() + i)) {
+        next = ch;
+        break;
+      }
+    }
+    if (next < 0) break;
+    node = next;
+    i += c;
+  }
+  return {node, i};
+}
+
+ChunkId PrefixTree::adopt(ChunkId parent, std::span<const int32_t> tokens, std::span<const uint8_t> data,
+                          const ChunkKey& key) {
+  check_writer();
+  const KvLayout& L = layout();
+  if (!keys_ || int(tokens.size()) != L.chunk_size || data.size() != L.chunk_bytes()) return kNoChunk;
+  if (parent >= 0 && (!meta_[size_t(parent)].keyed || !meta_[size_t(parent)].in_tree)) return kNoChunk;
+  if (chunk_key(parent < 0 ? root_key_ : meta_[size_t(parent)].key, tokens) != key) return kNoChunk;
+  for (ChunkId ch : children_of(parent))
+    if (meta_[size_t(ch)].keyed && meta_[size_t(ch)].key == key) return ch;  // already here
+  if (parent >= 0) add_ref(parent);  // making room must not evict the parent
+  const ChunkId c = allocate_chunk();
+  if (c >= 0) {
+    std::memcpy(pool_.data(c), data.data(), data.size());
+    meta_[size_t(c)].tokens.assign(tokens.begin(), tokens.end());
+    attach(c, parent);
+    grown(c, 0);
+    ++cached_;  // retained: in the tree, no reader yet
+    update_evictable(c);
+  }
+  if (parent >= 0) unref(parent);
+  return c;
+}
+
+void PrefixTree::persist_all() {
+  if (!persist_) return;
+  for (const TreeChunk& t : tree_chunks())
+    if (meta_[size_t(t.id)].keyed) persist_(t.id);
 }
 
 void PrefixTree::copy_tokens(ChunkId dst, ChunkId src, int n) {
@@ -164,24 +236,11 @@ void PrefixTree::copy_tokens(ChunkId dst, ChunkId src, int n) {
 KvStatus PrefixTree::join(SeqId id, std::span<const int32_t> tokens, int* matched) {
   check_writer();
   if (seqs_.count(id)) return {KvCode::kSequenceExists, "sequence " + std::to_string(id) + " exists"};
-  const int c = layout().chunk_size, n = int(tokens.size());
+  const int n = int(tokens.size());
+  const auto [node, i] = match(tokens);
   std::vector<ChunkId> path;
-  ChunkId node = kNoChunk;
-  int i = 0;
-  while (i + c <= n) {
-    ChunkId next = kNoChunk;
-    for (ChunkId ch : children_of(node)) {
-      const auto& t = meta_[size_t(ch)].tokens;
-      if (int(t.size()) == c && std::equal(t.begin(), t.end(), tokens.begin() + i)) {
-        next = ch;
-        break;
-      }
-    }
-    if (next < 0) break;
-    path.push_back(next);
-    node = next;
-    i += c;
-  }
+  for (ChunkId p = node; p >= 0; p = meta_[size_t(p)].parent) path.push_back(p);
+  std::reverse(path.begin(), path.end());
   // The longest partial match among the children of where the walk stopped.
   ChunkId best = kNoChunk;
   int best_m = 0;
@@ -192,7 +251,10 @@ KvStatus PrefixTree::join(SeqId id, std::span<const int32_t> tokens, int* matche
     while (m < lim && t[size_t(m)] == tokens[size_t(i + m)]) ++m;
     if (m > best_m) best = ch, best_m = m;
   }
-  for (ChunkId ch : path) add_ref(ch), ++meta_[size_t(ch)].uses;
+  for (ChunkId ch : path) {
+    add_ref(ch);
+    if (++meta_[size_t(ch)].uses == 2 && persist_ && meta_[size_t(ch)].keyed) persist_(ch);
+  }
   Seq seq;
   seq.chunks = path;
   seq.length = i;

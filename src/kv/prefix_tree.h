@@ -27,6 +27,7 @@
 //
 // Errors are values (KvStatus). A failed call changes nothing.
 #pragma once
+#include <functional>
 #include <memory>
 #include <set>
 #include <span>
@@ -36,6 +37,7 @@
 #include <vector>
 
 #include "kv/block_ledger.h"
+#include "kv/chunk_key.h"
 #include "kv/chunk_pool.h"
 #include "kv/kernel_context.h"
 #include "kv/kv_status.h"
@@ -50,6 +52,7 @@ struct KvStats {
   int pinned = 0;      // Prompt Cache modules' (not evictable)
   int free = 0;        // in the pool's free list
   int peak = 0;        // most chunks ever allocated at once
+  uint64_t evicted = 0;  // cached chunks evicted to make room (or flushed)
   size_t bytes = 0;    // pool size
   size_t chunk_bytes = 0;
 };
@@ -140,13 +143,39 @@ class PrefixTree {
   // on the writer thread (kv/block_ledger.h). Not owned.
   void observe(TreeObserver* o) { observer_ = o; }
 
+  // --- Keys (the disk tier, kv/disk_tier.h) ---
+  // From now on every full chunk in the tree is named by chunk_key, chained
+  // from `root`; `persist` is called on the writer thread with a full chunk
+  // whose K/V are complete and worth keeping: one whose last reader has just
+  // left (retained), one a second sequence has just joined through (a shared
+  // prefix that may never be unreferenced under load), and one about to be
+  // evicted. Leaves go before their parents, and a parent is shared or
+  // retained before its child is, so what is kept is whole chains. It must
+  // copy what it keeps (and may be called again for a chunk it has).
+  void use_keys(const ChunkKey& root, std::function<void(ChunkId)> persist);
+  bool keyed(ChunkId c) const { return meta_[size_t(c)].keyed; }
+  const ChunkKey& key(ChunkId c) const { return meta_[size_t(c)].key; }
+  const ChunkKey& root_key() const { return root_key_; }
+  ChunkId parent(ChunkId c) const { return meta_[size_t(c)].parent; }
+  // The longest run of full chunks in the tree matching the start of
+  // `tokens`: its last chunk (kNoChunk: none) and the tokens it covers.
+  std::pair<ChunkId, int> match(std::span<const int32_t> tokens) const;
+  // A retained chunk under `parent` (kNoChunk: the root) holding `tokens` (a
+  // full chunk) and `data` (chunk_bytes, the pool's layout), named `key`;
+  // kNoChunk when the pool has no room or the key is not the chunk_key of
+  // parent and tokens (nothing changed then).
+  ChunkId adopt(ChunkId parent, std::span<const int32_t> tokens, std::span<const uint8_t> data, const ChunkKey& key);
+  // Calls persist for every full keyed chunk in the tree (a clean shutdown).
+  void persist_all();
+
   ChunkPool& pool() { return pool_; }
   const ChunkPool& pool() const { return pool_; }
   const KvLayout& layout() const { return pool_.layout(); }
   KvStats stats() const;
   // What the web console draws (kv/tree_view.h): at most max_nodes nodes,
   // each with its first head_tokens tokens. Writer thread only.
-  TreeView view(int max_nodes, int head_tokens) const;
+  // on_disk (when given) tells which keyed chunks the disk tier also holds.
+  TreeView view(int max_nodes, int head_tokens, const std::function<bool(const ChunkKey&)>& on_disk = {}) const;
 
  private:
   struct Chunk {
@@ -160,6 +189,8 @@ class PrefixTree {
     uint64_t group = 0;    // pinned: its run of chunks
     int group_pos = 0;     // pinned: its place in the run
     int uses = 0;          // sequences that have read it (joined through, created, forked or attached it)
+    bool keyed = false;    // full, in the tree, keys on: `key` names it
+    ChunkKey key;
   };
   struct Seq {
     std::vector<ChunkId> chunks;
@@ -176,10 +207,9 @@ class PrefixTree {
   void touch(ChunkId c);
   void update_evictable(ChunkId c);
   void copy_tokens(ChunkId dst, ChunkId src, int n);
-  // Tells the observer that chunk c (if in the tree) grew from `before` tokens.
-  void grown(ChunkId c, int before) {
-    if (observer_ && meta_[size_t(c)].in_tree) observer_->grown(c, meta_[size_t(c)].parent, meta_[size_t(c)].tokens, before);
-  }
+  // Tells the observer that chunk c (if in the tree) grew from `before`
+  // tokens, and names it once it is full (keys on).
+  void grown(ChunkId c, int before);
   std::vector<ChunkId>& children_of(ChunkId parent) {
     return parent < 0 ? root_children_ : meta_[size_t(parent)].children;
   }
@@ -204,6 +234,10 @@ class PrefixTree {
   std::shared_ptr<const KernelContext> context_;
   std::thread::id writer_{};
   TreeObserver* observer_ = nullptr;
+  bool keys_ = false;
+  ChunkKey root_key_;
+  std::function<void(ChunkId)> persist_;
+  uint64_t evicted_ = 0;
 };
 
 }  // namespace cs

@@ -18,6 +18,7 @@ struct TreeViewNode {
   int tokens = 0;
   int readers = 0;            // live sequences reading it now
   int uses = 0;               // sequences that have read it since it was filled
+  int on_disk = 0;            // of its chunks, those the disk tier holds too
   std::vector<int32_t> head;  // its first tokens
 };
 

@@ -18,7 +18,7 @@ json usage_of(const Result& r) {
   return {{"prompt_tokens", u.prompt_tokens},
           {"completion_tokens", u.completion_tokens},
           {"total_tokens", u.prompt_tokens + u.completion_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}, {"cached_tokens_disk", u.disk_tokens}}}};
 }
 
 json bytes_of(const std::string& s) {

@@ -43,6 +43,7 @@ json kv_tree_json(const KvTreeSnapshot& t, const Tokenizer& tok, int max_nodes, 
                      {"tokens", n.tokens},
                      {"readers", n.readers},
                      {"uses", n.uses},
+                     {"on_disk", n.on_disk},
                      {"text", text}});
   }
   const auto age = std::chrono::steady_clock::now() - t.at;
@@ -57,6 +58,11 @@ json kv_tree_json(const KvTreeSnapshot& t, const Tokenizer& tok, int max_nodes, 
             {"free", s.kv.free},
             {"chunk_bytes", chunk_bytes},
             {"bytes", s.kv.bytes}}},
+          {"disk", s.disk_on ? json{{"files", s.disk.files},
+                                     {"bytes", s.disk.bytes},
+                                     {"capacity_bytes", s.disk.capacity_bytes},
+                                     {"writable", s.disk.writable}}
+                             : json(nullptr)},
           {"sharing",
            {{"live_sequences", v.live_sequences},
             {"held_bytes", size_t(v.held_chunks) * chunk_bytes},
@@ -67,6 +73,7 @@ json kv_tree_json(const KvTreeSnapshot& t, const Tokenizer& tok, int max_nodes, 
             {"finished", s.finished},
             {"prompt_tokens", s.prompt_tokens},
             {"prompt_tokens_cached", s.prompt_tokens_cached},
+            {"prompt_tokens_disk", s.prompt_tokens_disk},
             {"generated_tokens", s.generated_tokens}}},
           {"nodes", nodes},
           {"omitted_chunks", omitted}};

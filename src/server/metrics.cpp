@@ -68,6 +68,38 @@ std::string prometheus_text(const EngineStats& s, const HttpCounts& http, const 
   w.metric(p + "prompt_tokens_total", "counter", "Prompt tokens of submitted requests.", s.prompt_tokens);
   w.metric(p + "prompt_tokens_cached_total", "counter", "Prompt tokens found in the KV cache (no prefill).",
            s.prompt_tokens_cached);
+  if (s.disk_on) {
+    const DiskTierStats& d = s.disk;
+    // Per tier: a prompt token is a pool hit, else a disk hit, else a miss of both (computed).
+    w.head(p + "kv_tier_hit_tokens_total", "counter", "Prompt tokens found in each KV tier: the pool, or else the disk tier.");
+    w.out << p << "kv_tier_hit_tokens_total{" << inner << ",tier=\"pool\"} " << s.prompt_tokens_cached - s.prompt_tokens_disk
+          << '\n' << p << "kv_tier_hit_tokens_total{" << inner << ",tier=\"disk\"} " << s.prompt_tokens_disk << '\n';
+    w.head(p + "kv_tier_miss_tokens_total", "counter",
+           "Prompt tokens each KV tier did not hold when asked: the pool's go on to the disk tier, the disk's are computed.");
+    w.out << p << "kv_tier_miss_tokens_total{" << inner << ",tier=\"pool\"} " << s.prompt_tokens - s.prompt_tokens_cached + s.prompt_tokens_disk
+          << '\n' << p << "kv_tier_miss_tokens_total{" << inner << ",tier=\"disk\"} " << s.prompt_tokens - s.prompt_tokens_cached
+          << '\n';
+    w.head(p + "kv_tier_evictions_total", "counter", "KV chunks evicted from each tier by its LRU (the pool's go to the disk tier).");
+    w.out << p << "kv_tier_evictions_total{" << inner << ",tier=\"pool\"} " << s.kv.evicted << '\n'
+          << p << "kv_tier_evictions_total{" << inner << ",tier=\"disk\"} " << d.evicted << '\n';
+    w.metric(p + "kv_disk_files", "gauge", "Disk tier: chunk files kept.", d.files);
+    w.metric(p + "kv_disk_bytes", "gauge", "Disk tier: bytes of its chunk files.", d.bytes);
+    w.metric(p + "kv_disk_capacity_bytes", "gauge", "Disk tier: its size (--kv-disk-size).", d.capacity_bytes);
+    w.metric(p + "kv_disk_writable", "gauge", "Disk tier: 1 while it writes, 0 once a write failed (disk full, read-only).",
+             d.writable ? 1 : 0);
+    w.metric(p + "kv_disk_bytes_written_total", "counter", "Disk tier: bytes of chunk files committed.", d.bytes_written);
+    w.metric(p + "kv_disk_bytes_read_total", "counter", "Disk tier: bytes of chunk files read back and checked.", d.bytes_read);
+    w.metric(p + "kv_disk_chunks_written_total", "counter", "Disk tier: chunk files committed.", d.written);
+    w.metric(p + "kv_disk_chunks_read_total", "counter", "Disk tier: chunks read back into the pool's reach.", d.loaded);
+    w.metric(p + "kv_disk_writes_dropped_total", "counter", "Disk tier: chunks not written (queue full or writing off).",
+             d.dropped);
+    w.metric(p + "kv_disk_write_errors_total", "counter", "Disk tier: failed writes (each turns writing off).", d.write_errors);
+    w.metric(p + "kv_disk_bad_files_total", "counter",
+             "Disk tier: torn, truncated or corrupted files found (removed, never served).", d.bad_files);
+    w.metric(p + "kv_disk_loads_total", "counter", "Disk tier: reads of a prompt's chunks answered.", d.loads);
+    w.metric(p + "kv_disk_load_seconds_total", "counter", "Disk tier: their total time, queued to answered.",
+             d.load_seconds);
+  }
   w.metric(p + "prefill_tokens_total", "counter", "Tokens computed as prefill (recomputation after preemption included).",
            s.prefill_tokens);
   w.metric(p + "generation_tokens_total", "counter", "Tokens generated.", s.generated_tokens);

@@ -7,7 +7,9 @@ Run by CTest: python3 test_console.py BINARY MODEL SCREENSHOT
 """
 import json
 import os
+import shutil
 import sys
+import tempfile
 import time
 import unittest
 import urllib.error
@@ -40,7 +42,9 @@ def get_json(url):
 class Console(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.server = Server(BINARY, MODEL, "--tree-text")  # the page shows cached text
+        # The page shows cached text, and which chunks the disk tier holds too.
+        cls.disk = tempfile.mkdtemp(prefix="cs_console_disk_")
+        cls.server = Server(BINARY, MODEL, "--tree-text", "--kv-disk", cls.disk)
         opts = webdriver.ChromeOptions()
         for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
                   "--window-size=1400,1000"):
@@ -52,6 +56,7 @@ class Console(unittest.TestCase):
     def tearDownClass(cls):
         cls.driver.quit()
         assert cls.server.stop() == 0
+        shutil.rmtree(cls.disk, ignore_errors=True)
 
     def chat(self, text, answers_before):
         d = self.driver
@@ -100,6 +105,13 @@ class Console(unittest.TestCase):
         self.assertGreaterEqual(int(root.get_attribute("data-tokens")), 64)
         self.assertIn(root.get_attribute("data-state"), ("cached", "live"))
         self.assertIn("bookstore", root.find_element(By.CSS_SELECTOR, ".box").get_attribute("title"))
+        # A second reader had the shared prefix written to the disk tier: marked.
+        def on_disk(d):
+            n = d.find_elements(By.CSS_SELECTOR, "#tree li.node.shared")
+            return n and int(n[0].get_attribute("data-on-disk")) >= 1 and n[0]
+        marked = WebDriverWait(d, 15).until(on_disk)
+        self.assertTrue(marked.find_elements(By.CSS_SELECTOR, ".box > .disk-mark"))
+        self.assertRegex(d.find_element(By.ID, "disk").text, r"^\d+ chunks? · [0-9.]+ MiB$")
         hit = d.find_element(By.ID, "cache-hit").text
         self.assertRegex(hit, r"^\d+%$")
         self.assertGreater(int(hit[:-1]), 0)

@@ -1,0 +1,209 @@
+"""The disk tier (serve --kv-disk): a restarted server serves a known system
+prompt from disk with the same greedy tokens; a kill -9 while chunks are being
+written loses nothing committed and serves nothing partial; damaged files are
+found, counted, removed and recomputed; a directory that cannot be written
+leaves serving as it was. Bounded: small pools, short answers.
+
+Run by CTest: python3 test_disk.py BINARY MODEL
+"""
+import os
+import re
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+import openai
+
+from harness import Server, raw, wait_until
+
+CHUNK = 64
+
+
+def system_prompt(topic, rules=60):
+    return f"You are the assistant for {topic}. " + " ".join(
+        f"Rule {i}: answer questions about {topic} item {i} briefly and exactly." for i in range(rules))
+
+
+PROMPTS = [system_prompt(t) + " Question: what is rule 3?" for t in ("ships", "trains", "maps", "clocks", "bees", "tea")]
+
+
+def complete(url, prompt, max_tokens=8):
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+    r = client.completions.create(model="SmolLM2-135M-Instruct.Q4_1", prompt=prompt, max_tokens=max_tokens, temperature=0,
+                                  extra_body={"ignore_eos": True})
+    details = r.usage.prompt_tokens_details
+    return r.choices[0].text, r.usage.prompt_tokens, details.cached_tokens, details.model_extra["cached_tokens_disk"]
+
+
+def metric(url, name, labels=""):
+    _, _, text = raw(url, "GET", "/metrics")
+    m = re.search(r"^chunkserve:" + re.escape(name) + r"\{[^}]*" + re.escape(labels) + r"[^}]*\} (\S+)$", text, re.M)
+    return float(m.group(1)) if m else None
+
+
+class DiskTier(unittest.TestCase):
+    binary = model = None
+
+    @classmethod
+    def setUpClass(cls):
+        # The reference: each prompt on a server without the tier.
+        plain = Server(cls.binary, cls.model, "--kv-memory", "64M")
+        try:
+            cls.ref = [complete(plain.url, p)[0] for p in PROMPTS]
+        finally:
+            plain.stop()
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="cs_kvdisk_")
+
+    def tearDown(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def serve(self, *args, memory="64M"):
+        return Server(self.binary, self.model, "--kv-disk", self.dir, "--kv-memory", memory, *args)
+
+    def files(self, suffix):
+        out = []
+        for root, _, names in os.walk(self.dir):
+            out += [os.path.join(root, n) for n in names if n.endswith(suffix)]
+        return out
+
+    def test_restart_serves_a_known_prompt_from_disk(self):
+        s = self.serve()
+        text, n, cached, disk = complete(s.url, PROMPTS[0])
+        self.assertEqual((text, cached, disk), (self.ref[0], 0, 0))
+        self.assertEqual(s.stop(), 0)
+        full = (n - 1) // CHUNK * CHUNK
+        self.assertGreaterEqual(len(self.files(".kv")), full // CHUNK)
+        s = self.serve()
+        try:
+            text, n2, cached, disk = complete(s.url, PROMPTS[0])
+            self.assertEqual(text, self.ref[0])
+            self.assertEqual((n2, cached, disk), (n, full, full))
+            self.assertEqual(metric(s.url, "kv_tier_hit_tokens_total", 'tier="disk"'), full)
+            self.assertEqual(metric(s.url, "kv_tier_hit_tokens_total", 'tier="pool"'), 0)
+            self.assertGreater(metric(s.url, "kv_disk_bytes_read_total"), 0)
+            self.assertEqual(metric(s.url, "kv_disk_bad_files_total"), 0)
+            # Again: now from the pool (the partial last chunk too).
+            text, _, cached, disk = complete(s.url, PROMPTS[0])
+            self.assertEqual((text, cached, disk), (self.ref[0], n - 1, 0))
+            code, _, tree = raw(s.url, "GET", "/v1/kv/tree")
+            self.assertEqual(code, 200)
+            self.assertGreaterEqual(tree["disk"]["files"], full // CHUNK)
+            self.assertGreater(tree["disk"]["bytes"], 0)
+            self.assertTrue(tree["disk"]["writable"])
+            self.assertEqual(tree["requests"]["prompt_tokens_disk"], full)
+            self.assertEqual(sum(node["on_disk"] for node in tree["nodes"]), full // CHUNK)
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+    def test_evicted_prompts_come_back_from_disk(self):
+        # 24 MiB: 16 chunks of SmolLM2's 1.5 MB, a prompt and a half.
+        s = self.serve(memory="24M")
+        try:
+            for i, p in enumerate(PROMPTS):
+                self.assertEqual(complete(s.url, p)[0], self.ref[i])
+            got = [complete(s.url, p) for p in PROMPTS]
+            self.assertEqual([g[0] for g in got], self.ref)
+            self.assertGreater(got[0][3], 0)  # the first prompt was evicted, then read back
+            self.assertGreater(metric(s.url, "kv_tier_evictions_total", 'tier="pool"'), 0)
+            self.assertGreater(metric(s.url, "kv_disk_chunks_written_total"), 0)
+            self.assertEqual(metric(s.url, "kv_tier_hit_tokens_total", 'tier="disk"'), sum(g[3] for g in got))
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+    def test_kill_during_writes_loses_nothing_committed(self):
+        s = self.serve(memory="24M")
+        stop = threading.Event()
+        errors = []
+
+        def load(k):
+            i = k
+            while not stop.is_set() and i < k + 12:  # bounded
+                try:
+                    complete(s.url, PROMPTS[i % len(PROMPTS)], max_tokens=2)
+                except Exception as e:  # the kill cuts requests: expected
+                    errors.append(e)
+                    return
+                i += 1
+
+        threads = [threading.Thread(target=load, args=(k,)) for k in range(3)]
+        for t in threads:
+            t.start()
+        try:
+            self.assertTrue(wait_until(lambda: (metric(s.url, "kv_disk_chunks_written_total") or 0) >= 8, 120))
+        finally:
+            s.stop(signal.SIGKILL)
+            stop.set()
+            for t in threads:
+                t.join(60)
+        committed = set(self.files(".kv"))
+        self.assertGreaterEqual(len(committed), 8)
+        s = self.serve()
+        try:
+            # Start-up removed what the kill left half-written, kept every committed file.
+            self.assertEqual(self.files(".tmp"), [])
+            self.assertEqual(set(self.files(".kv")), committed)
+            for i, p in enumerate(PROMPTS):
+                self.assertEqual(complete(s.url, p)[0], self.ref[i], f"prompt {i}")
+            self.assertGreater(metric(s.url, "kv_tier_hit_tokens_total", 'tier="disk"'), 0)
+            # A committed file is whole: none was found damaged when read.
+            self.assertFalse(any("is damaged" in l for l in s.log))
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+    def test_damaged_files_are_recomputed_not_served(self):
+        s = self.serve()
+        for p in PROMPTS[:2]:
+            complete(s.url, p)
+        self.assertEqual(s.stop(), 0)
+        files = self.files(".kv")
+        self.assertGreater(len(files), 10)
+        for f in files:
+            with open(f, "r+b") as h:
+                h.seek(os.path.getsize(f) // 2)
+                b = h.read(1)
+                h.seek(-1, 1)
+                h.write(bytes([b[0] ^ 0x40]))
+        s = self.serve()
+        try:
+            for i, p in enumerate(PROMPTS[:2]):
+                text, _, cached, disk = complete(s.url, p)
+                self.assertEqual((text, disk), (self.ref[i], 0))
+                self.assertLess(cached, CHUNK)  # the second shares its opening words with the first
+            # Each prompt's first chunk was read, found damaged and removed.
+            self.assertEqual(metric(s.url, "kv_disk_bad_files_total"), 2)
+            self.assertTrue(s.wait_for_log(r"kv-disk: .*\.kv is damaged; removed"))
+        finally:
+            self.assertEqual(s.stop(), 0)
+        # Computed again, then written again: the next start serves them from disk.
+        s = self.serve()
+        try:
+            for i, p in enumerate(PROMPTS[:2]):
+                text, n, _, disk = complete(s.url, p)
+                self.assertEqual((text, disk), (self.ref[i], (n - 1) // CHUNK * CHUNK))
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+    def test_a_directory_it_cannot_write_leaves_serving_as_it_was(self):
+        not_a_dir = os.path.join(self.dir, "file")
+        open(not_a_dir, "w").close()
+        s = Server(self.binary, self.model, "--kv-disk", not_a_dir, "--kv-memory", "24M")
+        try:
+            self.assertTrue(s.wait_for_log(r"kv-disk: cannot use .*writing to the disk tier is off, serving goes on"))
+            for i, p in enumerate(PROMPTS[:3]):
+                self.assertEqual(complete(s.url, p)[0], self.ref[i])
+            self.assertEqual(metric(s.url, "kv_disk_writable"), 0)
+            self.assertEqual(metric(s.url, "kv_disk_write_errors_total"), 1)
+            self.assertEqual(sum("kv-disk:" in l for l in s.log), 1)  # one line, not one per chunk
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+
+if __name__ == "__main__":
+    DiskTier.binary, DiskTier.model = sys.argv[1], sys.argv[2]
+    unittest.main(argv=sys.argv[:1], verbosity=2)
