@@ -4,7 +4,7 @@
 #   scripts/test.sh             release build, every test
 #   scripts/test.sh --sanitize  ASan+UBSan build, unit tests; ThreadSanitizer
 #                               build, the tests of concurrent clients and the
-#                               server's integration tests; 60 s of each
+#                               server's integration tests; 50 s of each
 #                               libFuzzer target (ASan+UBSan)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

@@ -384,16 +384,17 @@ std::vector<Request> distinct_prompts(int max_tokens = 12) {
   return out;
 }
 
-EngineOptions disk_options(const std::string& dir, int chunks) {
-  EngineOptions o = test::engine_options(AttnMode::kTpp, 32, 2);
+// threads 1: the ThreadSanitizer run (libgomp is not instrumented).
+EngineOptions disk_options(const std::string& dir, int chunks, int threads = 2) {
+  EngineOptions o = test::engine_options(AttnMode::kTpp, 32, threads);
   Engine probe(tiny(), o);
   o.kv_memory = size_t(chunks) * probe.stats().kv.chunk_bytes;
   o.kv_disk = dir;
   return o;
 }
 
-std::vector<Result> reference(const std::vector<Request>& reqs) {
-  Engine alone(tiny(), test::engine_options(AttnMode::kNone, 1, 2));
+std::vector<Result> reference(const std::vector<Request>& reqs, int threads = 2) {
+  Engine alone(tiny(), test::engine_options(AttnMode::kNone, 1, threads));
   return test::run_each(alone, reqs);
 }
 
@@ -498,9 +499,8 @@ TEST(EngineDisk, AnUnwritableDirectoryLeavesServingAsItWas) {
 TEST(EngineThreads, DiskTierBesideConcurrentClients) {
   TempDir dir;
   const auto reqs = distinct_prompts(4);
-  const auto ref = reference(reqs);
-  EngineOptions o = disk_options(dir.str(), 12);
-  o.threads = 1;
+  const auto ref = reference(reqs, 1);
+  EngineOptions o = disk_options(dir.str(), 12, 1);
   o.max_batch = 4;
   Engine e(tiny(), o);
   std::atomic<int> same{0}, cancelled{0};

@@ -15,6 +15,8 @@ hit ratio (cached / prompt tokens from usage), as one JSON line at the end.
   bench/load/load_test.py --server llama --requests 96   # starts llama-server (bench/peers)
   bench/load/load_test.py --url http://127.0.0.1:8080 --model NAME
   bench/load/load_test.py --server chunkserve --poll-tree  # with the web console's polling
+  bench/load/load_test.py --server chunkserve --system-prompts 16 --kv-memory 126M [--kv-disk DIR]
+      # 16 system prompts whose KV is 3x the pool, without and with the disk tier (bench/disk/shared_load.py)
   bench/load/load_test.py --server chunkserve --openai-client --requests 64 --clients 32 --disconnect 0
       # through the official openai client: one client, its pooled keep-alive connections shared by all threads
 """
@@ -36,9 +38,9 @@ TOPICS = ["opening hours", "student discounts", "gift cards", "returns", "specia
           "author readings", "story time", "used books", "rare editions", "parking", "membership"]
 
 
-def system_prompt(words=700):
-    """A ~1000-token system prompt (the same for every request)."""
-    rng = random.Random(42)
+def system_prompt(words=700, seed=42):
+    """A ~1000-token system prompt (the same for every request of one seed)."""
+    rng = random.Random(seed)
     vocab = ("the store books customers staff policy order shelf author reading event discount card "
              "return receipt week month day open close price new used rare edition cafe coffee tea").split()
     body = " ".join(rng.choice(vocab) for _ in range(words))
@@ -53,10 +55,10 @@ def rss_kib(pid):
         return None
 
 
-def start_server(kind, port, parallel):
+def start_server(kind, port, parallel, extra=()):
     if kind == "chunkserve":
         cmd = [os.path.join(ROOT, "build", "chunkserve"), "serve", "-m", MODEL_FILE, "--port", str(port),
-               "--max-batch", str(parallel)]
+               "--max-batch", str(parallel), *extra]
         model = "SmolLM2-135M-Instruct.Q4_1"
     else:
         bin_ = os.path.join(ROOT, "bench", "peers", ".work", "llama.cpp", "build", "bin", "llama-server")
@@ -217,13 +219,18 @@ def main():
     ap.add_argument("--poll-tree", action="store_true",
                     help="also poll GET /v1/kv/tree once a second, as the web console does")
     ap.add_argument("--no-verify", action="store_true", help="skip the non-streamed comparison")
+    ap.add_argument("--system-prompts", type=int, default=1,
+                    help="distinct system prompts; each request takes one at random (seeded)")
+    ap.add_argument("--kv-memory", help="chunkserve's --kv-memory (e.g. 128M)")
+    ap.add_argument("--kv-disk", help="chunkserve's --kv-disk DIR (the disk tier)")
     ap.add_argument("--openai-client", action="store_true",
                     help="stream through one official openai client (pooled keep-alive connections, no retries)")
     a = ap.parse_args()
 
     proc = None
     if a.server:
-        proc, model = start_server(a.server, a.port, a.parallel)
+        extra = (["--kv-memory", a.kv_memory] if a.kv_memory else []) + (["--kv-disk", a.kv_disk] if a.kv_disk else [])
+        proc, model = start_server(a.server, a.port, a.parallel, extra)
         host, port = "127.0.0.1", a.port
     else:
         m = re.match(r"http://([^:/]+):(\d+)", a.url or "")
@@ -232,7 +239,10 @@ def main():
         host, port, model = m.group(1), int(m.group(2)), a.model
     if host not in ("127.0.0.1", "localhost"):
         sys.exit("loopback only")
-    sys_prompt = system_prompt()
+    prompts = [system_prompt(seed=42 + k) for k in range(a.system_prompts)]
+    pick = random.Random(11)
+    which = [pick.randrange(a.system_prompts) for _ in range(a.requests)]
+    sys_prompt = prompts[0]
     timeout = 600
     try:
         oai = None
@@ -256,7 +266,7 @@ def main():
                         return
                     i, cut = plan[nxt[0]]
                     nxt[0] += 1
-                payload = body(model, sys_prompt, i, True, a.max_tokens)
+                payload = body(model, prompts[which[i]], i, True, a.max_tokens)
                 results[i] = stream_openai(oai, payload, cut) if oai else stream_one(host, port, payload, cut, timeout)
                 done = sum(r is not None for r in results)
                 if done % 25 == 0:
@@ -298,6 +308,8 @@ def main():
         prompt = sum(r["usage"]["prompt_tokens"] for _, r in completed if r["usage"])
         cached = sum((r["usage"].get("prompt_tokens_details") or {}).get("cached_tokens", 0) or 0
                      for _, r in completed if r["usage"])
+        from_disk = sum((r["usage"].get("prompt_tokens_details") or {}).get("cached_tokens_disk", 0) or 0
+                        for _, r in completed if r["usage"])
         mismatched = []
         if not a.no_verify:
             idx = [i for i, r in completed if not r["problems"]]
@@ -305,7 +317,7 @@ def main():
 
             def verify(chunk):
                 for i in chunk:
-                    answers[i] = plain_one(host, port, body(model, sys_prompt, i, False, a.max_tokens), timeout)
+                    answers[i] = plain_one(host, port, body(model, prompts[which[i]], i, False, a.max_tokens), timeout)
 
             parts = [idx[k::a.clients] for k in range(a.clients)]
             vt = [threading.Thread(target=verify, args=(p,)) for p in parts]
@@ -321,6 +333,7 @@ def main():
             "ttft_p50_s": round(statistics.median(ttfts), 3) if ttfts else None,
             "ttft_p99_s": round(ttfts[min(len(ttfts) - 1, int(0.99 * len(ttfts)))], 3) if ttfts else None,
             "cache_hit_ratio": round(cached / prompt, 3) if prompt else None,
+            "disk_hit_ratio": round(from_disk / prompt, 3) if prompt else None,
             "rss_warm_mib": round(rss_warm / 1024, 1) if rss_warm else None,
             "rss_after_mib": round(rss_after / 1024, 1) if rss_after else None,
         }

@@ -195,6 +195,7 @@ SequenceCache::Prep PrefixKv::prepare(SeqId id, std::span<const int32_t> known, 
       node = got;
       *from_disk += c;
     }
+    for (auto& buffer : l.got.data) disk_->recycle(std::move(buffer));
     loads_.erase(it);
     return Prep::kReady;
   }

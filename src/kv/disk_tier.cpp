@@ -31,15 +31,14 @@ bool write_all(int fd, std::span<const uint8_t> bytes) {
   return true;
 }
 
-// Reads up to `n` bytes from the start of fd.
-bool read_all(int fd, uint8_t* out, size_t n, size_t* got) {
-  *got = 0;
-  while (*got < n) {
-    const ssize_t r = ::pread(fd, out + *got, n - *got, off_t(*got));
+// Reads `n` bytes at `offset`; false on an error or a short read.
+bool pread_exact(int fd, uint8_t* out, size_t n, uint64_t offset) {
+  size_t got = 0;
+  while (got < n) {
+    const ssize_t r = ::pread(fd, out + got, n - got, off_t(offset + got));
     if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return false;
-    if (r == 0) break;
-    *got += size_t(r);
+    if (r <= 0) return false;
+    got += size_t(r);
   }
   return true;
 }
@@ -94,10 +93,9 @@ void DiskTier::scan() {
     if (key) {
       const int fd = ::open(d.path().c_str(), O_RDONLY | O_CLOEXEC);
       uint8_t head[kKvFileHeaderBytes];
-      size_t got = 0;
       struct stat st {};
-      if (fd >= 0 && read_all(fd, head, sizeof head, &got) && ::fstat(fd, &st) == 0)
-        good = parse_kv_header({head, got}, &h) == KvFileError::kNone && h.key == *key && h.root == opt_.root &&
+      if (fd >= 0 && pread_exact(fd, head, sizeof head, 0) && ::fstat(fd, &st) == 0)
+        good = parse_kv_header(head, &h) == KvFileError::kNone && h.key == *key && h.root == opt_.root &&
                h.tokens == uint32_t(opt_.chunk_tokens) && h.data_bytes == opt_.chunk_bytes &&
                uint64_t(st.st_size) == h.file_bytes();
       if (fd >= 0) ::close(fd);
@@ -170,7 +168,8 @@ void DiskTier::store(const DiskWant& chunk, std::span<const uint8_t> data, bool 
     touch(chunk.key, it->second);
     return;
   }
-  if (wait) idle_cv_.wait(lock, [&] { return queued_bytes_ + data.size() <= opt_.max_queued_bytes || stop_; });
+  if (wait && writable_ && data.size() <= opt_.max_queued_bytes)
+    idle_cv_.wait(lock, [&] { return queued_bytes_ + data.size() <= opt_.max_queued_bytes || stop_ || !writable_; });
   if (!writable_ || queued_bytes_ + data.size() > opt_.max_queued_bytes || !make_room(file_bytes)) {
     ++stats_.dropped;
     return;
@@ -279,10 +278,36 @@ void DiskTier::write_file(Write& w) {
   if (it != index_.end()) commit(it->first, it->second);
 }
 
+// One chunk's file, checked whole, its data read straight into `data`.
+bool DiskTier::read_file(const std::string& path, const DiskWant& want, std::vector<uint8_t>& data, bool* missing) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  *missing = fd < 0;
+  if (fd < 0) return false;
+  struct stat st {};
+  std::vector<uint8_t> head(kKvFileHeaderBytes + 4 * want.tokens.size());
+  uint8_t sum[8];
+  data.resize(opt_.chunk_bytes);
+  const uint64_t expect = head.size() + data.size() + 8;
+  bool ok = ::fstat(fd, &st) == 0 && uint64_t(st.st_size) == expect && pread_exact(fd, head.data(), head.size(), 0) &&
+            pread_exact(fd, data.data(), data.size(), head.size()) &&
+            pread_exact(fd, sum, 8, head.size() + data.size());
+  ::close(fd);
+  KvFileHeader h;
+  std::vector<int32_t> tokens;
+  return ok && check_kv_parts(head, data, sum, &h, &tokens) == KvFileError::kNone && h.root == opt_.root &&
+         h.key == want.key && h.parent == want.parent && tokens == want.tokens;
+}
+
+void DiskTier::recycle(std::vector<uint8_t> buffer) {
+  std::lock_guard lock(mu_);
+  // At most 64 MiB kept (one buffer at least).
+  const size_t keep = std::max<size_t>(1, (size_t(64) << 20) / std::max<size_t>(1, opt_.chunk_bytes));
+  if (spare_.size() < keep && buffer.capacity() >= opt_.chunk_bytes) spare_.push_back(std::move(buffer));
+}
+
 void DiskTier::read_files(Read& r) {
   DiskLoad out;
   out.ticket = r.ticket;
-  std::vector<uint8_t> file;
   // A missing or bad chunk ends the run; the ones after it will be computed
   // again, so they leave the index (unread) and their fresh copies replace them.
   const auto drop_rest = [&](size_t from) {
@@ -293,46 +318,34 @@ void DiskTier::read_files(Read& r) {
   for (size_t at = 0; at < r.chunks.size(); ++at) {
     DiskWant& want = r.chunks[at];
     const std::string p = file_of(want.key);
-    const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
-    struct stat st {};
-    if (fd < 0 || ::fstat(fd, &st) != 0) {
-      if (fd >= 0) ::close(fd);
-      {
-        std::lock_guard lock(mu_);
-        ++stats_.missing;
-        forget(want.key);
-      }
-      drop_rest(at + 1);
-      break;
+    std::vector<uint8_t> data;
+    {
+      std::lock_guard lock(mu_);
+      if (!spare_.empty()) data = std::move(spare_.back()), spare_.pop_back();
     }
-    file.resize(size_t(st.st_size));
-    size_t got = 0;
-    const bool read = read_all(fd, file.data(), file.size(), &got);
-    ::close(fd);
-    KvFileHeader h;
-    std::vector<int32_t> tokens;
-    std::span<const uint8_t> data;
-    const bool good = read && got == file.size() &&
-                      check_kv_file(file, &h, &tokens, &data) == KvFileError::kNone && h.root == opt_.root &&
-                      h.key == want.key && h.parent == want.parent && tokens == want.tokens &&
-                      data.size() == opt_.chunk_bytes;
+    bool missing = false;
+    const bool good = read_file(p, want, data, &missing);
     if (!good) {
       {
         std::lock_guard lock(mu_);
-        ++stats_.bad_files;
-        std::fprintf(stderr, "kv-disk: %s is damaged; removed, its chunk is computed again\n", p.c_str());
+        if (missing) {
+          ++stats_.missing;
+        } else {
+          ++stats_.bad_files;
+          std::fprintf(stderr, "kv-disk: %s is damaged; removed, its chunk is computed again\n", p.c_str());
+        }
         forget(want.key);
       }
       std::error_code ec;
-      fs::remove(p, ec);
+      if (!missing) fs::remove(p, ec);
       drop_rest(at + 1);
       break;
     }
     std::lock_guard lock(mu_);
     if (auto it = index_.find(want.key); it != index_.end()) touch(want.key, it->second);
     ++stats_.loaded;
-    stats_.bytes_read += file.size();
-    out.data.emplace_back(data.begin(), data.end());
+    stats_.bytes_read += kKvFileHeaderBytes + 4 * want.tokens.size() + data.size() + 8;
+    out.data.push_back(std::move(data));
     out.chunks.push_back(std::move(want));
   }
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - r.queued).count();

@@ -99,6 +99,9 @@ class DiskTier {
   std::vector<DiskLoad> take_loaded();
   // Waits until every queued write and read is done.
   void drain();
+  // Gives back a DiskLoad's data buffer for later reads (saves the page
+  // faults of a fresh buffer per chunk); at most 64 MiB of them are kept.
+  void recycle(std::vector<uint8_t> buffer);
 
   DiskTierStats stats() const;
   const std::string& path() const { return path_; }
@@ -123,6 +126,7 @@ class DiskTier {
   void run();
   void write_file(Write& w);
   void read_files(Read& r);
+  bool read_file(const std::string& path, const DiskWant& want, std::vector<uint8_t>& data, bool* missing);
   // Evicts least recently used committed files until `incoming` more bytes fit. Caller holds mu_.
   bool make_room(uint64_t incoming);
   void touch(const ChunkKey& key, Entry& e);  // caller holds mu_ (as for the two below)
@@ -145,6 +149,7 @@ class DiskTier {
   std::deque<Read> reads_;
   std::deque<ChunkKey> removals_;
   std::vector<DiskLoad> loaded_;
+  std::vector<std::vector<uint8_t>> spare_;  // recycled read buffers
   int busy_ = 0;  // jobs the I/O thread holds
   bool writable_ = false;
   bool stop_ = false;

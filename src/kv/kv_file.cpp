@@ -81,17 +81,34 @@ KvFileError parse_kv_header(std::span<const uint8_t> b, KvFileHeader* h) {
   return KvFileError::kNone;
 }
 
+KvFileError check_kv_parts(std::span<const uint8_t> head, std::span<const uint8_t> data, std::span<const uint8_t> sum,
+                           KvFileHeader* h, std::vector<int32_t>* tokens) {
+  if (const KvFileError e = parse_kv_header(head, h); e != KvFileError::kNone) return e;
+  const uint64_t n = uint64_t(head.size()) + data.size() + sum.size();
+  if (head.size() != kKvFileHeaderBytes + 4ull * h->tokens || data.size() != h->data_bytes || sum.size() != 8)
+    return n < h->file_bytes() ? KvFileError::kShort : KvFileError::kSize;
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_64bits_reset(st);
+  XXH3_64bits_update(st, head.data(), head.size());
+  XXH3_64bits_update(st, data.data(), data.size());
+  const uint64_t digest = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  if (digest != get_u64(sum.data())) return KvFileError::kChecksum;
+  tokens->resize(h->tokens);
+  for (uint32_t i = 0; i < h->tokens; ++i) (*tokens)[i] = int32_t(get_u32(head.data() + kKvFileHeaderBytes + 4 * i));
+  return KvFileError::kNone;
+}
+
 KvFileError check_kv_file(std::span<const uint8_t> file, KvFileHeader* h, std::vector<int32_t>* tokens,
                           std::span<const uint8_t>* data) {
   if (const KvFileError e = parse_kv_header(file, h); e != KvFileError::kNone) return e;
   if (file.size() < h->file_bytes()) return KvFileError::kShort;
   if (file.size() > h->file_bytes()) return KvFileError::kSize;
-  const size_t body = file.size() - 8;
-  if (XXH3_64bits(file.data(), body) != get_u64(file.data() + body)) return KvFileError::kChecksum;
-  tokens->resize(h->tokens);
-  for (uint32_t i = 0; i < h->tokens; ++i) (*tokens)[i] = int32_t(get_u32(file.data() + kKvFileHeaderBytes + 4 * i));
-  *data = file.subspan(kKvFileHeaderBytes + 4ull * h->tokens, size_t(h->data_bytes));
-  return KvFileError::kNone;
+  const size_t head = kKvFileHeaderBytes + 4ull * h->tokens;
+  const KvFileError e = check_kv_parts(file.first(head), file.subspan(head, size_t(h->data_bytes)),
+                                       file.last(8), h, tokens);
+  if (e == KvFileError::kNone) *data = file.subspan(head, size_t(h->data_bytes));
+  return e;
 }
 
 }  // namespace cs

@@ -46,5 +46,9 @@ KvFileError parse_kv_header(std::span<const uint8_t> bytes, KvFileHeader* h);
 // *data point into `file`.
 KvFileError check_kv_file(std::span<const uint8_t> file, KvFileHeader* h, std::vector<int32_t>* tokens,
                           std::span<const uint8_t>* data);
+// The same on a file read in three parts (so that the data lands in its own
+// buffer): the header with the tokens, the data, the 8 checksum bytes.
+KvFileError check_kv_parts(std::span<const uint8_t> head, std::span<const uint8_t> data, std::span<const uint8_t> sum,
+                           KvFileHeader* h, std::vector<int32_t>* tokens);
 
 }  // namespace cs
