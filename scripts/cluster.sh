@@ -4,7 +4,7 @@
 # Ctrl-C (or SIGTERM), which stops them all.
 #
 #   scripts/cluster.sh [--replicas N] [--policy P] [--port PORT] [--threads T]
-#                      [--kv-memory SIZE] [--model GGUF] [-- serve options...]
+#                      [--kv-memory SIZE] [--kv-disk DIR] [--model GGUF] [-- serve options...]
 #
 # The router listens on PORT (default 8080); replica i on PORT+1+i, with its
 # KV events (vLLM's format, ZMQ) on PORT+100+2i and their replay socket on
@@ -12,10 +12,12 @@
 # replicas' KV events, the blocks each one holds), cache_aware (the router's
 # own guess from the prompts' text), round_robin, power_of_two, ... Each
 # replica gets T threads (default: the cores split between the replicas).
+# --kv-disk DIR gives replica i the disk tier DIR/replica-i: restarted, it
+# serves the prompts it held from disk.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
-replicas=2 policy=kv_aware port=8080 threads=0 kv_memory=1G model="$root/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+replicas=2 policy=kv_aware port=8080 threads=0 kv_memory=1G kv_disk="" model="$root/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -24,9 +26,10 @@ while [ $# -gt 0 ]; do
     --port) port=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
     --kv-memory) kv_memory=$2; shift 2 ;;
+    --kv-disk) kv_disk=$2; shift 2 ;;
     --model) model=$2; shift 2 ;;
     --) shift; extra=("$@"); break ;;
-    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "cluster: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -50,7 +53,9 @@ trap stop EXIT
 workers=() sources=() replays=()
 for ((i = 0; i < replicas; i++)); do
   p=$((port + 1 + i)) ev=$((port + 100 + 2 * i)) rp=$((port + 101 + 2 * i))
-  "$binary" serve -m "$model" --port "$p" --threads "$threads" --kv-memory "$kv_memory" \
+  disk=()
+  [ -z "$kv_disk" ] || disk=(--kv-disk "$kv_disk/replica-$i")
+  "$binary" serve -m "$model" --port "$p" --threads "$threads" --kv-memory "$kv_memory" ${disk[@]+"${disk[@]}"} \
     --kv-events "tcp://127.0.0.1:$ev" --kv-events-replay "tcp://127.0.0.1:$rp" ${extra[@]+"${extra[@]}"} \
     2> >(sed -u "s/^/[replica $i] /" >&2) &
   pids+=($!)

@@ -8,6 +8,8 @@
 // as model_tests' Conformance tests (tests/CMakeLists.txt, gemma3_conformance).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 
@@ -125,6 +127,31 @@ TEST(Gemma, GreedyTokensAreIdenticalAcrossModesBatchesSharingAndPreemption) {
   EXPECT_GT(t.stats().preemptions, 0u);
   Engine one(model(), opts(AttnMode::kTpp, 1));
   expect_same_tokens(got, run_each(one, longer), "preempted");
+}
+
+// The disk tier on Gemma 3: chunks past the window, evicted from a small pool
+// or kept across a restart, come back bit for bit: the greedy tokens are
+// those of computing them.
+TEST(Gemma, PromptsFromTheDiskTierGiveTheSameTokens) {
+  const auto reqs = requests(8, 12);
+  Engine alone(model(), opts(AttnMode::kNone, 1));
+  const auto ref = run_each(alone, reqs);
+  const auto dir = std::filesystem::temp_directory_path() / ("cs_gemma_disk_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  EngineOptions o = opts(AttnMode::kTpp);
+  Engine probe(model(), o);
+  o.kv_memory = 16 * probe.stats().kv.chunk_bytes;  // a prompt takes 11 or 12: each one evicts
+  o.kv_disk = dir.string();
+  {
+    Engine e(model(), o);
+    expect_same_tokens(run_each(e, reqs), ref, "gemma, disk tier");
+  }
+  Engine restarted(model(), o);
+  const auto again = run_each(restarted, reqs);
+  expect_same_tokens(again, ref, "gemma, after a restart");
+  // Every full chunk of the first prompt but its last token's came from disk.
+  EXPECT_EQ(again[0].usage.disk_tokens, int(reqs[0].prompt.size() - 1) / 64 * 64);
+  std::filesystem::remove_all(dir);
 }
 
 // A module placed past the window: its K/V were encoded at its schema
