@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <filesystem>
 #include <thread>
 #include <fstream>
@@ -421,6 +423,57 @@ TEST(EngineDisk, EvictedPromptsComeBackFromDiskWithTheSameTokens) {
   EXPECT_EQ(s.disk.bad_files, 0u);
   // Batched, with loads and prefills in one step: still the same tokens.
   test::expect_same_tokens(test::run_all(e, reqs), ref, "batched");
+}
+
+// Never stalls the batch: while one request's chunks are being read (held
+// there by the test), another keeps decoding; released, the first is served
+// from disk with its own tokens.
+TEST(EngineDisk, ARequestWaitingForItsChunksDoesNotStopTheOthers) {
+  TempDir dir;
+  const auto reqs = distinct_prompts(8);
+  const auto ref = reference({reqs[0]});
+  std::mutex mu;
+  std::condition_variable cv;
+  bool hold = false, held = false;
+  EngineOptions o = disk_options(dir.str(), 40);
+  o.kv_disk_before_read = [&] {
+    std::unique_lock lock(mu);
+    held = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return !hold; });
+  };
+  Engine e(tiny(), o);
+  e.submit(reqs[0]).wait();
+  ASSERT_TRUE(e.wait_idle(std::chrono::seconds(30)));
+  EXPECT_EQ(e.flush_cache(), 4);  // out of the pool; its 3 full chunks are on disk
+  // The tier writes on its own thread: wait (bounded) for the files.
+  for (int i = 0; i < 3000 && e.stats().disk.files < 3; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_GE(e.stats().disk.files, 3u);
+  {
+    std::lock_guard lock(mu);
+    hold = true;
+  }
+  Request other = reqs[1];
+  other.max_tokens = 30;
+  RequestHandle b = e.submit(other);
+  RequestHandle a = e.submit(reqs[0]);
+  {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(30), [&] { return held; }));
+  }
+  // The read is held: the other request decodes all of its tokens meanwhile.
+  const Result rb = b.wait();
+  EXPECT_EQ(rb.completions[0].tokens.size(), 30u);
+  EXPECT_FALSE(a.done());
+  EXPECT_EQ(e.stats().waiting, 1);
+  {
+    std::lock_guard lock(mu);
+    hold = false;
+  }
+  cv.notify_all();
+  const Result ra = a.wait();
+  EXPECT_EQ(ra.completions[0].tokens, ref[0].completions[0].tokens);
+  EXPECT_EQ(ra.usage.disk_tokens, 192);
 }
 
 TEST(EngineDisk, ARestartServesKnownPromptsFromDisk) {

@@ -85,6 +85,7 @@ Engine::Engine(const LlamaModel& model, EngineOptions opt) : model_(model), opt_
     d.chunk_tokens = layout.chunk_size;
     d.chunk_bytes = layout.chunk_bytes();
     d.on_loaded = [m = impl_.get()] { m->wake(); };
+    d.before_read = opt_.kv_disk_before_read;
     impl_->disk = std::make_unique<DiskTier>(std::move(d));
     impl_->kv.attach_disk(impl_->disk.get());
   }

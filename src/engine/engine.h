@@ -63,6 +63,7 @@ struct EngineOptions {
   // at start-up) and the KV layout.
   std::string kv_disk{};
   uint64_t kv_disk_bytes = 8ull << 30;
+  std::function<void()> kv_disk_before_read = nullptr;  // DiskTierOptions::before_read (tests)
 
   // Finished sequences' chunks stay for later requests (mode none shares nothing).
   bool prefix_caching() const { return retain && mode != AttnMode::kNone; }

@@ -252,6 +252,15 @@ void DiskTier::run() {
 }
 
 void DiskTier::write_file(Write& w) {
+  {
+    // Writing went off after this one was queued: it is dropped too.
+    std::lock_guard lock(mu_);
+    if (!writable_) {
+      ++stats_.dropped;
+      forget(w.chunk.key);
+      return;
+    }
+  }
   KvFileHeader h;
   h.root = opt_.root;
   h.key = w.chunk.key;
@@ -306,6 +315,7 @@ void DiskTier::recycle(std::vector<uint8_t> buffer) {
 }
 
 void DiskTier::read_files(Read& r) {
+  if (opt_.before_read) opt_.before_read();
   DiskLoad out;
   out.ticket = r.ticket;
   // A missing or bad chunk ends the run; the ones after it will be computed

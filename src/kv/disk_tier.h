@@ -44,6 +44,7 @@ struct DiskTierOptions {
   size_t chunk_bytes = 0;             // the pool's bytes per chunk
   size_t max_queued_bytes = 256u << 20;  // writes waiting for the I/O thread
   std::function<void()> on_loaded;    // called on the I/O thread after each load
+  std::function<void()> before_read;  // called on the I/O thread before each load (tests hold it there)
 };
 
 struct DiskTierStats {

@@ -16,7 +16,7 @@ import openai
 class Server:
     """A chunkserve server process. `url` is http://127.0.0.1:PORT; `log` the stderr lines so far."""
 
-    def __init__(self, binary, model, *args, env=None):
+    def __init__(self, binary, model, *args, env=None, preexec=None):
         # $CHUNKSERVE_SERVER_ARGS adds options to every server (the
         # ThreadSanitizer run keeps the kernels on one thread).
         extra = os.environ.get("CHUNKSERVE_SERVER_ARGS", "").split()
@@ -24,7 +24,8 @@ class Server:
         if "--kv-memory" not in args:
             extra += ["--kv-memory", "384M"]
         cmd = [binary, "serve", "-m", model, "--port", "0", *args, *extra]
-        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})},
+                                     preexec_fn=preexec)
         self.log = []
         self.port = None
         ready = threading.Event()

@@ -8,6 +8,7 @@ Run by CTest: python3 test_disk.py BINARY MODEL
 """
 import os
 import re
+import resource
 import shutil
 import signal
 import sys
@@ -186,6 +187,26 @@ class DiskTier(unittest.TestCase):
             for i, p in enumerate(PROMPTS[:2]):
                 text, n, _, disk = complete(s.url, p)
                 self.assertEqual((text, disk), (self.ref[i], (n - 1) // CHUNK * CHUNK))
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+    def test_a_write_that_fails_midway_turns_writing_off(self):
+        def small_files():
+            # Files of 1 MiB at most: every chunk's write (1.4 MiB) fails
+            # part-way, as on a full disk (EFBIG instead of ENOSPC).
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+
+        s = Server(self.binary, self.model, "--kv-disk", self.dir, "--kv-memory", "24M", preexec=small_files)
+        try:
+            for i, p in enumerate(PROMPTS[:3]):
+                self.assertEqual(complete(s.url, p)[0], self.ref[i])
+            self.assertTrue(s.wait_for_log(r"kv-disk: cannot write .*\.kv: File too large; writing to the disk tier is off"))
+            self.assertEqual(metric(s.url, "kv_disk_writable"), 0)
+            self.assertEqual(metric(s.url, "kv_disk_write_errors_total"), 1)
+            self.assertEqual(metric(s.url, "kv_disk_files"), 0)
+            self.assertEqual(sum("kv-disk:" in l for l in s.log), 1)
+            self.assertEqual(self.files(".kv") + self.files(".tmp"), [])  # the part-written file is gone
         finally:
             self.assertEqual(s.stop(), 0)
 
