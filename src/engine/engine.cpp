@@ -191,8 +191,14 @@ std::shared_ptr<const KvTreeSnapshot> Engine::kv_tree() const {
 }
 
 EngineStats Engine::stats() const {
-  std::lock_guard lock(impl_->stats_mu);
-  return impl_->stats;
+  EngineStats s;
+  {
+    std::lock_guard lock(impl_->stats_mu);
+    s = impl_->stats;
+  }
+  // The tier writes on its own thread, also while the engine is idle: read it now.
+  if (impl_->disk) s.disk = impl_->disk->stats();
+  return s;
 }
 
 }  // namespace cs

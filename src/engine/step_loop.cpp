@@ -29,7 +29,6 @@ void Engine::Impl::publish_stats() {
   s.encoding = int(encoding.size());
   s.threads = threads.threads();
   s.disk_on = disk != nullptr;
-  if (disk) s.disk = disk->stats();
   {
     std::lock_guard lock(stats_mu);
     stats = s;
