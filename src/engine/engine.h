@@ -151,8 +151,9 @@ class Engine {
 
   EngineStats stats() const;
 
-  // Drops every retained prefix no running sequence reads (POST
-  // /flush_cache); pinned Prompt Cache chunks stay. Returns the chunks freed.
+  // Drops every retained prefix no running sequence reads from the pool
+  // (POST /flush_cache; with a disk tier, they stay there); pinned Prompt
+  // Cache chunks stay. Returns the chunks freed.
   int flush_cache();
   // The hashes of the blocks the tree holds now, computed from its chunks
   // (PrefixTree::block_hashes) at the KV event block size; empty without
