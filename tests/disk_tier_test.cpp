@@ -476,6 +476,48 @@ TEST(EngineDisk, ARequestWaitingForItsChunksDoesNotStopTheOthers) {
   EXPECT_EQ(ra.usage.disk_tokens, 192);
 }
 
+// A prompt several requests ask for at once while it is on disk is read once.
+TEST(EngineDisk, ConcurrentRequestsForOnePromptReadItOnce) {
+  TempDir dir;
+  const auto reqs = distinct_prompts(8);
+  const auto ref = reference({reqs[0]});
+  std::mutex mu;
+  std::condition_variable cv;
+  bool hold = false;
+  EngineOptions o = disk_options(dir.str(), 40);
+  o.kv_disk_before_read = [&] {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return !hold; });
+  };
+  Engine e(tiny(), o);
+  e.submit(reqs[0]).wait();
+  ASSERT_TRUE(e.wait_idle(std::chrono::seconds(30)));
+  for (int i = 0; i < 3000 && e.stats().disk.files < 3; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  e.flush_cache();
+  {
+    std::lock_guard lock(mu);
+    hold = true;  // all four arrive while the read is held
+  }
+  std::vector<RequestHandle> hs;
+  for (int i = 0; i < 4; ++i) hs.push_back(e.submit(reqs[0]));
+  for (int i = 0; i < 3000 && e.stats().waiting < 4; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(e.stats().waiting, 4);
+  {
+    std::lock_guard lock(mu);
+    hold = false;
+  }
+  cv.notify_all();
+  int disk = 0;
+  for (auto& h : hs) {
+    const Result r = h.wait();
+    EXPECT_EQ(r.completions[0].tokens, ref[0].completions[0].tokens);
+    EXPECT_GE(r.usage.cached_tokens, 192);
+    disk += r.usage.disk_tokens;
+  }
+  EXPECT_EQ(disk, 192);  // one of them brought the chunks in; the others found them in the tree
+  EXPECT_EQ(e.stats().disk.loads, 1u);
+}
+
 TEST(EngineDisk, ARestartServesKnownPromptsFromDisk) {
   TempDir dir;
   const auto reqs = distinct_prompts();

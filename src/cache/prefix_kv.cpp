@@ -211,6 +211,12 @@ SequenceCache::Prep PrefixKv::prepare(SeqId id, std::span<const int32_t> known, 
     parent = key;
   }
   if (want.empty()) return Prep::kReady;
+  // The same prompt asked for by several requests at once (a restart under
+  // load) is read once: the others wait for that read, then find its chunks
+  // in the tree.
+  for (const auto& [other, o] : loads_)
+    if (!o.done && o.first == want[0].key) return Prep::kLoading;
+  l.first = want[0].key;
   disk_->load(uint64_t(id), std::move(want));
   loads_.emplace(id, std::move(l));
   return Prep::kLoading;

@@ -83,6 +83,7 @@ class PrefixKv : public KvStore, public SequenceCache {
     bool done = false;
     DiskLoad got;
     int start = 0;  // token index of its first chunk
+    ChunkKey first;  // its first chunk's key
   };
   void persist(ChunkId c);
 
