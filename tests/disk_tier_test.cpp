@@ -194,8 +194,12 @@ TEST(DiskTier, DamagedFilesAreRemovedAndNeverServed) {
     tier_path = d.path();
   }
   const auto file = [&](int i) { return tier_path + "/" + c[size_t(i)].key.hex() + ".kv"; };
-  // A kill during a write leaves a temporary file; a crash may cut one short.
-  std::ofstream(tier_path + "/." + c[0].key.hex() + ".tmp") << "half a chunk";
+  // A kill during a write leaves a temporary file (of a process that is
+  // gone); a crash may cut one short. Another live server's is left alone.
+  const std::string dead_tmp = tier_path + "/." + c[0].key.hex() + ".999999999.tmp";
+  const std::string live_tmp = tier_path + "/." + c[0].key.hex() + "." + std::to_string(::getpid()) + ".tmp";
+  std::ofstream(dead_tmp) << "half a chunk";
+  std::ofstream(live_tmp) << "being written";
   fs::resize_file(file(3), fs::file_size(file(3)) - 5);
   // A flipped byte in the data (the header still parses): found when read.
   {
@@ -207,7 +211,8 @@ TEST(DiskTier, DamagedFilesAreRemovedAndNeverServed) {
   DiskTierStats s = d.stats();
   EXPECT_EQ(s.bad_files, 2u);  // the temporary file and the short one, at start-up
   EXPECT_EQ(s.files, 3u);      // the flipped byte is found only when the file is read
-  EXPECT_FALSE(fs::exists(tier_path + "/." + c[0].key.hex() + ".tmp"));
+  EXPECT_FALSE(fs::exists(dead_tmp));
+  EXPECT_TRUE(fs::exists(live_tmp));
   EXPECT_FALSE(fs::exists(file(3)));
   EXPECT_FALSE(d.has(c[3].key));
   // The run stops at the damaged chunk: only the one before it is served.

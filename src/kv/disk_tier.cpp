@@ -1,6 +1,7 @@
 #include "kv/disk_tier.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -75,6 +76,19 @@ void DiskTier::writing_off(const std::string& why) {
   writable_ = false;
 }
 
+// A temporary file of a live process (another server on the same directory)
+// is being written: .<key>.<pid>.tmp.
+static bool written_by_live_process(const std::string& name) {
+  if (name.size() < 6 || name[0] != '.' || !name.ends_with(".tmp")) return false;
+  const std::string mid = name.substr(1, name.size() - 5);  // <key>.<pid>
+  const size_t dot = mid.rfind('.');
+  if (dot == std::string::npos || dot + 1 >= mid.size()) return false;
+  const std::string pid = mid.substr(dot + 1);
+  if (pid.find_first_not_of("0123456789") != std::string::npos || pid.size() > 9) return false;
+  const long p = std::stol(pid);
+  return p > 0 && (::kill(pid_t(p), 0) == 0 || errno != ESRCH);
+}
+
 // Temporary files are what a kill during a write leaves; a header that does
 // not parse or a length that is not the header's is a file cut short.
 void DiskTier::scan() {
@@ -87,6 +101,7 @@ void DiskTier::scan() {
   std::error_code ec;
   for (const fs::directory_entry& d : fs::directory_iterator(path_, ec)) {
     const std::string name = d.path().filename().string();
+    if (written_by_live_process(name)) continue;
     const auto key = name.size() == 35 && name.ends_with(".kv") ? ChunkKey::from_hex(name.substr(0, 32)) : std::nullopt;
     bool good = false;
     KvFileHeader h;
@@ -267,7 +282,7 @@ void DiskTier::write_file(Write& w) {
   h.parent = w.chunk.parent;
   const std::vector<uint8_t> file = encode_kv_file(h, w.chunk.tokens, w.data);
   const std::string final_path = file_of(w.chunk.key);
-  const std::string tmp = path_ + "/." + w.chunk.key.hex() + ".tmp";
+  const std::string tmp = path_ + "/." + w.chunk.key.hex() + "." + std::to_string(::getpid()) + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   bool ok = fd >= 0 && write_all(fd, file);
   const int err = errno;
