@@ -324,13 +324,14 @@ TEST(PrefixTreeKeys, EvictionPersistsFullChunksAndAdoptRestoresThem) {
   EXPECT_EQ(t.key(chunks[0]), k0);
   EXPECT_EQ(t.key(chunks[1]), k1);
   ASSERT_TRUE(t.leave(1).ok());
-  // Retained, leaves first: the partial chunk is not persisted, then chunk 1, then 0.
+  // Retained, root first (a kill part-way keeps a prefix of the chain); the
+  // partial chunk has no key and is not persisted.
   ASSERT_EQ(persisted.size(), 2u);
-  EXPECT_EQ(persisted[0].first, k1);
-  EXPECT_EQ(persisted[1].first, k0);
+  EXPECT_EQ(persisted[0].first, k0);
+  EXPECT_EQ(persisted[1].first, k1);
   persisted.clear();
   EXPECT_EQ(t.evict(3), 3);
-  // Evicted: offered again (the tier keeps one copy).
+  // Evicted, leaves first: offered again (the tier keeps one copy).
   ASSERT_EQ(persisted.size(), 2u);
   EXPECT_EQ(persisted[0].first, k1);
   EXPECT_EQ(t.stats().evicted, 3u);

@@ -130,7 +130,6 @@ void PrefixTree::unref(ChunkId c) {
   if (m.in_tree && (retain_ || !m.children.empty())) {  // kept: a retained prefix
     touch(c);
     update_evictable(c);
-    if (persist_ && m.keyed) persist_(c);
   } else {
     detach_and_free(c);
   }
@@ -382,6 +381,11 @@ KvStatus PrefixTree::leave(SeqId id) {
   seqs_.erase(it);
   left_.insert(id);
   for (auto c = chunks.rbegin(); c != chunks.rend(); ++c) unref(*c);  // leaves first
+  // Now retained: kept root first, so that a kill part-way through the
+  // writes leaves a prefix of the chain on disk (a tail alone serves nobody).
+  if (persist_)
+    for (ChunkId c : chunks)
+      if (meta_[size_t(c)].keyed && meta_[size_t(c)].ref == 0 && meta_[size_t(c)].in_tree) persist_(c);
   dirty_ = true;
   return KvStatus::Ok();
 }

@@ -147,11 +147,11 @@ class PrefixTree {
   // From now on every full chunk in the tree is named by chunk_key, chained
   // from `root`; `persist` is called on the writer thread with a full chunk
   // whose K/V are complete and worth keeping: one whose last reader has just
-  // left (retained), one a second sequence has just joined through (a shared
-  // prefix that may never be unreferenced under load), and one about to be
-  // evicted. Leaves go before their parents, and a parent is shared or
-  // retained before its child is, so what is kept is whole chains. It must
-  // copy what it keeps (and may be called again for a chunk it has).
+  // left (retained; a sequence's chunks root first), one a second sequence
+  // has just joined through (a shared prefix that may never be unreferenced
+  // under load), and one about to be evicted. A parent is kept before its
+  // child, so what is kept is a chain's prefix. It must copy what it keeps
+  // (and may be called again for a chunk it has).
   void use_keys(const ChunkKey& root, std::function<void(ChunkId)> persist);
   bool keyed(ChunkId c) const { return meta_[size_t(c)].keyed; }
   const ChunkKey& key(ChunkId c) const { return meta_[size_t(c)].key; }
