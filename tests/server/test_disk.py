@@ -136,7 +136,7 @@ class DiskTier(unittest.TestCase):
         for t in threads:
             t.start()
         try:
-            self.assertTrue(wait_until(lambda: (metric(s.url, "kv_disk_chunks_written_total") or 0) >= 8, 120))
+            self.assertTrue(wait_until(lambda: (metric(s.url, "kv_disk_chunks_written_total") or 0) >= 8, 300))
         finally:
             s.stop(signal.SIGKILL)
             stop.set()
@@ -178,7 +178,7 @@ class DiskTier(unittest.TestCase):
                 self.assertLess(cached, CHUNK)  # the second shares its opening words with the first
             # Each prompt's first chunk was read, found damaged and removed.
             self.assertEqual(metric(s.url, "kv_disk_bad_files_total"), 2)
-            self.assertTrue(s.wait_for_log(r"kv-disk: .*\.kv is damaged; removed"))
+            self.assertTrue(s.wait_for_log(r"kv-disk: .*\.kv is damaged; removed", 120))
         finally:
             self.assertEqual(s.stop(), 0)
         # Computed again, then written again: the next start serves them from disk.
@@ -201,7 +201,7 @@ class DiskTier(unittest.TestCase):
         try:
             for i, p in enumerate(PROMPTS[:3]):
                 self.assertEqual(complete(s.url, p)[0], self.ref[i])
-            self.assertTrue(s.wait_for_log(r"kv-disk: cannot write .*\.kv: File too large; writing to the disk tier is off"))
+            self.assertTrue(s.wait_for_log(r"kv-disk: cannot write .*\.kv: File too large; writing to the disk tier is off", 120))
             self.assertEqual(metric(s.url, "kv_disk_writable"), 0)
             self.assertEqual(metric(s.url, "kv_disk_write_errors_total"), 1)
             self.assertEqual(metric(s.url, "kv_disk_files"), 0)
@@ -215,7 +215,7 @@ class DiskTier(unittest.TestCase):
         open(not_a_dir, "w").close()
         s = Server(self.binary, self.model, "--kv-disk", not_a_dir, "--kv-memory", "24M")
         try:
-            self.assertTrue(s.wait_for_log(r"kv-disk: cannot use .*writing to the disk tier is off, serving goes on"))
+            self.assertTrue(s.wait_for_log(r"kv-disk: cannot use .*writing to the disk tier is off, serving goes on", 120))
             for i, p in enumerate(PROMPTS[:3]):
                 self.assertEqual(complete(s.url, p)[0], self.ref[i])
             self.assertEqual(metric(s.url, "kv_disk_writable"), 0)
