@@ -56,7 +56,6 @@ class PrefixKv : public KvStore, public SequenceCache {
   // pool, and shared prefixes, are stored there; prepare() reads back what
   // continues a prompt's match, and take_loads() (each step) collects it.
   void attach_disk(DiskTier* disk);
-  DiskTier* disk() const { return disk_; }
   Prep prepare(SeqId id, std::span<const int32_t> known, int room, int* from_disk) override;
   void forget(SeqId id) override { loads_.erase(id); }
   void take_loads();

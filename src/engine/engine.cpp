@@ -197,7 +197,8 @@ EngineStats Engine::stats() const {
     s = impl_->stats;
   }
   // The tier writes on its own thread, also while the engine is idle: read it now.
-  if (impl_->disk) s.disk = impl_->disk->stats();
+  s.disk_on = impl_->disk != nullptr;
+  if (s.disk_on) s.disk = impl_->disk->stats();
   return s;
 }
 

@@ -28,7 +28,6 @@ void Engine::Impl::publish_stats() {
   s.preemptions = sched.preemptions();
   s.encoding = int(encoding.size());
   s.threads = threads.threads();
-  s.disk_on = disk != nullptr;
   {
     std::lock_guard lock(stats_mu);
     stats = s;
