@@ -28,6 +28,8 @@
 #include "attn/block.h"
 #include "base/error.h"
 #include "base/f16.h"
+#include "cli/bench_attention_cuda.h"
+#include "cli/bench_tree.h"
 #include "cli/commands.h"
 #include "cli/roofline.h"
 
@@ -35,10 +37,13 @@ namespace cs {
 namespace {
 
 struct Opts {
-  int reps = 7, threads = 0, heads = 32, dim = 128, chunk = 64, batch = 32;
+  int reps = 0, threads = 0, heads = 32, dim = 128, chunk = 64, batch = 32;
   bool quick = false, table3_only = false;
   std::vector<int> nps;
   std::string json;
+  std::string device = "cpu";
+  int window_keys = 512;
+  int decode_stages = 2;
 };
 
 double median(std::vector<double> v) {
@@ -85,16 +90,8 @@ struct World {
 
 World build(const Opts& o, int b, int n_s, int n_p, bool share) {
   const KvLayout L{1, o.heads, o.dim, o.chunk, KvType::kF16};
-  const int per_seq = (n_p + o.chunk - 1) / o.chunk + 1;
   World w;
-  w.tree = std::make_unique<PrefixTree>(L, L.chunk_bytes() * size_t(b * per_seq + 2), false);
-  for (int s = 0; s < b; ++s) {
-    std::vector<int32_t> prompt(static_cast<size_t>(n_p));
-    for (int i = 0; i < n_p; ++i) prompt[size_t(i)] = share && i < n_s ? i : 1000000 * (s + 1) + i;
-    int m;
-    if (!w.tree->join(s, prompt, &m).ok() || !w.tree->append(s, std::span(prompt).subspan(size_t(m))).ok())
-      throw cs::Error("bench: KV pool too small");
-  }
+  w.tree = shared_prompt_tree(L, b, n_s, n_p, share);
   w.ctx = w.tree->context();
   w.plan = plan_attention(*w.tree, {}, o.heads);
   static std::vector<uint16_t> noise;
@@ -194,7 +191,21 @@ Trio time_trio(const Opts& o, int b, int n_s, int n_c, const std::vector<float>&
   return {us[0], us[1], us[2]};
 }
 
-int run(const Opts& o) {
+int run(const Opts& given) {
+  Opts o = given;
+  if (o.reps == 0) o.reps = o.device == "cuda" ? 50 : 7;  // CUDA events are cheap: 50 timings per call
+  if (o.device == "cuda") {
+    CudaBenchOptions c;
+    c.reps = o.reps;
+    c.batch = o.batch;
+    c.window_keys = o.window_keys;
+    c.decode_stages = o.decode_stages;
+    c.quick = o.quick;
+    c.table3_only = o.table3_only;
+    c.nps = o.nps;
+    c.json = o.json;
+    return run_bench_attention_cuda(c);
+  }
   set_threads(o.threads);
   nlohmann::json js;
   const Roofline roof = measure_roofline();
@@ -310,14 +321,20 @@ int run(const Opts& o) {
 
 Action add_bench_attention_command(CLI::App& bench) {
   auto o = std::make_shared<Opts>();
-  CLI::App* a = bench.add_subcommand("attention", "The papers' attention-kernel tables on this CPU");
-  a->add_option("-r,--reps", o->reps, "Timed repetitions per cell (median reported)")->check(CLI::PositiveNumber);
+  CLI::App* a = bench.add_subcommand("attention", "The papers' attention-kernel tables on this CPU (or the GPU: --device cuda)");
+  a->add_option("-r,--reps", o->reps, "Timed repetitions per cell (median reported; default 7 on the CPU, 50 on the GPU)")->check(CLI::PositiveNumber);
   a->add_option("-t,--threads", o->threads, "Threads (0 = all cores)")->check(CLI::NonNegativeNumber);
   a->add_option("-b,--batch", o->batch, "Batch size of Table 3 / Figure 3")->check(CLI::PositiveNumber);
   a->add_option("--json", o->json, "Also write the results as JSON to this file");
   a->add_option("--np", o->nps, "Table 3 prompt lengths (default 1024 2048 4096)");
   a->add_flag("--table3-only", o->table3_only, "Skip the figures");
   a->add_flag("--quick", o->quick, "Tiny sizes (a smoke test, not a measurement)");
+  a->add_option("--device", o->device, "Where the kernels run: cpu, or cuda (the GPU kernels)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  a->add_option("--window-keys", o->window_keys, "--device cuda: keys per tile window (a multiple of 64, up to 1024)")
+      ->check(CLI::Range(64, 1024));
+  a->add_option("--decode-stages", o->decode_stages, "--device cuda: pipeline stages of the 16-row tiles (2 or 3)")
+      ->check(CLI::IsMember({2, 3}));
   return [o] { return run(*o); };
 }
 

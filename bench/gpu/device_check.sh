@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The GPU checks of the CUDA attention, as one run on the device machine
+# (docs/benchmarks.md "GPU"): built here, packed with ../shared/device/pack.sh
+# into .dev/ (chunkserve and unit_tests), then there:
+#   bench/gpu/device_check.sh OUT_DIR [quick]
+# 1. the GPU tests (unit_tests Cuda*/DeviceKvMemory*), 2. compute-sanitizer's
+# memcheck and racecheck over some of them, 3. `chunkserve bench attention --device cuda`,
+# 4. PyTorch's attention on the same shapes (bench/peers/attention_torch.py).
+# Each step has its own time limit and log; a failing step does not stop the
+# later ones. Exit status: the tests'.
+set -uo pipefail
+out=${1:?usage: device_check.sh OUT_DIR [quick]}
+quick=${2:-}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+export LD_LIBRARY_PATH=$root/.dev/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export PYTHONUNBUFFERED=1
+mkdir -p "$out"
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem,driver_version --format=csv | tee "$out/gpu.txt"
+lscpu | grep -E "Model name|^CPU\(s\)" | tee -a "$out/gpu.txt"
+
+timeout 120 "$root/.dev/unit_tests" --gtest_filter='CudaAttention.*:DeviceKvMemory.*' 2>&1 | tee "$out/tests.log"
+tests=${PIPESTATUS[0]}
+echo "tests: exit $tests"
+
+if command -v compute-sanitizer >/dev/null; then
+  timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 "$root/.dev/unit_tests" \
+    --gtest_filter='CudaAttention.LargeBatches:DeviceKvMemory.CopiesMatchTheHostMemory' 2>&1 | tail -30 | tee "$out/memcheck.log"
+  echo "memcheck: exit ${PIPESTATUS[0]}"
+  timeout 90 compute-sanitizer --tool racecheck --error-exitcode 9 "$root/.dev/unit_tests" \
+    --gtest_filter='CudaAttention.LargeBatches' 2>&1 | tail -8 | tee "$out/racecheck.log"
+  echo "racecheck: exit ${PIPESTATUS[0]}"
+fi
+
+args=(--json "$out/bench_attention_cuda.json")
+[ -n "$quick" ] && args+=(--quick)
+timeout 200 "$root/.dev/chunkserve" bench attention --device cuda "${args[@]}" 2>&1 | tee "$out/bench.log"
+echo "bench: exit ${PIPESTATUS[0]}"
+
+pargs=(--json "$out/attention_torch.json")
+[ -n "$quick" ] && pargs+=(--quick)
+timeout 150 python3 "$root/bench/peers/attention_torch.py" "${pargs[@]}" 2>&1 | tee "$out/torch.log"
+echo "torch: exit ${PIPESTATUS[0]}"
+exit "$tests"

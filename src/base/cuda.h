@@ -1,0 +1,92 @@
+// The CUDA runtime behind plain C++ types, so that code on any floor can ask
+// for a GPU, hold device memory and time work on it without including CUDA's
+// headers. Built from base/cuda.cu where CMake found nvcc (CHUNKSERVE_CUDA);
+// elsewhere base/cuda_stub.cpp answers that no device is present, so every
+// caller works the same way in a CPU-only build.
+//
+// Errors: every call that fails throws cs::Error naming the CUDA call and the
+// runtime's message (out of device memory is ErrorKind::kNoRoom).
+// Threads: the calls act on the calling thread's current device and the
+// default stream unless a stream is given.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+namespace cs::cuda {
+
+// Whether this build has CUDA code at all.
+bool built_with_cuda();
+
+// Whether a usable device is present: false with the reason (no CUDA in the
+// build, no driver, no device, a device older than the code's sm_90) in *why.
+bool device_available(std::string* why = nullptr);
+
+struct DeviceInfo {
+  std::string name;
+  int sm_count = 0;
+  int major = 0, minor = 0;
+  size_t memory_bytes = 0, l2_bytes = 0;
+  size_t smem_per_block_optin = 0;
+};
+DeviceInfo device_info();
+
+// Device memory, owned. Moves, does not copy. Contents start undefined.
+class Buffer {
+ public:
+  Buffer() = default;
+  explicit Buffer(size_t bytes);
+  ~Buffer();
+  Buffer(Buffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  Buffer& operator=(Buffer&& o) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  void* get() const { return p_; }
+  template <class T>
+  T* as() const { return static_cast<T*>(p_); }
+  size_t bytes() const { return n_; }
+  // Grows (contents lost) to hold at least `bytes`.
+  void reserve(size_t bytes);
+
+ private:
+  void* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+void to_device(void* dst, const void* src, size_t bytes);    // synchronous
+void to_host(void* dst, const void* src, size_t bytes);      // synchronous
+void device_copy(void* dst, const void* src, size_t bytes);  // on the default stream
+void memset_device(void* dst, int value, size_t bytes);
+void synchronize();  // waits for the device; throws a kernel's pending error
+
+// Elapsed device time between two points of the default stream.
+class Timer {
+ public:
+  Timer();
+  ~Timer();
+  Timer(const Timer&) = delete;
+  Timer& operator=(const Timer&) = delete;
+  void start();
+  void stop();
+  double microseconds();  // waits for stop()
+
+ private:
+  void* start_ = nullptr;
+  void* stop_ = nullptr;
+};
+
+// Benchmarks' helpers. flush_l2 reads `buf` (make it several times the L2's
+// size), leaving L2 full of clean lines of it: what a kernel timed next finds
+// there is not its own data, and no dirty line of an earlier write is written
+// back on its time. spin keeps the device busy for about `us` microseconds,
+// so that the work queued after it starts only once the host has queued it
+// all (no host launch gap inside a timed interval).
+void flush_l2(const Buffer& buf);
+void spin(double us);
+
+// Throws cs::Error for the last launch's error, if any (after a launch).
+void check_launch(const char* what);
+
+}  // namespace cs::cuda

@@ -1,0 +1,49 @@
+#include "kv/host_kv_memory.h"
+
+#include <cstring>
+
+#include "base/f16.h"
+
+namespace cs {
+
+void HostKvMemory::write_rows(int layer, const int32_t* slots, int n, const float* k, const float* v) {
+  const KvLayout& L = pool_.layout();
+  const int c = L.chunk_size, d = L.head_dim, type = int(L.type);
+  const size_t es = kv_type_size(L.type);
+  for (int i = 0; i < n; ++i) {
+    const ChunkId chunk = slots[i] / c;
+    const int off = slots[i] % c;
+    for (int h = 0; h < L.n_kv_heads; ++h) {
+      const float* kr = k + (size_t(i) * L.n_kv_heads + size_t(h)) * size_t(d);
+      const float* vr = v + (size_t(i) * L.n_kv_heads + size_t(h)) * size_t(d);
+      uint8_t* kt = pool_.block(chunk, layer, h, false);  // [d][c]
+      uint8_t* vb = pool_.block(chunk, layer, h, true);   // [c][d]
+      for (int x = 0; x < d; ++x) {
+        store_kv_elem(kt + (size_t(x) * size_t(c) + size_t(off)) * es, type, kr[x]);
+        store_kv_elem(vb + (size_t(off) * size_t(d) + size_t(x)) * es, type, vr[x]);
+      }
+    }
+  }
+}
+
+void HostKvMemory::copy_prefix(ChunkId src, ChunkId dst, int n) {
+  const KvLayout& L = pool_.layout();
+  const size_t es = kv_type_size(L.type), c = size_t(L.chunk_size), d = size_t(L.head_dim);
+  for (int l = 0; l < L.n_layers; ++l)
+    for (int h = 0; h < L.n_kv_heads; ++h) {
+      const uint8_t* ks = pool_.block(src, l, h, false);
+      uint8_t* kd = pool_.block(dst, l, h, false);
+      for (size_t x = 0; x < d; ++x) std::memcpy(kd + x * c * es, ks + x * c * es, size_t(n) * es);
+      std::memcpy(pool_.block(dst, l, h, true), pool_.block(src, l, h, true), size_t(n) * d * es);
+    }
+}
+
+void HostKvMemory::read_chunk(ChunkId id, uint8_t* host) const {
+  std::memcpy(host, pool_.data(id), pool_.layout().chunk_bytes());
+}
+
+void HostKvMemory::write_chunk(ChunkId id, const uint8_t* host) {
+  std::memcpy(pool_.data(id), host, pool_.layout().chunk_bytes());
+}
+
+}  // namespace cs
