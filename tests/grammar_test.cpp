@@ -326,6 +326,75 @@ TEST(Grammar, ErrorMessagesNameTheProblem) {
             "EBNF parser error at line 1, column 10: Rule \"undefined_rule\" is not defined");
 }
 
+// Constraints over the compiler's limits (grammar/limits.h) are refused before
+// it runs, the message naming the limit: a schema 20,000 levels deep (which
+// overflowed a thread's stack in the compiler), 33 levels, huge enums and
+// property lists, nested or sprawling regexes, grammars of too many rules or
+// groups. What real clients send stays well inside.
+TEST(Grammar, LimitsAreCheckedBeforeCompiling) {
+  const GrammarVocab vocab(tiny_vocab());
+  auto error = [&](GrammarKind k, const std::string& text) -> std::string {
+    try {
+      Grammar::compile(vocab, {k, text});
+    } catch (const GrammarError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  auto nested = [](int levels, const std::string& open, const std::string& close, const std::string& leaf) {
+    std::string s;
+    for (int i = 0; i < levels; ++i) s += open;
+    s += leaf;
+    for (int i = 0; i < levels; ++i) s += close;
+    return s;
+  };
+  EXPECT_EQ(error(GrammarKind::kJsonSchema, nested(20000, R"({"type":"array","items":)", "}", R"({"type":"string"})")),
+            "the schema is 500017 bytes; at most 262144 bytes are compiled");
+  EXPECT_EQ(error(GrammarKind::kJsonSchema, nested(200, R"({"type":"array","items":)", "}", R"({"type":"string"})")),
+            "the schema nests deeper than 128 levels of JSON; at most 32 levels of subschemas are compiled");
+  const std::string deep33 = nested(33, R"({"type":"array","items":)", "}", R"({"type":"string"})");
+  EXPECT_EQ(error(GrammarKind::kJsonSchema, deep33).substr(0, 20), "at /items/items/item");
+  EXPECT_NE(error(GrammarKind::kJsonSchema, deep33).find("the schema nests subschemas more than 32 levels deep; at most 32 are compiled"),
+            std::string::npos);
+  EXPECT_EQ(error(GrammarKind::kJsonSchema, nested(32, R"({"type":"array","items":)", "}", R"({"type":"string"})")), "");
+  std::string big_enum = R"({"enum":[)";
+  for (int i = 0; i < 1025; ++i) {
+    big_enum += i ? ",\"" : "\"";
+    big_enum += std::to_string(i) + "\"";
+  }
+  big_enum += "]}";
+  EXPECT_EQ(error(GrammarKind::kJsonSchema, big_enum), "at /enum: enum has 1025 values; at most 1024 are compiled");
+  std::string props = R"({"type":"object","properties":{)";
+  for (int i = 0; i < 1025; ++i) {
+    props += i ? ",\"p" : "\"p";
+    props += std::to_string(i) + R"(":{"type":"integer"})";
+  }
+  props += "}}";
+  EXPECT_EQ(error(GrammarKind::kJsonSchema, props),
+            "at /properties: properties has 1025 entries; at most 1024 are compiled");
+  EXPECT_EQ(error(GrammarKind::kJsonSchema, std::string(R"({"description":")") + std::string(300000, 'x') + "\"}"),
+            "the schema is 300018 bytes; at most 262144 bytes are compiled");
+  EXPECT_EQ(error(GrammarKind::kRegex, nested(33, "(", ")", "a")),
+            "the regex nests groups 33 deep; at most 32 levels are compiled");
+  EXPECT_EQ(error(GrammarKind::kRegex, nested(100000, "(", ")", "a")),
+            "the regex is 200001 bytes; at most 16384 bytes are compiled");
+  std::string alts = "a";
+  for (int i = 0; i < 1025; ++i) alts += "|a";
+  EXPECT_EQ(error(GrammarKind::kRegex, alts), "the regex has 1025 alternatives; at most 1024 alternatives are compiled");
+  EXPECT_EQ(error(GrammarKind::kRegex, "[(((((((((((((((((((((((((((((((((((]x"), "");  // parentheses in a class are characters
+  EXPECT_EQ(error(GrammarKind::kJsonSchema, R"({"type":"string","pattern":")" + nested(40, "(", ")", "a") + "\"}"),
+            "at /pattern: pattern nests groups 40 deep; at most 32 levels are compiled");
+  std::string rules = "root ::= r0\n";
+  for (int i = 0; i < 1024; ++i) {
+    rules += 'r';
+    rules += std::to_string(i) + " ::= \"a\"\n";
+  }
+  EXPECT_EQ(error(GrammarKind::kEbnf, rules), "the grammar has 1025 rules; at most 1024 rules are compiled");
+  EXPECT_EQ(error(GrammarKind::kEbnf, "root ::= " + nested(33, "(", ")", "\"a\"")),
+            "the grammar nests groups 33 deep; at most 32 levels are compiled");
+  EXPECT_EQ(error(GrammarKind::kEbnf, "root ::= \"((((((((((((((((((((((((((((((((((((\" [((((((((((((((((((((((((((((((((((((]"), "");
+}
+
 // Through the engine on the tiny model: constrained requests batched with
 // each other and with an unconstrained one get exactly the tokens they get
 // alone, every output matches its constraint, and a grammar that has ended

@@ -9,6 +9,7 @@
 #include <exception>
 #include <sstream>
 
+#include "grammar/limits.h"
 #include "grammar/messages.h"
 #include "grammar/schema_check.h"
 #include "model/tokenizer.h"
@@ -111,6 +112,7 @@ Grammar::~Grammar() = default;
 std::shared_ptr<const Grammar> Grammar::compile(const GrammarVocab& vocab, const GrammarSpec& spec) {
   xgrammar::GrammarCompiler& c = vocab.impl_->compiler;
   std::shared_ptr<Grammar> g(new Grammar);
+  check_limits(spec);
   try {
     auto compiled = [&] {
       switch (spec.kind) {

@@ -6,7 +6,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/json_depth.h"
 #include "grammar/grammar.h"
+#include "grammar/limits.h"
 #include "grammar/messages.h"
 
 namespace cs {
@@ -19,22 +21,33 @@ class Walk {
  public:
   explicit Walk(const json& root) : root_(root) {}
 
-  void schema(const json& s, const std::string& at) {
+  // `depth`: subschemas above this one (grammar/limits.h bounds it, and the
+  // schemas in all, before the compiler, which recurses as this does).
+  void schema(const json& s, const std::string& at, int depth = 0) {
+    if (depth > kMaxSchemaDepth)
+      fail(at, "the schema nests subschemas more than " + std::to_string(kMaxSchemaDepth) + " levels deep; at most " +
+                   std::to_string(kMaxSchemaDepth) + " are compiled");
+    if (++nodes_ > kMaxSchemaNodes)
+      fail(at, "the schema has more than " + std::to_string(kMaxSchemaNodes) + " subschemas; at most " +
+                   std::to_string(kMaxSchemaNodes) + " are compiled");
     if (s.is_boolean()) return;
     if (!s.is_object()) fail(at, "a schema must be an object or a boolean, not " + std::string(s.type_name()));
     if (const json* t = get(s, "type")) type(*t, at + "/type");
     for (const char* k : {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
       if (const json* p = get(s, k)) {
         if (!p->is_object()) fail(at + "/" + k, std::string(k) + " must be an object of schemas");
-        for (const auto& [name, sub] : p->items()) schema(sub, at + "/" + k + "/" + pointer_escape(name));
+        if (int(p->size()) > kMaxProperties)
+          fail(at + "/" + k, std::string(k) + " has " + std::to_string(p->size()) + " entries; at most " +
+                                 std::to_string(kMaxProperties) + " are compiled");
+        for (const auto& [name, sub] : p->items()) schema(sub, at + "/" + k + "/" + pointer_escape(name), depth + 1);
       }
     for (const char* k : {"additionalProperties", "items", "not", "contains", "propertyNames", "unevaluatedProperties",
                           "unevaluatedItems", "if", "then", "else"})
-      if (const json* p = get(s, k)) schema(*p, at + "/" + k);
+      if (const json* p = get(s, k)) schema(*p, at + "/" + k, depth + 1);
     for (const char* k : {"anyOf", "oneOf", "allOf", "prefixItems"})
       if (const json* p = get(s, k)) {
         if (!p->is_array() || p->empty()) fail(at + "/" + k, std::string(k) + " must be a non-empty list of schemas");
-        for (size_t i = 0; i < p->size(); ++i) schema((*p)[i], at + "/" + k + "/" + std::to_string(i));
+        for (size_t i = 0; i < p->size(); ++i) schema((*p)[i], at + "/" + k + "/" + std::to_string(i), depth + 1);
       }
     if (const json* r = get(s, "required")) {
       if (!r->is_array()) fail(at + "/required", "required must be a list of property names");
@@ -43,6 +56,9 @@ class Walk {
     }
     if (const json* e = get(s, "enum"); e && (!e->is_array() || e->empty()))
       fail(at + "/enum", "enum must be a non-empty list");
+    if (const json* e = get(s, "enum"); e && int(e->size()) > kMaxEnumValues)
+      fail(at + "/enum", "enum has " + std::to_string(e->size()) + " values; at most " +
+                             std::to_string(kMaxEnumValues) + " are compiled");
     counts(s, at, "minItems", "maxItems");
     counts(s, at, "minLength", "maxLength");
     counts(s, at, "minProperties", "maxProperties");
@@ -107,6 +123,11 @@ class Walk {
   static void pattern(const json& p, const std::string& at) {
     if (!p.is_string()) fail(at, "pattern must be a string");
     try {
+      check_regex_limits(p.get<std::string>(), "pattern");
+    } catch (const GrammarError& e) {
+      fail(at, e.what());
+    }
+    try {
       (void)xgrammar::Grammar::FromRegex(p.get<std::string>());
     } catch (const std::exception& e) {
       fail(at, "pattern " + p.dump() + " is not a regular expression: " + client_message(e.what()));
@@ -126,11 +147,15 @@ class Walk {
   }
 
   const json& root_;
+  int nodes_ = 0;
 };
 
 }  // namespace
 
 void check_schema(const std::string& schema_text) {
+  if (json_nesting(schema_text) > kMaxJsonNesting)
+    throw GrammarError("the schema nests deeper than " + std::to_string(kMaxJsonNesting) + " levels of JSON; at most " +
+                       std::to_string(kMaxSchemaDepth) + " levels of subschemas are compiled");
   const json root = json::parse(schema_text, nullptr, false);
   if (root.is_discarded()) throw GrammarError("the schema is not valid JSON");
   Walk(root).schema(root, "");

@@ -1,5 +1,6 @@
 #include "server/api_request.h"
 
+#include "base/json_depth.h"
 #include "grammar/schema_check.h"
 
 #include <cctype>
@@ -41,6 +42,16 @@ namespace {
 ApiError invalid(const std::string& param, const std::string& message, const std::string& code = "invalid_value") {
   return {400, message, "invalid_request_error", param, code};
 }
+
+// JSON text from the client, refused before it is parsed when it nests
+// deeper than anything here walks safely (base/json_depth.h).
+void check_nesting(const std::string& text, const std::string& param, const std::string& what) {
+  const int depth = json_nesting(text);
+  if (depth > kMaxJsonNesting)
+    throw invalid(param, what + " nests " + std::to_string(depth) + " levels deep; at most " +
+                             std::to_string(kMaxJsonNesting) + " are accepted", "too_deeply_nested");
+}
+
 
 std::string num(double v) {
   std::ostringstream s;
@@ -99,6 +110,7 @@ class Fields {
 };
 
 json parse_body(const std::string& body) {
+  check_nesting(body, "", "the body");
   json j;
   try {
     j = json::parse(body);
@@ -131,6 +143,7 @@ void refuse_unsupported(const json& j, bool chat) {
 std::string schema_text(const json& v, const std::string& param) {
   if (v.is_object()) return v.dump();
   if (v.is_string()) {
+    check_nesting(v.get<std::string>(), param, param);
     const json parsed = json::parse(v.get<std::string>(), nullptr, false);
     if (!parsed.is_discarded() && parsed.is_object()) return parsed.dump();
   }
@@ -440,6 +453,7 @@ json chat_message(const json& m, size_t i) {
       // OpenAI sends them as JSON text.
       auto& args = c2["function"]["arguments"];
       if (args.is_string()) {
+        check_nesting(args.get<std::string>(), cat + ".function.arguments", cat + ".function.arguments");
         json parsed = json::parse(args.get<std::string>(), nullptr, false);
         if (parsed.is_discarded() || !parsed.is_object())
           throw invalid(cat + ".function.arguments", cat + ".function.arguments must be a JSON object");

@@ -9,6 +9,7 @@
 #include <optional>
 #include <random>
 
+#include "base/json_depth.h"
 #include "base/parse_int.h"
 #include "base/sha256.h"
 #include "engine/schema_dir.h"
@@ -387,12 +388,28 @@ void Server::Impl::flush_cache(const HttpRequest&, HttpResponse& res, HttpExchan
   res.body = dump({{"flushed", true}, {"chunks_freed", freed}, {"chunks_in_use", s.kv.used}, {"chunks_pinned", s.kv.pinned}});
 }
 
+namespace {
+
+// A body nesting deeper than requests may (base/json_depth.h): a 400 before
+// it is parsed.
+void refuse_deep(const std::string& body) {
+  const int depth = json_nesting(body);
+  if (depth > kMaxJsonNesting)
+    throw ApiError{400,
+                   "the body nests " + std::to_string(depth) + " levels deep; at most " +
+                       std::to_string(kMaxJsonNesting) + " are accepted",
+                   "invalid_request_error", "", "too_deeply_nested"};
+}
+
+}  // namespace
+
 // Two shapes: llama-server's {"content"} (the text's tokens), and vLLM's
 // {"model", "prompt"} or {"model", "messages"}: the exact prompt tokens the
 // same body would run as a completion or chat request (chat template, tools
 // and all), which is what routers hash to find the replica holding a prefix.
 void Server::Impl::tokenize(const HttpRequest& req, HttpResponse& res, HttpExchange&, Outcome&) {
   const Tokenizer& tok = engine.model().tokenizer();
+  refuse_deep(req.body);
   const json j = json::parse(req.body, nullptr, false);
   const char* shape =
       "the body must be {\"content\": string, \"add_special\": bool, \"with_pieces\": bool}, or a completion "
@@ -425,6 +442,7 @@ void Server::Impl::tokenize(const HttpRequest& req, HttpResponse& res, HttpExcha
 
 void Server::Impl::detokenize(const HttpRequest& req, HttpResponse& res, HttpExchange&, Outcome&) {
   const Tokenizer& tok = engine.model().tokenizer();
+  refuse_deep(req.body);
   const json j = json::parse(req.body, nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("tokens") || !j["tokens"].is_array())
     throw ApiError{400, "the body must be {\"tokens\": [ids]}", "invalid_request_error", "tokens", ""};

@@ -2,6 +2,8 @@
 
 #include <optional>
 
+#include "base/json_depth.h"
+
 namespace cs {
 
 using ojson = nlohmann::ordered_json;
@@ -25,13 +27,19 @@ std::optional<ToolCall> call_of(const ojson& j) {
   ojson args = ojson::object();
   for (const char* k : {"arguments", "parameters"})
     if (j.contains(k)) args = j[k];
-  if (args.is_string()) args = ojson::parse(args.get<std::string>(), nullptr, false);
+  if (args.is_string()) {
+    if (json_nesting(args.get<std::string>()) > kMaxJsonNesting) return std::nullopt;
+    args = ojson::parse(args.get<std::string>(), nullptr, false);
+  }
   if (args.is_null()) args = ojson::object();
   if (!args.is_object()) return std::nullopt;
   return ToolCall{j["name"].get<std::string>(), args.dump(-1, ' ', false, ojson::error_handler_t::replace)};
 }
 
+// The model's text is read as calls only where it nests no deeper than a
+// request may (dumping the arguments recurses once per level).
 std::optional<ToolCall> parse_call(std::string_view text) {
+  if (json_nesting(text) > kMaxJsonNesting) return std::nullopt;
   const ojson j = ojson::parse(trim(text), nullptr, false);
   if (j.is_discarded()) return std::nullopt;
   return call_of(j);
@@ -39,6 +47,7 @@ std::optional<ToolCall> parse_call(std::string_view text) {
 
 // Calls from a JSON list of call objects; nullopt unless every item is one.
 std::optional<std::vector<ToolCall>> parse_call_list(std::string_view text) {
+  if (json_nesting(text) > kMaxJsonNesting) return std::nullopt;
   const ojson j = ojson::parse(trim(text), nullptr, false);
   if (j.is_discarded() || !j.is_array() || j.empty()) return std::nullopt;
   std::vector<ToolCall> calls;

@@ -116,6 +116,50 @@ class Server1(unittest.TestCase):
         self.assertGreaterEqual(metric(self.server.url, "chunkserve:http_responses_total") - before, len(cases))
         self.assertTrue(self.server.wait_for_log(r"request - /tokenize 400"))
 
+    def test_deep_nesting_is_a_400_naming_the_limit(self):
+        # A schema 20,000 levels deep (500 KB) crashed the server (a recursive walk overflowed the stack),
+        # whichever field carried it. Now every such body is refused before it is walked, and the server lives.
+        # (Bodies are built as text: Python's json recurses too.)
+        def deep(levels):
+            return '{"type":"array","items":' * levels + '{"type":"string"}' + "}" * levels
+
+        def chat(extra):  # a chat body with `extra` (JSON text of members) added
+            return chat_body("hi")[:-1] + ", " + extra + "}"
+
+        schema = deep(20000)
+        cases = [
+            ("/v1/chat/completions", chat('"response_format": {"type": "json_schema", "json_schema": '
+                                          '{"name": "x", "schema": ' + schema + '}}'), "too_deeply_nested"),
+            ("/v1/completions", json.dumps({"model": MODEL_ID, "prompt": "hi", "max_tokens": 4})[:-1] +
+             ', "guided_json": ' + schema + "}", "too_deeply_nested"),
+            ("/v1/chat/completions", chat('"tool_choice": "auto", "tools": [{"type": "function", "function": '
+                                          '{"name": "f", "parameters": ' + schema + '}}]'), "too_deeply_nested"),
+            ("/tokenize", '{"content": "hi", "x": ' + schema + "}", "too_deeply_nested"),
+            # Inside a string (a schema as JSON text, a call's arguments): the string is measured too.
+            ("/v1/chat/completions", chat_body("hi", response_format={
+                "type": "json_schema", "json_schema": {"name": "x", "schema": schema}}), "too_deeply_nested"),
+            ("/v1/chat/completions", json.dumps({"model": MODEL_ID, "max_tokens": 4, "messages": [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": "", "tool_calls": [{"id": "c", "type": "function", "function": {
+                    "name": "f", "arguments": "[" * 5000 + "]" * 5000}}]},
+                {"role": "tool", "tool_call_id": "c", "content": "ok"}]}), "too_deeply_nested"),
+            # Within the body's limit, over the schema's: 40 levels of subschemas; a regex of 40 nested groups.
+            ("/v1/chat/completions", chat('"response_format": {"type": "json_schema", "json_schema": '
+                                          '{"name": "x", "schema": ' + deep(40) + '}}'), "invalid_schema"),
+            ("/v1/chat/completions", chat_body("hi", regex="(" * 40 + "a" + ")" * 40), "invalid_regex"),
+        ]
+        for path, body, code_name in cases:
+            code, _, j = raw(self.server.url, "POST", path, body)
+            self.assertEqual(code, 400, (path, code_name, str(j)[:300]))
+            self.assertEqual(j["error"]["code"], code_name, j)
+            self.assertIn("at most", j["error"]["message"])
+            if code_name == "too_deeply_nested":
+                self.assertRegex(j["error"]["message"], r"nests [0-9]+ levels deep; at most 128 are accepted")
+        _, _, j = raw(self.server.url, "POST", "/v1/chat/completions", cases[-2][1])
+        self.assertIn("nests subschemas more than 32 levels deep", j["error"]["message"])
+        code, _, j = raw(self.server.url, "POST", "/v1/chat/completions", chat_body("Say hi."))
+        self.assertEqual(code, 200, j)
+
     def test_json_whatever_the_content_type(self):
         # curl -d sends application/x-www-form-urlencoded; a 20 KB JSON body must still be read as JSON
         # (padded with JSON's own whitespace: a short prompt, a long body).
