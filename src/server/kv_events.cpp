@@ -174,8 +174,10 @@ void KvEventPublisher::run() {
       req.push_back(std::move(part));
       while (req.back().more() && s.replay.recv(part, zmq::recv_flags::dontwait)) req.push_back(std::move(part));
       if (req.size() != 3 || req[2].size() != 8) continue;
-      int64_t start = 0;
-      for (size_t i = 0; i < 8; ++i) start = int64_t((uint64_t(start) << 8) | req[2].data<uint8_t>()[i]);
+      // The start sequence is unsigned: 2^63 and above are past every batch
+      // (not negative numbers, which would replay them all).
+      uint64_t start = 0;
+      for (size_t i = 0; i < 8; ++i) start = (start << 8) | req[2].data<uint8_t>()[i];
       const std::string id(req[0].data<char>(), req[0].size());
       auto reply = [&](const std::string& seq8, const std::string& payload) {
         s.replay.send(zmq::buffer(id), zmq::send_flags::sndmore);
@@ -184,7 +186,7 @@ void KvEventPublisher::run() {
         s.replay.send(zmq::buffer(payload), zmq::send_flags::none);
       };
       for (const auto& [seq, payload] : kept)
-        if (seq >= start) reply(seq_bytes(seq), payload);
+        if (uint64_t(seq) >= start) reply(seq_bytes(seq), payload);
       reply(seq_bytes(-1), "");
     }
     if (stop) break;

@@ -3,6 +3,7 @@
 #include <openssl/crypto.h>
 
 #include <atomic>
+#include <cctype>
 #include <cstdio>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -49,10 +50,26 @@ std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_hand
 
 std::string digest(const std::string& s) { return sha256_hex({reinterpret_cast<const uint8_t*>(s.data()), s.size()}); }
 
-// Whether `given` is the key whose digest is `expected`, in time that does
-// not depend on where they differ (digests compared, so not on lengths either).
+// The credentials of an Authorization header: "Bearer KEY", the scheme in
+// any case (RFC 9110 makes it case-insensitive), spaces or tabs around the
+// key; "" for another scheme or none.
+std::string bearer_token(const std::string& h) {
+  const size_t s0 = h.find_first_not_of(" \t");
+  if (s0 == std::string::npos) return "";
+  const size_t s1 = h.find_first_of(" \t", s0);
+  if (s1 == std::string::npos || s1 - s0 != 6) return "";
+  for (size_t i = 0; i < 6; ++i)
+    if (std::tolower(static_cast<unsigned char>(h[s0 + i])) != "bearer"[i]) return "";
+  const size_t k0 = h.find_first_not_of(" \t", s1);
+  if (k0 == std::string::npos) return "";
+  return h.substr(k0, h.find_last_not_of(" \t") - k0 + 1);
+}
+
+// Whether header `given` carries the key whose digest is `expected`, in time
+// that does not depend on where they differ (digests compared, so not on
+// lengths either).
 bool is_key(const std::string& given, const std::string& expected) {
-  const std::string d = digest(given);
+  const std::string d = digest(bearer_token(given));
   return CRYPTO_memcmp(d.data(), expected.data(), d.size()) == 0;
 }
 
@@ -90,7 +107,7 @@ struct Server::Impl {
     limits.n_ctx = e.n_ctx();
     limits.max_n = e.options().max_batch;
     limits.tools = tool_syntax(e.model().chat().source());
-    if (!opt.api_key.empty()) key_digest = digest("Bearer " + opt.api_key);
+    if (!opt.api_key.empty()) key_digest = digest(opt.api_key);
     routes();
   }
 
@@ -131,7 +148,7 @@ struct Server::Impl {
   Engine& engine;
   ServerOptions opt;
   ApiLimits limits;
-  std::string key_digest;  // of "Bearer KEY", when a key is set
+  std::string key_digest;  // of the key, when one is set
   HttpServer http;
   std::atomic<bool> draining{false};
   // State below is protected by `mu`: the counts and the log's lines.

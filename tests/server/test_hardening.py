@@ -435,6 +435,11 @@ class Options(unittest.TestCase):
             self.assertEqual(raw(s.url, "GET", "/v1/models")[0], 401)
             self.assertEqual(raw(s.url, "GET", "/v1/models", headers={"Authorization": "Bearer k3y"})[0], 200)
             self.assertEqual(raw(s.url, "GET", "/v1/models", headers={"Authorization": "Bearer k3"})[0], 401)
+            # The scheme is case-insensitive (RFC 9110), spaces around the key are no part of it.
+            for h in ("bearer k3y", "BEARER k3y", "Bearer   k3y", "bEaReR\tk3y "):
+                self.assertEqual(raw(s.url, "GET", "/v1/models", headers={"Authorization": h})[0], 200, h)
+            for h in ("Basic k3y", "Bearerk3y", "k3y", "Bearer", "Bearer k3y k3y"):
+                self.assertEqual(raw(s.url, "GET", "/v1/models", headers={"Authorization": h})[0], 401, h)
             with open(f"/proc/{s.proc.pid}/cmdline", "rb") as f:
                 self.assertNotIn(b"k3y", f.read())
         finally:

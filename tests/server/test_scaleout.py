@@ -244,6 +244,12 @@ class KvEvents(unittest.TestCase):
             self.assertEqual(seqs[-1], -1)
             self.assertEqual(seqs[:-1], list(range(len(seqs) - 1)))
             self.assertGreaterEqual(len(seqs), 2)  # at least the start-up batch
+            # The start is unsigned: 2^63 and beyond replay nothing (read signed, they replayed everything).
+            for start in (2 ** 63, 2 ** 64 - 1, len(seqs) - 1):
+                sock.send_multipart([b"", start.to_bytes(8, "big")])
+                self.assertTrue(sock.poll(5000))
+                empty, seq8, payload = sock.recv_multipart()
+                self.assertEqual(int.from_bytes(seq8, "big", signed=True), -1, start)
         finally:
             sock.close(linger=0)
             ctx.term()
