@@ -241,27 +241,36 @@ TEST(DiskTier, KeepsTheMostRecentlyUsedWithinItsSize) {
   const uint64_t file_bytes = kKvFileHeaderBytes + 4 * kTokens + kBytes + 8;
   const DiskTierOptions o = tier_options(dir.str(), 3 * file_bytes);
   const auto c = chain(o.root, 5);
-  DiskTier d(o);
-  for (int i = 0; i < 3; ++i) d.store(c[size_t(i)], random_bytes(kBytes, uint32_t(i)));
-  d.drain();
-  // Storing chunk 0 again makes it the most recent; 1 is the oldest then.
-  d.store(c[0], random_bytes(kBytes, 0));
-  d.store(c[3], random_bytes(kBytes, 3));
-  d.drain();
-  EXPECT_TRUE(d.has(c[0].key));
-  EXPECT_FALSE(d.has(c[1].key));
-  EXPECT_TRUE(d.has(c[2].key));
-  EXPECT_TRUE(d.has(c[3].key));
-  EXPECT_FALSE(fs::exists(d.path() + "/" + c[1].key.hex() + ".kv"));
-  const DiskTierStats s = d.stats();
-  EXPECT_EQ(s.evicted, 1u);
-  EXPECT_EQ(s.files, 3u);
-  EXPECT_EQ(s.bytes, 3 * file_bytes);
+  std::string path;
+  {
+    DiskTier d(o);
+    path = d.path();
+    for (int i = 0; i < 3; ++i) d.store(c[size_t(i)], random_bytes(kBytes, uint32_t(i)));
+    d.drain();
+    // Storing chunk 0 again makes it the most recent; 1 is the oldest then.
+    d.store(c[0], random_bytes(kBytes, 0));
+    d.store(c[3], random_bytes(kBytes, 3));
+    d.drain();
+    EXPECT_TRUE(d.has(c[0].key));
+    EXPECT_FALSE(d.has(c[1].key));
+    EXPECT_TRUE(d.has(c[2].key));
+    EXPECT_TRUE(d.has(c[3].key));
+    EXPECT_FALSE(fs::exists(d.path() + "/" + c[1].key.hex() + ".kv"));
+    const DiskTierStats s = d.stats();
+    EXPECT_EQ(s.evicted, 1u);
+    EXPECT_EQ(s.files, 3u);
+    EXPECT_EQ(s.bytes, 3 * file_bytes);
+  }
   // A restart keeps the budget too (oldest files first out).
   DiskTierOptions smaller = o;
   smaller.capacity_bytes = 2 * file_bytes;
   DiskTier again(smaller);
+  again.drain();
+  EXPECT_TRUE(again.stats().writable);
   EXPECT_EQ(again.stats().files, 2u);
+  int left = 0;
+  for (const auto& e : fs::directory_iterator(path)) ++left, (void)e;
+  EXPECT_EQ(left, 2);
 }
 
 TEST(DiskTier, ADirectoryItCannotWriteTurnsWritingOff) {
@@ -277,6 +286,108 @@ TEST(DiskTier, ADirectoryItCannotWriteTurnsWritingOff) {
   EXPECT_EQ(s.write_errors, 1u);
   EXPECT_EQ(s.dropped, 1u);
   EXPECT_FALSE(d.has(c[0].key));
+}
+
+// DIR/<root> replaced by a link to another directory: the tier does not
+// follow it (start-up once deleted every file of the link's target, then
+// wrote chunks into it): writing off, the target as it was.
+TEST(DiskTier, ALinkInPlaceOfItsDirectoryIsNotFollowed) {
+  TempDir dir, victim;
+  const DiskTierOptions o = tier_options(dir.str());
+  std::ofstream(victim.str() + "/notes.txt") << "mine";
+  std::ofstream(victim.str() + "/" + std::string(32, 'a') + ".kv") << "also mine";
+  fs::create_symlink(victim.str(), dir.str() + "/" + o.root.hex());
+  DiskTier d(o);
+  const auto c = chain(o.root, 1);
+  d.store(c[0], random_bytes(kBytes, 0));
+  d.drain();
+  const DiskTierStats s = d.stats();
+  EXPECT_FALSE(s.writable);
+  EXPECT_EQ(s.files, 0u);
+  EXPECT_EQ(s.dropped, 1u);
+  int left = 0;
+  for (const auto& e : fs::directory_iterator(victim.str())) ++left, (void)e;
+  EXPECT_EQ(left, 2);
+  std::string text;
+  std::getline(std::ifstream(victim.str() + "/notes.txt"), text);
+  EXPECT_EQ(text, "mine");
+}
+
+// Start-up removes the tier's own leftovers only: a temporary file of a gone
+// process and a chunk file of its own cut short. A file named like a chunk
+// without the tier's header, one of another root, a link named like a chunk,
+// a subdirectory and a stranger's file stay, counted and named in the log.
+TEST(DiskTier, StartUpRemovesOnlyItsOwnFiles) {
+  TempDir dir, outside;
+  const DiskTierOptions o = tier_options(dir.str());
+  const auto c = chain(o.root, 3);
+  std::string tier;
+  {
+    DiskTier d(o);
+    for (int i = 0; i < 3; ++i) d.store(c[size_t(i)], random_bytes(kBytes, uint32_t(i)));
+    d.drain();
+    tier = d.path();
+  }
+  const auto name = [](const ChunkKey& k) { return k.hex() + ".kv"; };
+  fs::resize_file(tier + "/" + name(c[2].key), 40);                        // ours, cut short: removed
+  std::ofstream(tier + "/." + c[0].key.hex() + ".999999999.tmp") << "x";   // ours, of a gone process: removed
+  std::ofstream(tier + "/notes.txt") << "keep me";                          // a stranger's
+  fs::create_directory(tier + "/sub");                                       // a subdirectory
+  const ChunkKey k1{1, 1}, k2{2, 2}, k3{3, 3};
+  std::ofstream(tier + "/" + name(k1)) << std::string(200, 'z');             // a chunk's name, not the tier's header
+  std::ofstream(outside.str() + "/target") << "outside";
+  fs::create_symlink(outside.str() + "/target", tier + "/" + name(k2));      // a link named like a chunk
+  DiskTierOptions other = tier_options(dir.str());
+  other.root = chunk_key_root("model", "another layout");
+  {  // another root's file, copied in
+    DiskTier d(other);
+    d.store(chain(other.root, 1)[0], random_bytes(kBytes, 9));
+    d.drain();
+    fs::copy_file(d.path() + "/" + name(chain(other.root, 1)[0].key), tier + "/" + name(k3));
+  }
+  DiskTier d(o);
+  const DiskTierStats s = d.stats();
+  EXPECT_EQ(s.bad_files, 2u);
+  EXPECT_EQ(s.foreign_files, 5u);
+  EXPECT_EQ(s.files, 2u);
+  EXPECT_FALSE(fs::exists(tier + "/" + name(c[2].key)));
+  EXPECT_FALSE(fs::exists(tier + "/." + c[0].key.hex() + ".999999999.tmp"));
+  for (const std::string& f : {std::string("notes.txt"), std::string("sub"), name(k1), name(k3)})
+    EXPECT_TRUE(fs::exists(tier + "/" + f)) << f;
+  EXPECT_TRUE(fs::is_symlink(tier + "/" + name(k2)));
+  EXPECT_TRUE(fs::exists(outside.str() + "/target"));
+  EXPECT_EQ(load_now(d, {c[0], c[1]}).chunks.size(), 2u);
+}
+
+// Two servers on one directory: the first holds it (writes, removes, keeps
+// the size); the second reads what the first keeps and writes and removes
+// nothing, so together they stay within the first one's size.
+TEST(DiskTier, ASecondServerOnTheDirectoryOnlyReads) {
+  TempDir dir;
+  const uint64_t file_bytes = kKvFileHeaderBytes + 4 * kTokens + kBytes + 8;
+  const DiskTierOptions o = tier_options(dir.str(), 4 * file_bytes);
+  const auto c = chain(o.root, 4);
+  DiskTier writer(o);
+  for (int i = 0; i < 3; ++i) writer.store(c[size_t(i)], random_bytes(kBytes, uint32_t(i)));
+  writer.drain();
+  DiskTierOptions small = o;
+  small.capacity_bytes = file_bytes;  // its own budget would evict two: a reader only stops serving them
+  DiskTier reader(small);
+  EXPECT_FALSE(reader.stats().writable);
+  reader.store(c[3], random_bytes(kBytes, 3));
+  reader.drain();
+  EXPECT_EQ(reader.stats().dropped, 1u);
+  EXPECT_FALSE(fs::exists(reader.path() + "/" + c[3].key.hex() + ".kv"));
+  const DiskLoad got = load_now(reader, {c[2]});
+  ASSERT_EQ(got.chunks.size(), 1u);
+  EXPECT_EQ(got.data[0], random_bytes(kBytes, 2));
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(writer.has(c[size_t(i)].key));
+    EXPECT_TRUE(fs::exists(writer.path() + "/" + c[size_t(i)].key.hex() + ".kv"));
+  }
+  writer.store(c[3], random_bytes(kBytes, 3));
+  writer.drain();
+  EXPECT_TRUE(writer.has(c[3].key));
 }
 
 TEST(DiskTier, AFullQueueDropsWritesInsteadOfWaiting) {

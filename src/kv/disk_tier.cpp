@@ -1,7 +1,9 @@
 #include "kv/disk_tier.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -49,18 +51,53 @@ bool pread_exact(int fd, uint8_t* out, size_t n, uint64_t offset) {
 DiskTier::DiskTier(DiskTierOptions opt) : opt_(std::move(opt)) {
   stats_.capacity_bytes = opt_.capacity_bytes;
   path_ = (fs::path(opt_.dir) / opt_.root.hex()).string();
-  std::error_code ec;
-  fs::create_directories(path_, ec);
-  if (ec || ::access(path_.c_str(), W_OK | X_OK) != 0) {
-    writing_off("cannot use " + path_ + ": " + (ec ? ec.message() : std::string(std::strerror(errno))));
-    ++stats_.write_errors;
-  } else {
-    writable_ = true;
-    scan();
-  }
+  open_dir();
   thread_ = std::thread([this] { run(); });
 }
 
+// DIR is the operator's (it may be a link); DIR/<root> is the tier's own: made
+// here, and opened without following a link, so that every later name is
+// looked up in it (openat, unlinkat, renameat) and a link put in its place,
+// before or after, leads nowhere. Its lock makes one server the writer; a
+// second server on the same directory reads what the first keeps and writes
+// and removes nothing.
+void DiskTier::open_dir() {
+  std::error_code ec;
+  fs::create_directories(opt_.dir, ec);
+  const int base = ::open(opt_.dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (base < 0) {
+    writing_off("cannot use " + opt_.dir + ": " + std::strerror(errno));
+    ++stats_.write_errors;
+    return;
+  }
+  const std::string name = opt_.root.hex();
+  if (::mkdirat(base, name.c_str(), 0700) != 0 && errno != EEXIST) {
+    writing_off("cannot make " + path_ + ": " + std::strerror(errno));
+    ++stats_.write_errors;
+    ::close(base);
+    return;
+  }
+  dir_ = ::openat(base, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  const int err = errno;
+  ::close(base);
+  if (dir_ < 0) {
+    writing_off(path_ + (err == ELOOP || err == ENOTDIR ? " is a symbolic link or not a directory; it is not used"
+                                                          : std::string(": ") + std::strerror(err)));
+    ++stats_.write_errors;
+    return;
+  }
+  if (::flock(dir_, LOCK_EX | LOCK_NB) != 0) {
+    reader_ = true;
+    std::fprintf(stderr, "kv-disk: %s is another server's (locked): this one reads its files and writes none\n",
+                 path_.c_str());
+  } else if (::faccessat(dir_, ".", W_OK | X_OK, 0) != 0) {
+    writing_off("cannot write in " + path_ + ": " + std::strerror(errno));
+    ++stats_.write_errors;
+  } else {
+    writable_ = true;
+  }
+  scan();
+}
 DiskTier::~DiskTier() {
   {
     std::lock_guard lock(mu_);
@@ -68,6 +105,7 @@ DiskTier::~DiskTier() {
   }
   cv_.notify_all();
   thread_.join();
+  if (dir_ >= 0) ::close(dir_);  // and with it the lock
 }
 
 void DiskTier::writing_off(const std::string& why) {
@@ -89,42 +127,89 @@ static bool written_by_live_process(const std::string& name) {
   return p > 0 && (::kill(pid_t(p), 0) == 0 || errno != ESRCH);
 }
 
-// Temporary files are what a kill during a write leaves; a header that does
-// not parse or a length that is not the header's is a file cut short.
+namespace {
+
+bool lower_hex(std::string_view s) { return s.find_first_not_of("0123456789abcdef") == std::string_view::npos; }
+
+// The tier's own names: <32 hex>.kv and .<32 hex>.<pid>.tmp.
+bool chunk_file_name(std::string_view n) { return n.size() == 35 && n.ends_with(".kv") && lower_hex(n.substr(0, 32)); }
+bool temp_file_name(std::string_view n) {
+  if (n.size() < 39 || n[0] != '.' || !n.ends_with(".tmp") || n[33] != '.' || !lower_hex(n.substr(1, 32))) return false;
+  const std::string_view pid = n.substr(34, n.size() - 38);
+  return !pid.empty() && pid.size() <= 9 && pid.find_first_not_of("0123456789") == std::string_view::npos;
+}
+
+}  // namespace
+
+// Start-up removes exactly two kinds of file, both named as the tier names
+// its own, regular files, never through a link: temporary files of a
+// process that is gone (a kill during a write), and chunk files whose header
+// is the tier's own (magic, this root) but whose length, layout or key does
+// not match (a file cut short). Anything else is someone else's: counted,
+// named in the log (the first few), and left alone. A reader (another server
+// holds the lock) removes nothing.
 void DiskTier::scan() {
   struct Found {
     ChunkKey key;
     uint64_t bytes;
-    fs::file_time_type mtime;
+    struct timespec mtime;
   };
   std::vector<Found> found;
-  std::error_code ec;
-  for (const fs::directory_entry& d : fs::directory_iterator(path_, ec)) {
-    const std::string name = d.path().filename().string();
-    if (written_by_live_process(name)) continue;
-    const auto key = name.size() == 35 && name.ends_with(".kv") ? ChunkKey::from_hex(name.substr(0, 32)) : std::nullopt;
-    bool good = false;
+  const int fd = ::dup(dir_);
+  DIR* d = fd >= 0 ? ::fdopendir(fd) : nullptr;
+  if (!d) {
+    if (fd >= 0) ::close(fd);
+    return;
+  }
+  std::vector<std::string> remove;
+  while (const struct dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name == "." || name == "..") continue;
+    struct stat st {};
+    const bool regular = ::fstatat(dir_, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode);
+    bool ours = false, good = false;
     KvFileHeader h;
-    if (key) {
-      const int fd = ::open(d.path().c_str(), O_RDONLY | O_CLOEXEC);
-      uint8_t head[kKvFileHeaderBytes];
-      struct stat st {};
-      if (fd >= 0 && pread_exact(fd, head, sizeof head, 0) && ::fstat(fd, &st) == 0)
-        good = parse_kv_header(head, &h) == KvFileError::kNone && h.key == *key && h.root == opt_.root &&
-               h.tokens == uint32_t(opt_.chunk_tokens) && h.data_bytes == opt_.chunk_bytes &&
-               uint64_t(st.st_size) == h.file_bytes();
-      if (fd >= 0) ::close(fd);
+    if (regular && temp_file_name(name)) {
+      ours = true;
+      if (written_by_live_process(name)) continue;
+    } else if (regular && chunk_file_name(name)) {
+      // The tier's own when it starts with the tier's magic and (when the
+      // header is whole) names this root: then a mismatch is damage.
+      // Without the magic, or unreadable: someone else's.
+      const int f = ::openat(dir_, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+      uint8_t head[kKvFileHeaderBytes] = {};
+      ssize_t got = 0;
+      while (f >= 0 && got < ssize_t(sizeof head)) {
+        const ssize_t r = ::pread(f, head + got, sizeof head - size_t(got), got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        got += r;
+      }
+      if (f >= 0) ::close(f);
+      const bool magic = got >= 8 && std::memcmp(head, kKvFileMagic, 8) == 0;
+      const KvFileError err = got == ssize_t(sizeof head) ? parse_kv_header(head, &h) : KvFileError::kShort;
+      ours = magic && (err != KvFileError::kNone || h.root == opt_.root);
+      good = ours && err == KvFileError::kNone && h.key == *ChunkKey::from_hex(name.substr(0, 32)) &&
+             h.tokens == uint32_t(opt_.chunk_tokens) && h.data_bytes == opt_.chunk_bytes &&
+             uint64_t(st.st_size) == h.file_bytes();
     }
     if (good) {
-      std::error_code t;
-      found.push_back({*key, h.file_bytes(), fs::last_write_time(d.path(), t)});
-      continue;
+      found.push_back({h.key, h.file_bytes(), st.st_mtim});
+    } else if (ours) {
+      remove.push_back(name);
+    } else {
+      if (++stats_.foreign_files <= 5)
+        std::fprintf(stderr, "kv-disk: %s/%s is not the tier's; left alone\n", path_.c_str(), name.c_str());
     }
-    std::error_code rm;
-    fs::remove(d.path(), rm);
+  }
+  ::closedir(d);
+  for (const std::string& name : remove) {
+    if (!reader_) ::unlinkat(dir_, name.c_str(), 0);
     ++stats_.bad_files;
   }
-  std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) { return a.mtime < b.mtime; });
+  std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) {
+    return a.mtime.tv_sec != b.mtime.tv_sec ? a.mtime.tv_sec < b.mtime.tv_sec : a.mtime.tv_nsec < b.mtime.tv_nsec;
+  });
   std::lock_guard lock(mu_);
   for (const Found& f : found) {
     Entry& e = index_[f.key];
@@ -163,7 +248,7 @@ bool DiskTier::make_room(uint64_t incoming) {
   while (bytes_ + incoming > opt_.capacity_bytes && !lru_.empty()) {
     const ChunkKey victim = lru_.begin()->second;
     forget(victim);
-    removals_.push_back(victim);
+    if (!reader_) removals_.push_back(victim);  // a reader only stops serving it
     ++stats_.evicted;
   }
   if (!removals_.empty()) cv_.notify_all();
@@ -245,8 +330,7 @@ void DiskTier::run() {
       removals_.pop_front();
       ++busy_;
       lock.unlock();
-      std::error_code ec;
-      fs::remove(file_of(k), ec);
+      ::unlinkat(dir_, name_of(k).c_str(), 0);
       lock.lock();
       --busy_;
     } else if (!writes_.empty()) {
@@ -281,14 +365,17 @@ void DiskTier::write_file(Write& w) {
   h.key = w.chunk.key;
   h.parent = w.chunk.parent;
   const std::vector<uint8_t> file = encode_kv_file(h, w.chunk.tokens, w.data);
-  const std::string final_path = file_of(w.chunk.key);
-  const std::string tmp = path_ + "/." + w.chunk.key.hex() + "." + std::to_string(::getpid()) + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  const std::string final_name = name_of(w.chunk.key), final_path = path_ + "/" + final_name;
+  const std::string tmp = "." + w.chunk.key.hex() + "." + std::to_string(::getpid()) + ".tmp";
+  // A new file, never through a link or over one (O_EXCL: a leftover of this
+  // pid's is removed first).
+  ::unlinkat(dir_, tmp.c_str(), 0);
+  const int fd = ::openat(dir_, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   bool ok = fd >= 0 && write_all(fd, file);
   const int err = errno;
   if (fd >= 0) ok = ::close(fd) == 0 && ok;
-  ok = ok && ::rename(tmp.c_str(), final_path.c_str()) == 0;
-  if (!ok) ::unlink(tmp.c_str());
+  ok = ok && ::renameat(dir_, tmp.c_str(), dir_, final_name.c_str()) == 0;
+  if (!ok && fd >= 0) ::unlinkat(dir_, tmp.c_str(), 0);
   std::lock_guard lock(mu_);
   auto it = index_.find(w.chunk.key);
   if (!ok) {
@@ -303,8 +390,8 @@ void DiskTier::write_file(Write& w) {
 }
 
 // One chunk's file, checked whole, its data read straight into `data`.
-bool DiskTier::read_file(const std::string& path, const DiskWant& want, std::vector<uint8_t>& data, bool* missing) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+bool DiskTier::read_file(const std::string& name, const DiskWant& want, std::vector<uint8_t>& data, bool* missing) {
+  const int fd = ::openat(dir_, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   *missing = fd < 0;
   if (fd < 0) return false;
   struct stat st {};
@@ -342,14 +429,14 @@ void DiskTier::read_files(Read& r) {
   };
   for (size_t at = 0; at < r.chunks.size(); ++at) {
     DiskWant& want = r.chunks[at];
-    const std::string p = file_of(want.key);
+    const std::string name = name_of(want.key), p = path_ + "/" + name;
     std::vector<uint8_t> data;
     {
       std::lock_guard lock(mu_);
       if (!spare_.empty()) data = std::move(spare_.back()), spare_.pop_back();
     }
     bool missing = false;
-    const bool good = read_file(p, want, data, &missing);
+    const bool good = read_file(name, want, data, &missing);
     if (!good) {
       {
         std::lock_guard lock(mu_);
@@ -357,12 +444,12 @@ void DiskTier::read_files(Read& r) {
           ++stats_.missing;
         } else {
           ++stats_.bad_files;
-          std::fprintf(stderr, "kv-disk: %s is damaged; removed, its chunk is computed again\n", p.c_str());
+          std::fprintf(stderr, "kv-disk: %s is damaged; %s, its chunk is computed again\n", p.c_str(),
+                       reader_ ? "left to the writer" : "removed");
         }
         forget(want.key);
       }
-      std::error_code ec;
-      if (!missing) fs::remove(p, ec);
+      if (!missing && !reader_) ::unlinkat(dir_, name.c_str(), 0);
       drop_rest(at + 1);
       break;
     }

@@ -19,6 +19,12 @@
 // file is counted and removed. A directory that cannot be made, or a write
 // that fails (disk full, read-only), logs one line and turns writing off;
 // serving goes on.
+//
+// Ownership: DIR/<root> is opened without following links (a link in its
+// place turns the tier off) and every file in it is named relative to that
+// handle; the tier removes only files named as its own whose headers it wrote
+// (scan()), and leaves the rest alone. One server writes a directory (a lock
+// on it); a second one on the same directory only reads what the first keeps.
 #pragma once
 #include <condition_variable>
 #include <cstdint>
@@ -57,6 +63,7 @@ struct DiskTierStats {
   uint64_t write_errors = 0;
   uint64_t bad_files = 0;                   // torn, truncated or corrupted: removed, never served
   uint64_t missing = 0;                     // indexed but gone when read
+  uint64_t foreign_files = 0;               // found at start-up, not the tier's: left alone
   uint64_t loads = 0;                       // load() calls answered
   double load_seconds = 0;                  // their total time, queue to answer
 };
@@ -127,17 +134,20 @@ class DiskTier {
   void run();
   void write_file(Write& w);
   void read_files(Read& r);
-  bool read_file(const std::string& path, const DiskWant& want, std::vector<uint8_t>& data, bool* missing);
+  bool read_file(const std::string& name, const DiskWant& want, std::vector<uint8_t>& data, bool* missing);
+  void open_dir();
   // Evicts least recently used committed files until `incoming` more bytes fit. Caller holds mu_.
   bool make_room(uint64_t incoming);
   void touch(const ChunkKey& key, Entry& e);  // caller holds mu_ (as for the two below)
   void commit(const ChunkKey& key, Entry& e);
   void forget(const ChunkKey& key);           // out of the index (the file is the caller's)
   void writing_off(const std::string& why);   // caller holds mu_
-  std::string file_of(const ChunkKey& key) const { return path_ + "/" + key.hex() + ".kv"; }
+  static std::string name_of(const ChunkKey& key) { return key.hex() + ".kv"; }
 
   DiskTierOptions opt_;
-  std::string path_;
+  std::string path_;  // DIR/<root>, for messages; files are named relative to dir_
+  int dir_ = -1;      // DIR/<root>, opened without following a link, locked unless reader_
+  bool reader_ = false;  // another server holds the directory: read, never write or remove
   mutable std::mutex mu_;
   std::condition_variable cv_, idle_cv_;
   std::unordered_map<ChunkKey, Entry, ChunkKeyHash> index_;

@@ -7,7 +7,7 @@
 namespace cs {
 
 namespace {
-constexpr char kMagic[8] = {'C', 'S', 'K', 'V', 'C', 'H', 'N', 'K'};
+constexpr const char* kMagic = kKvFileMagic;
 
 void put_u32(std::vector<uint8_t>& out, uint32_t v) {
   for (int b = 0; b < 4; ++b) out.push_back(uint8_t(v >> (8 * b)));
@@ -52,7 +52,7 @@ std::vector<uint8_t> encode_kv_file(const KvFileHeader& h, std::span<const int32
                                     std::span<const uint8_t> data) {
   std::vector<uint8_t> out;
   out.reserve(size_t(kKvFileHeaderBytes + 4 * tokens.size() + data.size() + 8));
-  for (char c : kMagic) out.push_back(uint8_t(c));
+  for (int i = 0; i < 8; ++i) out.push_back(uint8_t(kMagic[i]));
   put_u32(out, h.version);
   put_u32(out, uint32_t(tokens.size()));
   put_u64(out, data.size());

@@ -22,6 +22,7 @@
 namespace cs {
 
 inline constexpr size_t kKvFileHeaderBytes = 72;
+inline constexpr char kKvFileMagic[9] = "CSKVCHNK";  // the first 8 bytes of every file
 
 struct KvFileHeader {
   uint32_t version = 1;

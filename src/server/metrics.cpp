@@ -85,7 +85,9 @@ std::string prometheus_text(const EngineStats& s, const HttpCounts& http, const 
     w.metric(p + "kv_disk_files", "gauge", "Disk tier: chunk files kept.", d.files);
     w.metric(p + "kv_disk_bytes", "gauge", "Disk tier: bytes of its chunk files.", d.bytes);
     w.metric(p + "kv_disk_capacity_bytes", "gauge", "Disk tier: its size (--kv-disk-size).", d.capacity_bytes);
-    w.metric(p + "kv_disk_writable", "gauge", "Disk tier: 1 while it writes, 0 once a write failed (disk full, read-only).",
+    w.metric(p + "kv_disk_writable", "gauge",
+             "Disk tier: 1 while it writes; 0 once a write failed (disk full, read-only), or while another server "
+             "holds its directory (this one only reads).",
              d.writable ? 1 : 0);
     w.metric(p + "kv_disk_bytes_written_total", "counter", "Disk tier: bytes of chunk files committed.", d.bytes_written);
     w.metric(p + "kv_disk_bytes_read_total", "counter", "Disk tier: bytes of chunk files read back and checked.", d.bytes_read);
@@ -96,6 +98,8 @@ std::string prometheus_text(const EngineStats& s, const HttpCounts& http, const 
     w.metric(p + "kv_disk_write_errors_total", "counter", "Disk tier: failed writes (each turns writing off).", d.write_errors);
     w.metric(p + "kv_disk_bad_files_total", "counter",
              "Disk tier: torn, truncated or corrupted files found (removed, never served).", d.bad_files);
+    w.metric(p + "kv_disk_foreign_files", "gauge", "Disk tier: files in its directory that are not its own, left alone.",
+             d.foreign_files);
     w.metric(p + "kv_disk_loads_total", "counter", "Disk tier: reads of a prompt's chunks answered.", d.loads);
     w.metric(p + "kv_disk_load_seconds_total", "counter", "Disk tier: their total time, queued to answered.",
              d.load_seconds);

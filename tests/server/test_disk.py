@@ -224,6 +224,57 @@ class DiskTier(unittest.TestCase):
         finally:
             self.assertEqual(s.stop(), 0)
 
+    def test_a_link_in_place_of_its_directory_deletes_nothing(self):
+        # Start-up followed a symbolic link put in place of DIR/<root>, deleted every file of its target and
+        # wrote chunks into it. Now the link is not followed: the target is as it was and serving goes on.
+        s = self.serve()
+        s.stop()
+        (root,) = os.listdir(self.dir)
+        victim = tempfile.mkdtemp(prefix="cs_victim_")
+        try:
+            mine = {"notes.txt": b"notes", "big": os.urandom(2 << 20), "0" * 32 + ".kv": b"mine too"}
+            for name, data in mine.items():
+                with open(os.path.join(victim, name), "wb") as f:
+                    f.write(data)
+            shutil.rmtree(os.path.join(self.dir, root))
+            os.symlink(victim, os.path.join(self.dir, root))
+            s = self.serve(memory="24M")
+            try:
+                self.assertTrue(s.wait_for_log(r"kv-disk: .* is a symbolic link or not a directory; it is not used", 120))
+                for i, p in enumerate(PROMPTS[:3]):
+                    self.assertEqual(complete(s.url, p)[0], self.ref[i])
+                self.assertEqual(metric(s.url, "kv_disk_writable"), 0)
+            finally:
+                self.assertEqual(s.stop(), 0)
+            self.assertEqual(sorted(os.listdir(victim)), sorted(mine))
+            for name, data in mine.items():
+                with open(os.path.join(victim, name), "rb") as f:
+                    self.assertEqual(f.read(), data, name)
+        finally:
+            shutil.rmtree(victim, ignore_errors=True)
+
+    def test_two_servers_on_one_directory_keep_one_size(self):
+        # Two servers of 24M each on one directory wrote 48M together. Now the first holds the directory;
+        # the second serves what it finds there and writes nothing, so the tier stays within one size.
+        a = self.serve("--kv-disk-size", "24M", memory="24M")
+        try:
+            for p in PROMPTS:
+                complete(a.url, p)
+            wait_until(lambda: metric(a.url, "kv_disk_files") and metric(a.url, "kv_disk_files") > 0, 60)
+            b = self.serve("--kv-disk-size", "24M", memory="24M")
+            try:
+                self.assertTrue(b.wait_for_log(r"kv-disk: .* is another server's \(locked\)", 120))
+                for i, p in enumerate(PROMPTS):
+                    self.assertEqual(complete(b.url, p)[0], self.ref[i])
+                self.assertEqual(metric(b.url, "kv_disk_writable"), 0)
+                self.assertGreater(metric(b.url, "kv_disk_chunks_read_total") or 0, 0)
+            finally:
+                self.assertEqual(b.stop(), 0)
+        finally:
+            self.assertEqual(a.stop(), 0)
+        total = sum(os.path.getsize(f) for f in self.files(".kv"))
+        self.assertLessEqual(total, 24 << 20)
+
 
 if __name__ == "__main__":
     DiskTier.binary, DiskTier.model = sys.argv[1], sys.argv[2]
