@@ -2,6 +2,8 @@
 // OpenAI-compatible API until SIGINT or SIGTERM (in-flight requests finish
 // within the grace period; exit 0).
 #include <CLI/CLI.hpp>
+#include <malloc.h>
+
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -51,6 +53,12 @@ int run_serve(ServeOptions o) {
   sigaddset(&sigs, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
+  // Memory that comes back: blocks of 1 MiB or more (an answer's JSON, its
+  // logprobs) are mapped and unmapped on their own rather than kept in a
+  // heap (glibc raises this threshold as it goes, which kept them), and the
+  // hundred-odd HTTP workers share 8 arenas rather than one per core x 8.
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
+  mallopt(M_ARENA_MAX, 8);
 
   const std::string path = o.model.empty() ? default_model_path() : o.model;
   auto model = load_chat_model(path, o.chat_template);

@@ -2,6 +2,8 @@
 
 #include <openssl/crypto.h>
 
+#include <malloc.h>
+
 #include <atomic>
 #include <cctype>
 #include <cstdio>
@@ -93,6 +95,17 @@ struct Outcome {
 };
 
 using RouteFn = std::function<void(const HttpRequest&, HttpResponse&, HttpExchange&, Outcome&)>;
+
+// After answers this large, or with this many logprob entries (each token's
+// and its alternatives'), the worker gives its free memory back (add()).
+constexpr size_t kTrimAfterBytes = 1 << 20, kTrimAfterLogprobs = 10000;
+
+size_t logprob_entries(const Result& r) {
+  size_t n = 0;
+  for (const Completion& c : r.completions)
+    for (const TokenLogprobs& t : c.logprobs) n += 1 + t.top.size();
+  return n;
+}
 
 }  // namespace
 
@@ -195,15 +208,27 @@ void Server::Impl::add(const char* method, const std::string& path, RouteFn fn, 
   known.emplace_back(path, prefix);
   const std::string name = prefix ? path + "{name}" : path;
   http.route(method, path, [this, fn = std::move(fn), name](const HttpRequest& req, HttpResponse& res, HttpExchange& ex) {
-    Outcome o;
-    try {
-      fn(req, res, ex, o);
-    } catch (const ApiError& e) {
-      reply_error(res, e);
-    } catch (const std::exception& e) {
-      reply_error(res, {500, std::string("internal error: ") + e.what(), "server_error", "", ""});
+    bool large = false;
+    {
+      Outcome o;
+      try {
+        fn(req, res, ex, o);
+      } catch (const ApiError& e) {
+        reply_error(res, e);
+      } catch (const std::exception& e) {
+        reply_error(res, {500, std::string("internal error: ") + e.what(), "server_error", "", ""});
+      }
+      log(name, res.status, o.id, o.result ? &*o.result : nullptr);
+      large = res.body.size() >= kTrimAfterBytes || (o.result && logprob_entries(*o.result) >= kTrimAfterLogprobs);
     }
-    log(name, res.status, o.id, o.result ? &*o.result : nullptr);
+    // A large answer (logprobs of many tokens and completions: tens of MB of
+    // JSON built and freed on this worker thread) leaves its memory in this
+    // thread's malloc arena, which glibc keeps; with a hundred workers RSS
+    // only grew. Giving the free pages back after such an answer keeps it
+    // level (one pass over the arenas, milliseconds, for a rare answer;
+    // serve also fixes malloc's mmap threshold, so the answer's own buffers
+    // of 1 MiB or more go back when they are freed).
+    if (large) malloc_trim(0);
   }, prefix);
 }
 
