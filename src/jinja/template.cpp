@@ -56,6 +56,7 @@ class Renderer {
     exec(body, root_);
     return std::move(out_.back());
   }
+  uint64_t steps() const { return steps_; }
 
  private:
   // ---- statements ----
@@ -533,6 +534,9 @@ class Renderer {
   void step(int line) {
     if (++steps_ > opts_.max_steps)
       fail(TemplateErrorKind::kLimit, line, "the template ran more than " + std::to_string(opts_.max_steps) + " steps");
+    if (opts_.deadline && (steps_ & 4095) == 0 && std::chrono::steady_clock::now() > *opts_.deadline)
+      fail(TemplateErrorKind::kLimit, line,
+           "the template ran past its time (" + std::to_string(steps_) + " steps so far)");
   }
 
   void limit(size_t bytes, int line) {
@@ -564,6 +568,13 @@ Template::~Template() = default;
 
 Str Template::render(const Dict& vars, const RenderOptions& opts) const {
   Renderer r(vars, opts);
+  struct Count {  // reports the steps whether the render returns or throws
+    const Renderer& r;
+    uint64_t* out;
+    ~Count() {
+      if (out) *out = r.steps();
+    }
+  } count{r, opts.steps_used};
   return r.run(*body_);
 }
 

@@ -9,6 +9,7 @@
 // all of its state). Every render is bounded: steps, output bytes and macro
 // depth, so no template and no input can hang or exhaust the process.
 #pragma once
+#include <chrono>
 #include <ctime>
 #include <memory>
 #include <optional>
@@ -25,6 +26,10 @@ struct RenderOptions {
   uint64_t max_steps = 20'000'000;
   size_t max_output = 32u << 20;
   int max_depth = 128;  // nested macro calls
+  // A wall-clock bound as well (checked every few thousand steps): a render
+  // past it fails as one past max_steps does (kLimit).
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  uint64_t* steps_used = nullptr;  // set to the steps the render took (also when it fails)
 };
 
 class Template {

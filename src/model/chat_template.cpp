@@ -64,10 +64,60 @@ ChatTemplate ChatTemplate::for_model(const Tokenizer& tok, const std::string& ov
 ChatTemplate::ChatTemplate(const std::string& source, std::string bos_token, std::string eos_token, bool bos_added)
     : tmpl_(std::make_shared<const jinja::Template>(source)), source_(source), bos_token_(std::move(bos_token)),
       eos_token_(std::move(eos_token)), bos_added_(bos_added) {
+  probe();
   derive_markers();
 }
 
+// A template that runs long on a short conversation would run long on every
+// request (one looping over range(100000) twice took 10 s a chat under the
+// 20M-step budget, and 35 s of start-up): it is refused here, at load, after
+// a small budget. The sample is a system prompt, a tool, a user turn, an
+// assistant turn with a tool call, the tool's result and a user turn (with
+// and without the tool list); a
+// template that refuses it (raise_exception, a role it does not take) is
+// judged on the conversations derive_markers renders.
+void ChatTemplate::probe() const {
+  ChatInput in;
+  in.messages = nlohmann::ordered_json::array(
+      {{{"role", "system"}, {"content", "You are helpful."}},
+       {{"role", "user"}, {"content", "What is the weather in Paris?"}},
+       {{"role", "assistant"},
+        {"content", ""},
+        {"tool_calls",
+         {{{"id", "call_1"},
+           {"type", "function"},
+           {"function", {{"name", "get_weather"}, {"arguments", {{"city", "Paris"}}}}}}}}},
+       {{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", "18 C, sunny"}},
+       {{"role", "user"}, {"content", "Thanks!"}}});
+  in.tools = nlohmann::ordered_json::array(
+      {{{"type", "function"},
+        {"function",
+         {{"name", "get_weather"},
+          {"description", "The weather in a city"},
+          {"parameters",
+           {{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}, {"required", {"city"}}}}}}}});
+  in.now = 0;
+  for (bool tools : {true, false}) {
+    ChatInput sample = in;
+    if (!tools) sample.tools = nullptr;
+    try {
+      (void)render(sample, kProbeSteps, std::chrono::milliseconds(kProbeMillis));
+    } catch (const jinja::TemplateError& e) {
+      if (e.template_kind() == jinja::TemplateErrorKind::kLimit)
+        throw jinja::TemplateError(jinja::TemplateErrorKind::kLimit, 0,
+                                   std::string("the chat template is refused: on a five-message sample conversation ") +
+                                       e.what() + " (at most " + std::to_string(kProbeSteps) + " steps or " +
+                                       std::to_string(kProbeMillis) + " ms are allowed there)");
+    } catch (const Error&) {
+    }
+  }
+}
+
 ChatPrompt ChatTemplate::render(const ChatInput& in) const {
+  return render(in, kRenderSteps, std::chrono::milliseconds(kRenderMillis));
+}
+
+ChatPrompt ChatTemplate::render(const ChatInput& in, uint64_t max_steps, std::chrono::milliseconds max_time) const {
   jinja::Dict vars;
   vars.set("messages", jinja::Value::from_json(in.messages, true));
   vars.set("tools", in.tools.is_null() ? jinja::Value::none() : jinja::Value::from_json(in.tools, true));
@@ -77,6 +127,8 @@ ChatPrompt ChatTemplate::render(const ChatInput& in) const {
   vars.set("eos_token", jinja::Value(eos_token_));
   jinja::RenderOptions opts;
   opts.now = in.now;
+  opts.max_steps = max_steps;
+  opts.deadline = std::chrono::steady_clock::now() + max_time;
   const jinja::Str out = tmpl_->render(vars, opts);
   ChatPrompt p;
   for (const auto& [text, content] : out.pieces()) content ? p.content(text) : p.markup(text);

@@ -11,6 +11,7 @@
 //
 // Immutable after construction; apply() may run on many threads at once.
 #pragma once
+#include <chrono>
 #include <ctime>
 #include <memory>
 #include <optional>
@@ -81,8 +82,15 @@ class ChatTemplate {
   const std::string& fallback_name() const { return fallback_name_; }
 
   // The prompt. Throws jinja::TemplateError when the template refuses the
-  // conversation (raise_exception) or fails on it.
+  // conversation (raise_exception) or fails on it, or runs past
+  // kRenderSteps steps or kRenderMillis ms (kLimit).
   ChatPrompt render(const ChatInput& in) const;
+  static constexpr uint64_t kRenderSteps = 4'000'000;
+  static constexpr int kRenderMillis = 2000;
+  // At load (the constructor) a sample conversation must render within
+  // these, or the template is refused (TemplateError, kLimit).
+  static constexpr uint64_t kProbeSteps = 500'000;
+  static constexpr int kProbeMillis = 500;
   ChatPrompt apply(const std::vector<ChatMessage>& messages, bool add_generation_prompt = true) const;
 
   // The text before and after one message of `role` ("system", "user",
@@ -96,6 +104,8 @@ class ChatTemplate {
 
  private:
   void derive_markers();
+  void probe() const;
+  ChatPrompt render(const ChatInput& in, uint64_t max_steps, std::chrono::milliseconds max_time) const;
 
   std::shared_ptr<const jinja::Template> tmpl_;
   std::string source_;
