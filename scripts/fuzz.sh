@@ -24,7 +24,7 @@ declare -A sources=(
   [request]="${common[*]} ${text[*]} ${jinja[*]} src/model/chat_template.cpp src/server/api_request.cpp src/server/tool_calls.cpp src/grammar/messages.cpp src/grammar/schema_check.cpp src/grammar/limits.cpp src/engine/validate.cpp src/pml/parse.cpp src/pml/src_files.cpp"
   [pml]="src/pml/parse.cpp src/pml/src_files.cpp src/pml/layout.cpp src/pml/assemble.cpp"
   [jinja]="${jinja[*]}"
-  [grammar]="${common[*]} ${text[*]} src/grammar/grammar.cpp src/grammar/messages.cpp src/grammar/schema_check.cpp src/grammar/limits.cpp"
+  [grammar]="${common[*]} ${text[*]} src/grammar/grammar.cpp src/grammar/messages.cpp src/grammar/schema_check.cpp src/grammar/limits.cpp src/grammar/compile_process.cpp"
   [kvfile]="src/kv/kv_file.cpp"
   [nesting]="${common[*]} ${text[*]} ${jinja[*]} src/model/chat_template.cpp src/server/api_request.cpp src/server/tool_calls.cpp src/grammar/messages.cpp src/grammar/schema_check.cpp src/grammar/limits.cpp src/engine/validate.cpp src/pml/parse.cpp src/pml/src_files.cpp"
 )

@@ -395,6 +395,64 @@ TEST(Grammar, LimitsAreCheckedBeforeCompiling) {
   EXPECT_EQ(error(GrammarKind::kEbnf, "root ::= \"((((((((((((((((((((((((((((((((((((\" [((((((((((((((((((((((((((((((((((((]"), "");
 }
 
+// A client's constraint compiles in a child process under a budget
+// (grammar/compile_process.h): an enum of 1000 strings of 200 characters
+// (within the limits; 15 s to compile in the process on this project's
+// hosts) is stopped at its CPU budget, or when the client goes away; a
+// memory budget too small fails as such; a bad regex gives the compiler's
+// own message; a spec compiled once comes from the cache after.
+TEST(GrammarBudget, CompilesInAChildWithinItsBudget) {
+  const GrammarVocab vocab(tiny_vocab());
+  std::mt19937 rng(1);
+  std::string heavy = R"({"enum":[)";
+  for (int i = 0; i < 1000; ++i) {
+    heavy += i ? ",\"" : "\"";
+    for (int k = 0; k < 200; ++k) heavy += char('a' + rng() % 26);
+    heavy += '"';
+  }
+  heavy += "]}";
+  auto error = [&](const GrammarSpec& spec, const ProcessBudget& b) -> std::string {
+    try {
+      Grammar::compile(vocab, spec, b);
+    } catch (const GrammarError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  ProcessBudget b;
+  b.cpu_seconds = 1;
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(error({GrammarKind::kJsonSchema, heavy}, b), "the constraint did not compile within its budget of 1 s of CPU time");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
+  // The client goes away 200 ms in: stopped then.
+  ProcessBudget gone;
+  t0 = std::chrono::steady_clock::now();
+  gone.cancelled = [&] { return std::chrono::steady_clock::now() - t0 > std::chrono::milliseconds(200); };
+  EXPECT_EQ(error({GrammarKind::kJsonSchema, heavy}, gone), "the compile was stopped: the client went away");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
+  // 1 MiB of memory beyond what the process has mapped is not enough for it.
+  ProcessBudget tiny;
+  tiny.memory_bytes = 1 << 20;
+  tiny.cpu_seconds = 60;
+  t0 = std::chrono::steady_clock::now();
+  const std::string oom = error({GrammarKind::kJsonSchema, heavy}, tiny);
+  EXPECT_NE(oom.find("budget"), std::string::npos) << oom;
+  EXPECT_NE(oom.find("MiB"), std::string::npos) << oom;
+  // The compiler's own words come back from the child.
+  EXPECT_EQ(error({GrammarKind::kRegex, "(unclosed"}, {}), "Regex parsing error at position 10: The parenthesis is not closed.");
+  // Compiled in the child, the grammar works as one compiled here does; the
+  // second time it comes from the cache.
+  const GrammarSpec ok{GrammarKind::kRegex, "[0-9]{3}"};
+  const auto g1 = Grammar::compile(vocab, ok, {});
+  const auto g2 = Grammar::compile(vocab, ok, {});
+  EXPECT_EQ(g1, g2);
+  GrammarMatcher a(g1), b2(Grammar::compile(vocab, ok));
+  std::vector<uint32_t> ma(size_t(a.mask_words())), mb(size_t(b2.mask_words()));
+  a.fill_mask(ma);
+  b2.fill_mask(mb);
+  EXPECT_EQ(ma, mb);
+}
+
 // Through the engine on the tiny model: constrained requests batched with
 // each other and with an unconstrained one get exactly the tokens they get
 // alone, every output matches its constraint, and a grammar that has ended

@@ -125,6 +125,10 @@ Action add_serve_command(CLI::App& app) {
                 "Prompt Cache: schemas sent over HTTP may read <module src=FILE> from regular files below this "
                 "directory (default: src= is refused)")
       ->check(CLI::ExistingDirectory);
+  c->add_option("--grammar-budget", o->server.grammar_cpu_seconds,
+                "CPU seconds a request's constraint (schema, regex, grammar, tools) may take to compile, in a child "
+                "process at the lowest priority (3x that in wall time; default 10); over it: a 400")
+      ->check(finite_in(0.1, 600));
   c->add_flag("--tree-text", o->server.tree_text,
               "GET /v1/kv/tree (and the console) may show the cached text: every user's prompts and answers to "
               "anyone who can reach the port");

@@ -105,6 +105,11 @@ std::shared_ptr<const Grammar> Engine::compile_grammar(const GrammarSpec& spec) 
   return Grammar::compile(*impl_->grammar_vocab, spec);
 }
 
+std::shared_ptr<const Grammar> Engine::compile_grammar(const GrammarSpec& spec, const ProcessBudget& budget) const {
+  std::call_once(impl_->grammar_once, [&] { impl_->grammar_vocab = std::make_unique<GrammarVocab>(model_.tokenizer()); });
+  return Grammar::compile(*impl_->grammar_vocab, spec, budget);
+}
+
 RequestHandle Engine::submit(Request r) {
   validate_request(r, limits());
   Impl& m = *impl_;

@@ -201,6 +201,10 @@ class Engine {
   // vocabulary's tables are built on the first call), to set as a request's
   // grammar. Any thread. Throws GrammarError naming what does not compile.
   std::shared_ptr<const Grammar> compile_grammar(const GrammarSpec& spec) const;
+  // The same for a client's constraint: checked against grammar/limits.h,
+  // then compiled in a child process under `budget` and cached
+  // (Grammar::compile with a budget).
+  std::shared_ptr<const Grammar> compile_grammar(const GrammarSpec& spec, const ProcessBudget& budget) const;
 
   // What submit() checks requests against (engine/validate.h).
   RequestLimits limits() const;

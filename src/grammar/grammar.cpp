@@ -7,8 +7,13 @@
 #include <cctype>
 #include <cmath>
 #include <exception>
+#include <mutex>
+#include <new>
 #include <sstream>
+#include <unordered_map>
+#include <variant>
 
+#include "grammar/compile_process.h"
 #include "grammar/limits.h"
 #include "grammar/messages.h"
 #include "grammar/schema_check.h"
@@ -17,6 +22,17 @@
 namespace cs {
 
 struct GrammarVocab::Impl {
+  // Budgeted compiles (Grammar::compile with a ProcessBudget): their results
+  // by spec, least recently used out beyond kCacheEntries or kCacheBytes.
+  struct Cached {
+    std::shared_ptr<const Grammar> grammar;
+    size_t bytes = 0;
+    uint64_t tick = 0;
+  };
+  std::mutex cache_mu;
+  std::unordered_map<std::string, Cached> cache;
+  uint64_t cache_tick = 0;
+  size_t cache_bytes = 0;
   // Tokens that hold no control byte (below 0x20): JSON allows none outside
   // escapes, but xgrammar's JSON strings take them raw, and strict parsers
   // (Python's json, Pydantic) refuse the result. JSON masks keep only these
@@ -109,39 +125,109 @@ struct Grammar::Impl {
 Grammar::Grammar() = default;
 Grammar::~Grammar() = default;
 
-std::shared_ptr<const Grammar> Grammar::compile(const GrammarVocab& vocab, const GrammarSpec& spec) {
-  xgrammar::GrammarCompiler& c = vocab.impl_->compiler;
-  std::shared_ptr<Grammar> g(new Grammar);
-  check_limits(spec);
+namespace {
+
+// The spec compiled by `c`; the grammar engine's exceptions become
+// GrammarErrors with the client's message.
+xgrammar::CompiledGrammar compile_with(xgrammar::GrammarCompiler& c, const GrammarSpec& spec) {
   try {
-    auto compiled = [&] {
-      switch (spec.kind) {
-        case GrammarKind::kJsonSchema:
-          check_schema(spec.text);
-          if (spec.frame) return c.CompileGrammar(framed(spec.text, *spec.frame));
-          return c.CompileJSONSchema(spec.text, false, std::nullopt, std::make_pair(",", ":"), true);
-        case GrammarKind::kRegex: return c.CompileRegex(spec.text);
-        case GrammarKind::kEbnf: return c.CompileGrammar(spec.text, "root");
-        case GrammarKind::kAnyJson: break;
-      }
-      // OpenAI's json_object: any object, compact like a schema's.
-      return c.CompileJSONSchema(R"({"type": "object"})", false, std::nullopt, std::make_pair(",", ":"), false);
-    }();
-    const bool json = spec.kind == GrammarKind::kJsonSchema || spec.kind == GrammarKind::kAnyJson;
-    g->impl_ = std::make_unique<Impl>(Impl{std::move(compiled), vocab.size(), json ? &vocab.impl_->json_safe : nullptr});
+    switch (spec.kind) {
+      case GrammarKind::kJsonSchema:
+        if (spec.frame) return c.CompileGrammar(framed(spec.text, *spec.frame));
+        return c.CompileJSONSchema(spec.text, false, std::nullopt, std::make_pair(",", ":"), true);
+      case GrammarKind::kRegex: return c.CompileRegex(spec.text);
+      case GrammarKind::kEbnf: return c.CompileGrammar(spec.text, "root");
+      case GrammarKind::kAnyJson: break;
+    }
+    // OpenAI's json_object: any object, compact like a schema's.
+    return c.CompileJSONSchema(R"({"type": "object"})", false, std::nullopt, std::make_pair(",", ":"), false);
   } catch (const GrammarError&) {
     throw;
+  } catch (const std::bad_alloc&) {
+    throw;  // out of memory is the budget's, not the spec's message
   } catch (const std::exception& e) {
     // Whatever the engine throws on a spec it cannot compile is the spec's
     // problem: its message goes back to the client as it is.
     throw GrammarError(client_message(e.what()));
   }
+}
+
+// What every spec is checked against before the compiler sees it.
+void check_before_compiling(const GrammarSpec& spec) {
+  check_limits(spec);
+  if (spec.kind == GrammarKind::kJsonSchema) check_schema(spec.text);
+}
+
+// The cache's key: everything that makes one spec's grammar another's.
+std::string spec_key(const GrammarSpec& spec) {
+  std::string k(1, char('0' + int(spec.kind)));
+  k += spec.text;
+  if (spec.frame) {
+    const JsonFrame& f = *spec.frame;
+    for (const std::string* p : {&f.open, &f.before, &f.after, &f.between, &f.close}) k += '\0' + *p;
+    k += '\0' + std::to_string(f.max_items);
+  }
+  return k;
+}
+
+}  // namespace
+
+std::shared_ptr<const Grammar> Grammar::finish(const GrammarVocab& vocab, const GrammarSpec& spec,
+                                               xgrammar::CompiledGrammar compiled) {
+  std::shared_ptr<Grammar> g(new Grammar);
+  const bool json = spec.kind == GrammarKind::kJsonSchema || spec.kind == GrammarKind::kAnyJson;
+  g->impl_ = std::make_unique<Impl>(Impl{std::move(compiled), vocab.size(), json ? &vocab.impl_->json_safe : nullptr});
   // A constraint no token of this vocabulary can begin (a regex of bytes
   // the vocabulary has no token for, say) would leave nothing to sample.
   GrammarMatcher start(g);
   std::vector<uint32_t> bits(size_t(start.mask_words()));
   start.fill_mask(bits);
   if (!mask_any(bits)) throw GrammarError("no token of this model's vocabulary can begin the constrained output");
+  return g;
+}
+
+std::shared_ptr<const Grammar> Grammar::compile(const GrammarVocab& vocab, const GrammarSpec& spec) {
+  check_before_compiling(spec);
+  return finish(vocab, spec, compile_with(vocab.impl_->compiler, spec));
+}
+
+std::shared_ptr<const Grammar> Grammar::compile(const GrammarVocab& vocab, const GrammarSpec& spec,
+                                                const ProcessBudget& budget) {
+  check_before_compiling(spec);
+  GrammarVocab::Impl& v = *vocab.impl_;
+  const std::string key = spec_key(spec);
+  {
+    std::lock_guard lock(v.cache_mu);
+    if (auto it = v.cache.find(key); it != v.cache.end()) {
+      it->second.tick = ++v.cache_tick;
+      return it->second.grammar;
+    }
+  }
+  // A compiler of its own in the child: the shared one's lock may have been
+  // held by another thread at the fork.
+  const std::string json = run_in_child(
+      [&] {
+        xgrammar::GrammarCompiler c(v.info, 1, false, -1);
+        return compile_with(c, spec).SerializeJSON();
+      },
+      budget);
+  auto back = xgrammar::CompiledGrammar::DeserializeJSON(json, v.info);
+  if (!std::holds_alternative<xgrammar::CompiledGrammar>(back))
+    throw GrammarError("the compiled constraint did not come back from its compiler");
+  auto g = finish(vocab, spec, std::move(std::get<xgrammar::CompiledGrammar>(back)));
+  std::lock_guard lock(v.cache_mu);
+  auto& slot = v.cache[key];
+  v.cache_bytes += json.size() + key.size() - slot.bytes;
+  slot = {g, json.size() + key.size(), ++v.cache_tick};
+  // Least recently used out, within the cache's count and bytes.
+  while (v.cache.size() > GrammarVocab::kCacheEntries || v.cache_bytes > GrammarVocab::kCacheBytes) {
+    auto oldest = v.cache.begin();
+    for (auto it = v.cache.begin(); it != v.cache.end(); ++it)
+      if (it->second.tick < oldest->second.tick) oldest = it;
+    if (oldest->first == key) break;
+    v.cache_bytes -= oldest->second.bytes;
+    v.cache.erase(oldest);
+  }
   return g;
 }
 

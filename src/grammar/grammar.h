@@ -19,6 +19,11 @@
 #include <vector>
 
 #include "base/error.h"
+#include "grammar/compile_process.h"
+
+namespace xgrammar {
+class CompiledGrammar;
+}
 
 namespace cs {
 
@@ -64,6 +69,8 @@ class GrammarVocab {
   int size() const { return size_; }
   // 32-bit words in a mask over this vocabulary.
   int mask_words() const { return (size_ + 31) / 32; }
+  static constexpr size_t kCacheEntries = 256;
+  static constexpr size_t kCacheBytes = size_t(256) << 20;
 
  private:
   friend class Grammar;
@@ -78,6 +85,14 @@ class Grammar {
  public:
   // Throws GrammarError for a spec that does not compile.
   static std::shared_ptr<const Grammar> compile(const GrammarVocab& vocab, const GrammarSpec& spec);
+  // The same for a constraint from a client: the limits of grammar/limits.h
+  // first, then the compile in a child process under `budget`
+  // (grammar/compile_process.h: its CPU and wall time and memory, stopped
+  // when budget.cancelled() says the client has gone), the result kept in
+  // the vocabulary's cache (the latest kCacheEntries, at most kCacheBytes of
+  // compiled grammars), so a repeated schema compiles once.
+  static std::shared_ptr<const Grammar> compile(const GrammarVocab& vocab, const GrammarSpec& spec,
+                                                const ProcessBudget& budget);
   ~Grammar();
   Grammar(const Grammar&) = delete;
   Grammar& operator=(const Grammar&) = delete;
@@ -86,6 +101,8 @@ class Grammar {
   friend class GrammarMatcher;
   struct Impl;
   Grammar();
+  static std::shared_ptr<const Grammar> finish(const GrammarVocab& vocab, const GrammarSpec& spec,
+                                               xgrammar::CompiledGrammar compiled);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -152,7 +152,7 @@ struct Server::Impl {
   void metrics(const HttpRequest&, HttpResponse&, HttpExchange&, Outcome&);
   void flush_cache(const HttpRequest&, HttpResponse&, HttpExchange&, Outcome&);
   void pml_prompt(ApiRequest& r);
-  void constrain(ApiRequest& r);
+  void constrain(ApiRequest& r, const HttpExchange& ex);
   void log(const std::string& route, int status, const std::string& id, const Result* r);
   // The label a path is logged and counted under: a route's name, or
   // "(other)", so that no request can add labels to /metrics at will.
@@ -284,12 +284,19 @@ void Server::Impl::pml_prompt(ApiRequest& r) {
   ++http_counts.pml_requests[r.engine.cached.empty() ? "(no cache)" : "cached"];
 }
 
-// The request's constraint compiled (xgrammar caches compiled grammars, so
-// an agent's repeated schema compiles once). A schema or grammar that does
-// not compile is the client's mistake: a 400 with the compiler's reason.
-void Server::Impl::constrain(ApiRequest& r) {
+// The request's constraint compiled, in a child process under the server's
+// budget and stopped when the client hangs up (the vocabulary's cache keeps
+// the result, so an agent's repeated schema compiles once). A schema or
+// grammar that does not compile, or not within the budget, is the client's
+// mistake: a 400 with the reason.
+void Server::Impl::constrain(ApiRequest& r, const HttpExchange& ex) {
+  ProcessBudget budget;
+  budget.cpu_seconds = opt.grammar_cpu_seconds;
+  budget.wall_seconds = 3 * opt.grammar_cpu_seconds;  // the compiler runs niced beside the engine
+  budget.memory_bytes = opt.grammar_memory_bytes;
+  budget.cancelled = [&ex] { return ex.client_gone(); };
   try {
-    r.engine.grammar = engine.compile_grammar(*r.constraint);
+    r.engine.grammar = engine.compile_grammar(*r.constraint, budget);
   } catch (const GrammarError& e) {
     const bool schema = r.constraint->kind == GrammarKind::kJsonSchema || r.constraint->kind == GrammarKind::kAnyJson;
     const bool regex = r.constraint->kind == GrammarKind::kRegex;
@@ -302,7 +309,7 @@ void Server::Impl::generate(const HttpRequest& req, HttpResponse& res, HttpExcha
   o.id = random_id(is_chat ? "chatcmpl-" : "cmpl-");
   ApiRequest ar = is_chat ? parse_chat_request(req.body, limits) : parse_completion_request(req.body, limits);
   if (!ar.pml.empty()) pml_prompt(ar);
-  if (ar.constraint) constrain(ar);
+  if (ar.constraint) constrain(ar, ex);
   RequestHandle h;
   try {
     h = engine.submit(ar.engine);

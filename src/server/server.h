@@ -34,6 +34,10 @@ struct ServerOptions {
   std::string schema_dir;          // Prompt Cache: schemas registered are saved here (and deleted with them)
   std::string pml_src_dir;         // <module src=FILE> of schemas sent over HTTP: only below this; empty = refused
   bool tree_text = false;          // GET /v1/kv/tree may show the cached text (everyone's prompts)
+  // A request's constraint (schema, regex, grammar, tools) compiles in a
+  // child process within these (grammar/compile_process.h); over them: a 400.
+  double grammar_cpu_seconds = 10;
+  size_t grammar_memory_bytes = size_t(1) << 30;
   WorkerIdentity worker;           // what /server_info and friends report (model_id is taken from above)
 };
 

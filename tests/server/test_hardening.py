@@ -180,6 +180,59 @@ class Server1(unittest.TestCase):
         # Before: about 4 MB more after each of these requests. After the first few, RSS stays within a few MB.
         self.assertLess(max(seen[4:]) - seen[3], 6, seen)
 
+    def test_compiles_have_a_budget_and_stop_with_their_client(self):
+        # An enum of 1000 strings of 200 characters is within the limits but took 15 s of CPU to compile
+        # on the request's thread, beside the engine, and ran on after its client left. Now it compiles in
+        # a child process at the lowest priority, under --grammar-budget, and is killed with its client.
+        import random
+        rng = random.Random(1)
+        schema = {"enum": ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(200)) for _ in range(1000)]}
+        body = chat_body("hi", response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}})
+        s = Server(BINARY, MODEL, "--grammar-budget", "1")
+        try:
+            started = time.time()
+            code, _, j = raw(s.url, "POST", "/v1/chat/completions", body)
+            self.assertEqual(code, 400, j)
+            self.assertEqual(j["error"]["code"], "invalid_schema")
+            self.assertIn("did not compile within its budget of 1 s of CPU time", j["error"]["message"])
+            self.assertLess(time.time() - started, 10)
+            code, _, j = raw(s.url, "POST", "/v1/chat/completions", chat_body("Say hi."))
+            self.assertEqual(code, 200, j)
+        finally:
+            self.assertEqual(s.stop(), 0)
+        # A client that leaves while its schema compiles (the default budget, 10 s): the compile is killed
+        # within a second or two, and no child process lingers.
+        s = Server(BINARY, MODEL)
+        try:
+            def children():
+                out = []
+                for tid in os.listdir(f"/proc/{s.proc.pid}/task"):
+                    try:
+                        with open(f"/proc/{s.proc.pid}/task/{tid}/children") as f:
+                            out += f.read().split()
+                    except OSError:
+                        pass
+                return out
+
+            sock = socket.create_connection(host_port(s.url), timeout=10)
+            payload = body.encode()
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: " + str(len(payload)).encode() + b"\r\n\r\n" + payload)
+            deadline = time.time() + 5
+            while not children() and time.time() < deadline:
+                time.sleep(0.02)
+            self.assertTrue(children(), "no compile started")
+            sock.close()
+            left = time.time()
+            while children() and time.time() < left + 5:
+                time.sleep(0.05)
+            self.assertEqual(children(), [])
+            self.assertLess(time.time() - left, 3)
+            code, _, j = raw(s.url, "POST", "/v1/chat/completions", chat_body("Say hi."))
+            self.assertEqual(code, 200, j)
+        finally:
+            self.assertEqual(s.stop(), 0)
+
     def test_json_whatever_the_content_type(self):
         # curl -d sends application/x-www-form-urlencoded; a 20 KB JSON body must still be read as JSON
         # (padded with JSON's own whitespace: a short prompt, a long body).

@@ -1,0 +1,147 @@
+#include "grammar/compile_process.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <new>
+
+#include "grammar/grammar.h"
+
+namespace cs {
+namespace {
+
+// Writes all of s; false when the reader is gone.
+bool write_all(int fd, const char* p, size_t n) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    p += w;
+    n -= size_t(w);
+  }
+  return true;
+}
+
+// The process's address space now, in bytes (/proc/self/statm's first field).
+size_t address_space() {
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  unsigned long pages = 0;
+  if (f) {
+    if (std::fscanf(f, "%lu", &pages) != 1) pages = 0;
+    std::fclose(f);
+  }
+  return size_t(pages) * size_t(::sysconf(_SC_PAGESIZE));
+}
+
+[[noreturn]] void child(int out, const std::function<std::string()>& work, const ProcessBudget& b, pid_t parent) {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != parent) ::_exit(1);  // the parent died before the line above
+  ::setpriority(PRIO_PROCESS, 0, 19);
+  const rlimit core{0, 0};
+  ::setrlimit(RLIMIT_CORE, &core);
+  const rlim_t cpu = rlim_t(b.cpu_seconds < 1 ? 1 : b.cpu_seconds + 0.999);
+  const rlimit cpu_limit{cpu, cpu + 1};  // SIGXCPU at the soft limit, SIGKILL a second later
+  ::setrlimit(RLIMIT_CPU, &cpu_limit);
+  const size_t as = address_space() + b.memory_bytes;
+  const rlimit as_limit{rlim_t(as), rlim_t(as)};
+  ::setrlimit(RLIMIT_AS, &as_limit);
+  std::string reply;
+  try {
+    reply = "O" + work();
+  } catch (const std::bad_alloc&) {
+    reply = "M";
+  } catch (const std::exception& e) {
+    reply = std::string("E") + e.what();
+  } catch (...) {
+    reply = "Eunknown error";
+  }
+  write_all(out, reply.data(), reply.size());
+  ::_exit(0);
+}
+
+std::string seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g s", s);
+  return buf;
+}
+
+}  // namespace
+
+std::string run_in_child(const std::function<std::string()>& work, const ProcessBudget& b) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) throw GrammarError(std::string("cannot start the compile: ") + std::strerror(errno));
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    const int err = errno;
+    ::close(fds[0]);
+    ::close(fds[1]);
+    throw GrammarError(std::string("cannot start the compile: ") + std::strerror(err));
+  }
+  if (pid == 0) {
+    ::close(fds[0]);
+    child(fds[1], work, b, parent);
+  }
+  ::close(fds[1]);
+  const auto start = std::chrono::steady_clock::now();
+  std::string got;
+  enum class Stop { kNone, kCancelled, kWall } stop = Stop::kNone;
+  char buf[1 << 16];
+  for (;;) {
+    pollfd p{fds[0], POLLIN, 0};
+    const int ready = ::poll(&p, 1, 20);
+    if (ready > 0) {
+      const ssize_t n = ::read(fds[0], buf, sizeof buf);
+      if (n > 0) {
+        got.append(buf, size_t(n));
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      break;  // end of file: the child has answered (or died)
+    }
+    if (ready < 0 && errno != EINTR) break;
+    if (b.cancelled && b.cancelled()) {
+      stop = Stop::kCancelled;
+      break;
+    }
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > b.wall_seconds) {
+      stop = Stop::kWall;
+      break;
+    }
+  }
+  ::close(fds[0]);
+  if (stop != Stop::kNone) ::kill(pid, SIGKILL);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (stop == Stop::kCancelled) throw GrammarError("the compile was stopped: the client went away");
+  if (stop == Stop::kWall)
+    throw GrammarError("the constraint did not compile within its budget of " + seconds(b.wall_seconds) +
+                       " (wall-clock time)");
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    if (sig == SIGXCPU || sig == SIGKILL)
+      throw GrammarError("the constraint did not compile within its budget of " + seconds(b.cpu_seconds) +
+                         " of CPU time");
+    throw GrammarError(std::string("the grammar compiler failed on this constraint (") + strsignal(sig) +
+                       "); its budget: " + seconds(b.cpu_seconds) + " of CPU time, " +
+                       std::to_string(b.memory_bytes >> 20) + " MiB");
+  }
+  if (got.empty()) throw GrammarError("the grammar compiler ended without an answer");
+  if (got[0] == 'M')
+    throw GrammarError("the constraint did not compile within its budget of " + std::to_string(b.memory_bytes >> 20) +
+                       " MiB of memory");
+  if (got[0] == 'E') throw GrammarError(got.substr(1));
+  return got.substr(1);
+}
+
+}  // namespace cs

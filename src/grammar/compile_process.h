@@ -1,0 +1,32 @@
+// Work run in a child process under a budget, for compiles whose time and
+// memory depend on what a client sent (grammar.h's budgeted compile): the
+// child (fork) runs at the lowest priority (so the engine's threads go first
+// on a busy machine), under an address-space limit and a CPU-time limit, dies
+// with the server, and is killed when the wall-clock deadline passes or the
+// caller says its client has gone. A crash inside it (the compiler's own
+// recursion, say) ends the child, not the server.
+//
+// The child runs `work` on a copy of the process as it was at the fork: it
+// may read any state the caller can see, and nothing it does comes back but
+// the string it returns.
+#pragma once
+#include <cstddef>
+#include <functional>
+#include <string>
+
+namespace cs {
+
+struct ProcessBudget {
+  double cpu_seconds = 10;                // the child's CPU time
+  double wall_seconds = 30;               // from start to answer (the child is niced)
+  size_t memory_bytes = size_t(1) << 30;  // address space beyond the process's own at the fork
+  std::function<bool()> cancelled;        // polled every 20 ms; true: give up (the client is gone)
+};
+
+// The string `work` returns in the child. Throws GrammarError naming what
+// went wrong: `work`'s own exception message; the CPU time, memory or wall
+// time spent ("... within its budget of 10 s of CPU time"); cancelled; the
+// child's crash (its signal).
+std::string run_in_child(const std::function<std::string()>& work, const ProcessBudget& budget);
+
+}  // namespace cs
