@@ -293,6 +293,70 @@ TEST(Engine, ShutdownCancelsWhatIsLeft) {
 
 // Clients on many threads submitting and cancelling at once (run under
 // ThreadSanitizer in CI): every request ends, and the pool is whole after.
+// Fairness (scheduler.h): a request whose n completions fill the batch does
+// not keep a short request waiting for all of them (before, n counted the
+// whole batch and the short one waited for the last of 4 x 300 tokens); both
+// give the tokens they give alone.
+TEST(EngineFairness, AShortRequestIsNotStarvedBehindALongOne) {
+  auto reqs = shared_prompts(2, 40, 8);
+  Request longr = reqs[0], shortr = reqs[1];
+  longr.n = 4;
+  longr.max_tokens = 300;
+  longr.sampling.temperature = 0;
+  Engine alone(tiny(), opts(AttnMode::kTpp, 4));
+  const Result ref_long = alone.submit(longr).wait(), ref_short = alone.submit(shortr).wait();
+  Engine e(tiny(), opts(AttnMode::kTpp, 4));
+  RequestHandle hl = e.submit(longr);
+  for (int i = 0; i < 3000 && e.stats().generated_tokens < 8; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  ASSERT_GE(e.stats().generated_tokens, 8u);
+  const Result rs = e.submit(shortr).wait();
+  const uint64_t at_short_end = e.stats().generated_tokens;
+  const Result rl = hl.wait();
+  EXPECT_LT(at_short_end, 600u) << "the short request waited for most of the long one";
+  EXPECT_GT(e.stats().yields, 0u);
+  expect_same_tokens({rs}, {ref_short}, "short, beside the long one");
+  expect_same_tokens({rl}, {ref_long}, "long, having yielded");
+}
+
+// A stream whose client stops reading is paused once it has left
+// kPauseBacklog events unread (it no longer takes steps), others are served
+// meanwhile, and it goes on when the client reads again, with the tokens it
+// gives alone.
+TEST(EngineFairness, AStreamItsClientDoesNotReadIsPausedAndGoesOnExactly) {
+  auto reqs = shared_prompts(2, 40, 600);
+  const Request a = reqs[0];
+  Request b = reqs[1];
+  b.max_tokens = 16;
+  Engine alone(tiny(), opts(AttnMode::kTpp, 4));
+  const Result ref = alone.submit(a).wait();
+  Engine e(tiny(), opts(AttnMode::kTpp, 4));
+  RequestHandle h = e.submit(a);
+  std::vector<int32_t> got;
+  const auto take = [&](const StreamEvent& ev) {
+    if (ev.kind == StreamEvent::Kind::kToken && ev.token >= 0 && !ev.end_of_generation) got.push_back(ev.token);
+  };
+  auto first = h.next(std::chrono::seconds(30));  // it reads once, then stops
+  ASSERT_TRUE(first);
+  take(*first);
+  for (int i = 0; i < 6000 && e.stats().pauses == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_GT(e.stats().pauses, 0u);
+  // Paused, it is out of the batch: nothing runs (it waits for its client).
+  for (int i = 0; i < 6000 && e.stats().running > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(e.stats().running, 0);
+  EXPECT_EQ(e.stats().waiting, 1);
+  const uint64_t paused_at = e.stats().generated_tokens;
+  EXPECT_LT(paused_at, 300u);
+  const Result rb = e.submit(b).wait();
+  EXPECT_EQ(e.stats().generated_tokens, paused_at + rb.usage.completion_tokens);
+  for (;;) {
+    auto ev = h.next(std::chrono::seconds(30));
+    ASSERT_TRUE(ev);
+    if (ev->kind == StreamEvent::Kind::kFinish) break;
+    take(*ev);
+  }
+  EXPECT_EQ(got, ref.completions[0].tokens);
+}
+
 TEST(EngineThreads, ConcurrentSubmitAndCancel) {
   EngineOptions o = opts(AttnMode::kTpp, 8);
   o.threads = 1;

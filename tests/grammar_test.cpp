@@ -421,20 +421,18 @@ TEST(GrammarBudget, CompilesInAChildWithinItsBudget) {
   };
   ProcessBudget b;
   b.cpu_seconds = 1;
-  auto t0 = std::chrono::steady_clock::now();
+  b.wall_seconds = 600;  // the CPU limit decides, however busy the machine (the child runs niced)
   EXPECT_EQ(error({GrammarKind::kJsonSchema, heavy}, b), "the constraint did not compile within its budget of 1 s of CPU time");
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
-  // The client goes away 200 ms in: stopped then.
+  // The client goes away 200 ms in: stopped then (the compile alone takes
+  // seconds, and would end in an answer, not this message).
   ProcessBudget gone;
-  t0 = std::chrono::steady_clock::now();
+  auto t0 = std::chrono::steady_clock::now();
   gone.cancelled = [&] { return std::chrono::steady_clock::now() - t0 > std::chrono::milliseconds(200); };
   EXPECT_EQ(error({GrammarKind::kJsonSchema, heavy}, gone), "the compile was stopped: the client went away");
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
   // 1 MiB of memory beyond what the process has mapped is not enough for it.
   ProcessBudget tiny;
   tiny.memory_bytes = 1 << 20;
   tiny.cpu_seconds = 60;
-  t0 = std::chrono::steady_clock::now();
   const std::string oom = error({GrammarKind::kJsonSchema, heavy}, tiny);
   EXPECT_NE(oom.find("budget"), std::string::npos) << oom;
   EXPECT_NE(oom.find("MiB"), std::string::npos) << oom;

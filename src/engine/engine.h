@@ -82,6 +82,8 @@ struct EngineStats {
   uint64_t prefill_tokens = 0;        // tokens run as prefill (recomputation included)
   uint64_t generated_tokens = 0;
   uint64_t preemptions = 0;
+  uint64_t yields = 0;                // places given to shorter work or over a request's share (scheduler.h)
+  uint64_t pauses = 0;                // sequences paused for their client's unread events
   int encoding = 0;                   // Prompt Cache schemas being encoded (or queued to be)
   uint64_t schema_tokens = 0;         // tokens run to encode schemas
   uint64_t steps = 0;

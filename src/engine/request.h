@@ -121,6 +121,7 @@ struct Result {
   Usage usage;
   Timings timings;
   int preemptions = 0;
+  int paused = 0;  // times its sequences were paused because the client left events unread
 };
 
 }  // namespace cs

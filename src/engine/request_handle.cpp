@@ -2,6 +2,7 @@
 // request's own mutex (RequestState::mu); the engine thread fills its events.
 #include "engine/engine.h"
 #include "engine/request_state.h"
+#include "engine/scheduler.h"
 
 namespace cs {
 
@@ -21,11 +22,16 @@ RequestHandle::~RequestHandle() {
 uint64_t RequestHandle::id() const { return s_->id; }
 
 std::optional<StreamEvent> RequestHandle::next(std::chrono::milliseconds timeout) {
+  s_->reads_events.store(true, std::memory_order_relaxed);
   std::unique_lock lock(s_->mu);
   s_->cv.wait_for(lock, timeout, [&] { return !s_->events.empty() || s_->finished; });
   if (s_->events.empty()) return std::nullopt;
   StreamEvent ev = std::move(s_->events.front());
   s_->events.pop_front();
+  // The engine paused this request for its unread events: it may go on now.
+  const bool resume = s_->events.size() <= kResumeBacklog && s_->paused.load(std::memory_order_relaxed);
+  lock.unlock();
+  if (resume && s_->wake_engine) s_->wake_engine();
   return ev;
 }
 

@@ -33,6 +33,17 @@ struct RequestState {
   std::deque<StreamEvent> events;
   bool finished = false;
   Result result;
+  // Whether the client reads the events as they come (RequestHandle::next);
+  // a request answered whole reads none until the end and is never paused.
+  std::atomic<bool> reads_events{false};
+  // The engine paused its sequences: their client has not read (scheduler.h).
+  std::atomic<bool> paused{false};
+  // Events the client has not read yet, when it reads them as they come.
+  size_t backlog() {
+    if (!reads_events.load(std::memory_order_relaxed)) return 0;
+    std::lock_guard lock(mu);
+    return events.size();
+  }
 
   // Engine side.
   Result building;           // completions, usage and timings as they happen

@@ -5,7 +5,94 @@
 
 namespace cs {
 
-void Scheduler::enqueue(std::unique_ptr<Sequence> s) { waiting_.push_back(std::move(s)); }
+void Scheduler::enqueue(std::unique_ptr<Sequence> s) {
+  s->queued_at = Clock::now();
+  waiting_.push_back(std::move(s));
+}
+
+// Running sequences request r may hold: its share while another request's
+// sequence waits (not paused), the whole batch otherwise.
+int Scheduler::share(const RequestState& r) const {
+  const bool others = std::any_of(waiting_.begin(), waiting_.end(),
+                                  [&](const auto& s) { return &s->request() != &r && !s->paused; });
+  if (!others) return opt_.max_batch;
+  return opt_.request_share > 0 ? opt_.request_share : std::max(1, opt_.max_batch / 2);
+}
+
+// The queue's order: room lost first (they were running), then the least
+// work left, less what waiting has earned, then first come.
+double Scheduler::work_left(const Sequence& s, Clock::time_point now) const {
+  if (s.lost_room) return -1e300;
+  const double waited = std::chrono::duration<double>(now - s.queued_at).count();
+  return double(s.remaining()) - opt_.aging_tokens_per_s * waited;
+}
+
+void Scheduler::order_queue() {
+  const auto now = Clock::now();
+  std::stable_sort(waiting_.begin(), waiting_.end(),
+                   [&](const auto& a, const auto& b) { return work_left(*a, now) < work_left(*b, now); });
+}
+
+bool Scheduler::only_paused() const {
+  return !waiting_.empty() && running_.empty() &&
+         std::all_of(waiting_.begin(), waiting_.end(), [](const auto& s) { return s->paused; });
+}
+
+// Running sequence i leaves the batch for the queue (its chunks stay
+// cached), to wait in order: it yielded its place, or (pause) its client
+// has left too many events unread.
+void Scheduler::yield(size_t i, bool pause) {
+  std::unique_ptr<Sequence> s = std::move(running_[i]);
+  running_.erase(running_.begin() + long(i));
+  (void)kv_.leave(s->id());
+  s->set_cached(0);
+  s->next_span = 0;
+  s->lost_room = false;
+  s->paused = pause;
+  s->pauses += pause;
+  ++(pause ? pauses_ : yields_);
+  if (pause) s->request().paused.store(true, std::memory_order_relaxed);
+  enqueue(std::move(s));
+}
+
+// Fairness before admission (scheduler.h): pauses, shares, then places
+// given to shorter work.
+void Scheduler::rebalance() {
+  for (size_t i = 0; i < running_.size();) {
+    Sequence& s = *running_[i];
+    // A prefill (nothing streamed yet) is never paused.
+    if (!s.prefilling() && s.request().backlog() > kPauseBacklog) {
+      yield(i, true);
+      continue;
+    }
+    ++i;
+  }
+  // A request over its share gives back its latest sequences.
+  for (size_t i = running_.size(); i-- > 0;) {
+    const RequestState& r = running_[i]->request();
+    int held = 0;
+    for (const auto& s : running_) held += &s->request() == &r;
+    if (held > share(r)) yield(i, false);
+  }
+  if (int(running_.size()) < opt_.max_batch || waiting_.empty()) return;
+  order_queue();
+  const auto now = Clock::now();
+  int swaps = 0;
+  for (size_t w = 0; w < waiting_.size() && swaps < std::max(1, opt_.max_batch / 8); ++w) {
+    const Sequence& cand = *waiting_[w];
+    if (cand.paused || cand.lost_room || deferred(cand)) continue;
+    const double need = work_left(cand, now);
+    size_t victim = running_.size();
+    for (size_t i = 0; i < running_.size(); ++i) {
+      const Sequence& r = *running_[i];
+      if (r.prefilling() || r.sampled_since_admit < opt_.quantum || double(r.remaining()) <= need + opt_.quantum) continue;
+      if (victim == running_.size() || r.remaining() > running_[victim]->remaining()) victim = i;
+    }
+    if (victim == running_.size()) break;  // nothing running has more work: later ones have no less
+    yield(victim, false);
+    ++swaps;
+  }
+}
 
 void Scheduler::add_running(std::unique_ptr<Sequence> s) { running_.push_back(std::move(s)); }
 
@@ -54,6 +141,8 @@ bool Scheduler::try_admit(Sequence& s, int reserved) {
   }
   s.set_cached(matched);
   s.admit_order = ++admitted_;
+  s.sampled_since_admit = 0;
+  s.lost_room = false;
   return true;
 }
 
@@ -69,10 +158,29 @@ void Scheduler::attach_spans(Sequence& s) {
 }
 
 void Scheduler::admit() {
+  order_queue();
   int reserved = reserved_chunks();
   for (auto it = waiting_.begin(); it != waiting_.end();) {
     Sequence& s = **it;
-    const int slots = s.index() == 0 && !s.request().forked && opt_.share ? s.request().req.n : 1;
+    // Paused until its client has read down to kResumeBacklog.
+    if (s.paused) {
+      if (s.request().backlog() > kResumeBacklog) {
+        ++it;
+        continue;
+      }
+      s.paused = false;
+      s.request().paused.store(false, std::memory_order_relaxed);
+    }
+    // One prefill forks the request's completions, as many as its share
+    // holds; a request at its share waits for one of them to end.
+    const int cap = share(s.request());
+    const int slots = s.index() == 0 && !s.request().forked && opt_.share ? std::min(s.request().req.n, cap) : 1;
+    int held = 0;
+    for (const auto& r : running_) held += &r->request() == &s.request();
+    if (held > 0 && held + slots > cap) {
+      ++it;
+      continue;
+    }
     if (!running_.empty() && int(running_.size()) + slots > opt_.max_batch) break;
     if (deferred(s)) {
       ++it;
@@ -132,11 +240,14 @@ void Scheduler::preempt_latest() {
   s->next_span = 0;
   ++s->preemptions;
   ++preemptions_;
+  s->lost_room = true;
+  s->queued_at = Clock::now();
   waiting_.push_front(std::move(s));
 }
 
 bool Scheduler::plan(Batch& batch, std::vector<Row>& rows, std::vector<Sequence*>& stuck, int reserve) {
   stuck.clear();
+  rebalance();
   admit();
   for (;;) {
     build(batch, rows, reserve);

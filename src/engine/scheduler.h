@@ -1,15 +1,34 @@
 // The step policy of continuous batching: which sequences run, and which of
 // their tokens go into the next forward pass. Engine thread only.
 //
-// Admission is first-come-first-served while max_batch and the pool allow:
-// a sequence joins the prefix tree with the tokens it knows (sharing what the
-// tree holds; those skip prefill). A waiting sequence whose prompt shares
-// chunks that a running sequence is still prefilling waits for them, so
-// concurrent identical prompts are computed once. Each step takes one token
-// of every decoding sequence, then prompt chunks of prefilling sequences in
-// admission order up to step_tokens. When the pool cannot hold the step, the
-// most recently admitted sequence is preempted: it leaves the tree (its
-// chunks stay cached) and goes back to the front of the queue.
+// Admission goes through the queue in order while max_batch and the pool
+// allow: a sequence joins the prefix tree with the tokens it knows (sharing
+// what the tree holds; those skip prefill). A waiting sequence whose prompt
+// shares chunks that a running sequence is still prefilling waits for them,
+// so concurrent identical prompts are computed once. Each step takes one
+// token of every decoding sequence, then prompt chunks of prefilling
+// sequences in admission order up to step_tokens. When the pool cannot hold
+// the step, the most recently admitted sequence is preempted: it leaves the
+// tree (its chunks stay cached) and goes back to the front of the queue.
+//
+// Fairness (so that a few clients cannot hold every slot):
+//  - The queue is ordered by work left: a sequence's remaining tokens
+//    (max_tokens less what it sampled), less aging_tokens_per_s for every
+//    second it has waited (a long request is not put off for ever); ties
+//    first-come-first-served; sequences preempted for room first.
+//  - When the batch is full and a waiting sequence has less work left than
+//    a running one that has sampled its quantum since it was admitted, the
+//    running one (the most work left) yields its place and waits in order:
+//    short requests are not starved behind long ones, and among equals
+//    nothing moves (the running ones' work left only shrinks).
+//  - While another request waits, one request holds at most request_share
+//    running sequences (its n completions beyond that wait, forked, for
+//    their turn).
+//  - A sequence whose client reads its stream but has left more than
+//    kPauseBacklog events unread is paused: it leaves the batch (its chunks
+//    stay cached) and waits until the client is down to kResumeBacklog.
+// Preempted sequences come back with the tokens they had: greedy results
+// do not change.
 //
 // Prompt Cache: a sequence whose prompt has cached spans starts detached and
 // attaches each span's pinned chunks when its computation reaches the span
@@ -25,10 +44,17 @@
 
 namespace cs {
 
+// Unread events at which a reading client's request is paused, and at which
+// it goes on again.
+inline constexpr size_t kPauseBacklog = 256, kResumeBacklog = 64;
+
 struct SchedulerOptions {
   bool share = true;      // join with the known tokens (false: mode none)
   int max_batch = 32;
   int step_tokens = 512;
+  int request_share = 0;              // running sequences per request (0: max_batch / 2, at least 1)
+  int quantum = 64;                   // tokens a sequence samples before a shorter one may take its place
+  double aging_tokens_per_s = 64;     // work left forgiven per second waited
 };
 
 class Scheduler {
@@ -62,6 +88,10 @@ class Scheduler {
   const std::deque<std::unique_ptr<Sequence>>& waiting() const { return waiting_; }
   bool idle() const { return running_.empty() && waiting_.empty(); }
   uint64_t preemptions() const { return preemptions_; }
+  uint64_t yields() const { return yields_; }  // places given to shorter work, or over a request's share
+  uint64_t pauses() const { return pauses_; }  // sequences paused for their client's unread events
+  // Whether everything waiting is paused (the engine may sleep until a client reads).
+  bool only_paused() const;
 
  private:
   void admit();
@@ -70,6 +100,12 @@ class Scheduler {
   int reserved_chunks() const;
   void build(Batch& batch, std::vector<Row>& rows, int reserve) const;
   void preempt_latest();
+  // Fairness (above), before admission.
+  void rebalance();
+  void yield(size_t running_index, bool pause);
+  int share(const RequestState& r) const;
+  double work_left(const Sequence& s, Clock::time_point now) const;
+  void order_queue();
   // Attaches the cached spans that start where s's cache ends.
   void attach_spans(Sequence& s);
 
@@ -78,7 +114,7 @@ class Scheduler {
   std::vector<std::unique_ptr<Sequence>> running_;  // admission order
   std::deque<std::unique_ptr<Sequence>> waiting_;
   uint64_t admitted_ = 0;
-  uint64_t preemptions_ = 0;
+  uint64_t preemptions_ = 0, yields_ = 0, pauses_ = 0;
 };
 
 }  // namespace cs

@@ -113,6 +113,7 @@ bool Sequence::sample(std::span<const float> raw, const Tokenizer& tok, int n_ct
     return true;
   }
   tokens_.push_back(id);
+  ++sampled_since_admit;
   positions_.push_back(positions_.back() + 1);
   out.tokens.push_back(id);
   if (q.logprobs >= 0) out.logprobs.push_back({id, ev.logprob, ev.top});
@@ -146,6 +147,7 @@ void Sequence::finish(FinishReason reason, const std::string& message) {
     }
   }
   r.building.preemptions += preemptions;
+  r.building.paused += pauses;
   r.end_completion(index_, reason, message);
 }
 

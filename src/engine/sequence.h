@@ -69,6 +69,18 @@ class Sequence {
   void finish(FinishReason reason, const std::string& message = {});
 
   uint64_t admit_order = 0;  // larger = admitted later (preempted first)
+  // Fairness (scheduler.h): when it last joined the queue, tokens sampled
+  // since it was last admitted, whether it waits for room it lost (front of
+  // the queue), whether it waits for its client to read.
+  Clock::time_point queued_at = Clock::now();
+  int sampled_since_admit = 0;
+  bool lost_room = false;
+  bool paused = false;
+  int pauses = 0;  // times it was paused
+  // Tokens it may still sample: max_tokens less what it has sampled.
+  int remaining() const {
+    return request().req.max_tokens - (int(tokens_.size()) - int(request().req.prompt.size()));
+  }
   std::optional<Clock::time_point> last_token;  // when it last sampled
   int preemptions = 0;
   int disk_tokens = 0;  // prompt tokens the disk tier brought into the tree for it

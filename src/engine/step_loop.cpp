@@ -26,6 +26,8 @@ void Engine::Impl::publish_stats() {
   s.waiting = int(sched.waiting().size());
   s.kv = kv.tree().stats();
   s.preemptions = sched.preemptions();
+  s.yields = sched.yields();
+  s.pauses = sched.pauses();
   s.encoding = int(encoding.size());
   s.threads = threads.threads();
   {

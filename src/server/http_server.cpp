@@ -167,6 +167,15 @@ class Connection : public HttpExchange, public std::enable_shared_from_this<Conn
     Headers h = headers;
     h.emplace_back(version_ == 10 ? "Connection" : "Transfer-Encoding", version_ == 10 ? "close" : "chunked");
     streamed_ = true;
+    // A stream's pieces are small: a send buffer of 64 KiB (not the kernel's
+    // autotuned megabytes) means a client that stops reading blocks the
+    // handler after about that much, so the engine sees its unread events
+    // pile up and pauses it (engine/scheduler.h) instead of generating
+    // thousands of tokens nobody reads.
+    asio::post(stream_.get_executor(), [self = shared_from_this()] {
+      beast::error_code ignored;
+      self->stream_.socket().set_option(asio::socket_base::send_buffer_size(64 << 10), ignored);
+    });
     return send(head(version_, status, h));
   }
   bool write(std::string_view data) override {

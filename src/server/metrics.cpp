@@ -111,6 +111,11 @@ std::string prometheus_text(const EngineStats& s, const HttpCounts& http, const 
   w.metric(p + "requests_finished_total", "counter", "Requests finished.", s.finished);
   w.metric(p + "requests_cancelled_total", "counter", "Requests cancelled (client gone, or shutdown).", s.cancelled);
   w.metric(p + "num_preemptions_total", "counter", "Sequences preempted for KV memory.", s.preemptions);
+  w.metric(p + "fairness_yields_total", "counter",
+           "Running sequences that gave their place to shorter waiting work, or that were over their request's share.",
+           s.yields);
+  w.metric(p + "paused_sequences_total", "counter", "Sequences paused because their client left too many events unread.",
+           s.pauses);
   w.metric(p + "engine_steps_total", "counter", "Forward passes run.", s.steps);
   w.metric(p + "engine_threads", "gauge", "Compute threads the last step used.", s.threads);
   w.histogram(p + "time_to_first_token_seconds", "Time from a request's arrival to its first token.", s.ttft);

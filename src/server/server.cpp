@@ -16,6 +16,7 @@
 #include "base/parse_int.h"
 #include "base/sha256.h"
 #include "engine/schema_dir.h"
+#include "engine/scheduler.h"
 #include "pml/pml.h"
 #include "server/api_request.h"
 #include "server/api_response.h"
@@ -184,13 +185,17 @@ void Server::Impl::log(const std::string& route, int status, const std::string& 
       j["total_ms"] = 1000 * r->timings.total_s;
       j["finish"] = r->completions.empty() ? "" : finish_reason_name(r->completions[0].reason);
       j["preemptions"] = r->preemptions;
+      if (r->paused) j["paused"] = r->paused;
     }
     std::fprintf(stderr, "%s\n", dump(j).c_str());
   } else if (r) {
-    std::fprintf(stderr, "request %s %s %d prompt=%d cached=%d generated=%d ttft=%.0fms total=%.0fms finish=%s\n",
+    std::fprintf(stderr, "request %s %s %d prompt=%d cached=%d generated=%d ttft=%.0fms total=%.0fms finish=%s%s\n",
                  id.c_str(), route.c_str(), status, r->usage.prompt_tokens, r->usage.cached_tokens,
                  r->usage.completion_tokens, 1000 * r->timings.ttft_s, 1000 * r->timings.total_s,
-                 r->completions.empty() ? "" : finish_reason_name(r->completions[0].reason));
+                 r->completions.empty() ? "" : finish_reason_name(r->completions[0].reason),
+                 r->paused ? (" paused=" + std::to_string(r->paused) + " (its client left " +
+                              std::to_string(kPauseBacklog) + " events unread)").c_str()
+                           : "");
   } else {
     std::fprintf(stderr, "request %s %s %d\n", id.empty() ? "-" : id.c_str(), route.c_str(), status);
   }

@@ -177,8 +177,9 @@ class Server1(unittest.TestCase):
             self.assertEqual(code, 200, str(j)[:200])
             self.assertEqual(len(j["choices"][0]["logprobs"]["top_logprobs"][0]), 20)
             seen.append(rss_mb())
-        # Before: about 4 MB more after each of these requests. After the first few, RSS stays within a few MB.
-        self.assertLess(max(seen[4:]) - seen[3], 6, seen)
+        # Before: about 2.7 MB more after each of these requests (13 MB over the last five). Now RSS moves
+        # within a band of a few MB: the last five reach no higher than the first five did, give or take.
+        self.assertLess(max(seen[5:]) - max(seen[:5]), 5, seen)
 
     def test_compiles_have_a_budget_and_stop_with_their_client(self):
         # An enum of 1000 strings of 200 characters is within the limits but took 15 s of CPU to compile
@@ -194,14 +195,16 @@ class Server1(unittest.TestCase):
             code, _, j = raw(s.url, "POST", "/v1/chat/completions", body)
             self.assertEqual(code, 400, j)
             self.assertEqual(j["error"]["code"], "invalid_schema")
-            self.assertIn("did not compile within its budget of 1 s of CPU time", j["error"]["message"])
+            # (3 s of wall time when a busy machine gives the niced compile less than a third of a core)
+            self.assertRegex(j["error"]["message"],
+                             r"did not compile within its budget of (1 s of CPU time|3 s \(wall-clock time\))")
             self.assertLess(time.time() - started, 10)
             code, _, j = raw(s.url, "POST", "/v1/chat/completions", chat_body("Say hi."))
             self.assertEqual(code, 200, j)
         finally:
             self.assertEqual(s.stop(), 0)
-        # A client that leaves while its schema compiles (the default budget, 10 s): the compile is killed
-        # within a second or two, and no child process lingers.
+        # A client that leaves while its schema compiles (the default budget, 10 s; this compile takes
+        # seconds of CPU): the compile is killed at once, and no child process lingers.
         s = Server(BINARY, MODEL)
         try:
             def children():
@@ -224,13 +227,80 @@ class Server1(unittest.TestCase):
             self.assertTrue(children(), "no compile started")
             sock.close()
             left = time.time()
-            while children() and time.time() < left + 5:
+            while children() and time.time() < left + 2:
                 time.sleep(0.05)
             self.assertEqual(children(), [])
-            self.assertLess(time.time() - left, 3)
             code, _, j = raw(s.url, "POST", "/v1/chat/completions", chat_body("Say hi."))
             self.assertEqual(code, 200, j)
         finally:
+            self.assertEqual(s.stop(), 0)
+
+    @heavy_under_tsan_because("64 streams of 2000 tokens")
+    def test_streams_that_never_read_do_not_hold_every_slot(self):
+        # 64 streams whose clients never read kept 32 slots generating while a 4-token chat timed out at 8 s;
+        # one request with n = 32 took every slot (a small chat waited 22.8 s). Now unread streams are
+        # paused, shorter work takes the place of longer, and a request holds half the batch while others wait.
+        s = Server(BINARY, MODEL)
+        socks = []
+        try:
+            body = json.dumps({"model": MODEL_ID, "prompt": "Tell me a long story.", "max_tokens": 2000,
+                               "stream": True, "ignore_eos": True}).encode()
+            for _ in range(64):
+                sock = socket.create_connection(host_port(s.url), timeout=30)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                             b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+                socks.append(sock)
+            time.sleep(3)  # the streams run and fill their buffers
+            started = time.time()
+            code, _, j = raw(s.url, "POST", "/v1/chat/completions", chat_body("Say hi."))
+            self.assertEqual(code, 200, j)
+            self.assertLess(time.time() - started, 2.0)
+            # One request of n = 32 beside a small chat.
+            big = json.dumps({"model": MODEL_ID, "prompt": "Count to ten.", "n": 32, "max_tokens": 400,
+                              "ignore_eos": True, "temperature": 1.0})
+            t = threading.Thread(target=raw, args=(s.url, "POST", "/v1/completions", big))
+            t.start()
+            time.sleep(2)
+            started = time.time()
+            code, _, j = raw(s.url, "POST", "/v1/chat/completions", chat_body("Say hi."))
+            self.assertEqual(code, 200, j)
+            self.assertLess(time.time() - started, 2.0)
+            for sock in socks:
+                sock.close()
+            socks = []
+            t.join(120)
+            self.assertGreater(metric(s.url, "chunkserve:fairness_yields_total"), 0)
+        finally:
+            for sock in socks:
+                sock.close()
+            self.assertEqual(s.stop(), 0)
+        # Streams that never read, long enough to fill their send buffers (64 KiB): paused, out of the batch,
+        # and logged as such when they end.
+        s = Server(BINARY, MODEL, "--max-batch", "2")
+        try:
+            body = json.dumps({"model": MODEL_ID, "prompt": "Tell me a long story.", "max_tokens": 4000,
+                               "stream": True, "ignore_eos": True}).encode()
+            for _ in range(2):
+                sock = socket.create_connection(host_port(s.url), timeout=30)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                             b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+                socks.append(sock)
+            deadline = time.time() + 120
+            while metric(s.url, "chunkserve:paused_sequences_total") < 2 and time.time() < deadline:
+                time.sleep(0.5)
+            self.assertGreaterEqual(metric(s.url, "chunkserve:paused_sequences_total"), 2)
+            self.assertEqual(metric(s.url, "chunkserve:num_requests_running"), 0)
+            code, _, j = raw(s.url, "POST", "/v1/chat/completions", chat_body("Say hi."))
+            self.assertEqual(code, 200, j)
+            for sock in socks:
+                sock.close()
+            socks = []
+            self.assertTrue(s.wait_for_log(r"paused=1 \(its client left 256 events unread\)", 60))
+        finally:
+            for sock in socks:
+                sock.close()
             self.assertEqual(s.stop(), 0)
 
     def test_json_whatever_the_content_type(self):
