@@ -132,6 +132,44 @@ TEST(BlockLedger, StoresFullBlocksOnceAndRemovesThemDeepestFirst) {
   EXPECT_EQ(ledger.blocks(), 0u);
 }
 
+// Work in progress: a prompt reserved as its prefill is admitted is held (and
+// announced) before the tree computes it; the tree's chunks then hold the
+// same blocks (no second announcement); releasing the reservation leaves
+// them held by the chunks. A reservation never computed (a cancelled
+// prefill) is removed when released. A subscriber's view stays consistent.
+TEST(BlockLedger, AReservedPromptIsAnnouncedBeforeItIsComputed) {
+  PrefixTree t(layout(4), layout(4).chunk_bytes() * 8);
+  BlockLedger ledger(2, 4);
+  t.observe(&ledger);
+  Subscriber sub;
+  ledger.reserve(1, range(10, 9));  // four full blocks, the ninth token pending
+  auto ev = ledger.take();
+  sub.apply(ev);
+  ASSERT_EQ(ev.size(), 4u);
+  EXPECT_EQ(ev[3].tokens, range(16, 2));
+  int m = 0;
+  ASSERT_TRUE(t.join(1, {}, &m).ok());
+  ASSERT_TRUE(t.append(1, range(10, 9)).ok());
+  EXPECT_TRUE(ledger.take().empty());  // already announced
+  ledger.release(1);
+  EXPECT_TRUE(ledger.take().empty());  // the chunks hold them
+  expect_same(sub.held, blocks_of(t, 2));
+  // Another prompt, reserved and then abandoned before any of it is computed.
+  ledger.reserve(2, range(10, 4));      // shares [10 11] [12 13] with the tree
+  ledger.reserve(3, range(50, 4));
+  ev = ledger.take();
+  sub.apply(ev);
+  ASSERT_EQ(ev.size(), 2u);
+  ledger.release(3);
+  ledger.release(2);
+  ledger.release(2);  // twice: nothing more
+  ev = ledger.take();
+  sub.apply(ev);
+  ASSERT_EQ(ev.size(), 2u);
+  for (const auto& e : ev) EXPECT_EQ(e.kind, BlockEvent::Kind::kRemoved);
+  expect_same(sub.held, blocks_of(t, 2));
+}
+
 TEST(BlockLedger, PinnedAndDetachedChunksAreNotAnnounced) {
   PrefixTree t(layout(4), layout(4).chunk_bytes() * 8);
   BlockLedger ledger(4, 4);

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <mutex>
 #include <thread>
 
 #include "engine_helpers.h"
@@ -347,7 +348,11 @@ TEST(EngineFairness, AStreamItsClientDoesNotReadIsPausedAndGoesOnExactly) {
   const uint64_t paused_at = e.stats().generated_tokens;
   EXPECT_LT(paused_at, 300u);
   const Result rb = e.submit(b).wait();
-  EXPECT_EQ(e.stats().generated_tokens, paused_at + rb.usage.completion_tokens);
+  // (The stats are published after the step that ended b.)
+  const uint64_t expect = paused_at + uint64_t(rb.usage.completion_tokens);
+  for (int i = 0; i < 6000 && (e.stats().generated_tokens < expect || e.stats().running > 0); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(e.stats().generated_tokens, expect) << "the paused stream took steps";
   for (;;) {
     auto ev = h.next(std::chrono::seconds(30));
     ASSERT_TRUE(ev);
@@ -355,6 +360,39 @@ TEST(EngineFairness, AStreamItsClientDoesNotReadIsPausedAndGoesOnExactly) {
     take(*ev);
   }
   EXPECT_EQ(got, ref.completions[0].tokens);
+}
+
+// KV events announce a prompt's blocks as its prefill starts (work in
+// progress), so that a router sends a burst of the same prompt to the
+// replica computing it: here the first events after start-up hold every
+// full block of a 600-token prompt whose prefill takes 10 steps of 64
+// tokens (before, they came 4 blocks a step, as each was computed).
+TEST(EngineKvEvents, APromptIsAnnouncedAsItsPrefillStarts) {
+  EngineOptions o = opts(AttnMode::kTpp, 4);
+  o.step_tokens = 64;
+  o.kv_event_block_size = 16;
+  std::mutex mu;
+  std::vector<std::vector<BlockEvent>> batches;
+  o.kv_events = [&](std::vector<BlockEvent> ev) {
+    std::lock_guard lock(mu);
+    batches.push_back(std::move(ev));
+  };
+  Engine e(tiny(), o);
+  const Request r = shared_prompts(1, 600, 2)[0];
+  e.submit(r).wait();
+  ASSERT_TRUE(e.wait_idle(std::chrono::seconds(30)));
+  std::lock_guard lock(mu);
+  ASSERT_FALSE(batches.empty());
+  size_t stored = 0;
+  for (const BlockEvent& ev : batches.front()) stored += ev.kind == BlockEvent::Kind::kStored;
+  EXPECT_EQ(stored, r.prompt.size() / 16);
+  // And nothing is announced twice, or removed, as the chunks come to hold them.
+  size_t later = 0;
+  for (size_t b = 1; b < batches.size(); ++b)
+    for (const BlockEvent& ev : batches[b])
+      later += ev.kind == BlockEvent::Kind::kStored && ev.tokens.size() == 16 &&
+               std::equal(ev.tokens.begin(), ev.tokens.end(), r.prompt.begin());
+  EXPECT_EQ(later, 0u);
 }
 
 TEST(EngineThreads, ConcurrentSubmitAndCancel) {

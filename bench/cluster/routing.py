@@ -13,7 +13,11 @@ Reports per configuration, as a table and one JSON line each: cache hit rate
 the ratios against the single replica of the same round.
 
     bench/cluster/routing.py [--rounds 2] [--replicas 2] [--policies round_robin,cache_aware,kv_aware]
-                             [--requests 96] [--clients 8] [--kv-memory 160M]
+                             [--requests 96] [--clients 8] [--kv-memory 160M] [--prompts 8]
+                             [--binary build/chunkserve --baseline OTHER_BINARY]
+
+With --baseline, every cluster configuration also runs on that binary (a
+build of an earlier commit, say), in the same rounds.
 """
 import argparse
 import json
@@ -114,7 +118,11 @@ def run_load(url, jobs, prompts, clients):
 
 
 def measure(config, args, jobs, prompts, port):
-    binary = os.path.join(ROOT, "build", "chunkserve")
+    binary = args.binary
+    if config.endswith("@baseline"):
+        binary = args.baseline
+        config = config[: -len("@baseline")]
+    os.environ["CHUNKSERVE_BINARY"] = binary  # scripts/cluster.sh's replicas
     log = os.path.join(ROOT, "build", f"routing-{config.replace(':', '-')}.log")
     if config == "single":
         proc = start([binary, "serve", "-m", MODEL, "--port", str(port + 50), "--threads", "1",
@@ -149,11 +157,16 @@ def main():
                     help="per replica (SmolLM2: 1.41 MiB per 64-token chunk; 160M holds about 70%% of the prompts)")
     ap.add_argument("--port", type=int, default=18400)
     ap.add_argument("--seed", type=int, default=5)
+    ap.add_argument("--prompts", type=int, default=8, help="system prompts (the first N of the 8)")
+    ap.add_argument("--binary", default=os.path.join(ROOT, "build", "chunkserve"))
+    ap.add_argument("--baseline", help="another chunkserve binary: each cluster configuration runs on it too")
     args = ap.parse_args()
-    prompts = system_prompts()
+    prompts = system_prompts()[: args.prompts]
     rng = random.Random(args.seed)
     jobs = [(rng.randrange(len(prompts)), q) for q in range(args.requests)]
     configs = ["single"] + [f"cluster:{p}" for p in args.policies.split(",")]
+    if args.baseline:
+        configs += [f"cluster:{p}@baseline" for p in args.policies.split(",")]
     results = {c: [] for c in configs}
     for rnd in range(args.rounds):
         order = configs if rnd % 2 == 0 else configs[::-1]  # alternate
@@ -172,6 +185,8 @@ def main():
         hit_ratio = statistics.median(r["hit_rate"] / b["hit_rate"] for r, b in zip(rs, base))
         rps_ratio = statistics.median(r["rps"] / b["rps"] for r, b in zip(rs, base))
         name = "1 replica, 1 thread" if c == "single" else f"{args.replicas} replicas x 1 thread, {c.split(':')[1]}"
+        if c.endswith("@baseline"):
+            name = name.replace("@baseline", "") + " (baseline binary)"
         print(f"| {name} | {hit:.1%} | {hit_ratio:.2f}x | {rps:.2f} | {rps_ratio:.2f}x | "
               f"{statistics.median(r['ttft_p50'] for r in rs):.3f} | {statistics.median(r['ttft_p99'] for r in rs):.3f} | "
               f"{sum(r['errors'] for r in rs)} |")

@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include "base/threads.h"
@@ -51,8 +52,13 @@ struct Engine::Impl {
   void count_finished();
   // Hands the blocks stored and removed since the last call to kv_events.
   void publish_kv_events();
+  // KV events' work in progress: the prompts of the step's prefills held
+  // (announced) in the ledger, and let go once done or stopped.
+  void announce_prefills();
+  void release_announced();
   PrefixKv kv;
   std::unique_ptr<BlockLedger> ledger;  // when KV events are on
+  std::unordered_set<SeqId> announced;  // sequences whose prefill's blocks the ledger holds (work in progress)
   Scheduler sched;
   Workspace ws;
   ThreadBudget threads;

@@ -118,12 +118,43 @@ void Engine::Impl::publish_kv_events() {
   if (!events.empty()) engine.opt_.kv_events(std::move(events));
 }
 
+void Engine::Impl::announce_prefills() {
+  if (!ledger) return;
+  bool any = false;
+  for (const auto& row : rows) {
+    const Sequence& s = *row.seq;
+    if (s.detached() || !s.prefilling() || announced.count(s.id())) continue;
+    ledger->reserve(uint64_t(s.id()), s.tokens());
+    announced.insert(s.id());
+    any = true;
+  }
+  // Out before the forward pass: a router hears of the prompt as its
+  // computing starts.
+  if (any) publish_kv_events();
+}
+
+void Engine::Impl::release_announced() {
+  if (announced.empty()) return;
+  std::unordered_set<SeqId> prefilling;
+  for (const auto& s : sched.running())
+    if (s->prefilling()) prefilling.insert(s->id());
+  for (auto it = announced.begin(); it != announced.end();) {
+    if (prefilling.count(*it)) {
+      ++it;
+      continue;
+    }
+    ledger->release(uint64_t(*it));
+    it = announced.erase(it);
+  }
+}
+
 void Engine::Impl::loop() {
   while (take_inbox()) {
     handle_cancels();
     kv.take_loads();
     step();
     count_finished();
+    release_announced();
     publish_kv_events();
     publish_stats();
   }
@@ -203,6 +234,7 @@ void Engine::Impl::step() {
     batch = Batch{};
     rows.clear();
   }
+  announce_prefills();
   const int request_rows = batch.size();
   if (job) job->enc->add_slice(batch, request_rows ? reserve : step_tokens);
   stepped = batch.size() > 0 || !stuck.empty();

@@ -60,6 +60,34 @@ void BlockLedger::removed(ChunkId c) {
   mine.clear();
 }
 
+void BlockLedger::reserve(uint64_t owner, std::span<const int32_t> prompt) {
+  release(owner);
+  auto& mine = reserved_[owner];
+  std::optional<uint64_t> prev;
+  for (size_t b = 0; (b + 1) * size_t(block_size_) <= prompt.size(); ++b) {
+    const auto block = prompt.subspan(b * size_t(block_size_), size_t(block_size_));
+    const uint64_t h = block_hash(prev, block);
+    mine.push_back(h);
+    if (++holders_[h] == 1)
+      pending_.push_back({BlockEvent::Kind::kStored, h, prev, std::vector<int32_t>(block.begin(), block.end())});
+    prev = h;
+  }
+}
+
+void BlockLedger::release(uint64_t owner) {
+  auto it = reserved_.find(owner);
+  if (it == reserved_.end()) return;
+  // Deepest first, as removed() does.
+  for (auto b = it->second.rbegin(); b != it->second.rend(); ++b) {
+    auto h = holders_.find(*b);
+    if (--h->second == 0) {
+      holders_.erase(h);
+      pending_.push_back({BlockEvent::Kind::kRemoved, *b, std::nullopt, {}});
+    }
+  }
+  reserved_.erase(it);
+}
+
 std::vector<BlockEvent> BlockLedger::take() {
   std::vector<BlockEvent> out;
   out.swap(pending_);

@@ -55,6 +55,15 @@ class BlockLedger : public TreeObserver {
   void grown(ChunkId c, ChunkId parent, std::span<const int32_t> tokens, int before) override;
   void removed(ChunkId c) override;
 
+  // Work in progress: a prompt whose prefill was just admitted holds its
+  // full blocks from now (announced if new), as the tree will once they are
+  // computed, so that a router sends the same prompt here while it is being
+  // computed, not only after. `owner` (the sequence) holds them until
+  // release(owner): when its prefill is done (the tree holds them then) or it
+  // stops before (its blocks are removed unless a chunk holds them).
+  void reserve(uint64_t owner, std::span<const int32_t> prompt);
+  void release(uint64_t owner);
+
   // The events recorded since the last call, oldest first.
   std::vector<BlockEvent> take();
   // Distinct blocks held now.
@@ -64,7 +73,8 @@ class BlockLedger : public TreeObserver {
  private:
   int block_size_;
   std::vector<std::vector<uint64_t>> chunk_blocks_;  // per chunk id: its full blocks' hashes
-  std::unordered_map<uint64_t, int> holders_;        // block hash -> chunks holding it
+  std::unordered_map<uint64_t, int> holders_;        // block hash -> chunks and reservations holding it
+  std::unordered_map<uint64_t, std::vector<uint64_t>> reserved_;  // owner -> its blocks, root first
   std::vector<BlockEvent> pending_;
 };
 
