@@ -19,6 +19,18 @@
 namespace cs {
 namespace {
 
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitizerShadow = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr bool kSanitizerShadow = true;
+#else
+constexpr bool kSanitizerShadow = false;
+#endif
+#else
+constexpr bool kSanitizerShadow = false;
+#endif
+
 // Writes all of s; false when the reader is gone.
 bool write_all(int fd, const char* p, size_t n) {
   while (n > 0) {
@@ -51,9 +63,11 @@ size_t address_space() {
   const rlim_t cpu = rlim_t(b.cpu_seconds < 1 ? 1 : b.cpu_seconds + 0.999);
   const rlimit cpu_limit{cpu, cpu + 1};  // SIGXCPU at the soft limit, SIGKILL a second later
   ::setrlimit(RLIMIT_CPU, &cpu_limit);
-  const size_t as = address_space() + b.memory_bytes;
-  const rlimit as_limit{rlim_t(as), rlim_t(as)};
-  ::setrlimit(RLIMIT_AS, &as_limit);
+  if (address_space_limited()) {
+    const size_t as = address_space() + b.memory_bytes;
+    const rlimit as_limit{rlim_t(as), rlim_t(as)};
+    ::setrlimit(RLIMIT_AS, &as_limit);
+  }
   std::string reply;
   try {
     reply = "O" + work();
@@ -75,6 +89,8 @@ std::string seconds(double s) {
 }
 
 }  // namespace
+
+bool address_space_limited() { return !kSanitizerShadow; }
 
 std::string run_in_child(const std::function<std::string()>& work, const ProcessBudget& b) {
   int fds[2];

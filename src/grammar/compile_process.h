@@ -29,4 +29,11 @@ struct ProcessBudget {
 // child's crash (its signal).
 std::string run_in_child(const std::function<std::string()>& work, const ProcessBudget& budget);
 
+// Whether the child's address space is limited (memory_bytes applies). Not in
+// sanitizer builds: ASan and TSan reserve terabytes of shadow memory and map
+// more as they go, so a limit of "what is mapped now plus a GiB" fails their
+// own mappings (ASan then stops in a CHECK instead of reporting an
+// allocation failure); the CPU and wall-clock limits still apply there.
+bool address_space_limited();
+
 }  // namespace cs
