@@ -28,14 +28,37 @@ declare -A sources=(
   [kvfile]="src/kv/kv_file.cpp"
   [nesting]="${common[*]} ${text[*]} ${jinja[*]} src/model/chat_template.cpp src/server/api_request.cpp src/server/tool_calls.cpp src/grammar/messages.cpp src/grammar/schema_check.cpp src/grammar/limits.cpp src/engine/validate.cpp src/pml/parse.cpp src/pml/src_files.cpp"
 )
+# Each source is compiled once into build-fuzz/obj (the targets share most of
+# them), two at a time, through ccache when set-up installed it.
+cxx=(clang++)
+command -v ccache >/dev/null && cxx=(ccache clang++)
+export CCACHE_BASEDIR="$root" CCACHE_NOHASHDIR=true
+objdir="$out/obj"
+mkdir -p "$objdir"
+declare -A wanted=()
+for t in "${targets[@]}"; do
+  for s in ${sources[$t]} tests/fuzz/fuzz_$t.cpp; do wanted[$s]=1; done
+done
+obj_of() { local s=$1; echo "$objdir/${s//\//_}.o"; }
+stale=()
+for s in "${!wanted[@]}"; do
+  o=$(obj_of "$s")
+  # Rebuild when the source or anything under src/ or tests/fuzz is newer.
+  if [ ! -f "$o" ] || [ -n "$(find "$root/tests/fuzz" "$root/src" -newer "$o" -name '*.[ch]*' | head -1)" ]; then
+    stale+=("$s")
+  fi
+done
+if [ ${#stale[@]} -gt 0 ]; then
+  export root objdir
+  printf '%s\n' "${stale[@]}" | xargs -P 2 -I{} bash -c \
+    'o="$0/$(echo "$1" | tr / _).o"; '"${cxx[*]} ${flags[*]@Q}"' -c "$root/$1" -o "$o"' "$objdir" {}
+fi
 for t in "${targets[@]}"; do
   bin="$out/fuzz_$t"
-  srcs=()
-  for s in ${sources[$t]}; do srcs+=("$root/$s"); done
-  # Rebuild when any source is newer than the binary.
-  if [ ! -x "$bin" ] || [ -n "$(find "$root/tests/fuzz" "${srcs[@]}" "$root/src" -newer "$bin" -name '*.[ch]*' | head -1)" ]; then
-    clang++ "${flags[@]}" "$root/tests/fuzz/fuzz_$t.cpp" "${srcs[@]}" -lpcre2-8 -lpugixml -lxxhash "$root/.deps/xgrammar/lib/libxgrammar.a" -o "$bin"
-  fi
+  objs=("$(obj_of "tests/fuzz/fuzz_$t.cpp")")
+  for s in ${sources[$t]}; do objs+=("$(obj_of "$s")"); done
+  clang++ -fsanitize=fuzzer,address,undefined "${objs[@]}" -lpcre2-8 -lpugixml -lxxhash \
+    "$root/.deps/xgrammar/lib/libxgrammar.a" -o "$bin"
   corpus="$out/corpus_$t"
   mkdir -p "$corpus"
   cp -n "$root/tests/fuzz/corpus/$t/"* "$corpus/" 2>/dev/null || true
