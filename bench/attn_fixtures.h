@@ -12,9 +12,10 @@
 #include <vector>
 
 #include "attn/attention.h"
+#include "kv/host_tree.h"
 #include "attn/block.h"
 #include "base/f16.h"
-#include "kv/prefix_tree.h"
+#include "kv/host_tree.h"
 
 namespace cs::bench {
 
@@ -70,7 +71,7 @@ struct BlockFixture {
 // max moves) and b x h x group queries, one decode row per sequence.
 struct SharedCell {
   int b, h, n, own, group, d;
-  std::unique_ptr<PrefixTree> tree;
+  std::unique_ptr<HostTree> tree;
   std::shared_ptr<const KernelContext> ctx;
   AttnPlan plan;
   AttnWorkspace ws;
@@ -79,7 +80,7 @@ struct SharedCell {
   SharedCell(int b_, int h_, int n_, int own_ = 0, int group_ = 1, int d_ = 128)
       : b(b_), h(h_), n(n_), own(own_), group(group_), d(d_) {
     const KvLayout L{1, h, d, 64, KvType::kF16};
-    tree = std::make_unique<PrefixTree>(L, L.chunk_bytes() * size_t(n / 64 + b * (own / 64 + 1) + 40));
+    tree = std::make_unique<HostTree>(L, L.chunk_bytes() * size_t(n / 64 + b * (own / 64 + 1) + 40));
     for (int s = 0; s < b; ++s) {
       std::vector<int32_t> prompt(static_cast<size_t>(n + own));
       for (int i = 0; i < n + own; ++i) prompt[size_t(i)] = i < n ? i : 1000000 * (s + 1) + i;

@@ -14,7 +14,7 @@
 #include "attn_fixtures.h"
 #include "cache/contiguous_kv.h"
 #include "cache/prefix_kv.h"
-#include "kv/prefix_tree.h"
+#include "kv/host_tree.h"
 #include "model/llama.h"
 
 namespace cs {
@@ -30,7 +30,7 @@ std::vector<int32_t> tokens(int32_t base, int n) {
 
 // A tree of n_seqs sequences: a shared 4096-token system prompt, each with
 // its own 64-token question. Returns chunks needed.
-void fill(PrefixTree& t, int n_seqs) {
+void fill(HostTree& t, int n_seqs) {
   const auto sys = tokens(0, 4096);
   int m;
   for (int s = 0; s < n_seqs; ++s) {
@@ -43,7 +43,7 @@ void fill(PrefixTree& t, int n_seqs) {
 size_t bytes_for(int n_seqs) { return kSmolLayout.chunk_bytes() * size_t(64 + n_seqs + 4); }
 
 void BM_Join4096Into1000(benchmark::State& state) {
-  PrefixTree t(kSmolLayout, bytes_for(1001));
+  HostTree t(kSmolLayout, bytes_for(1001));
   fill(t, 1000);
   // A new request: the system prompt plus a question: 64 shared chunks found,
   // the question appended.
@@ -63,7 +63,7 @@ void BM_Join4096Into1000(benchmark::State& state) {
 BENCHMARK(BM_Join4096Into1000)->Unit(benchmark::kMicrosecond);
 
 void BM_Leave(benchmark::State& state) {
-  PrefixTree t(kSmolLayout, bytes_for(1001));
+  HostTree t(kSmolLayout, bytes_for(1001));
   fill(t, 1000);
   const auto prompt = tokens(0, 4096), q = tokens(9000000, 64);
   SeqId id = 100000;
@@ -80,7 +80,7 @@ BENCHMARK(BM_Leave)->Unit(benchmark::kMicrosecond);
 // Rebuild after a structural change (here: one sequence leaves and rejoins).
 void BM_ContextRebuild(benchmark::State& state) {
   const int n = int(state.range(0));
-  PrefixTree t(kSmolLayout, bytes_for(n + 1));
+  HostTree t(kSmolLayout, bytes_for(n + 1));
   fill(t, n);
   for (auto _ : state) {
     state.PauseTiming();
@@ -96,7 +96,7 @@ BENCHMARK(BM_ContextRebuild)->Arg(32)->Arg(1000)->Unit(benchmark::kMicrosecond);
 // per GET /v1/kv/tree at most every 250 ms): the server's cap, 512 nodes.
 void BM_TreeView(benchmark::State& state) {
   const int n = int(state.range(0));
-  PrefixTree t(kSmolLayout, bytes_for(n));
+  HostTree t(kSmolLayout, bytes_for(n));
   fill(t, n);
   for (auto _ : state) benchmark::DoNotOptimize(t.view(512, 48));
 }
@@ -104,7 +104,7 @@ BENCHMARK(BM_TreeView)->Arg(32)->Arg(1000)->Unit(benchmark::kMicrosecond);
 
 // A step with no structural change: the published context is reused.
 void BM_ContextUnchanged(benchmark::State& state) {
-  PrefixTree t(kSmolLayout, bytes_for(33));
+  HostTree t(kSmolLayout, bytes_for(33));
   fill(t, 32);
   (void)t.context();
   for (auto _ : state) benchmark::DoNotOptimize(t.context());

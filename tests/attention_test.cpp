@@ -95,7 +95,7 @@ TEST(Attention, OneSharedPrefixIsBitExact) {
   for (int sys_len : {200, 256})
   for (KvType type : {KvType::kF32, KvType::kF16}) {
     const KvLayout L{1, 2, 64, 64, type};
-    PrefixTree t(L, L.chunk_bytes() * 64);
+    HostTree t(L, L.chunk_bytes() * 64);
     std::mt19937 rng(9);
     std::normal_distribution<float> nd;
     std::vector<int32_t> sys(static_cast<size_t>(sys_len));
@@ -138,7 +138,7 @@ TEST(Attention, LongPrefillSlicesAreExact) {
                           Shape{2, 4, 64, 2, KvType::kBF16}}) {
     SCOPED_TRACE("kv_heads " + std::to_string(sh.kv_heads) + " seqs " + std::to_string(sh.seqs));
     const KvLayout L{1, sh.kv_heads, sh.d, 64, sh.type};
-    PrefixTree t(L, L.chunk_bytes() * 32);
+    HostTree t(L, L.chunk_bytes() * 32);
     std::mt19937 rng(17);
     std::normal_distribution<float> nd;
     std::vector<int> q_begin{0};
@@ -195,7 +195,7 @@ TEST(Attention, LongWalksArePartedExactly) {
     const int own[kSeqs] = {0, 1, 100, 1000, 2100};
     // K/V of a token depend only on its position, or on (sequence, position)
     // past the shared prefix, so every tree holds the same values.
-    auto fill = [&](PrefixTree& t, SeqId id, int from, int to) {
+    auto fill = [&](HostTree& t, SeqId id, int from, int to) {
       std::vector<float> k(size_t(sh.d)), v(size_t(sh.d));
       for (int i = from; i < to; ++i) {
         std::mt19937 rng(uint32_t(i < kShared ? i : 100000 * (id + 1) + i));
@@ -211,7 +211,7 @@ TEST(Attention, LongWalksArePartedExactly) {
       for (int i = 0; i < own[s]; ++i) pr.push_back(100 + s);
       return pr;
     };
-    auto add = [&](PrefixTree& t, int s) {
+    auto add = [&](HostTree& t, int s) {
       const auto pr = prompt_of(s);
       int m;
       ASSERT_TRUE(t.join(SeqId(s), pr, &m).ok());
@@ -223,22 +223,22 @@ TEST(Attention, LongWalksArePartedExactly) {
     std::mt19937 rng(11);
     std::normal_distribution<float> nd;
     for (auto& x : q) x = nd(rng) * 2;
-    PrefixTree all(L, L.chunk_bytes() * 160);
+    HostTree all(L, L.chunk_bytes() * 160);
     for (int s = 0; s < kSeqs; ++s) add(all, s);
     const auto ctx = all.context();
     ASSERT_TRUE(single_run(*ctx));
     ASSERT_EQ(ctx->seqs, (std::vector<SeqId>{0, 1, 2, 3, 4}));
     std::vector<float> ref(q.size()), first;
-    auto planned = [&](PrefixTree& t) {
+    auto planned = [&](HostTree& t) {
       auto p = std::make_unique<Planned>(t, std::vector<int>{}, n_heads);
       if (sh.window) p->set_window(sh.window);
       return p;
     };
     attn_reference(all, planned(all)->problem(q.data(), ref.data()));
     const size_t row = size_t(n_heads * sh.d);
-    std::vector<std::unique_ptr<PrefixTree>> lone;
+    std::vector<std::unique_ptr<HostTree>> lone;
     for (int s = 0; s < kSeqs; ++s) {
-      lone.push_back(std::make_unique<PrefixTree>(L, L.chunk_bytes() * 128));
+      lone.push_back(std::make_unique<HostTree>(L, L.chunk_bytes() * 128));
       add(*lone.back(), s);
     }
     const SavedOmpThreads saved;
@@ -272,7 +272,7 @@ TEST(Attention, ModulesAreBatchedWhereverTheySit) {
     for (KvType type : {KvType::kF32, KvType::kF16}) {
       SCOPED_TRACE(std::string(kv_type_name(type)) + (prefill ? " prefill" : " decode"));
       const KvLayout L{1, 2, 64, 64, type};
-      PrefixTree t(L, L.chunk_bytes() * 64);
+      HostTree t(L, L.chunk_bytes() * 64);
       std::mt19937 rng(21);
       std::normal_distribution<float> nd;
       std::vector<float> k(64), v(64);
@@ -280,7 +280,7 @@ TEST(Attention, ModulesAreBatchedWhereverTheySit) {
         for (int i = 0; i < n; ++i)
           for (int h = 0; h < 2; ++h) {
             for (int x = 0; x < 64; ++x) k[size_t(x)] = nd(rng), v[size_t(x)] = nd(rng);
-            t.write_kv_at(c, i, 0, h, k.data(), v.data());
+            t.memory().write_kv(c, i, 0, h, k.data(), v.data());
           }
       };
       uint64_t group = 0;
@@ -376,7 +376,7 @@ TEST(Attention, ModulesAreBatchedWhereverTheySit) {
 TEST(Attention, EdgeShapes) {
   for (KvType type : {KvType::kF32, KvType::kF16}) {
     const KvLayout L{1, 1, 64, 64, type};
-    PrefixTree t(L, L.chunk_bytes() * 16);
+    HostTree t(L, L.chunk_bytes() * 16);
     std::mt19937 rng(3);
     std::normal_distribution<float> nd;
     const std::vector<int32_t> prompt(128, 5);  // two full chunks
@@ -417,7 +417,7 @@ TEST(Attention, EdgeShapes) {
 // A step with no sequence (an empty batch) is a no-op on every path.
 TEST(Attention, NoSequenceIsANoOp) {
   const KvLayout L{1, 3, 64, 64, KvType::kF16};
-  PrefixTree t(L, L.chunk_bytes() * 2);
+  HostTree t(L, L.chunk_bytes() * 2);
   const auto ctx = t.context();
   ASSERT_TRUE(ctx->seqs.empty());
   float q = 1.0f, out = 7.0f;
@@ -432,7 +432,7 @@ TEST(Attention, NoSequenceIsANoOp) {
 
 TEST(Attention, UnsupportedShapesAreErrors) {
   for (KvLayout L : {KvLayout{1, 1, 64, 32, KvType::kF32}, KvLayout{1, 1, 96, 64, KvType::kF32}}) {
-    PrefixTree t(L, L.chunk_bytes() * 2);
+    HostTree t(L, L.chunk_bytes() * 2);
     Planned run(t, {}, 1);
     const AttnProblem p = run.problem(nullptr, nullptr);
     EXPECT_THROW(attn_tpp(p), Error);

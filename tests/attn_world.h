@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "attn/attention.h"
+#include "attn_reference.h"
 
 namespace cs::test {
 
@@ -29,7 +30,7 @@ inline std::string name(const Case& c) {
 }
 
 // Random K/V for tokens [from, to) of sequence id, every layer and KV head.
-inline void write_random_kv(PrefixTree& t, SeqId id, int from, int to, std::mt19937& rng,
+inline void write_random_kv(HostTree& t, SeqId id, int from, int to, std::mt19937& rng,
                      std::normal_distribution<float>& nd) {
   const KvLayout& L = t.layout();
   std::vector<float> k(size_t(L.head_dim)), v(size_t(L.head_dim));
@@ -43,11 +44,11 @@ inline void write_random_kv(PrefixTree& t, SeqId id, int from, int to, std::mt19
 
 // A plan and a workspace for attention problems on one tree.
 struct Planned {
-  const PrefixTree& tree;
+  const HostTree& tree;
   AttnPlan plan;
   AttnWorkspace ws;
-  Planned(PrefixTree& t, std::vector<int> q_begin, int n_heads) : tree(t), plan(plan_attention(t, q_begin, n_heads)) {}
-  Planned(const PrefixTree& t, std::shared_ptr<const KernelContext> ctx, int n_heads)
+  Planned(HostTree& t, std::vector<int> q_begin, int n_heads) : tree(t), plan(plan_attention(t, q_begin, n_heads)) {}
+  Planned(const HostTree& t, std::shared_ptr<const KernelContext> ctx, int n_heads)
       : tree(t), plan(plan_attention(t, std::move(ctx), {}, n_heads)) {}
   std::vector<int> window_first;  // per query row, when a window is set
   AttnProblem problem(const float* q, float* out, int layer = 0) {
@@ -68,7 +69,7 @@ struct Planned {
 // length, so some end mid-chunk and get copied), private suffixes of random
 // length (some empty), a few forks; random K/V for every appended token.
 struct World {
-  std::unique_ptr<PrefixTree> tree;
+  std::unique_ptr<HostTree> tree;
   std::shared_ptr<const KernelContext> ctx;
   std::vector<float> q;
   std::vector<int> q_begin;
@@ -79,7 +80,7 @@ struct World {
     std::mt19937 rng(c.seed);
     std::normal_distribution<float> nd;
     const KvLayout L{2, c.n_kv_heads, c.d, 64, c.type};
-    tree = std::make_unique<PrefixTree>(L, L.chunk_bytes() * size_t(c.batch * 8 + 64));
+    tree = std::make_unique<HostTree>(L, L.chunk_bytes() * size_t(c.batch * 8 + 64));
     n_heads = c.n_kv_heads * c.group;
     std::vector<std::vector<int32_t>> families;
     for (int f = 0; f < 1 + int(rng() % 4); ++f) {

@@ -11,7 +11,7 @@
 #include <set>
 
 #include "base/error.h"
-#include "kv/prefix_tree.h"
+#include "kv/host_tree.h"
 
 namespace cs {
 namespace {
@@ -54,7 +54,7 @@ struct Subscriber {
 
 // The blocks the tree holds, computed from its chunks now: every full block
 // of every chunk, hashed along the path from the root.
-std::map<uint64_t, Subscriber::Block> blocks_of(const PrefixTree& t, int block) {
+std::map<uint64_t, Subscriber::Block> blocks_of(const HostTree& t, int block) {
   std::map<uint64_t, Subscriber::Block> out;
   std::map<ChunkId, std::optional<uint64_t>> last;  // a chunk's last block hash
   for (const auto& c : t.tree_chunks()) {
@@ -97,7 +97,7 @@ TEST(BlockLedger, BlockSizeMustDivideTheChunk) {
 }
 
 TEST(BlockLedger, StoresFullBlocksOnceAndRemovesThemDeepestFirst) {
-  PrefixTree t(layout(4), layout(4).chunk_bytes() * 8);
+  HostTree t(layout(4), layout(4).chunk_bytes() * 8);
   BlockLedger ledger(2, 4);
   t.observe(&ledger);
   int m = 0;
@@ -138,7 +138,7 @@ TEST(BlockLedger, StoresFullBlocksOnceAndRemovesThemDeepestFirst) {
 // them held by the chunks. A reservation never computed (a cancelled
 // prefill) is removed when released. A subscriber's view stays consistent.
 TEST(BlockLedger, AReservedPromptIsAnnouncedBeforeItIsComputed) {
-  PrefixTree t(layout(4), layout(4).chunk_bytes() * 8);
+  HostTree t(layout(4), layout(4).chunk_bytes() * 8);
   BlockLedger ledger(2, 4);
   t.observe(&ledger);
   Subscriber sub;
@@ -171,7 +171,7 @@ TEST(BlockLedger, AReservedPromptIsAnnouncedBeforeItIsComputed) {
 }
 
 TEST(BlockLedger, PinnedAndDetachedChunksAreNotAnnounced) {
-  PrefixTree t(layout(4), layout(4).chunk_bytes() * 8);
+  HostTree t(layout(4), layout(4).chunk_bytes() * 8);
   BlockLedger ledger(4, 4);
   t.observe(&ledger);
   const ChunkId p = t.pin(range(1, 4), 7);
@@ -191,7 +191,7 @@ TEST(BlockLedger, RandomWorkloadsMatchTheTreeAfterEveryStep) {
       SCOPED_TRACE("block " + std::to_string(block) + " seed " + std::to_string(seed));
       std::mt19937 rng(seed);
       const KvLayout L = layout(4);
-      PrefixTree t(L, L.chunk_bytes() * 40, seed % 4 != 0);
+      HostTree t(L, L.chunk_bytes() * 40, seed % 4 != 0);
       BlockLedger ledger(block, 4);
       t.observe(&ledger);
       Subscriber sub;

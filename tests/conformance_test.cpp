@@ -110,7 +110,7 @@ TEST(Conformance, PmlTextCannotForgeControlTokens) {
 // order, exp approximation) flips some rounding and moves logits by up to
 // ~0.4. Our own scalar and SIMD kernels, both exact to float rounding, differ
 // by that much from each other (Model.IsaLevelsAgree measures it); see
-// docs/ARCHITECTURE.md "Numerics". On another file than the default, a flip
+// docs/kernels.md "Numerics". On another file than the default, a flip
 // is also near when the gap is within both engines' measured logit error
 // there (first_logit_errors, below: llama.cpp's from the exact result, ours
 // from llama.cpp's).
@@ -128,7 +128,7 @@ TEST(Conformance, GreedyContinuationsMatchLlamaCpp) {
     const auto their_gap = g["top2_gaps"].get<std::vector<float>>();
     GenerateParams p;
     p.max_tokens = int(want.size());
-    p.kv_type = KvType::kF32;  // as llama.cpp was run (make_conformance.py)
+    p.engine.kv_type = KvType::kF32;  // as llama.cpp was run (make_conformance.py)
     p.top2_gaps = true;
     const GenerateResult r = generate(model(), ids, p);
     size_t i = 0;

@@ -49,7 +49,7 @@ struct OnDevice {
   DeviceKvMemory kv;
   cuda::Buffer q, out, window;
   size_t n = 0;
-  OnDevice(const PrefixTree& tree, const std::vector<float>& qv, const std::vector<int>& window_first)
+  OnDevice(const HostTree& tree, const std::vector<float>& qv, const std::vector<int>& window_first)
       : kv(tree.layout(), tree.pool().capacity()), q(upload(qv)), out(qv.size() * 4), n(qv.size()) {
     kv.upload(tree.pool(), tree.pool().capacity());
     if (!window_first.empty()) window = upload(std::vector<int32_t>(window_first.begin(), window_first.end()));
@@ -130,7 +130,7 @@ TEST(CudaAttention, LongWalksAloneAndInTheBatchAreBitIdentical) {
     const KvLayout L{1, 2, d, 64, type};
     constexpr int kShared = 45 * 64 + 20, kSeqs = 5;
     const int own[kSeqs] = {0, 1, 100, 1000, 2100};
-    auto add = [&](PrefixTree& t, int s) {
+    auto add = [&](HostTree& t, int s) {
       std::vector<int32_t> pr(size_t(kShared), 3);
       for (int i = 0; i < own[s]; ++i) pr.push_back(100 + s);
       int m;
@@ -151,7 +151,7 @@ TEST(CudaAttention, LongWalksAloneAndInTheBatchAreBitIdentical) {
     std::mt19937 rng(11);
     std::normal_distribution<float> nd;
     for (auto& x : q) x = nd(rng) * 2;
-    PrefixTree all(L, L.chunk_bytes() * 160);
+    HostTree all(L, L.chunk_bytes() * 160);
     for (int s = 0; s < kSeqs; ++s) add(all, s);
     Planned batch(all, {}, n_heads);
     if (window) batch.set_window(window);
@@ -165,7 +165,7 @@ TEST(CudaAttention, LongWalksAloneAndInTheBatchAreBitIdentical) {
     EXPECT_GT(plan_tiles(batch.plan, AttnPath::kTpp).shared_tiles, 0);
     const size_t row = size_t(n_heads * d);
     for (int s = 0; s < kSeqs; ++s) {
-      PrefixTree lone(L, L.chunk_bytes() * 128);
+      HostTree lone(L, L.chunk_bytes() * 128);
       add(lone, s);
       Planned one(lone, {}, n_heads);
       if (window) one.set_window(window);
@@ -185,9 +185,7 @@ TEST(DeviceKvMemory, CopiesMatchTheHostMemory) {
     SCOPED_TRACE(kv_type_name(type));
     const KvLayout L{3, 2, 128, 64, type};
     const int cap = 6;
-    ChunkPool pool(L, L.chunk_bytes() * cap);
-    std::memset(pool.data(0), 0, L.chunk_bytes() * cap);
-    HostKvMemory host(pool);
+    HostKvMemory host(L, cap);
     DeviceKvMemory dev(L, cap);
     std::mt19937 rng(3);
     std::normal_distribution<float> nd;

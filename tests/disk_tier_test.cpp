@@ -20,7 +20,8 @@
 #include "engine/engine.h"
 #include "engine_helpers.h"
 #include "kv/kv_file.h"
-#include "kv/prefix_tree.h"
+#include "cache/disk_staging.h"
+#include "kv/host_tree.h"
 #include "tiny_model.h"
 
 namespace cs {
@@ -402,84 +403,126 @@ TEST(DiskTier, AFullQueueDropsWritesInsteadOfWaiting) {
   EXPECT_FALSE(d.has(c[0].key));
 }
 
-// ---- The tree's side: keys, persist, adopt ----
+// ---- The tree's side: its events and adopt; the staging beside it ----
 
 KvLayout small_layout() { return {2, 1, 64, kTokens, KvType::kF32}; }
 
-TEST(PrefixTreeKeys, EvictionPersistsFullChunksAndAdoptRestoresThem) {
-  const KvLayout L = small_layout();
-  PrefixTree t(L, 3 * L.chunk_bytes());
-  const ChunkKey root = chunk_key_root("m", "l");
-  std::vector<std::pair<ChunkKey, std::vector<uint8_t>>> persisted;
-  t.use_keys(root, [&](ChunkId c) {
-    persisted.emplace_back(t.key(c), std::vector<uint8_t>(t.pool().data(c), t.pool().data(c) + L.chunk_bytes()));
-  });
-  // Two full chunks and a partial one, with K/V written.
-  const std::vector<int32_t> prompt = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+// What a subscriber hears, in order ("r 3": chunk 3 retained).
+struct Recorder : TreeObserver {
+  std::vector<std::string> heard;
+  void grown(ChunkId, ChunkId, std::span<const int32_t>, int) override {}
+  void removed(ChunkId c) override { heard.push_back("x " + std::to_string(c)); }
+  void retained(ChunkId c) override { heard.push_back("r " + std::to_string(c)); }
+  void shared(ChunkId c) override { heard.push_back("s " + std::to_string(c)); }
+  void evicting(ChunkId c) override { heard.push_back("e " + std::to_string(c)); }
+};
+
+// Two full chunks and a partial one of sequence `id`, with K/V written:
+// value of token i, layer l, dimension d: i * 100 + l * 10 + d (V: negated).
+const std::vector<int32_t> kPrompt = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+void write_prompt(HostTree& t, SeqId id) {
   int matched = 0;
-  ASSERT_TRUE(t.join(1, {}, &matched).ok());
-  ASSERT_TRUE(t.append(1, prompt).ok());
+  ASSERT_TRUE(t.join(id, {}, &matched).ok());
+  ASSERT_TRUE(t.append(id, kPrompt).ok());
   std::vector<float> k(64), v(64);
   for (int i = 0; i < 9; ++i)
     for (int l = 0; l < 2; ++l) {
       for (int d = 0; d < 64; ++d) k[size_t(d)] = float(i * 100 + l * 10 + d), v[size_t(d)] = -k[size_t(d)];
-      t.write_kv(1, i, l, 0, k.data(), v.data());
+      t.write_kv(id, i, l, 0, k.data(), v.data());
     }
+}
+
+TEST(PrefixTreeEvents, KeptRootFirstEvictedLeavesFirstAndAdoptedBack) {
+  HostTree t(small_layout(), 3 * small_layout().chunk_bytes());
+  Recorder rec;
+  t.observe(&rec);
+  write_prompt(t, 1);
   const auto chunks = t.chunks_of(1);
   ASSERT_EQ(chunks.size(), 3u);
-  EXPECT_TRUE(t.keyed(chunks[0]));
-  EXPECT_TRUE(t.keyed(chunks[1]));
-  EXPECT_FALSE(t.keyed(chunks[2]));  // partial: no key
-  const ChunkKey k0 = chunk_key(root, std::span(prompt).first(4));
-  const ChunkKey k1 = chunk_key(k0, std::span(prompt).subspan(4, 4));
-  EXPECT_EQ(t.key(chunks[0]), k0);
-  EXPECT_EQ(t.key(chunks[1]), k1);
+  const auto c = [&](int i) { return std::to_string(chunks[size_t(i)]); };
   ASSERT_TRUE(t.leave(1).ok());
-  // Retained, root first (a kill part-way keeps a prefix of the chain); the
-  // partial chunk has no key and is not persisted.
-  ASSERT_EQ(persisted.size(), 2u);
-  EXPECT_EQ(persisted[0].first, k0);
-  EXPECT_EQ(persisted[1].first, k1);
-  persisted.clear();
+  // Retained root first (a kill part-way keeps a prefix of the chain).
+  EXPECT_EQ(rec.heard, (std::vector<std::string>{"r " + c(0), "r " + c(1), "r " + c(2)}));
+  rec.heard.clear();
   EXPECT_EQ(t.evict(3), 3);
-  // Evicted, leaves first: offered again (the tier keeps one copy).
-  ASSERT_EQ(persisted.size(), 2u);
-  EXPECT_EQ(persisted[0].first, k1);
+  EXPECT_EQ(rec.heard, (std::vector<std::string>{"e " + c(2), "x " + c(2), "e " + c(1), "x " + c(1), "e " + c(0),
+                                                 "x " + c(0)}));
   EXPECT_EQ(t.stats().evicted, 3u);
-  // Back: a wrong key or a missing parent is refused; the right chain joins.
-  EXPECT_EQ(t.adopt(kNoChunk, std::span(prompt).first(4), persisted[1].second, k1), kNoChunk);
-  const ChunkId a0 = t.adopt(kNoChunk, std::span(prompt).first(4), persisted[1].second, k0);
+  // Back: a chunk of the wrong length or under a partial parent is refused;
+  // the chain comes back, a second adopt finds the first.
+  EXPECT_EQ(t.adopt(kNoChunk, std::span(kPrompt).first(3)).first, kNoChunk);
+  const auto [a0, fresh0] = t.adopt(kNoChunk, std::span(kPrompt).first(4));
   ASSERT_NE(a0, kNoChunk);
-  EXPECT_EQ(t.adopt(kNoChunk, std::span(prompt).first(4), persisted[1].second, k0), a0);  // already there
-  const ChunkId a1 = t.adopt(a0, std::span(prompt).subspan(4, 4), persisted[0].second, k1);
+  EXPECT_TRUE(fresh0);
+  EXPECT_EQ(t.adopt(kNoChunk, std::span(kPrompt).first(4)), std::make_pair(a0, false));
+  const auto [a1, fresh1] = t.adopt(a0, std::span(kPrompt).subspan(4, 4));
   ASSERT_NE(a1, kNoChunk);
+  EXPECT_TRUE(fresh1);
   EXPECT_EQ(t.stats().cached, 2);
-  EXPECT_EQ(t.match(prompt), std::make_pair(a1, 8));
-  ASSERT_TRUE(t.join(2, prompt, &matched).ok());
+  EXPECT_EQ(t.match(kPrompt), std::make_pair(a1, 8));
+  t.unobserve(&rec);
+}
+
+TEST(PrefixTreeEvents, ASecondReaderSharesAPrefixOnce) {
+  HostTree t(small_layout(), 8 * small_layout().chunk_bytes());
+  Recorder rec;
+  t.observe(&rec);
+  write_prompt(t, 1);
+  const auto chunks = t.chunks_of(1);
+  EXPECT_TRUE(rec.heard.empty());
+  int matched = 0;
+  ASSERT_TRUE(t.join(2, kPrompt, &matched).ok());
+  EXPECT_EQ(rec.heard, (std::vector<std::string>{"s " + std::to_string(chunks[0]), "s " + std::to_string(chunks[1])}));
+  ASSERT_TRUE(t.join(3, kPrompt, &matched).ok());
+  EXPECT_EQ(rec.heard.size(), 2u);
+  // Leaving tells nothing of chunks others still read: only sequence 3's own
+  // (its copy of the partial chunk) is retained.
+  const ChunkId own = t.chunks_of(3).back();
+  ASSERT_TRUE(t.leave(3).ok());
+  EXPECT_EQ(rec.heard.size(), 3u);
+  EXPECT_EQ(rec.heard.back(), "r " + std::to_string(own));
+  t.unobserve(&rec);
+}
+
+TEST(DiskStaging, KeepsFullChunksByKeyAndBringsThemBackBitForBit) {
+  TempDir dir;
+  const KvLayout L = small_layout();
+  DiskTierOptions o = tier_options(dir.str());
+  o.chunk_bytes = L.chunk_bytes();
+  DiskTier disk(o);
+  HostTree t(L, 3 * L.chunk_bytes());
+  DiskStaging staging(t, t.memory(), disk);
+  write_prompt(t, 1);
+  const ChunkKey k0 = chunk_key(o.root, std::span(kPrompt).first(4));
+  const ChunkKey k1 = chunk_key(k0, std::span(kPrompt).subspan(4, 4));
+  ASSERT_TRUE(t.leave(1).ok());
+  disk.drain();
+  EXPECT_TRUE(disk.has(k0));
+  EXPECT_TRUE(disk.has(k1));
+  EXPECT_EQ(disk.stats().written, 2u);  // the partial chunk has no key: not kept
+  EXPECT_TRUE(staging.on_disk(t.match(kPrompt).first));
+  EXPECT_EQ(t.evict(3), 3);
+  // Evicted: offered again, and the tier keeps one copy.
+  disk.drain();
+  EXPECT_EQ(disk.stats().written, 2u);
+  int from_disk = -1;
+  EXPECT_EQ(staging.prepare(2, kPrompt, 3, &from_disk), SequenceCache::Prep::kLoading);
+  disk.drain();
+  staging.take_loads();
+  EXPECT_EQ(staging.prepare(2, kPrompt, 1, &from_disk), SequenceCache::Prep::kNoRoom);  // two chunks to bring
+  EXPECT_EQ(staging.prepare(2, kPrompt, 2, &from_disk), SequenceCache::Prep::kReady);
+  EXPECT_EQ(from_disk, 8);
+  int matched = 0;
+  ASSERT_TRUE(t.join(2, kPrompt, &matched).ok());
   EXPECT_EQ(matched, 8);
   float gk[64], gv[64];
   t.read_kv(2, 6, 1, 0, gk, gv);
   EXPECT_EQ(gk[3], 6 * 100 + 10 + 3);
   EXPECT_EQ(gv[5], -(6 * 100 + 10 + 5));
-}
-
-TEST(PrefixTreeKeys, ASecondReaderPersistsASharedPrefix) {
-  const KvLayout L = small_layout();
-  PrefixTree t(L, 8 * L.chunk_bytes());
-  std::vector<ChunkKey> persisted;
-  t.use_keys(chunk_key_root("m", "l"), [&](ChunkId c) { persisted.push_back(t.key(c)); });
-  const std::vector<int32_t> prompt = {1, 2, 3, 4, 5, 6, 7, 8, 9};
-  int matched = 0;
-  ASSERT_TRUE(t.join(1, {}, &matched).ok());
-  ASSERT_TRUE(t.append(1, prompt).ok());
-  EXPECT_TRUE(persisted.empty());
-  ASSERT_TRUE(t.join(2, prompt, &matched).ok());
-  EXPECT_EQ(persisted.size(), 2u);  // the two full chunks, once each
-  ASSERT_TRUE(t.join(3, prompt, &matched).ok());
-  EXPECT_EQ(persisted.size(), 2u);
-  // Leaving offers nothing while others still read them.
-  ASSERT_TRUE(t.leave(3).ok());
-  EXPECT_EQ(persisted.size(), 2u);
+  // A second reader stores a shared prefix (here already kept: no new file).
+  ASSERT_TRUE(t.join(3, kPrompt, &matched).ok());
+  disk.drain();
+  EXPECT_EQ(disk.stats().written, 2u);
 }
 
 // ---- The engine ----

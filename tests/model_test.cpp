@@ -79,7 +79,7 @@ TEST(Model, ThreadCountChangesNoBit) {
 // Every SIMD level computes the same function. Kernels agree to float
 // rounding (quant_test); through 30 layers with 2e4-sized outliers and 8-bit
 // activation rounding that becomes up to ~0.5 in a logit (see
-// docs/ARCHITECTURE.md "Numerics"), so the check is on that scale plus the
+// docs/kernels.md "Numerics"), so the check is on that scale plus the
 // argmax of a confident prediction.
 TEST(Model, IsaLevelsAgree) {
   const auto ids = model().tokenizer().encode("Once upon a time", false);
@@ -161,7 +161,7 @@ TEST(Model, TokenizerRoundTripsArbitraryBytes) {
 TEST(Model, PromptLongerThanContextIsAnError) {
   std::vector<int32_t> ids(100, 42);
   GenerateParams p;
-  p.n_ctx = 50;
+  p.engine.n_ctx = 50;
   EXPECT_THROW(generate(model(), ids, p), Error);
   EXPECT_THROW(generate(model(), {}, p), Error);
 }

@@ -1,4 +1,4 @@
-#include "kv/prefix_tree.h"
+#include "kv/host_tree.h"
 
 #include <gtest/gtest.h>
 
@@ -30,7 +30,7 @@ void kv_of(const std::vector<int32_t>& prefix, int layer, int head, int d, float
 
 // Appends tokens and writes their K/V like the model would. False (and no
 // change) when the pool is exhausted.
-bool try_append_with_kv(PrefixTree& t, SeqId id, std::vector<int32_t>& toks,
+bool try_append_with_kv(HostTree& t, SeqId id, std::vector<int32_t>& toks,
                         std::span<const int32_t> add) {
   const KvStatus st = t.append(id, add);
   if (!st.ok()) {
@@ -50,11 +50,11 @@ bool try_append_with_kv(PrefixTree& t, SeqId id, std::vector<int32_t>& toks,
   return true;
 }
 
-void append_with_kv(PrefixTree& t, SeqId id, std::vector<int32_t>& toks, std::span<const int32_t> add) {
+void append_with_kv(HostTree& t, SeqId id, std::vector<int32_t>& toks, std::span<const int32_t> add) {
   ASSERT_TRUE(try_append_with_kv(t, id, toks, add));
 }
 
-void expect_reads_back(const PrefixTree& t, SeqId id, const std::vector<int32_t>& toks) {
+void expect_reads_back(const HostTree& t, SeqId id, const std::vector<int32_t>& toks) {
   const KvLayout& L = t.layout();
   ASSERT_EQ(t.length(id), int(toks.size()));
   std::vector<float> k(size_t(L.head_dim)), v(k.size()), ek(k.size()), ev(k.size());
@@ -83,20 +83,22 @@ TEST(ChunkPool, AllocateFreeAndAccounting) {
   EXPECT_EQ(L.chunk_bytes(), size_t(2 * 2 * 2 * 4 * 8 * 4));
   ChunkPool pool(L, L.chunk_bytes() * 3 + 5);
   EXPECT_EQ(pool.capacity(), 3);
-  const ChunkId a = pool.allocate(), b = pool.allocate(), c = pool.allocate();
+  EXPECT_EQ(L.chunks_in(L.chunk_bytes() * 3 + 5), 3);
+  ChunkIds ids(pool.capacity());
+  const ChunkId a = ids.allocate(), b = ids.allocate(), c = ids.allocate();
   EXPECT_GE(a, 0);
   EXPECT_NE(a, b);
-  EXPECT_EQ(pool.allocate(), -1);
-  EXPECT_EQ(pool.used_count(), 3);
-  pool.release(b);
-  EXPECT_EQ(pool.free_count(), 1);
-  EXPECT_EQ(pool.allocate(), b);
-  EXPECT_EQ(pool.peak_used(), 3);
+  EXPECT_EQ(ids.allocate(), -1);
+  EXPECT_EQ(ids.used_count(), 3);
+  ids.release(b);
+  EXPECT_EQ(ids.free_count(), 1);
+  EXPECT_EQ(ids.allocate(), b);
+  EXPECT_EQ(ids.peak_used(), 3);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(pool.block(c, 1, 1, true)) % 64, 0u);
 }
 
-TEST(PrefixTree, JoinSharesFullChunksAndCopiesPartialMatch) {
-  PrefixTree t(small_layout(), small_layout().chunk_bytes() * 64);
+TEST(HostTree, JoinSharesFullChunksAndCopiesPartialMatch) {
+  HostTree t(small_layout(), small_layout().chunk_bytes() * 64);
   std::vector<int32_t> a, b;
   int matched = -1;
   ASSERT_TRUE(t.join(1, {}, &matched).ok());
@@ -117,8 +119,8 @@ TEST(PrefixTree, JoinSharesFullChunksAndCopiesPartialMatch) {
   EXPECT_EQ(s.free, 60);
 }
 
-TEST(PrefixTree, TypedErrors) {
-  PrefixTree t(small_layout(), small_layout().chunk_bytes() * 2);
+TEST(HostTree, TypedErrors) {
+  HostTree t(small_layout(), small_layout().chunk_bytes() * 2);
   int m;
   EXPECT_EQ(t.append(5, range(0, 1)).code, KvCode::kUnknownSequence);
   EXPECT_EQ(t.leave(5).code, KvCode::kUnknownSequence);
@@ -135,9 +137,9 @@ TEST(PrefixTree, TypedErrors) {
   EXPECT_EQ(t.fork(5, 6).code, KvCode::kSequenceLeft);
 }
 
-TEST(PrefixTree, RetainedPrefixIsReusedThenEvictedLru) {
+TEST(HostTree, RetainedPrefixIsReusedThenEvictedLru) {
   const KvLayout L = small_layout();
-  PrefixTree t(L, L.chunk_bytes() * 4);
+  HostTree t(L, L.chunk_bytes() * 4);
   std::vector<int32_t> a;
   int m;
   ASSERT_TRUE(t.join(1, {}, &m).ok());
@@ -163,9 +165,9 @@ TEST(PrefixTree, RetainedPrefixIsReusedThenEvictedLru) {
   expect_reads_back(t, 3, c);
 }
 
-TEST(PrefixTree, ForkSharesEverythingAndCopiesTheTailOnWrite) {
+TEST(HostTree, ForkSharesEverythingAndCopiesTheTailOnWrite) {
   const KvLayout L = small_layout();
-  PrefixTree t(L, L.chunk_bytes() * 16);
+  HostTree t(L, L.chunk_bytes() * 16);
   std::vector<int32_t> a;
   int m;
   ASSERT_TRUE(t.join(1, {}, &m).ok());
@@ -191,11 +193,11 @@ TEST(PrefixTree, ForkSharesEverythingAndCopiesTheTailOnWrite) {
 // ChunkAttention §3.1: b sequences sharing n_s tokens with private suffixes
 // use n_s/c shared chunks plus their private ones, and save (b-1)/b of the
 // shared fraction r = n_s/n_p of the memory (-> r for large b).
-TEST(PrefixTree, PaperMemoryFigures) {
+TEST(HostTree, PaperMemoryFigures) {
   const int c = 64;
   for (auto [b, n_s, n_p] : {std::tuple{32, 1024, 2048}, {8, 4096, 4096}, {16, 512, 2048}}) {
     const KvLayout L{1, 1, 4, c, KvType::kF16};
-    PrefixTree t(L, L.chunk_bytes() * size_t(b * n_p / c + 8));
+    HostTree t(L, L.chunk_bytes() * size_t(b * n_p / c + 8));
     const auto shared = range(0, n_s);
     for (int s = 0; s < b; ++s) {
       int m;
@@ -218,9 +220,9 @@ TEST(PrefixTree, PaperMemoryFigures) {
   }
 }
 
-TEST(PrefixTree, ContextOrdersSequencesContiguously) {
+TEST(HostTree, ContextOrdersSequencesContiguously) {
   const KvLayout L = small_layout();
-  PrefixTree t(L, L.chunk_bytes() * 64);
+  HostTree t(L, L.chunk_bytes() * 64);
   int m;
   // Tree: A=[0..3][4..7][8], B=[0..3][4..7][9], C=[0..3][20], D=[30]
   for (auto [id, toks] : {std::pair<SeqId, std::vector<int32_t>>{10, {0, 1, 2, 3, 4, 5, 6, 7, 8}},
@@ -255,7 +257,7 @@ TEST(PrefixTree, ContextOrdersSequencesContiguously) {
 // Checks the context against the sequences' chunk lists: chunks before
 // private_from are read by several sequences, the rest by one; each shared
 // chunk's range is exactly the sequences holding it at that depth.
-void check_context(PrefixTree& t, const std::map<SeqId, std::vector<int32_t>>& ref) {
+void check_context(HostTree& t, const std::map<SeqId, std::vector<int32_t>>& ref) {
   const auto ctx = t.context();
   ASSERT_EQ(ctx->seqs.size(), ref.size());
   std::map<ChunkId, int> readers;
@@ -292,9 +294,9 @@ void check_context(PrefixTree& t, const std::map<SeqId, std::vector<int32_t>>& r
 // Pinned chunks (Prompt Cache modules): written once, read by detached
 // sequences wherever in their chunk lists, shared not copied; a detached
 // sequence's own chunks, partially filled anywhere, read back at their place.
-TEST(PrefixTree, PinnedChunksAreSharedAnywhere) {
+TEST(HostTree, PinnedChunksAreSharedAnywhere) {
   const KvLayout L = small_layout();  // c = 4
-  PrefixTree t(L, L.chunk_bytes() * 32);
+  HostTree t(L, L.chunk_bytes() * 32);
   // Module M1 (4 tokens, full) and M2 (2 tokens, partial), K/V as if computed
   // after the prefix {100, 101}: any fixed values will do.
   uint64_t group = 0;
@@ -308,7 +310,7 @@ TEST(PrefixTree, PinnedChunksAreSharedAnywhere) {
       for (int l = 0; l < L.n_layers; ++l)
         for (int h = 0; h < L.n_kv_heads; ++h) {
           kv_of(prefix, l, h, L.head_dim, k.data(), v.data());
-          t.write_kv_at(c, int(i), l, h, k.data(), v.data());
+          t.memory().write_kv(c, int(i), l, h, k.data(), v.data());
         }
     }
     return c;
@@ -389,9 +391,9 @@ TEST(PrefixTree, PinnedChunksAreSharedAnywhere) {
 // The console's picture: runs of chunks with one child collapse into one
 // node; readers, uses and states follow joins, leaves and pins; the cap
 // keeps the first nodes breadth first and counts the rest.
-TEST(PrefixTree, ViewCollapsesRunsAndCountsUses) {
+TEST(HostTree, ViewCollapsesRunsAndCountsUses) {
   const KvLayout L = small_layout();  // c = 4
-  PrefixTree t(L, L.chunk_bytes() * 32);
+  HostTree t(L, L.chunk_bytes() * 32);
   const std::vector<int32_t> sys = {1, 2, 3, 4, 5, 6, 7, 8};  // two full chunks
   int m = 0;
   auto with = [&](std::vector<int32_t> own) {
@@ -446,7 +448,7 @@ TEST(PrefixTree, ViewCollapsesRunsAndCountsUses) {
 TEST(PrefixTreeDeathTest, SecondWriterThreadAborts) {
   EXPECT_DEATH(
       {
-        PrefixTree t(small_layout(), small_layout().chunk_bytes() * 4);
+        HostTree t(small_layout(), small_layout().chunk_bytes() * 4);
         int m;
         (void)t.join(1, {}, &m);
         std::thread other([&] { (void)t.join(2, {}, &m); });
@@ -458,14 +460,14 @@ TEST(PrefixTreeDeathTest, SecondWriterThreadAborts) {
 
 // Thousands of random join/append/leave/fork/evict operations against a
 // trivial reference (sequence -> tokens; K/V a function of the prefix).
-TEST(PrefixTree, RandomOperationsMatchReference) {
+TEST(HostTree, RandomOperationsMatchReference) {
   for (KvType type : {KvType::kF32, KvType::kF16, KvType::kBF16}) {
     for (uint32_t seed = 1; seed <= 6; ++seed) {
       SCOPED_TRACE("seed " + std::to_string(seed) + " type " + kv_type_name(type));
       std::mt19937 rng(seed);
       const KvLayout L = small_layout(type, 4);
       const int capacity = 48;
-      PrefixTree t(L, L.chunk_bytes() * capacity, seed % 3 != 0);
+      HostTree t(L, L.chunk_bytes() * capacity, seed % 3 != 0);
       std::map<SeqId, std::vector<int32_t>> ref;
       SeqId next_id = 0;
       // A few prompt families so prefixes really are shared.

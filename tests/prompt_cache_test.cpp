@@ -108,7 +108,7 @@ TEST(PromptCache, RegistersASchemaOnce) {
 TEST(PromptCache, ModuleKvIsTheScaffoldsAtItsPositions) {
   const LlamaConfig& c = tiny().config();
   const KvLayout L{c.n_layers, c.n_kv_heads, c.head_dim, 64, KvType::kF16};
-  PrefixTree tree(L, L.chunk_bytes() * 64);
+  PrefixKv tree(L, L.chunk_bytes() * 64, c.n_heads);
   const pml::TextModel tm = pml::text_model(tiny());
   const auto enc = pml::encode_schema(pml::parse_schema(schema_xml(), "s.xml"), tiny(), tree, tm);
   const pml::Layout& l = enc->layout;
@@ -144,12 +144,15 @@ TEST(PromptCache, ModuleKvIsTheScaffoldsAtItsPositions) {
       const std::string& name = l.modules[size_t(l.segments[g].module)].name;
       const bool owned = std::string(owner) == "u2" ? name == "u2" : name != "u2";
       if (enc->chunks[g].empty() || !owned) continue;
-      ASSERT_TRUE(tree.attach_pinned(100, enc->chunks[g]).ok());
+      int n = 0;
+      for (ChunkId ch : enc->chunks[g]) n += tree.chunk_length(ch);
+      const std::vector<int32_t> positions(size_t(n), 0);  // not read here
+      ASSERT_TRUE(tree.attach(100, enc->chunks[g], positions).ok());
       ++checked;
       for (int i = 0; i < l.segments[g].length; ++i, ++at)
         for (int layer = 0; layer < L.n_layers; ++layer)
           for (int h = 0; h < L.n_kv_heads; ++h) {
-            kv.tree().read_kv(0, first[g] + i, layer, h, k1.data(), v1.data());
+            kv.read_kv(0, first[g] + i, layer, h, k1.data(), v1.data());
             tree.read_kv(100, at, layer, h, k2.data(), v2.data());
             ASSERT_EQ(k1, k2) << "segment " << g << " token " << i;
             ASSERT_EQ(v1, v2);
@@ -375,8 +378,9 @@ TEST(EngineThreads, SchemaErrorsReachEveryCallingThread) {
         try {
           e.register_schema(pml::parse_schema(too_long, "x.xml"));
           ++wrong;
-        } catch (const pml::PmlError& err) {
-          if (err.where().line != 2 || err.where().column != 26 ||
+        } catch (const Error& err) {  // across the engine's boundary: its status, location apart
+          if (err.status().location != "x.xml:2:26" || err.kind() != ErrorKind::kInvalid ||
+              err.status().message != "parameter 'p' has a scaffold of 12 tokens, more than its length 1" ||
               std::string(err.what()) != "x.xml:2:26: parameter 'p' has a scaffold of 12 tokens, more than its length 1")
             ++wrong;
         }

@@ -190,7 +190,7 @@ TEST(TilePlan, LargeBatchesSplitRowsOverTiles) {
 // sequence; per-sequence reads every window per sequence.
 TEST(TilePlan, ASharedPrefixIsReadOncePerWindow) {
   const KvLayout L{1, 2, 128, 64, KvType::kF16};
-  PrefixTree t(L, L.chunk_bytes() * 200);
+  HostTree t(L, L.chunk_bytes() * 200);
   std::vector<int32_t> sys(3 * 512 + 100, 5);
   const int n = 40;
   for (SeqId s = 0; s < n; ++s) {
@@ -219,7 +219,7 @@ TEST(TilePlan, ASharedPrefixIsReadOncePerWindow) {
 // some do.
 TEST(TilePlan, RelaySharesOnlyTheWholeBatchsWindows) {
   const KvLayout L{1, 1, 64, 64, KvType::kBF16};
-  PrefixTree t(L, L.chunk_bytes() * 64);
+  HostTree t(L, L.chunk_bytes() * 64);
   for (SeqId s = 0; s < 4; ++s) {
     std::vector<int32_t> prompt(64, 1);                         // one chunk everyone holds
     prompt.insert(prompt.end(), 64, s < 2 ? 2 : 3);             // one chunk held by two
@@ -236,7 +236,7 @@ TEST(TilePlan, RelaySharesOnlyTheWholeBatchsWindows) {
 
 TEST(TilePlan, RefusesWhatTheKernelsCannotRun) {
   const KvLayout L{1, 1, 64, 64, KvType::kF32};
-  PrefixTree t(L, L.chunk_bytes() * 4);
+  HostTree t(L, L.chunk_bytes() * 4);
   int m;
   ASSERT_TRUE(t.join(0, std::vector<int32_t>{1, 2, 3}, &m).ok());
   ASSERT_TRUE(t.append(0, std::vector<int32_t>{1, 2, 3}).ok());
@@ -248,7 +248,7 @@ TEST(TilePlan, RefusesWhatTheKernelsCannotRun) {
     EXPECT_STREQ(e.what(), "attention tiles: the KV type must be f16 or bf16");
   }
   const KvLayout H{1, 1, 64, 64, KvType::kF16};
-  PrefixTree th(H, H.chunk_bytes() * 4);
+  HostTree th(H, H.chunk_bytes() * 4);
   ASSERT_TRUE(th.join(0, std::vector<int32_t>{1, 2, 3}, &m).ok());
   ASSERT_TRUE(th.append(0, std::vector<int32_t>{1, 2, 3}).ok());
   const AttnPlan ph = plan_attention(th, {}, 1);

@@ -54,10 +54,6 @@ struct AttnProblem {
 // whatever the batch, the sharing and the thread count, so none of them
 // changes a bit (attention.cpp, kPartChunks).
 
-// Plain double-precision softmax over each row's keys, read from the tree
-// token by token (its own positions, not the plan's). Tests only.
-void attn_reference(const PrefixTree& tree, const AttnProblem& p);
-
 // Each (sequence, KV head) walks its own chunk list with online softmax
 // (PagedAttention-style). Work is ordered KV head-major, then in context
 // order, so sequences that share a chunk read it back to back while it is hot.

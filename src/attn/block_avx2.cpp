@@ -10,30 +10,30 @@ struct Ops256 {
   using V = __m256;
   static constexpr int kWidth = 8;
   // 16 registers: 6 rows x 2 vectors = 12 accumulators, 2 for K^T or V, one
-  // broadcast; 8 loads feed 12 FMAs (4 rows x 2 ran at ~70% of peak on Zen 3,
-  // load-bound; 6 x 2 at ~80%). One or two rows take 8 or 4 vectors per row
-  // instead, so 8 FMA chains stay in flight.
+  // broadcast; 8 loads feed 12 FMAs (4 rows x 2 was load-bound; figures in
+  // docs/kernels.md, "Measurements behind the kernels' constants"). One or
+  // two rows take 8 or 4 vectors per row instead, so 8 FMA chains stay in
+  // flight.
   using Many = Shape<6, 2, 6, 16>;
   using One = Shape<1, 8, 1, 64>;
   using Two = Shape<2, 4, 2, 32>;
   static constexpr int kFewRows = 2;
   // fp16/bf16 K/V are widened in registers by every row block, never into a
-  // shared fp32 copy: on Zen 3 the conversions issue beside the FMAs, and
-  // the copy's first row block stalled on K/V lines arriving from L2/DRAM
-  // (the Table 3 cell ran 17% slower with it).
+  // shared fp32 copy: on AVX2 hosts the conversions issue beside the FMAs,
+  // and the copy's first row block stalls on K/V lines arriving from L2/DRAM
+  // (measured slower: docs/kernels.md).
   static constexpr int kWidenRows = 1 << 30;
   // The next chunk's prefetches go out in the first half of this chunk's
-  // steps (one per ~36 cycles): spread over all of them, the cell lost 13%
-  // to K/V arriving late; much denser, Zen 3 drops some requests.
+  // steps: spread over all of them, K/V arrive late; much denser, the core
+  // drops some requests (docs/kernels.md).
   static constexpr int kPrefetchFront = 2;
   // One-row jobs (decode of a model without GQA, phase two's private chunks)
-  // issue no prefetches: 32 KFLOP per 32 KB chunk leave too little time to
-  // space them, and the hardware prefetcher streams the chunk faster
-  // (per-sequence attention 1.13-1.32x faster without). From two rows on
-  // they pay: two-row jobs ran 1.25-1.55x slower without them.
+  // issue no prefetches: a row's few FLOPs per chunk leave too little time
+  // to space them, and the hardware prefetcher streams the chunk faster.
+  // From two rows on they pay (both measured: docs/kernels.md).
   static constexpr int kPrefetchMinRows = 2;
   // Row blocks of 4+ rows ask the prefetch pacer once per 8 steps, not every
-  // step (Table 3 cell 1.03-1.06x; block_impl.h, prefetch_group).
+  // step (block_impl.h, prefetch_group).
   static constexpr int kPrefetchGroup = 8;
   static V zero() { return _mm256_setzero_ps(); }
   static V set1(float x) { return _mm256_set1_ps(x); }

@@ -24,10 +24,10 @@ struct Ops512 {
   // per element beats one per row block.
   static constexpr int kWidenRows = 5;
   // The next chunk's prefetches are spread over all of this chunk's steps
-  // (front-loading them measured slower on the Intel host).
+  // (front-loading them was slower on the Intel host: docs/kernels.md).
   static constexpr int kPrefetchFront = 1;
   // Every job prefetches: the AVX2 finding that one-row jobs run faster
-  // without (Zen 3) could not be measured on an AVX-512 host yet.
+  // without has not been measured on an AVX-512 host.
   static constexpr int kPrefetchMinRows = 1;
   // The pacer is asked every step (AVX2 asks every 8: not measured here).
   static constexpr int kPrefetchGroup = 1;

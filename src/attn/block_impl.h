@@ -29,11 +29,11 @@ struct BHalf {
 };
 
 // rank1_rows steps per call of Prefetch::step(). A block of 4 or more rows
-// asks the pacer once per Ops::kPrefetchGroup steps: on Zen 3 its counter and
-// branch in every step cost ~4% of a cached chunk's time (AVX2 asks every 8
-// steps). Blocks of 1-3 rows do less work per step and need a line or two
-// every step, which one call per 8 steps would issue in bursts the core
-// drops (SmolLM2's 3-row jobs ran 6-11% slower), so they ask every step.
+// asks the pacer once per Ops::kPrefetchGroup steps: its counter and branch
+// in every step cost a measurable share of a cached chunk's time (AVX2 asks
+// every 8 steps). Blocks of 1-3 rows do less work per step and need a line
+// or two every step, which one call per 8 steps would issue in bursts the
+// core drops, so they ask every step (figures: docs/kernels.md).
 template <class Ops>
 constexpr int prefetch_group(int rows) { return rows >= 4 ? Ops::kPrefetchGroup : 1; }
 

@@ -21,10 +21,9 @@ namespace cs {
 // them, and gives the threads independent work when there is little of it
 // (one sequence decoding with SmolLM2's 3 KV heads: 3 walks for 2 threads).
 // Each part costs a merge per row, and TPP one saved state per part of a
-// shared run: 8-chunk parts made Table 3's cell 7-8% slower (8x the saved
-// states, no longer cache-resident); 32-chunk parts cost it nothing
-// measurable and make a lone 3072-token SmolLM2 decode's attention 1.16x
-// faster on 2 threads (bench/kernel_ab).
+// shared run: short parts multiply the saved states until they leave the
+// cache; 32-chunk parts cost Table 3's cell nothing measurable and let two
+// threads share a lone long decode (figures: docs/kernels.md).
 constexpr int kPartChunks = 32;
 
 // A run of chunks read by the same sequences, each at consecutive places in

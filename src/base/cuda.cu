@@ -11,7 +11,7 @@ void check(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return;
   cudaGetLastError();  // clear a sticky launch error so the next call can report its own
   throw Error(std::string("CUDA: ") + what + ": " + cudaGetErrorString(e),
-              e == cudaErrorMemoryAllocation ? ErrorKind::kNoRoom : ErrorKind::kOther);
+              e == cudaErrorMemoryAllocation ? ErrorKind::kNoRoom : ErrorKind::kInternal);
 }
 
 __global__ void read_all(const uint4* p, size_t n, unsigned* sink) {

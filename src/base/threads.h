@@ -1,9 +1,10 @@
 // How many compute threads to use. OpenMP workers spin at every barrier, so a
 // thread count above the cores that are actually free makes each parallel
 // step wait for a worker the OS has descheduled: decode on a 2-core machine
-// fell from ~220 to ~90 tokens/s with one busy process beside it, and to
-// ~40 with 16 threads. So: never more threads than the cores this process
-// may run on, and fewer while other processes keep cores busy.
+// slows several times over with one busy process beside it, and more with
+// more threads than cores (docs/benchmarks.md, "Threads beside a busy
+// process"). So: never more threads than the cores this process may run on,
+// and fewer while other processes keep cores busy.
 #pragma once
 #include <chrono>
 #include <cstdint>

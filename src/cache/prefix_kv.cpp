@@ -8,10 +8,17 @@
 namespace cs {
 
 PrefixKv::PrefixKv(KvLayout layout, size_t capacity_bytes, int n_heads, AttnPath path, bool retain)
-    : tree_(layout, capacity_bytes, retain), n_heads_(n_heads), path_(path) {}
+    : tree_(layout, capacity_bytes, retain), memory_(layout, tree_.capacity()), n_heads_(n_heads), path_(path) {}
+
+PrefixKv::~PrefixKv() = default;
+
+void PrefixKv::copy_queued() {
+  for (const PrefixTree::KvCopy& c : tree_.take_copies()) memory_.copy_prefix(c.src, c.dst, c.n);
+}
 
 KvStatus PrefixKv::join(SeqId id, std::span<const int32_t> tokens, int* matched) {
   const KvStatus st = tree_.join(id, tokens, matched);
+  copy_queued();
   if (st.ok()) {
     std::vector<int32_t>& pos = pos_[id];
     pos.resize(size_t(*matched));
@@ -86,10 +93,15 @@ void PrefixKv::begin_batch(const Batch& batch) {
   for (const auto& s : groups_) {
     next[s.id] = tree_.length(s.id);
     const KvStatus st = tree_.append(s.id, s.tokens);
+    copy_queued();
     if (!st.ok()) throw KvError(st);
   }
   slot_.clear();
-  for (SeqId id : batch.seq) slot_.push_back(tree_.slot(id, next[id]++));
+  const int c = chunk_size();
+  for (SeqId id : batch.seq) {
+    const auto [chunk, off] = tree_.slot(id, next[id]++);
+    slot_.push_back(chunk * c + off);
+  }
   for (int t = 0; t < batch.size(); ++t) pos_[batch.seq[size_t(t)]].push_back(batch.pos[size_t(t)]);
 
   // The kernels take query rows grouped by sequence in context order.
@@ -125,12 +137,18 @@ const int* PrefixKv::window_first(int window) {
 }
 
 void PrefixKv::store(int layer, const float* k, const float* v) {
-  const KvLayout& L = tree_.layout();
-  const size_t w = size_t(L.n_kv_heads) * L.head_dim;
-  for (size_t t = 0; t < slot_.size(); ++t)
-    for (int h = 0; h < L.n_kv_heads; ++h)
-      tree_.write_kv_at(slot_[t].first, slot_[t].second, layer, h, k + t * w + size_t(h) * L.head_dim,
-                        v + t * w + size_t(h) * L.head_dim);
+  memory_.write_rows(layer, slot_.data(), int(slot_.size()), k, v);
+}
+
+void PrefixKv::read_kv(SeqId id, int index, int layer, int head, float* k, float* v) const {
+  const auto [chunk, off] = tree_.slot(id, index);
+  memory_.read_kv(chunk, off, layer, head, k, v);
+}
+
+TreeView PrefixKv::view(int max_nodes, int head_tokens) const {
+  if (!staging_) return tree_.view(max_nodes, head_tokens);
+  const DiskStaging& d = *staging_;
+  return tree_.view(max_nodes, head_tokens, [&d](ChunkId c) { return d.on_disk(c); });
 }
 
 void PrefixKv::attend(int layer, const float* q, float* out, int window) {
@@ -139,7 +157,7 @@ void PrefixKv::attend(int layer, const float* q, float* out, int window) {
   out_.resize(q_.size());
   for (size_t t = 0; t < row_of_tok_.size(); ++t)
     std::memcpy(q_.data() + size_t(row_of_tok_[t]) * w, q + t * w, w * 4);
-  const AttnProblem p{&tree_.pool(), &plan_, layer, q_.data(), out_.data(), &ws_,
+  const AttnProblem p{&memory_.pool(), &plan_, layer, q_.data(), out_.data(), &ws_,
                       window > 0 ? window_first(window) : nullptr};
   switch (path_) {
     case AttnPath::kPerSequence: attn_per_sequence(p); break;
@@ -151,85 +169,25 @@ void PrefixKv::attend(int layer, const float* q, float* out, int window) {
 }
 
 void PrefixKv::attach_disk(DiskTier* disk) {
-  disk_ = disk;
-  // The chain's root is the tier's: it names the model and the KV layout.
-  tree_.use_keys(disk->root(), [this](ChunkId c) { persist(c); });
+  staging_.reset();
+  if (disk) staging_ = std::make_unique<DiskStaging>(tree_, memory_, *disk);
 }
 
-void PrefixKv::persist(ChunkId c) {
-  const ChunkId parent = tree_.parent(c);
-  const DiskWant w{tree_.key(c), parent < 0 ? tree_.root_key() : tree_.key(parent), tree_.chunk_tokens(c)};
-  disk_->store(w, {tree_.pool().data(c), tree_.layout().chunk_bytes()}, persist_wait_);
-}
-
-void PrefixKv::persist_all() {
-  if (!disk_) return;
-  persist_wait_ = true;
-  tree_.persist_all();
-  persist_wait_ = false;
-}
-
-// The tree's full-chunk match, then the chunks the disk holds beyond it, one
-// key leading to the next; read once per wait, adopted into the tree (as
-// retained chunks, which the join then shares) when room allows.
 SequenceCache::Prep PrefixKv::prepare(SeqId id, std::span<const int32_t> known, int room, int* from_disk) {
   *from_disk = 0;
-  if (!disk_) return Prep::kReady;
-  const int c = chunk_size();
-  auto [node, i] = tree_.match(known);
-  if (auto it = loads_.find(id); it != loads_.end()) {
-    Load& l = it->second;
-    if (!l.done) return Prep::kLoading;
-    // The tree may have changed while it read: adopt from where it ends now.
-    const int skip = (i - l.start) / c;
-    if (i < l.start || (i - l.start) % c != 0 || skip >= int(l.got.chunks.size())) {
-      loads_.erase(it);
-      return Prep::kReady;
-    }
-    const int n = int(l.got.chunks.size()) - skip;
-    if (n > room) return Prep::kNoRoom;
-    for (int k = skip; k < int(l.got.chunks.size()); ++k) {
-      const DiskWant& w = l.got.chunks[size_t(k)];
-      const ChunkId got = tree_.adopt(node, w.tokens, l.got.data[size_t(k)], w.key);
-      if (got < 0) break;
-      node = got;
-      *from_disk += c;
-    }
-    for (auto& buffer : l.got.data) disk_->recycle(std::move(buffer));
-    loads_.erase(it);
-    return Prep::kReady;
-  }
-  Load l;
-  l.start = i;
-  std::vector<DiskWant> want;
-  ChunkKey parent = node < 0 ? tree_.root_key() : tree_.key(node);
-  for (; i + c <= int(known.size()); i += c) {
-    const auto tokens = known.subspan(size_t(i), size_t(c));
-    const ChunkKey key = chunk_key(parent, tokens);
-    if (!disk_->has(key)) break;
-    want.push_back({key, parent, {tokens.begin(), tokens.end()}});
-    parent = key;
-  }
-  if (want.empty()) return Prep::kReady;
-  // The same prompt asked for by several requests at once (a restart under
-  // load) is read once: the others wait for that read, then find its chunks
-  // in the tree.
-  for (const auto& [other, o] : loads_)
-    if (!o.done && o.first == want[0].key) return Prep::kLoading;
-  l.first = want[0].key;
-  disk_->load(uint64_t(id), std::move(want));
-  loads_.emplace(id, std::move(l));
-  return Prep::kLoading;
+  return staging_ ? staging_->prepare(id, known, room, from_disk) : Prep::kReady;
+}
+
+void PrefixKv::forget(SeqId id) {
+  if (staging_) staging_->forget(id);
 }
 
 void PrefixKv::take_loads() {
-  if (!disk_) return;
-  for (DiskLoad& got : disk_->take_loaded()) {
-    auto it = loads_.find(SeqId(got.ticket));
-    if (it == loads_.end()) continue;  // forgotten: cancelled while reading
-    it->second.done = true;
-    it->second.got = std::move(got);
-  }
+  if (staging_) staging_->take_loads();
+}
+
+void PrefixKv::persist_all() {
+  if (staging_) staging_->persist_all();
 }
 
 }  // namespace cs

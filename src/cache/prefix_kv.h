@@ -10,14 +10,23 @@
 // (attn/attention.h); store() writes their K/V; attend() runs the chosen
 // kernel on that plan for each layer. Single-threaded use (the engine
 // thread), like the tree it owns; attend() itself is parallel.
+//
+// It owns the tree (bookkeeping: kv/prefix_tree.h) and the chunks' bytes (a
+// KvMemory, kv/host_kv_memory.h here), and makes the copies the tree queues.
+// The disk tier's staging sits beside it (cache/disk_staging.h). The engine
+// and the Prompt Cache see the tree only through the narrow facade at the end.
 #pragma once
 #include <span>
 #include <unordered_map>
 #include <vector>
 
+#include <memory>
+
 #include "attn/attention.h"
+#include "cache/disk_staging.h"
 #include "cache/sequence_cache.h"
 #include "kv/disk_tier.h"
+#include "kv/host_kv_memory.h"
 #include "kv/kv_store.h"
 #include "kv/prefix_tree.h"
 
@@ -30,6 +39,7 @@ class PrefixKv : public KvStore, public SequenceCache {
   // retain: keep the chunks of sequences that left, for later joins.
   PrefixKv(KvLayout layout, size_t capacity_bytes, int n_heads, AttnPath path = AttnPath::kTwoPhase,
            bool retain = true);
+  ~PrefixKv() override;
 
   // Starts sequence `id` with `tokens` already known (it shares every full
   // chunk the tree holds for them, and copies a partial match); *matched is
@@ -52,18 +62,40 @@ class PrefixKv : public KvStore, public SequenceCache {
   void store(int layer, const float* k, const float* v) override;
   void attend(int layer, const float* q, float* out, int window) override;
 
-  // --- The disk tier (kv/disk_tier.h; not owned): full chunks leaving the
-  // pool, and shared prefixes, are stored there; prepare() reads back what
-  // continues a prompt's match, and take_loads() (each step) collects it.
+  // --- The disk tier (kv/disk_tier.h; not owned), through its staging
+  // (cache/disk_staging.h): full chunks leaving the pool, and shared
+  // prefixes, are stored there; prepare() reads back what continues a
+  // prompt's match, and take_loads() (each step) collects it.
   void attach_disk(DiskTier* disk);
   Prep prepare(SeqId id, std::span<const int32_t> known, int room, int* from_disk) override;
-  void forget(SeqId id) override { loads_.erase(id); }
+  void forget(SeqId id) override;
   void take_loads();
   // Stores every full chunk of the tree (a clean shutdown), waiting for room.
   void persist_all();
 
-  const PrefixTree& tree() const { return tree_; }
-  PrefixTree& tree() { return tree_; }
+  // --- The facade the engine and the Prompt Cache see ---
+  KvStats stats() const { return tree_.stats(); }
+  // Evicts every retained chunk (what no live sequence or pin holds); how many.
+  int flush() { return tree_.evict(tree_.capacity()); }
+  const KvLayout& layout() const { return tree_.layout(); }
+  int capacity() const { return tree_.capacity(); }
+  // Pinned chunks (Prompt Cache modules; kv/prefix_tree.h): the caller writes
+  // their bytes into memory().
+  ChunkId pin(std::span<const int32_t> tokens, uint64_t group) { return tree_.pin(tokens, group); }
+  KvStatus unpin(ChunkId c) { return tree_.unpin(c); }
+  bool pinned(ChunkId c) const { return tree_.pinned(c); }
+  int chunk_length(ChunkId c) const { return tree_.chunk_length(c); }
+  int length(SeqId id) const { return tree_.length(id); }
+  // The web console's picture (kv/tree_view.h), with what the disk holds.
+  TreeView view(int max_nodes, int head_tokens) const;
+  // The router's view: distinct hashes of the tree's full blocks (kv/block_ledger.h).
+  std::vector<uint64_t> block_hashes(int block) const { return tree_.block_hashes(block); }
+  void observe(TreeObserver* o) { tree_.observe(o); }
+  // The chunks' bytes.
+  KvMemory& memory() { return memory_; }
+  const HostKvMemory& host_memory() const { return memory_; }
+  // K and V of token `index` of a live sequence, one layer and KV head, as floats.
+  void read_kv(SeqId id, int index, int layer, int head, float* k, float* v) const;
   const AttnPlan& plan() const { return plan_; }
 
  private:
@@ -77,25 +109,18 @@ class PrefixKv : public KvStore, public SequenceCache {
   // lets it see (computed once per batch and window).
   const int* window_first(int window);
 
-  // Chunks read for a sequence waiting to join.
-  struct Load {
-    bool done = false;
-    DiskLoad got;
-    int start = 0;  // token index of its first chunk
-    ChunkKey first;  // its first chunk's key
-  };
-  void persist(ChunkId c);
+  // Makes the copies the tree queued (a partial match, copy-on-write).
+  void copy_queued();
 
   PrefixTree tree_;
-  DiskTier* disk_ = nullptr;
-  bool persist_wait_ = false;  // persist_all: block for queue room instead of dropping
-  std::unordered_map<SeqId, Load> loads_;
+  HostKvMemory memory_;
+  std::unique_ptr<DiskStaging> staging_;
   int n_heads_;
   AttnPath path_;
   AttnPlan plan_;
   AttnWorkspace ws_;
   std::vector<SeqTokens> groups_;
-  std::vector<std::pair<ChunkId, int>> slot_;  // per batch token: chunk and offset of its K/V
+  std::vector<int32_t> slot_;                  // per batch token: its K/V's slot (chunk * chunk_size + offset)
   std::vector<int> row_of_tok_;                // batch token -> query row in context order
   // Per live sequence, its keys' position ids (a prefix joined from the tree
   // sits at 0, 1, 2, ...; attached module chunks at their layout's); only

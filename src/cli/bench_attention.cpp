@@ -25,6 +25,7 @@
 #include <random>
 
 #include "attn/attention.h"
+#include "kv/host_tree.h"
 #include "attn/block.h"
 #include "base/error.h"
 #include "base/f16.h"
@@ -82,7 +83,7 @@ double median_us(const std::function<void()>& fn, int reps) { return interleaved
 // b sequences of n_s shared + n_p - n_s private tokens (all private when
 // !share), K/V filled with random fp16 values.
 struct World {
-  std::unique_ptr<PrefixTree> tree;
+  std::unique_ptr<HostTree> tree;
   std::shared_ptr<const KernelContext> ctx;
   AttnPlan plan;  // one decode row per sequence
   std::unique_ptr<AttnWorkspace> ws = std::make_unique<AttnWorkspace>();

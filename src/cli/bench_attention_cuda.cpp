@@ -26,6 +26,7 @@
 #include <random>
 
 #include "attn/cuda_attention.h"
+#include "kv/host_tree.h"
 #include "attn/plan.h"
 #include "base/cuda.h"
 #include "base/error.h"
@@ -89,7 +90,7 @@ double copy_gbs(Flusher& flush) {
 // !share): the tree's bookkeeping on the host, the K/V (random fp16) on the
 // device, a plan and an uploaded tile plan per path.
 struct World {
-  std::unique_ptr<PrefixTree> tree;
+  std::unique_ptr<HostTree> tree;
   AttnPlan plan;
   std::unique_ptr<DeviceKvMemory> kv;
   std::unique_ptr<CudaAttention> per, tpp, relay;

@@ -50,7 +50,7 @@ double median(std::vector<double> v) {
 
 int run_bench_model(const BenchOptions& o) {
   set_threads(o.threads);
-  const std::string path = o.model.empty() ? default_model_path() : o.model;
+  const std::string path = model_path(o.model);
   auto model = LlamaModel::load(path);
   const LlamaConfig& c = model->config();
   // Both tests must fit the model's context (this also keeps positions and
@@ -108,7 +108,7 @@ Action add_bench_command(CLI::App& app) {
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks");
   bench->require_subcommand(1);
   CLI::App* m = bench->add_subcommand("model", "Prefill and decode tokens/s on a model");
-  m->add_option("-m,--model", o->model, "GGUF model file (default: the SmolLM2 model)");
+  add_model_option(*m, o->model);
   m->add_option("-p,--n-prompt", o->n_prompt, "Prompt tokens (pp test)")->check(CLI::PositiveNumber);
   m->add_option("-n,--n-gen", o->n_gen, "Generated tokens (tg test)")->check(CLI::PositiveNumber);
   m->add_option("-d,--n-depth", o->depth, "Context tokens cached before each test (untimed)")

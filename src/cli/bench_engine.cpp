@@ -188,7 +188,7 @@ int run_bench_engine(BenchEngineOptions o) {
     if (!attn_mode_from(m)) throw Error("unknown mode '" + m + "' (tpp, per-sequence, relay, none, all)");
   if (o.poisson && (o.ns > o.np || o.np < 1 || o.nc < 1 || o.rate <= 0 || o.requests < 1))
     throw Error("--poisson needs 0 <= --ns <= --np, --nc >= 1, --rate > 0 and --requests >= 1");
-  auto model = LlamaModel::load(o.model.empty() ? default_model_path() : o.model);
+  auto model = LlamaModel::load(model_path(o.model));
   if (!o.json) {
     if (o.poisson)
       std::printf("| mode | n_p | n_s | n_c | RPS | latency ms/tok | TTFT p50 s | TTFT p99 s | tokens/s | peak KV MiB | peak batch |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
@@ -219,7 +219,7 @@ int run_bench_engine(BenchEngineOptions o) {
 Action add_bench_engine_command(CLI::App& bench) {
   auto o = std::make_shared<BenchEngineOptions>();
   CLI::App* c = bench.add_subcommand("engine", "The serving engine end to end: batched-bench's shape, or --poisson (Table 4)");
-  c->add_option("-m,--model", o->model, "GGUF model file (default: the SmolLM2 model)");
+  add_model_option(*c, o->model);
   c->add_option("--mode", o->modes, "Attention modes to run: tpp, per-sequence, relay, none, or all")->expected(1, 4);
   c->add_option("--pp", o->pp, "Shared prompt tokens (batched)")->check(int_in(1, 1 << 20));
   c->add_option("--tg", o->tg, "Tokens generated per sequence after the first (batched)")->check(int_in(1, 1 << 20));

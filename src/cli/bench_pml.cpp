@@ -137,7 +137,7 @@ std::string text_of(const Tokenizer& tok, int n, int salt) {
 }
 
 int run(const BenchPmlOptions& o) {
-  auto model = LlamaModel::load(o.model.empty() ? default_model_path() : o.model);
+  auto model = LlamaModel::load(model_path(o.model));
   if (!o.quality.empty()) return run_quality(o, *model);
   const Tokenizer& tok = model->tokenizer();
   Engine engine(*model, o.engine);
@@ -200,7 +200,7 @@ int run(const BenchPmlOptions& o) {
 Action add_bench_pml_command(CLI::App& bench) {
   auto o = std::make_shared<BenchPmlOptions>();
   CLI::App* c = bench.add_subcommand("pml", "Prompt Cache's Figure 5: time to first token, cached module vs from scratch");
-  c->add_option("-m,--model", o->model, "GGUF model file (default: the SmolLM2 model)");
+  add_model_option(*c, o->model);
   c->add_option("--lengths", o->lengths, "Module lengths in tokens")->check(int_in(1, 1 << 20));
   c->add_option("--new", o->new_tokens, "Tokens each prompt computes (new text and its chat markup)")->check(int_in(1, 4096));
   c->add_option("-r,--reps", o->reps, "Timed runs of each (median)")->check(int_in(1, 1000));

@@ -5,10 +5,10 @@
 #pragma once
 #include <memory>
 
-#include "kv/prefix_tree.h"
+#include "kv/host_tree.h"
 
 namespace cs {
 
-std::unique_ptr<PrefixTree> shared_prompt_tree(const KvLayout& layout, int b, int n_s, int n_p, bool share);
+std::unique_ptr<HostTree> shared_prompt_tree(const KvLayout& layout, int b, int n_s, int n_p, bool share);
 
 }  // namespace cs

@@ -24,7 +24,6 @@ struct GenerateOptions {
   bool chat = false;
   std::string chat_template;
   GenerateParams params;
-  EngineOptions engine;
 };
 
 void write_out(const std::string& s) {
@@ -73,14 +72,6 @@ int run_generate(GenerateOptions o) {
     p.progress = [](const std::string& line) { std::fprintf(stderr, "%s", line.c_str()); };
   }
   p.grammar = constraint(o);
-  p.mode = o.engine.mode;
-  p.chunk_size = o.engine.chunk_size;
-  p.kv_memory = o.engine.kv_memory;
-  p.kv_type = o.engine.kv_type;
-  p.n_ctx = o.engine.n_ctx;
-  p.threads = o.engine.threads;
-  p.kv_disk = o.engine.kv_disk;
-  p.kv_disk_bytes = o.engine.kv_disk_bytes;
   GenerateResult r = generate(*model, ids, p, write_out);
   write_out("\n");
   const double pp = r.prefill_seconds > 0 ? r.prompt_tokens / r.prefill_seconds : 0;
@@ -88,7 +79,7 @@ int run_generate(GenerateOptions o) {
   if (!p.pml.empty())
     std::fprintf(stderr, "\nschemas ready in %.2f s | prompt: %d tokens, %d from the cache | time to first token %.1f ms\n",
                  r.encode_seconds, r.prompt_tokens, r.cached_tokens, 1000 * r.prefill_seconds);
-  if (!p.kv_disk.empty())
+  if (!p.engine.kv_disk.empty())
     std::fprintf(stderr, "\nprompt: %d tokens, %d read from the disk tier | time to first token %.1f ms\n",
                  r.prompt_tokens, r.disk_tokens, 1000 * r.prefill_seconds);
   std::fprintf(stderr, "prefill: %d tokens, %.1f tokens/s | decode: %d tokens, %.1f tokens/s (%s)\n",
@@ -101,7 +92,7 @@ int run_generate(GenerateOptions o) {
 Action add_generate_command(CLI::App& app) {
   auto o = std::make_shared<GenerateOptions>();
   CLI::App* cmd = app.add_subcommand("generate", "Generate a completion of one prompt");
-  cmd->add_option("-m,--model", o->model, "GGUF model file (default: the SmolLM2 model)");
+  add_model_option(*cmd, o->model);
   cmd->add_option("-p,--prompt", o->prompt, "Prompt text");
   cmd->add_option("--schema", o->params.schemas, "Prompt Cache: a PML schema to register (repeatable)");
   cmd->add_option("--schema-dir", o->params.schema_dir,
@@ -123,7 +114,7 @@ Action add_generate_command(CLI::App& app) {
   cmd->add_flag("--json-object", o->json_object, "Constrain the output to a JSON object");
   cmd->add_option("--regex", o->regex, "Constrain the output to a regular expression");
   cmd->add_option("--grammar", o->grammar, "Constrain the output to an EBNF grammar (a file; root rule 'root')");
-  add_engine_options(*cmd, o->engine, false);
+  add_engine_options(*cmd, o->params.engine, false);
   return [o] { return run_generate(*o); };
 }
 

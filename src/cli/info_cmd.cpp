@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "model/model_info.h"
 
 namespace cs {
@@ -12,9 +13,9 @@ Action add_info_command(CLI::App& app) {
   auto path = std::make_shared<std::string>();
   CLI::App* c = app.add_subcommand("info", "Describe a GGUF model file: architecture, size, types, tokenizer, KV bytes");
   c->add_option("model", *path, "The GGUF file (default: the default model)");
-  c->add_option("-m,--model", *path, "The GGUF file, as in the other commands");
+  add_model_option(*c, *path, "The GGUF file, as in the other commands");
   return [path] {
-    const ModelInfo m = describe_model(path->empty() ? default_model_path() : *path);
+    const ModelInfo m = describe_model(model_path(*path));
     std::fputs(format_model_info(m).c_str(), stdout);
     return m.problems.empty() ? 0 : 1;
   };

@@ -123,6 +123,10 @@ void add_chat_template_option(CLI::App& cmd, std::string& file) {
       ->check(CLI::ExistingFile);
 }
 
+void add_model_option(CLI::App& cmd, std::string& path, const char* help) { cmd.add_option("-m,--model", path, help); }
+
+std::string model_path(const std::string& given) { return given.empty() ? default_model_path() : given; }
+
 std::string read_text_file(const std::string& path, const char* what) {
   std::ifstream f(path, std::ios::binary);
   if (!f) throw Error(std::string("cannot read the ") + what + " '" + path + "': " + std::strerror(errno));
@@ -132,7 +136,7 @@ std::string read_text_file(const std::string& path, const char* what) {
 }
 
 std::unique_ptr<LlamaModel> load_chat_model(const std::string& path, const std::string& template_file) {
-  auto model = LlamaModel::load(path.empty() ? default_model_path() : path);
+  auto model = LlamaModel::load(model_path(path));
   if (!template_file.empty()) {
     std::ifstream in(template_file, std::ios::binary);
     std::ostringstream text;

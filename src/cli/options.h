@@ -30,6 +30,11 @@ void add_kv_type_option(CLI::App& cmd, KvType& type);
 void add_engine_options(CLI::App& cmd, EngineOptions& o, bool serving);
 // --chat-template FILE: a Jinja chat template that replaces the model file's.
 void add_chat_template_option(CLI::App& cmd, std::string& file);
+// -m/--model: a GGUF file, the default model when not given (model_path).
+void add_model_option(CLI::App& cmd, std::string& path,
+                      const char* help = "GGUF model file (default: the SmolLM2 model)");
+// The file -m named, or default_model_path() when it was not given.
+std::string model_path(const std::string& given);
 // The model at `path` (the default model when empty) with the chat template
 // of `template_file` when one is named; says on stderr, in one line, when the
 // model's chat template is not the file's own (none in the file: ChatML).

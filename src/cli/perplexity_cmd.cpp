@@ -60,7 +60,7 @@ std::string read_text(const std::string& path) {
 
 int run(const PerplexityOptionsCli& o) {
   set_threads(o.threads);
-  auto model = LlamaModel::load(o.model.empty() ? default_model_path() : o.model);
+  auto model = LlamaModel::load(model_path(o.model));
   if (o.n_ctx > model->config().n_ctx_train)
     throw Error("--ctx " + std::to_string(o.n_ctx) + " is larger than the model's trained context of " +
                 std::to_string(model->config().n_ctx_train) + " tokens");
@@ -121,7 +121,7 @@ int run(const PerplexityOptionsCli& o) {
 Action add_perplexity_command(CLI::App& app) {
   auto o = std::make_shared<PerplexityOptionsCli>();
   CLI::App* c = app.add_subcommand("perplexity", "Perplexity of the model over a text (llama-perplexity's windows)");
-  c->add_option("-m,--model", o->model, "GGUF model file (default: the SmolLM2 model)");
+  add_model_option(*c, o->model);
   c->add_option("-f,--file", o->file, "Text file (default: the ChunkAttention and Prompt Cache papers)");
   c->add_option("--ctx", o->n_ctx, "Window size in tokens; each window's second half is scored")->check(int_in(4, 1 << 20));
   c->add_option("--chunks", o->chunks, "Windows at most (0: all)")->check(int_in(0, 1 << 24));

@@ -52,7 +52,7 @@ Action add_pml_command(CLI::App& app) {
   pml->require_subcommand(1);
   CLI::App* check = pml->add_subcommand("check", "Parse PML files and print each schema's layout (position IDs)");
   check->add_option("files", o->files, "PML files (schemas or prompts)")->required();
-  check->add_option("-m,--model", o->model, "GGUF model whose tokenizer and chat template lay it out");
+  add_model_option(*check, o->model, "GGUF model whose tokenizer and chat template lay it out");
   add_chat_template_option(*check, o->chat_template);
   return [o] { return run_check(*o); };
 }

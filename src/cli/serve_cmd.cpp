@@ -60,7 +60,7 @@ int run_serve(ServeOptions o) {
   mallopt(M_MMAP_THRESHOLD, 1 << 20);
   mallopt(M_ARENA_MAX, 8);
 
-  const std::string path = o.model.empty() ? default_model_path() : o.model;
+  const std::string path = model_path(o.model);
   auto model = load_chat_model(path, o.chat_template);
   if (o.server.model_id.empty()) o.server.model_id = std::filesystem::path(path).stem().string();
   if (o.server.api_key.empty())
@@ -107,7 +107,7 @@ int run_serve(ServeOptions o) {
 Action add_serve_command(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
   CLI::App* c = app.add_subcommand("serve", "Serve the OpenAI-compatible HTTP API");
-  c->add_option("-m,--model", o->model, "GGUF model file (default: the SmolLM2 model)");
+  add_model_option(*c, o->model);
   add_chat_template_option(*c, o->chat_template);
   c->add_option("--host", o->server.host, "Address to listen on (default 127.0.0.1: this machine only)");
   c->add_option("--port", o->server.port, "Port (0: any free port)")->check(int_in(0, 65535));

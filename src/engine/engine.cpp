@@ -71,7 +71,7 @@ Engine::Engine(const LlamaModel& model, EngineOptions opt) : model_(model), opt_
   impl_ = std::make_unique<Impl>(*this, layout, bytes);
   if (ledger) {
     impl_->ledger = std::move(ledger);
-    impl_->kv.tree().observe(impl_->ledger.get());
+    impl_->kv.observe(impl_->ledger.get());
   }
   if (!opt_.kv_disk.empty()) {
     if (!opt_.prefix_caching()) throw Error("--kv-disk needs prefix caching (retained prefixes, a mode other than none)");
@@ -144,9 +144,9 @@ void Engine::shutdown(std::chrono::milliseconds grace) {
 RequestLimits Engine::limits() const {
   // The layout and pool size never change; pinned chunks come from the
   // published stats (the tree itself belongs to the engine thread).
-  const PrefixTree& t = impl_->kv.tree();
-  return {model_.config().n_vocab, n_ctx_,         t.layout().chunk_size, t.pool().capacity(), stats().kv.pinned,
-          t.pool().bytes(),        opt_.max_batch, opt_.mode != AttnMode::kNone};
+  const PrefixKv& kv = impl_->kv;
+  return {model_.config().n_vocab, n_ctx_,   kv.layout().chunk_size, kv.capacity(), stats().kv.pinned,
+          size_t(kv.capacity()) * kv.layout().chunk_bytes(), opt_.max_batch, opt_.mode != AttnMode::kNone};
 }
 
 bool Engine::wait_idle(std::chrono::milliseconds timeout) {
@@ -159,7 +159,7 @@ bool Engine::wait_idle(std::chrono::milliseconds timeout) {
 int Engine::flush_cache() {
   Impl& m = *impl_;
   return m.on_engine_thread([&m] {
-    const int freed = m.kv.tree().evict(m.kv.tree().pool().capacity());
+    const int freed = m.kv.flush();
     m.publish_stats();
     return freed;
   });
@@ -168,7 +168,7 @@ int Engine::flush_cache() {
 std::vector<uint64_t> Engine::kv_block_hashes() const {
   Impl& m = *impl_;
   if (!m.ledger) return {};
-  return m.on_engine_thread([&m] { return m.kv.tree().block_hashes(m.ledger->block_size()); });
+  return m.on_engine_thread([&m] { return m.kv.block_hashes(m.ledger->block_size()); });
 }
 
 std::shared_ptr<const KvTreeSnapshot> Engine::kv_tree() const {
@@ -179,12 +179,10 @@ std::shared_ptr<const KvTreeSnapshot> Engine::kv_tree() const {
   try {
     m.tree = m.on_engine_thread([&m] {
       auto t = std::make_shared<KvTreeSnapshot>();
-      DiskTier* d = m.disk.get();
-      t->view = d ? m.kv.tree().view(kTreeNodes, kTreeHead, [d](const ChunkKey& k) { return d->has(k); })
-                  : m.kv.tree().view(kTreeNodes, kTreeHead);
+      t->view = m.kv.view(kTreeNodes, kTreeHead);
       m.publish_stats();
       t->stats = m.engine.stats();
-      t->chunk_size = m.kv.tree().layout().chunk_size;
+      t->chunk_size = m.kv.layout().chunk_size;
       t->at = std::chrono::steady_clock::now();
       return std::shared_ptr<const KvTreeSnapshot>(std::move(t));
     });

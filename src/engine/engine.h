@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "cache/prefix_kv.h"
+#include "kv/block_ledger.h"
 #include "engine/histogram.h"
 #include "engine/request.h"
 #include "engine/schema_registry.h"
@@ -176,8 +177,9 @@ class Engine {
   // tokens, so running requests keep decoding and new ones prefilling (this
   // call waits; schemas are encoded one after another). progress(done,
   // total), called on the engine thread, counts tokens run through the model.
-  // Throws pml::PmlError for a malformed schema, cs::Error when one of that
-  // name is registered or being encoded, or the pool cannot hold it.
+  // Throws cs::Error: invalid for a malformed schema (its status's location
+  // says where), exists when one of that name is registered or being
+  // encoded, no room when the pool cannot hold it.
   SchemaInfo register_schema(pml::Schema schema, const std::function<void(int, int)>& progress = {});
   // Releases a schema's chunks. Throws cs::Error naming the problem when it
   // is unknown or a request still uses it.

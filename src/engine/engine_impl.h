@@ -46,6 +46,12 @@ struct Engine::Impl {
   // Holds its own reference: retiring the last sequence may drop the others.
   void end_request(std::shared_ptr<RequestState> r, FinishReason reason, const std::string& message);
   void step();
+  // The steps of step(), in order.
+  void plan_batch(int reserve);  // `reserve` tokens left for a schema's slice
+  void record_admissions();
+  bool run_batch(SchemaJob* job, int request_rows);
+  void count_step();
+  void sample_rows();
   // Runs the batch, with the front schema job's slice after its first `rows` rows.
   void forward(SchemaJob* job, int rows);
   void sample_row(Sequence* s, std::span<const float> logits, std::vector<Sequence*>& done);
@@ -110,7 +116,7 @@ struct Engine::Impl {
   void advance(SchemaJob& job);
   void end_job(Outcome<SchemaInfo> o);  // answers the front job, drops it from `encoding`
   // Unpins what it pinned, frees its name, answers it with the error.
-  void fail_job(SchemaJob& job, const std::string& why, ErrorKind kind = ErrorKind::kOther);
+  void fail_job(SchemaJob& job, Status why);
   const pml::ModelIdentity& model_identity() const;
   SchemaRegistry registry;
   pml::TextModel text;

@@ -12,7 +12,7 @@ SchemaInfo Engine::register_schema(pml::Schema schema, const std::function<void(
   Impl& m = *impl_;
   auto job = std::make_shared<SchemaJob>();
   // Laid out here (a malformed schema throws before its name is taken).
-  job->enc = std::make_unique<pml::SchemaEncoding>(std::move(schema), m.text, m.kv.tree().layout(),
+  job->enc = std::make_unique<pml::SchemaEncoding>(std::move(schema), m.text, m.kv.layout(),
                                                    model_.config().n_heads);
   job->progress = progress;
   const std::string name = job->enc->name();
@@ -39,18 +39,18 @@ SchemaInfo Engine::save_schema(const std::string& name, const std::string& dir) 
   // Pinned chunks are written once, before the schema is published, and
   // never again while it is registered (held here): readable off the engine
   // thread.
-  pml::save_schema(*e, m.kv.tree().pool(), m.model_identity(), m.text.pad, dir);
+  pml::save_schema(*e, m.kv.host_memory(), m.model_identity(), m.text.pad, dir);
   return info_of(*e);
 }
 
 SchemaInfo Engine::load_schema(const std::string& path) {
   Impl& m = *impl_;
-  pml::SavedSchema saved = pml::read_saved_schema(path, m.model_identity(), m.kv.tree().layout(), m.text.pad);
+  pml::SavedSchema saved = pml::read_saved_schema(path, m.model_identity(), m.kv.layout(), m.text.pad);
   const std::string name = saved.schema.name;
   m.registry.reserve(name);
   try {
     return m.on_engine_thread([&m, &saved] {
-      std::shared_ptr<pml::EncodedSchema> e = pml::restore_schema(std::move(saved), m.kv.tree(), m.text);
+      std::shared_ptr<pml::EncodedSchema> e = pml::restore_schema(std::move(saved), m.kv, m.text);
       const SchemaInfo info = m.registry.publish(std::move(e));
       m.publish_stats();  // before the caller sees the result
       return info;
@@ -64,7 +64,7 @@ SchemaInfo Engine::load_schema(const std::string& path) {
 void Engine::unregister_schema(const std::string& name) {
   Impl& m = *impl_;
   m.on_engine_thread([&m, &name] {
-    pml::release_schema(m.kv.tree(), *m.registry.remove(name));
+    pml::release_schema(m.kv, *m.registry.remove(name));
     m.publish_stats();
   });
 }
@@ -91,12 +91,12 @@ void Engine::Impl::advance(SchemaJob& job) {
   pml::SchemaEncoding& enc = *job.enc;
   const int before = enc.done();
   try {
-    if (!enc.finished()) enc.ran(kv.tree());
+    if (!enc.finished()) enc.ran(kv);
   } catch (const Error& e) {
-    fail_job(job, e.what(), e.kind());
+    fail_job(job, e.status());
     return;
   } catch (const std::exception& e) {  // bad_alloc: the engine goes on
-    fail_job(job, e.what());
+    fail_job(job, {ErrorKind::kInternal, e.what(), {}});
     return;
   }
   counters.schema_tokens += uint64_t(enc.done() - before);
@@ -107,10 +107,10 @@ void Engine::Impl::advance(SchemaJob& job) {
   end_job(std::move(o));
 }
 
-void Engine::Impl::fail_job(SchemaJob& job, const std::string& why, ErrorKind kind) {
-  job.enc->abandon(kv.tree());
+void Engine::Impl::fail_job(SchemaJob& job, Status why) {
+  job.enc->abandon(kv);
   registry.unreserve(job.enc->name());
-  end_job(Outcome<SchemaInfo>::failed(why, kind));
+  end_job(Outcome<SchemaInfo>::failed(std::move(why)));
 }
 
 void Engine::Impl::end_job(Outcome<SchemaInfo> o) {

@@ -9,24 +9,16 @@ namespace cs {
 GenerateResult generate(const LlamaModel& model, const std::vector<int32_t>& prompt,
                         const GenerateParams& params,
                         const std::function<void(const std::string&)>& on_text) {
-  EngineOptions eo;
-  eo.mode = params.mode;
-  eo.chunk_size = params.chunk_size;
-  eo.kv_memory = params.kv_memory;
-  eo.kv_type = params.kv_type;
+  EngineOptions eo = params.engine;
   eo.max_batch = 1;
-  eo.n_ctx = params.n_ctx;
-  eo.threads = params.threads;
-  eo.kv_disk = params.kv_disk;
-  eo.kv_disk_bytes = params.kv_disk_bytes;
   // The default pool holds the context beside the schemas' pinned chunks.
   std::vector<pml::Schema> schemas;
   for (const std::string& f : params.schemas) schemas.push_back(pml::parse_schema_file(f));
-  if (!schemas.empty() && params.kv_memory == 0) {
+  if (!schemas.empty() && eo.kv_memory == 0) {
     const pml::TextModel tm = pml::text_model(model);
     for (const pml::Schema& s : schemas)
       for (const pml::Segment& g : pml::lay_out(s, tm.encode, tm.roles, tm.bos).segments)
-        eo.extra_chunks += (g.length + params.chunk_size - 1) / params.chunk_size;
+        eo.extra_chunks += (g.length + eo.chunk_size - 1) / eo.chunk_size;
   }
   Engine engine(model, eo);
   GenerateResult out;

@@ -15,14 +15,10 @@ struct GenerateParams {
   SamplingParams sampling;
   int max_tokens = 128;
   std::vector<std::string> stop;  // stop strings
-  int n_ctx = 0;                  // 0 = the model's training context
-  KvType kv_type = KvType::kF16;  // K/V element type (attention accumulates in fp32)
-  AttnMode mode = AttnMode::kTpp;
-  int chunk_size = 64;
-  size_t kv_memory = 0;           // 0 = enough for the context
-  int threads = 0;                // at most; 0 = the cores available
-  std::string kv_disk;            // the disk tier's directory (EngineOptions::kv_disk); empty: none
-  uint64_t kv_disk_bytes = 8ull << 30;
+  // The engine's options (context, KV type and memory, attention mode, chunk
+  // size, threads, the disk tier); its batch is 1 whatever max_batch says,
+  // and kv_memory 0 holds the context beside the schemas' pinned chunks.
+  EngineOptions engine;
   bool top2_gaps = false;         // record each step's top-2 gap (costs a softmax per token)
   // Prompt Cache: schemas to register (PML files), and a PML prompt that
   // imports their modules (instead of the token prompt). no_cache computes

@@ -1,27 +1,24 @@
 // The result of work done on the engine thread for a caller waiting on
-// another thread. An error travels as its message, kind and (PML) location,
-// and is thrown again on the caller's thread as a new exception: an exception
-// object shared by two threads through an exception_ptr is freed by whichever
-// drops it last, under a reference count in the C++ runtime that
-// ThreadSanitizer cannot see.
+// another thread. An error travels as its Status (base/error.h: code,
+// message, location) and is thrown again on the caller's thread as a
+// cs::Error carrying it: an exception object shared by two threads through an
+// exception_ptr is freed by whichever drops it last, under a reference count
+// in the C++ runtime that ThreadSanitizer cannot see. No type is rebuilt from
+// the message's text: a caller reads the status.
 #pragma once
-#include <algorithm>
 #include <exception>
 #include <optional>
 #include <string>
 #include <type_traits>
 
 #include "base/error.h"
-#include "pml/pml.h"
 
 namespace cs {
 
 template <class T>
 struct Outcome {
   std::conditional_t<std::is_void_v<T>, bool, std::optional<T>> value{};
-  std::string error;
-  ErrorKind kind = ErrorKind::kOther;
-  std::optional<pml::Location> pml_at;
+  std::optional<Status> error;
 
   // Runs f, keeping its value or its error.
   template <class F>
@@ -31,26 +28,21 @@ struct Outcome {
       if constexpr (std::is_void_v<T>) f();
       else o.value = f();
       return o;
-    } catch (const pml::PmlError& e) {
-      Outcome o = failed(e.what(), e.kind());
-      o.pml_at = e.where();
-      return o;
     } catch (const Error& e) {
-      return failed(e.what(), e.kind());
+      return failed(e.status());
     } catch (const std::exception& e) {
-      return failed(e.what());
+      return failed({ErrorKind::kInternal, e.what(), {}});
     }
   }
-  static Outcome failed(const std::string& why, ErrorKind kind = ErrorKind::kOther) {
+  static Outcome failed(Status why) {
     Outcome o;
-    o.error = why.empty() ? "an engine task failed" : why;
-    o.kind = kind;
+    if (why.message.empty()) why.message = "an engine task failed";
+    o.error = std::move(why);
     return o;
   }
   // The value, or the error thrown (on the calling thread).
   T get() && {
-    if (pml_at) throw pml::PmlError(*pml_at, error.substr(std::min(error.size(), pml_at->str().size() + 2)), kind);
-    if (!error.empty()) throw Error(error, kind);
+    if (error) throw Error(*error);
     if constexpr (!std::is_void_v<T>) return std::move(*value);
   }
 };

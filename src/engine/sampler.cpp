@@ -1,18 +1,20 @@
 #include "engine/sampler.h"
 
-#include "model/ops.h"
-
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "base/log_sum_exp.h"
+#include "model/ops.h"
+
 namespace cs {
 
 // The first index of the largest value, as std::max_element finds it, in
-// two vectorised passes (the max, then where it first is): a 262144-token
-// vocabulary took ~0.2 ms per sequence scalar, 5% of a batch-32 decode step.
+// two vectorised passes (the max, then where it first is): a scalar scan of
+// a large vocabulary (Gemma's) was a visible share of a batch-32 decode step
+// (docs/kernels.md).
 int32_t argmax(std::span<const float> v) {
   if (v.empty()) return 0;
   float m = v[0];
@@ -21,17 +23,6 @@ int32_t argmax(std::span<const float> v) {
   const auto it = std::find(v.begin(), v.end(), m);
   return it == v.end() ? int32_t(std::max_element(v.begin(), v.end()) - v.begin()) : int32_t(it - v.begin());
 }
-
-namespace {
-
-double log_sum_exp(std::span<const float> v) {
-  const float m = *std::max_element(v.begin(), v.end());
-  double s = 0;
-  for (float x : v) s += std::exp(double(x) - m);
-  return m + std::log(s);
-}
-
-}  // namespace
 
 float token_logprob(std::span<const float> logits, int32_t token) {
   return float(double(logits[size_t(token)]) - log_sum_exp(logits));

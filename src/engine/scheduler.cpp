@@ -44,7 +44,7 @@ bool Scheduler::only_paused() const {
 void Scheduler::yield(size_t i, bool pause) {
   std::unique_ptr<Sequence> s = std::move(running_[i]);
   running_.erase(running_.begin() + long(i));
-  (void)kv_.leave(s->id());
+  expect_ok(kv_.leave(s->id()), "a yielding sequence's leave");
   s->set_cached(0);
   s->next_span = 0;
   s->lost_room = false;
@@ -136,7 +136,7 @@ bool Scheduler::try_admit(Sequence& s, int reserved) {
   }
   const int need = kv_.chunks_to_append(s.id(), s.detached() ? s.to_compute() : int(t.size()) - matched) + 1;
   if (need > kv_.chunks_available() - reserved && !running_.empty()) {
-    (void)kv_.leave(s.id());
+    expect_ok(kv_.leave(s.id()), "leaving a sequence admission cannot hold");
     return false;
   }
   s.set_cached(matched);
@@ -152,7 +152,8 @@ void Scheduler::attach_spans(Sequence& s) {
     // The engine checked the chunks hold the span's tokens when it took the
     // request; attaching them cannot fail for a live detached sequence.
     const std::span<const int32_t> pos(s.positions());
-    (void)kv_.attach(s.id(), span.chunks, pos.subspan(size_t(span.begin), size_t(span.end - span.begin)));
+    expect_ok(kv_.attach(s.id(), span.chunks, pos.subspan(size_t(span.begin), size_t(span.end - span.begin))),
+              "attaching a cached span");
     s.set_cached(span.end);
   }
 }
@@ -235,7 +236,7 @@ void Scheduler::preempt_latest() {
   });
   std::unique_ptr<Sequence> s = std::move(*it);
   running_.erase(it);
-  (void)kv_.leave(s->id());  // its full chunks stay cached for when it comes back
+  expect_ok(kv_.leave(s->id()), "a preempted sequence's leave");  // its full chunks stay cached for when it comes back
   s->set_cached(0);
   s->next_span = 0;
   ++s->preemptions;
@@ -274,7 +275,7 @@ void Scheduler::committed(const std::vector<Row>& rows) {
 void Scheduler::retire(Sequence* s) {
   auto run = std::find_if(running_.begin(), running_.end(), [s](const auto& p) { return p.get() == s; });
   if (run != running_.end()) {
-    (void)kv_.leave(s->id());
+    expect_ok(kv_.leave(s->id()), "a retired sequence's leave");
     running_.erase(run);
     return;
   }

@@ -24,7 +24,7 @@ void Engine::Impl::publish_stats() {
   counters.peak_running = std::max(counters.peak_running, s.running);
   s.peak_running = counters.peak_running;
   s.waiting = int(sched.waiting().size());
-  s.kv = kv.tree().stats();
+  s.kv = kv.stats();
   s.preemptions = sched.preemptions();
   s.yields = sched.yields();
   s.pauses = sched.pauses();
@@ -80,8 +80,8 @@ void Engine::Impl::start(const std::shared_ptr<RequestState>& r) {
     int n = 0;
     bool ok = true;
     for (ChunkId c : s.chunks) {
-      ok = ok && c >= 0 && c < kv.tree().pool().capacity() && kv.tree().pinned(c);
-      if (ok) n += kv.tree().chunk_length(c);
+      ok = ok && kv.pinned(c);
+      if (ok) n += kv.chunk_length(c);
     }
     if (!ok || n != s.end - s.begin) {
       end_request(r, FinishReason::kError, "a cached span's chunks are not pinned or do not hold its tokens");
@@ -169,7 +169,7 @@ void Engine::Impl::loop() {
     jobs.clear();
   }
   for (auto& t : todo) t();
-  while (!encoding.empty()) fail_job(*encoding.front(), "the engine stopped", ErrorKind::kStopped);
+  while (!encoding.empty()) fail_job(*encoding.front(), {ErrorKind::kStopped, "the engine stopped", {}});
   for (auto& r : rest) start(r);
   while (!sched.idle()) {
     Sequence* s = !sched.running().empty() ? sched.running().front().get() : sched.waiting().front().get();
@@ -212,6 +212,8 @@ void Engine::Impl::handle_cancels() {
   for (const auto& r : cancel) end_request(r, FinishReason::kCancelled, "");
 }
 
+// One step: plan the batch (requests' rows, then a slice of the schema being
+// encoded), run it, then sample what it computed.
 void Engine::Impl::step() {
   omp_set_num_threads(threads.update());
   // A schema being encoded takes half of the step's tokens beside requests
@@ -221,31 +223,47 @@ void Engine::Impl::step() {
   SchemaJob* job = encoding.empty() ? nullptr : encoding.front().get();
   const int step_tokens = engine.opt_.step_tokens;
   const int reserve = job ? std::max(1, step_tokens / 2) : 0;
-  if (!sched.plan(batch, rows, stuck, reserve)) {
-    for (Sequence* s : stuck) {
-      const KvStats k = kv.tree().stats();
-      const std::string why = "the KV memory is full: the sequence alone fills the pool of " +
-                              std::to_string(k.chunks) + " chunks (" + std::to_string(k.pinned) +
-                              " pinned by Prompt Cache schemas)";
-      const bool any = s->tokens().size() > s->request().req.prompt.size();
-      s->finish(any ? FinishReason::kLength : FinishReason::kNoRoom, why);
-      sched.retire(s);
-    }
-    batch = Batch{};
-    rows.clear();
-  }
+  plan_batch(reserve);
   announce_prefills();
   const int request_rows = batch.size();
   if (job) job->enc->add_slice(batch, request_rows ? reserve : step_tokens);
   stepped = batch.size() > 0 || !stuck.empty();
   if (batch.size() == 0) return;
+  record_admissions();
+  if (!run_batch(job, request_rows)) return;
+  ++counters.steps;
+  if (job) advance(*job);
+  count_step();
+  sched.committed(rows);
+  sample_rows();
+}
+
+// The scheduler's batch; a sequence that alone cannot fit the pool ends
+// (with what it sampled: kLength, else kNoRoom) and the batch is empty.
+void Engine::Impl::plan_batch(int reserve) {
+  if (sched.plan(batch, rows, stuck, reserve)) return;
+  for (Sequence* s : stuck) {
+    const KvStats k = kv.stats();
+    const std::string why = "the KV memory is full: the sequence alone fills the pool of " +
+                            std::to_string(k.chunks) + " chunks (" + std::to_string(k.pinned) +
+                            " pinned by Prompt Cache schemas)";
+    const bool any = s->tokens().size() > s->request().req.prompt.size();
+    s->finish(any ? FinishReason::kLength : FinishReason::kNoRoom, why);
+    sched.retire(s);
+  }
+  batch = Batch{};
+  rows.clear();
+}
+
+// A request's first step: how long it queued and how much of its prompt was
+// cached (matched in the tree, or, Prompt Cache, every span's tokens).
+void Engine::Impl::record_admissions() {
   const auto now = Clock::now();
   for (const auto& row : rows) {
     RequestState& r = row.seq->request();
     if (r.admitted) continue;
     r.admitted = true;
     r.building.timings.queued_s = std::chrono::duration<double>(now - r.submitted).count();
-    // Matched in the tree, or (Prompt Cache) every span's tokens.
     int cached = row.seq->cached();
     if (row.seq->detached()) {
       cached = 0;
@@ -256,33 +274,41 @@ void Engine::Impl::step() {
     counters.prompt_tokens_cached += uint64_t(cached);
     counters.prompt_tokens_disk += uint64_t(r.building.usage.disk_tokens);
   }
+}
+
+// False when the forward pass threw: nothing the requests could have caused
+// (they were validated), so their requests end with the error and the
+// engine goes on serving the others.
+bool Engine::Impl::run_batch(SchemaJob* job, int request_rows) {
   try {
     forward(job, request_rows);
+    return true;
   } catch (const std::exception& e) {
-    // Nothing the requests could have caused (they were validated), but the
-    // engine goes on serving the others.
     std::vector<std::shared_ptr<RequestState>> failed;
     for (const auto& row : rows)
       if (std::find(failed.begin(), failed.end(), row.seq->request_ptr()) == failed.end())
         failed.push_back(row.seq->request_ptr());
     for (const auto& r : failed) end_request(r, FinishReason::kError, e.what());
-    if (job) fail_job(*job, e.what());
-    return;
+    if (job) fail_job(*job, {ErrorKind::kInternal, e.what(), {}});
+    return false;
   }
-  ++counters.steps;
-  if (job) advance(*job);
-  counters.peak_kv_used = std::max(counters.peak_kv_used, kv.tree().stats().used);
+}
+
+void Engine::Impl::count_step() {
+  counters.peak_kv_used = std::max(counters.peak_kv_used, kv.stats().used);
   // Prefill: every token run but a sequence's latest sampled one.
   for (const auto& row : rows) {
     const Sequence& s = *row.seq;
     const bool decode = row.take == 1 && s.pending() == 1 && s.tokens().size() > s.request().req.prompt.size();
     if (!decode) counters.prefill_tokens += uint64_t(row.take);
   }
-  sched.committed(rows);
+}
+
+void Engine::Impl::sample_rows() {
   const size_t V = size_t(model.config().n_vocab);
   // Draws in parallel: each row's grammar mask, sampler and grammar advance
-  // are its own (tens to hundreds of us each at temperature > 0 or under a
-  // grammar, a seventh of a batch-32 step); the bookkeeping stays serial.
+  // are its own (a visible share of a batch-32 step at temperature > 0 or
+  // under a grammar: docs/kernels.md); the bookkeeping stays serial.
   // Row k of the logits is the k-th row that wants logits.
   std::vector<Sequence*> draws;
   for (const auto& row : rows)

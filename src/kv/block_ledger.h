@@ -19,20 +19,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "kv/chunk_pool.h"
+#include "kv/tree_observer.h"
 
 namespace cs {
-
-// What the prefix tree tells an observer (prefix_tree.h: observe()).
-class TreeObserver {
- public:
-  virtual ~TreeObserver() = default;
-  // Chunk `c`, a node of the tree under `parent` (kNoChunk: the root), holds
-  // `tokens` now; it held their first `before` before this call.
-  virtual void grown(ChunkId c, ChunkId parent, std::span<const int32_t> tokens, int before) = 0;
-  // Chunk `c` left the tree (evicted or freed).
-  virtual void removed(ChunkId c) = 0;
-};
 
 struct BlockEvent {
   enum class Kind { kStored, kRemoved };

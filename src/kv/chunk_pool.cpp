@@ -20,9 +20,14 @@ const char* kv_type_name(KvType t) {
 
 void ChunkPool::FreeDeleter::operator()(uint8_t* p) const { free_hinted(p); }
 
+int KvLayout::chunks_in(size_t bytes) const {
+  const size_t cb = chunk_bytes();
+  return cb ? int(std::min<size_t>(bytes / cb, size_t(INT32_MAX / 2))) : 0;
+}
+
 ChunkPool::ChunkPool(KvLayout layout, size_t capacity_bytes) : layout_(layout) {
   const size_t cb = layout_.chunk_bytes();
-  capacity_ = cb ? int(std::min<size_t>(capacity_bytes / cb, size_t(INT32_MAX / 2))) : 0;
+  capacity_ = layout_.chunks_in(capacity_bytes);
   if (capacity_ > 0) {
     // On huge pages when 2 MB or more (base/huge_pages.h): attention walks
     // blocks scattered over the whole pool, and with 4 KB pages every 16 KB
@@ -38,18 +43,6 @@ ChunkPool::ChunkPool(KvLayout layout, size_t capacity_bytes) : layout_(layout) {
     std::memset(memory_.get(), 0, bytes);
     base_ = memory_.get();
   }
-  free_.reserve(size_t(capacity_));
-  for (ChunkId id = capacity_ - 1; id >= 0; --id) free_.push_back(id);
 }
-
-ChunkId ChunkPool::allocate() {
-  if (free_.empty()) return -1;
-  const ChunkId id = free_.back();
-  free_.pop_back();
-  peak_ = std::max(peak_, used_count());
-  return id;
-}
-
-void ChunkPool::release(ChunkId id) { free_.push_back(id); }
 
 }  // namespace cs

@@ -1,8 +1,10 @@
-// Fixed-capacity pool of KV chunks (ChunkAttention §3.1). A chunk holds the K
-// and V of `chunk_size` tokens for every layer and KV head of the model, so one
-// prefix tree serves the whole model. Memory is taken (and touched: resident)
-// once at start-up and never returned to the OS; allocate and free are O(1) (a
-// free list of chunk ids, the most recently freed first).
+// The host memory of a fixed number of KV chunks (ChunkAttention §3.1). A chunk
+// holds the K and V of `chunk_size` tokens for every layer and KV head of the
+// model, so one prefix tree serves the whole model. Memory is taken (and
+// touched: resident) once at start-up and never returned to the OS. Which ids
+// are free is the prefix tree's business (kv/chunk_ids.h); HostKvMemory
+// (kv/host_kv_memory.h) owns a pool and makes every copy into it, and the CPU
+// kernels read it.
 //
 // Layout of one chunk, chosen so an attention kernel working on (layer, KV head)
 // streams one contiguous K block and one contiguous V block:
@@ -15,7 +17,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <vector>
 
 namespace cs {
 
@@ -32,6 +33,8 @@ struct KvLayout {
   int chunk_size = 64;  // tokens per chunk (the paper's c)
   KvType type = KvType::kF16;
 
+  // Chunks that fit in `bytes` (at least 0).
+  int chunks_in(size_t bytes) const;
   // Elements in one K (or V) block of a chunk: chunk_size * head_dim.
   size_t block_elems() const { return size_t(chunk_size) * head_dim; }
   size_t block_bytes() const { return block_elems() * kv_type_size(type); }
@@ -52,14 +55,7 @@ class ChunkPool {
 
   const KvLayout& layout() const { return layout_; }
   int capacity() const { return capacity_; }
-  int free_count() const { return int(free_.size()); }
-  int used_count() const { return capacity_ - free_count(); }
-  int peak_used() const { return peak_; }
   size_t bytes() const { return size_t(capacity_) * layout_.chunk_bytes(); }
-
-  // -1 when the pool is exhausted.
-  ChunkId allocate();
-  void release(ChunkId id);
 
   uint8_t* data(ChunkId id) { return base_ + size_t(id) * layout_.chunk_bytes(); }
   const uint8_t* data(ChunkId id) const { return base_ + size_t(id) * layout_.chunk_bytes(); }
@@ -78,8 +74,6 @@ class ChunkPool {
   int capacity_ = 0;
   std::unique_ptr<uint8_t, FreeDeleter> memory_;
   uint8_t* base_ = nullptr;
-  std::vector<ChunkId> free_;
-  int peak_ = 0;
 };
 
 }  // namespace cs

@@ -15,7 +15,7 @@ void check(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return;
   cudaGetLastError();
   throw Error(std::string("CUDA KV memory: ") + what + ": " + cudaGetErrorString(e),
-              e == cudaErrorMemoryAllocation ? ErrorKind::kNoRoom : ErrorKind::kOther);
+              e == cudaErrorMemoryAllocation ? ErrorKind::kNoRoom : ErrorKind::kInternal);
 }
 
 template <class T>
@@ -71,7 +71,7 @@ DeviceKvMemory::DeviceKvMemory(KvLayout layout, int capacity) : layout_(layout),
       cudaGetLastError();
       throw Error("CUDA KV memory: cannot allocate " + std::to_string(bytes >> 20) + " MiB on the device (" +
                       cudaGetErrorString(e) + ")",
-                  e == cudaErrorMemoryAllocation ? ErrorKind::kNoRoom : ErrorKind::kOther);
+                  e == cudaErrorMemoryAllocation ? ErrorKind::kNoRoom : ErrorKind::kInternal);
     }
     base_ = static_cast<uint8_t*>(p);
     check(cudaMemset(base_, 0, bytes), "cudaMemset");

@@ -262,15 +262,19 @@ bool DiskTier::has(const ChunkKey& key) const {
 }
 
 void DiskTier::store(const DiskWant& chunk, std::span<const uint8_t> data, bool wait) {
-  const uint64_t file_bytes = kKvFileHeaderBytes + 4ull * chunk.tokens.size() + data.size() + 8;
+  store(chunk, data.size(), [&](uint8_t* to) { std::memcpy(to, data.data(), data.size()); }, wait);
+}
+
+void DiskTier::store(const DiskWant& chunk, size_t size, const std::function<void(uint8_t*)>& fill, bool wait) {
+  const uint64_t file_bytes = kKvFileHeaderBytes + 4ull * chunk.tokens.size() + size + 8;
   std::unique_lock lock(mu_);
   if (auto it = index_.find(chunk.key); it != index_.end()) {
     touch(chunk.key, it->second);
     return;
   }
-  if (wait && writable_ && data.size() <= opt_.max_queued_bytes)
-    idle_cv_.wait(lock, [&] { return queued_bytes_ + data.size() <= opt_.max_queued_bytes || stop_ || !writable_; });
-  if (!writable_ || queued_bytes_ + data.size() > opt_.max_queued_bytes || !make_room(file_bytes)) {
+  if (wait && writable_ && size <= opt_.max_queued_bytes)
+    idle_cv_.wait(lock, [&] { return queued_bytes_ + size <= opt_.max_queued_bytes || stop_ || !writable_; });
+  if (!writable_ || queued_bytes_ + size > opt_.max_queued_bytes || !make_room(file_bytes)) {
     ++stats_.dropped;
     return;
   }
@@ -278,8 +282,10 @@ void DiskTier::store(const DiskWant& chunk, std::span<const uint8_t> data, bool 
   e.bytes = file_bytes;
   e.tick = ++tick_;
   bytes_ += file_bytes;
-  queued_bytes_ += data.size();
-  writes_.push_back({chunk, std::vector<uint8_t>(data.begin(), data.end())});
+  queued_bytes_ += size;
+  std::vector<uint8_t> bytes(size);
+  fill(bytes.data());
+  writes_.push_back({chunk, std::move(bytes)});
   lock.unlock();
   cv_.notify_all();
 }

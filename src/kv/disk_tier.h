@@ -101,6 +101,9 @@ class DiskTier {
   // key is already kept (it becomes the most recently used) or writing is
   // off; dropped (counted) when the queue is full unless `wait` (shutdown).
   void store(const DiskWant& chunk, std::span<const uint8_t> data, bool wait = false);
+  // The same with the bytes written by `fill` (size of them) straight into
+  // the queue's buffer (a KvMemory's read_chunk: one copy, not two).
+  void store(const DiskWant& chunk, size_t size, const std::function<void(uint8_t*)>& fill, bool wait = false);
   // Queues a read of the chunks, in order; the answer carries `ticket`.
   void load(uint64_t ticket, std::vector<DiskWant> chunks);
   // The loads answered since the last call.

@@ -1,5 +1,6 @@
 #include "kv/host_kv_memory.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "base/f16.h"
@@ -44,6 +45,28 @@ void HostKvMemory::read_chunk(ChunkId id, uint8_t* host) const {
 
 void HostKvMemory::write_chunk(ChunkId id, const uint8_t* host) {
   std::memcpy(pool_.data(id), host, pool_.layout().chunk_bytes());
+}
+
+void HostKvMemory::read_kv(ChunkId chunk, int off, int layer, int head, float* k, float* v) const {
+  const KvLayout& L = pool_.layout();
+  const size_t es = kv_type_size(L.type);
+  const uint8_t* kb = pool_.block(chunk, layer, head, false);
+  const uint8_t* vb = pool_.block(chunk, layer, head, true) + size_t(off) * L.head_dim * es;
+  for (int i = 0; i < L.head_dim; ++i) {
+    k[i] = load_kv_elem(kb + (size_t(i) * L.chunk_size + off) * es, int(L.type));
+    v[i] = load_kv_elem(vb + size_t(i) * es, int(L.type));
+  }
+}
+
+void HostKvMemory::write_kv(ChunkId chunk, int off, int layer, int head, const float* k, const float* v) {
+  const KvLayout& L = pool_.layout();
+  const size_t es = kv_type_size(L.type);
+  uint8_t* kb = pool_.block(chunk, layer, head, false);
+  uint8_t* vb = pool_.block(chunk, layer, head, true) + size_t(off) * L.head_dim * es;
+  for (int i = 0; i < L.head_dim; ++i) {
+    store_kv_elem(kb + (size_t(i) * L.chunk_size + off) * es, int(L.type), k[i]);
+    store_kv_elem(vb + size_t(i) * es, int(L.type), v[i]);
+  }
 }
 
 }  // namespace cs

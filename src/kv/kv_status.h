@@ -4,6 +4,8 @@
 // pool (queue or preempt) from a caller's mistake (a sequence that never
 // joined).
 #pragma once
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "base/error.h"
@@ -28,5 +30,15 @@ class KvError : public Error {
  private:
   KvCode code_;
 };
+
+// A status its caller's own invariants say cannot fail (leaving a sequence
+// it knows is live, say): a failure is a bug in the caller, never a
+// client's doing, and stops the process naming `what` and the status rather
+// than let the KV accounting and the scheduler's disagree from then on.
+inline void expect_ok(const KvStatus& st, const char* what) {
+  if (st.ok()) return;
+  std::fprintf(stderr, "chunkserve: %s failed: %s\n", what, st.message.c_str());
+  std::abort();
+}
 
 }  // namespace cs

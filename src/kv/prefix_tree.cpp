@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "base/f16.h"
+#include "kv/block_ledger.h"
 
 namespace cs {
 
@@ -16,10 +16,16 @@ int KernelContext::index_of(SeqId id) const {
 }
 
 PrefixTree::PrefixTree(KvLayout layout, size_t capacity_bytes, bool retain)
-    : pool_(layout, capacity_bytes), retain_(retain) {
-  meta_.resize(size_t(pool_.capacity()));
-  evict_key_.assign(size_t(pool_.capacity()), 0);
+    : layout_(layout), ids_(layout.chunks_in(capacity_bytes)), retain_(retain) {
+  meta_.resize(size_t(ids_.capacity()));
+  evict_key_.assign(size_t(ids_.capacity()), 0);
 }
+
+void PrefixTree::observe(TreeObserver* o) {
+  if (o && std::find(observers_.begin(), observers_.end(), o) == observers_.end()) observers_.push_back(o);
+}
+
+void PrefixTree::unobserve(TreeObserver* o) { std::erase(observers_, o); }
 
 void PrefixTree::check_writer() {
 #if !defined(NDEBUG) || defined(CHUNKSERVE_DEBUG_CHECKS)
@@ -34,15 +40,15 @@ void PrefixTree::check_writer() {
 
 KvStats PrefixTree::stats() const {
   KvStats s;
-  s.chunks = pool_.capacity();
-  s.free = pool_.free_count();
-  s.peak = pool_.peak_used();
-  s.bytes = pool_.bytes();
+  s.chunks = ids_.capacity();
+  s.free = ids_.free_count();
+  s.peak = ids_.peak_used();
+  s.bytes = size_t(ids_.capacity()) * layout().chunk_bytes();
   s.chunk_bytes = layout().chunk_bytes();
   s.cached = cached_;
   s.pinned = pinned_;
   s.evicted = evicted_;
-  s.used = pool_.used_count() - cached_ - pinned_;
+  s.used = ids_.used_count() - cached_ - pinned_;
   return s;
 }
 
@@ -84,8 +90,8 @@ void PrefixTree::update_evictable(ChunkId c) {
 }
 
 ChunkId PrefixTree::allocate_chunk() {
-  ChunkId id = pool_.allocate();
-  if (id < 0 && evict(1) == 1) id = pool_.allocate();
+  ChunkId id = ids_.allocate();
+  if (id < 0 && evict(1) == 1) id = ids_.allocate();
   if (id >= 0) {
     Chunk& m = meta_[size_t(id)];
     m = Chunk{};
@@ -105,7 +111,7 @@ void PrefixTree::attach(ChunkId c, ChunkId parent) {
 void PrefixTree::detach_and_free(ChunkId c) {
   const bool in_tree = meta_[size_t(c)].in_tree;
   const ChunkId parent = meta_[size_t(c)].parent;
-  if (in_tree && observer_) observer_->removed(c);
+  if (in_tree) tell([c](TreeObserver& o) { o.removed(c); });
   if (in_tree) {
     auto& siblings = children_of(parent);
     siblings.erase(std::find(siblings.begin(), siblings.end(), c));
@@ -116,7 +122,7 @@ void PrefixTree::detach_and_free(ChunkId c) {
   }
   if (meta_[size_t(c)].ref == 0) --cached_;
   meta_[size_t(c)] = Chunk{};
-  pool_.release(c);
+  ids_.release(c);
   if (in_tree) update_evictable(parent);
 }
 
@@ -139,7 +145,7 @@ int PrefixTree::evict(int n) {
   int freed = 0;
   while (freed < n && !evictable_.empty()) {
     const ChunkId c = evictable_.begin()->second;
-    if (persist_ && meta_[size_t(c)].keyed) persist_(c);
+    tell([c](TreeObserver& o) { o.evicting(c); });
     detach_and_free(c);
     ++freed;
     ++evicted_;
@@ -148,22 +154,9 @@ int PrefixTree::evict(int n) {
 }
 
 void PrefixTree::grown(ChunkId c, int before) {
-  Chunk& m = meta_[size_t(c)];
+  const Chunk& m = meta_[size_t(c)];
   if (!m.in_tree) return;
-  if (observer_) observer_->grown(c, m.parent, m.tokens, before);
-  // In-tree parents are full (a partial chunk grows before it has children).
-  if (keys_ && !m.keyed && int(m.tokens.size()) == layout().chunk_size) {
-    m.key = chunk_key(m.parent < 0 ? root_key_ : meta_[size_t(m.parent)].key, m.tokens);
-    m.keyed = true;
-  }
-}
-
-// Set-up, before the writer thread starts (not a mutation the rule checks).
-void PrefixTree::use_keys(const ChunkKey& root, std::function<void(ChunkId)> persist) {
-  keys_ = true;
-  root_key_ = root;
-  persist_ = std::move(persist);
-  for (const TreeChunk& t : tree_chunks()) grown(t.id, int(t.tokens.size()));
+  tell([&](TreeObserver& o) { o.grown(c, m.parent, m.tokens, before); });
 }
 
 std::pair<ChunkId, int> PrefixTree::match(std::span<const int32_t> tokens) const {
@@ -186,54 +179,51 @@ std::pair<ChunkId, int> PrefixTree::match(std::span<const int32_t> tokens) const
   return {node, i};
 }
 
-ChunkId PrefixTree::adopt(ChunkId parent, std::span<const int32_t> tokens, std::span<const uint8_t> data,
-                          const ChunkKey& key) {
+std::pair<ChunkId, bool> PrefixTree::adopt(ChunkId parent, std::span<const int32_t> tokens) {
   check_writer();
-  const KvLayout& L = layout();
-  if (!keys_ || int(tokens.size()) != L.chunk_size || data.size() != L.chunk_bytes()) return kNoChunk;
-  if (parent >= 0 && (!meta_[size_t(parent)].keyed || !meta_[size_t(parent)].in_tree)) return kNoChunk;
-  if (chunk_key(parent < 0 ? root_key_ : meta_[size_t(parent)].key, tokens) != key) return kNoChunk;
-  for (ChunkId ch : children_of(parent))
-    if (meta_[size_t(ch)].keyed && meta_[size_t(ch)].key == key) return ch;  // already here
+  const int c = layout().chunk_size;
+  if (int(tokens.size()) != c) return {kNoChunk, false};
+  if (parent >= 0 && (!meta_[size_t(parent)].in_tree || chunk_length(parent) != c)) return {kNoChunk, false};
+  for (ChunkId ch : children_of(parent)) {
+    const auto& t = meta_[size_t(ch)].tokens;
+    if (int(t.size()) == c && std::equal(t.begin(), t.end(), tokens.begin())) return {ch, false};  // already here
+  }
   if (parent >= 0) add_ref(parent);  // making room must not evict the parent
-  const ChunkId c = allocate_chunk();
-  if (c >= 0) {
-    std::memcpy(pool_.data(c), data.data(), data.size());
-    meta_[size_t(c)].tokens.assign(tokens.begin(), tokens.end());
-    attach(c, parent);
-    grown(c, 0);
+  const ChunkId got = allocate_chunk();
+  if (got >= 0) {
+    meta_[size_t(got)].tokens.assign(tokens.begin(), tokens.end());
+    attach(got, parent);
+    grown(got, 0);
     ++cached_;  // retained: in the tree, no reader yet
-    update_evictable(c);
+    update_evictable(got);
   }
   if (parent >= 0) unref(parent);
-  return c;
-}
-
-void PrefixTree::persist_all() {
-  if (!persist_) return;
-  for (const TreeChunk& t : tree_chunks())
-    if (meta_[size_t(t.id)].keyed) persist_(t.id);
+  return {got, got >= 0};
 }
 
 void PrefixTree::copy_tokens(ChunkId dst, ChunkId src, int n) {
-  const KvLayout& L = layout();
-  const size_t es = kv_type_size(L.type);
-  for (int l = 0; l < L.n_layers; ++l)
-    for (int h = 0; h < L.n_kv_heads; ++h) {
-      // K^T: the first n keys of every dimension row.
-      uint8_t* dk = pool_.block(dst, l, h, false);
-      const uint8_t* sk = pool_.block(src, l, h, false);
-      for (int i = 0; i < L.head_dim; ++i)
-        std::memcpy(dk + size_t(i) * L.chunk_size * es, sk + size_t(i) * L.chunk_size * es, size_t(n) * es);
-      std::memcpy(pool_.block(dst, l, h, true), pool_.block(src, l, h, true), size_t(n) * L.head_dim * es);
-    }
+  copies_.push_back({src, dst, n});
   auto& t = meta_[size_t(src)].tokens;
   meta_[size_t(dst)].tokens.assign(t.begin(), t.begin() + n);
+}
+
+// A copy queued by an earlier call must be made before this one may
+// allocate (and so reuse its source's id).
+static void check_copies_taken(const std::vector<PrefixTree::KvCopy>& q) {
+#if !defined(NDEBUG) || defined(CHUNKSERVE_DEBUG_CHECKS)
+  if (!q.empty()) {
+    std::fprintf(stderr, "PrefixTree: a queued K/V copy was not taken before the next call\n");
+    std::abort();
+  }
+#else
+  (void)q;
+#endif
 }
 
 // ChunkAttention §3.1: a new sequence walks the tree along its prompt.
 KvStatus PrefixTree::join(SeqId id, std::span<const int32_t> tokens, int* matched) {
   check_writer();
+  check_copies_taken(copies_);
   if (seqs_.count(id)) return {KvCode::kSequenceExists, "sequence " + std::to_string(id) + " exists"};
   const int n = int(tokens.size());
   const auto [node, i] = match(tokens);
@@ -252,7 +242,7 @@ KvStatus PrefixTree::join(SeqId id, std::span<const int32_t> tokens, int* matche
   }
   for (ChunkId ch : path) {
     add_ref(ch);
-    if (++meta_[size_t(ch)].uses == 2 && persist_ && meta_[size_t(ch)].keyed) persist_(ch);
+    if (++meta_[size_t(ch)].uses == 2) tell([ch](TreeObserver& o) { o.shared(ch); });
   }
   Seq seq;
   seq.chunks = path;
@@ -289,6 +279,7 @@ KvStatus PrefixTree::append(SeqId id, std::span<const int32_t> tokens) {
     return {left_.count(id) ? KvCode::kSequenceLeft : KvCode::kUnknownSequence,
             "append to " + std::string(left_.count(id) ? "a sequence that left" : "an unknown sequence") +
                 " (" + std::to_string(id) + ")"};
+  check_copies_taken(copies_);
   Seq& seq = it->second;
   const int c = layout().chunk_size, n = int(tokens.size());
   if (n == 0) return KvStatus::Ok();
@@ -383,9 +374,8 @@ KvStatus PrefixTree::leave(SeqId id) {
   for (auto c = chunks.rbegin(); c != chunks.rend(); ++c) unref(*c);  // leaves first
   // Now retained: kept root first, so that a kill part-way through the
   // writes leaves a prefix of the chain on disk (a tail alone serves nobody).
-  if (persist_)
-    for (ChunkId c : chunks)
-      if (meta_[size_t(c)].keyed && meta_[size_t(c)].ref == 0 && meta_[size_t(c)].in_tree) persist_(c);
+  for (ChunkId c : chunks)
+    if (meta_[size_t(c)].ref == 0 && meta_[size_t(c)].in_tree) tell([c](TreeObserver& o) { o.retained(c); });
   dirty_ = true;
   return KvStatus::Ok();
 }
@@ -432,14 +422,13 @@ ChunkId PrefixTree::pin(std::span<const int32_t> tokens, uint64_t group) {
 
 KvStatus PrefixTree::unpin(ChunkId c) {
   check_writer();
-  if (c < 0 || c >= pool_.capacity() || !meta_[size_t(c)].pinned)
-    return {KvCode::kInvalid, "chunk " + std::to_string(c) + " is not pinned"};
+  if (!pinned(c)) return {KvCode::kInvalid, "chunk " + std::to_string(c) + " is not pinned"};
   if (meta_[size_t(c)].ref > 0)
     return {KvCode::kInUse, "chunk " + std::to_string(c) + " is read by " + std::to_string(meta_[size_t(c)].ref) +
                                 " live sequences"};
   if (--group_size_[meta_[size_t(c)].group] == 0) group_size_.erase(meta_[size_t(c)].group);
   meta_[size_t(c)] = Chunk{};
-  pool_.release(c);
+  ids_.release(c);
   --pinned_;
   return KvStatus::Ok();
 }
@@ -461,8 +450,7 @@ KvStatus PrefixTree::attach_pinned(SeqId id, std::span<const ChunkId> chunks) {
   if (it == seqs_.end() || !it->second.detached)
     return {KvCode::kInvalid, "attach to sequence " + std::to_string(id) + ", which is not a live detached one"};
   for (ChunkId c : chunks)
-    if (c < 0 || c >= pool_.capacity() || !meta_[size_t(c)].pinned)
-      return {KvCode::kInvalid, "chunk " + std::to_string(c) + " is not pinned"};
+    if (!pinned(c)) return {KvCode::kInvalid, "chunk " + std::to_string(c) + " is not pinned"};
   for (ChunkId c : chunks) {
     add_ref(c);
     ++meta_[size_t(c)].uses;
@@ -471,35 +459,6 @@ KvStatus PrefixTree::attach_pinned(SeqId id, std::span<const ChunkId> chunks) {
   }
   dirty_ = true;
   return KvStatus::Ok();
-}
-
-void PrefixTree::write_kv(SeqId id, int index, int layer, int head, const float* k, const float* v) {
-  const auto [chunk, off] = slot(id, index);
-  write_kv_at(chunk, off, layer, head, k, v);
-}
-
-void PrefixTree::write_kv_at(ChunkId chunk, int off, int layer, int head, const float* k, const float* v) {
-  check_writer();
-  const KvLayout& L = layout();
-  const size_t es = kv_type_size(L.type);
-  uint8_t* kb = pool_.block(chunk, layer, head, false);
-  uint8_t* vb = pool_.block(chunk, layer, head, true) + size_t(off) * L.head_dim * es;
-  for (int i = 0; i < L.head_dim; ++i) {
-    store_kv_elem(kb + (size_t(i) * L.chunk_size + off) * es, int(L.type), k[i]);
-    store_kv_elem(vb + size_t(i) * es, int(L.type), v[i]);
-  }
-}
-
-void PrefixTree::read_kv(SeqId id, int index, int layer, int head, float* k, float* v) const {
-  const auto [chunk, off] = slot(id, index);
-  const KvLayout& L = layout();
-  const size_t es = kv_type_size(L.type);
-  const uint8_t* kb = pool_.block(chunk, layer, head, false);
-  const uint8_t* vb = pool_.block(chunk, layer, head, true) + size_t(off) * L.head_dim * es;
-  for (int i = 0; i < L.head_dim; ++i) {
-    k[i] = load_kv_elem(kb + (size_t(i) * L.chunk_size + off) * es, int(L.type));
-    v[i] = load_kv_elem(vb + size_t(i) * es, int(L.type));
-  }
 }
 
 // ChunkAttention §3.3: order sequences by a depth-first walk of the tree, so

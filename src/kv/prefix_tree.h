@@ -25,6 +25,14 @@
 // tokens the writer appended; shared chunks are never written (a shared
 // partial chunk is copied before it is written: copy-on-write).
 //
+// Bookkeeping only (SGLang's radix cache: nodes name KV slots, a pool holds
+// them): chunk ids, tokens, reference counts, pins and the LRU. The bytes
+// live in a KvMemory (kv/kv_memory.h) the caller owns; the one copy the
+// tree's decisions need (a partial match, or copy-on-write of a shared tail)
+// is queued for the caller (take_copies), and whoever keeps chunks elsewhere
+// (the disk tier, the block ledger) learns of them through TreeObserver
+// events (kv/tree_observer.h).
+//
 // Errors are values (KvStatus). A failed call changes nothing.
 #pragma once
 #include <functional>
@@ -34,13 +42,13 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
-#include "kv/block_ledger.h"
-#include "kv/chunk_key.h"
-#include "kv/chunk_pool.h"
+#include "kv/chunk_ids.h"
 #include "kv/kernel_context.h"
 #include "kv/kv_status.h"
+#include "kv/tree_observer.h"
 #include "kv/tree_view.h"
 
 namespace cs {
@@ -59,8 +67,19 @@ struct KvStats {
 
 class PrefixTree {
  public:
-  // retain: keep the chunks of sequences that left, for later joins.
+  // Ids for the chunks of `layout` that fit in capacity_bytes. retain: keep
+  // the chunks of sequences that left, for later joins.
   PrefixTree(KvLayout layout, size_t capacity_bytes, bool retain = true);
+
+  // A copy the caller makes in its KvMemory before it writes or allocates
+  // again: the first n tokens' K/V of chunk src into chunk dst.
+  struct KvCopy {
+    ChunkId src, dst;
+    int n;
+  };
+  // The copies the last join or append queued (at most one each); each call
+  // that may queue one expects the queue empty (checked in debug builds).
+  std::vector<KvCopy> take_copies() { return std::exchange(copies_, {}); }
 
   // Starts sequence `id` with prompt `tokens`: shares every full chunk of the
   // longest matching path; if the match ends inside a chunk, copies the
@@ -79,14 +98,15 @@ class PrefixTree {
   // cached one (a cached chunk's descendants are cached too, so all can be
   // evicted). Callers appending to several sequences check the sum first.
   int chunks_to_append(SeqId id, int n) const;
-  int available() const { return pool_.free_count() + cached_; }
+  int available() const { return ids_.free_count() + cached_; }
+  int capacity() const { return ids_.capacity(); }
 
   // Ends a sequence, releasing what only it used (or caching it: retain).
   KvStatus leave(SeqId id);
 
   // --- Pinned chunks (Prompt Cache modules) ---
   // A chunk outside the tree holding `tokens` (at most chunk_size; the caller
-  // writes their K/V with write_kv_at); kNoChunk when the pool has no room.
+  // writes their K/V into its memory); kNoChunk when the pool has no room.
   // `group` names the run of pinned chunks it belongs to (one module text
   // segment): readers always attach a group whole and in order.
   ChunkId pin(std::span<const int32_t> tokens, uint64_t group);
@@ -97,7 +117,7 @@ class PrefixTree {
   KvStatus join_detached(SeqId id);
   // Appends pinned chunks to a detached sequence's chunk list.
   KvStatus attach_pinned(SeqId id, std::span<const ChunkId> chunks);
-  bool pinned(ChunkId c) const { return meta_[size_t(c)].pinned; }
+  bool pinned(ChunkId c) const { return c >= 0 && c < capacity() && meta_[size_t(c)].pinned; }
   uint64_t pin_group(ChunkId c) const { return meta_[size_t(c)].group; }
 
   // New sequence `child` sharing all of `parent`'s chunks (parallel sampling).
@@ -111,21 +131,14 @@ class PrefixTree {
   // changed since the last call.
   std::shared_ptr<const KernelContext> context();
 
-  // --- Reading and writing K/V ---
+  // --- Where a sequence's tokens are ---
   bool contains(SeqId id) const { return seqs_.count(id) != 0; }
   int length(SeqId id) const;  // tokens of a live sequence (0 if unknown)
   const std::vector<ChunkId>& chunks_of(SeqId id) const;
   int chunk_length(ChunkId c) const { return int(meta_[size_t(c)].tokens.size()); }
   const std::vector<int32_t>& chunk_tokens(ChunkId c) const { return meta_[size_t(c)].tokens; }
-  // Chunk and offset of token `index` of a sequence.
+  // Chunk and offset of token `index` of a sequence (where its K/V go).
   std::pair<ChunkId, int> slot(SeqId id, int index) const;
-  // Writes K and V (head_dim floats each, converted to the storage type) of one
-  // token for one layer and KV head.
-  void write_kv(SeqId id, int index, int layer, int head, const float* k, const float* v);
-  // The same at a slot() found earlier (the chunk is the writer's own).
-  void write_kv_at(ChunkId chunk, int offset, int layer, int head, const float* k, const float* v);
-  // Reads them back as floats (tests, reference kernels).
-  void read_kv(SeqId id, int index, int layer, int head, float* k, float* v) const;
 
   // Every chunk in the tree (live or cached, not pinned) with its parent,
   // parents first: what a subscriber to the block events should hold.
@@ -139,43 +152,31 @@ class PrefixTree {
   // BlockLedger said it holds, found another way.
   std::vector<uint64_t> block_hashes(int block) const;
 
-  // Tells `o` (or nobody: nullptr) how the tree's chunks grow and leave it,
-  // on the writer thread (kv/block_ledger.h). Not owned.
-  void observe(TreeObserver* o) { observer_ = o; }
+  // Tells `o` how the tree's chunks grow, are kept and leave it, on the
+  // writer thread, from now until unobserve(o) (kv/tree_observer.h). Not owned.
+  void observe(TreeObserver* o);
+  void unobserve(TreeObserver* o);
 
-  // --- Keys (the disk tier, kv/disk_tier.h) ---
-  // From now on every full chunk in the tree is named by chunk_key, chained
-  // from `root`; `persist` is called on the writer thread with a full chunk
-  // whose K/V are complete and worth keeping: one whose last reader has just
-  // left (retained; a sequence's chunks root first), one a second sequence
-  // has just joined through (a shared prefix that may never be unreferenced
-  // under load), and one about to be evicted. A parent is kept before its
-  // child, so what is kept is a chain's prefix. It must copy what it keeps
-  // (and may be called again for a chunk it has).
-  void use_keys(const ChunkKey& root, std::function<void(ChunkId)> persist);
-  bool keyed(ChunkId c) const { return meta_[size_t(c)].keyed; }
-  const ChunkKey& key(ChunkId c) const { return meta_[size_t(c)].key; }
-  const ChunkKey& root_key() const { return root_key_; }
   ChunkId parent(ChunkId c) const { return meta_[size_t(c)].parent; }
+  // Whether chunk c is a node of the tree (live or retained, not pinned nor a
+  // detached sequence's own).
+  bool in_tree(ChunkId c) const { return meta_[size_t(c)].in_tree; }
   // The longest run of full chunks in the tree matching the start of
   // `tokens`: its last chunk (kNoChunk: none) and the tokens it covers.
   std::pair<ChunkId, int> match(std::span<const int32_t> tokens) const;
-  // A retained chunk under `parent` (kNoChunk: the root) holding `tokens` (a
-  // full chunk) and `data` (chunk_bytes, the pool's layout), named `key`;
-  // kNoChunk when the pool has no room or the key is not the chunk_key of
-  // parent and tokens (nothing changed then).
-  ChunkId adopt(ChunkId parent, std::span<const int32_t> tokens, std::span<const uint8_t> data, const ChunkKey& key);
-  // Calls persist for every full keyed chunk in the tree (a clean shutdown).
-  void persist_all();
+  // A retained full chunk under `parent` (kNoChunk: the root) holding
+  // `tokens` (chunk_size of them), for a lower tier bringing one back: the
+  // chunk and true when it was made (the caller writes its bytes), the child
+  // already holding these tokens and false, or kNoChunk when the pool has no
+  // room or parent is not a full chunk of the tree (nothing changed then).
+  std::pair<ChunkId, bool> adopt(ChunkId parent, std::span<const int32_t> tokens);
 
-  ChunkPool& pool() { return pool_; }
-  const ChunkPool& pool() const { return pool_; }
-  const KvLayout& layout() const { return pool_.layout(); }
+  const KvLayout& layout() const { return layout_; }
   KvStats stats() const;
   // What the web console draws (kv/tree_view.h): at most max_nodes nodes,
   // each with its first head_tokens tokens. Writer thread only.
-  // on_disk (when given) tells which keyed chunks the disk tier also holds.
-  TreeView view(int max_nodes, int head_tokens, const std::function<bool(const ChunkKey&)>& on_disk = {}) const;
+  // on_disk (when given) tells which chunks the disk tier also holds.
+  TreeView view(int max_nodes, int head_tokens, const std::function<bool(ChunkId)>& on_disk = {}) const;
 
  private:
   struct Chunk {
@@ -189,8 +190,6 @@ class PrefixTree {
     uint64_t group = 0;    // pinned: its run of chunks
     int group_pos = 0;     // pinned: its place in the run
     int uses = 0;          // sequences that have read it (joined through, created, forked or attached it)
-    bool keyed = false;    // full, in the tree, keys on: `key` names it
-    ChunkKey key;
   };
   struct Seq {
     std::vector<ChunkId> chunks;
@@ -207,9 +206,12 @@ class PrefixTree {
   void touch(ChunkId c);
   void update_evictable(ChunkId c);
   void copy_tokens(ChunkId dst, ChunkId src, int n);
-  // Tells the observer that chunk c (if in the tree) grew from `before`
-  // tokens, and names it once it is full (keys on).
+  // Tells the observers that chunk c (if in the tree) grew from `before` tokens.
   void grown(ChunkId c, int before);
+  template <class F>
+  void tell(F&& f) {
+    for (TreeObserver* o : observers_) f(*o);
+  }
   std::vector<ChunkId>& children_of(ChunkId parent) {
     return parent < 0 ? root_children_ : meta_[size_t(parent)].children;
   }
@@ -217,8 +219,10 @@ class PrefixTree {
     return parent < 0 ? root_children_ : meta_[size_t(parent)].children;
   }
 
-  ChunkPool pool_;
+  KvLayout layout_;
+  ChunkIds ids_;
   bool retain_;
+  std::vector<KvCopy> copies_;
   std::vector<Chunk> meta_;  // indexed by ChunkId
   std::vector<ChunkId> root_children_;
   std::unordered_map<SeqId, Seq> seqs_;
@@ -233,10 +237,7 @@ class PrefixTree {
   uint64_t version_ = 0;
   std::shared_ptr<const KernelContext> context_;
   std::thread::id writer_{};
-  TreeObserver* observer_ = nullptr;
-  bool keys_ = false;
-  ChunkKey root_key_;
-  std::function<void(ChunkId)> persist_;
+  std::vector<TreeObserver*> observers_;
   uint64_t evicted_ = 0;
 };
 

@@ -5,7 +5,7 @@
 
 namespace cs {
 
-TreeView PrefixTree::view(int max_nodes, int head_tokens, const std::function<bool(const ChunkKey&)>& on_disk) const {
+TreeView PrefixTree::view(int max_nodes, int head_tokens, const std::function<bool(ChunkId)>& on_disk) const {
   TreeView v;
   int shown_chunks = 0, total_chunks = 0;
   const auto state_of = [&](const Chunk& m) {
@@ -26,7 +26,7 @@ TreeView PrefixTree::view(int max_nodes, int head_tokens, const std::function<bo
     for (ChunkId c : run) {
       const auto& t = meta_[size_t(c)].tokens;
       n.tokens += int(t.size());
-      if (on_disk && meta_[size_t(c)].keyed && on_disk(meta_[size_t(c)].key)) ++n.on_disk;
+      if (on_disk && on_disk(c)) ++n.on_disk;
       for (size_t i = 0; i < t.size() && int(n.head.size()) < head_tokens; ++i) n.head.push_back(t[i]);
     }
     v.nodes.push_back(std::move(n));

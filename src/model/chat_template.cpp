@@ -69,9 +69,8 @@ ChatTemplate::ChatTemplate(const std::string& source, std::string bos_token, std
 }
 
 // A template that runs long on a short conversation would run long on every
-// request (one looping over range(100000) twice took 10 s a chat under the
-// 20M-step budget, and 35 s of start-up): it is refused here, at load, after
-// a small budget. The sample is a system prompt, a tool, a user turn, an
+// request (one looping over range(100000) twice takes seconds a chat under
+// the per-request budget): it is refused here, at load, after a small budget. The sample is a system prompt, a tool, a user turn, an
 // assistant turn with a tool call, the tool's result and a user turn (with
 // and without the tool list); a
 // template that refuses it (raise_exception, a role it does not take) is

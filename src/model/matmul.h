@@ -4,8 +4,8 @@
 // llama.cpp's legacy types, so that results agree with it to rounding.
 // Quantized weights are repacked exactly at load into 16-row layouts (see
 // model/pack_layout.h): Q4_0/Q4_1 into nibbles; Q4_K/Q5_K/Q6_K into nibbles
-// and high-bit planes under the file's factored scales (within 4% of the
-// file's bytes: decode reads little more than the file); the others into
+// and high-bit planes under the file's factored scales (a few percent more
+// than the file's bytes: decode reads little more than the file); the others into
 // bytes with one scale per block of 32 or per half of 16 (Q3_K, Q2_K). Q4_0,
 // Q4_1 and Q8_0 also have a kernel on the file's layout, used without AVX2. Float
 // weights (F32, F16, BF16) are widened to fp32 once at load. Multithreaded

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "base/log_sum_exp.h"
 #include "cache/contiguous_kv.h"
 
 namespace cs {
@@ -35,13 +36,6 @@ std::vector<std::vector<int32_t>> perplexity_windows(std::span<const int32_t> to
 }
 
 namespace {
-
-double log_sum_exp(std::span<const float> l) {
-  const float mx = *std::max_element(l.begin(), l.end());
-  double s = 0;
-  for (float v : l) s += std::exp(double(v) - mx);
-  return mx + std::log(s);
-}
 
 // One row of the --kl-divergence-base format: two floats (scale, the lowest
 // log-probability kept), then n_vocab 16-bit steps above it (16 nats below

@@ -62,9 +62,9 @@ constexpr int plane_shift(int k) {
 constexpr char plane_mask(int planes) { return planes == 1 ? 0x10 : 0x30; }
 
 // Asks for the weights kPrefetchBlocks blocks ahead of block w (block_words
-// words each) into L1. The hardware prefetchers alone left a decode step's
-// stream of repacked weights at ~85% of the read bandwidth it reaches with
-// this (docs/benchmarks.md); prefetches past the end of a group are harmless.
+// words each) into L1. The hardware prefetchers alone leave a decode step's
+// stream of repacked weights below the read bandwidth it reaches with this
+// (docs/kernels.md); prefetches past the end of a group are harmless.
 constexpr int kPrefetchBlocks = 4;
 inline void prefetch_ahead(const uint32_t* w, int block_words) {
   const char* ahead = reinterpret_cast<const char*>(w + kPrefetchBlocks * block_words);

@@ -145,22 +145,23 @@ int SchemaEncoding::add_slice(Batch& batch, int max) {
 
 KvStore& SchemaEncoding::scratch() { return *scratch_; }
 
-void SchemaEncoding::ran(PrefixTree& tree) {
+void SchemaEncoding::ran(PrefixKv& kv) {
   next_ += pending_;
   done_ += int(pending_);
   pending_ = 0;
   if (next_ < toks_.size()) return;
-  pin_scaffold(tree);
+  pin_scaffold(kv);
   ++scaffold_;
   start_scaffold();
 }
 
 // Stores the segments the current scaffold owns: cached text of its modules,
 // each in fresh chunks.
-void SchemaEncoding::pin_scaffold(PrefixTree& tree) {
+void SchemaEncoding::pin_scaffold(PrefixKv& kv) {
   const Layout& l = e_->layout;
   const int cs = layout_.chunk_size;
-  std::vector<float> k(size_t(layout_.head_dim)), v(size_t(layout_.head_dim));
+  const size_t d = size_t(layout_.head_dim), w = size_t(layout_.n_kv_heads) * d;
+  std::vector<float> k(w), v(w);
   for (size_t g = 0; g < l.segments.size(); ++g) {
     const Segment& seg = l.segments[g];
     const ModuleLayout& ml = l.modules[size_t(seg.module)];
@@ -169,26 +170,28 @@ void SchemaEncoding::pin_scaffold(PrefixTree& tree) {
     const uint64_t group = new_pin_group();
     for (int off = 0; off < where_[g].second; off += cs) {
       const int n = std::min(cs, where_[g].second - off);
-      const ChunkId ch = tree.pin(std::span(seg.tokens).subspan(size_t(off), size_t(n)), group);
+      const ChunkId ch = kv.pin(std::span(seg.tokens).subspan(size_t(off), size_t(n)), group);
       if (ch < 0)
         throw Error("the KV pool has no room for schema '" + l.schema + "' (" + std::to_string(total_) +
                         " tokens to encode; --kv-memory)",
                     ErrorKind::kNoRoom);
       e_->chunks[g].push_back(ch);
+      // Read back as floats and written converted: exact for every KV type.
       for (int i = 0; i < n; ++i)
-        for (int layer = 0; layer < layout_.n_layers; ++layer)
-          for (int h = 0; h < layout_.n_kv_heads; ++h) {
-            scratch_->tree().read_kv(0, where_[g].first + off + i, layer, h, k.data(), v.data());
-            tree.write_kv_at(ch, i, layer, h, k.data(), v.data());
-          }
+        for (int layer = 0; layer < layout_.n_layers; ++layer) {
+          for (int h = 0; h < layout_.n_kv_heads; ++h)
+            scratch_->read_kv(0, where_[g].first + off + i, layer, h, k.data() + size_t(h) * d, v.data() + size_t(h) * d);
+          const int32_t slot = ch * cs + i;
+          kv.memory().write_rows(layer, &slot, 1, k.data(), v.data());
+        }
       e_->tokens += n;
       e_->bytes += layout_.chunk_bytes();
     }
   }
 }
 
-void SchemaEncoding::abandon(PrefixTree& tree) {
-  release_schema(tree, *e_);
+void SchemaEncoding::abandon(PrefixKv& kv) {
+  release_schema(kv, *e_);
   for (auto& c : e_->chunks) c.clear();
 }
 
@@ -197,10 +200,10 @@ std::unique_ptr<EncodedSchema> SchemaEncoding::take() {
   return std::move(e_);
 }
 
-std::unique_ptr<EncodedSchema> encode_schema(Schema s, const LlamaModel& model, PrefixTree& tree, const TextModel& tm,
+std::unique_ptr<EncodedSchema> encode_schema(Schema s, const LlamaModel& model, PrefixKv& kv, const TextModel& tm,
                                              const std::function<void(int, int)>& progress) {
   const LlamaConfig& c = model.config();
-  SchemaEncoding enc(std::move(s), tm, tree.layout(), c.n_heads);
+  SchemaEncoding enc(std::move(s), tm, kv.layout(), c.n_heads);
   Workspace ws;
   std::vector<float> logits;
   try {
@@ -208,19 +211,19 @@ std::unique_ptr<EncodedSchema> encode_schema(Schema s, const LlamaModel& model, 
       Batch batch;
       enc.add_slice(batch, 512);
       model.forward(batch, enc.scratch(), ws, logits);
-      enc.ran(tree);
+      enc.ran(kv);
       if (progress) progress(enc.done(), enc.total());
     }
   } catch (...) {
-    enc.abandon(tree);
+    enc.abandon(kv);
     throw;
   }
   return enc.take();
 }
 
-void release_schema(PrefixTree& tree, const EncodedSchema& e) {
+void release_schema(PrefixKv& kv, const EncodedSchema& e) {
   for (const auto& seg : e.chunks)
-    for (ChunkId c : seg) (void)tree.unpin(c);
+    for (ChunkId c : seg) (void)kv.unpin(c);
 }
 
 }  // namespace cs::pml

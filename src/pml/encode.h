@@ -19,7 +19,6 @@
 #include <vector>
 
 #include "cache/prefix_kv.h"
-#include "kv/prefix_tree.h"
 #include "model/llama.h"
 #include "pml/assemble.h"
 
@@ -70,17 +69,17 @@ class SchemaEncoding {
   int add_slice(Batch& batch, int max);
   KvStore& scratch();
   // The slice's forward pass ran. When it completed a scaffold, that
-  // scaffold's stored segments are pinned in `tree`; throws Error when the
+  // scaffold's stored segments are pinned in `kv`; throws Error when the
   // pool has no room (call abandon()).
-  void ran(PrefixTree& tree);
+  void ran(PrefixKv& kv);
   // Unpins what was pinned (after an error).
-  void abandon(PrefixTree& tree);
+  void abandon(PrefixKv& kv);
   // The encoded schema, once finished().
   std::unique_ptr<EncodedSchema> take();
 
  private:
   void start_scaffold();
-  void pin_scaffold(PrefixTree& tree);
+  void pin_scaffold(PrefixKv& kv);
 
   std::unique_ptr<EncodedSchema> e_;
   std::string name_;
@@ -101,16 +100,16 @@ class SchemaEncoding {
   std::chrono::steady_clock::time_point t0_;
 };
 
-// Encodes `s` into pinned chunks of `tree` alone, in slices of 512 tokens.
+// Encodes `s` into pinned chunks of `kv` alone, in slices of 512 tokens.
 // `progress(done, total)` counts tokens run through the model. Throws Error
 // when the pool cannot hold the schema (whatever was pinned is released).
-std::unique_ptr<EncodedSchema> encode_schema(Schema s, const LlamaModel& model, PrefixTree& tree, const TextModel& tm,
+std::unique_ptr<EncodedSchema> encode_schema(Schema s, const LlamaModel& model, PrefixKv& kv, const TextModel& tm,
                                              const std::function<void(int, int)>& progress = {});
 // A fresh group for the pinned chunks of one stored segment (unique in the
 // process).
 uint64_t new_pin_group();
 
 // Unpins the schema's chunks (none may be read by a live sequence).
-void release_schema(PrefixTree& tree, const EncodedSchema& e);
+void release_schema(PrefixKv& kv, const EncodedSchema& e);
 
 }  // namespace cs::pml

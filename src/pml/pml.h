@@ -22,8 +22,8 @@ struct Location {
 // An error in a schema or a prompt: "file:line:column: problem".
 class PmlError : public Error {
  public:
-  PmlError(const Location& at, const std::string& problem, ErrorKind kind = ErrorKind::kOther)
-      : Error(at.str() + ": " + problem, kind), at_(at) {}
+  PmlError(const Location& at, const std::string& problem, ErrorKind kind = ErrorKind::kInvalid)
+      : Error(Status{kind, problem, at.str()}), at_(at) {}
   const Location& where() const { return at_; }
 
  private:

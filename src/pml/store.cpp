@@ -88,15 +88,18 @@ std::vector<std::string> remove_stale_saves(const std::string& dir) {
   return removed;
 }
 
-void save_schema(const EncodedSchema& e, const ChunkPool& pool, const ModelIdentity& model, int32_t pad,
+void save_schema(const EncodedSchema& e, const KvMemory& memory, const ModelIdentity& model, int32_t pad,
                  const std::string& dir) {
-  const KvLayout& L = pool.layout();
+  const KvLayout& L = memory.layout();
   std::vector<uint8_t> bytes;
   json segments = json::array();
   for (size_t g = 0; g < e.chunks.size(); ++g) {
     if (e.chunks[g].empty()) continue;
     segments.push_back({{"segment", g}, {"tokens", e.layout.segments[g].tokens}});
-    for (ChunkId c : e.chunks[g]) bytes.insert(bytes.end(), pool.data(c), pool.data(c) + L.chunk_bytes());
+    for (ChunkId c : e.chunks[g]) {
+      bytes.resize(bytes.size() + L.chunk_bytes());
+      memory.read_chunk(c, bytes.data() + bytes.size() - L.chunk_bytes());
+    }
   }
   const json manifest = {{"format", kFormat},
                          {"name", e.schema.name},
@@ -178,7 +181,7 @@ SavedSchema read_saved_schema(const std::string& path, const ModelIdentity& mode
   return s;
 }
 
-std::unique_ptr<EncodedSchema> restore_schema(SavedSchema saved, PrefixTree& tree, const TextModel& tm) {
+std::unique_ptr<EncodedSchema> restore_schema(SavedSchema saved, PrefixKv& kv, const TextModel& tm) {
   const auto t0 = std::chrono::steady_clock::now();
   auto e = std::make_unique<EncodedSchema>();
   e->schema = std::move(saved.schema);
@@ -199,7 +202,7 @@ std::unique_ptr<EncodedSchema> restore_schema(SavedSchema saved, PrefixTree& tre
   for (size_t i = 0; i < expected.size(); ++i)
     if (saved.segments[i].first != expected[i] || saved.segments[i].second != e->layout.segments[size_t(expected[i])].tokens)
       throw stale("segment " + std::to_string(expected[i]) + " tokenizes differently than saved");
-  const KvLayout& L = tree.layout();
+  const KvLayout& L = kv.layout();
   const int cs = L.chunk_size;
   size_t offset = 0;
   try {
@@ -207,20 +210,20 @@ std::unique_ptr<EncodedSchema> restore_schema(SavedSchema saved, PrefixTree& tre
       const uint64_t group = new_pin_group();
       for (size_t off = 0; off < toks.size(); off += size_t(cs)) {
         const size_t n = std::min(toks.size() - off, size_t(cs));
-        const ChunkId c = tree.pin(std::span(toks).subspan(off, n), group);
+        const ChunkId c = kv.pin(std::span(toks).subspan(off, n), group);
         if (c < 0)
           throw Error("the KV pool has no room for schema '" + e->schema.name + "' (" + std::to_string(e->tokens) +
                           " of its tokens pinned; --kv-memory)",
                       ErrorKind::kNoRoom);
         e->chunks[size_t(g)].push_back(c);
-        std::memcpy(tree.pool().data(c), saved.bytes->data() + offset, L.chunk_bytes());
+        kv.memory().write_chunk(c, saved.bytes->data() + offset);
         offset += L.chunk_bytes();
         e->tokens += int(n);
         e->bytes += L.chunk_bytes();
       }
     }
   } catch (...) {
-    release_schema(tree, *e);
+    release_schema(kv, *e);
     throw;
   }
   e->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

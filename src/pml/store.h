@@ -47,10 +47,10 @@ class StaleSchema : public Error {
 // dir/<name>; throws Error when the name cannot be a directory name.
 std::string saved_schema_path(const std::string& dir, const std::string& name);
 
-// Writes `e` (its chunks read from `pool`) to dir/<name>/ through a
+// Writes `e` (its chunks read from `memory`) to dir/<name>/ through a
 // temporary dir/.<name>.saving-<pid>/ renamed into place; files are 0600.
 // Throws Error naming the path when it cannot.
-void save_schema(const EncodedSchema& e, const ChunkPool& pool, const ModelIdentity& model, int32_t pad,
+void save_schema(const EncodedSchema& e, const KvMemory& memory, const ModelIdentity& model, int32_t pad,
                  const std::string& dir);
 
 // Removes the temporary directories of saves whose process is gone (a kill
@@ -71,9 +71,9 @@ struct SavedSchema {
 SavedSchema read_saved_schema(const std::string& path, const ModelIdentity& model, const KvLayout& layout,
                               int32_t pad);
 
-// Pins the saved chunks into `tree` (engine thread). Throws StaleSchema when
+// Pins the saved chunks into `kv` (engine thread). Throws StaleSchema when
 // the schema's layout under this tokenizer is not the one saved, Error when
 // the pool has no room (nothing stays pinned).
-std::unique_ptr<EncodedSchema> restore_schema(SavedSchema saved, PrefixTree& tree, const TextModel& tm);
+std::unique_ptr<EncodedSchema> restore_schema(SavedSchema saved, PrefixKv& kv, const TextModel& tm);
 
 }  // namespace cs::pml

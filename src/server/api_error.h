@@ -18,8 +18,12 @@ struct ApiError {
 // The error object as JSON text.
 std::string error_json(const ApiError& e);
 
-// An engine's refusal by its kind: not found 404, exists or in use 409,
-// stopped 503, no room and the rest 400.
-ApiError api_error_of(const Error& e, const std::string& param = "");
+// The route's answer to an engine's status, by its generic code: not found
+// 404, exists or in use 409 (codes `<thing>_not_found`, `_exists`,
+// `_in_use`: the route names what it is about), stopped 503, internal 500,
+// no room and invalid 400 (code `invalid`, null when empty). The message
+// carries the status's location (a PML document's "file:line:column").
+ApiError api_error_of(const Status& s, const std::string& param = "", const std::string& thing = "schema",
+                      const std::string& invalid = "");
 
 }  // namespace cs

@@ -25,16 +25,18 @@ std::string error_json(const ApiError& e) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-ApiError api_error_of(const Error& e, const std::string& param) {
-  switch (e.kind()) {
-    case ErrorKind::kNotFound: return {404, e.what(), "invalid_request_error", param, "schema_not_found"};
-    case ErrorKind::kExists: return {409, e.what(), "invalid_request_error", param, "schema_exists"};
-    case ErrorKind::kInUse: return {409, e.what(), "invalid_request_error", param, "schema_in_use"};
-    case ErrorKind::kStopped: return {503, e.what(), "server_error", param, "unavailable"};
-    case ErrorKind::kNoRoom: return {400, e.what(), "invalid_request_error", param, "kv_memory_full"};
-    case ErrorKind::kOther: break;
+ApiError api_error_of(const Status& s, const std::string& param, const std::string& thing, const std::string& invalid) {
+  const std::string text = s.text();
+  switch (s.code) {
+    case ErrorKind::kNotFound: return {404, text, "invalid_request_error", param, thing + "_not_found"};
+    case ErrorKind::kExists: return {409, text, "invalid_request_error", param, thing + "_exists"};
+    case ErrorKind::kInUse: return {409, text, "invalid_request_error", param, thing + "_in_use"};
+    case ErrorKind::kStopped: return {503, text, "server_error", param, "unavailable"};
+    case ErrorKind::kNoRoom: return {400, text, "invalid_request_error", param, "kv_memory_full"};
+    case ErrorKind::kInternal: return {500, text, "server_error", param, "internal_error"};
+    case ErrorKind::kInvalid: break;
   }
-  return {400, e.what(), "invalid_request_error", param, ""};
+  return {400, text, "invalid_request_error", param, invalid};
 }
 
 namespace {

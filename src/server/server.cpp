@@ -267,16 +267,17 @@ HttpResponse Server::Impl::transport_error(const HttpRequest* req, int status, c
   return res;
 }
 
+// A PML document's error (it has a location) is invalid_pml; others name no code.
+static std::string pml_code(const Status& s) { return s.location.empty() ? "" : "invalid_pml"; }
+
 // Prompt Cache: the prompt a PML document assembles from its registered
 // schema, with the request's sampling and limits.
 void Server::Impl::pml_prompt(ApiRequest& r) {
   Request built;
   try {
     built = engine.pml_request(r.pml, r.pml_cache, "pml");
-  } catch (const pml::PmlError& e) {
-    ApiError a = api_error_of(e, "pml");
-    if (e.kind() == ErrorKind::kOther) a.code = "invalid_pml";
-    throw a;
+  } catch (const Error& e) {
+    throw api_error_of(e.status(), "pml", "schema", pml_code(e.status()));
   }
   const Request& q = r.engine;
   built.sampling = q.sampling;
@@ -532,10 +533,8 @@ void Server::Impl::schema_post(const HttpRequest& req, HttpResponse& res, HttpEx
     json body = schema_json(info);
     body["saved"] = !opt.schema_dir.empty();
     res.body = dump(body);
-  } catch (const pml::PmlError& e) {
-    throw ApiError{400, e.what(), "invalid_request_error", "", "invalid_pml"};
   } catch (const Error& e) {
-    throw api_error_of(e);
+    throw api_error_of(e.status(), "", "schema", pml_code(e.status()));
   }
 }
 
@@ -552,7 +551,7 @@ void Server::Impl::schema_delete(const HttpRequest& req, HttpResponse& res, Http
   try {
     engine.unregister_schema(name);
   } catch (const Error& e) {
-    throw api_error_of(e);
+    throw api_error_of(e.status());
   }
   json body = {{"object", "schema"}, {"name", name}, {"deleted", true}};
   if (!opt.schema_dir.empty()) try {
