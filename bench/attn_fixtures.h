@@ -90,7 +90,7 @@ struct SharedCell {
         std::abort();
     }
     ctx = tree->context();
-    plan = plan_attention(*tree, {}, h * group);
+    plan = plan_attention(tree->plan_input(), {}, h * group);
     std::vector<uint16_t> kv(L.chunk_bytes() / 2);
     std::vector<char> done(size_t(tree->pool().capacity()), 0);
     size_t chunk = 0;

@@ -47,9 +47,10 @@ struct Planned {
   const HostTree& tree;
   AttnPlan plan;
   AttnWorkspace ws;
-  Planned(HostTree& t, std::vector<int> q_begin, int n_heads) : tree(t), plan(plan_attention(t, q_begin, n_heads)) {}
+  Planned(HostTree& t, std::vector<int> q_begin, int n_heads)
+      : tree(t), plan(plan_attention(t.plan_input(), q_begin, n_heads)) {}
   Planned(const HostTree& t, std::shared_ptr<const KernelContext> ctx, int n_heads)
-      : tree(t), plan(plan_attention(t, std::move(ctx), {}, n_heads)) {}
+      : tree(t), plan(plan_attention(t.plan_input(std::move(ctx)), {}, n_heads)) {}
   std::vector<int> window_first;  // per query row, when a window is set
   AttnProblem problem(const float* q, float* out, int layer = 0) {
     return {&tree.pool(), &plan, layer, q, out, &ws, window_first.empty() ? nullptr : window_first.data()};

@@ -200,7 +200,7 @@ TEST(TilePlan, ASharedPrefixIsReadOncePerWindow) {
     ASSERT_TRUE(t.join(s, prompt, &m).ok());
     ASSERT_TRUE(t.append(s, std::span(prompt).subspan(size_t(m))).ok());
   }
-  const AttnPlan plan = plan_attention(t, {}, 2 * 8);  // GQA: 8 query heads per KV head
+  const AttnPlan plan = plan_attention(t.plan_input(), {}, 2 * 8);  // GQA: 8 query heads per KV head
   const TilePlan per = plan_tiles(plan, AttnPath::kPerSequence), tpp = plan_tiles(plan, AttnPath::kTpp),
                  relay = plan_tiles(plan, AttnPath::kRelay);
   // 25 shared chunks, then each sequence's copy of the 26th: windows of 8, 8,
@@ -228,7 +228,7 @@ TEST(TilePlan, RelaySharesOnlyTheWholeBatchsWindows) {
     ASSERT_TRUE(t.join(s, prompt, &m).ok());
     ASSERT_TRUE(t.append(s, std::span(prompt).subspan(size_t(m))).ok());
   }
-  const AttnPlan plan = plan_attention(t, {}, 1);
+  const AttnPlan plan = plan_attention(t.plan_input(), {}, 1);
   EXPECT_EQ(plan_tiles(plan, AttnPath::kTpp, {64}).shared_tiles, 3);
   EXPECT_EQ(plan_tiles(plan, AttnPath::kRelay, {64}).shared_tiles, 1);
   EXPECT_EQ(plan_tiles(plan, AttnPath::kPerSequence, {64}).shared_tiles, 0);
@@ -240,7 +240,7 @@ TEST(TilePlan, RefusesWhatTheKernelsCannotRun) {
   int m;
   ASSERT_TRUE(t.join(0, std::vector<int32_t>{1, 2, 3}, &m).ok());
   ASSERT_TRUE(t.append(0, std::vector<int32_t>{1, 2, 3}).ok());
-  const AttnPlan plan = plan_attention(t, {}, 1);
+  const AttnPlan plan = plan_attention(t.plan_input(), {}, 1);
   try {
     plan_tiles(plan, AttnPath::kTpp);
     FAIL() << "an f32 plan was accepted";
@@ -251,7 +251,7 @@ TEST(TilePlan, RefusesWhatTheKernelsCannotRun) {
   HostTree th(H, H.chunk_bytes() * 4);
   ASSERT_TRUE(th.join(0, std::vector<int32_t>{1, 2, 3}, &m).ok());
   ASSERT_TRUE(th.append(0, std::vector<int32_t>{1, 2, 3}).ok());
-  const AttnPlan ph = plan_attention(th, {}, 1);
+  const AttnPlan ph = plan_attention(th.plan_input(), {}, 1);
   EXPECT_THROW(plan_tiles(ph, AttnPath::kTpp, {32}), Error);
   EXPECT_THROW(plan_tiles(ph, AttnPath::kTpp, {2048}), Error);
 }

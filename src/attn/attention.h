@@ -4,8 +4,9 @@
 // row may see.
 //
 // Plan and run (FlashInfer's split): plan_attention() (attn/plan.h) reads the
-// prefix tree once per batch; the kernels here then read only that plan and
-// the chunk pool, never the tree, for every layer of the batch.
+// tree flattened into plain arrays once per batch; the kernels here then read
+// only that plan and the chunk pool, never the tree, for every layer of the
+// batch.
 //
 // Queries: rows of n_heads * head_dim floats, grouped by sequence in the
 // context's order; sequence i has rows [q_begin[i], q_begin[i+1]) (one row
@@ -20,7 +21,7 @@
 #include <vector>
 
 #include "attn/plan.h"
-#include "kv/prefix_tree.h"
+#include "kv/chunk_pool.h"
 
 namespace cs {
 

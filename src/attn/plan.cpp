@@ -101,20 +101,14 @@ std::vector<SharedRun> split_segments(const std::vector<SharedRun>& segs, int kv
 
 }  // namespace
 
-AttnPlan plan_attention(PrefixTree& tree, std::vector<int> q_begin, int n_heads, const TppOptions& opt) {
-  return plan_attention(tree, tree.context(), std::move(q_begin), n_heads, opt);
-}
-
-AttnPlan plan_attention(const PrefixTree& tree, std::shared_ptr<const KernelContext> ctx, std::vector<int> q_begin,
-                        int n_heads, const TppOptions& opt) {
+AttnPlan plan_attention(PlanInput in, std::vector<int> q_begin, int n_heads, const TppOptions& opt) {
   AttnPlan p;
-  p.ctx = std::move(ctx);
-  p.layout = tree.layout();
+  p.ctx = std::move(in.ctx);
+  p.layout = in.layout;
   p.n_heads = n_heads;
   p.q_begin = std::move(q_begin);
   const KernelContext& c = *p.ctx;
-  p.seq_len.reserve(c.seqs.size());
-  for (SeqId id : c.seqs) p.seq_len.push_back(tree.length(id));
+  p.seq_len = std::move(in.seq_len);
   // A chunk's first key follows the keys of the chunks before it in the
   // sequence's list (partially filled chunks may sit anywhere in it).
   p.chunk_len.resize(c.chunks.size());
@@ -127,9 +121,8 @@ AttnPlan plan_attention(const PrefixTree& tree, std::shared_ptr<const KernelCont
     uint64_t prev_group = 0;
     for (int e = c.chunk_begin[i]; e < c.chunk_begin[i + 1]; ++e) {
       const int depth = e - c.chunk_begin[i];
-      const ChunkId ch = c.chunks[size_t(e)];
-      const bool pinned = tree.pinned(ch);
-      const uint64_t group = pinned ? tree.pin_group(ch) : 0;
+      const uint64_t group = in.chunk_group[size_t(e)];
+      const bool pinned = group != 0;
       // A part starts with every run of pinned chunks, after one, and at
       // every 32nd chunk outside them.
       const bool starts = pinned ? !prev_pinned || group != prev_group : prev_pinned || depth % kPartChunks == 0;
@@ -140,7 +133,7 @@ AttnPlan plan_attention(const PrefixTree& tree, std::shared_ptr<const KernelCont
       prev_pinned = pinned;
       prev_group = group;
       p.chunk_part[size_t(e)] = part;
-      p.chunk_len[size_t(e)] = tree.chunk_length(c.chunks[size_t(e)]);
+      p.chunk_len[size_t(e)] = in.chunk_len[size_t(e)];
       p.chunk_start[size_t(e)] = start;
       start += p.chunk_len[size_t(e)];
     }

@@ -1,16 +1,17 @@
 // The plan of one batch's attention (FlashInfer's plan/run split):
-// plan_attention() reads the prefix tree once per batch, on the thread that
-// owns the tree, and captures everything the kernels (attn/attention.h) need:
-// the tree's KernelContext, every sequence's length, every chunk's token
-// count and the index of its first key, where each sequence's walk is cut
-// into parts, and the chunk-first runs of two-phase partition and relay.
+// plan_attention() reads the tree flattened into plain arrays (PlanInput,
+// kv/kernel_context.h; PrefixTree::plan_input) once per batch and captures
+// everything the kernels (attn/attention.h) need: the KernelContext, every
+// sequence's length, every chunk's token count and the index of its first
+// key, where each sequence's walk is cut into parts, and the chunk-first runs
+// of two-phase partition and relay. It never sees the tree.
 #pragma once
 #include <memory>
 #include <utility>
 #include <vector>
 
+#include "kv/chunk_pool.h"
 #include "kv/kernel_context.h"
-#include "kv/prefix_tree.h"
 
 namespace cs {
 
@@ -89,11 +90,8 @@ struct AttnPlan {
   }
 };
 
-// The plan of one batch over the tree's live sequences (the tree's context()
-// may rebuild, so this runs on the tree's writer thread). q_begin as above.
-AttnPlan plan_attention(PrefixTree& tree, std::vector<int> q_begin, int n_heads, const TppOptions& opt = {});
-// The same for the sequences of `ctx` (the tree's context, or part of it).
-AttnPlan plan_attention(const PrefixTree& tree, std::shared_ptr<const KernelContext> ctx, std::vector<int> q_begin,
-                        int n_heads, const TppOptions& opt = {});
+// The plan of one batch over the sequences of `in` (PrefixTree::plan_input:
+// all live ones, or part of them). q_begin as above.
+AttnPlan plan_attention(PlanInput in, std::vector<int> q_begin, int n_heads, const TppOptions& opt = {});
 
 }  // namespace cs

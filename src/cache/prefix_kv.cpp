@@ -114,7 +114,7 @@ void PrefixKv::begin_batch(const Batch& batch) {
   std::vector<int> fill(q_begin.begin(), q_begin.end() - 1);
   row_of_tok_.clear();
   for (SeqId id : batch.seq) row_of_tok_.push_back(fill[size_t(index.at(id))]++);
-  plan_ = plan_attention(tree_, std::move(q_begin), n_heads_);
+  plan_ = plan_attention(tree_.plan_input(), std::move(q_begin), n_heads_);
   win_ = 0;
 }
 

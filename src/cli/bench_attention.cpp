@@ -94,7 +94,7 @@ World build(const Opts& o, int b, int n_s, int n_p, bool share) {
   World w;
   w.tree = shared_prompt_tree(L, b, n_s, n_p, share);
   w.ctx = w.tree->context();
-  w.plan = plan_attention(*w.tree, {}, o.heads);
+  w.plan = plan_attention(w.tree->plan_input(), {}, o.heads);
   static std::vector<uint16_t> noise;
   if (noise.size() != L.chunk_bytes() / 2) {
     std::mt19937 rng(1);

@@ -113,7 +113,7 @@ World build(const CudaBenchOptions& o, int b, int n_s, int n_p, bool share, int 
   const KvLayout L{1, o.heads, o.dim, o.chunk, KvType::kF16};
   World w;
   w.tree = shared_prompt_tree(L, b, n_s, n_p, share);
-  w.plan = plan_attention(*w.tree, {}, o.heads);
+  w.plan = plan_attention(w.tree->plan_input(), {}, o.heads);
   w.kv = std::make_unique<DeviceKvMemory>(L, w.tree->pool().capacity());
   // Random values in one chunk, copied on the device into every chunk used.
   std::vector<uint16_t> noise(L.chunk_bytes() / 2);

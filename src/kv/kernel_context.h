@@ -10,6 +10,7 @@
 // them from PrefixTree::chunk_length(), not from here.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "kv/chunk_pool.h"
@@ -40,6 +41,20 @@ struct KernelContext {
   std::vector<int> private_from;
 
   int index_of(SeqId id) const;  // -1 if absent
+};
+
+// What a batch's attention plan is made from (attn/plan.h), as plain arrays
+// a planner reads without the tree (FlashInfer's plan takes the same: page
+// indices per sequence in CSR form, their lengths): the tree flattens itself
+// into it (PrefixTree::plan_input) on its writer thread.
+struct PlanInput {
+  KvLayout layout;
+  // The sequences in walk order, their chunk lists (CSR: chunks[chunk_begin[i]
+  // .. chunk_begin[i + 1])) and the chunks several of them read.
+  std::shared_ptr<const KernelContext> ctx;
+  std::vector<int> seq_len;           // per sequence: keys cached
+  std::vector<int> chunk_len;         // per ctx->chunks entry: keys the chunk holds
+  std::vector<uint64_t> chunk_group;  // per ctx->chunks entry: its pin group (Prompt Cache), 0: not pinned
 };
 
 }  // namespace cs

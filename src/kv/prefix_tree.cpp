@@ -409,7 +409,7 @@ std::pair<ChunkId, int> PrefixTree::slot(SeqId id, int index) const {
 
 ChunkId PrefixTree::pin(std::span<const int32_t> tokens, uint64_t group) {
   check_writer();
-  if (tokens.empty() || int(tokens.size()) > layout().chunk_size) return kNoChunk;
+  if (tokens.empty() || int(tokens.size()) > layout().chunk_size || group == 0) return kNoChunk;
   const ChunkId c = allocate_chunk();
   if (c < 0) return kNoChunk;
   meta_[size_t(c)].pinned = true;
@@ -459,6 +459,24 @@ KvStatus PrefixTree::attach_pinned(SeqId id, std::span<const ChunkId> chunks) {
   }
   dirty_ = true;
   return KvStatus::Ok();
+}
+
+PlanInput PrefixTree::plan_input() { return plan_input(context()); }
+
+PlanInput PrefixTree::plan_input(std::shared_ptr<const KernelContext> ctx) const {
+  PlanInput in;
+  in.layout = layout();
+  in.ctx = std::move(ctx);
+  const KernelContext& c = *in.ctx;
+  in.seq_len.reserve(c.seqs.size());
+  for (SeqId id : c.seqs) in.seq_len.push_back(length(id));
+  in.chunk_len.reserve(c.chunks.size());
+  in.chunk_group.reserve(c.chunks.size());
+  for (ChunkId ch : c.chunks) {
+    in.chunk_len.push_back(chunk_length(ch));
+    in.chunk_group.push_back(pinned(ch) ? pin_group(ch) : 0);
+  }
+  return in;
 }
 
 // ChunkAttention §3.3: order sequences by a depth-first walk of the tree, so

@@ -107,8 +107,9 @@ class PrefixTree {
   // --- Pinned chunks (Prompt Cache modules) ---
   // A chunk outside the tree holding `tokens` (at most chunk_size; the caller
   // writes their K/V into its memory); kNoChunk when the pool has no room.
-  // `group` names the run of pinned chunks it belongs to (one module text
-  // segment): readers always attach a group whole and in order.
+  // `group` (nonzero: 0 is refused) names the run of pinned chunks it
+  // belongs to (one module text segment): readers always attach a group
+  // whole and in order.
   ChunkId pin(std::span<const int32_t> tokens, uint64_t group);
   // Frees a pinned chunk no live sequence reads (else kInUse, nothing changed).
   KvStatus unpin(ChunkId c);
@@ -130,6 +131,11 @@ class PrefixTree {
   // The kernel context for the live sequences, rebuilt only if the structure
   // changed since the last call.
   std::shared_ptr<const KernelContext> context();
+  // The tree flattened for a planner (kv/kernel_context.h): the live
+  // sequences' context (rebuilt if needed), or the sequences of `ctx` (the
+  // context or part of it), with their lengths, chunk lengths and pin groups.
+  PlanInput plan_input();
+  PlanInput plan_input(std::shared_ptr<const KernelContext> ctx) const;
 
   // --- Where a sequence's tokens are ---
   bool contains(SeqId id) const { return seqs_.count(id) != 0; }

@@ -1,0 +1,55 @@
+// The attention plan made from plain arrays (PlanInput), with no tree: what a
+// device-side planner, or a test, hands it.
+#include "attn/plan.h"
+
+#include <gtest/gtest.h>
+
+namespace cs {
+namespace {
+
+// Two sequences reading chunk 0 first, then one chunk of their own each.
+PlanInput two_sequences(std::vector<uint64_t> groups) {
+  auto ctx = std::make_shared<KernelContext>();
+  ctx->seqs = {10, 11};
+  ctx->chunks = {0, 1, 0, 2};
+  ctx->chunk_begin = {0, 2, 4};
+  ctx->private_from = {1, 1};
+  ctx->shared = {{0, {0, 1}, {0, 0}}};
+  return {KvLayout{1, 1, 64, 64, KvType::kF16}, ctx, {100, 70}, {64, 36, 64, 6}, std::move(groups)};
+}
+
+TEST(Plan, IsMadeFromPlainArrays) {
+  const AttnPlan p = plan_attention(two_sequences({0, 0, 0, 0}), {}, 4);
+  EXPECT_EQ(p.n_seqs(), 2);
+  EXPECT_EQ(p.seq_len, (std::vector<int>{100, 70}));
+  EXPECT_EQ(p.chunk_len, (std::vector<int>{64, 36, 64, 6}));
+  EXPECT_EQ(p.chunk_start, (std::vector<int>{0, 64, 0, 64}));
+  EXPECT_EQ(p.parts_of(0), 1);
+  EXPECT_EQ(p.part(1, 0), std::make_pair(0, 2));
+  // The shared chunk is two-phase partition's chunk-first work (2 sequences x
+  // 4 query heads of the one KV head; split by readers when the threads
+  // want more items) and relay's system run.
+  std::vector<int> readers;
+  for (const SharedRun& r : p.tpp_runs) {
+    EXPECT_EQ(r.chunks, (std::vector<ChunkId>{0}));
+    for (size_t k = 0; k < r.seqs.size(); ++k) {
+      readers.push_back(r.seqs[k]);
+      EXPECT_EQ(r.depth[k], 0);
+    }
+  }
+  EXPECT_EQ(readers, (std::vector<int>{0, 1}));
+  ASSERT_FALSE(p.relay_runs.empty());
+  for (const SharedRun& r : p.relay_runs) EXPECT_EQ(r.chunks, (std::vector<ChunkId>{0}));
+}
+
+TEST(Plan, APinnedGroupIsAPartOfItsOwn) {
+  // Sequence 0's second chunk pinned (a module's, group 7): its walk is cut there.
+  const AttnPlan p = plan_attention(two_sequences({0, 7, 0, 0}), {}, 4);
+  ASSERT_EQ(p.parts_of(0), 2);
+  EXPECT_EQ(p.part(0, 0), std::make_pair(0, 1));
+  EXPECT_EQ(p.part(0, 1), std::make_pair(1, 2));
+  EXPECT_EQ(p.parts_of(1), 1);
+}
+
+}  // namespace
+}  // namespace cs
