@@ -111,7 +111,7 @@ AttnPlan plan_attention(PlanInput in, std::vector<int> q_begin, int n_heads, con
   p.seq_len = std::move(in.seq_len);
   // A chunk's first key follows the keys of the chunks before it in the
   // sequence's list (partially filled chunks may sit anywhere in it).
-  p.chunk_len.resize(c.chunks.size());
+  p.chunk_len = std::move(in.chunk_len);
   p.chunk_start.resize(c.chunks.size());
   p.chunk_part.resize(c.chunks.size());
   p.part_begin.push_back(0);
@@ -133,7 +133,6 @@ AttnPlan plan_attention(PlanInput in, std::vector<int> q_begin, int n_heads, con
       prev_pinned = pinned;
       prev_group = group;
       p.chunk_part[size_t(e)] = part;
-      p.chunk_len[size_t(e)] = in.chunk_len[size_t(e)];
       p.chunk_start[size_t(e)] = start;
       start += p.chunk_len[size_t(e)];
     }

@@ -8,17 +8,12 @@
 namespace cs {
 
 PrefixKv::PrefixKv(KvLayout layout, size_t capacity_bytes, int n_heads, AttnPath path, bool retain)
-    : tree_(layout, capacity_bytes, retain), memory_(layout, tree_.capacity()), n_heads_(n_heads), path_(path) {}
+    : tree_(layout, capacity_bytes, retain), n_heads_(n_heads), path_(path) {}
 
 PrefixKv::~PrefixKv() = default;
 
-void PrefixKv::copy_queued() {
-  for (const PrefixTree::KvCopy& c : tree_.take_copies()) memory_.copy_prefix(c.src, c.dst, c.n);
-}
-
 KvStatus PrefixKv::join(SeqId id, std::span<const int32_t> tokens, int* matched) {
   const KvStatus st = tree_.join(id, tokens, matched);
-  copy_queued();
   if (st.ok()) {
     std::vector<int32_t>& pos = pos_[id];
     pos.resize(size_t(*matched));
@@ -93,7 +88,6 @@ void PrefixKv::begin_batch(const Batch& batch) {
   for (const auto& s : groups_) {
     next[s.id] = tree_.length(s.id);
     const KvStatus st = tree_.append(s.id, s.tokens);
-    copy_queued();
     if (!st.ok()) throw KvError(st);
   }
   slot_.clear();
@@ -137,12 +131,7 @@ const int* PrefixKv::window_first(int window) {
 }
 
 void PrefixKv::store(int layer, const float* k, const float* v) {
-  memory_.write_rows(layer, slot_.data(), int(slot_.size()), k, v);
-}
-
-void PrefixKv::read_kv(SeqId id, int index, int layer, int head, float* k, float* v) const {
-  const auto [chunk, off] = tree_.slot(id, index);
-  memory_.read_kv(chunk, off, layer, head, k, v);
+  tree_.memory().write_rows(layer, slot_.data(), int(slot_.size()), k, v);
 }
 
 TreeView PrefixKv::view(int max_nodes, int head_tokens) const {
@@ -157,7 +146,7 @@ void PrefixKv::attend(int layer, const float* q, float* out, int window) {
   out_.resize(q_.size());
   for (size_t t = 0; t < row_of_tok_.size(); ++t)
     std::memcpy(q_.data() + size_t(row_of_tok_[t]) * w, q + t * w, w * 4);
-  const AttnProblem p{&memory_.pool(), &plan_, layer, q_.data(), out_.data(), &ws_,
+  const AttnProblem p{&tree_.pool(), &plan_, layer, q_.data(), out_.data(), &ws_,
                       window > 0 ? window_first(window) : nullptr};
   switch (path_) {
     case AttnPath::kPerSequence: attn_per_sequence(p); break;
@@ -170,12 +159,13 @@ void PrefixKv::attend(int layer, const float* q, float* out, int window) {
 
 void PrefixKv::attach_disk(DiskTier* disk) {
   staging_.reset();
-  if (disk) staging_ = std::make_unique<DiskStaging>(tree_, memory_, *disk);
+  if (disk) staging_ = std::make_unique<DiskStaging>(tree_, tree_.memory(), *disk);
 }
 
 SequenceCache::Prep PrefixKv::prepare(SeqId id, std::span<const int32_t> known, int room, int* from_disk) {
+  if (staging_) return staging_->prepare(id, known, room, from_disk);
   *from_disk = 0;
-  return staging_ ? staging_->prepare(id, known, room, from_disk) : Prep::kReady;
+  return Prep::kReady;
 }
 
 void PrefixKv::forget(SeqId id) {

@@ -11,24 +11,22 @@
 // kernel on that plan for each layer. Single-threaded use (the engine
 // thread), like the tree it owns; attend() itself is parallel.
 //
-// It owns the tree (bookkeeping: kv/prefix_tree.h) and the chunks' bytes (a
-// KvMemory, kv/host_kv_memory.h here), and makes the copies the tree queues.
+// It owns the tree (bookkeeping: kv/prefix_tree.h) with the chunks' bytes in
+// host memory (kv/host_tree.h: the tree's queued copies made in it).
 // The disk tier's staging sits beside it (cache/disk_staging.h). The engine
 // and the Prompt Cache see the tree only through the narrow facade at the end.
 #pragma once
+#include <memory>
 #include <span>
 #include <unordered_map>
 #include <vector>
-
-#include <memory>
 
 #include "attn/attention.h"
 #include "cache/disk_staging.h"
 #include "cache/sequence_cache.h"
 #include "kv/disk_tier.h"
-#include "kv/host_kv_memory.h"
+#include "kv/host_tree.h"
 #include "kv/kv_store.h"
-#include "kv/prefix_tree.h"
 
 namespace cs {
 
@@ -92,10 +90,12 @@ class PrefixKv : public KvStore, public SequenceCache {
   std::vector<uint64_t> block_hashes(int block) const { return tree_.block_hashes(block); }
   void observe(TreeObserver* o) { tree_.observe(o); }
   // The chunks' bytes.
-  KvMemory& memory() { return memory_; }
-  const HostKvMemory& host_memory() const { return memory_; }
+  KvMemory& memory() { return tree_.memory(); }
+  const KvMemory& memory() const { return tree_.memory(); }
   // K and V of token `index` of a live sequence, one layer and KV head, as floats.
-  void read_kv(SeqId id, int index, int layer, int head, float* k, float* v) const;
+  void read_kv(SeqId id, int index, int layer, int head, float* k, float* v) const {
+    tree_.read_kv(id, index, layer, head, k, v);
+  }
   const AttnPlan& plan() const { return plan_; }
 
  private:
@@ -109,11 +109,7 @@ class PrefixKv : public KvStore, public SequenceCache {
   // lets it see (computed once per batch and window).
   const int* window_first(int window);
 
-  // Makes the copies the tree queued (a partial match, copy-on-write).
-  void copy_queued();
-
-  PrefixTree tree_;
-  HostKvMemory memory_;
+  HostTree tree_;
   std::unique_ptr<DiskStaging> staging_;
   int n_heads_;
   AttnPath path_;

@@ -39,7 +39,7 @@ SchemaInfo Engine::save_schema(const std::string& name, const std::string& dir) 
   // Pinned chunks are written once, before the schema is published, and
   // never again while it is registered (held here): readable off the engine
   // thread.
-  pml::save_schema(*e, m.kv.host_memory(), m.model_identity(), m.text.pad, dir);
+  pml::save_schema(*e, m.kv.memory(), m.model_identity(), m.text.pad, dir);
   return info_of(*e);
 }
 

@@ -9,22 +9,11 @@ namespace cs {
 
 void HostKvMemory::write_rows(int layer, const int32_t* slots, int n, const float* k, const float* v) {
   const KvLayout& L = pool_.layout();
-  const int c = L.chunk_size, d = L.head_dim, type = int(L.type);
-  const size_t es = kv_type_size(L.type);
-  for (int i = 0; i < n; ++i) {
-    const ChunkId chunk = slots[i] / c;
-    const int off = slots[i] % c;
-    for (int h = 0; h < L.n_kv_heads; ++h) {
-      const float* kr = k + (size_t(i) * L.n_kv_heads + size_t(h)) * size_t(d);
-      const float* vr = v + (size_t(i) * L.n_kv_heads + size_t(h)) * size_t(d);
-      uint8_t* kt = pool_.block(chunk, layer, h, false);  // [d][c]
-      uint8_t* vb = pool_.block(chunk, layer, h, true);   // [c][d]
-      for (int x = 0; x < d; ++x) {
-        store_kv_elem(kt + (size_t(x) * size_t(c) + size_t(off)) * es, type, kr[x]);
-        store_kv_elem(vb + (size_t(off) * size_t(d) + size_t(x)) * es, type, vr[x]);
-      }
-    }
-  }
+  const size_t w = size_t(L.n_kv_heads) * size_t(L.head_dim);
+  for (int i = 0; i < n; ++i)
+    for (int h = 0; h < L.n_kv_heads; ++h)
+      write_kv(slots[i] / L.chunk_size, slots[i] % L.chunk_size, layer, h, k + size_t(i) * w + size_t(h) * L.head_dim,
+               v + size_t(i) * w + size_t(h) * L.head_dim);
 }
 
 void HostKvMemory::copy_prefix(ChunkId src, ChunkId dst, int n) {

@@ -1,8 +1,8 @@
 // A prefix tree with its chunks' bytes in host memory and the copies it
-// queues made at once: what the attention tests and benchmarks build their
-// problems on (the model's cache, cache/prefix_kv.h, pairs the two the same
-// way). join and append hide the tree's own to make the copies; a copy left
-// untaken through a PrefixTree& is caught by the tree's next call (debug).
+// queues made at once: the model's cache keeps one (cache/prefix_kv.h), and
+// the attention tests and benchmarks build their problems on one. join and
+// append hide the tree's own to make the copies; a copy left untaken through
+// a PrefixTree& is caught by the tree's next call (debug builds).
 #pragma once
 #include "kv/host_kv_memory.h"
 #include "kv/prefix_tree.h"
