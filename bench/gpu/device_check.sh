@@ -3,9 +3,11 @@
 # (docs/benchmarks.md "GPU"): built here, packed with ../shared/device/pack.sh
 # into .dev/ (chunkserve and unit_tests), then there:
 #   bench/gpu/device_check.sh OUT_DIR [quick]
-# 1. the GPU tests (unit_tests Cuda*/DeviceKvMemory*), 2. compute-sanitizer's
-# memcheck and racecheck over some of them, 3. `chunkserve bench attention --device cuda`,
-# 4. PyTorch's attention on the same shapes (bench/peers/attention_torch.py).
+# 1. the GPU tests (unit_tests Cuda*/DeviceKvMemory*), 2. `chunkserve bench
+# attention --device cuda`, 3. PyTorch's attention on the same shapes
+# (bench/peers/attention_torch.py), 4. compute-sanitizer's memcheck and
+# racecheck over some of the tests (last: the slowest, and the first to go
+# when a run is short of time).
 # Each step has its own time limit and log; a failing step does not stop the
 # later ones. Exit status: the tests'.
 set -uo pipefail
@@ -18,26 +20,26 @@ mkdir -p "$out"
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem,driver_version --format=csv | tee "$out/gpu.txt"
 lscpu | grep -E "Model name|^CPU\(s\)" | tee -a "$out/gpu.txt"
 
-timeout 120 "$root/.dev/unit_tests" --gtest_filter='CudaAttention.*:DeviceKvMemory.*' 2>&1 | tee "$out/tests.log"
+timeout 100 "$root/.dev/unit_tests" --gtest_filter='CudaAttention.*:DeviceKvMemory.*' 2>&1 | tee "$out/tests.log"
 tests=${PIPESTATUS[0]}
 echo "tests: exit $tests"
 
-if command -v compute-sanitizer >/dev/null; then
-  timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 "$root/.dev/unit_tests" \
-    --gtest_filter='CudaAttention.LargeBatches:DeviceKvMemory.CopiesMatchTheHostMemory' 2>&1 | tail -30 | tee "$out/memcheck.log"
-  echo "memcheck: exit ${PIPESTATUS[0]}"
-  timeout 90 compute-sanitizer --tool racecheck --error-exitcode 9 "$root/.dev/unit_tests" \
-    --gtest_filter='CudaAttention.LargeBatches' 2>&1 | tail -8 | tee "$out/racecheck.log"
-  echo "racecheck: exit ${PIPESTATUS[0]}"
-fi
-
 args=(--json "$out/bench_attention_cuda.json")
 [ -n "$quick" ] && args+=(--quick)
-timeout 200 "$root/.dev/chunkserve" bench attention --device cuda "${args[@]}" 2>&1 | tee "$out/bench.log"
+timeout 220 "$root/.dev/chunkserve" bench attention --device cuda "${args[@]}" 2>&1 | tee "$out/bench.log"
 echo "bench: exit ${PIPESTATUS[0]}"
 
 pargs=(--json "$out/attention_torch.json")
 [ -n "$quick" ] && pargs+=(--quick)
-timeout 150 python3 "$root/bench/peers/attention_torch.py" "${pargs[@]}" 2>&1 | tee "$out/torch.log"
+timeout 130 python3 "$root/bench/peers/attention_torch.py" "${pargs[@]}" 2>&1 | tee "$out/torch.log"
 echo "torch: exit ${PIPESTATUS[0]}"
+if command -v compute-sanitizer >/dev/null; then
+  timeout 70 compute-sanitizer --tool memcheck --error-exitcode 9 "$root/.dev/unit_tests" \
+    --gtest_filter='CudaAttention.LargeBatches:CudaAttention.LongWalks*:DeviceKvMemory.CopiesMatchTheHostMemory' 2>&1 | tail -30 | tee "$out/memcheck.log"
+  echo "memcheck: exit ${PIPESTATUS[0]}"
+  timeout 60 compute-sanitizer --tool racecheck --error-exitcode 9 "$root/.dev/unit_tests" \
+    --gtest_filter='CudaAttention.LargeBatches' 2>&1 | tail -8 | tee "$out/racecheck.log"
+  echo "racecheck: exit ${PIPESTATUS[0]}"
+fi
+
 exit "$tests"

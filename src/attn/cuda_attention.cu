@@ -32,13 +32,15 @@ struct Params {
   const uint8_t* pool;
   long long chunk_bytes, block_bytes, layer_off;
   int c, n_kv, n_heads, group, n_slots;
-  // Per tile of this launch (blockIdx.x): {first unit, end, first row, end}.
+  // Per tile of this launch (blockIdx.x): {units, rows, 0, 0}.
   const int4* tiles;
-  // Per unit: {chunk id, which 64 keys of the chunk, its first key counted
-  // from the tile's first key, keys it holds (1..64)}.
+  // Per tile of this launch, kMaxUnits places, its units first: {chunk id,
+  // which 64 keys of the chunk, its first key counted from the tile's first
+  // key, keys it holds (1..64)}.
   const int4* units;
-  // Per row: {task, the key of its sequence where the tile starts, keys of
-  // the tile it may see from there, slot (-1: written out)}; and its merge.
+  // Per tile of this launch, R places (16 or 32, the launch's rows per
+  // tile), its rows first: {task, the key of its sequence where the tile
+  // starts, keys of the tile it may see from there, slot (-1: written out)}.
   const int4* rows;
   const float* q;
   float* out;
@@ -157,30 +159,18 @@ __global__ void __launch_bounds__(128 * RG) attn_tiles(const Params p) {
   const int kvh = blockIdx.y;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
   const int slice = warp & 3, rg = warp >> 2, row0 = rg * 16;  // this warp's keys and rows
+  // The tile's record, units and rows, read at once: units and rows sit at
+  // a fixed place per tile, so the first K/V loads wait for one trip to
+  // memory, not two, and the queries for two, not three.
   const int4 tm = p.tiles[blockIdx.x];
-  const int ub = tm.x, n_units = tm.y - tm.x, r0 = tm.z, nrows = tm.w - tm.z;
-
+  const int4 un = tid < kMaxUnits ? p.units[(long long)blockIdx.x * kMaxUnits + tid] : make_int4(0, 0, 0, 0);
+  const int4 row = tid < R ? p.rows[(long long)blockIdx.x * R + tid] : make_int4(0, 0, 0, -1);
+  const int n_units = tm.x, nrows = tm.y;
   if (tid < n_units) {
-    const int4 un = p.units[ub + tid];
     u_addr[tid] = (long long)un.x * p.chunk_bytes + p.layer_off + (long long)kvh * 2 * p.block_bytes;
     u_sub[tid] = un.y;
     u_base[tid] = un.z;
     u_n[tid] = un.w;
-  }
-  if (tid < R) {
-    int lo = 0, hi = 0, task = 0, slot = -1;
-    if (tid < nrows) {
-      const int4 row = p.rows[r0 + tid];
-      task = row.x;
-      hi = row.z;
-      slot = row.w;
-      if (p.window_first) lo = max(0, p.window_first[task / p.group] - row.y);
-      if (lo >= hi) lo = hi = 0;  // the window leaves the row nothing here
-    }
-    s_lo[tid] = lo;
-    s_hi[tid] = hi;
-    s_task[tid] = task;
-    s_slot[tid] = slot;
   }
   __syncthreads();
 
@@ -209,6 +199,22 @@ __global__ void __launch_bounds__(128 * RG) attn_tiles(const Params p) {
     if (s < n_units) load(s, s);
     cp_async_commit();
   }
+
+  if (tid < R) {
+    int lo = 0, hi = 0, task = 0, slot = -1;
+    if (tid < nrows) {
+      task = row.x;
+      hi = row.z;
+      slot = row.w;
+      if (p.window_first) lo = max(0, p.window_first[task / p.group] - row.y);
+      if (lo >= hi) lo = hi = 0;  // the window leaves the row nothing here
+    }
+    s_lo[tid] = lo;
+    s_hi[tid] = hi;
+    s_task[tid] = task;
+    s_slot[tid] = slot;
+  }
+  __syncthreads();
 
   // The tile's queries, scaled and rounded once.
   for (int e = tid; e < R * DT; e += NT) {
@@ -392,26 +398,18 @@ __global__ void __launch_bounds__(128 * RG) attn_tiles(const Params p) {
   }
 }
 
-// The merges: one warp per (task of several parts, KV head), its lanes
-// holding four elements each; the parts' m and l go 32 at a time, one per
-// lane, and each lane then folds every part's elements in walk order (the
-// same arithmetic as a tile's merge of its warps' states: the largest m, the
-// factors, l and the sums each in walk order). A task of no part (no key to
-// see) gets zeros.
+// One (task, KV head)'s parts merged by one warp, its lanes holding D / 32
+// elements each; the parts' m and l go 32 at a time, one per lane, and each
+// lane then folds every part's elements in walk order (the same arithmetic
+// as a tile's merge of its warps' states: the largest m, the factors, l and
+// the sums each in walk order). `slots`: the task's n slots in walk order;
+// my_slot: slots[lane] (or 0), read by the caller. No part: zeros. Parts are
+// read from L2 (__ldcg): other blocks wrote them.
 template <int D>
-__global__ void __launch_bounds__(128) merge_parts(const Params p, int n_merge, const int32_t* task,
-                                                   const int32_t* begin, const int32_t* slots) {
+__device__ __forceinline__ void merge_row(const Params& p, int kvh, int t, const int32_t* slots, int n,
+                                          const int my_slot, int lane) {
   constexpr int V = D / 32;  // elements per lane
   constexpr int C = 8;       // parts loaded at once
-  const int w = blockIdx.x * 4 + threadIdx.x / 32, lane = threadIdx.x & 31, kvh = blockIdx.y;
-  const bool live = w < n_merge;
-  // The plan's arrays first (the tiles do not write them), then wait: behind
-  // one tile launch this may have started before it ended.
-  const int b = live ? begin[w] : 0, n = live ? begin[w + 1] - b : 0;
-  const int t = live ? task[w] : 0;
-  int my_slot = lane < n ? slots[b + lane] : 0;  // parts 0..31, one per lane
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-  if (!live) return;
   const long long part = (long long)kvh * p.n_slots;
   auto row_of = [&](int slot) { return p.part_o + (part + slot) * D + lane * V; };
   auto load = [&](const float* src, float* ov) {
@@ -423,17 +421,20 @@ __global__ void __launch_bounds__(128) merge_parts(const Params p, int n_merge, 
       for (int v = 0; v < V; ++v) ov[v] = __ldcg(src + v);
     }
   };
-  // The first parts' elements in flight with every m and l.
+  // The first parts' elements in flight with the first 32 parts' m and l
+  // (one trip to L2 for a task of up to 8 parts).
   float first[C][V];
 #pragma unroll
   for (int k = 0; k < C; ++k) {
     const int sk = __shfl_sync(0xffffffffu, my_slot, k);
     if (k < n) load(row_of(sk), first[k]);
   }
-  float mx = -INFINITY;
-  for (int k0 = 0; k0 < n; k0 += 32) {
-    if (k0) my_slot = k0 + lane < n ? slots[b + k0 + lane] : 0;
-    mx = fmaxf(mx, k0 + lane < n ? __ldcg(p.part_m + part + my_slot) : -INFINITY);
+  const float m_first = lane < n ? __ldcg(p.part_m + part + my_slot) : -INFINITY;
+  const float l_first = lane < n ? __ldcg(p.part_l + part + my_slot) : 0.f;
+  float mx = m_first;
+  for (int k0 = 32; k0 < n; k0 += 32) {
+    const int sl = k0 + lane < n ? slots[k0 + lane] : 0;
+    mx = fmaxf(mx, k0 + lane < n ? __ldcg(p.part_m + part + sl) : -INFINITY);
   }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
@@ -441,10 +442,10 @@ __global__ void __launch_bounds__(128) merge_parts(const Params p, int n_merge, 
 #pragma unroll
   for (int v = 0; v < V; ++v) acc[v] = 0.f;
   for (int k0 = 0; k0 < n; k0 += 32) {
-    const int slot = k0 + lane < n ? slots[b + k0 + lane] : 0;
-    const float m = k0 + lane < n ? __ldcg(p.part_m + part + slot) : -INFINITY;
+    const int slot = k0 == 0 ? my_slot : k0 + lane < n ? slots[k0 + lane] : 0;
+    const float m = k0 == 0 ? m_first : k0 + lane < n ? __ldcg(p.part_m + part + slot) : -INFINITY;
     const float f = m == -INFINITY ? 0.f : exp2f(m - mx);
-    const float lp = k0 + lane < n ? __ldcg(p.part_l + part + slot) : 0.f;
+    const float lp = k0 == 0 ? l_first : k0 + lane < n ? __ldcg(p.part_l + part + slot) : 0.f;
     const int kn = min(32, n - k0);
     for (int c0 = 0; c0 < kn; c0 += C) {
       float ov[C][V];
@@ -475,6 +476,22 @@ __global__ void __launch_bounds__(128) merge_parts(const Params p, int n_merge, 
   float* dst = p.out + ((long long)qr * p.n_heads + (long long)kvh * p.group + gq) * D + lane * V;
 #pragma unroll
   for (int v = 0; v < V; ++v) dst[v] = l > 0.f ? acc[v] / l : 0.f;
+}
+
+// The merges: a warp per (task of several parts, KV head), each by merge_row.
+template <int D>
+__global__ void __launch_bounds__(128) merge_parts(const Params p, int n_merge, const int32_t* task,
+                                                   const int32_t* begin, const int32_t* slots) {
+  const int w = blockIdx.x * 4 + threadIdx.x / 32, lane = threadIdx.x & 31, kvh = blockIdx.y;
+  const bool live = w < n_merge;
+  // The plan's arrays first (the tiles do not write them), then wait: behind
+  // one tile launch this may have started before it ended.
+  const int b = live ? begin[w] : 0, n = live ? begin[w + 1] - b : 0;
+  const int t = live ? task[w] : 0;
+  const int my_slot = lane < n ? slots[b + lane] : 0;  // parts 0..31, one per lane
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  if (!live) return;
+  merge_row<D>(p, kvh, t, slots + b, n, my_slot, lane);
 }
 
 // Launches one tile kernel over `n` tiles; `after_previous`: may start while
@@ -536,10 +553,10 @@ struct CudaAttention::Impl {
   TilePlan plan;
   Options opt;
   int n_big = 0, n_small = 0;  // tiles of more than 16 rows, and the rest
-  cuda::Buffer arrays;  // every int array of the plan, one upload
-  cuda::Buffer parts;   // partial states
+  cuda::Buffer arrays;    // every int array of the plan, one upload
+  cuda::Buffer parts;     // partial states
   // Offsets (in int32s) of each array in `arrays`.
-  size_t big = 0, small = 0, units = 0, rows = 0, merge_task = 0, merge_begin = 0, merge_slot = 0;
+  size_t big = 0, small = 0, big_units = 0, small_units = 0, big_rows = 0, small_rows = 0, merge_task = 0, merge_begin = 0, merge_slot = 0;
 };
 
 CudaAttention::CudaAttention(Options opt) : impl_(std::make_unique<Impl>()) {
@@ -565,8 +582,12 @@ void CudaAttention::set_plan(const TilePlan& plan) {
   // Units: each tile's chunks cut into 64 keys, numbered from the tile's
   // first key; units past every row's causal limit are left out. Tiles of
   // more than 16 rows go to one launch, the rest to the other.
-  std::vector<int32_t> big, small, units, rows;
+  std::vector<int32_t> big, small, big_units, small_units, big_rows, small_rows;
   for (int t = 0; t < plan.n_tiles(); ++t) {
+    const bool is_big = plan.tile_row_begin[size_t(t) + 1] - plan.tile_row_begin[size_t(t)] > 16;
+    std::vector<int32_t>& units = is_big ? big_units : small_units;
+    std::vector<int32_t>& rows = is_big ? big_rows : small_rows;
+    const size_t rows_at = rows.size();
     const int rb = plan.tile_row_begin[size_t(t)], re = plan.tile_row_begin[size_t(t) + 1];
     int hi = 0;
     for (int r = rb; r < re; ++r) {
@@ -587,7 +608,9 @@ void CudaAttention::set_plan(const TilePlan& plan) {
     }
     const int u1 = int(units.size() / 4);
     if (u1 - u0 > kMaxUnits) throw Error("CUDA attention: a tile's window holds too many keys");
-    (re - rb > 16 ? big : small).insert((re - rb > 16 ? big : small).end(), {u0, u1, rb, re});
+    units.resize(size_t(u0 + kMaxUnits) * 4, 0);
+    rows.resize(rows_at + size_t(is_big ? 32 : 16) * 4, 0);
+    (is_big ? big : small).insert((is_big ? big : small).end(), {u1 - u0, re - rb, 0, 0});
   }
   m.n_big = int(big.size() / 4);
   m.n_small = int(small.size() / 4);
@@ -600,8 +623,10 @@ void CudaAttention::set_plan(const TilePlan& plan) {
   };
   m.big = put(big);
   m.small = put(small);
-  m.units = put(units);
-  m.rows = put(rows);
+  m.big_units = put(big_units);
+  m.small_units = put(small_units);
+  m.big_rows = put(big_rows);
+  m.small_rows = put(small_rows);
   m.merge_task = put(plan.merge_task);
   m.merge_begin = put(plan.merge_begin);
   m.merge_slot = put(plan.merge_slot);
@@ -629,8 +654,6 @@ void CudaAttention::run(const DeviceKvMemory& kv, int layer, const float* q, flo
   p.n_heads = plan.n_heads;
   p.group = plan.group;
   p.n_slots = plan.n_slots;
-  p.units = reinterpret_cast<const int4*>(a + m.units);
-  p.rows = reinterpret_cast<const int4*>(a + m.rows);
   p.q = q;
   p.out = out;
   float* parts = m.parts.as<float>();
@@ -642,7 +665,11 @@ void CudaAttention::run(const DeviceKvMemory& kv, int layer, const float* q, flo
   Params big = p, small = p;
   big.tiles = reinterpret_cast<const int4*>(a + m.big);
   small.tiles = reinterpret_cast<const int4*>(a + m.small);
-  const int nkv = L.n_kv_heads, st = m.opt.decode_stages;
+  big.units = reinterpret_cast<const int4*>(a + m.big_units);
+  small.units = reinterpret_cast<const int4*>(a + m.small_units);
+  big.rows = reinterpret_cast<const int4*>(a + m.big_rows);
+  small.rows = reinterpret_cast<const int4*>(a + m.small_rows);
+  const int nkv = L.n_kv_heads, st = m.opt.decode_stages > 0 ? m.opt.decode_stages : m.n_big == 0 ? 3 : 2;
   if (m.n_big + m.n_small > 0) {
     const bool half = L.type == KvType::kF16;
     switch (L.head_dim) {

@@ -33,7 +33,13 @@ namespace cs {
 class CudaAttention {
  public:
   struct Options {
-    int decode_stages = 2;  // pipeline stages of the 16-row tiles at head_dim 128 (2 or 3)
+    // Pipeline stages of the 16-row tiles at head_dim 128: 2 (three tiles per
+    // multiprocessor) or 3 (two, each with two units in flight); 0: 3 when
+    // the batch has no chunk-first tiles, else 2 (docs/benchmarks.md, the
+    // GPU's stage measurements: a deeper pipeline shortens the last wave of
+    // a batch of per-sequence tiles, a wider one serves the small tiles
+    // running beside chunk-first ones).
+    int decode_stages = 0;
     bool no_merge = false;  // benchmarks' breakdown only: the merge launch is left out (wrong results)
   };
   // Throws cs::Error when no usable device is present (base/cuda.h).

@@ -40,11 +40,11 @@ namespace {
 struct Opts {
   int reps = 0, threads = 0, heads = 32, dim = 128, chunk = 64, batch = 32;
   bool quick = false, table3_only = false;
-  std::vector<int> nps;
+  std::vector<int> nps, shared_fractions;
   std::string json;
   std::string device = "cpu";
   int window_keys = 512;
-  int decode_stages = 2;
+  int decode_stages = 0;
 };
 
 double median(std::vector<double> v) {
@@ -204,6 +204,7 @@ int run(const Opts& given) {
     c.quick = o.quick;
     c.table3_only = o.table3_only;
     c.nps = o.nps;
+    c.shared_fractions = o.shared_fractions;
     c.json = o.json;
     return run_bench_attention_cuda(c);
   }
@@ -232,7 +233,7 @@ int run(const Opts& given) {
   for (int n_p : nps) {
     const double contiguous = time_contiguous(o, b, n_p, q);
     const World alone = build(o, b, 0, n_p, false);
-    for (int n_s : {0, n_p / 2, 3 * n_p / 4, n_p}) {
+    for (int n_s : table3_shared(n_p, o.shared_fractions)) {
       const World w = build(o, b, n_s, n_p, true);
       const double flops = 4.0 * b * o.heads * double(n_p) * o.dim;
       const double bytes = (double(n_s) + double(b) * (n_p - n_s)) * o.heads * o.dim * 2 * 2;
@@ -328,14 +329,17 @@ Action add_bench_attention_command(CLI::App& bench) {
   a->add_option("-b,--batch", o->batch, "Batch size of Table 3 / Figure 3")->check(CLI::PositiveNumber);
   a->add_option("--json", o->json, "Also write the results as JSON to this file");
   a->add_option("--np", o->nps, "Table 3 prompt lengths (default 1024 2048 4096)");
+  a->add_option("--shared", o->shared_fractions,
+                "Table 3 shared lengths in quarters of n_p (default 0 2 3 4: n_s = 0, n_p/2, 3n_p/4, n_p)")
+      ->check(CLI::Range(0, 4));
   a->add_flag("--table3-only", o->table3_only, "Skip the figures");
   a->add_flag("--quick", o->quick, "Tiny sizes (a smoke test, not a measurement)");
   a->add_option("--device", o->device, "Where the kernels run: cpu, or cuda (the GPU kernels)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   a->add_option("--window-keys", o->window_keys, "--device cuda: keys per tile window (a multiple of 64, up to 1024)")
       ->check(CLI::Range(64, 1024));
-  a->add_option("--decode-stages", o->decode_stages, "--device cuda: pipeline stages of the 16-row tiles (2 or 3)")
-      ->check(CLI::IsMember({2, 3}));
+  a->add_option("--decode-stages", o->decode_stages, "--device cuda: pipeline stages of the 16-row tiles (2 or 3; 0: 3 without chunk-first tiles, else 2)")
+      ->check(CLI::IsMember({0, 2, 3}));
   return [o] { return run(*o); };
 }
 

@@ -189,7 +189,7 @@ int run_bench_attention_cuda(const CudaBenchOptions& o) {
   const Io io = queries(o, b);
   for (int n_p : nps) {
     const World alone = build(o, b, 0, n_p, false, wk);
-    for (int n_s : {0, n_p / 2, 3 * n_p / 4, n_p}) {
+    for (int n_s : table3_shared(n_p, o.shared_fractions)) {
       const World w = build(o, b, n_s, n_p, true, wk);
       const auto us = interleaved_us({call(alone, *alone.per, io), call(w, *w.per, io), call(w, *w.tpp, io),
                                       call(w, *w.relay, io)},
@@ -214,12 +214,16 @@ int run_bench_attention_cuda(const CudaBenchOptions& o) {
     struct Variant {
       int keys, rows, stages;
     };
-    const std::vector<Variant> variants{{512, 32, 2}, {512, 16, 2}, {1024, 32, 2}, {1024, 16, 2}, {512, 32, 3}, {256, 16, 2}};
-    std::printf("\n### Tile windows, rows and the 16-row tiles' stages (b=%d, n_p=4096): TPP median us\n\n"
-                "| window keys | rows per tile | stages | n_s=0 | n_s=2048 | n_s=3072 | n_s=4096 |\n|---|---|---|---|---|---|---|\n", b);
+    // stages 0: the default, by the plan (CudaAttention::Options::decode_stages).
+    const std::vector<Variant> variants{{512, 32, 0}, {512, 32, 2}, {512, 32, 3}, {512, 16, 0},
+                                        {1024, 32, 0}, {1024, 16, 0}, {256, 32, 0}};
+    std::printf("\n### Tile windows, rows and the 16-row tiles' stages (b=%d): TPP median us\n\n"
+                "| window keys | rows per tile | stages | n_p=1024 n_s=0 | n_p=4096 n_s=0 | n_s=2048 | n_s=3072 | "
+                "n_s=4096 |\n|---|---|---|---|---|---|---|---|\n",
+                b);
     std::vector<std::vector<double>> cols;
-    for (int n_s : {0, 2048, 3072, 4096}) {
-      World w = build(o, b, n_s, 4096, true, wk);
+    for (const auto& [n_s, n_p] : {std::pair{0, 1024}, {0, 4096}, {2048, 4096}, {3072, 4096}, {4096, 4096}}) {
+      World w = build(o, b, n_s, n_p, true, wk);
       std::vector<std::unique_ptr<CudaAttention>> as;
       std::vector<std::function<void()>> fns;
       for (const Variant& v : variants) {
@@ -229,18 +233,20 @@ int run_bench_attention_cuda(const CudaBenchOptions& o) {
       cols.push_back(interleaved_us(fns, o.reps, flush));
     }
     for (size_t v = 0; v < variants.size(); ++v) {
-      std::printf("| %d | %d | %d | %.1f | %.1f | %.1f | %.1f |\n", variants[v].keys, variants[v].rows, variants[v].stages,
-                  cols[0][v], cols[1][v], cols[2][v], cols[3][v]);
+      const std::string stages = variants[v].stages ? std::to_string(variants[v].stages) : "by plan";
+      std::printf("| %d | %d | %s | %.1f | %.1f | %.1f | %.1f | %.1f |\n", variants[v].keys, variants[v].rows,
+                  stages.c_str(), cols[0][v], cols[1][v], cols[2][v], cols[3][v], cols[4][v]);
       js["windows"].push_back({{"window_keys", variants[v].keys}, {"rows", variants[v].rows}, {"stages", variants[v].stages},
-                               {"ns0_us", cols[0][v]},
-                               {"ns2048_us", cols[1][v]}, {"ns3072_us", cols[2][v]}, {"ns4096_us", cols[3][v]}});
+                               {"p1024_ns0_us", cols[0][v]}, {"ns0_us", cols[1][v]},
+                               {"ns2048_us", cols[2][v]}, {"ns3072_us", cols[3][v]}, {"ns4096_us", cols[4][v]}});
     }
     std::fflush(stdout);
 
     // Where TPP's time goes: the same call with its merges left out (the
     // tiles alone; results wrong), timed in the same rounds.
     std::printf("\n### TPP's merges (b=%d, n_p=4096, windows of %d keys): median us\n\n"
-                "| n_s | TPP | tiles alone (no merge) | merges |\n|---|---|---|---|\n", b, wk);
+                "| n_s | TPP | tiles alone (no merge) | merges |\n|---|---|---|---|\n",
+                b, wk);
     for (int n_s : {0, 2048, 3072, 4096}) {
       World w = build(o, b, n_s, 4096, true, wk);
       const auto bare = attention(w, AttnPath::kTpp, wk, o.decode_stages, true);
