@@ -26,6 +26,11 @@ if ! python3 -c "import openai" 2>/dev/null; then
   echo "setup: installing the openai client (PyPI)" >&2
   python3 -m pip install --quiet "openai>=1.0,<4"
 fi
+# The Messages API's tests talk to it through Anthropic's client.
+if ! python3 -c "import anthropic" 2>/dev/null; then
+  echo "setup: installing the anthropic client (PyPI)" >&2
+  python3 -m pip install --quiet "anthropic>=0.40,<3"
+fi
 # The web console's browser test drives Debian's chromium through selenium.
 if ! python3 -c "import selenium" 2>/dev/null; then
   echo "setup: installing selenium (PyPI)" >&2

@@ -180,11 +180,12 @@ TEST(Model, StopStringIsNotEmitted) {
   const auto ids = model().tokenizer().encode("1, 2, 3, 4, 5,", false);
   GenerateParams p;
   p.max_tokens = 32;
-  p.stop = {" 8"};
+  p.stop = {" 9", " 8", ", 8"};  // ", 8" and " 8" complete at the same token: the earlier wins
   std::string streamed;
   const auto r = generate(model(), ids, p, [&](const std::string& s) { streamed += s; });
   EXPECT_EQ(r.stop_reason, "stop");
-  EXPECT_EQ(r.text, " 6, 7,");
+  EXPECT_EQ(r.stop_sequence, ", 8");
+  EXPECT_EQ(r.text, " 6, 7");
   EXPECT_EQ(streamed, r.text);
 }
 

@@ -19,6 +19,8 @@ hit ratio (cached / prompt tokens from usage), as one JSON line at the end.
       # 16 system prompts whose KV is 3x the pool, without and with the disk tier (bench/disk/shared_load.py)
   bench/load/load_test.py --server chunkserve --openai-client --requests 64 --clients 32 --disconnect 0
       # through the official openai client: one client, its pooled keep-alive connections shared by all threads
+  bench/load/load_test.py --server chunkserve --api messages --requests 96 --clients 32 --disconnect 0
+      # the same load through Anthropic's Messages API (/v1/messages: its events, its usage)
 """
 import argparse
 import http.client
@@ -80,14 +82,66 @@ def start_server(kind, port, parallel, extra=()):
     sys.exit(f"{kind} did not start")
 
 
+API = "chat"  # or "messages" (--api)
+PATHS = {"chat": "/v1/chat/completions", "messages": "/v1/messages"}
+
+
 def body(model, sys_prompt, i, stream, max_tokens):
-    b = {"model": model, "max_tokens": max_tokens, "temperature": 0.7, "seed": 1000 + i,
-         "messages": [{"role": "system", "content": sys_prompt},
-                      {"role": "user", "content": f"Request {i}: what should I know about {TOPICS[i % len(TOPICS)]}?"}]}
+    question = {"role": "user", "content": f"Request {i}: what should I know about {TOPICS[i % len(TOPICS)]}?"}
+    b = {"model": model, "max_tokens": max_tokens, "temperature": 0.7, "seed": 1000 + i}
+    if API == "messages":  # seed: chunkserve's extension, so the streamed text can be checked
+        b.update({"system": sys_prompt, "messages": [question]})
+        if stream:
+            b["stream"] = True
+        return json.dumps(b)
+    b["messages"] = [{"role": "system", "content": sys_prompt}, question]
     if stream:
         b["stream"] = True
         b["stream_options"] = {"include_usage": True}
     return json.dumps(b)
+
+
+def read_messages_stream(r, out, disconnect, t0):
+    """A Messages API stream (event:/data: lines) into stream_one's result
+    dict; its usage as the chat route's (prompt = input + cache read)."""
+    events, done = 0, False
+    while True:
+        line = r.readline()
+        if not line:
+            break
+        line = line.decode().rstrip("\r\n")
+        if not line.startswith("data: "):
+            continue
+        try:
+            j = json.loads(line[6:])
+        except ValueError:
+            out["problems"].append(f"event is not JSON: {line[:80]!r}")
+            continue
+        kind = j.get("type")
+        if kind == "error":
+            out["problems"].append(f"error event: {j['error']}")
+        elif kind == "content_block_delta" and j["delta"].get("type") == "text_delta":
+            if out["ttft"] is None:
+                out["ttft"] = time.time() - t0
+            out["text"] += j["delta"]["text"]
+        elif kind == "message_delta":
+            if out["finish"]:
+                out["problems"].append("two message_delta events")
+            out["finish"] = j["delta"]["stop_reason"]
+            u = j["usage"]
+            out["usage"] = {"prompt_tokens": u["input_tokens"] + u["cache_read_input_tokens"],
+                            "prompt_tokens_details": {"cached_tokens": u["cache_read_input_tokens"]}}
+        elif kind == "message_stop":
+            done = True
+            break
+        events += 1
+        if disconnect is not None and events >= disconnect:
+            out["disconnected"] = True
+            return
+    if not done:
+        out["problems"].append("stream ended without message_stop")
+    if out["finish"] is None:
+        out["problems"].append("no stop_reason")
 
 
 def stream_one(host, port, payload, disconnect_after, timeout):
@@ -97,11 +151,16 @@ def stream_one(host, port, payload, disconnect_after, timeout):
     t0 = time.time()
     conn = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
-        conn.request("POST", "/v1/chat/completions", payload, {"Content-Type": "application/json"})
+        conn.request("POST", PATHS[API], payload, {"Content-Type": "application/json"})
         r = conn.getresponse()
         out["status"] = r.status
         if r.status != 200:
             out["problems"].append(f"status {r.status}: {r.read()[:200]!r}")
+            return out
+        if API == "messages":
+            read_messages_stream(r, out, disconnect_after, t0)
+            if out["disconnected"]:
+                conn.sock.close()
             return out
         events, done = 0, False
         while True:
@@ -194,10 +253,14 @@ def stream_openai(client, payload, disconnect_after):
 def plain_one(host, port, payload, timeout):
     conn = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
-        conn.request("POST", "/v1/chat/completions", payload, {"Content-Type": "application/json"})
+        conn.request("POST", PATHS[API], payload, {"Content-Type": "application/json"})
         r = conn.getresponse()
         j = json.loads(r.read())
-        return j["choices"][0]["message"]["content"] if r.status == 200 else None
+        if r.status != 200:
+            return None
+        if API == "messages":
+            return "".join(b["text"] for b in j["content"] if b["type"] == "text")
+        return j["choices"][0]["message"]["content"]
     except Exception:
         return None
     finally:
@@ -225,7 +288,13 @@ def main():
     ap.add_argument("--kv-disk", help="chunkserve's --kv-disk DIR (the disk tier)")
     ap.add_argument("--openai-client", action="store_true",
                     help="stream through one official openai client (pooled keep-alive connections, no retries)")
+    ap.add_argument("--api", choices=["chat", "messages"], default="chat",
+                    help="chat: /v1/chat/completions; messages: Anthropic's /v1/messages (chunkserve)")
     a = ap.parse_args()
+    global API
+    API = a.api
+    if a.openai_client and a.api != "chat":
+        sys.exit("--openai-client streams chat completions only")
 
     proc = None
     if a.server:
@@ -327,7 +396,7 @@ def main():
                 t.join()
             mismatched = [i for i in idx if answers.get(i) != results[i]["text"]]
         report = {
-            "server": a.server or a.url, "client": "openai" if oai else "http.client", "clients": a.clients, "requests": len(ran), "completed": len(completed),
+            "server": a.server or a.url, "api": a.api, "client": "openai" if oai else "http.client", "clients": a.clients, "requests": len(ran), "completed": len(completed),
             "disconnected": len(ran) - len(completed), "lost": len(lost), "mismatched": len(mismatched),
             "wall_s": round(wall, 2), "requests_per_s": round(len(ran) / wall, 3),
             "ttft_p50_s": round(statistics.median(ttfts), 3) if ttfts else None,

@@ -76,6 +76,7 @@ GenerateResult generate(const LlamaModel& model, const std::vector<int32_t>& pro
   out.tokens = c.tokens;
   out.text = c.text;
   out.stop_reason = c.reason == FinishReason::kLength ? "length" : eos ? "eos" : "stop";
+  out.stop_sequence = c.stop_sequence;
   out.prefill_seconds = res.timings.ttft_s;
   out.decode_seconds = res.timings.decode_s;
   out.prompt_tokens = res.usage.prompt_tokens;

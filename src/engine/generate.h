@@ -38,6 +38,7 @@ struct GenerateResult {
   std::vector<float> top2_gap;   // per sampled token: top-1 minus top-2 logit (top2_gaps)
   std::string text;
   std::string stop_reason;       // "eos", "stop" (a stop string), "length"
+  std::string stop_sequence;     // the stop string that ended it ("stop")
   double prefill_seconds = 0;    // time to the first token
   double decode_seconds = 0;     // first token to the end
   int prompt_tokens = 0;

@@ -114,6 +114,7 @@ struct Completion {
   double ttft_s = 0;                    // submit -> this completion's first token
   FinishReason reason = FinishReason::kStop;
   std::string message;
+  std::string stop_sequence;  // the stop string that ended it (empty: none did)
 };
 
 struct Result {

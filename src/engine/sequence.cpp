@@ -123,6 +123,7 @@ bool Sequence::sample(std::span<const float> raw, const Tokenizer& tok, int n_ct
   r.emit(std::move(ev));
   if (stopped) {
     stopped_ = true;
+    out.stop_sequence = text_.matched();
     finish(FinishReason::kStop);
     return true;
   }

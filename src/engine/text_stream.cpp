@@ -31,8 +31,9 @@ TextStream::TextStream(const Tokenizer& tok, std::vector<std::string> stop) : to
 std::string TextStream::push(int32_t token, bool* stopped) {
   pending_ += tok_->piece(token);
   *stopped = false;
-  size_t cut = std::string::npos;  // the earliest stop string wins
-  for (const auto& s : stop_) cut = std::min(cut, pending_.find(s));
+  size_t cut = std::string::npos;  // the earliest stop string wins (the first listed, at one place)
+  for (const auto& s : stop_)
+    if (const size_t at = pending_.find(s); at < cut) cut = at, matched_ = s;
   if (cut != std::string::npos) {
     pending_.resize(cut);
     *stopped = true;

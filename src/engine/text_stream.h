@@ -19,11 +19,14 @@ class TextStream {
   std::string push(int32_t token, bool* stopped);
   // At the end (not after a stop): the text held back.
   std::string flush();
+  // The stop string that ended the text (empty: none did).
+  const std::string& matched() const { return matched_; }
 
  private:
   const Tokenizer* tok_;
   std::vector<std::string> stop_;
   std::string pending_;
+  std::string matched_;
 };
 
 }  // namespace cs

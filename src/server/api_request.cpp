@@ -465,7 +465,9 @@ json chat_message(const json& m, size_t i) {
     }
     out["tool_calls"] = std::move(list);
   }
-  for (const char* k : {"tool_call_id", "name"})
+  // reasoning_content: an assistant turn's thought, which templates that
+  // think render (or drop) in their own way.
+  for (const char* k : {"tool_call_id", "name", "reasoning_content"})
     if (const json* v = Fields(m).get(k); v && v->is_string()) out[k] = *v;
   return out;
 }
@@ -513,7 +515,10 @@ void add_generic_tools(json& msgs, const json& tools) {
 }  // namespace
 
 ApiRequest parse_chat_request(const std::string& body, const ApiLimits& lim) {
-  const json j = parse_body(body);
+  return parse_chat_json(parse_body(body), lim);
+}
+
+ApiRequest parse_chat_json(const json& j, const ApiLimits& lim, const std::string& continue_text) {
   refuse_unsupported(j, true);
   ApiRequest out;
   out.chat = true;
@@ -563,7 +568,9 @@ ApiRequest parse_chat_request(const std::string& body, const ApiLimits& lim) {
   }
   // Special tokens come from the template's markup only, never from a message.
   try {
-    out.engine.prompt = lim.chat->render(in).encode(*lim.tokenizer, true);
+    ChatPrompt prompt = lim.chat->render(in);
+    prompt.content(continue_text);  // the reply's start: the model goes on from it
+    out.engine.prompt = prompt.encode(*lim.tokenizer, true);
   } catch (const jinja::TemplateError& e) {
     throw invalid("messages", "the model's chat template refused the conversation: " + e.message() +
                                   (e.line() > 0 ? " (template line " + std::to_string(e.line()) + ")" : ""));

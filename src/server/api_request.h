@@ -7,6 +7,8 @@
 #pragma once
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/request.h"
 #include "model/chat_template.h"
 #include "model/tokenizer.h"
@@ -55,5 +57,10 @@ ApiRequest parse_completion_request(const std::string& body, const ApiLimits& li
 // last position); throws ApiError.
 void check_context(ApiRequest& r, const ApiLimits& limits);
 ApiRequest parse_chat_request(const std::string& body, const ApiLimits& limits);
+// The same from a parsed body (other APIs map theirs to it:
+// server/messages_api.h); continue_text: the start of the reply, after the
+// generation prompt, which the model continues (content, not markup).
+ApiRequest parse_chat_json(const nlohmann::ordered_json& body, const ApiLimits& limits,
+                           const std::string& continue_text = "");
 
 }  // namespace cs

@@ -22,6 +22,7 @@
 #include "server/api_response.h"
 #include "server/http_server.h"
 #include "server/kv_tree_json.h"
+#include "server/messages_api.h"
 #include "server/metrics.h"
 
 namespace cs {
@@ -43,10 +44,13 @@ std::string random_id(const char* prefix) {
   return std::string(prefix) + buf;
 }
 
-void reply_error(HttpResponse& res, const ApiError& e) {
+// Anthropic's routes answer errors in their API's shape, the rest OpenAI's.
+bool anthropic_route(const std::string& path) { return path == "/v1/messages" || path.starts_with("/v1/messages/"); }
+
+void reply_error(HttpResponse& res, const ApiError& e, bool anthropic = false) {
   res.status = e.status;
   res.content_type = "application/json";
-  res.body = error_json(e);
+  res.body = anthropic ? messages_error_json(e) : error_json(e);
 }
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
@@ -68,11 +72,11 @@ std::string bearer_token(const std::string& h) {
   return h.substr(k0, h.find_last_not_of(" \t") - k0 + 1);
 }
 
-// Whether header `given` carries the key whose digest is `expected`, in time
-// that does not depend on where they differ (digests compared, so not on
-// lengths either).
-bool is_key(const std::string& given, const std::string& expected) {
-  const std::string d = digest(bearer_token(given));
+// Whether `key` is the key whose digest is `expected`, in time that does
+// not depend on where they differ (digests compared, so not on lengths
+// either).
+bool is_key(const std::string& key, const std::string& expected) {
+  const std::string d = digest(key);
   return CRYPTO_memcmp(d.data(), expected.data(), d.size()) == 0;
 }
 
@@ -143,8 +147,12 @@ struct Server::Impl {
   void kv_tree(const HttpRequest&, HttpResponse&, HttpExchange&, Outcome&);
   void models(const HttpRequest&, HttpResponse&, HttpExchange&, Outcome&);
   void generate(const HttpRequest&, HttpResponse&, HttpExchange&, Outcome&, bool chat);
-  void answer(ApiRequest& ar, RequestHandle& h, HttpResponse& res, HttpExchange& ex, Outcome& o);
-  void stream(ApiRequest& ar, RequestHandle& h, HttpResponse& res, HttpExchange& ex, Outcome& o);
+  void messages(const HttpRequest&, HttpResponse&, HttpExchange&, Outcome&);
+  void count_tokens(const HttpRequest&, HttpResponse&, HttpExchange&, Outcome&);
+  RequestHandle submit(ApiRequest& ar, HttpResponse& res, const HttpExchange& ex);
+  bool wait_whole(RequestHandle& h, HttpResponse& res, HttpExchange& ex, Outcome& o);
+  template <class Events>
+  void stream(Events& events, int n, RequestHandle& h, HttpResponse& res, HttpExchange& ex, Outcome& o);
   void tokenize(const HttpRequest&, HttpResponse&, HttpExchange&, Outcome&);
   void detokenize(const HttpRequest&, HttpResponse&, HttpExchange&, Outcome&);
   void schema_post(const HttpRequest&, HttpResponse&, HttpExchange&, Outcome&);
@@ -216,12 +224,13 @@ void Server::Impl::add(const char* method, const std::string& path, RouteFn fn, 
     bool large = false;
     {
       Outcome o;
+      const bool anthropic = anthropic_route(req.path);
       try {
         fn(req, res, ex, o);
       } catch (const ApiError& e) {
-        reply_error(res, e);
+        reply_error(res, e, anthropic);
       } catch (const std::exception& e) {
-        reply_error(res, {500, std::string("internal error: ") + e.what(), "server_error", "", ""});
+        reply_error(res, {500, std::string("internal error: ") + e.what(), "server_error", "", ""}, anthropic);
       }
       log(name, res.status, o.id, o.result ? &*o.result : nullptr);
       large = res.body.size() >= kTrimAfterBytes || (o.result && logprob_entries(*o.result) >= kTrimAfterLogprobs);
@@ -240,14 +249,19 @@ void Server::Impl::add(const char* method, const std::string& path, RouteFn fn, 
 bool Server::Impl::before(const HttpRequest& req, HttpResponse& res) {
   // The console's page holds no data (its calls carry the key).
   if (req.path == "/health" || req.path == "/") return false;
-  if (!key_digest.empty() && !is_key(req.header("Authorization"), key_digest)) {
-    reply_error(res, {401, "missing or wrong API key (Authorization: Bearer KEY)", "invalid_request_error", "",
-                      "invalid_api_key"});
+  const bool anthropic = anthropic_route(req.path);
+  // The key as OpenAI's clients send it (Authorization: Bearer) or as
+  // Anthropic's do (x-api-key).
+  if (!key_digest.empty() && !is_key(bearer_token(req.header("Authorization")), key_digest) &&
+      !is_key(req.header("x-api-key"), key_digest)) {
+    reply_error(res, {401, "missing or wrong API key (Authorization: Bearer KEY, or x-api-key: KEY)",
+                      "invalid_request_error", "", "invalid_api_key"},
+                anthropic);
     log(route_name(req.path), 401, "", nullptr);
     return true;
   }
   if (draining && req.path.starts_with("/v1/")) {
-    reply_error(res, {503, "the server is shutting down", "server_error", "", "shutting_down"});
+    reply_error(res, {503, "the server is shutting down", "server_error", "", "shutting_down"}, anthropic);
     log(route_name(req.path), 503, "", nullptr);
     return true;
   }
@@ -262,7 +276,8 @@ HttpResponse Server::Impl::transport_error(const HttpRequest* req, int status, c
   if (status == 413) code = "body_too_large";
   if (status == 431) code = "headers_too_large";
   if (status == 408) code = "request_timeout";
-  reply_error(res, {status, message, status >= 500 ? "server_error" : "invalid_request_error", "", code});
+  reply_error(res, {status, message, status >= 500 ? "server_error" : "invalid_request_error", "", code},
+              req && anthropic_route(req->path));
   log(req ? route_name(req->path) : "(other)", status, "", nullptr);
   return res;
 }
@@ -311,48 +326,105 @@ void Server::Impl::constrain(ApiRequest& r, const HttpExchange& ex) {
   }
 }
 
+// The request's constraint compiled and the request queued; a refusal is
+// the client's error (or a 429/503).
+RequestHandle Server::Impl::submit(ApiRequest& ar, HttpResponse& res, const HttpExchange& ex) {
+  if (ar.constraint) constrain(ar, ex);
+  try {
+    return engine.submit(ar.engine);
+  } catch (const RequestError& e) {
+    throw refused(e, res);
+  }
+}
+
+namespace {
+
+// A stream's events in OpenAI's shapes (chat.completion.chunk or
+// text_completion), ending with the usage chunk when asked and [DONE].
+struct OpenAiEvents {
+  ApiResponder out;
+  bool include_usage;
+  std::string open() { return {}; }
+  std::string event(const StreamEvent& ev) { return out.chunk(ev); }
+  std::string close(const Result& r) { return (include_usage ? out.usage_chunk(r) : "") + ApiResponder::done(); }
+  static std::string keep_alive() { return ": keep-alive\n\n"; }
+};
+
+// A stream's events in the Messages API's shapes: message_start first,
+// ping while quiet, an error event for a completion that failed.
+struct MessagesEvents {
+  MessagesResponder out;
+  int prompt_tokens;
+  std::string open() { return out.start(prompt_tokens); }
+  std::string event(const StreamEvent& ev) {
+    if (ev.kind == StreamEvent::Kind::kFinish)
+      if (auto e = failure(ev.reason, ev.message)) return MessagesResponder::error_event(*e);
+    return out.event(ev);
+  }
+  std::string close(const Result& r) { return out.finish(r); }
+  static std::string keep_alive() { return MessagesResponder::ping(); }
+};
+
+}  // namespace
+
 void Server::Impl::generate(const HttpRequest& req, HttpResponse& res, HttpExchange& ex, Outcome& o, bool is_chat) {
   o.id = random_id(is_chat ? "chatcmpl-" : "cmpl-");
   ApiRequest ar = is_chat ? parse_chat_request(req.body, limits) : parse_completion_request(req.body, limits);
   if (!ar.pml.empty()) pml_prompt(ar);
-  if (ar.constraint) constrain(ar, ex);
-  RequestHandle h;
-  try {
-    h = engine.submit(ar.engine);
-  } catch (const RequestError& e) {
-    throw refused(e, res);
+  RequestHandle h = submit(ar, res, ex);
+  if (ar.stream) {
+    OpenAiEvents events{ApiResponder(ar, engine.model().tokenizer(), o.id, unix_now()), ar.include_usage};
+    stream(events, ar.engine.n, h, res, ex, o);
+  } else if (wait_whole(h, res, ex, o)) {
+    res.body = ApiResponder(ar, engine.model().tokenizer(), o.id, unix_now()).response(*o.result);
   }
-  if (ar.stream)
-    stream(ar, h, res, ex, o);
-  else
-    answer(ar, h, res, ex, o);
 }
 
-// A whole answer. A client that hangs up while it waits cancels the request.
-void Server::Impl::answer(ApiRequest& ar, RequestHandle& h, HttpResponse& res, HttpExchange& ex, Outcome& o) {
+// Anthropic's Messages API on the same engine (server/messages_api.h).
+void Server::Impl::messages(const HttpRequest& req, HttpResponse& res, HttpExchange& ex, Outcome& o) {
+  o.id = random_id("msg_");
+  MessagesRequest mr = parse_messages_request(req.body, limits);
+  RequestHandle h = submit(mr.chat, res, ex);
+  if (mr.chat.stream) {
+    MessagesEvents events{MessagesResponder(mr, o.id), int(mr.chat.engine.prompt.size())};
+    stream(events, 1, h, res, ex, o);
+  } else if (wait_whole(h, res, ex, o)) {
+    res.body = MessagesResponder(mr, o.id).response(*o.result);
+  }
+}
+
+void Server::Impl::count_tokens(const HttpRequest& req, HttpResponse& res, HttpExchange&, Outcome&) {
+  res.body = dump({{"input_tokens", count_messages_tokens(req.body, limits)}});
+}
+
+// A whole answer: false when the client hung up while it waited (the
+// request is cancelled, the status 499). A completion that failed is the
+// request's error.
+bool Server::Impl::wait_whole(RequestHandle& h, HttpResponse& res, HttpExchange& ex, Outcome& o) {
   while (!h.wait_for(std::chrono::milliseconds(100)))
     if (ex.client_gone()) {
       h.cancel();
       o.result = h.wait();
       res.status = 499;  // logged; nobody is there to read it
-      return;
+      return false;
     }
   o.result = h.wait();
   for (const Completion& c : o.result->completions)
     if (auto e = failure(c.reason, c.message)) throw *e;
-  res.body = ApiResponder(ar, engine.model().tokenizer(), o.id, unix_now()).response(*o.result);
+  return true;
 }
 
 // Server-sent events. The status line waits for the first event (or a
 // second of quiet), so a request that fails before its first token still
 // gets its 4xx/5xx status rather than an error inside a 200 stream.
-void Server::Impl::stream(ApiRequest& ar, RequestHandle& h, HttpResponse& res, HttpExchange& ex, Outcome& o) {
-  ApiResponder out(ar, engine.model().tokenizer(), o.id, unix_now());
+template <class Events>
+void Server::Impl::stream(Events& events, int n, RequestHandle& h, HttpResponse& res, HttpExchange& ex, Outcome& o) {
   bool started = false, ok = true;
   auto write = [&](const std::string& s) {
     if (!started) {
       started = true;
       ok = ex.begin_stream(200, {{"Content-Type", "text/event-stream"}, {"Cache-Control", "no-cache"}});
+      ok = ok && ex.write(events.open());
     }
     ok = ok && !ex.client_gone() && ex.write(s);
     return ok;
@@ -361,25 +433,24 @@ void Server::Impl::stream(ApiRequest& ar, RequestHandle& h, HttpResponse& res, H
     auto ev = h.next(std::chrono::milliseconds(1000));
     if (ev) {
       const auto failed = ev->kind == StreamEvent::Kind::kFinish ? failure(ev->reason, ev->message) : std::nullopt;
-      if (failed && !started && ar.engine.n == 1) {
+      if (failed && !started && n == 1) {
         o.result = h.wait();
         throw *failed;
       }
-      const std::string c = out.chunk(*ev);
+      const std::string c = events.event(*ev);
       if (!c.empty()) write(c);
       continue;
     }
     if (!h.done()) {
-      // Quiet (queued, or a long prefill): an SSE comment finds out
-      // whether the client is still there.
-      write(": keep-alive\n\n");
+      // Quiet (queued, or a long prefill): a keep-alive finds out whether
+      // the client is still there.
+      write(Events::keep_alive());
       continue;
     }
     o.result = h.wait();
-    if (ar.include_usage) write(out.usage_chunk(*o.result));
-    // [DONE] delivered is a whole stream: a client that closes at once may
-    // beat the chunked terminator, and that is no 499.
-    ok = write(ApiResponder::done());
+    // The stream's end delivered is a whole stream: a client that closes at
+    // once may beat the chunked terminator, and that is no 499.
+    ok = write(events.close(*o.result));
     if (ok) ex.end();
     break;
   }
@@ -602,6 +673,8 @@ void Server::Impl::routes() {
       {"GET", "/v1/models", std::bind(&Impl::models, this, _1, _2, _3, _4)},
       {"POST", "/v1/completions", std::bind(&Impl::generate, this, _1, _2, _3, _4, false)},
       {"POST", "/v1/chat/completions", std::bind(&Impl::generate, this, _1, _2, _3, _4, true)},
+      {"POST", "/v1/messages", std::bind(&Impl::messages, this, _1, _2, _3, _4)},
+      {"POST", "/v1/messages/count_tokens", std::bind(&Impl::count_tokens, this, _1, _2, _3, _4)},
       {"POST", "/tokenize", std::bind(&Impl::tokenize, this, _1, _2, _3, _4)},
       {"POST", "/detokenize", std::bind(&Impl::detokenize, this, _1, _2, _3, _4)},
       {"POST", "/v1/schemas", std::bind(&Impl::schema_post, this, _1, _2, _3, _4)},

@@ -1,0 +1,473 @@
+// The Messages API mapped to the chat machinery (server/messages_api.h).
+#include "server/messages_api.h"
+
+#include <climits>
+#include <random>
+
+#include "base/json_depth.h"
+
+namespace cs {
+
+using json = nlohmann::ordered_json;
+
+namespace {
+
+ApiError invalid(const std::string& param, const std::string& message, const std::string& code = "invalid_value") {
+  return {400, message, "invalid_request_error", param, code};
+}
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+const json* field(const json& j, const char* name) {
+  auto it = j.find(name);
+  return it == j.end() || it->is_null() ? nullptr : &*it;
+}
+
+std::string type_of(const json& block) {
+  const json* t = block.is_object() ? field(block, "type") : nullptr;
+  return t && t->is_string() ? t->get<std::string>() : "";
+}
+
+// cache_control: {"type": "ephemeral", "ttl": "5m" | "1h"}; counted.
+void cache_mark(const json& block, const std::string& at, int& marks) {
+  const json* cc = field(block, "cache_control");
+  if (!cc) return;
+  const std::string p = at.empty() ? "cache_control" : at + ".cache_control";  // "": the request's own
+  if (!cc->is_object() || type_of(*cc) != "ephemeral")
+    throw invalid(p, p + " must be {\"type\": \"ephemeral\", \"ttl\": \"5m\" | \"1h\"}");
+  if (const json* ttl = field(*cc, "ttl"); ttl && !(*ttl == "5m" || *ttl == "1h"))
+    throw invalid(p + ".ttl", p + ".ttl must be \"5m\" or \"1h\"");
+  if (++marks > 4) throw invalid(p, "at most 4 cache_control marks are allowed in a request");
+}
+
+// Text given as a string or as a list of text blocks, the blocks' texts
+// joined by newlines.
+std::string text_of(const json& content, const std::string& at, int& marks) {
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) throw invalid(at, at + " must be a string or a list of text blocks", "invalid_type");
+  std::string text;
+  for (size_t i = 0; i < content.size(); ++i) {
+    const std::string bat = at + "[" + std::to_string(i) + "]";
+    const json& b = content[i];
+    const json* t = b.is_object() ? field(b, "text") : nullptr;
+    if (type_of(b) != "text" || !t || !t->is_string())
+      throw invalid(bat, bat + " must be a text block {\"type\": \"text\", \"text\": ...}" +
+                             (type_of(b).empty() ? "" : " (" + type_of(b) + " blocks are not supported here)"));
+    cache_mark(b, bat, marks);
+    if (i) text += '\n';
+    text += t->get<std::string>();
+  }
+  return text;
+}
+
+std::string tool_use_id() {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  static const char digits[] = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+  std::string id = "toolu_";
+  for (int i = 0; i < 24; ++i) id += digits[rng() % 62];
+  return id;
+}
+
+// A turn after the others; consecutive turns of one role are one turn, as
+// the API combines them (texts joined by a newline), where neither carries
+// more than text.
+void push_turn(json& out, json msg) {
+  if (!out.empty()) {
+    json& prev = out.back();
+    const bool plain = prev.size() == 2 && msg.size() == 2 && prev["content"].is_string() && msg["content"].is_string();
+    if (plain && prev["role"] == msg["role"] && prev["role"] != "system") {
+      prev["content"] = prev["content"].get<std::string>() + "\n" + msg["content"].get<std::string>();
+      return;
+    }
+  }
+  out.push_back(std::move(msg));
+}
+
+// One message of the Messages API as chat messages: a user turn's
+// tool_result blocks become tool messages (in their order, before the turn's
+// text), an assistant turn's tool_use blocks its tool_calls and its thinking
+// its reasoning_content.
+void map_message(const json& m, size_t i, json& out, int& marks) {
+  const std::string at = "messages[" + std::to_string(i) + "]";
+  if (!m.is_object()) throw invalid(at, at + " must be an object", "invalid_type");
+  const json* role = field(m, "role");
+  if (!role || !(*role == "user" || *role == "assistant"))
+    throw invalid(at + ".role", at + ".role must be \"user\" or \"assistant\"");
+  const bool user = *role == "user";
+  const json* content = field(m, "content");
+  if (!content) throw invalid(at + ".content", at + ".content is required", "missing_required_parameter");
+  if (content->is_string()) {
+    push_turn(out, {{"role", *role}, {"content", *content}});
+    return;
+  }
+  if (!content->is_array()) throw invalid(at + ".content", at + ".content must be a string or a list of blocks", "invalid_type");
+  std::string text, thinking;
+  bool has_text = false;
+  json calls = json::array();
+  for (size_t k = 0; k < content->size(); ++k) {
+    const json& b = (*content)[k];
+    const std::string bat = at + ".content[" + std::to_string(k) + "]";
+    const std::string type = type_of(b);
+    if (type == "text") {
+      const json* t = field(b, "text");
+      if (!t || !t->is_string()) throw invalid(bat + ".text", bat + ".text must be a string", "invalid_type");
+      cache_mark(b, bat, marks);
+      if (has_text) text += '\n';
+      text += t->get<std::string>();
+      has_text = true;
+    } else if (type == "tool_result" && user) {
+      const json* id = field(b, "tool_use_id");
+      if (!id || !id->is_string())
+        throw invalid(bat + ".tool_use_id", bat + ".tool_use_id is required", "missing_required_parameter");
+      cache_mark(b, bat, marks);
+      const json* c = field(b, "content");
+      std::string result = c ? text_of(*c, bat + ".content", marks) : "";
+      if (const json* e = field(b, "is_error"); e && e->is_boolean() && e->get<bool>()) result = "Error: " + result;
+      out.push_back({{"role", "tool"}, {"tool_call_id", *id}, {"content", result}});
+    } else if (type == "tool_use" && !user) {
+      const json* id = field(b, "id");
+      const json* name = field(b, "name");
+      const json* input = field(b, "input");
+      if (!id || !id->is_string() || !name || !name->is_string())
+        throw invalid(bat, bat + " must be {\"type\": \"tool_use\", \"id\", \"name\", \"input\": {...}}");
+      if (input && !input->is_object()) throw invalid(bat + ".input", bat + ".input must be an object", "invalid_type");
+      cache_mark(b, bat, marks);
+      calls.push_back({{"id", *id},
+                       {"type", "function"},
+                       {"function", {{"name", *name}, {"arguments", input ? *input : json::object()}}}});
+    } else if (type == "thinking" && !user) {
+      const json* t = field(b, "thinking");
+      if (!t || !t->is_string()) throw invalid(bat + ".thinking", bat + ".thinking must be a string", "invalid_type");
+      thinking += t->get<std::string>();
+    } else if (type == "redacted_thinking" && !user) {
+      // Encrypted by another server: nothing here can read it.
+    } else {
+      throw invalid(bat + ".type", bat + ": " + (type.empty() ? std::string("a block without a type") : type + " blocks") +
+                                       " are not supported in " + (user ? "user" : "assistant") + " messages",
+                    "unsupported_parameter");
+    }
+  }
+  if (!has_text && calls.empty() && thinking.empty() && !user) return;  // nothing the template could show
+  if (user && !has_text && !out.empty() && out.back()["role"] == "tool") return;  // only tool results
+  json msg = {{"role", *role}};
+  msg["content"] = has_text || calls.empty() ? json(text) : json(nullptr);
+  if (!calls.empty()) msg["tool_calls"] = std::move(calls);
+  if (!thinking.empty()) msg["reasoning_content"] = thinking;
+  push_turn(out, std::move(msg));
+}
+
+// tools: [{"name", "description", "input_schema"}]: custom tools only.
+json map_tools(const json& tools, int& marks) {
+  if (!tools.is_array()) throw invalid("tools", "tools must be a list", "invalid_type");
+  json out = json::array();
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const std::string at = "tools[" + std::to_string(i) + "]";
+    const json& t = tools[i];
+    if (!t.is_object()) throw invalid(at, at + " must be an object", "invalid_type");
+    if (const std::string type = type_of(t); !type.empty() && type != "custom")
+      throw invalid(at + ".type", at + ": the tool type '" + type + "' (a server tool) is not supported; give custom tools",
+                    "unsupported_parameter");
+    const json* name = field(t, "name");
+    const json* schema = field(t, "input_schema");
+    if (!name || !name->is_string()) throw invalid(at + ".name", at + ".name is required", "missing_required_parameter");
+    if (!schema || !schema->is_object())
+      throw invalid(at + ".input_schema", at + ".input_schema must be a JSON schema (an object)", "invalid_type");
+    cache_mark(t, at, marks);
+    json fn = {{"name", *name}};
+    if (const json* d = field(t, "description")) fn["description"] = *d;
+    fn["parameters"] = *schema;
+    if (const json* st = field(t, "strict")) fn["strict"] = *st;
+    out.push_back({{"type", "function"}, {"function", std::move(fn)}});
+  }
+  return out;
+}
+
+// The chat body a Messages body means, the reply's start (a final assistant
+// message) apart.
+json to_chat(const json& j, bool count_only, std::string& prefill, int& marks) {
+  json chat = json::object();
+  if (const json* m = field(j, "model")) chat["model"] = *m;
+  if (!count_only) {
+    const json* max = field(j, "max_tokens");
+    if (!max) throw invalid("max_tokens", "max_tokens is required", "missing_required_parameter");
+    // 0: the prompt only (it stays cached), no reply.
+    if (!max->is_number_integer() || max->get<long long>() < 0)
+      throw invalid("max_tokens", "max_tokens must be an integer, at least 0", "invalid_type");
+    chat["max_tokens"] = *max;
+    // seed: chunkserve's extension (sampled answers that can be reproduced).
+    for (const char* k : {"stream", "top_p", "top_k", "seed"})
+      if (const json* v = field(j, k)) chat[k] = *v;
+    if (const json* t = field(j, "temperature")) {
+      if (!t->is_number() || t->get<double>() < 0 || t->get<double>() > 1)
+        throw invalid("temperature", "temperature must be a number in [0, 1]");
+      chat["temperature"] = *t;
+    }
+  }
+  if (const json* md = field(j, "metadata"); md && !md->is_object())
+    throw invalid("metadata", "metadata must be an object", "invalid_type");
+  for (const char* k : {"container", "mcp_servers"})
+    if (field(j, k)) throw invalid(k, std::string(k) + " is not supported", "unsupported_parameter");
+  // thinking: "adaptive" leaves it to the model (a template that does not
+  // think answers without); "enabled" asks for thinking blocks, which this
+  // server does not separate from the answer yet.
+  if (const json* th = field(j, "thinking")) {
+    const std::string type = th->is_object() ? type_of(*th) : "";
+    if (type == "enabled")
+      throw invalid("thinking", "thinking {\"type\": \"enabled\"} is not supported yet on this server (the thought "
+                                "would not come back apart from the answer); use \"adaptive\" or \"disabled\"",
+                    "unsupported_parameter");
+    if (type != "disabled" && type != "adaptive")
+      throw invalid("thinking", "thinking must be {\"type\": \"adaptive\" | \"enabled\" | \"disabled\"}");
+  }
+  // Structured outputs: output_config.format, or output_format (its earlier name).
+  const json* oc = field(j, "output_config");
+  if (oc && !oc->is_object()) throw invalid("output_config", "output_config must be an object", "invalid_type");
+  const json* format = oc ? field(*oc, "format") : nullptr;
+  const char* format_param = "output_config.format";
+  if (const json* of = field(j, "output_format")) {
+    if (format) throw invalid("output_format", "give output_config.format or output_format, not both");
+    format = of, format_param = "output_format";
+  }
+  if (format) {
+    const json* schema = format->is_object() ? field(*format, "schema") : nullptr;
+    if (type_of(*format) != "json_schema" || !schema || !schema->is_object())
+      throw invalid(format_param, std::string(format_param) + " must be {\"type\": \"json_schema\", \"schema\": {...}}");
+    chat["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "output"}, {"schema", *schema}}}};
+  }
+  if (const json* cc = field(j, "cache_control")) cache_mark({{"cache_control", *cc}}, "", marks);
+
+  json msgs = json::array();
+  if (const json* sys = field(j, "system")) msgs.push_back({{"role", "system"}, {"content", text_of(*sys, "system", marks)}});
+  const json* m = field(j, "messages");
+  if (!m) throw invalid("messages", "messages is required", "missing_required_parameter");
+  if (!m->is_array() || m->empty()) throw invalid("messages", "messages must be a non-empty list", "invalid_type");
+  // A final assistant message is the start of the reply: the model goes on from it.
+  size_t n = m->size();
+  const json& last = m->back();
+  if (last.is_object() && field(last, "role") && last["role"] == "assistant") {
+    const std::string at = "messages[" + std::to_string(n - 1) + "]";
+    const json* c = field(last, "content");
+    if (!c) throw invalid(at + ".content", at + ".content is required", "missing_required_parameter");
+    prefill = text_of(*c, at + ".content", marks);
+    --n;
+    if (n == 0) throw invalid("messages", "messages must hold a user message before the reply's start");
+  }
+  for (size_t i = 0; i < n; ++i) map_message((*m)[i], i, msgs, marks);
+  chat["messages"] = std::move(msgs);
+
+  if (const json* t = field(j, "tools")) chat["tools"] = map_tools(*t, marks);
+  if (const json* tc = field(j, "tool_choice")) {
+    const std::string type = tc->is_object() ? type_of(*tc) : "";
+    if (type == "auto" || type == "none") {
+      chat["tool_choice"] = type;
+    } else if (type == "any") {
+      chat["tool_choice"] = "required";
+    } else if (type == "tool") {
+      const json* name = field(*tc, "name");
+      if (!name || !name->is_string())
+        throw invalid("tool_choice.name", "tool_choice {\"type\": \"tool\"} needs the tool's name", "missing_required_parameter");
+      chat["tool_choice"] = {{"type", "function"}, {"function", {{"name", *name}}}};
+    } else {
+      throw invalid("tool_choice", "tool_choice must be {\"type\": \"auto\" | \"any\" | \"tool\" | \"none\"}");
+    }
+    if (const json* d = field(*tc, "disable_parallel_tool_use")) {
+      if (!d->is_boolean()) throw invalid("tool_choice.disable_parallel_tool_use", "disable_parallel_tool_use must be true or false", "invalid_type");
+      chat["parallel_tool_calls"] = !d->get<bool>();
+    }
+  }
+  return chat;
+}
+
+json parse_body(const std::string& body) {
+  const int depth = json_nesting(body);
+  if (depth > kMaxJsonNesting)
+    throw invalid("", "the body nests " + std::to_string(depth) + " levels deep; at most " +
+                          std::to_string(kMaxJsonNesting) + " are accepted",
+                  "too_deeply_nested");
+  json j = json::parse(body, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) throw invalid("", "the body must be a JSON object", "invalid_json");
+  return j;
+}
+
+}  // namespace
+
+MessagesRequest parse_messages_request(const std::string& body, const ApiLimits& lim) {
+  const json j = parse_body(body);
+  MessagesRequest out;
+  std::string prefill;
+  const json chat = to_chat(j, false, prefill, out.breakpoints);
+  out.chat = parse_chat_json(chat, lim, prefill);
+  out.model = out.chat.model;
+  if (const json* stop = field(j, "stop_sequences")) {
+    if (!stop->is_array() || stop->size() > 16)
+      throw invalid("stop_sequences", "stop_sequences must be a list of at most 16 strings", "invalid_type");
+    for (const json& s : *stop) {
+      if (!s.is_string() || s.get<std::string>().empty())
+        throw invalid("stop_sequences", "stop_sequences must hold non-empty strings", "invalid_type");
+      out.chat.engine.stop.push_back(s.get<std::string>());
+    }
+  }
+  return out;
+}
+
+int count_messages_tokens(const std::string& body, const ApiLimits& lim) {
+  const json j = parse_body(body);
+  std::string prefill;
+  int marks = 0;
+  json chat = to_chat(j, true, prefill, marks);
+  ApiLimits any_length = lim;
+  any_length.n_ctx = INT_MAX;
+  return int(parse_chat_json(chat, any_length, prefill).engine.prompt.size());
+}
+
+const char* messages_error_type(int status) {
+  switch (status) {
+    case 400: return "invalid_request_error";
+    case 401: return "authentication_error";
+    case 403: return "permission_error";
+    case 404: return "not_found_error";
+    case 413: return "request_too_large";
+    case 429: return "rate_limit_error";
+    case 503:
+    case 529: return "overloaded_error";
+    default: return status >= 500 ? "api_error" : "invalid_request_error";
+  }
+}
+
+std::string messages_error_json(const ApiError& e) {
+  return dump({{"type", "error"}, {"error", {{"type", messages_error_type(e.status)}, {"message", e.message}}}});
+}
+
+namespace {
+
+const char* stop_reason(const Completion& c, bool calls) {
+  if (calls) return "tool_use";
+  if (c.reason != FinishReason::kStop) return "max_tokens";
+  return c.stop_sequence.empty() ? "end_turn" : "stop_sequence";
+}
+
+json usage_json(const Result& r) {
+  return {{"input_tokens", r.usage.prompt_tokens - r.usage.cached_tokens},
+          {"cache_creation_input_tokens", 0},
+          {"cache_read_input_tokens", r.usage.cached_tokens},
+          {"output_tokens", r.usage.completion_tokens}};
+}
+
+json tool_use_json(const ToolCall& c) {
+  json input = json::parse(c.arguments, nullptr, false);
+  if (input.is_discarded() || !input.is_object()) input = json::object();
+  return {{"type", "tool_use"}, {"id", tool_use_id()}, {"name", c.name}, {"input", std::move(input)}};
+}
+
+std::string sse(const char* event, const json& data) { return std::string("event: ") + event + "\ndata: " + dump(data) + "\n\n"; }
+
+}  // namespace
+
+MessagesResponder::MessagesResponder(const MessagesRequest& req, std::string id) : req_(req), id_(std::move(id)) {}
+
+std::string MessagesResponder::response(const Result& r) const {
+  const Completion& c = r.completions.at(0);
+  const ParsedReply p = req_.chat.tools ? parse_tool_calls(c.text, req_.chat.tool_format) : ParsedReply{c.text, {}};
+  json content = json::array();
+  if (!p.content.empty()) content.push_back({{"type", "text"}, {"text", p.content}});
+  for (const ToolCall& call : p.calls) content.push_back(tool_use_json(call));
+  return dump({{"id", id_},
+               {"type", "message"},
+               {"role", "assistant"},
+               {"model", req_.model},
+               {"content", std::move(content)},
+               {"stop_reason", stop_reason(c, !p.calls.empty())},
+               {"stop_sequence", c.stop_sequence.empty() ? json(nullptr) : json(c.stop_sequence)},
+               {"usage", usage_json(r)}});
+}
+
+std::string MessagesResponder::start(int prompt_tokens) const {
+  const json message = {{"id", id_},
+                        {"type", "message"},
+                        {"role", "assistant"},
+                        {"model", req_.model},
+                        {"content", json::array()},
+                        {"stop_reason", nullptr},
+                        {"stop_sequence", nullptr},
+                        {"usage",
+                         {{"input_tokens", prompt_tokens},
+                          {"cache_creation_input_tokens", 0},
+                          {"cache_read_input_tokens", 0},
+                          {"output_tokens", 0}}}};
+  return sse("message_start", {{"type", "message_start"}, {"message", message}});
+}
+
+std::string MessagesResponder::text_delta(const std::string& s) {
+  if (s.empty()) return {};
+  std::string out;
+  if (open_text_ < 0) {
+    open_text_ = next_block_++;
+    out += sse("content_block_start", {{"type", "content_block_start"},
+                                       {"index", open_text_},
+                                       {"content_block", {{"type", "text"}, {"text", ""}}}});
+  }
+  return out + sse("content_block_delta", {{"type", "content_block_delta"},
+                                           {"index", open_text_},
+                                           {"delta", {{"type", "text_delta"}, {"text", s}}}});
+}
+
+std::string MessagesResponder::close_text() {
+  if (open_text_ < 0) return {};
+  const int index = std::exchange(open_text_, -1);
+  return sse("content_block_stop", {{"type", "content_block_stop"}, {"index", index}});
+}
+
+std::string MessagesResponder::event(const StreamEvent& ev) {
+  if (ev.kind != StreamEvent::Kind::kToken || ev.text.empty()) return {};
+  text_ += ev.text;
+  // With tools, text that may begin a call waits for the end.
+  const size_t upto = req_.chat.tools ? tool_call_start(text_, req_.chat.tool_format) : text_.size();
+  if (upto <= sent_) return {};
+  std::string out = text_delta(text_.substr(sent_, upto - sent_));
+  sent_ = upto;
+  return out;
+}
+
+std::string MessagesResponder::finish(const Result& r) {
+  const Completion& c = r.completions.at(0);
+  std::string out;
+  size_t calls = 0;
+  const std::string rest = text_.substr(sent_);
+  sent_ = text_.size();
+  if (req_.chat.tools) {
+    const ParsedReply p = parse_tool_calls(rest, req_.chat.tool_format);
+    // Without calls the rest is text as it came; beside calls, the text
+    // around them (trimmed).
+    out += text_delta(p.calls.empty() ? rest : p.content);
+    out += close_text();
+    for (const ToolCall& call : p.calls) {
+      json block = tool_use_json(call);
+      const std::string input = dump(block["input"]);
+      block["input"] = json::object();
+      const int index = next_block_++;
+      out += sse("content_block_start", {{"type", "content_block_start"}, {"index", index}, {"content_block", block}});
+      out += sse("content_block_delta", {{"type", "content_block_delta"},
+                                         {"index", index},
+                                         {"delta", {{"type", "input_json_delta"}, {"partial_json", input}}}});
+      out += sse("content_block_stop", {{"type", "content_block_stop"}, {"index", index}});
+    }
+    calls = p.calls.size();
+  } else {
+    out += text_delta(rest);
+    out += close_text();
+  }
+  out += sse("message_delta", {{"type", "message_delta"},
+                               {"delta",
+                                {{"stop_reason", stop_reason(c, calls > 0)},
+                                 {"stop_sequence", c.stop_sequence.empty() ? json(nullptr) : json(c.stop_sequence)}}},
+                               {"usage", usage_json(r)}});
+  return out + sse("message_stop", {{"type", "message_stop"}});
+}
+
+std::string MessagesResponder::ping() { return sse("ping", {{"type", "ping"}}); }
+
+std::string MessagesResponder::error_event(const ApiError& e) {
+  return "event: error\ndata: " + messages_error_json(e) + "\n\n";
+}
+
+}  // namespace cs

@@ -1,0 +1,62 @@
+// Anthropic's Messages API (POST /v1/messages, /v1/messages/count_tokens) on
+// the chat machinery: a request is mapped to a Chat Completions body (system
+// blocks to a system message, tool_use and tool_result blocks to tool calls
+// and tool messages, input_schema to parameters, tool_choice "any" to
+// "required", output_format to a JSON-schema constraint, a final assistant
+// message to the start of the reply) and parsed by parse_chat_json; answers
+// and stream events are written in the Messages API's shapes, errors as
+// {"type": "error", "error": {"type", "message"}}. docs/agent_apis.md maps
+// every field. Pure functions and a per-request encoder: the fuzz target
+// for request bodies calls the parser directly.
+#pragma once
+#include <string>
+
+#include "engine/request.h"
+#include "server/api_request.h"
+
+namespace cs {
+
+struct MessagesRequest {
+  ApiRequest chat;          // what the engine runs; tools, constraint, stream as the chat route has them
+  std::string model;
+  int breakpoints = 0;      // cache_control marks (at most 4, as the API allows)
+};
+
+// Throws ApiError (its param named in the Messages body's terms).
+MessagesRequest parse_messages_request(const std::string& body, const ApiLimits& limits);
+// /v1/messages/count_tokens: the tokens of the prompt the same body makes
+// (no max_tokens; a prompt longer than the context is counted too).
+int count_messages_tokens(const std::string& body, const ApiLimits& limits);
+
+// The Messages API's error type for an HTTP status, and the error body.
+const char* messages_error_type(int status);
+std::string messages_error_json(const ApiError& e);
+
+// One request's answer: the whole message, or its stream of events.
+class MessagesResponder {
+ public:
+  MessagesResponder(const MessagesRequest& req, std::string id);
+
+  const std::string& id() const { return id_; }
+  std::string response(const Result& r) const;
+  // Stream: message_start (input_tokens: the whole prompt, the cache not yet
+  // known; message_delta at the end carries the counts), then content
+  // blocks as the text comes (with tools, text that may be a call is held
+  // and parsed at the end), then message_delta and message_stop.
+  std::string start(int prompt_tokens) const;
+  std::string event(const StreamEvent& ev);
+  std::string finish(const Result& r);
+  static std::string ping();
+  static std::string error_event(const ApiError& e);
+
+ private:
+  const MessagesRequest& req_;
+  std::string id_;
+  std::string text_;  // the reply so far
+  size_t sent_ = 0;   // of text_, what went out as text deltas
+  int next_block_ = 0, open_text_ = -1;
+  std::string text_delta(const std::string& s);
+  std::string close_text();
+};
+
+}  // namespace cs

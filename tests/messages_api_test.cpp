@@ -1,0 +1,297 @@
+// The Messages API's mapping (server/messages_api.h): requests against the
+// chat route's own rendering of the conversation they mean (the reference:
+// the OpenAI route, tested on its own), errors with their fields, answers
+// and streams as exact JSON.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "model/gguf.h"
+#include "server/messages_api.h"
+
+namespace cs {
+namespace {
+
+using json = nlohmann::json;
+
+class Messages : public ::testing::Test {
+ protected:
+  static const Tokenizer& tok() {
+    static const Tokenizer t = Tokenizer::from_gguf(GgufFile(std::string(CS_VOCAB_DIR) + "/ggml-vocab-gpt-2.gguf"));
+    return t;
+  }
+  void SetUp() override {
+    lim_.tokenizer = &tok();
+    lim_.chat = &chat_;
+    lim_.model_id = model_;
+    lim_.max_n = 4;
+    lim_.tools = tool_syntax(chat_.source());
+  }
+  const ApiLimits& limits() { return lim_; }
+  ApiLimits limits(int n_ctx) {
+    ApiLimits lim = lim_;
+    lim.n_ctx = n_ctx;
+    return lim;
+  }
+  std::string prompt(const std::string& body) {
+    return tok().decode(parse_messages_request(body, limits()).chat.engine.prompt);
+  }
+  std::string chat_prompt(const std::string& body) { return tok().decode(parse_chat_request(body, limits()).engine.prompt); }
+  ApiError error(const std::string& body) {
+    try {
+      parse_messages_request(body, limits());
+    } catch (const ApiError& e) {
+      return e;
+    }
+    ADD_FAILURE() << "no error for " << body;
+    return {};
+  }
+  ChatTemplate chat_{ChatTemplate::chatml_source(), "", "<|endoftext|>"};
+  const std::string model_ = "m";
+  ApiLimits lim_ = [] {
+    ApiLimits l;
+    l.n_ctx = 4096;
+    return l;
+  }();
+};
+
+// SSE text as [{"event": name, "data": {...}}].
+json events(const std::string& sse) {
+  json out = json::array();
+  size_t at = 0;
+  while (at < sse.size()) {
+    const size_t end = sse.find("\n\n", at);
+    const std::string block = sse.substr(at, end - at);
+    at = end + 2;
+    const size_t nl = block.find('\n');
+    EXPECT_EQ(block.rfind("event: ", 0), 0u) << block;
+    EXPECT_EQ(block.compare(nl + 1, 6, "data: "), 0) << block;
+    out.push_back({{"event", block.substr(7, nl - 7)}, {"data", json::parse(block.substr(nl + 7))}});
+  }
+  return out;
+}
+
+TEST_F(Messages, AConversationRendersAsTheChatRouteRendersItsEquivalent) {
+  const std::string msgs = R"({"model": "m", "max_tokens": 16,
+    "system": [{"type": "text", "text": "Be brief."}, {"type": "text", "text": "Use tools.", "cache_control": {"type": "ephemeral"}}],
+    "messages": [
+      {"role": "user", "content": "Weather in Paris?"},
+      {"role": "assistant", "content": [{"type": "thinking", "thinking": "ask the tool", "signature": "s"},
+                                        {"type": "text", "text": "Checking."},
+                                        {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {"city": "Paris"}}]},
+      {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "sunny"}]},
+                                   {"type": "text", "text": "And tomorrow?"}]},
+      {"role": "user", "content": "In Celsius."}]})";
+  const std::string chat = R"({"model": "m", "max_tokens": 16, "messages": [
+      {"role": "system", "content": "Be brief.\nUse tools."},
+      {"role": "user", "content": "Weather in Paris?"},
+      {"role": "assistant", "content": "Checking.", "reasoning_content": "ask the tool",
+       "tool_calls": [{"id": "toolu_1", "type": "function", "function": {"name": "weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+      {"role": "tool", "tool_call_id": "toolu_1", "content": "sunny"},
+      {"role": "user", "content": "And tomorrow?\nIn Celsius."}]})";
+  EXPECT_EQ(prompt(msgs), chat_prompt(chat));
+  const MessagesRequest r = parse_messages_request(msgs, limits());
+  EXPECT_EQ(r.breakpoints, 1);
+  EXPECT_EQ(r.chat.engine.max_tokens, 16);
+  EXPECT_EQ(r.chat.engine.n, 1);
+  EXPECT_EQ(r.model, "m");
+}
+
+TEST_F(Messages, AFinalAssistantMessageIsTheStartOfTheReply) {
+  EXPECT_EQ(prompt(R"({"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "Count"},
+                                                                   {"role": "assistant", "content": "1, 2,"}]})"),
+            "<|im_start|>user\nCount<|im_end|>\n<|im_start|>assistant\n1, 2,");
+}
+
+TEST_F(Messages, ToolsToolChoiceAndTheRestMapToTheEngine) {
+  const std::string tools = R"("tools": [{"name": "weather", "description": "d", "input_schema": {"type": "object",
+      "properties": {"city": {"type": "string"}}, "required": ["city"]}}])";
+  auto req = [&](const std::string& extra) {
+    return parse_messages_request(R"({"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}], )" +
+                                      tools + extra + "}",
+                                  limits());
+  };
+  EXPECT_TRUE(req("").chat.tools);
+  EXPECT_FALSE(req("").chat.constraint);
+  EXPECT_TRUE(req(R"(, "tool_choice": {"type": "any"})").chat.constraint);
+  EXPECT_TRUE(req(R"(, "tool_choice": {"type": "tool", "name": "weather", "disable_parallel_tool_use": true})").chat.constraint);
+  EXPECT_FALSE(req(R"(, "tool_choice": {"type": "none"})").chat.tools);
+  const MessagesRequest r = req(R"(, "stop_sequences": ["a", "b", "c", "d", "e"], "temperature": 0.25, "top_k": 5,
+                                    "output_config": {"format": {"type": "json_schema", "schema": {"type": "object"}}})");
+  EXPECT_EQ(r.chat.engine.stop, (std::vector<std::string>{"a", "b", "c", "d", "e"}));
+  EXPECT_EQ(r.chat.engine.sampling.temperature, 0.25f);
+  EXPECT_EQ(r.chat.engine.sampling.top_k, 5);
+  ASSERT_TRUE(r.chat.constraint);
+  EXPECT_EQ(r.chat.constraint->kind, GrammarKind::kJsonSchema);
+  EXPECT_EQ(r.chat.constraint->text, R"({"type":"object"})");
+}
+
+TEST_F(Messages, MistakesAre400sNamingTheField) {
+  const auto e = error(R"({"model": "m", "messages": [{"role": "user", "content": "hi"}]})");
+  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.param, "max_tokens");
+  EXPECT_EQ(e.message, "max_tokens is required");
+  EXPECT_EQ(messages_error_json(e), R"({"type":"error","error":{"type":"invalid_request_error","message":"max_tokens is required"}})");
+  const std::string head = R"({"model": "m", "max_tokens": 8, )";
+  struct Case {
+    std::string body, param, message;
+  } cases[] = {
+      {R"("messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]})", "messages[0].content[0].type",
+       "messages[0].content[0]: image blocks are not supported in user messages"},
+      {R"("messages": [{"role": "system", "content": "x"}]})", "messages[0].role",
+       R"(messages[0].role must be "user" or "assistant")"},
+      {R"("messages": [{"role": "user", "content": "x"}], "thinking": {"type": "enabled", "budget_tokens": 2048}})",
+       "thinking", ""},
+      {R"("messages": [{"role": "user", "content": "x"}], "tools": [{"type": "web_search_20250305", "name": "s"}]})",
+       "tools[0].type", ""},
+      {R"("messages": [{"role": "user", "content": "x"}], "temperature": 1.5})", "temperature",
+       "temperature must be a number in [0, 1]"},
+      {R"("messages": [{"role": "user", "content": "x"}], "system": [{"type": "text", "text": "a", "cache_control": {"type": "ephemeral", "ttl": "2h"}}]})",
+       "system[0].cache_control.ttl", R"(system[0].cache_control.ttl must be "5m" or "1h")"},
+      {R"("messages": [{"role": "user", "content": [{"type": "text", "text": "a", "cache_control": {"type": "ephemeral"}},
+          {"type": "text", "text": "b", "cache_control": {"type": "ephemeral"}}, {"type": "text", "text": "c", "cache_control": {"type": "ephemeral"}},
+          {"type": "text", "text": "d", "cache_control": {"type": "ephemeral"}}]}], "cache_control": {"type": "ephemeral"}})",
+       "messages[0].content[3].cache_control", "at most 4 cache_control marks are allowed in a request"},
+      {R"("messages": [{"role": "user", "content": "x"}], "tool_choice": {"type": "tool"}})", "tool_choice.name", ""},
+      {R"("messages": [{"role": "assistant", "content": "x"}]})", "messages", ""},
+  };
+  for (const Case& c : cases) {
+    const ApiError got = error(head + c.body);
+    EXPECT_EQ(got.status, 400) << c.body;
+    EXPECT_EQ(got.param, c.param) << c.body;
+    if (!c.message.empty()) {
+      EXPECT_EQ(got.message, c.message) << c.body;
+    }
+  }
+  EXPECT_EQ(error(R"({"model": "other", "max_tokens": 8, "messages": [{"role": "user", "content": "x"}]})").status, 404);
+  EXPECT_STREQ(messages_error_type(404), "not_found_error");
+  EXPECT_STREQ(messages_error_type(401), "authentication_error");
+  EXPECT_STREQ(messages_error_type(429), "rate_limit_error");
+  EXPECT_STREQ(messages_error_type(500), "api_error");
+}
+
+TEST_F(Messages, TokensAreCountedBeyondTheContext) {
+  const std::string body = R"({"model": "m", "messages": [{"role": "user", "content": ")" + std::string(3000, 'a') + R"("}]})";
+  ApiLimits lim = limits(64);
+  const int n = count_messages_tokens(body, lim);
+  EXPECT_GT(n, 64);
+  EXPECT_EQ(n, int(parse_chat_request(R"({"model": "m", "messages": [{"role": "user", "content": ")" + std::string(3000, 'a') +
+                                          R"("}]})",
+                                      limits())
+                       .engine.prompt.size()));
+}
+
+Result result(const std::string& text, FinishReason reason, const std::string& stop = "") {
+  Result r;
+  r.completions.resize(1);
+  r.completions[0].text = text;
+  r.completions[0].reason = reason;
+  r.completions[0].stop_sequence = stop;
+  r.usage.prompt_tokens = 30;
+  r.usage.cached_tokens = 12;
+  r.usage.completion_tokens = 7;
+  return r;
+}
+
+TEST_F(Messages, AnAnswerIsAMessage) {
+  const MessagesRequest req =
+      parse_messages_request(R"({"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]})", limits());
+  const json usage = {{"input_tokens", 18}, {"cache_creation_input_tokens", 0}, {"cache_read_input_tokens", 12}, {"output_tokens", 7}};
+  EXPECT_EQ(json::parse(MessagesResponder(req, "msg_1").response(result("Hello.", FinishReason::kStop))),
+            json({{"id", "msg_1"},
+                  {"type", "message"},
+                  {"role", "assistant"},
+                  {"model", "m"},
+                  {"content", {{{"type", "text"}, {"text", "Hello."}}}},
+                  {"stop_reason", "end_turn"},
+                  {"stop_sequence", nullptr},
+                  {"usage", usage}}));
+  const json stopped = json::parse(MessagesResponder(req, "msg_1").response(result("Hel", FinishReason::kStop, "lo")));
+  EXPECT_EQ(stopped["stop_reason"], "stop_sequence");
+  EXPECT_EQ(stopped["stop_sequence"], "lo");
+  EXPECT_EQ(json::parse(MessagesResponder(req, "msg_1").response(result("Hel", FinishReason::kLength)))["stop_reason"],
+            "max_tokens");
+}
+
+TEST_F(Messages, ACallIsAToolUseBlock) {
+  const MessagesRequest req = parse_messages_request(
+      R"({"model": "m", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}],
+          "tools": [{"name": "weather", "input_schema": {"type": "object"}}]})",
+      limits());
+  const std::string reply = "Let me look.\n<tool_call>\n{\"name\": \"weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+  json whole = json::parse(MessagesResponder(req, "msg_1").response(result(reply, FinishReason::kStop)));
+  ASSERT_EQ(whole["content"].size(), 2u);
+  EXPECT_EQ(whole["content"][0], json({{"type", "text"}, {"text", "Let me look."}}));
+  EXPECT_EQ(whole["content"][1]["id"].get<std::string>().rfind("toolu_", 0), 0u);
+  whole["content"][1].erase("id");
+  EXPECT_EQ(whole["content"][1], json({{"type", "tool_use"}, {"name", "weather"}, {"input", {{"city", "Paris"}}}}));
+  EXPECT_EQ(whole["stop_reason"], "tool_use");
+
+  // Streamed in pieces: the text goes out until the call may begin, the call
+  // as one tool_use block at the end.
+  MessagesResponder s(req, "msg_1");
+  std::string sse = s.start(30);
+  for (size_t i = 0; i < reply.size(); i += 5) {
+    StreamEvent ev;
+    ev.text = reply.substr(i, 5);
+    sse += s.event(ev);
+  }
+  sse += s.finish(result(reply, FinishReason::kStop));
+  json got = events(sse);
+  std::string text;
+  json kinds = json::array();
+  for (json& e : got) {
+    if (e["event"] == "content_block_delta" && e["data"]["delta"]["type"] == "text_delta")
+      text += e["data"]["delta"]["text"].get<std::string>();
+    else
+      kinds.push_back(e["event"]);
+    if (e["event"] == "content_block_start" && e["data"]["content_block"]["type"] == "tool_use")
+      e["data"]["content_block"].erase("id");
+  }
+  EXPECT_EQ(text, "Let me look.\n");
+  EXPECT_EQ(kinds, json({"message_start", "content_block_start", "content_block_stop", "content_block_start",
+                         "content_block_delta", "content_block_stop", "message_delta", "message_stop"}));
+  EXPECT_EQ(got[0]["data"]["message"]["usage"],
+            json({{"input_tokens", 30}, {"cache_creation_input_tokens", 0}, {"cache_read_input_tokens", 0}, {"output_tokens", 0}}));
+  const size_t n = got.size();
+  EXPECT_EQ(got[n - 5]["data"], json({{"type", "content_block_start"},
+                                      {"index", 1},
+                                      {"content_block", {{"type", "tool_use"}, {"name", "weather"}, {"input", json::object()}}}}));
+  EXPECT_EQ(got[n - 4]["data"], json({{"type", "content_block_delta"},
+                                      {"index", 1},
+                                      {"delta", {{"type", "input_json_delta"}, {"partial_json", R"({"city":"Paris"})"}}}}));
+  EXPECT_EQ(got[n - 2]["data"],
+            json({{"type", "message_delta"},
+                  {"delta", {{"stop_reason", "tool_use"}, {"stop_sequence", nullptr}}},
+                  {"usage",
+                   {{"input_tokens", 18}, {"cache_creation_input_tokens", 0}, {"cache_read_input_tokens", 12}, {"output_tokens", 7}}}}));
+}
+
+TEST_F(Messages, APlainStreamIsOneTextBlock) {
+  const MessagesRequest req = parse_messages_request(
+      R"({"model": "m", "max_tokens": 8, "stream": true, "messages": [{"role": "user", "content": "hi"}]})", limits());
+  MessagesResponder s(req, "msg_2");
+  std::string sse;
+  for (const char* piece : {"Hel", "", "lo."}) {
+    StreamEvent ev;
+    ev.text = piece;
+    sse += s.event(ev);
+  }
+  sse += s.finish(result("Hello.", FinishReason::kLength));
+  const json got = events(sse);
+  ASSERT_EQ(got.size(), 6u);
+  EXPECT_EQ(got[0]["data"], json({{"type", "content_block_start"}, {"index", 0}, {"content_block", {{"type", "text"}, {"text", ""}}}}));
+  EXPECT_EQ(got[1]["data"], json({{"type", "content_block_delta"}, {"index", 0}, {"delta", {{"type", "text_delta"}, {"text", "Hel"}}}}));
+  EXPECT_EQ(got[2]["data"]["delta"]["text"], "lo.");
+  EXPECT_EQ(got[3]["data"], json({{"type", "content_block_stop"}, {"index", 0}}));
+  EXPECT_EQ(got[4]["data"]["delta"]["stop_reason"], "max_tokens");
+  EXPECT_EQ(got[5]["data"], json({{"type", "message_stop"}}));
+  EXPECT_EQ(MessagesResponder::ping(), "event: ping\ndata: {\"type\":\"ping\"}\n\n");
+  EXPECT_EQ(MessagesResponder::error_event({500, "boom", "server_error", "", ""}),
+            "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"boom\"}}\n\n");
+}
+
+}  // namespace
+}  // namespace cs
