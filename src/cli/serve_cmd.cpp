@@ -129,6 +129,12 @@ Action add_serve_command(CLI::App& app) {
                 "CPU seconds a request's constraint (schema, regex, grammar, tools) may take to compile, in a child "
                 "process at the lowest priority (3x that in wall time; default 10); over it: a 400")
       ->check(finite_in(0.1, 600));
+  c->add_option("--responses-store", o->server.responses_max,
+                "Responses API: responses kept for GET /v1/responses/{id} and previous_response_id, least recently "
+                "used first out (default 1024; 0 keeps none)");
+  c->add_option_function<std::string>(
+      "--responses-store-size", [o](const std::string& s) { o->server.responses_max_bytes = parse_bytes(s); },
+      "Responses API: bytes the stored responses may hold (default 256M)");
   c->add_flag("--tree-text", o->server.tree_text,
               "GET /v1/kv/tree (and the console) may show the cached text: every user's prompts and answers to "
               "anyone who can reach the port");

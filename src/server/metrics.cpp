@@ -130,6 +130,11 @@ std::string prometheus_text(const EngineStats& s, const HttpCounts& http, const 
   w.head(p + "pml_requests_total", "counter", "Prompt Cache prompts served, with their modules from the cache or not.");
   for (const auto& [kind, n] : http.pml_requests)
     w.out << p << "pml_requests_total{" << inner << ",cache=\"" << escape(kind) << "\"} " << n << '\n';
+  w.metric(p + "responses_stored", "gauge", "Responses API: responses kept for GET and previous_response_id.",
+           http.stored_responses.count);
+  w.metric(p + "responses_stored_bytes", "gauge", "Responses API: bytes the stored responses hold.", http.stored_responses.bytes);
+  w.metric(p + "responses_evicted_total", "counter", "Responses API: stored responses dropped for the store's bounds.",
+           http.stored_responses.evicted);
   w.head(p + "http_responses_total", "counter", "HTTP responses by route and status.");
   for (const auto& [key, n] : http.responses)
     w.out << p << "http_responses_total{" << inner << ",route=\"" << escape(key.first) << "\",code=\"" << key.second

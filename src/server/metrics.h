@@ -9,6 +9,7 @@
 #include <string>
 
 #include "engine/engine.h"
+#include "server/response_store.h"
 
 namespace cs {
 
@@ -16,6 +17,7 @@ namespace cs {
 struct HttpCounts {
   std::map<std::pair<std::string, int>, uint64_t> responses;
   std::map<std::string, uint64_t> pml_requests;  // Prompt Cache prompts: "cached" or "(no cache)"
+  ResponseStoreStats stored_responses;            // the Responses API's stored responses
 };
 
 std::string prometheus_text(const EngineStats& s, const HttpCounts& http, const std::string& model,

@@ -23,6 +23,7 @@
 #include "server/http_server.h"
 #include "server/kv_tree_json.h"
 #include "server/messages_api.h"
+#include "server/responses_api.h"
 #include "server/metrics.h"
 
 namespace cs {
@@ -115,7 +116,8 @@ size_t logprob_entries(const Result& r) {
 }  // namespace
 
 struct Server::Impl {
-  Impl(Engine& e, ServerOptions o) : engine(e), opt(std::move(o)), http(http_options(e, opt)) {
+  Impl(Engine& e, ServerOptions o)
+      : engine(e), opt(std::move(o)), responses(opt.responses_max, opt.responses_max_bytes), http(http_options(e, opt)) {
     opt.worker.model_id = opt.model_id;
     if (opt.worker.root.empty()) opt.worker.root = opt.worker.model_path;
     const Tokenizer& tok = e.model().tokenizer();
@@ -149,6 +151,9 @@ struct Server::Impl {
   void generate(const HttpRequest&, HttpResponse&, HttpExchange&, Outcome&, bool chat);
   void messages(const HttpRequest&, HttpResponse&, HttpExchange&, Outcome&);
   void count_tokens(const HttpRequest&, HttpResponse&, HttpExchange&, Outcome&);
+  void responses_post(const HttpRequest&, HttpResponse&, HttpExchange&, Outcome&);
+  void responses_get(const HttpRequest&, HttpResponse&, HttpExchange&, Outcome&);
+  void responses_delete(const HttpRequest&, HttpResponse&, HttpExchange&, Outcome&);
   RequestHandle submit(ApiRequest& ar, HttpResponse& res, const HttpExchange& ex);
   bool wait_whole(RequestHandle& h, HttpResponse& res, HttpExchange& ex, Outcome& o);
   template <class Events>
@@ -170,6 +175,7 @@ struct Server::Impl {
   Engine& engine;
   ServerOptions opt;
   ApiLimits limits;
+  ResponseStore responses;  // the Responses API's stored responses
   std::string key_digest;  // of the key, when one is set
   HttpServer http;
   std::atomic<bool> draining{false};
@@ -397,6 +403,58 @@ void Server::Impl::count_tokens(const HttpRequest& req, HttpResponse& res, HttpE
   res.body = dump({{"input_tokens", count_messages_tokens(req.body, limits)}});
 }
 
+// A stream's events in the Responses API's shapes.
+namespace {
+struct ResponsesEvents {
+  ResponsesResponder& out;
+  std::string open() { return out.start(); }
+  std::string event(const StreamEvent& ev) {
+    if (ev.kind == StreamEvent::Kind::kFinish)
+      if (auto e = failure(ev.reason, ev.message)) return out.error_event(*e);
+    return out.event(ev);
+  }
+  std::string close(const Result& r) { return out.finish(r); }
+  static std::string keep_alive() { return ": keep-alive\n\n"; }
+};
+}  // namespace
+
+// OpenAI's Responses API (server/responses_api.h): the answer, and with
+// `store` the conversation it ends, kept for GET and previous_response_id.
+void Server::Impl::responses_post(const HttpRequest& req, HttpResponse& res, HttpExchange& ex, Outcome& o) {
+  o.id = random_id("resp_");
+  ResponsesRequest rr = parse_responses_request(req.body, limits, responses);
+  RequestHandle h = submit(rr.chat, res, ex);
+  ResponsesResponder out(rr, o.id, unix_now());
+  if (rr.chat.stream) {
+    ResponsesEvents events{out};
+    stream(events, 1, h, res, ex, o);
+    if (res.status != 200) return;  // the client left: nothing to keep
+  } else {
+    if (!wait_whole(h, res, ex, o)) return;
+    res.body = out.object(&*o.result);
+  }
+  if (rr.store) {
+    auto kept = std::make_shared<StoredResponse>();
+    kept->object = out.object(&*o.result);
+    kept->conversation = out.conversation(*o.result);
+    responses.put(o.id, std::move(kept));
+  }
+}
+
+void Server::Impl::responses_get(const HttpRequest& req, HttpResponse& res, HttpExchange&, Outcome&) {
+  const auto kept = req.rest.find('/') == std::string::npos ? responses.get(req.rest) : nullptr;
+  if (!kept)
+    throw ApiError{404, "Response with id '" + req.rest + "' not found (never stored, deleted, or evicted from this server's store)",
+                   "invalid_request_error", "", "response_not_found"};
+  res.body = kept->object;
+}
+
+void Server::Impl::responses_delete(const HttpRequest& req, HttpResponse& res, HttpExchange&, Outcome&) {
+  if (req.rest.find('/') != std::string::npos || !responses.remove(req.rest))
+    throw ApiError{404, "Response with id '" + req.rest + "' not found", "invalid_request_error", "", "response_not_found"};
+  res.body = dump({{"id", req.rest}, {"object", "response"}, {"deleted", true}});
+}
+
 // A whole answer: false when the client hung up while it waited (the
 // request is cancelled, the status 499). A completion that failed is the
 // request's error.
@@ -420,11 +478,12 @@ bool Server::Impl::wait_whole(RequestHandle& h, HttpResponse& res, HttpExchange&
 template <class Events>
 void Server::Impl::stream(Events& events, int n, RequestHandle& h, HttpResponse& res, HttpExchange& ex, Outcome& o) {
   bool started = false, ok = true;
+  const std::string opening = events.open();  // before any event: the API may number its events
   auto write = [&](const std::string& s) {
     if (!started) {
       started = true;
       ok = ex.begin_stream(200, {{"Content-Type", "text/event-stream"}, {"Cache-Control", "no-cache"}});
-      ok = ok && ex.write(events.open());
+      ok = ok && ex.write(opening);
     }
     ok = ok && !ex.client_gone() && ex.write(s);
     return ok;
@@ -638,6 +697,7 @@ void Server::Impl::metrics(const HttpRequest&, HttpResponse& res, HttpExchange&,
   {
     std::lock_guard lock(mu);
     counts = http_counts;
+    counts.stored_responses = responses.stats();
   }
   res.content_type = "text/plain; version=0.0.4";
   res.body = prometheus_text(engine.stats(), counts, opt.model_id, engine.schemas());
@@ -675,6 +735,9 @@ void Server::Impl::routes() {
       {"POST", "/v1/chat/completions", std::bind(&Impl::generate, this, _1, _2, _3, _4, true)},
       {"POST", "/v1/messages", std::bind(&Impl::messages, this, _1, _2, _3, _4)},
       {"POST", "/v1/messages/count_tokens", std::bind(&Impl::count_tokens, this, _1, _2, _3, _4)},
+      {"POST", "/v1/responses", std::bind(&Impl::responses_post, this, _1, _2, _3, _4)},
+      {"GET", "/v1/responses/", std::bind(&Impl::responses_get, this, _1, _2, _3, _4), true},
+      {"DELETE", "/v1/responses/", std::bind(&Impl::responses_delete, this, _1, _2, _3, _4), true},
       {"POST", "/tokenize", std::bind(&Impl::tokenize, this, _1, _2, _3, _4)},
       {"POST", "/detokenize", std::bind(&Impl::detokenize, this, _1, _2, _3, _4)},
       {"POST", "/v1/schemas", std::bind(&Impl::schema_post, this, _1, _2, _3, _4)},

@@ -5,7 +5,10 @@
 // never touch the model or the KV cache.
 //
 // Routes: POST /v1/completions, POST /v1/chat/completions (streamed as
-// server-sent events or not), GET /v1/models, GET /health, POST /tokenize,
+// server-sent events or not), Anthropic's POST /v1/messages and
+// /v1/messages/count_tokens (server/messages_api.h), the Responses API's
+// POST /v1/responses, GET and DELETE /v1/responses/{id}
+// (server/responses_api.h), GET /v1/models, GET /health, POST /tokenize,
 // POST /detokenize, GET /metrics; for routers (server/worker_info.h) GET
 // /version, /server_info, /model_info, /get_load, /v1/loads and POST
 // /flush_cache. Every invalid request gets a 4xx with
@@ -38,6 +41,10 @@ struct ServerOptions {
   // child process within these (grammar/compile_process.h); over them: a 400.
   double grammar_cpu_seconds = 10;
   size_t grammar_memory_bytes = size_t(1) << 30;
+  // The Responses API's store (server/response_store.h): at most this many
+  // responses and bytes, least recently used first out.
+  size_t responses_max = 1024;
+  size_t responses_max_bytes = size_t(256) << 20;
   WorkerIdentity worker;           // what /server_info and friends report (model_id is taken from above)
 };
 

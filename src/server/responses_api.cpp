@@ -1,0 +1,479 @@
+// The Responses API mapped to the chat machinery (server/responses_api.h).
+#include "server/responses_api.h"
+
+#include <random>
+
+#include "base/json_depth.h"
+#include "server/tool_calls.h"
+
+namespace cs {
+
+using json = nlohmann::ordered_json;
+
+namespace {
+
+ApiError invalid(const std::string& param, const std::string& message, const std::string& code = "invalid_value") {
+  return {400, message, "invalid_request_error", param, code};
+}
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+const json* field(const json& j, const char* name) {
+  auto it = j.find(name);
+  return it == j.end() || it->is_null() ? nullptr : &*it;
+}
+
+std::string type_of(const json& item) {
+  const json* t = item.is_object() ? field(item, "type") : nullptr;
+  return t && t->is_string() ? t->get<std::string>() : "";
+}
+
+std::string random_id(const char* prefix, bool hex) {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  static const char digits[] = "0123456789abcdefABCDEFGHIJKLMNOPQRSTUVWXYZghijklmnopqrstuvwxyz";
+  std::string id = prefix;
+  for (int i = 0; i < 24; ++i) id += digits[rng() % (hex ? 16 : 62)];
+  return id;
+}
+
+std::string string_field(const json& item, const char* name, const std::string& at) {
+  const json* v = field(item, name);
+  if (!v || !v->is_string())
+    throw invalid(at + "." + name, at + "." + name + " must be a string", v ? "invalid_type" : "missing_required_parameter");
+  return v->get<std::string>();
+}
+
+// A message's text: a string, or its text parts joined (input_text,
+// output_text, refusal).
+std::string message_text(const json& content, const std::string& at) {
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) throw invalid(at, at + " must be a string or a list of content parts", "invalid_type");
+  std::string text;
+  for (size_t i = 0; i < content.size(); ++i) {
+    const std::string pat = at + "[" + std::to_string(i) + "]";
+    const std::string type = type_of(content[i]);
+    if (type == "input_text" || type == "output_text") {
+      text += string_field(content[i], "text", pat);
+    } else if (type == "refusal") {
+      text += string_field(content[i], "refusal", pat);
+    } else {
+      throw invalid(pat + ".type", pat + ": " + (type.empty() ? std::string("a part without a type") : type + " parts") +
+                                       " are not supported (text only)",
+                    "unsupported_parameter");
+    }
+  }
+  return text;
+}
+
+// `input`: a string (one user message) or a list of items, checked and
+// kept as given (a string as its one message).
+json input_items(const json& input) {
+  if (input.is_string()) return json::array({{{"type", "message"}, {"role", "user"}, {"content", input}}});
+  if (!input.is_array()) throw invalid("input", "input must be a string or a list of items", "invalid_type");
+  json out = json::array();
+  for (size_t i = 0; i < input.size(); ++i) {
+    const std::string at = "input[" + std::to_string(i) + "]";
+    const json& item = input[i];
+    if (!item.is_object()) throw invalid(at, at + " must be an object", "invalid_type");
+    std::string type = type_of(item);
+    if (type.empty() && field(item, "role")) type = "message";
+    json kept = item;
+    kept["type"] = type;
+    if (type == "message") {
+      const std::string role = string_field(item, "role", at);
+      if (role != "user" && role != "assistant" && role != "system" && role != "developer")
+        throw invalid(at + ".role", at + ".role must be user, assistant, system or developer");
+      const json* c = field(item, "content");
+      if (!c) throw invalid(at + ".content", at + ".content is required", "missing_required_parameter");
+      (void)message_text(*c, at + ".content");
+    } else if (type == "function_call") {
+      string_field(item, "call_id", at);
+      string_field(item, "name", at);
+      const std::string args = string_field(item, "arguments", at);
+      const int depth = json_nesting(args);
+      if (depth > kMaxJsonNesting)
+        throw invalid(at + ".arguments", at + ".arguments nests " + std::to_string(depth) + " levels deep", "too_deeply_nested");
+      const json parsed = json::parse(args, nullptr, false);
+      if (parsed.is_discarded() || !parsed.is_object())
+        throw invalid(at + ".arguments", at + ".arguments must be a JSON object as text");
+    } else if (type == "function_call_output") {
+      string_field(item, "call_id", at);
+      const json* o = field(item, "output");
+      if (!o) throw invalid(at + ".output", at + ".output is required", "missing_required_parameter");
+      (void)message_text(*o, at + ".output");
+    } else if (type == "reasoning") {
+      // Its summary and text go back to the template as the next assistant
+      // turn's reasoning_content (checked when mapped).
+    } else {
+      throw invalid(at + ".type", at + ": " + (type.empty() ? std::string("an item without a type") : type + " items") +
+                                      " are not supported (message, function_call, function_call_output, reasoning)",
+                    "unsupported_parameter");
+    }
+    out.push_back(std::move(kept));
+  }
+  return out;
+}
+
+// The text of a reasoning item: its content's reasoning_text, else its summary.
+std::string reasoning_text(const json& item) {
+  std::string text;
+  for (const char* key : {"content", "summary"}) {
+    const json* parts = field(item, key);
+    if (!parts || !parts->is_array()) continue;
+    for (const json& p : *parts)
+      if (const json* t = p.is_object() ? field(p, "text") : nullptr; t && t->is_string()) text += t->get<std::string>();
+    if (!text.empty()) break;
+  }
+  return text;
+}
+
+// Items (checked) as chat messages: a function_call joins the assistant
+// turn before it (its text, or the calls before it) or opens one; a
+// function_call_output is a tool message; a reasoning item is the next
+// assistant turn's reasoning_content.
+json chat_messages(const json& items) {
+  json out = json::array();
+  bool assistant_open = false;
+  std::string reasoning;
+  for (const json& item : items) {
+    const std::string type = item["type"].get<std::string>();
+    if (type == "message") {
+      std::string role = item["role"].get<std::string>();
+      if (role == "developer") role = "system";
+      json m = {{"role", role}, {"content", message_text(item["content"], "input")}};
+      if (role == "assistant" && !reasoning.empty()) m["reasoning_content"] = std::exchange(reasoning, "");
+      out.push_back(std::move(m));
+      assistant_open = role == "assistant";
+    } else if (type == "function_call") {
+      json call = {{"id", item["call_id"]},
+                   {"type", "function"},
+                   {"function", {{"name", item["name"]}, {"arguments", item["arguments"]}}}};
+      if (!assistant_open) {
+        json m = {{"role", "assistant"}, {"content", nullptr}};
+        if (!reasoning.empty()) m["reasoning_content"] = std::exchange(reasoning, "");
+        out.push_back(std::move(m));
+      }
+      json& turn = out.back();
+      if (!turn.contains("tool_calls")) turn["tool_calls"] = json::array();
+      turn["tool_calls"].push_back(std::move(call));
+      assistant_open = true;
+    } else if (type == "function_call_output") {
+      out.push_back({{"role", "tool"}, {"tool_call_id", item["call_id"]}, {"content", message_text(item["output"], "output")}});
+      assistant_open = false;
+    } else if (type == "reasoning") {
+      reasoning += reasoning_text(item);
+    }
+  }
+  return out;
+}
+
+// tools: [{"type": "function", "name", "description", "parameters", "strict"}].
+json chat_tools(const json& tools) {
+  if (!tools.is_array()) throw invalid("tools", "tools must be a list", "invalid_type");
+  json out = json::array();
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const std::string at = "tools[" + std::to_string(i) + "]";
+    const json& t = tools[i];
+    if (type_of(t) != "function")
+      throw invalid(at + ".type", at + ": " + (type_of(t).empty() ? std::string("a tool without a type") : "'" + type_of(t) + "' tools") +
+                                      " are not supported (function tools only)",
+                    "unsupported_parameter");
+    json fn = {{"name", string_field(t, "name", at)}};
+    for (const char* k : {"description", "parameters", "strict"})
+      if (const json* v = field(t, k)) fn[k] = *v;
+    out.push_back({{"type", "function"}, {"function", std::move(fn)}});
+  }
+  return out;
+}
+
+json parse_body(const std::string& body) {
+  const int depth = json_nesting(body);
+  if (depth > kMaxJsonNesting)
+    throw invalid("", "the body nests " + std::to_string(depth) + " levels deep; at most " +
+                          std::to_string(kMaxJsonNesting) + " are accepted",
+                  "too_deeply_nested");
+  json j = json::parse(body, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) throw invalid("", "the body is not a JSON object", "invalid_json");
+  return j;
+}
+
+}  // namespace
+
+ResponsesRequest parse_responses_request(const std::string& body, const ApiLimits& lim, ResponseStore& store) {
+  const json j = parse_body(body);
+  ResponsesRequest out;
+  for (const char* k : {"background", "conversation", "prompt"})
+    if (field(j, k) && !(std::string(k) == "background" && j[k] == false))
+      throw invalid(k, std::string(k) + " is not supported", "unsupported_parameter");
+  if (const json* lp = field(j, "top_logprobs"); lp && *lp != 0)
+    throw invalid("top_logprobs", "top_logprobs is not supported on /v1/responses (use /v1/chat/completions)",
+                  "unsupported_parameter");
+  if (const json* s = field(j, "store")) {
+    if (!s->is_boolean()) throw invalid("store", "store must be true or false", "invalid_type");
+    out.store = s->get<bool>();
+  }
+  // The conversation so far: a stored response's, then this input.
+  json items = json::array();
+  if (const json* prev = field(j, "previous_response_id")) {
+    if (!prev->is_string()) throw invalid("previous_response_id", "previous_response_id must be a string", "invalid_type");
+    out.previous_response_id = prev->get<std::string>();
+    const auto stored = store.get(out.previous_response_id);
+    if (!stored)
+      throw invalid("previous_response_id",
+                    "Previous response with id '" + out.previous_response_id +
+                        "' not found (never stored, stored with store: false, deleted, or evicted from this server's store)",
+                    "previous_response_not_found");
+    items = stored->conversation;
+  }
+  const json* input = field(j, "input");
+  if (!input) throw invalid("input", "input is required", "missing_required_parameter");
+  for (json& item : input_items(*input)) items.push_back(std::move(item));
+  out.conversation = items;
+
+  json chat = {{"model", field(j, "model") ? j["model"] : json(nullptr)}};
+  json msgs = json::array();
+  if (const json* ins = field(j, "instructions")) {
+    if (!ins->is_string()) throw invalid("instructions", "instructions must be a string", "invalid_type");
+    msgs.push_back({{"role", "system"}, {"content", *ins}});
+  }
+  for (json& m : chat_messages(items)) msgs.push_back(std::move(m));
+  chat["messages"] = std::move(msgs);
+  if (const json* max = field(j, "max_output_tokens")) chat["max_tokens"] = *max;
+  // seed: chunkserve's extension (sampled answers that can be reproduced).
+  for (const char* k : {"stream", "temperature", "top_p", "parallel_tool_calls", "seed"})
+    if (const json* v = field(j, k)) chat[k] = *v;
+  if (const json* t = field(j, "tools")) chat["tools"] = chat_tools(*t);
+  if (const json* tc = field(j, "tool_choice")) {
+    if (tc->is_string()) {
+      chat["tool_choice"] = *tc;
+    } else if (type_of(*tc) == "function" && field(*tc, "name")) {
+      chat["tool_choice"] = {{"type", "function"}, {"function", {{"name", (*tc)["name"]}}}};
+    } else {
+      throw invalid("tool_choice", "tool_choice must be none, auto, required or {\"type\": \"function\", \"name\"}");
+    }
+  }
+  if (const json* text = field(j, "text")) {
+    const json* format = text->is_object() ? field(*text, "format") : nullptr;
+    if (format) {
+      const std::string type = type_of(*format);
+      if (type == "json_schema") {
+        const json* schema = field(*format, "schema");
+        if (!schema) throw invalid("text.format.schema", "text.format.schema is required", "missing_required_parameter");
+        json js = {{"name", field(*format, "name") ? (*format)["name"] : json("output")}, {"schema", *schema}};
+        if (const json* st = field(*format, "strict")) js["strict"] = *st;
+        chat["response_format"] = {{"type", "json_schema"}, {"json_schema", std::move(js)}};
+      } else if (type == "json_object" || type == "text") {
+        chat["response_format"] = {{"type", type}};
+      } else {
+        throw invalid("text.format.type", "text.format.type must be text, json_object or json_schema");
+      }
+    }
+  }
+  try {
+    out.chat = parse_chat_json(chat, lim);
+  } catch (ApiError& e) {
+    // The chat route's names for the Responses API's own.
+    if (e.param == "max_tokens") e.param = "max_output_tokens", e.message.replace(e.message.find("max_tokens"), 10, "max_output_tokens");
+    throw;
+  }
+
+  json& echo = out.echo;
+  echo["instructions"] = field(j, "instructions") ? j["instructions"] : json(nullptr);
+  echo["max_output_tokens"] = field(j, "max_output_tokens") ? j["max_output_tokens"] : json(nullptr);
+  echo["parallel_tool_calls"] = field(j, "parallel_tool_calls") ? j["parallel_tool_calls"] : json(true);
+  echo["previous_response_id"] = out.previous_response_id.empty() ? json(nullptr) : json(out.previous_response_id);
+  echo["reasoning"] = field(j, "reasoning") ? j["reasoning"] : json{{"effort", nullptr}, {"summary", nullptr}};
+  echo["store"] = out.store;
+  echo["temperature"] = field(j, "temperature") ? j["temperature"] : json(1.0);
+  echo["text"] = field(j, "text") ? j["text"] : json{{"format", {{"type", "text"}}}};
+  echo["tool_choice"] = field(j, "tool_choice") ? j["tool_choice"] : json("auto");
+  echo["tools"] = field(j, "tools") ? j["tools"] : json::array();
+  echo["top_p"] = field(j, "top_p") ? j["top_p"] : json(1.0);
+  echo["truncation"] = field(j, "truncation") ? j["truncation"] : json("disabled");
+  echo["user"] = field(j, "user") ? j["user"] : json(nullptr);
+  echo["metadata"] = field(j, "metadata") ? j["metadata"] : json::object();
+  return out;
+}
+
+ResponsesResponder::ResponsesResponder(const ResponsesRequest& req, std::string id, long long created)
+    : req_(req), id_(std::move(id)), message_id_(random_id("msg_", true)), created_(created) {}
+
+namespace {
+
+bool cut_short(const Completion& c) { return c.reason != FinishReason::kStop; }
+
+json message_item(const std::string& id, const std::string& text, const char* status) {
+  return {{"id", id},
+          {"type", "message"},
+          {"status", status},
+          {"role", "assistant"},
+          {"content", json::array({{{"type", "output_text"}, {"text", text}, {"annotations", json::array()}, {"logprobs", json::array()}}})}};
+}
+
+json call_item(const std::string& id, const std::string& call_id, const ToolCall& c, const char* status,
+               const std::string& arguments) {
+  return {{"id", id}, {"type", "function_call"}, {"status", status}, {"call_id", call_id}, {"name", c.name}, {"arguments", arguments}};
+}
+
+}  // namespace
+
+// The output items of a finished reply (once: a stream builds them as it
+// sends them, and the object and the stored conversation reuse them).
+json ResponsesResponder::output(const Result& r) {
+  const Completion& c = r.completions.at(0);
+  const ParsedReply p = req_.chat.tools ? parse_tool_calls(c.text, req_.chat.tool_format) : ParsedReply{c.text, {}};
+  json items = json::array();
+  const char* status = cut_short(c) && p.calls.empty() ? "incomplete" : "completed";
+  if (p.calls.empty() || !p.content.empty()) items.push_back(message_item(message_id_, p.content, status));
+  for (size_t k = 0; k < p.calls.size(); ++k) {
+    if (call_ids_.size() <= k) call_ids_.push_back(random_id("call_", false)), item_ids_.push_back(random_id("fc_", true));
+    items.push_back(call_item(item_ids_[k], call_ids_[k], p.calls[k], "completed", p.calls[k].arguments));
+  }
+  return items;
+}
+
+std::string ResponsesResponder::object(const Result* r) {
+  json o = {{"id", id_}, {"object", "response"}, {"created_at", created_}};
+  const bool done = r != nullptr;
+  json output = json::array();
+  const char* status = "in_progress";
+  json incomplete = nullptr;
+  if (done) {
+    output = final_output_.is_null() ? (final_output_ = this->output(*r)) : final_output_;
+    bool calls = false;
+    for (const json& item : output) calls = calls || item["type"] == "function_call";
+    status = cut_short(r->completions.at(0)) && !calls ? "incomplete" : "completed";
+    if (std::string(status) == "incomplete") incomplete = {{"reason", "max_output_tokens"}};
+  }
+  o["status"] = status;
+  o["background"] = false;
+  o["error"] = nullptr;
+  o["incomplete_details"] = incomplete;
+  o["instructions"] = req_.echo["instructions"];
+  o["max_output_tokens"] = req_.echo["max_output_tokens"];
+  o["model"] = req_.chat.model;
+  o["output"] = std::move(output);
+  for (const char* k : {"parallel_tool_calls", "previous_response_id", "reasoning"}) o[k] = req_.echo[k];
+  o["service_tier"] = "default";
+  for (const char* k : {"store", "temperature", "text", "tool_choice", "tools", "top_p", "truncation"}) o[k] = req_.echo[k];
+  if (done) {
+    const Usage& u = r->usage;
+    o["usage"] = {{"input_tokens", u.prompt_tokens},
+                  {"input_tokens_details", {{"cached_tokens", u.cached_tokens}, {"cache_write_tokens", 0}}},
+                  {"output_tokens", u.completion_tokens},
+                  {"output_tokens_details", {{"reasoning_tokens", 0}}},
+                  {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+  } else {
+    o["usage"] = nullptr;
+  }
+  o["user"] = req_.echo["user"];
+  o["metadata"] = req_.echo["metadata"];
+  return dump(o);
+}
+
+json ResponsesResponder::conversation(const Result& r) {
+  json items = req_.conversation;
+  if (final_output_.is_null()) final_output_ = output(r);
+  for (const json& item : final_output_) {
+    if (item["type"] == "message")
+      items.push_back({{"type", "message"}, {"role", "assistant"}, {"content", item["content"][0]["text"]}});
+    else
+      items.push_back({{"type", "function_call"}, {"call_id", item["call_id"]}, {"name", item["name"]}, {"arguments", item["arguments"]}});
+  }
+  return items;
+}
+
+std::string ResponsesResponder::sse(const char* type, json data) {
+  json e = {{"type", type}, {"sequence_number", sequence_++}};
+  for (auto& [k, v] : data.items()) e[k] = std::move(v);
+  return std::string("event: ") + type + "\ndata: " + dump(e) + "\n\n";
+}
+
+std::string ResponsesResponder::start() {
+  const json o = json::parse(object(nullptr));
+  std::string out = sse("response.created", {{"response", o}});  // two statements: numbered in order
+  return out + sse("response.in_progress", {{"response", o}});
+}
+
+std::string ResponsesResponder::text_delta(const std::string& s) {
+  std::string out;
+  if (!message_open_) {
+    message_open_ = true;
+    json item = message_item(message_id_, "", "in_progress");
+    item["content"] = json::array();
+    out += sse("response.output_item.added", {{"output_index", 0}, {"item", item}});
+    out += sse("response.content_part.added",
+               {{"item_id", message_id_},
+                {"output_index", 0},
+                {"content_index", 0},
+                {"part", {{"type", "output_text"}, {"text", ""}, {"annotations", json::array()}, {"logprobs", json::array()}}}});
+  }
+  if (s.empty()) return out;
+  shown_ += s;
+  return out + sse("response.output_text.delta", {{"item_id", message_id_},
+                                                  {"output_index", 0},
+                                                  {"content_index", 0},
+                                                  {"delta", s},
+                                                  {"logprobs", json::array()}});
+}
+
+std::string ResponsesResponder::event(const StreamEvent& ev) {
+  if (ev.kind != StreamEvent::Kind::kToken || ev.text.empty()) return {};
+  text_ += ev.text;
+  const size_t upto = req_.chat.tools ? tool_call_start(text_, req_.chat.tool_format) : text_.size();
+  if (upto <= sent_) return {};
+  std::string out = text_delta(text_.substr(sent_, upto - sent_));
+  sent_ = upto;
+  return out;
+}
+
+std::string ResponsesResponder::finish(const Result& r) {
+  const Completion& c = r.completions.at(0);
+  std::string out;
+  const std::string rest = text_.substr(sent_);
+  sent_ = text_.size();
+  ParsedReply p = req_.chat.tools ? parse_tool_calls(rest, req_.chat.tool_format) : ParsedReply{rest, {}};
+  const std::string more = p.calls.empty() ? rest : p.content;
+  if (!more.empty() || p.calls.empty()) out += text_delta(more);
+  json items = json::array();
+  const char* status = cut_short(c) && p.calls.empty() ? "incomplete" : "completed";
+  if (message_open_) {
+    const json part = {{"type", "output_text"}, {"text", shown_}, {"annotations", json::array()}, {"logprobs", json::array()}};
+    out += sse("response.output_text.done", {{"item_id", message_id_},
+                                             {"output_index", 0},
+                                             {"content_index", 0},
+                                             {"text", shown_},
+                                             {"logprobs", json::array()}});
+    out += sse("response.content_part.done",
+               {{"item_id", message_id_}, {"output_index", 0}, {"content_index", 0}, {"part", part}});
+    items.push_back(message_item(message_id_, shown_, status));
+    out += sse("response.output_item.done", {{"output_index", 0}, {"item", items.back()}});
+  }
+  for (size_t k = 0; k < p.calls.size(); ++k) {
+    call_ids_.push_back(random_id("call_", false));
+    item_ids_.push_back(random_id("fc_", true));
+    const int index = int(items.size());
+    out += sse("response.output_item.added",
+               {{"output_index", index}, {"item", call_item(item_ids_[k], call_ids_[k], p.calls[k], "in_progress", "")}});
+    out += sse("response.function_call_arguments.delta",
+               {{"item_id", item_ids_[k]}, {"output_index", index}, {"delta", p.calls[k].arguments}});
+    out += sse("response.function_call_arguments.done", {{"item_id", item_ids_[k]},
+                                                         {"output_index", index},
+                                                         {"name", p.calls[k].name},
+                                                         {"arguments", p.calls[k].arguments}});
+    items.push_back(call_item(item_ids_[k], call_ids_[k], p.calls[k], "completed", p.calls[k].arguments));
+    out += sse("response.output_item.done", {{"output_index", index}, {"item", items.back()}});
+  }
+  final_output_ = std::move(items);
+  json o = json::parse(object(&r));
+  const bool incomplete = o["status"] == "incomplete";
+  return out + sse(incomplete ? "response.incomplete" : "response.completed", {{"response", std::move(o)}});
+}
+
+std::string ResponsesResponder::error_event(const ApiError& e) {
+  return sse("error", {{"code", e.code.empty() ? json(nullptr) : json(e.code)},
+                       {"message", e.message},
+                       {"param", e.param.empty() ? json(nullptr) : json(e.param)}});
+}
+
+}  // namespace cs
