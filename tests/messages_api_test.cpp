@@ -93,10 +93,38 @@ TEST_F(Messages, AConversationRendersAsTheChatRouteRendersItsEquivalent) {
       {"role": "user", "content": "And tomorrow?\nIn Celsius."}]})";
   EXPECT_EQ(prompt(msgs), chat_prompt(chat));
   const MessagesRequest r = parse_messages_request(msgs, limits());
-  EXPECT_EQ(r.breakpoints, 1);
+  // The system's mark closes the prefix up to the system text (and the
+  // next turn's opening, which the cut conversation shares).
+  ASSERT_EQ(r.breakpoints.size(), 1u);
+  EXPECT_EQ(r.breakpoints[0].ttl, std::chrono::seconds(300));
+  const std::vector<int32_t>& p = r.chat.engine.prompt;
+  EXPECT_EQ(tok().decode({p.begin(), p.begin() + r.breakpoints[0].tokens}),
+            "<|im_start|>system\nBe brief.\nUse tools.<|im_end|>\n<|im_start|>user\n");
   EXPECT_EQ(r.chat.engine.max_tokens, 16);
   EXPECT_EQ(r.chat.engine.n, 1);
   EXPECT_EQ(r.model, "m");
+}
+
+TEST_F(Messages, EachMarkClosesThePrefixBeforeWhatFollowsIt) {
+  const MessagesRequest r = parse_messages_request(R"({"model": "m", "max_tokens": 8, "cache_control": {"type": "ephemeral"},
+      "tools": [{"name": "a", "input_schema": {"type": "object"}, "cache_control": {"type": "ephemeral", "ttl": "1h"}}],
+      "messages": [{"role": "user", "content": [{"type": "text", "text": "First", "cache_control": {"type": "ephemeral"}}]},
+                   {"role": "assistant", "content": [{"type": "text", "text": "Reply", "cache_control": {"type": "ephemeral"}}]},
+                   {"role": "user", "content": "Second"}]})",
+                                                   limits());
+  const std::vector<int32_t>& p = r.chat.engine.prompt;
+  auto text = [&](int n) { return tok().decode({p.begin(), p.begin() + n}); };
+  ASSERT_EQ(r.breakpoints.size(), 4u);
+  EXPECT_EQ(r.breakpoints[0].ttl, std::chrono::seconds(3600));  // the tool's: the tools, rendered in the system turn
+  EXPECT_TRUE(text(r.breakpoints[0].tokens).ends_with(
+      "</tools>\nTo call tools, reply with one block per call and nothing else:\n<tool_call>{\"name\": \"function name\", "
+      "\"arguments\": {\"argument\": \"value\"}}</tool_call>\nEach call's result comes back in a <tool_response> "
+      "block.<|im_end|>\n<|im_start|>user\n"))
+      << text(r.breakpoints[0].tokens);
+  EXPECT_TRUE(text(r.breakpoints[1].tokens).ends_with("<|im_start|>user\nFirst<|im_end|>\n<|im_start|>assistant\n"));
+  EXPECT_TRUE(text(r.breakpoints[2].tokens).ends_with("<|im_start|>assistant\nReply<|im_end|>\n<|im_start|>user\n"));
+  EXPECT_EQ(r.breakpoints[3].tokens, int(p.size()));  // the request's own mark: the whole prompt
+  EXPECT_EQ(r.cached_prefix(), int(p.size()));
 }
 
 TEST_F(Messages, AFinalAssistantMessageIsTheStartOfTheReply) {

@@ -84,6 +84,7 @@ class PrefixKv : public KvStore, public SequenceCache {
   bool pinned(ChunkId c) const { return tree_.pinned(c); }
   int chunk_length(ChunkId c) const { return tree_.chunk_length(c); }
   int length(SeqId id) const { return tree_.length(id); }
+  const std::vector<ChunkId>& chunks_of(SeqId id) const { return tree_.chunks_of(id); }
   // The web console's picture (kv/tree_view.h), with what the disk holds.
   TreeView view(int max_nodes, int head_tokens) const;
   // The router's view: distinct hashes of the tree's full blocks (kv/block_ledger.h).

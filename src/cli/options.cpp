@@ -111,6 +111,10 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, bool serving) {
     cmd.add_option("--max-batch", o.max_batch, "Running sequences at most")->check(int_in(1, 1024));
     cmd.add_option("--step-tokens", o.step_tokens, "Tokens per forward pass (decode + prefill chunks)")
         ->check(int_in(1, 65536));
+    cmd.add_option_function<std::string>(
+        "--cache-hold-memory", [&o](const std::string& s) { o.hold_memory = parse_bytes(s); },
+        "KV the prefixes held for cache_control breakpoints (Messages API) may keep, e.g. 256M (default: a "
+        "quarter of the pool); the oldest holds give way beyond it");
   }
 }
 

@@ -89,6 +89,10 @@ Engine::Engine(const LlamaModel& model, EngineOptions opt) : model_(model), opt_
     impl_->disk = std::make_unique<DiskTier>(std::move(d));
     impl_->kv.attach_disk(impl_->disk.get());
   }
+  if (opt_.prefix_caching()) {
+    const size_t hold = opt_.hold_memory > 0 ? opt_.hold_memory : bytes / 4;
+    impl_->holds = std::make_unique<PrefixHolds>(impl_->kv, int(hold / layout.chunk_bytes()));
+  }
   impl_->text = pml::text_model(model);
   impl_->publish_stats();
   impl_->thread = std::thread([this] { impl_->loop(); });
@@ -155,6 +159,16 @@ bool Engine::wait_idle(std::chrono::milliseconds timeout) {
   return m.cv.wait_for(lock, timeout, [&] { return m.queued == 0 && m.running == 0; });
 }
 
+
+int Engine::hold_prefix(std::vector<int32_t> tokens, std::chrono::seconds ttl) {
+  Impl& m = *impl_;
+  if (!m.holds) return 0;
+  return m.on_engine_thread([&m, &tokens, ttl] {
+    const int held = m.holds->hold(tokens, PrefixHolds::Clock::now() + ttl);
+    m.publish_stats();
+    return held;
+  });
+}
 
 int Engine::flush_cache() {
   Impl& m = *impl_;

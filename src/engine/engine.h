@@ -64,6 +64,9 @@ struct EngineOptions {
   // at start-up) and the KV layout.
   std::string kv_disk{};
   uint64_t kv_disk_bytes = 8ull << 30;
+  // Held prefixes (hold_prefix: cache_control breakpoints) keep at most this
+  // many bytes of chunks; 0: a quarter of the pool.
+  size_t hold_memory = 0;
   std::function<void()> kv_disk_before_read = nullptr;  // DiskTierOptions::before_read (tests)
 
   // Finished sequences' chunks stay for later requests (mode none shares nothing).
@@ -93,6 +96,7 @@ struct EngineStats {
   Histogram itl = itl_histogram();    // between a sequence's consecutive tokens
   bool disk_on = false;               // a disk tier is attached
   DiskTierStats disk;
+  int held_prefixes = 0, held_chunks = 0;  // hold_prefix's holds, and the distinct chunks they keep
 };
 
 class Engine;
@@ -158,6 +162,12 @@ class Engine {
   // (POST /flush_cache; with a disk tier, they stay there); pinned Prompt
   // Cache chunks stay. Returns the chunks freed.
   int flush_cache();
+  // Keeps the leading full chunks of `tokens` that the cache holds now out
+  // of eviction for `ttl` (a cache_control breakpoint; cache/prefix_holds.h:
+  // held once however often asked, within EngineOptions::hold_memory, the
+  // oldest holds giving way). Returns the tokens held (0: none; prefix
+  // caching off holds nothing).
+  int hold_prefix(std::vector<int32_t> tokens, std::chrono::seconds ttl);
   // The hashes of the blocks the tree holds now, computed from its chunks
   // (PrefixTree::block_hashes) at the KV event block size; empty without
   // events. Routers' subscribers check their view against it.

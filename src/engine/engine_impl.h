@@ -19,6 +19,7 @@
 #include "engine/request_state.h"
 #include "engine/scheduler.h"
 #include "engine/schema_registry.h"
+#include "cache/prefix_holds.h"
 #include "pml/encode.h"
 #include "pml/store.h"
 
@@ -63,6 +64,7 @@ struct Engine::Impl {
   void announce_prefills();
   void release_announced();
   PrefixKv kv;
+  std::unique_ptr<PrefixHolds> holds;  // cache_control's held prefixes (after kv: let go first); null without caching
   std::unique_ptr<BlockLedger> ledger;  // when KV events are on
   std::unordered_set<SeqId> announced;  // sequences whose prefill's blocks the ledger holds (work in progress)
   Scheduler sched;

@@ -30,6 +30,7 @@ void Engine::Impl::publish_stats() {
   s.pauses = sched.pauses();
   s.encoding = int(encoding.size());
   s.threads = threads.threads();
+  if (holds) s.held_prefixes = holds->holds(), s.held_chunks = holds->chunks();
   {
     std::lock_guard lock(stats_mu);
     stats = s;
@@ -152,6 +153,7 @@ void Engine::Impl::loop() {
   while (take_inbox()) {
     handle_cancels();
     kv.take_loads();
+    if (holds) holds->expire(PrefixHolds::Clock::now());
     step();
     count_finished();
     release_announced();
@@ -240,8 +242,13 @@ void Engine::Impl::step() {
 
 // The scheduler's batch; a sequence that alone cannot fit the pool ends
 // (with what it sampled: kLength, else kNoRoom) and the batch is empty.
+// Held prefixes are a cache: such a sequence gets their room first, the
+// oldest hold first.
 void Engine::Impl::plan_batch(int reserve) {
-  if (sched.plan(batch, rows, stuck, reserve)) return;
+  for (;;) {
+    if (sched.plan(batch, rows, stuck, reserve)) return;
+    if (stuck.empty() || !holds || !holds->release_oldest()) break;
+  }
   for (Sequence* s : stuck) {
     const KvStats k = kv.stats();
     const std::string why = "the KV memory is full: the sequence alone fills the pool of " +

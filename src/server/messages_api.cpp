@@ -1,7 +1,9 @@
 // The Messages API mapped to the chat machinery (server/messages_api.h).
 #include "server/messages_api.h"
 
+#include <algorithm>
 #include <climits>
+#include <optional>
 #include <random>
 
 #include "base/json_depth.h"
@@ -291,12 +293,100 @@ json parse_body(const std::string& body) {
 
 }  // namespace
 
+namespace {
+
+std::chrono::seconds ttl_of(const json& block) {
+  const json* cc = field(block, "cache_control");
+  const json* ttl = cc ? field(*cc, "ttl") : nullptr;
+  return std::chrono::seconds(ttl && *ttl == "1h" ? 3600 : 300);
+}
+
+// The cache_control marks of a (checked) body, each with the body cut right
+// after its block: the tools up to a marked tool (the system kept: tools
+// render inside it), the system blocks up to a marked one, the messages up
+// to a marked block (an assistant turn then followed by a user turn, so it
+// is not the reply's start); a cut body ends with a user turn. The request's
+// own mark closes the whole prompt (no cut body).
+std::vector<std::pair<std::optional<json>, std::chrono::seconds>> marked_cuts(const json& j) {
+  std::vector<std::pair<std::optional<json>, std::chrono::seconds>> out;
+  const json next_turn = {{"role", "user"}, {"content", "."}};
+  json base = j;
+  for (const char* k : {"tool_choice", "output_config", "output_format", "stop_sequences", "stream", "cache_control"})
+    base.erase(k);
+  if (const json* tools = field(j, "tools"))
+    for (size_t i = 0; i < tools->size(); ++i)
+      if (field((*tools)[i], "cache_control")) {
+        json cut = base;
+        cut["tools"] = json(tools->begin(), tools->begin() + long(i) + 1);
+        cut["messages"] = json::array({next_turn});
+        out.emplace_back(std::move(cut), ttl_of((*tools)[i]));
+      }
+  if (const json* sys = field(j, "system"); sys && sys->is_array())
+    for (size_t i = 0; i < sys->size(); ++i)
+      if (field((*sys)[i], "cache_control")) {
+        json cut = base;
+        cut["system"] = json(sys->begin(), sys->begin() + long(i) + 1);
+        cut["messages"] = json::array({next_turn});
+        out.emplace_back(std::move(cut), ttl_of((*sys)[i]));
+      }
+  const json& msgs = j["messages"];
+  for (size_t m = 0; m < msgs.size(); ++m) {
+    const json* content = field(msgs[m], "content");
+    if (!content || !content->is_array()) continue;
+    for (size_t k = 0; k < content->size(); ++k) {
+      const json& block = (*content)[k];
+      bool marked = field(block, "cache_control") != nullptr;
+      const json* inner = type_of(block) == "tool_result" ? field(block, "content") : nullptr;
+      if (inner && inner->is_array())
+        for (const json& b : *inner) marked = marked || field(b, "cache_control");
+      if (!marked) continue;
+      json cut = base;
+      json turns(msgs.begin(), msgs.begin() + long(m) + 1);
+      json& last = turns.back();
+      last["content"] = json(content->begin(), content->begin() + long(k) + 1);
+      if (last["role"] == "assistant") turns.push_back(next_turn);
+      cut["messages"] = std::move(turns);
+      out.emplace_back(std::move(cut), ttl_of(block));
+    }
+  }
+  if (field(j, "cache_control")) out.emplace_back(std::nullopt, ttl_of(j));
+  return out;
+}
+
+}  // namespace
+
+int MessagesRequest::cached_prefix() const {
+  int n = 0;
+  for (const Breakpoint& b : breakpoints) n = std::max(n, b.tokens);
+  return n;
+}
+
 MessagesRequest parse_messages_request(const std::string& body, const ApiLimits& lim) {
   const json j = parse_body(body);
   MessagesRequest out;
   std::string prefill;
-  const json chat = to_chat(j, false, prefill, out.breakpoints);
+  int marks = 0;
+  const json chat = to_chat(j, false, prefill, marks);
   out.chat = parse_chat_json(chat, lim, prefill);
+  // Each mark's prefix: the tokens the prompt shares with its cut body's.
+  const std::vector<int32_t>& prompt = out.chat.engine.prompt;
+  ApiLimits any_length = lim;
+  any_length.n_ctx = INT_MAX;
+  for (auto& [cut, ttl] : marked_cuts(j)) {
+    int n = int(prompt.size());
+    if (cut) {
+      try {
+        std::string cut_prefill;
+        int cut_marks = 0;
+        const std::vector<int32_t> other =
+            parse_chat_json(to_chat(*cut, true, cut_prefill, cut_marks), any_length, cut_prefill).engine.prompt;
+        n = int(std::mismatch(prompt.begin(), prompt.end(), other.begin(), other.end()).first - prompt.begin());
+      } catch (const ApiError&) {
+        continue;  // a template that refuses the cut conversation: no prefix to hold
+      }
+    }
+    if (n > 0) out.breakpoints.push_back({n, ttl});
+  }
   out.model = out.chat.model;
   if (const json* stop = field(j, "stop_sequences")) {
     if (!stop->is_array() || stop->size() > 16)
@@ -346,10 +436,14 @@ const char* stop_reason(const Completion& c, bool calls) {
   return c.stop_sequence.empty() ? "end_turn" : "stop_sequence";
 }
 
-json usage_json(const Result& r) {
-  return {{"input_tokens", r.usage.prompt_tokens - r.usage.cached_tokens},
-          {"cache_creation_input_tokens", 0},
-          {"cache_read_input_tokens", r.usage.cached_tokens},
+// The API's split of the prompt: read from the cache, written to it at the
+// breakpoints (the prefix up to the last one, less what was read), the rest.
+json usage_json(const Result& r, int cached_prefix) {
+  const int read = r.usage.cached_tokens;
+  const int written = std::max(0, std::min(cached_prefix, r.usage.prompt_tokens) - read);
+  return {{"input_tokens", r.usage.prompt_tokens - read - written},
+          {"cache_creation_input_tokens", written},
+          {"cache_read_input_tokens", read},
           {"output_tokens", r.usage.completion_tokens}};
 }
 
@@ -378,7 +472,7 @@ std::string MessagesResponder::response(const Result& r) const {
                {"content", std::move(content)},
                {"stop_reason", stop_reason(c, !p.calls.empty())},
                {"stop_sequence", c.stop_sequence.empty() ? json(nullptr) : json(c.stop_sequence)},
-               {"usage", usage_json(r)}});
+               {"usage", usage_json(r, req_.cached_prefix())}});
 }
 
 std::string MessagesResponder::start(int prompt_tokens) const {
@@ -460,7 +554,7 @@ std::string MessagesResponder::finish(const Result& r) {
                                {"delta",
                                 {{"stop_reason", stop_reason(c, calls > 0)},
                                  {"stop_sequence", c.stop_sequence.empty() ? json(nullptr) : json(c.stop_sequence)}}},
-                               {"usage", usage_json(r)}});
+                               {"usage", usage_json(r, req_.cached_prefix())}});
   return out + sse("message_stop", {{"type", "message_stop"}});
 }
 

@@ -9,17 +9,30 @@
 // every field. Pure functions and a per-request encoder: the fuzz target
 // for request bodies calls the parser directly.
 #pragma once
+#include <chrono>
 #include <string>
+#include <vector>
 
 #include "engine/request.h"
 #include "server/api_request.h"
 
 namespace cs {
 
+// A cache_control mark: the prompt's first `tokens` tokens are the prefix it
+// closes (the longest the conversation cut after the marked block renders
+// to alike), to be held in the cache for `ttl`.
+struct Breakpoint {
+  int tokens = 0;
+  std::chrono::seconds ttl{300};
+};
+
 struct MessagesRequest {
-  ApiRequest chat;          // what the engine runs; tools, constraint, stream as the chat route has them
+  ApiRequest chat;  // what the engine runs; tools, constraint, stream as the chat route has them
   std::string model;
-  int breakpoints = 0;      // cache_control marks (at most 4, as the API allows)
+  std::vector<Breakpoint> breakpoints;  // at most 4, as the API allows
+  // Prompt tokens up to the last breakpoint: those not found in the cache
+  // count as cache_creation_input_tokens.
+  int cached_prefix() const;
 };
 
 // Throws ApiError (its param named in the Messages body's terms).

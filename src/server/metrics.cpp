@@ -130,6 +130,10 @@ std::string prometheus_text(const EngineStats& s, const HttpCounts& http, const 
   w.head(p + "pml_requests_total", "counter", "Prompt Cache prompts served, with their modules from the cache or not.");
   for (const auto& [kind, n] : http.pml_requests)
     w.out << p << "pml_requests_total{" << inner << ",cache=\"" << escape(kind) << "\"} " << n << '\n';
+  w.metric(p + "kv_held_prefixes", "gauge", "Prefixes held from eviction for a while (cache_control breakpoints).",
+           s.held_prefixes);
+  w.metric(p + "kv_held_chunks", "gauge", "Distinct KV chunks the held prefixes keep (times kv_chunk_bytes: their bytes).",
+           s.held_chunks);
   w.metric(p + "responses_stored", "gauge", "Responses API: responses kept for GET and previous_response_id.",
            http.stored_responses.count);
   w.metric(p + "responses_stored_bytes", "gauge", "Responses API: bytes the stored responses hold.", http.stored_responses.bytes);

@@ -394,9 +394,16 @@ void Server::Impl::messages(const HttpRequest& req, HttpResponse& res, HttpExcha
   if (mr.chat.stream) {
     MessagesEvents events{MessagesResponder(mr, o.id), int(mr.chat.engine.prompt.size())};
     stream(events, 1, h, res, ex, o);
-  } else if (wait_whole(h, res, ex, o)) {
+    if (res.status != 200) return;
+  } else {
+    if (!wait_whole(h, res, ex, o)) return;
     res.body = MessagesResponder(mr, o.id).response(*o.result);
   }
+  // cache_control: the prefixes the answer just left in the cache, held
+  // there for their time (cache/prefix_holds.h).
+  const std::vector<int32_t>& prompt = mr.chat.engine.prompt;
+  for (const Breakpoint& b : mr.breakpoints)
+    engine.hold_prefix({prompt.begin(), prompt.begin() + b.tokens}, b.ttl);
 }
 
 void Server::Impl::count_tokens(const HttpRequest& req, HttpResponse& res, HttpExchange&, Outcome&) {

@@ -32,7 +32,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     const cs::MessagesRequest r = cs::parse_messages_request(body, lim);
     if (r.chat.engine.prompt.empty() || int(r.chat.engine.prompt.size()) >= lim.n_ctx) std::abort();
-    if (r.chat.engine.n != 1 || r.chat.engine.max_tokens < 0 || r.breakpoints > 4) std::abort();
+    if (r.chat.engine.n != 1 || r.chat.engine.max_tokens < 0 || r.breakpoints.size() > 4) std::abort();
+    for (const cs::Breakpoint& b : r.breakpoints)
+      if (b.tokens <= 0 || b.tokens > int(r.chat.engine.prompt.size())) std::abort();
     cs::validate_request(r.chat.engine, {tok.vocab_size(), lim.n_ctx, 64, 16, 0, 1 << 24, lim.max_n});
     // The body as the reply: whole, and streamed in pieces of 1-7 bytes.
     cs::Result res;

@@ -129,8 +129,10 @@ class MessagesTest(ServedTest):
         second = self.create(system=system, messages=[{"role": "user", "content": "Say bye."}], max_tokens=4)
         prefix = self.count(system=system, messages=[{"role": "user", "content": ""}])
         self.assertGreater(prefix, 2000)
+        # The first writes the marked prefix, the second reads it.
+        self.assertGreaterEqual(first.usage.cache_creation_input_tokens, 0.95 * (prefix - 16))
         self.assertGreaterEqual(second.usage.cache_read_input_tokens, 0.95 * (prefix - 16))
-        self.assertLess(second.usage.input_tokens, first.usage.input_tokens)
+        self.assertEqual(second.usage.cache_creation_input_tokens, 0)
 
     def test_errors_in_the_apis_shape(self):
         def post(body, path="/v1/messages", headers=None):
@@ -165,6 +167,50 @@ class MessagesTest(ServedTest):
         self.assertEqual(status, 200)
         self.assertIn('route="/v1/messages",code="200"', text)
         self.assertIn('route="/v1/messages/count_tokens",code="200"', text)
+
+
+class CacheControlTest(unittest.TestCase):
+    """cache_control breakpoints hold their prefix in the tree: a second
+    request reads it from the cache, and it survives a flood of other prompts
+    that evicts everything unpinned (a small pool; the holds' bound set)."""
+
+    def test_a_held_prefix_survives_a_flood(self):
+        # 136 chunks of 64 tokens; holds keep at most 90 of them.
+        server = Server(ServedTest.binary, ServedTest.model, "--kv-memory", "192M", "--cache-hold-memory", "128M")
+        try:
+            c = anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0)
+            tools = [{"name": f"tool_{i}", "description": f"Tool number {i} looks up record {i}.",
+                      "input_schema": {"type": "object", "properties": {"id": {"type": "integer"}}}} for i in range(20)]
+            tools[-1]["cache_control"] = {"type": "ephemeral"}
+            rules = " ".join(f"Rule {i}: keep answers short and plain." for i in range(150))
+            system = [{"type": "text", "text": rules, "cache_control": {"type": "ephemeral", "ttl": "1h"}}]
+
+            def ask(question, **kw):
+                return c.messages.create(model=MODEL_ID, max_tokens=2, messages=[{"role": "user", "content": question}],
+                                         extra_body=GREEDY, **kw)
+            prefix = c.messages.count_tokens(model=MODEL_ID, system=system, tools=tools,
+                                             messages=[{"role": "user", "content": ""}]).input_tokens - 8
+            self.assertGreater(prefix, 1500)
+            first = ask("Hello?", system=system, tools=tools)
+            self.assertGreaterEqual(first.usage.cache_creation_input_tokens, 0.95 * prefix)
+            self.assertEqual(first.usage.cache_read_input_tokens, 0)
+            second = ask("Goodbye?", system=system, tools=tools)
+            self.assertGreaterEqual(second.usage.cache_read_input_tokens, 0.95 * prefix)
+            self.assertEqual(second.usage.cache_creation_input_tokens, 0)
+            # The same long prompt without a mark, for contrast: the flood evicts it.
+            plain = ask("Plain?", system=rules.replace("Rule", "Law"))
+            status, _, metrics = raw(server.url, "GET", "/metrics")
+            # The tools' and the system's marks close the same prefix (the tools
+            # render in the system turn): held once.
+            self.assertIn('chunkserve:kv_held_prefixes{model="' + MODEL_ID + '"} 1', metrics)
+            for k in range(5):  # ~13K tokens of other prompts against a ~8.7K-token pool, each fitting beside the hold
+                ask("Summarize.", system=" ".join(f"Item {k}-{i} of a long list." for i in range(300)))
+            third = ask("Again?", system=system, tools=tools)
+            self.assertGreaterEqual(third.usage.cache_read_input_tokens, 0.95 * prefix)
+            unheld = ask("Plain again?", system=rules.replace("Rule", "Law"))
+            self.assertLess(unheld.usage.cache_read_input_tokens, 0.5 * plain.usage.input_tokens)
+        finally:
+            self.assertEqual(server.stop(), 0)
 
 
 class KeyTest(unittest.TestCase):
