@@ -274,6 +274,28 @@ TEST(Engine, ZeroMaxTokensEndsAtOnce) {
   EXPECT_EQ(res.usage.completion_tokens, 0);
 }
 
+// A thought's budget: after that many tokens of a thought the prompt opened,
+// the close comes instead of samples (then sampling goes on); the tokens
+// before the close are the unbounded run's; a reply that never opens a
+// thought is not touched.
+TEST(Engine, AThoughtEndsAtItsBudget) {
+  Engine e(tiny(), opts(AttnMode::kTpp));
+  Request free_run = shared_prompts(1, 40, 12)[0];
+  const std::vector<int32_t> unbounded = e.submit(free_run).wait().completions[0].tokens;
+  ASSERT_EQ(unbounded.size(), 12u);
+  Request r = free_run;
+  r.think_budget = 4;
+  r.think_open = true;
+  r.think_end = {7, 8, 9};
+  const std::vector<int32_t> got = e.submit(r).wait().completions[0].tokens;
+  ASSERT_EQ(got.size(), 12u);
+  EXPECT_EQ(std::vector<int32_t>(got.begin(), got.begin() + 4), std::vector<int32_t>(unbounded.begin(), unbounded.begin() + 4));
+  EXPECT_EQ(std::vector<int32_t>(got.begin() + 4, got.begin() + 7), (std::vector<int32_t>{7, 8, 9}));
+  // Not opened by the prompt, and the tiny vocabulary never writes "<think>": untouched.
+  r.think_open = false;
+  EXPECT_EQ(e.submit(r).wait().completions[0].tokens, unbounded);
+}
+
 TEST(Engine, ShutdownCancelsWhatIsLeft) {
   auto e = std::make_unique<Engine>(tiny(), opts(AttnMode::kTpp));
   Request r = shared_prompts(1, 50, 100000)[0];

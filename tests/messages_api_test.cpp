@@ -171,7 +171,7 @@ TEST_F(Messages, MistakesAre400sNamingTheField) {
       {R"("messages": [{"role": "system", "content": "x"}]})", "messages[0].role",
        R"(messages[0].role must be "user" or "assistant")"},
       {R"("messages": [{"role": "user", "content": "x"}], "thinking": {"type": "enabled", "budget_tokens": 2048}})",
-       "thinking", ""},
+       "thinking.budget_tokens", "thinking.budget_tokens must be an integer, at least 1024 and below max_tokens"},
       {R"("messages": [{"role": "user", "content": "x"}], "tools": [{"type": "web_search_20250305", "name": "s"}]})",
        "tools[0].type", ""},
       {R"("messages": [{"role": "user", "content": "x"}], "temperature": 1.5})", "temperature",
@@ -194,6 +194,10 @@ TEST_F(Messages, MistakesAre400sNamingTheField) {
     }
   }
   EXPECT_EQ(error(R"({"model": "other", "max_tokens": 8, "messages": [{"role": "user", "content": "x"}]})").status, 404);
+  const ApiError no_thought = error(R"({"model": "m", "max_tokens": 2048, "thinking": {"type": "enabled", "budget_tokens": 1024},
+                                        "messages": [{"role": "user", "content": "x"}]})");
+  EXPECT_EQ(no_thought.param, "thinking");
+  EXPECT_EQ(no_thought.message, "thinking is enabled, but this model's chat template does not think (no <think> in it)");
   EXPECT_STREQ(messages_error_type(404), "not_found_error");
   EXPECT_STREQ(messages_error_type(401), "authentication_error");
   EXPECT_STREQ(messages_error_type(429), "rate_limit_error");

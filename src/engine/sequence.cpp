@@ -36,6 +36,7 @@ Sequence::Sequence(SeqId id, std::shared_ptr<RequestState> req, int index, const
     for (size_t i = 0; i < positions_.size(); ++i) positions_[i] = int32_t(i);
   }
   if (req_->req.grammar) grammar_.emplace(req_->req.grammar);
+  if (req_->req.think_budget >= 0) thought_ = req_->req.think_open ? Thought::kIn : Thought::kStart;
 }
 
 // The logits with every token the grammar does not allow next at -inf
@@ -60,6 +61,12 @@ std::unique_ptr<Sequence> Sequence::fork(SeqId id, int index, const Tokenizer& t
 }
 
 void Sequence::draw(std::span<const float> raw) {
+  if (!forced_.empty()) {  // the thought's close, its budget spent
+    drawn_ = forced_.front();
+    forced_.erase(forced_.begin());
+    if (grammar_) (void)grammar_->accept(*drawn_);
+    return;
+  }
   const std::span<const float> logits = constrain(raw);
   if (grammar_ && !mask_any(mask_)) {
     // The grammar went where no token of the vocabulary continues it.
@@ -120,6 +127,7 @@ bool Sequence::sample(std::span<const float> raw, const Tokenizer& tok, int n_ct
   bool stopped = false;
   ev.text = text_.push(id, &stopped);
   out.text += ev.text;
+  if (thought_ != Thought::kOff) track_thought(out.text);
   r.emit(std::move(ev));
   if (stopped) {
     stopped_ = true;
@@ -132,6 +140,34 @@ bool Sequence::sample(std::span<const float> raw, const Tokenizer& tok, int n_ct
     return true;
   }
   return false;
+}
+
+// Counts a thought's tokens; at the budget, queues the close. The reply
+// opens a thought with "<think>" first (blanks aside) and ends it with
+// "</think>" (the markup of templates that think: server/reasoning.h).
+void Sequence::track_thought(const std::string& text) {
+  static constexpr std::string_view kOpen = "<think>", kClose = "</think>";
+  if (thought_ == Thought::kStart) {
+    const size_t b = text.find_first_not_of(" \t\r\n");
+    const std::string_view rest = b == std::string::npos ? std::string_view() : std::string_view(text).substr(b);
+    if (rest.starts_with(kOpen)) {
+      thought_ = Thought::kIn;
+      thought_scan_ = b + kOpen.size();
+      return;  // the opening token is not the thought's
+    }
+    if (!rest.empty() && !kOpen.starts_with(rest)) thought_ = Thought::kPast;
+    return;
+  }
+  if (thought_ != Thought::kIn) return;
+  if (text.find(kClose, thought_scan_) != std::string::npos) {
+    thought_ = Thought::kPast;
+    return;
+  }
+  thought_scan_ = text.size() >= kClose.size() ? text.size() - kClose.size() + 1 : 0;
+  if (++thought_tokens_ >= req_->req.think_budget) {
+    forced_ = req_->req.think_end;
+    thought_ = Thought::kPast;
+  }
 }
 
 void Sequence::finish(FinishReason reason, const std::string& message) {

@@ -102,6 +102,15 @@ class Sequence {
   TextStream text_;
   bool stopped_ = false;
   bool sampled_any_ = false;
+  // The thought's budget (Request::think_budget): where the reply is (not
+  // counted, may open a thought, in one, past it or closing it), the
+  // thought's tokens so far, where "</think>" is looked for next, and the
+  // close still to give instead of samples.
+  enum class Thought { kOff, kStart, kIn, kPast } thought_ = Thought::kOff;
+  int thought_tokens_ = 0;
+  size_t thought_scan_ = 0;
+  std::vector<int32_t> forced_;
+  void track_thought(const std::string& text);
 };
 
 }  // namespace cs

@@ -118,6 +118,7 @@ ChatPrompt ChatTemplate::render(const ChatInput& in) const {
 
 ChatPrompt ChatTemplate::render(const ChatInput& in, uint64_t max_steps, std::chrono::milliseconds max_time) const {
   jinja::Dict vars;
+  for (const auto& [k, v] : in.kwargs.items()) vars.set(k, jinja::Value::from_json(v, true));
   vars.set("messages", jinja::Value::from_json(in.messages, true));
   vars.set("tools", in.tools.is_null() ? jinja::Value::none() : jinja::Value::from_json(in.tools, true));
   vars.set("documents", jinja::Value::none());

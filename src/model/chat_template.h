@@ -39,6 +39,10 @@ struct ChatInput {
   nlohmann::ordered_json tools;  // null: none
   bool add_generation_prompt = true;
   std::optional<std::time_t> now;  // strftime_now's clock (tests)
+  // The request's chat_template_kwargs (e.g. enable_thinking): variables the
+  // template reads (content, as everything from a request); the names above
+  // are the renderer's own.
+  nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();
 };
 
 // A rendered chat: runs of markup and content.

@@ -2,6 +2,7 @@
 
 #include "base/json_depth.h"
 #include "grammar/schema_check.h"
+#include "server/reasoning.h"
 
 #include <cctype>
 #include <cmath>
@@ -518,6 +519,13 @@ ApiRequest parse_chat_request(const std::string& body, const ApiLimits& lim) {
   return parse_chat_json(parse_body(body), lim);
 }
 
+void set_thought_budget(ApiRequest& r, int budget, const ApiLimits& lim) {
+  if (!r.reasoning || budget < 0) return;
+  r.engine.think_budget = budget;
+  r.engine.think_open = r.in_thought;
+  r.engine.think_end = lim.tokenizer->encode(kThoughtClose, true);
+}
+
 ApiRequest parse_chat_json(const json& j, const ApiLimits& lim, const std::string& continue_text) {
   refuse_unsupported(j, true);
   ApiRequest out;
@@ -547,6 +555,22 @@ ApiRequest parse_chat_json(const json& j, const ApiLimits& lim, const std::strin
   if (msgs->empty()) throw invalid("messages", "messages must not be empty");
   ChatInput in;
   for (size_t i = 0; i < msgs->size(); ++i) in.messages.push_back(chat_message(msgs->at(i), i));
+  if (const json* kw = f.get("chat_template_kwargs")) {
+    if (!kw->is_object()) throw invalid("chat_template_kwargs", "chat_template_kwargs must be an object", "invalid_type");
+    in.kwargs = *kw;
+  }
+  // reasoning_effort: "none" turns a thinking template's thought off (unless
+  // chat_template_kwargs say otherwise); the others bound it (effort_budget).
+  int budget = -1;
+  if (const auto effort = f.string("reasoning_effort")) {
+    if (*effort == "none") {
+      if (!in.kwargs.contains("enable_thinking")) in.kwargs["enable_thinking"] = false;
+    } else if ((budget = effort_budget(*effort)) < 0 && *effort != "max") {
+      throw invalid("reasoning_effort", "reasoning_effort must be none, minimal, low, medium, high, xhigh or max");
+    }
+  }
+  // thinking_budget: chunkserve's extension, the budget in tokens.
+  if (const auto b = f.integer("thinking_budget", 0, 1 << 24)) budget = int(*b);
   const json tools = f.get("tools") ? parse_tools(*f.get("tools")) : json::array();
   const ToolChoice choice = parse_tool_choice(f.get("tool_choice"), tools);
   const bool parallel = f.boolean("parallel_tool_calls").value_or(true);
@@ -571,6 +595,11 @@ ApiRequest parse_chat_json(const json& j, const ApiLimits& lim, const std::strin
     ChatPrompt prompt = lim.chat->render(in);
     prompt.content(continue_text);  // the reply's start: the model goes on from it
     out.engine.prompt = prompt.encode(*lim.tokenizer, true);
+    if (template_thinks(lim.chat->source())) {
+      out.reasoning = true;
+      out.in_thought = opens_thought(prompt.text());
+      set_thought_budget(out, budget, lim);
+    }
   } catch (const jinja::TemplateError& e) {
     throw invalid("messages", "the model's chat template refused the conversation: " + e.message() +
                                   (e.line() > 0 ? " (template line " + std::to_string(e.line()) + ")" : ""));

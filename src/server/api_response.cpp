@@ -75,15 +75,19 @@ const char* api_finish_reason(FinishReason r, bool calls) {
 
 ApiResponder::ApiResponder(const ApiRequest& req, const Tokenizer& tok, std::string id, long long created)
     : req_(req), tok_(tok), id_(std::move(id)), created_(created), started_(size_t(req.engine.n), false),
-      text_(size_t(req.engine.n)), sent_(size_t(req.engine.n), 0) {}
+      text_(size_t(req.engine.n)), sent_(size_t(req.engine.n), 0) {
+  if (req.chat && req.reasoning) reasoning_.assign(size_t(req.engine.n), ReasoningStream(req.in_thought));
+}
 
 std::string ApiResponder::response(const Result& r) const {
   json choices = json::array();
   for (size_t i = 0; i < r.completions.size(); ++i) {
     const Completion& c = r.completions[i];
     json ch = {{"index", i}, {"finish_reason", api_finish_reason(c.reason)}};
+    // A thinking template's thought apart (vLLM's reasoning_content).
+    const SplitReply split = req_.chat && req_.reasoning ? split_reasoning(c.text, req_.in_thought) : SplitReply{"", c.text};
     if (req_.chat && req_.tools) {
-      const ParsedReply p = parse_tool_calls(c.text, req_.tool_format);
+      const ParsedReply p = parse_tool_calls(split.content, req_.tool_format);
       ch["message"] = {{"role", "assistant"}, {"content", p.content.empty() && !p.calls.empty() ? json(nullptr) : json(p.content)}};
       if (!p.calls.empty()) {
         json calls = json::array();
@@ -92,8 +96,10 @@ std::string ApiResponder::response(const Result& r) const {
         ch["finish_reason"] = api_finish_reason(c.reason, true);
       }
     } else if (req_.chat) {
-      ch["message"] = {{"role", "assistant"}, {"content", c.text}};
+      ch["message"] = {{"role", "assistant"}, {"content", split.content}};
     }
+    if (req_.chat && req_.reasoning)
+      ch["message"]["reasoning_content"] = split.reasoning.empty() ? json(nullptr) : json(split.reasoning);
     if (req_.chat) {
       if (req_.logprobs) {
         json content = json::array();
@@ -161,7 +167,33 @@ std::string ApiResponder::tool_deltas(int index, size_t* calls) {
   return out;
 }
 
+// A thinking template's stream: the thought's text goes out as
+// reasoning_content deltas, the answer's on the usual path (content, calls).
 std::string ApiResponder::chunk(const StreamEvent& ev) {
+  if (reasoning_.empty()) return answer_chunk(ev);
+  const size_t i = size_t(ev.index);
+  const bool fin = ev.kind == StreamEvent::Kind::kFinish;
+  const SplitReply piece = fin ? reasoning_[i].flush() : reasoning_[i].push(ev.text);
+  std::string out;
+  if (!piece.reasoning.empty()) {
+    json delta = json::object();
+    if (!started_[i]) delta["role"] = "assistant", started_[i] = true;
+    delta["reasoning_content"] = piece.reasoning;
+    out += event(ev.index, delta, nullptr, nullptr);
+  }
+  if (fin && !piece.content.empty()) {
+    StreamEvent rest;
+    rest.index = ev.index;
+    rest.text = piece.content;
+    out += answer_chunk(rest);
+  }
+  if (fin) return out + answer_chunk(ev);
+  StreamEvent answer = ev;
+  answer.text = piece.content;
+  return out + answer_chunk(answer);
+}
+
+std::string ApiResponder::answer_chunk(const StreamEvent& ev) {
   if (ev.kind == StreamEvent::Kind::kToken && ev.end_of_generation) return {};
   const bool fin = ev.kind == StreamEvent::Kind::kFinish;
   if (fin)

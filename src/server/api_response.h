@@ -12,6 +12,7 @@
 #include "model/tokenizer.h"
 
 #include "server/api_request.h"
+#include "server/reasoning.h"
 
 namespace cs {
 
@@ -40,6 +41,9 @@ class ApiResponder {
   // content (the rest may be a call, parsed at the end).
   std::vector<std::string> text_;
   std::vector<size_t> sent_;
+  // A template that thinks: per choice, the thought split from the answer.
+  std::vector<ReasoningStream> reasoning_;
+  std::string answer_chunk(const StreamEvent& ev);
   std::string tool_deltas(int index, size_t* calls);
   std::string tool_chunk(const StreamEvent& ev);
   std::string choice_chunk(const nlohmann::json& choice) const;

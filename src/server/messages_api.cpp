@@ -196,8 +196,9 @@ json to_chat(const json& j, bool count_only, std::string& prefill, int& marks) {
     if (!max->is_number_integer() || max->get<long long>() < 0)
       throw invalid("max_tokens", "max_tokens must be an integer, at least 0", "invalid_type");
     chat["max_tokens"] = *max;
-    // seed: chunkserve's extension (sampled answers that can be reproduced).
-    for (const char* k : {"stream", "top_p", "top_k", "seed"})
+    // seed, regex, grammar: chunkserve's extensions, as on the chat route
+    // (reproducible sampled answers; a reply's form constrained).
+    for (const char* k : {"stream", "top_p", "top_k", "seed", "regex", "grammar"})
       if (const json* v = field(j, k)) chat[k] = *v;
     if (const json* t = field(j, "temperature")) {
       if (!t->is_number() || t->get<double>() < 0 || t->get<double>() > 1)
@@ -214,12 +215,15 @@ json to_chat(const json& j, bool count_only, std::string& prefill, int& marks) {
   // server does not separate from the answer yet.
   if (const json* th = field(j, "thinking")) {
     const std::string type = th->is_object() ? type_of(*th) : "";
-    if (type == "enabled")
-      throw invalid("thinking", "thinking {\"type\": \"enabled\"} is not supported yet on this server (the thought "
-                                "would not come back apart from the answer); use \"adaptive\" or \"disabled\"",
-                    "unsupported_parameter");
-    if (type != "disabled" && type != "adaptive")
+    if (type != "disabled" && type != "adaptive" && type != "enabled")
       throw invalid("thinking", "thinking must be {\"type\": \"adaptive\" | \"enabled\" | \"disabled\"}");
+    if (type == "enabled") {
+      const json* budget = field(*th, "budget_tokens");
+      const json* max = field(j, "max_tokens");
+      if (!budget || !budget->is_number_integer() || budget->get<long long>() < 1024 ||
+          (max && max->is_number_integer() && budget->get<long long>() >= max->get<long long>()))
+        throw invalid("thinking.budget_tokens", "thinking.budget_tokens must be an integer, at least 1024 and below max_tokens");
+    }
   }
   // Structured outputs: output_config.format, or output_format (its earlier name).
   const json* oc = field(j, "output_config");
@@ -295,6 +299,18 @@ json parse_body(const std::string& body) {
 
 namespace {
 
+// thinking: on or off through the template (enable_thinking, as Qwen3's
+// reads it); asked of a template that does not think, a 400.
+void apply_thinking(const json& j, json& chat, const ApiLimits& lim) {
+  const json* th = field(j, "thinking");
+  if (!th || type_of(*th) == "adaptive") return;
+  const bool on = type_of(*th) == "enabled";
+  if (on && !template_thinks(lim.chat->source()))
+    throw invalid("thinking", "thinking is enabled, but this model's chat template does not think (no <think> in it)",
+                  "unsupported_parameter");
+  chat["chat_template_kwargs"] = {{"enable_thinking", on}};
+}
+
 std::chrono::seconds ttl_of(const json& block) {
   const json* cc = field(block, "cache_control");
   const json* ttl = cc ? field(*cc, "ttl") : nullptr;
@@ -366,8 +382,11 @@ MessagesRequest parse_messages_request(const std::string& body, const ApiLimits&
   MessagesRequest out;
   std::string prefill;
   int marks = 0;
-  const json chat = to_chat(j, false, prefill, marks);
+  json chat = to_chat(j, false, prefill, marks);
+  apply_thinking(j, chat, lim);
   out.chat = parse_chat_json(chat, lim, prefill);
+  if (const json* th = field(j, "thinking"); th && type_of(*th) == "enabled")
+    set_thought_budget(out.chat, int((*th)["budget_tokens"].get<long long>()), lim);
   // Each mark's prefix: the tokens the prompt shares with its cut body's.
   const std::vector<int32_t>& prompt = out.chat.engine.prompt;
   ApiLimits any_length = lim;
@@ -405,6 +424,7 @@ int count_messages_tokens(const std::string& body, const ApiLimits& lim) {
   std::string prefill;
   int marks = 0;
   json chat = to_chat(j, true, prefill, marks);
+  apply_thinking(j, chat, lim);
   ApiLimits any_length = lim;
   any_length.n_ctx = INT_MAX;
   return int(parse_chat_json(chat, any_length, prefill).engine.prompt.size());
@@ -457,12 +477,16 @@ std::string sse(const char* event, const json& data) { return std::string("event
 
 }  // namespace
 
-MessagesResponder::MessagesResponder(const MessagesRequest& req, std::string id) : req_(req), id_(std::move(id)) {}
+MessagesResponder::MessagesResponder(const MessagesRequest& req, std::string id)
+    : req_(req), id_(std::move(id)), reasoning_(req.chat.in_thought) {}
 
 std::string MessagesResponder::response(const Result& r) const {
   const Completion& c = r.completions.at(0);
-  const ParsedReply p = req_.chat.tools ? parse_tool_calls(c.text, req_.chat.tool_format) : ParsedReply{c.text, {}};
+  const SplitReply split = req_.chat.reasoning ? split_reasoning(c.text, req_.chat.in_thought) : SplitReply{"", c.text};
+  const ParsedReply p =
+      req_.chat.tools ? parse_tool_calls(split.content, req_.chat.tool_format) : ParsedReply{split.content, {}};
   json content = json::array();
+  if (!split.reasoning.empty()) content.push_back({{"type", "thinking"}, {"thinking", split.reasoning}, {"signature", ""}});
   if (!p.content.empty()) content.push_back({{"type", "text"}, {"text", p.content}});
   for (const ToolCall& call : p.calls) content.push_back(tool_use_json(call));
   return dump({{"id", id_},
@@ -505,6 +529,21 @@ std::string MessagesResponder::text_delta(const std::string& s) {
                                            {"delta", {{"type", "text_delta"}, {"text", s}}}});
 }
 
+// The thought as a thinking block, open until the answer begins.
+std::string MessagesResponder::thinking_delta(const std::string& s) {
+  if (s.empty()) return {};
+  std::string out;
+  if (open_thinking_ < 0) {
+    open_thinking_ = next_block_++;
+    out += sse("content_block_start", {{"type", "content_block_start"},
+                                       {"index", open_thinking_},
+                                       {"content_block", {{"type", "thinking"}, {"thinking", ""}, {"signature", ""}}}});
+  }
+  return out + sse("content_block_delta", {{"type", "content_block_delta"},
+                                           {"index", open_thinking_},
+                                           {"delta", {{"type", "thinking_delta"}, {"thinking", s}}}});
+}
+
 std::string MessagesResponder::close_text() {
   if (open_text_ < 0) return {};
   const int index = std::exchange(open_text_, -1);
@@ -513,11 +552,21 @@ std::string MessagesResponder::close_text() {
 
 std::string MessagesResponder::event(const StreamEvent& ev) {
   if (ev.kind != StreamEvent::Kind::kToken || ev.text.empty()) return {};
-  text_ += ev.text;
+  if (!req_.chat.reasoning) return answer(ev.text);
+  const SplitReply piece = reasoning_.push(ev.text);
+  return thinking_delta(piece.reasoning) + answer(piece.content);
+}
+
+std::string MessagesResponder::answer(const std::string& s) {
+  if (s.empty()) return {};
+  std::string out;
+  if (open_thinking_ >= 0)  // the thought is over
+    out += sse("content_block_stop", {{"type", "content_block_stop"}, {"index", std::exchange(open_thinking_, -1)}});
+  text_ += s;
   // With tools, text that may begin a call waits for the end.
   const size_t upto = req_.chat.tools ? tool_call_start(text_, req_.chat.tool_format) : text_.size();
-  if (upto <= sent_) return {};
-  std::string out = text_delta(text_.substr(sent_, upto - sent_));
+  if (upto <= sent_) return out;
+  out += text_delta(text_.substr(sent_, upto - sent_));
   sent_ = upto;
   return out;
 }
@@ -525,6 +574,13 @@ std::string MessagesResponder::event(const StreamEvent& ev) {
 std::string MessagesResponder::finish(const Result& r) {
   const Completion& c = r.completions.at(0);
   std::string out;
+  if (req_.chat.reasoning) {
+    const SplitReply piece = reasoning_.flush();
+    out += thinking_delta(piece.reasoning);
+    out += answer(piece.content);
+    if (open_thinking_ >= 0)  // a thought never closed
+      out += sse("content_block_stop", {{"type", "content_block_stop"}, {"index", std::exchange(open_thinking_, -1)}});
+  }
   size_t calls = 0;
   const std::string rest = text_.substr(sent_);
   sent_ = text_.size();

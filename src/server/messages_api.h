@@ -15,6 +15,7 @@
 
 #include "engine/request.h"
 #include "server/api_request.h"
+#include "server/reasoning.h"
 
 namespace cs {
 
@@ -67,9 +68,12 @@ class MessagesResponder {
   std::string id_;
   std::string text_;  // the reply so far
   size_t sent_ = 0;   // of text_, what went out as text deltas
-  int next_block_ = 0, open_text_ = -1;
+  int next_block_ = 0, open_text_ = -1, open_thinking_ = -1;
+  ReasoningStream reasoning_;  // a thinking template's thought, split from the answer
   std::string text_delta(const std::string& s);
+  std::string thinking_delta(const std::string& s);
   std::string close_text();
+  std::string answer(const std::string& s);  // the answer's text after the thought
 };
 
 }  // namespace cs

@@ -239,8 +239,8 @@ ResponsesRequest parse_responses_request(const std::string& body, const ApiLimit
   for (json& m : chat_messages(items)) msgs.push_back(std::move(m));
   chat["messages"] = std::move(msgs);
   if (const json* max = field(j, "max_output_tokens")) chat["max_tokens"] = *max;
-  // seed: chunkserve's extension (sampled answers that can be reproduced).
-  for (const char* k : {"stream", "temperature", "top_p", "parallel_tool_calls", "seed"})
+  // seed, regex, grammar: chunkserve's extensions, as on the chat route.
+  for (const char* k : {"stream", "temperature", "top_p", "parallel_tool_calls", "seed", "regex", "grammar"})
     if (const json* v = field(j, k)) chat[k] = *v;
   if (const json* t = field(j, "tools")) chat["tools"] = chat_tools(*t);
   if (const json* tc = field(j, "tool_choice")) {
@@ -269,8 +269,21 @@ ResponsesRequest parse_responses_request(const std::string& body, const ApiLimit
       }
     }
   }
+  // reasoning.effort "none" turns a thinking template's thought off
+  // (enable_thinking, as Qwen3's template reads it); other efforts leave it on.
+  if (const json* r = field(j, "reasoning"); r && r->is_object() && field(*r, "effort") && (*r)["effort"] == "none")
+    chat["chat_template_kwargs"] = {{"enable_thinking", false}};
+  out.tokenizer = lim.tokenizer;
+  int budget = -1;
+  if (const json* r = field(j, "reasoning"); r && r->is_object())
+    if (const json* e = field(*r, "effort"); e && e->is_string()) {
+      budget = effort_budget(e->get<std::string>());
+      if (budget < 0 && *e != "none" && *e != "max")
+        throw invalid("reasoning.effort", "reasoning.effort must be none, minimal, low, medium, high, xhigh or max");
+    }
   try {
     out.chat = parse_chat_json(chat, lim);
+    set_thought_budget(out.chat, budget, lim);
   } catch (ApiError& e) {
     // The chat route's names for the Responses API's own.
     if (e.param == "max_tokens") e.param = "max_output_tokens", e.message.replace(e.message.find("max_tokens"), 10, "max_output_tokens");
@@ -296,7 +309,8 @@ ResponsesRequest parse_responses_request(const std::string& body, const ApiLimit
 }
 
 ResponsesResponder::ResponsesResponder(const ResponsesRequest& req, std::string id, long long created)
-    : req_(req), id_(std::move(id)), message_id_(random_id("msg_", true)), created_(created) {}
+    : req_(req), id_(std::move(id)), message_id_(random_id("msg_", true)), created_(created),
+      reasoning_(req.chat.in_thought), reasoning_id_(random_id("rs_", true)) {}
 
 namespace {
 
@@ -310,6 +324,14 @@ json message_item(const std::string& id, const std::string& text, const char* st
           {"content", json::array({{{"type", "output_text"}, {"text", text}, {"annotations", json::array()}, {"logprobs", json::array()}}})}};
 }
 
+json reasoning_item(const std::string& id, const std::string& text, const char* status) {
+  return {{"id", id},
+          {"type", "reasoning"},
+          {"status", status},
+          {"summary", json::array()},
+          {"content", text.empty() ? json::array() : json::array({{{"type", "reasoning_text"}, {"text", text}}})}};
+}
+
 json call_item(const std::string& id, const std::string& call_id, const ToolCall& c, const char* status,
                const std::string& arguments) {
   return {{"id", id}, {"type", "function_call"}, {"status", status}, {"call_id", call_id}, {"name", c.name}, {"arguments", arguments}};
@@ -321,9 +343,13 @@ json call_item(const std::string& id, const std::string& call_id, const ToolCall
 // sends them, and the object and the stored conversation reuse them).
 json ResponsesResponder::output(const Result& r) {
   const Completion& c = r.completions.at(0);
-  const ParsedReply p = req_.chat.tools ? parse_tool_calls(c.text, req_.chat.tool_format) : ParsedReply{c.text, {}};
+  const SplitReply split = req_.chat.reasoning ? split_reasoning(c.text, req_.chat.in_thought) : SplitReply{"", c.text};
+  const ParsedReply p =
+      req_.chat.tools ? parse_tool_calls(split.content, req_.chat.tool_format) : ParsedReply{split.content, {}};
   json items = json::array();
   const char* status = cut_short(c) && p.calls.empty() ? "incomplete" : "completed";
+  thought_ = split.reasoning;
+  if (!thought_.empty()) items.push_back(reasoning_item(reasoning_id_, thought_, "completed"));
   if (p.calls.empty() || !p.content.empty()) items.push_back(message_item(message_id_, p.content, status));
   for (size_t k = 0; k < p.calls.size(); ++k) {
     if (call_ids_.size() <= k) call_ids_.push_back(random_id("call_", false)), item_ids_.push_back(random_id("fc_", true));
@@ -358,10 +384,12 @@ std::string ResponsesResponder::object(const Result* r) {
   for (const char* k : {"store", "temperature", "text", "tool_choice", "tools", "top_p", "truncation"}) o[k] = req_.echo[k];
   if (done) {
     const Usage& u = r->usage;
+    const int reasoning_tokens =
+        thought_.empty() || !req_.tokenizer ? 0 : std::min(u.completion_tokens, int(req_.tokenizer->encode(thought_, false).size()));
     o["usage"] = {{"input_tokens", u.prompt_tokens},
                   {"input_tokens_details", {{"cached_tokens", u.cached_tokens}, {"cache_write_tokens", 0}}},
                   {"output_tokens", u.completion_tokens},
-                  {"output_tokens_details", {{"reasoning_tokens", 0}}},
+                  {"output_tokens_details", {{"reasoning_tokens", reasoning_tokens}}},
                   {"total_tokens", u.prompt_tokens + u.completion_tokens}};
   } else {
     o["usage"] = nullptr;
@@ -377,6 +405,8 @@ json ResponsesResponder::conversation(const Result& r) {
   for (const json& item : final_output_) {
     if (item["type"] == "message")
       items.push_back({{"type", "message"}, {"role", "assistant"}, {"content", item["content"][0]["text"]}});
+    else if (item["type"] == "reasoning")
+      items.push_back({{"type", "reasoning"}, {"summary", json::array()}, {"content", item["content"]}});
     else
       items.push_back({{"type", "function_call"}, {"call_id", item["call_id"]}, {"name", item["name"]}, {"arguments", item["arguments"]}});
   }
@@ -401,28 +431,57 @@ std::string ResponsesResponder::text_delta(const std::string& s) {
     message_open_ = true;
     json item = message_item(message_id_, "", "in_progress");
     item["content"] = json::array();
-    out += sse("response.output_item.added", {{"output_index", 0}, {"item", item}});
+    out += sse("response.output_item.added", {{"output_index", message_index()}, {"item", item}});
     out += sse("response.content_part.added",
                {{"item_id", message_id_},
-                {"output_index", 0},
+                {"output_index", message_index()},
                 {"content_index", 0},
                 {"part", {{"type", "output_text"}, {"text", ""}, {"annotations", json::array()}, {"logprobs", json::array()}}}});
   }
   if (s.empty()) return out;
   shown_ += s;
   return out + sse("response.output_text.delta", {{"item_id", message_id_},
-                                                  {"output_index", 0},
+                                                  {"output_index", message_index()},
                                                   {"content_index", 0},
                                                   {"delta", s},
                                                   {"logprobs", json::array()}});
 }
 
+std::string ResponsesResponder::reasoning_delta(const std::string& s) {
+  if (s.empty()) return {};
+  std::string out;
+  if (!reasoning_open_) {
+    reasoning_open_ = true;
+    json item = reasoning_item(reasoning_id_, "", "in_progress");
+    out += sse("response.output_item.added", {{"output_index", 0}, {"item", item}});
+  }
+  thought_ += s;
+  return out + sse("response.reasoning_text.delta",
+                   {{"item_id", reasoning_id_}, {"output_index", 0}, {"content_index", 0}, {"delta", s}});
+}
+
+std::string ResponsesResponder::close_reasoning() {
+  if (!reasoning_open_ || reasoning_done_) return {};
+  reasoning_done_ = true;
+  std::string out = sse("response.reasoning_text.done",
+                        {{"item_id", reasoning_id_}, {"output_index", 0}, {"content_index", 0}, {"text", thought_}});
+  return out + sse("response.output_item.done", {{"output_index", 0}, {"item", reasoning_item(reasoning_id_, thought_, "completed")}});
+}
+
 std::string ResponsesResponder::event(const StreamEvent& ev) {
   if (ev.kind != StreamEvent::Kind::kToken || ev.text.empty()) return {};
-  text_ += ev.text;
+  if (!req_.chat.reasoning) return answer(ev.text);
+  const SplitReply piece = reasoning_.push(ev.text);
+  return reasoning_delta(piece.reasoning) + answer(piece.content);
+}
+
+std::string ResponsesResponder::answer(const std::string& s) {
+  if (s.empty()) return {};
+  std::string out = close_reasoning();
+  text_ += s;
   const size_t upto = req_.chat.tools ? tool_call_start(text_, req_.chat.tool_format) : text_.size();
-  if (upto <= sent_) return {};
-  std::string out = text_delta(text_.substr(sent_, upto - sent_));
+  if (upto <= sent_) return out;
+  out += text_delta(text_.substr(sent_, upto - sent_));
   sent_ = upto;
   return out;
 }
@@ -430,6 +489,12 @@ std::string ResponsesResponder::event(const StreamEvent& ev) {
 std::string ResponsesResponder::finish(const Result& r) {
   const Completion& c = r.completions.at(0);
   std::string out;
+  if (req_.chat.reasoning) {
+    const SplitReply piece = reasoning_.flush();
+    out += reasoning_delta(piece.reasoning);
+    out += answer(piece.content);
+    out += close_reasoning();  // a thought never closed
+  }
   const std::string rest = text_.substr(sent_);
   sent_ = text_.size();
   ParsedReply p = req_.chat.tools ? parse_tool_calls(rest, req_.chat.tool_format) : ParsedReply{rest, {}};
@@ -437,17 +502,18 @@ std::string ResponsesResponder::finish(const Result& r) {
   if (!more.empty() || p.calls.empty()) out += text_delta(more);
   json items = json::array();
   const char* status = cut_short(c) && p.calls.empty() ? "incomplete" : "completed";
+  if (!thought_.empty()) items.push_back(reasoning_item(reasoning_id_, thought_, "completed"));
   if (message_open_) {
     const json part = {{"type", "output_text"}, {"text", shown_}, {"annotations", json::array()}, {"logprobs", json::array()}};
     out += sse("response.output_text.done", {{"item_id", message_id_},
-                                             {"output_index", 0},
+                                             {"output_index", message_index()},
                                              {"content_index", 0},
                                              {"text", shown_},
                                              {"logprobs", json::array()}});
     out += sse("response.content_part.done",
-               {{"item_id", message_id_}, {"output_index", 0}, {"content_index", 0}, {"part", part}});
+               {{"item_id", message_id_}, {"output_index", message_index()}, {"content_index", 0}, {"part", part}});
     items.push_back(message_item(message_id_, shown_, status));
-    out += sse("response.output_item.done", {{"output_index", 0}, {"item", items.back()}});
+    out += sse("response.output_item.done", {{"output_index", message_index()}, {"item", items.back()}});
   }
   for (size_t k = 0; k < p.calls.size(); ++k) {
     call_ids_.push_back(random_id("call_", false));

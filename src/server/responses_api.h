@@ -17,7 +17,9 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/request.h"
+#include "model/tokenizer.h"
 #include "server/api_request.h"
+#include "server/reasoning.h"
 #include "server/response_store.h"
 
 namespace cs {
@@ -28,6 +30,7 @@ struct ResponsesRequest {
   nlohmann::ordered_json echo;          // the request's settings the response object repeats
   bool store = true;
   std::string previous_response_id;
+  const Tokenizer* tokenizer = nullptr;  // counts a thought's tokens (reasoning_tokens)
 };
 
 // Throws ApiError (unknown previous_response_id: 400 previous_response_not_found).
@@ -63,6 +66,14 @@ class ResponsesResponder {
   size_t sent_ = 0;    // of text_, what went out (as deltas, or held for the end)
   std::string shown_;  // the message's text as streamed
   nlohmann::ordered_json final_output_;  // the output items, once built
+  // A thinking template's thought: a reasoning item before the message.
+  ReasoningStream reasoning_;
+  std::string reasoning_id_, thought_;
+  bool reasoning_open_ = false, reasoning_done_ = false;
+  int message_index() const { return thought_.empty() ? 0 : 1; }
+  std::string reasoning_delta(const std::string& s);
+  std::string close_reasoning();
+  std::string answer(const std::string& s);
   bool message_open_ = false;
   int sequence_ = 0;
   nlohmann::ordered_json output(const Result& r);

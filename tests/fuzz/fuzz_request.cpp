@@ -2,7 +2,8 @@
 // engine's request checks (the path every /v1 request takes before it
 // reaches the engine; a "pml" prompt's XML through the PML parser). The
 // first byte picks the route and the template's tool-call format; the body
-// is also read as a model's reply and parsed for tool calls. Anything may be
+// is also read as a model's reply, parsed for tool calls and split into a
+// thought and an answer (whole and streamed alike). Anything may be
 // refused (ApiError, RequestError); nothing may crash, hang or leak.
 #include <cstdint>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 #include "fuzz_model.h"
 #include "pml/pml.h"
 #include "server/api_request.h"
+#include "server/reasoning.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const cs::Tokenizer& tok = cs::fuzz::tokenizer();
@@ -31,6 +33,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const cs::ToolCall& c : cs::parse_tool_calls(body, lim.tools.format).calls)
     if (!nlohmann::json::parse(c.arguments, nullptr, false).is_object()) std::abort();
   if (cs::tool_call_start(body, lim.tools.format) > body.size()) std::abort();
+  // Read as a thinking model's reply: streamed in pieces, split as whole.
+  {
+    const bool in_thought = (data[0] >> 4) & 1;
+    cs::ReasoningStream rs(in_thought);
+    std::string thought, answer;
+    for (size_t i = 0, k = 1; i < body.size(); i += k, k = k % 5 + 1) {
+      const cs::SplitReply p = rs.push(std::string_view(body).substr(i, k));
+      thought += p.reasoning, answer += p.content;
+    }
+    const cs::SplitReply p = rs.flush(), whole = cs::split_reasoning(body, in_thought);
+    if (thought + p.reasoning != whole.reasoning || answer + p.content != whole.content) std::abort();
+  }
   try {
     const cs::ApiRequest r = data[0] & 1 ? cs::parse_chat_request(body, lim) : cs::parse_completion_request(body, lim);
     if (!r.pml.empty()) {

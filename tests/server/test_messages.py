@@ -143,8 +143,8 @@ class MessagesTest(ServedTest):
             ({"model": "claude-nope", "max_tokens": 4, "messages": user}, 404, "not_found_error", "does not exist"),
             ({"model": MODEL_ID, "max_tokens": 4, "messages": [{"role": "user", "content": [{"type": "image"}]}]},
              400, "invalid_request_error", "image blocks are not supported"),
-            ({"model": MODEL_ID, "max_tokens": 4, "messages": user, "thinking": {"type": "enabled", "budget_tokens": 1024}},
-             400, "invalid_request_error", "not supported yet"),
+            ({"model": MODEL_ID, "max_tokens": 2048, "messages": user, "thinking": {"type": "enabled", "budget_tokens": 1024}},
+             400, "invalid_request_error", "does not think"),
             ("[" * 200 + "]" * 200, 400, "invalid_request_error", "nests 200 levels"),
             ("not json", 400, "invalid_request_error", "JSON object"),
         ]

@@ -1,0 +1,130 @@
+"""A thinking template's thought apart from its answer, in all three APIs,
+whole and streamed: the default model served with Qwen3's real chat template
+(the sdist's; it speaks ChatML like the model), its reply forced by a regex
+(chunkserve's extension) into <think>...</think> and an answer, so every
+route sees a thought and an answer: Chat Completions' reasoning_content,
+Messages' thinking blocks, Responses' reasoning items. chat_template_kwargs
+reach the template (enable_thinking: false closes the thought in the
+prompt; thinking disabled and reasoning effort none do the same).
+
+Run by CTest: python3 test_reasoning.py BINARY MODEL TEMPLATE_DIR
+"""
+import json
+import os
+import sys
+import unittest
+
+import anthropic
+import openai
+
+from harness import Server, raw
+
+MODEL_ID = "SmolLM2-135M-Instruct.Q4_1"
+FORM = r"<think>\n[a-z ]{4,30}\n</think>\n\n[A-Z][a-z ]{2,30}"
+THOUGHT = dict(regex=FORM, temperature=0)
+
+
+class ReasoningTest(unittest.TestCase):
+    binary = model = template = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server(cls.binary, cls.model, "--chat-template", cls.template)
+        cls.oai = openai.OpenAI(base_url=cls.server.url + "/v1", api_key="unused", max_retries=0)
+        cls.claude = anthropic.Anthropic(base_url=cls.server.url, api_key="unused", max_retries=0)
+
+    @classmethod
+    def tearDownClass(cls):
+        assert cls.server.stop() == 0
+
+    def check_split(self, thought, answer):
+        self.assertRegex(thought, r"^\n[a-z ]{4,30}\n$")
+        self.assertRegex(answer, r"^[A-Z][a-z ]{2,30}$")
+
+    def test_chat_completions(self):
+        msgs = [{"role": "user", "content": "What is the capital of France?"}]
+        r = self.oai.chat.completions.create(model=MODEL_ID, messages=msgs, max_tokens=80, extra_body=THOUGHT)
+        m = r.choices[0].message
+        self.check_split(m.reasoning_content, m.content)
+        stream = self.oai.chat.completions.create(model=MODEL_ID, messages=msgs, max_tokens=80, stream=True,
+                                                  extra_body=THOUGHT)
+        thought, answer = "", ""
+        for chunk in stream:
+            d = chunk.choices[0].delta if chunk.choices else None
+            if d is not None:
+                thought += getattr(d, "reasoning_content", None) or ""
+                answer += d.content or ""
+        self.assertEqual((thought, answer), (m.reasoning_content, m.content))
+
+    def test_messages(self):
+        kw = dict(model=MODEL_ID, max_tokens=2048, thinking={"type": "enabled", "budget_tokens": 1024},
+                  messages=[{"role": "user", "content": "What is the capital of France?"}], extra_body=THOUGHT)
+        r = self.claude.messages.create(**kw)
+        self.assertEqual([b.type for b in r.content], ["thinking", "text"])
+        self.check_split(r.content[0].thinking, r.content[1].text)
+        with self.claude.messages.stream(**kw) as s:
+            final = s.get_final_message()
+        self.assertEqual([(b.type, getattr(b, "thinking", None) or getattr(b, "text", None)) for b in final.content],
+                         [("thinking", r.content[0].thinking), ("text", r.content[1].text)])
+        off = self.claude.messages.count_tokens(model=MODEL_ID, thinking={"type": "disabled"},
+                                                messages=[{"role": "user", "content": "Hi"}]).input_tokens
+        on = self.claude.messages.count_tokens(model=MODEL_ID, messages=[{"role": "user", "content": "Hi"}]).input_tokens
+        self.assertGreater(off, on)  # the closed empty thought in the prompt
+
+    def test_responses(self):
+        kw = dict(model=MODEL_ID, input="What is the capital of France?", max_output_tokens=80, extra_body=THOUGHT)
+        r = self.oai.responses.create(**kw)
+        self.assertEqual([o.type for o in r.output], ["reasoning", "message"])
+        self.check_split(r.output[0].content[0].text, r.output_text)
+        self.assertGreater(r.usage.output_tokens_details.reasoning_tokens, 0)
+        with self.oai.responses.stream(**kw) as s:
+            deltas = [e.delta for e in s if e.type == "response.reasoning_text.delta"]
+            final = s.get_final_response()
+        self.assertEqual("".join(deltas), r.output[0].content[0].text)
+        self.assertEqual(final.output_text, r.output_text)
+
+    def test_template_kwargs(self):
+        body = {"model": MODEL_ID, "messages": [{"role": "user", "content": "Hi"}]}
+        _, _, on = raw(self.server.url, "POST", "/tokenize", json.dumps(body))
+        _, _, off = raw(self.server.url, "POST", "/tokenize",
+                        json.dumps({**body, "chat_template_kwargs": {"enable_thinking": False}}))
+        self.assertGreater(off["count"], on["count"])
+        status, _, err = raw(self.server.url, "POST", "/v1/chat/completions",
+                             json.dumps({**body, "chat_template_kwargs": "no"}))
+        self.assertEqual((status, err["error"]["param"]), (400, "chat_template_kwargs"))
+
+
+class BudgetTest(unittest.TestCase):
+    """A thought the template opens (DeepSeek-R1's, in llama.cpp's version)
+    runs to the reply's limit, all thought; with a budget the engine closes
+    it after that many tokens and the answer follows."""
+
+    def test_the_budget_closes_the_thought(self):
+        server = Server(ReasoningTest.binary, ReasoningTest.model, "--chat-template",
+                        os.path.join(os.path.dirname(ReasoningTest.template), "llama-cpp-deepseek-r1.jinja"))
+        try:
+            body = {"model": MODEL_ID, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 24,
+                    "temperature": 0, "ignore_eos": True}
+            status, _, free = raw(server.url, "POST", "/v1/chat/completions", json.dumps(body))
+            self.assertEqual(status, 200)
+            m = free["choices"][0]["message"]
+            self.assertTrue(m["reasoning_content"])
+            self.assertEqual(m["content"], "")  # never closed: all thought
+            status, _, cut = raw(server.url, "POST", "/v1/chat/completions", json.dumps({**body, "thinking_budget": 5}))
+            self.assertEqual(status, 200)
+            m = cut["choices"][0]["message"]
+            _, _, n = raw(server.url, "POST", "/tokenize", json.dumps({"content": m["reasoning_content"]}))
+            self.assertLessEqual(len(n["tokens"]), 6)  # 5 tokens, and the close's newline
+            self.assertTrue(free["choices"][0]["message"]["reasoning_content"].startswith(m["reasoning_content"].rstrip("\n")))
+            self.assertTrue(m["content"])  # the answer after the close
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+
+if __name__ == "__main__":
+    ReasoningTest.binary, ReasoningTest.model, templates = sys.argv[1], sys.argv[2], sys.argv[3]
+    ReasoningTest.template = os.path.join(templates, "Qwen-Qwen3-0.6B.jinja")
+    if not os.path.exists(ReasoningTest.template):
+        print("skipped: no Qwen3 template (scripts/fetch_vocabs.sh fetches it)")
+        sys.exit(0)
+    unittest.main(argv=sys.argv[:1] + sys.argv[4:], verbosity=2)
