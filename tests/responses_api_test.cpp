@@ -107,6 +107,25 @@ TEST_F(Responses, ItemsRenderAsTheChatRouteRendersTheirConversation) {
   EXPECT_EQ(prompt(R"({"model": "m", "input": "Hi"})"), chat_prompt(R"({"model": "m", "messages": [{"role": "user", "content": "Hi"}]})"));
 }
 
+// A reply cut inside a UTF-8 character (max_output_tokens) is stored and
+// answered all the same (its stray bytes as U+FFFD in JSON text).
+TEST_F(Responses, AReplyCutInsideACharacterIsStored) {
+  const ResponsesRequest req = parse(R"({"model": "m", "input": "Hi"})");
+  ResponsesResponder out(req, "resp_c", 0);
+  Result r;
+  r.completions.resize(1);
+  r.completions[0].text = "caf\xc3";
+  auto kept = std::make_shared<StoredResponse>();
+  kept->object = out.object(&r);
+  kept->conversation = out.conversation(r);
+  EXPECT_GT(kept->bytes(), kept->object.size());
+  EXPECT_TRUE(store_.put("resp_c", kept));
+  EXPECT_EQ(json::parse(kept->object)["output"][0]["content"][0]["text"], "caf\xef\xbf\xbd");
+  // And it carries on.
+  EXPECT_TRUE(tok().decode(parse(R"({"model": "m", "previous_response_id": "resp_c", "input": "More"})").chat.engine.prompt)
+                  .find("caf") != std::string::npos);
+}
+
 TEST_F(Responses, AStoredConversationGoesOnWithoutItsInstructions) {
   const ResponsesRequest first = parse(R"({"model": "m", "instructions": "Be brief.", "input": "Hi", "max_output_tokens": 4})");
   EXPECT_EQ(first.chat.engine.max_tokens, 4);

@@ -3,7 +3,11 @@
 
 namespace cs {
 
-size_t StoredResponse::bytes() const { return object.size() + conversation.dump().size(); }
+// A reply cut inside a UTF-8 character holds bytes JSON text cannot: they
+// count as the replacement character they are dumped as.
+size_t StoredResponse::bytes() const {
+  return object.size() + conversation.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace).size();
+}
 
 bool ResponseStore::put(const std::string& id, std::shared_ptr<const StoredResponse> r) {
   const size_t size = r->bytes();

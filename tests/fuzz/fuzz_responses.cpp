@@ -47,6 +47,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     res.completions[0].text = body;
     cs::ResponsesResponder whole(r, "resp_x", 0);
     if (!nlohmann::json::accept(whole.object(&res)) || !whole.conversation(res).is_array()) std::abort();
+    cs::StoredResponse kept;
+    kept.object = whole.object(&res);
+    kept.conversation = whole.conversation(res);
+    if (kept.bytes() < kept.object.size()) std::abort();
     cs::ResponsesResponder streamed(r, "resp_x", 0);
     std::string out = streamed.start();
     for (size_t i = 0, k = 1; i < body.size(); i += k, k = k % 7 + 1) {

@@ -240,6 +240,8 @@ class Server1(unittest.TestCase):
         # 64 streams whose clients never read kept 32 slots generating while a 4-token chat timed out at 8 s;
         # one request with n = 32 took every slot (a small chat waited 22.8 s). Now unread streams are
         # paused, shorter work takes the place of longer, and a request holds half the batch while others wait.
+        # The bound (5 s) stays well under the failures' 8 s and 22.8 s on this noisy 2-core host; 2 s was
+        # missed once by load alone (2.3 s, the same code passing the next run).
         s = Server(BINARY, MODEL)
         socks = []
         try:
@@ -255,7 +257,7 @@ class Server1(unittest.TestCase):
             started = time.time()
             code, _, j = raw(s.url, "POST", "/v1/chat/completions", chat_body("Say hi."))
             self.assertEqual(code, 200, j)
-            self.assertLess(time.time() - started, 2.0)
+            self.assertLess(time.time() - started, 5.0)
             # One request of n = 32 beside a small chat.
             big = json.dumps({"model": MODEL_ID, "prompt": "Count to ten.", "n": 32, "max_tokens": 400,
                               "ignore_eos": True, "temperature": 1.0})
@@ -265,7 +267,7 @@ class Server1(unittest.TestCase):
             started = time.time()
             code, _, j = raw(s.url, "POST", "/v1/chat/completions", chat_body("Say hi."))
             self.assertEqual(code, 200, j)
-            self.assertLess(time.time() - started, 2.0)
+            self.assertLess(time.time() - started, 5.0)
             for sock in socks:
                 sock.close()
             socks = []
