@@ -48,6 +48,50 @@ TEST(Reasoning, WholeRepliesSplitAtTheTags) {
   EXPECT_FALSE(template_thinks("{{ 'plain' }}"));
 }
 
+TEST(Reasoning, HarmonyChannelsSplitByName) {
+  struct Case {
+    std::string reply, reasoning, content;
+  } cases[] = {
+      {"<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|channel|>final<|message|>Paris.", "Think.", "Paris."},
+      {"<|channel|>final<|message|>Paris.", "", "Paris."},
+      {"<|channel|>analysis<|message|>cut off", "cut off", ""},
+      {"<|channel|>analysis<|message|>a<|end|><|start|>assistant<|channel|>analysis<|message|>b<|end|>"
+       "<|start|>assistant<|channel|>commentary<|message|>c<|end|><|start|>assistant<|channel|>final<|message|>d",
+       "ab", "cd"},
+      {"plain text", "", "plain text"},
+      {"<|channel|>analy", "", ""},
+  };
+  for (const Case& c : cases) {
+    const SplitReply s = split_channels(c.reply);
+    EXPECT_EQ(s.reasoning, c.reasoning) << c.reply;
+    EXPECT_EQ(s.content, c.content) << c.reply;
+  }
+  EXPECT_TRUE(template_has_channels("{{ '<|channel|>' }}"));
+}
+
+TEST(Reasoning, AHarmonyStreamSplitsAsTheWholeReply) {
+  std::mt19937 rng(11);
+  const std::string parts[] = {"<|channel|>", "analysis", "final", "<|message|>", "<|end|>", "<|start|>", "assistant",
+                               "<|", "end|>", "x", "yz", "<", "|"};
+  for (int round = 0; round < 2000; ++round) {
+    std::string reply;
+    for (int k = int(rng() % 14); k > 0; --k) reply += parts[rng() % std::size(parts)];
+    ReasoningStream s(false, true);
+    std::string reasoning, content;
+    for (size_t i = 0; i < reply.size();) {
+      const size_t n = 1 + rng() % 6;
+      const SplitReply p = s.push(std::string_view(reply).substr(i, n));
+      reasoning += p.reasoning, content += p.content;
+      i += n;
+    }
+    const SplitReply p = s.flush();
+    reasoning += p.reasoning, content += p.content;
+    const SplitReply whole = split_channels(reply);
+    ASSERT_EQ(reasoning, whole.reasoning) << reply;
+    ASSERT_EQ(content, whole.content) << reply;
+  }
+}
+
 TEST(Reasoning, AStreamSplitsAsTheWholeReply) {
   std::mt19937 rng(7);
   const std::string parts[] = {"<think>", "</think>", "<th", "ink>", "</", "think", ">", "\n", " ", "a", "bc", "<", "x"};
@@ -98,6 +142,23 @@ class Thinking : public ::testing::Test {
   ApiLimits lim_;
   const std::string reply_ = "<think>\nThe capital is Paris.\n</think>\n\nParis.";
 };
+
+TEST_F(Thinking, GptOssTemplateSpeaksChannelsAndReadsTheEffort) {
+  std::ifstream f(std::string(CS_TEMPLATE_DIR) + "/openai-gpt-oss-120b.jinja");
+  std::stringstream src;
+  src << f.rdbuf();
+  if (src.str().empty()) GTEST_SKIP() << "no gpt-oss template";
+  const ChatTemplate oss(src.str(), "", "<|return|>");
+  ApiLimits lim = lim_;
+  lim.chat = &oss;
+  const ApiRequest r = parse_chat_request(
+      R"({"model": "m", "messages": [{"role": "user", "content": "Hi"}], "reasoning_effort": "high"})", lim);
+  EXPECT_TRUE(r.reasoning && r.channels);
+  EXPECT_EQ(r.engine.think_budget, -1);  // channels take no budget
+  EXPECT_NE(tok().decode(r.engine.prompt).find("Reasoning: high"), std::string::npos);
+  EXPECT_EQ(r.split("<|channel|>analysis<|message|>Hm.<|end|><|start|>assistant<|channel|>final<|message|>Hi.").reasoning,
+            "Hm.");
+}
 
 Result result(const std::string& text) {
   Result r;

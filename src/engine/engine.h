@@ -160,7 +160,7 @@ class Engine {
 
   // Drops every retained prefix no running sequence reads from the pool
   // (POST /flush_cache; with a disk tier, they stay there); pinned Prompt
-  // Cache chunks stay. Returns the chunks freed.
+  // Cache chunks and held prefixes (hold_prefix) stay. Returns the chunks freed.
   int flush_cache();
   // Keeps the leading full chunks of `tokens` that the cache holds now out
   // of eviction for `ttl` (a cache_control breakpoint; cache/prefix_holds.h:

@@ -560,7 +560,8 @@ ApiRequest parse_chat_json(const json& j, const ApiLimits& lim, const std::strin
     in.kwargs = *kw;
   }
   // reasoning_effort: "none" turns a thinking template's thought off (unless
-  // chat_template_kwargs say otherwise); the others bound it (effort_budget).
+  // chat_template_kwargs say otherwise); the others bound it (effort_budget);
+  // low, medium and high also go to templates that read it (gpt-oss's).
   int budget = -1;
   if (const auto effort = f.string("reasoning_effort")) {
     if (*effort == "none") {
@@ -568,6 +569,8 @@ ApiRequest parse_chat_json(const json& j, const ApiLimits& lim, const std::strin
     } else if ((budget = effort_budget(*effort)) < 0 && *effort != "max") {
       throw invalid("reasoning_effort", "reasoning_effort must be none, minimal, low, medium, high, xhigh or max");
     }
+    if ((*effort == "low" || *effort == "medium" || *effort == "high") && !in.kwargs.contains("reasoning_effort"))
+      in.kwargs["reasoning_effort"] = *effort;
   }
   // thinking_budget: chunkserve's extension, the budget in tokens.
   if (const auto b = f.integer("thinking_budget", 0, 1 << 24)) budget = int(*b);
@@ -599,6 +602,8 @@ ApiRequest parse_chat_json(const json& j, const ApiLimits& lim, const std::strin
       out.reasoning = true;
       out.in_thought = opens_thought(prompt.text());
       set_thought_budget(out, budget, lim);
+    } else if (template_has_channels(lim.chat->source())) {
+      out.reasoning = out.channels = true;  // no budget: the close is a new message, not a tag
     }
   } catch (const jinja::TemplateError& e) {
     throw invalid("messages", "the model's chat template refused the conversation: " + e.message() +

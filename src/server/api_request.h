@@ -13,6 +13,7 @@
 #include "model/chat_template.h"
 #include "model/tokenizer.h"
 #include "server/api_error.h"
+#include "server/reasoning.h"
 #include "server/tool_calls.h"
 
 namespace cs {
@@ -53,6 +54,12 @@ struct ApiRequest {
   // back apart; in_thought: the prompt opened it.
   bool reasoning = false;
   bool in_thought = false;
+  bool channels = false;  // the thought in harmony channels (gpt-oss's template)
+  // The reply's split as this request reads it (reasoning.h), and a stream's splitter.
+  SplitReply split(std::string_view reply) const {
+    return channels ? split_channels(reply) : split_reasoning(reply, in_thought);
+  }
+  ReasoningStream splitter() const { return ReasoningStream(in_thought, channels); }
 };
 
 // Throws ApiError.

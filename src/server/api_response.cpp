@@ -76,7 +76,7 @@ const char* api_finish_reason(FinishReason r, bool calls) {
 ApiResponder::ApiResponder(const ApiRequest& req, const Tokenizer& tok, std::string id, long long created)
     : req_(req), tok_(tok), id_(std::move(id)), created_(created), started_(size_t(req.engine.n), false),
       text_(size_t(req.engine.n)), sent_(size_t(req.engine.n), 0) {
-  if (req.chat && req.reasoning) reasoning_.assign(size_t(req.engine.n), ReasoningStream(req.in_thought));
+  if (req.chat && req.reasoning) reasoning_.assign(size_t(req.engine.n), req.splitter());
 }
 
 std::string ApiResponder::response(const Result& r) const {
@@ -85,7 +85,7 @@ std::string ApiResponder::response(const Result& r) const {
     const Completion& c = r.completions[i];
     json ch = {{"index", i}, {"finish_reason", api_finish_reason(c.reason)}};
     // A thinking template's thought apart (vLLM's reasoning_content).
-    const SplitReply split = req_.chat && req_.reasoning ? split_reasoning(c.text, req_.in_thought) : SplitReply{"", c.text};
+    const SplitReply split = req_.chat && req_.reasoning ? req_.split(c.text) : SplitReply{"", c.text};
     if (req_.chat && req_.tools) {
       const ParsedReply p = parse_tool_calls(split.content, req_.tool_format);
       ch["message"] = {{"role", "assistant"}, {"content", p.content.empty() && !p.calls.empty() ? json(nullptr) : json(p.content)}};

@@ -305,7 +305,7 @@ void apply_thinking(const json& j, json& chat, const ApiLimits& lim) {
   const json* th = field(j, "thinking");
   if (!th || type_of(*th) == "adaptive") return;
   const bool on = type_of(*th) == "enabled";
-  if (on && !template_thinks(lim.chat->source()))
+  if (on && !template_thinks(lim.chat->source()) && !template_has_channels(lim.chat->source()))
     throw invalid("thinking", "thinking is enabled, but this model's chat template does not think (no <think> in it)",
                   "unsupported_parameter");
   chat["chat_template_kwargs"] = {{"enable_thinking", on}};
@@ -478,11 +478,11 @@ std::string sse(const char* event, const json& data) { return std::string("event
 }  // namespace
 
 MessagesResponder::MessagesResponder(const MessagesRequest& req, std::string id)
-    : req_(req), id_(std::move(id)), reasoning_(req.chat.in_thought) {}
+    : req_(req), id_(std::move(id)), reasoning_(req.chat.splitter()) {}
 
 std::string MessagesResponder::response(const Result& r) const {
   const Completion& c = r.completions.at(0);
-  const SplitReply split = req_.chat.reasoning ? split_reasoning(c.text, req_.chat.in_thought) : SplitReply{"", c.text};
+  const SplitReply split = req_.chat.reasoning ? req_.chat.split(c.text) : SplitReply{"", c.text};
   const ParsedReply p =
       req_.chat.tools ? parse_tool_calls(split.content, req_.chat.tool_format) : ParsedReply{split.content, {}};
   json content = json::array();

@@ -20,6 +20,71 @@ size_t partial_tag(std::string_view s, std::string_view tag) {
 
 bool template_thinks(const std::string& source) { return source.find(kOpen) != std::string::npos; }
 
+bool template_has_channels(const std::string& source) { return source.find("<|channel|>") != std::string::npos; }
+
+namespace {
+
+constexpr std::string_view kChannel = "<|channel|>", kMessage = "<|message|>", kEnd = "<|end|>",
+                           kStart = "<|start|>";
+
+// The split of a harmony reply's first `n` bytes: a segment is
+// <|channel|>NAME<|message|>TEXT up to <|end|> (or the next <|start|> or
+// <|channel|>, or the end); a channel's name is taken whole, and text that
+// could still become a marker at the end is held (not `end`).
+SplitReply channels_of(std::string_view r, bool end) {
+  SplitReply out;
+  size_t at = 0;
+  bool analysis = false, in_body = false;
+  auto marker_at = [&](size_t i, std::string_view m) { return r.substr(i, m.size()) == m; };
+  while (at < r.size()) {
+    if (!in_body) {
+      if (marker_at(at, kChannel)) {  // a channel's header: its name up to <|message|>
+        const size_t msg = r.find(kMessage, at + kChannel.size());
+        if (msg == std::string_view::npos) return out;  // the header is not complete yet
+        const std::string_view name = r.substr(at + kChannel.size(), msg - at - kChannel.size());
+        analysis = name.substr(0, 8) == "analysis";
+        in_body = true;
+        at = msg + kMessage.size();
+        continue;
+      }
+      if (marker_at(at, kStart)) {  // <|start|>assistant between messages
+        const size_t next = r.find(kChannel, at);
+        if (next == std::string_view::npos) return out;
+        at = next;
+        continue;
+      }
+      if (marker_at(at, kEnd)) {
+        at += kEnd.size();
+        continue;
+      }
+    }
+    // Body text (or text outside any channel: the answer) up to the next marker.
+    size_t stop = r.size();
+    for (std::string_view m : {kEnd, kStart, kChannel}) stop = std::min(stop, r.find(m, at));
+    std::string_view text = r.substr(at, stop - at);
+    if (stop == r.size() && !end) {  // hold what could still become a marker
+      size_t keep = 0;
+      for (std::string_view m : {kEnd, kStart, kChannel})
+        for (size_t k = std::min(text.size(), m.size() - 1); k > keep; --k)
+          if (text.substr(text.size() - k) == m.substr(0, k)) {
+            keep = k;
+            break;
+          }
+      text.remove_suffix(keep);
+    }
+    (in_body && analysis ? out.reasoning : out.content) += text;
+    if (stop == r.size()) return out;
+    at = stop;
+    if (marker_at(at, kEnd)) in_body = false, at += kEnd.size();
+    else in_body = false;  // <|start|> or <|channel|>: a new message
+  }
+  return out;
+}
+
+}  // namespace
+
+SplitReply split_channels(std::string_view reply) { return channels_of(reply, true); }
+
 int effort_budget(std::string_view e) {
   if (e == "minimal") return 512;
   if (e == "low") return 1024;
@@ -42,14 +107,30 @@ SplitReply split_reasoning(std::string_view reply, bool in_thought) {
   return {a.reasoning + b.reasoning, a.content + b.content};
 }
 
-ReasoningStream::ReasoningStream(bool in_thought) : state_(in_thought ? State::kThought : State::kStart) {}
+ReasoningStream::ReasoningStream(bool in_thought, bool channels)
+    : state_(in_thought ? State::kThought : State::kStart), channels_(channels) {}
 
 SplitReply ReasoningStream::push(std::string_view text) {
+  if (channels_) {
+    all_ += text;
+    return take_channels(false);
+  }
   held_ += text;
   return take(false);
 }
 
-SplitReply ReasoningStream::flush() { return take(true); }
+SplitReply ReasoningStream::flush() { return channels_ ? take_channels(true) : take(true); }
+
+// The split of everything so far, less what already went out (a prefix of it:
+// the split only grows as the reply does, markers being held until whole).
+SplitReply ReasoningStream::take_channels(bool end) {
+  const SplitReply now = channels_of(all_, end);
+  SplitReply out{now.reasoning.substr(std::min(shown_reasoning_, now.reasoning.size())),
+                 now.content.substr(std::min(shown_content_, now.content.size()))};
+  shown_reasoning_ = std::max(shown_reasoning_, now.reasoning.size());
+  shown_content_ = std::max(shown_content_, now.content.size());
+  return out;
+}
 
 SplitReply ReasoningStream::take(bool end) {
   SplitReply out;

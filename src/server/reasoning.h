@@ -1,7 +1,9 @@
 // Thinking models' thought apart from their answer: templates whose markup
 // has <think> (Qwen3, QwQ, DeepSeek-R1) let the model write
 // <think>...</think> before the answer, or open the thought in the
-// generation prompt themselves. The thought goes back as reasoning_content
+// generation prompt themselves; gpt-oss's (the harmony format) has the model
+// write channels, <|channel|>analysis<|message|>...<|end|> for the thought
+// and <|channel|>final<|message|>... for the answer. The thought goes back as reasoning_content
 // (Chat Completions), thinking blocks (Messages) and reasoning items
 // (Responses); the answer after </think> (leading newlines dropped) is the
 // content. Pure functions and a splitter for streams; docs/agent_apis.md.
@@ -14,6 +16,8 @@ namespace cs {
 
 // Whether a template's replies may hold a <think> section.
 bool template_thinks(const std::string& template_source);
+// Whether a template's replies are harmony channels (<|channel|>).
+bool template_has_channels(const std::string& template_source);
 // The close a budget forces (Request::think_end): the way the templates that
 // think write a thought's end ("\n</think>\n\n"), as markup.
 inline constexpr std::string_view kThoughtClose = "\n</think>\n\n";
@@ -31,6 +35,9 @@ struct SplitReply {
 // reply's start) up to </think>, and the rest. A thought never closed is all
 // reasoning.
 SplitReply split_reasoning(std::string_view reply, bool in_thought);
+// A harmony reply: the analysis channels' text is the thought, the others'
+// (final, commentary) and text outside any channel the answer.
+SplitReply split_channels(std::string_view reply);
 
 // The same split as the reply streams in: each push returns the thought's
 // and the answer's text that can go out now (a possible tag is held until
@@ -38,7 +45,7 @@ SplitReply split_reasoning(std::string_view reply, bool in_thought);
 // split_reasoning's halves.
 class ReasoningStream {
  public:
-  explicit ReasoningStream(bool in_thought);
+  explicit ReasoningStream(bool in_thought, bool channels = false);
   SplitReply push(std::string_view text);
   SplitReply flush();
 
@@ -46,6 +53,11 @@ class ReasoningStream {
   enum class State { kStart, kThought, kAfter, kAnswer } state_;
   std::string held_;
   SplitReply take(bool end);
+  // Harmony: the whole reply so far, and how much of each half went out.
+  bool channels_ = false;
+  std::string all_;
+  size_t shown_reasoning_ = 0, shown_content_ = 0;
+  SplitReply take_channels(bool end);
 };
 
 }  // namespace cs

@@ -269,24 +269,17 @@ ResponsesRequest parse_responses_request(const std::string& body, const ApiLimit
       }
     }
   }
-  // reasoning.effort "none" turns a thinking template's thought off
-  // (enable_thinking, as Qwen3's template reads it); other efforts leave it on.
-  if (const json* r = field(j, "reasoning"); r && r->is_object() && field(*r, "effort") && (*r)["effort"] == "none")
-    chat["chat_template_kwargs"] = {{"enable_thinking", false}};
-  out.tokenizer = lim.tokenizer;
-  int budget = -1;
+  // reasoning.effort: the chat route's reasoning_effort (the thought off,
+  // bounded, or told to the template).
   if (const json* r = field(j, "reasoning"); r && r->is_object())
-    if (const json* e = field(*r, "effort"); e && e->is_string()) {
-      budget = effort_budget(e->get<std::string>());
-      if (budget < 0 && *e != "none" && *e != "max")
-        throw invalid("reasoning.effort", "reasoning.effort must be none, minimal, low, medium, high, xhigh or max");
-    }
+    if (const json* e = field(*r, "effort")) chat["reasoning_effort"] = *e;
+  out.tokenizer = lim.tokenizer;
   try {
     out.chat = parse_chat_json(chat, lim);
-    set_thought_budget(out.chat, budget, lim);
   } catch (ApiError& e) {
     // The chat route's names for the Responses API's own.
     if (e.param == "max_tokens") e.param = "max_output_tokens", e.message.replace(e.message.find("max_tokens"), 10, "max_output_tokens");
+    if (e.param == "reasoning_effort") e.param = "reasoning.effort", e.message.replace(0, 16, "reasoning.effort");
     throw;
   }
 
@@ -310,7 +303,7 @@ ResponsesRequest parse_responses_request(const std::string& body, const ApiLimit
 
 ResponsesResponder::ResponsesResponder(const ResponsesRequest& req, std::string id, long long created)
     : req_(req), id_(std::move(id)), message_id_(random_id("msg_", true)), created_(created),
-      reasoning_(req.chat.in_thought), reasoning_id_(random_id("rs_", true)) {}
+      reasoning_(req.chat.splitter()), reasoning_id_(random_id("rs_", true)) {}
 
 namespace {
 
@@ -343,7 +336,7 @@ json call_item(const std::string& id, const std::string& call_id, const ToolCall
 // sends them, and the object and the stored conversation reuse them).
 json ResponsesResponder::output(const Result& r) {
   const Completion& c = r.completions.at(0);
-  const SplitReply split = req_.chat.reasoning ? split_reasoning(c.text, req_.chat.in_thought) : SplitReply{"", c.text};
+  const SplitReply split = req_.chat.reasoning ? req_.chat.split(c.text) : SplitReply{"", c.text};
   const ParsedReply p =
       req_.chat.tools ? parse_tool_calls(split.content, req_.chat.tool_format) : ParsedReply{split.content, {}};
   json items = json::array();

@@ -94,6 +94,34 @@ class ReasoningTest(unittest.TestCase):
         self.assertEqual((status, err["error"]["param"]), (400, "chat_template_kwargs"))
 
 
+class ChannelsTest(unittest.TestCase):
+    """gpt-oss's template (harmony channels), its reply forced into an
+    analysis channel and a final one: the analysis is the thought."""
+
+    def test_channels(self):
+        server = Server(ReasoningTest.binary, ReasoningTest.model, "--chat-template",
+                        os.path.join(os.path.dirname(ReasoningTest.template), "openai-gpt-oss-120b.jinja"))
+        try:
+            form = (r"<\|channel\|>analysis<\|message\|>[a-z ]{4,30}<\|end\|><\|start\|>assistant"
+                    r"<\|channel\|>final<\|message\|>[A-Z][a-z ]{2,30}")
+            oai = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+            msgs = [{"role": "user", "content": "What is the capital of France?"}]
+            r = oai.chat.completions.create(model=MODEL_ID, messages=msgs, max_tokens=120,
+                                            extra_body={"regex": form, "temperature": 0})
+            m = r.choices[0].message
+            self.assertRegex(m.reasoning_content, r"^[a-z ]{4,30}$")
+            self.assertRegex(m.content, r"^[A-Z][a-z ]{2,30}$")
+            claude = anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0)
+            with claude.messages.stream(model=MODEL_ID, max_tokens=2048, messages=msgs,
+                                        thinking={"type": "enabled", "budget_tokens": 1024},
+                                        extra_body={"regex": form, "temperature": 0}) as s:
+                final = s.get_final_message()
+            self.assertEqual([(b.type, getattr(b, "thinking", None) or getattr(b, "text", None)) for b in final.content],
+                             [("thinking", m.reasoning_content), ("text", m.content)])
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+
 class BudgetTest(unittest.TestCase):
     """A thought the template opens (DeepSeek-R1's, in llama.cpp's version)
     runs to the reply's limit, all thought; with a budget the engine closes
