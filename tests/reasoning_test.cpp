@@ -154,7 +154,10 @@ TEST_F(Thinking, GptOssTemplateSpeaksChannelsAndReadsTheEffort) {
   const ApiRequest r = parse_chat_request(
       R"({"model": "m", "messages": [{"role": "user", "content": "Hi"}], "reasoning_effort": "high"})", lim);
   EXPECT_TRUE(r.reasoning && r.channels);
-  EXPECT_EQ(r.engine.think_budget, -1);  // channels take no budget
+  EXPECT_EQ(r.engine.think_budget, 16384);  // the analysis channel ended by a final message
+  EXPECT_EQ(r.engine.think_start, "<|channel|>analysis<|message|>");
+  EXPECT_EQ(r.engine.think_stop, "<|end|>");
+  EXPECT_EQ(r.engine.think_end, tok().encode("<|end|><|start|>assistant<|channel|>final<|message|>", true));
   EXPECT_NE(tok().decode(r.engine.prompt).find("Reasoning: high"), std::string::npos);
   EXPECT_EQ(r.split("<|channel|>analysis<|message|>Hm.<|end|><|start|>assistant<|channel|>final<|message|>Hi.").reasoning,
             "Hm.");

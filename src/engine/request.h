@@ -35,11 +35,13 @@ struct Request {
   int logprobs = -1;                // -1: off; k >= 0: each token's logprob and the top k
   bool ignore_eos = false;          // generate max_tokens whatever is sampled (benchmarks)
   // A thinking model's budget: after this many tokens of a thought that has
-  // not ended (opened by the prompt, think_open, or by "<think>" at the
-  // reply's start; ended by "</think>"), the completion's next tokens are
-  // think_end (the template's own close) instead of samples. -1: none.
+  // not ended (opened by the prompt, think_open, or by think_start at the
+  // reply's start, blanks aside; ended by think_stop), the completion's next
+  // tokens are think_end (the template's own close) instead of samples.
+  // -1: none.
   int think_budget = -1;
   bool think_open = false;
+  std::string think_start = "<think>", think_stop = "</think>";
   std::vector<int32_t> think_end;
   // Constrained decoding (Engine::compile_grammar): each token is sampled
   // only from those the grammar allows next; end of generation only where it

@@ -143,10 +143,10 @@ bool Sequence::sample(std::span<const float> raw, const Tokenizer& tok, int n_ct
 }
 
 // Counts a thought's tokens; at the budget, queues the close. The reply
-// opens a thought with "<think>" first (blanks aside) and ends it with
-// "</think>" (the markup of templates that think: server/reasoning.h).
+// opens a thought with think_start first (blanks aside) and ends it with
+// think_stop (the markup of templates that think: server/reasoning.h).
 void Sequence::track_thought(const std::string& text) {
-  static constexpr std::string_view kOpen = "<think>", kClose = "</think>";
+  const std::string_view kOpen = req_->req.think_start, kClose = req_->req.think_stop;
   if (thought_ == Thought::kStart) {
     const size_t b = text.find_first_not_of(" \t\r\n");
     const std::string_view rest = b == std::string::npos ? std::string_view() : std::string_view(text).substr(b);

@@ -523,7 +523,11 @@ void set_thought_budget(ApiRequest& r, int budget, const ApiLimits& lim) {
   if (!r.reasoning || budget < 0) return;
   r.engine.think_budget = budget;
   r.engine.think_open = r.in_thought;
-  r.engine.think_end = lim.tokenizer->encode(kThoughtClose, true);
+  if (r.channels) {
+    r.engine.think_start = kChannelsOpen;
+    r.engine.think_stop = kChannelsStop;
+  }
+  r.engine.think_end = lim.tokenizer->encode(r.channels ? kChannelsClose : kThoughtClose, true);
 }
 
 ApiRequest parse_chat_json(const json& j, const ApiLimits& lim, const std::string& continue_text) {
@@ -603,7 +607,8 @@ ApiRequest parse_chat_json(const json& j, const ApiLimits& lim, const std::strin
       out.in_thought = opens_thought(prompt.text());
       set_thought_budget(out, budget, lim);
     } else if (template_has_channels(lim.chat->source())) {
-      out.reasoning = out.channels = true;  // no budget: the close is a new message, not a tag
+      out.reasoning = out.channels = true;
+      set_thought_budget(out, budget, lim);
     }
   } catch (const jinja::TemplateError& e) {
     throw invalid("messages", "the model's chat template refused the conversation: " + e.message() +

@@ -118,6 +118,14 @@ class ChannelsTest(unittest.TestCase):
                 final = s.get_final_message()
             self.assertEqual([(b.type, getattr(b, "thinking", None) or getattr(b, "text", None)) for b in final.content],
                              [("thinking", m.reasoning_content), ("text", m.content)])
+            # A budget of 3 tokens: the engine ends the analysis message and
+            # opens the final one (the constraint allows the close).
+            cut = oai.chat.completions.create(model=MODEL_ID, messages=msgs, max_tokens=120,
+                                              extra_body={"regex": form, "temperature": 0, "thinking_budget": 3})
+            c = cut.choices[0].message
+            self.assertTrue(m.reasoning_content.startswith(c.reasoning_content))
+            self.assertLess(len(c.reasoning_content), len(m.reasoning_content))
+            self.assertRegex(c.content, r"^[A-Z][a-z ]{2,30}$")
         finally:
             self.assertEqual(server.stop(), 0)
 
