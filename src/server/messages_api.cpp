@@ -4,31 +4,19 @@
 #include <algorithm>
 #include <climits>
 #include <optional>
-#include <random>
 
-#include "base/json_depth.h"
+#include "server/api_json.h"
 
 namespace cs {
 
 using json = nlohmann::ordered_json;
+using api::dump;
+using api::field;
+using api::invalid;
+using api::random_id;
+using api::type_of;
 
 namespace {
-
-ApiError invalid(const std::string& param, const std::string& message, const std::string& code = "invalid_value") {
-  return {400, message, "invalid_request_error", param, code};
-}
-
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
-const json* field(const json& j, const char* name) {
-  auto it = j.find(name);
-  return it == j.end() || it->is_null() ? nullptr : &*it;
-}
-
-std::string type_of(const json& block) {
-  const json* t = block.is_object() ? field(block, "type") : nullptr;
-  return t && t->is_string() ? t->get<std::string>() : "";
-}
 
 // cache_control: {"type": "ephemeral", "ttl": "5m" | "1h"}; counted.
 void cache_mark(const json& block, const std::string& at, int& marks) {
@@ -62,13 +50,6 @@ std::string text_of(const json& content, const std::string& at, int& marks) {
   return text;
 }
 
-std::string tool_use_id() {
-  thread_local std::mt19937_64 rng(std::random_device{}());
-  static const char digits[] = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
-  std::string id = "toolu_";
-  for (int i = 0; i < 24; ++i) id += digits[rng() % 62];
-  return id;
-}
 
 // A turn after the others; consecutive turns of one role are one turn, as
 // the API combines them (texts joined by a newline), where neither carries
@@ -284,16 +265,6 @@ json to_chat(const json& j, bool count_only, std::string& prefill, int& marks) {
   return chat;
 }
 
-json parse_body(const std::string& body) {
-  const int depth = json_nesting(body);
-  if (depth > kMaxJsonNesting)
-    throw invalid("", "the body nests " + std::to_string(depth) + " levels deep; at most " +
-                          std::to_string(kMaxJsonNesting) + " are accepted",
-                  "too_deeply_nested");
-  json j = json::parse(body, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) throw invalid("", "the body must be a JSON object", "invalid_json");
-  return j;
-}
 
 }  // namespace
 
@@ -378,7 +349,7 @@ int MessagesRequest::cached_prefix() const {
 }
 
 MessagesRequest parse_messages_request(const std::string& body, const ApiLimits& lim) {
-  const json j = parse_body(body);
+  const json j = api::parse_object(body);
   MessagesRequest out;
   std::string prefill;
   int marks = 0;
@@ -420,7 +391,7 @@ MessagesRequest parse_messages_request(const std::string& body, const ApiLimits&
 }
 
 int count_messages_tokens(const std::string& body, const ApiLimits& lim) {
-  const json j = parse_body(body);
+  const json j = api::parse_object(body);
   std::string prefill;
   int marks = 0;
   json chat = to_chat(j, true, prefill, marks);
@@ -470,7 +441,7 @@ json usage_json(const Result& r, int cached_prefix) {
 json tool_use_json(const ToolCall& c) {
   json input = json::parse(c.arguments, nullptr, false);
   if (input.is_discarded() || !input.is_object()) input = json::object();
-  return {{"type", "tool_use"}, {"id", tool_use_id()}, {"name", c.name}, {"input", std::move(input)}};
+  return {{"type", "tool_use"}, {"id", random_id("toolu_", false)}, {"name", c.name}, {"input", std::move(input)}};
 }
 
 std::string sse(const char* event, const json& data) { return std::string("event: ") + event + "\ndata: " + dump(data) + "\n\n"; }

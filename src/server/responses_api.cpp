@@ -1,40 +1,21 @@
 // The Responses API mapped to the chat machinery (server/responses_api.h).
 #include "server/responses_api.h"
 
-#include <random>
 
-#include "base/json_depth.h"
+#include "server/api_json.h"
 #include "server/tool_calls.h"
 
 namespace cs {
 
 using json = nlohmann::ordered_json;
+using api::dump;
+using api::field;
+using api::invalid;
+using api::random_id;
+using api::type_of;
 
 namespace {
 
-ApiError invalid(const std::string& param, const std::string& message, const std::string& code = "invalid_value") {
-  return {400, message, "invalid_request_error", param, code};
-}
-
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
-const json* field(const json& j, const char* name) {
-  auto it = j.find(name);
-  return it == j.end() || it->is_null() ? nullptr : &*it;
-}
-
-std::string type_of(const json& item) {
-  const json* t = item.is_object() ? field(item, "type") : nullptr;
-  return t && t->is_string() ? t->get<std::string>() : "";
-}
-
-std::string random_id(const char* prefix, bool hex) {
-  thread_local std::mt19937_64 rng(std::random_device{}());
-  static const char digits[] = "0123456789abcdefABCDEFGHIJKLMNOPQRSTUVWXYZghijklmnopqrstuvwxyz";
-  std::string id = prefix;
-  for (int i = 0; i < 24; ++i) id += digits[rng() % (hex ? 16 : 62)];
-  return id;
-}
 
 std::string string_field(const json& item, const char* name, const std::string& at) {
   const json* v = field(item, name);
@@ -186,21 +167,11 @@ json chat_tools(const json& tools) {
   return out;
 }
 
-json parse_body(const std::string& body) {
-  const int depth = json_nesting(body);
-  if (depth > kMaxJsonNesting)
-    throw invalid("", "the body nests " + std::to_string(depth) + " levels deep; at most " +
-                          std::to_string(kMaxJsonNesting) + " are accepted",
-                  "too_deeply_nested");
-  json j = json::parse(body, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) throw invalid("", "the body is not a JSON object", "invalid_json");
-  return j;
-}
 
 }  // namespace
 
 ResponsesRequest parse_responses_request(const std::string& body, const ApiLimits& lim, ResponseStore& store) {
-  const json j = parse_body(body);
+  const json j = api::parse_object(body);
   ResponsesRequest out;
   for (const char* k : {"background", "conversation", "prompt"})
     if (field(j, k) && !(std::string(k) == "background" && j[k] == false))
