@@ -9,21 +9,12 @@
 #include <string>
 
 #include "engine/validate.h"
-#include "fuzz_model.h"
+#include "fuzz_api.h"
 #include "server/messages_api.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const cs::Tokenizer& tok = cs::fuzz::tokenizer();
-  static const cs::ChatTemplate chat = cs::ChatTemplate::for_model(tok);
   if (size == 0) return 0;
-  cs::ApiLimits lim;
-  lim.tokenizer = &tok;
-  lim.chat = &chat;
-  lim.model_id = "m";
-  lim.n_ctx = 512;
-  lim.max_n = 4;
-  lim.tools.format = static_cast<cs::ToolFormat>((data[0] >> 1) % 3);
-  lim.tools.template_takes_tools = (data[0] >> 3) & 1;
+  const cs::ApiLimits lim = cs::fuzz::api_limits(data[0]);
   const std::string body(reinterpret_cast<const char*>(data) + 1, size - 1);
   try {
     if (cs::count_messages_tokens(body, lim) <= 0) std::abort();
@@ -35,7 +26,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (r.chat.engine.n != 1 || r.chat.engine.max_tokens < 0 || r.breakpoints.size() > 4) std::abort();
     for (const cs::Breakpoint& b : r.breakpoints)
       if (b.tokens <= 0 || b.tokens > int(r.chat.engine.prompt.size())) std::abort();
-    cs::validate_request(r.chat.engine, {tok.vocab_size(), lim.n_ctx, 64, 16, 0, 1 << 24, lim.max_n});
+    cs::validate_request(r.chat.engine, {lim.tokenizer->vocab_size(), lim.n_ctx, 64, 16, 0, 1 << 24, lim.max_n});
     // The body as the reply: whole, and streamed in pieces of 1-7 bytes.
     cs::Result res;
     res.completions.resize(1);

@@ -11,23 +11,14 @@
 #include <string>
 
 #include "engine/validate.h"
-#include "fuzz_model.h"
+#include "fuzz_api.h"
 #include "pml/pml.h"
 #include "server/api_request.h"
 #include "server/reasoning.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const cs::Tokenizer& tok = cs::fuzz::tokenizer();
-  static const cs::ChatTemplate chat = cs::ChatTemplate::for_model(tok);
   if (size == 0) return 0;
-  cs::ApiLimits lim;
-  lim.tokenizer = &tok;
-  lim.chat = &chat;
-  lim.model_id = "m";
-  lim.n_ctx = 512;
-  lim.max_n = 4;
-  lim.tools.format = static_cast<cs::ToolFormat>((data[0] >> 1) % 3);
-  lim.tools.template_takes_tools = (data[0] >> 3) & 1;
+  const cs::ApiLimits lim = cs::fuzz::api_limits(data[0]);
   const std::string body(reinterpret_cast<const char*>(data) + 1, size - 1);
   // Parsed calls have arguments that are a JSON object.
   for (const cs::ToolCall& c : cs::parse_tool_calls(body, lim.tools.format).calls)
@@ -57,7 +48,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // What the parser accepts is well-formed for the engine's checks.
     if (r.engine.prompt.empty() || int(r.engine.prompt.size()) >= lim.n_ctx) std::abort();
     if (r.engine.n < 1 || r.engine.n > lim.max_n || r.engine.max_tokens < 0) std::abort();
-    cs::validate_request(r.engine, {tok.vocab_size(), lim.n_ctx, 64, 16, 0, 1 << 24, lim.max_n});
+    cs::validate_request(r.engine, {lim.tokenizer->vocab_size(), lim.n_ctx, 64, 16, 0, 1 << 24, lim.max_n});
   } catch (const cs::ApiError&) {
   } catch (const cs::RequestError&) {
   } catch (const cs::pml::PmlError&) {

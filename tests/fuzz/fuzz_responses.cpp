@@ -11,12 +11,10 @@
 #include <string>
 
 #include "engine/validate.h"
-#include "fuzz_model.h"
+#include "fuzz_api.h"
 #include "server/responses_api.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const cs::Tokenizer& tok = cs::fuzz::tokenizer();
-  static const cs::ChatTemplate chat = cs::ChatTemplate::for_model(tok);
   static cs::ResponseStore store(4, 1 << 20);
   static const bool filled = [] {
     auto r = std::make_shared<cs::StoredResponse>();
@@ -28,20 +26,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }();
   if (!filled) std::abort();
   if (size == 0) return 0;
-  cs::ApiLimits lim;
-  lim.tokenizer = &tok;
-  lim.chat = &chat;
-  lim.model_id = "m";
-  lim.n_ctx = 512;
-  lim.max_n = 4;
-  lim.tools.format = static_cast<cs::ToolFormat>((data[0] >> 1) % 3);
-  lim.tools.template_takes_tools = (data[0] >> 3) & 1;
+  const cs::ApiLimits lim = cs::fuzz::api_limits(data[0]);
   const std::string body(reinterpret_cast<const char*>(data) + 1, size - 1);
   try {
     const cs::ResponsesRequest r = cs::parse_responses_request(body, lim, store);
     if (r.chat.engine.prompt.empty() || int(r.chat.engine.prompt.size()) >= lim.n_ctx) std::abort();
     if (r.chat.engine.n != 1 || r.chat.engine.max_tokens < 0 || !r.conversation.is_array()) std::abort();
-    cs::validate_request(r.chat.engine, {tok.vocab_size(), lim.n_ctx, 64, 16, 0, 1 << 24, lim.max_n});
+    cs::validate_request(r.chat.engine, {lim.tokenizer->vocab_size(), lim.n_ctx, 64, 16, 0, 1 << 24, lim.max_n});
     cs::Result res;
     res.completions.resize(1);
     res.completions[0].text = body;
