@@ -442,7 +442,7 @@ void Server::Impl::responses_post(const HttpRequest& req, HttpResponse& res, Htt
   }
   if (rr.store) {
     auto kept = std::make_shared<StoredResponse>();
-    kept->object = out.object(&*o.result);
+    kept->object = rr.chat.stream ? out.object(&*o.result) : res.body;  // a whole answer is the object
     kept->conversation = out.conversation(*o.result);
     responses.put(o.id, std::move(kept));
   }
