@@ -162,8 +162,14 @@ class Cluster(unittest.TestCase):
 
         with ThreadPoolExecutor(8) as pool:
             futures = [pool.submit(one, j) for j in range(8)]
-            # The victim: a replica that is running requests now.
-            busy = lambda: [i for i, r in enumerate(self.replicas) if raw(r, "GET", "/get_load")[2]["running"] > 0]
+            # The victim: a replica that is running requests now, once every
+            # request has reached a replica's engine or ended (one still on its
+            # way through the router when the replica dies is not counted in
+            # its load, so reading the load earlier undercounts what it costs).
+            loads = lambda: [raw(r, "GET", "/get_load")[2] for r in self.replicas]
+            settled = lambda: sum(x["load"] for x in loads()) + len(done) + len(errors) >= 8
+            wait_until(settled, 30)
+            busy = lambda: [i for i, x in enumerate(loads()) if x["running"] > 0]
             running = wait_until(busy, 30)
             victim = running[-1] if running else 1
             in_flight = raw(self.replicas[victim], "GET", "/get_load")[2]["load"]
@@ -176,6 +182,8 @@ class Cluster(unittest.TestCase):
               f"({sorted(set(type(e).__name__ for e in errors))})", file=sys.stderr)
         self.assertTrue(running, "the victim never ran a request")
         self.assertLessEqual(len(errors), in_flight, "a request the killed replica was not running failed")
+        # The router retries a whole answer elsewhere; only a stream cut mid-way is lost.
+        self.assertLessEqual(len(errors), 4, "a request that was not streamed failed")
         self.assertEqual(len(done) + len(errors), 8)
         # Afterwards every request is served (the router stops sending to the dead replica).
         for j in range(6):
