@@ -72,7 +72,6 @@ struct BlockFixture {
 struct SharedCell {
   int b, h, n, own, group, d;
   std::unique_ptr<HostTree> tree;
-  std::shared_ptr<const KernelContext> ctx;
   AttnPlan plan;
   AttnWorkspace ws;
   std::vector<float> q, out;
@@ -89,12 +88,11 @@ struct SharedCell {
           !tree->append(s, std::span<const int32_t>(prompt).subspan(size_t(matched))).ok())
         std::abort();
     }
-    ctx = tree->context();
     plan = plan_attention(tree->plan_input(), {}, h * group);
     std::vector<uint16_t> kv(L.chunk_bytes() / 2);
     std::vector<char> done(size_t(tree->pool().capacity()), 0);
     size_t chunk = 0;
-    for (ChunkId c : ctx->chunks) {
+    for (ChunkId c : plan.chunk) {
       if (done[size_t(c)]) continue;
       done[size_t(c)] = 1;
       for (size_t i = 0; i < kv.size(); ++i) kv[i] = f32_to_f16(noise(i + 7919 * chunk, 2654435761u, 500));

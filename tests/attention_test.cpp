@@ -338,8 +338,8 @@ TEST(Attention, ModulesAreBatchedWhereverTheySit) {
       // mb's first chunk is read by sequences 0, 1, 3 at depths 2, 1, 1 (in
       // context order the tree sequences come first).
       bool batched = false;
-      for (const SharedRun& r : run.plan.tpp_runs)
-        for (ChunkId c : r.chunks) batched = batched || (c == mb[0] && r.seqs.size() >= 2);
+      for (int r = 0; r < run.plan.tpp.n_runs(); ++r)
+        for (ChunkId c : run.plan.tpp.chunks(r)) batched = batched || (c == mb[0] && run.plan.tpp.readers(r).size() >= 2);
       EXPECT_TRUE(batched) << "the module's chunks were not batched by the chunk-first phase";
       std::vector<float> ref(q.size()), per(q.size()), tpp(q.size()), relay(q.size());
       attn_reference(t, run.problem(q.data(), ref.data()));

@@ -16,7 +16,7 @@ inline void attn_reference(const HostTree& tree, const AttnProblem& p) {
   const int n_heads = p.plan->n_heads, d = L.head_dim, group = n_heads / L.n_kv_heads;
   std::vector<float> k(static_cast<size_t>(d)), v(static_cast<size_t>(d));
   for (int i = 0; i < p.n_seqs(); ++i) {
-    const SeqId id = p.plan->ctx->seqs[size_t(i)];
+    const SeqId id = p.plan->seqs[size_t(i)];
     const int len = tree.length(id), nr = p.rows_of(i);
     for (int r = 0; r < nr; ++r)
       for (int h = 0; h < n_heads; ++h) {

@@ -30,16 +30,34 @@ TEST(Plan, IsMadeFromPlainArrays) {
   // 4 query heads of the one KV head; split by readers when the threads
   // want more items) and relay's system run.
   std::vector<int> readers;
-  for (const SharedRun& r : p.tpp_runs) {
-    EXPECT_EQ(r.chunks, (std::vector<ChunkId>{0}));
-    for (size_t k = 0; k < r.seqs.size(); ++k) {
-      readers.push_back(r.seqs[k]);
-      EXPECT_EQ(r.depth[k], 0);
+  for (int r = 0; r < p.tpp.n_runs(); ++r) {
+    EXPECT_EQ(std::vector<ChunkId>(p.tpp.chunks(r).begin(), p.tpp.chunks(r).end()), (std::vector<ChunkId>{0}));
+    for (size_t k = 0; k < p.tpp.readers(r).size(); ++k) {
+      readers.push_back(p.tpp.readers(r)[k]);
+      EXPECT_EQ(p.tpp.depths(r)[k], 0);
     }
   }
   EXPECT_EQ(readers, (std::vector<int>{0, 1}));
-  ASSERT_FALSE(p.relay_runs.empty());
-  for (const SharedRun& r : p.relay_runs) EXPECT_EQ(r.chunks, (std::vector<ChunkId>{0}));
+  ASSERT_FALSE(p.relay.empty());
+  for (int r = 0; r < p.relay.n_runs(); ++r)
+    EXPECT_EQ(std::vector<ChunkId>(p.relay.chunks(r).begin(), p.relay.chunks(r).end()), (std::vector<ChunkId>{0}));
+  // Each reader finds the one piece of the shared chunk: depth 0 of its walk.
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(p.tpp.pieces_of_seq(i).size(), 1u);
+    EXPECT_EQ(p.tpp.pieces_of_seq(i)[0].d0, 0);
+    EXPECT_EQ(p.tpp.pieces_of_seq(i)[0].d1, 1);
+  }
+}
+
+TEST(Plan, HoldsNoPointerIntoItsInput) {
+  // The plan is flat copies: the input's context may go once planned.
+  PlanInput in = two_sequences({0, 0, 0, 0});
+  std::weak_ptr<const KernelContext> ctx = in.ctx;
+  const AttnPlan p = plan_attention(std::move(in), {}, 4);
+  EXPECT_TRUE(ctx.expired());
+  EXPECT_EQ(p.seqs, (std::vector<SeqId>{10, 11}));
+  EXPECT_EQ(p.chunk, (std::vector<ChunkId>{0, 1, 0, 2}));
+  EXPECT_EQ(p.chunk_begin, (std::vector<int>{0, 2, 4}));
 }
 
 TEST(Plan, APinnedGroupIsAPartOfItsOwn) {

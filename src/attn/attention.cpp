@@ -41,7 +41,7 @@ struct RowSet {
 
   // The rows of sequences `seqs` (a shared run's readers), each one's keys
   // counted from key shift[k] of its sequence (where the run starts in it).
-  void gather(const AttnProblem& p, const std::vector<int>& seqs, const std::vector<int>& shift, int kv_head) {
+  void gather(const AttnProblem& p, std::span<const int> seqs, const std::vector<int>& shift, int kv_head) {
     resize(p, [&](auto&& each) {
       for (size_t k = 0; k < seqs.size(); ++k) each(seqs[k], shift[k]);
     });
@@ -193,9 +193,9 @@ void add_depths(const AttnProblem& p, int i0, int i1, int d0, int d1, int part, 
   for (int k = d0; k < d1; ++k)
     for (int i = i0; i < i1; ++i)
       if (k < chunks_of(p, i) && (skip.empty() || !skip[size_t(k)])) {
-        const size_t e = size_t(plan.ctx->chunk_begin[size_t(i)] + k);
+        const size_t e = size_t(plan.chunk_begin[size_t(i)] + k);
         if (part >= 0 && plan.chunk_part[e] != part) continue;
-        walk.push_back({state(plan.chunk_part[e], i - i0), plan.ctx->chunks[e], plan.chunk_start[e], plan.chunk_len[e]});
+        walk.push_back({state(plan.chunk_part[e], i - i0), plan.chunk[e], plan.chunk_start[e], plan.chunk_len[e]});
       }
 }
 
@@ -373,36 +373,37 @@ namespace {
 // fresh state at every piece; the states are kept for phase two. They live in
 // the caller's workspace from call to call: their buffers (1 MB for Table 3's
 // cell) were otherwise allocated, faulted in and zeroed by the OS every call.
-std::span<RowSet> chunk_first(const AttnProblem& p, const std::vector<SharedRun>& segs,
-                              const std::vector<RunPiece>& pieces) {
+std::span<RowSet> chunk_first(const AttnProblem& p, const ChunkFirstWork& work) {
+  const std::vector<RunPiece>& pieces = work.pieces;
   const int kvh = p.plan->layout.n_kv_heads;
   std::vector<RowSet>& kept = kept_rows(p.ws->partial);
   if (kept.size() < pieces.size() * size_t(kvh)) kept.resize(pieces.size() * size_t(kvh));
   const std::span<RowSet> partial(kept.data(), pieces.size() * size_t(kvh));
-  std::vector<int> first_piece(segs.size() + 1, int(pieces.size()));
+  const size_t n_runs = size_t(work.n_runs());
+  std::vector<int> first_piece(n_runs + 1, int(pieces.size()));
   for (int j = int(pieces.size()) - 1; j >= 0; --j) first_piece[size_t(pieces[size_t(j)].run)] = j;
 #pragma omp parallel
   {
     std::vector<Fold> walk;
 #pragma omp for schedule(dynamic) collapse(2)
-    for (size_t s = 0; s < segs.size(); ++s)
+    for (size_t s = 0; s < n_runs; ++s)
       for (int h = 0; h < kvh; ++h) {
         walk.clear();
         RowSet& head = partial[size_t(first_piece[s]) * size_t(kvh) + size_t(h)];
         // Each reader's keys counted from where the run starts in it, so one
         // offset within the run serves every reader's causal limit.
-        const SharedRun& run = segs[s];
-        const auto& cb = p.plan->ctx->chunk_begin;
-        std::vector<int> shift(run.seqs.size());
-        for (size_t k = 0; k < run.seqs.size(); ++k)
-          shift[k] = p.plan->chunk_start[size_t(cb[size_t(run.seqs[k])] + run.depth[k])];
-        head.gather(p, run.seqs, shift, h);
-        const size_t e0 = size_t(cb[size_t(run.seqs[0])] + run.depth[0]);
+        const std::span<const int> seqs = work.readers(int(s)), depth = work.depths(int(s));
+        const std::span<const ChunkId> chunks = work.chunks(int(s));
+        const auto& cb = p.plan->chunk_begin;
+        std::vector<int> shift(seqs.size());
+        for (size_t k = 0; k < seqs.size(); ++k) shift[k] = p.plan->chunk_start[size_t(cb[size_t(seqs[k])] + depth[k])];
+        head.gather(p, seqs, shift, h);
+        const size_t e0 = size_t(cb[size_t(seqs[0])] + depth[0]);
         for (int j = first_piece[s]; j < first_piece[s + 1]; ++j) {
           RowSet& rows = partial[size_t(j) * size_t(kvh) + size_t(h)];
           if (&rows != &head) rows.start_like(head);
           for (int c = pieces[size_t(j)].j0; c < pieces[size_t(j)].j1; ++c)
-            walk.push_back({&rows, run.chunks[size_t(c)], p.plan->chunk_start[e0 + size_t(c)] - shift[0],
+            walk.push_back({&rows, chunks[size_t(c)], p.plan->chunk_start[e0 + size_t(c)] - shift[0],
                             p.plan->chunk_len[e0 + size_t(c)]});
         }
         fold_all(p, walk, h);
@@ -417,8 +418,7 @@ std::span<RowSet> chunk_first(const AttnProblem& p, const std::vector<SharedRun>
 // the row's state. A TPP piece starts where a part or its run starts, so a
 // row of a single shared run gets each part's bits exactly as
 // attn_per_sequence computes them (relay's one system piece may span parts).
-void sequence_first_phase(const AttnProblem& p, const std::vector<std::vector<ReaderPiece>>& by_seq,
-                          std::span<const RowSet> partial) {
+void sequence_first_phase(const AttnProblem& p, const ChunkFirstWork& work, std::span<const RowSet> partial) {
   const int n = p.n_seqs(), kvh = p.plan->layout.n_kv_heads;
 #pragma omp parallel
   {
@@ -434,7 +434,7 @@ void sequence_first_phase(const AttnProblem& p, const std::vector<std::vector<Re
         for (int k = 0; k < parts_of(p, i); ++k) {
           const auto [d0, d1] = p.plan->part(i, k);
           mine.clear();  // the saved pieces of sequence i that start in this part
-          for (const ReaderPiece& rp : by_seq[size_t(i)]) {
+          for (const ReaderPiece& rp : work.pieces_of_seq(i)) {
             if (rp.d0 < d0 || rp.d0 >= d1) continue;
             mine.push_back(&rp);
             std::fill(done.begin() + rp.d0, done.begin() + rp.d1, 1);
@@ -462,19 +462,15 @@ void attn_tpp(const AttnProblem& p) {
   check(p);
   // Nothing worth the chunk-first path: TPP is per-sequence attention, so run
   // exactly that (same work order, same bits).
-  if (p.plan->tpp_runs.empty()) return attn_per_sequence(p);
-  const auto& segs = p.plan->tpp_runs;
-  const auto& pieces = p.plan->tpp_pieces;
-  sequence_first_phase(p, p.plan->tpp_by_seq, chunk_first(p, segs, pieces));
+  if (p.plan->tpp.empty()) return attn_per_sequence(p);
+  sequence_first_phase(p, p.plan->tpp, chunk_first(p, p.plan->tpp));
 }
 
 void attn_relay(const AttnProblem& p) {
   check(p);
   // System attention: every query row of the batch against the system prompt
   // as one GEMM per KV head (the plan's relay run).
-  const auto& segs = p.plan->relay_runs;
-  const auto& pieces = p.plan->relay_pieces;
-  const std::span<RowSet> partial = chunk_first(p, segs, pieces);
+  const std::span<RowSet> partial = chunk_first(p, p.plan->relay);
   // Relay returns (o, lse) from system attention; fusion (Eq. 7) is the same
   // merge, applied to the log-sum-exp form.
   for (RowSet& rs : partial)
@@ -484,7 +480,7 @@ void attn_relay(const AttnProblem& p) {
       finalize(rs.o.data() + size_t(r) * rs.d, l, rs.d, rs.o.data() + size_t(r) * rs.d);
       state_from_lse(lse_of(rs.m[size_t(r)], l), &rs.m[size_t(r)], &rs.l[size_t(r)]);
     }
-  sequence_first_phase(p, p.plan->relay_by_seq, partial);
+  sequence_first_phase(p, p.plan->relay, partial);
 }
 
 }  // namespace cs

@@ -9,14 +9,22 @@
 namespace cs {
 namespace {
 
+// A run while it is planned (ChunkFirstWork holds them flat).
+struct SharedRun {
+  std::vector<int> seqs;   // readers (context indices), ascending
+  std::vector<int> depth;  // per reader: where the run starts in its chunk list
+  std::vector<ChunkId> chunks;
+};
+
 // Runs of shared chunks read by at least min_rows query rows of at least
 // min_seqs sequences (one sequence's chunk-first GEMM would be exactly its
 // per-sequence walk): consecutive entries of the context's shared list with
 // the same readers, each one place further in every reader's chunk list.
-std::vector<SharedRun> chunk_first_runs(const AttnPlan& p, int min_rows, int min_seqs, bool whole_batch_only) {
+std::vector<SharedRun> chunk_first_runs(const AttnPlan& p, const KernelContext& c, int min_rows, int min_seqs,
+                                        bool whole_batch_only) {
   std::vector<SharedRun> runs;
   const int group = p.n_heads / p.layout.n_kv_heads;
-  for (const SharedChunk& s : p.ctx->shared) {
+  for (const SharedChunk& s : c.shared) {
     int rows = 0;
     for (int r : s.readers) rows += p.rows_of(r) * group;
     if (rows < min_rows || int(s.readers.size()) < min_seqs) continue;
@@ -47,7 +55,7 @@ std::vector<RunPiece> pieces_of(const AttnPlan& p, const std::vector<SharedRun>&
     for (int j = 1; j <= n; ++j) {
       bool boundary = j == n;
       for (size_t k = 0; cut && !boundary && k < run.seqs.size(); ++k) {
-        const size_t e = size_t(p.ctx->chunk_begin[size_t(run.seqs[k])] + run.depth[k] + j);
+        const size_t e = size_t(p.chunk_begin[size_t(run.seqs[k])] + run.depth[k] + j);
         boundary = p.chunk_part[e] != p.chunk_part[e - 1];
       }
       if (boundary) {
@@ -59,11 +67,18 @@ std::vector<RunPiece> pieces_of(const AttnPlan& p, const std::vector<SharedRun>&
   return out;
 }
 
-// Where each reader finds the pieces: its rows in their states and the
-// depths they cover, in piece order.
-std::vector<std::vector<ReaderPiece>> pieces_by_seq(const AttnPlan& p, const std::vector<SharedRun>& runs,
-                                                    const std::vector<RunPiece>& pieces) {
-  std::vector<std::vector<ReaderPiece>> out(size_t(p.n_seqs()));
+// The runs and their pieces, flat, with where each reader finds the pieces:
+// its rows in their states and the depths they cover, in piece order.
+ChunkFirstWork flatten(const AttnPlan& p, const std::vector<SharedRun>& runs, std::vector<RunPiece> pieces) {
+  ChunkFirstWork w;
+  for (const SharedRun& r : runs) {
+    w.reader_seq.insert(w.reader_seq.end(), r.seqs.begin(), r.seqs.end());
+    w.reader_depth.insert(w.reader_depth.end(), r.depth.begin(), r.depth.end());
+    w.reader_begin.push_back(int(w.reader_seq.size()));
+    w.run_chunk.insert(w.run_chunk.end(), r.chunks.begin(), r.chunks.end());
+    w.chunk_begin.push_back(int(w.run_chunk.size()));
+  }
+  std::vector<std::vector<ReaderPiece>> by_seq(size_t(p.n_seqs()));
   const int group = p.n_heads / p.layout.n_kv_heads;
   for (int j = 0; j < int(pieces.size()); ++j) {
     const RunPiece& pc = pieces[size_t(j)];
@@ -71,11 +86,16 @@ std::vector<std::vector<ReaderPiece>> pieces_by_seq(const AttnPlan& p, const std
     int row = 0;
     for (size_t k = 0; k < run.seqs.size(); ++k) {
       const int s = run.seqs[k];
-      out[size_t(s)].push_back({j, row, run.depth[k] + pc.j0, run.depth[k] + pc.j1});
+      by_seq[size_t(s)].push_back({j, row, run.depth[k] + pc.j0, run.depth[k] + pc.j1});
       row += p.rows_of(s) * group;
     }
   }
-  return out;
+  for (const auto& mine : by_seq) {
+    w.seq_piece.insert(w.seq_piece.end(), mine.begin(), mine.end());
+    w.seq_piece_begin.push_back(int(w.seq_piece.size()));
+  }
+  w.pieces = std::move(pieces);
+  return w;
 }
 
 // Splits segments into pieces so that phase one has at least `items` work
@@ -103,24 +123,26 @@ std::vector<SharedRun> split_segments(const std::vector<SharedRun>& segs, int kv
 
 AttnPlan plan_attention(PlanInput in, std::vector<int> q_begin, int n_heads, const TppOptions& opt) {
   AttnPlan p;
-  p.ctx = std::move(in.ctx);
+  const KernelContext& c = *in.ctx;
   p.layout = in.layout;
   p.n_heads = n_heads;
+  p.seqs = c.seqs;
   p.q_begin = std::move(q_begin);
-  const KernelContext& c = *p.ctx;
   p.seq_len = std::move(in.seq_len);
+  p.chunk = c.chunks;
+  p.chunk_begin = c.chunk_begin.empty() ? std::vector<int>{0} : c.chunk_begin;
   // A chunk's first key follows the keys of the chunks before it in the
   // sequence's list (partially filled chunks may sit anywhere in it).
   p.chunk_len = std::move(in.chunk_len);
   p.chunk_start.resize(c.chunks.size());
   p.chunk_part.resize(c.chunks.size());
   p.part_begin.push_back(0);
-  for (size_t i = 0; i + 1 < c.chunk_begin.size(); ++i) {
+  for (size_t i = 0; i + 1 < p.chunk_begin.size(); ++i) {
     int start = 0, part = -1;
     bool prev_pinned = false;
     uint64_t prev_group = 0;
-    for (int e = c.chunk_begin[i]; e < c.chunk_begin[i + 1]; ++e) {
-      const int depth = e - c.chunk_begin[i];
+    for (int e = p.chunk_begin[i]; e < p.chunk_begin[i + 1]; ++e) {
+      const int depth = e - p.chunk_begin[i];
       const uint64_t group = in.chunk_group[size_t(e)];
       const bool pinned = group != 0;
       // A part starts with every run of pinned chunks, after one, and at
@@ -137,25 +159,22 @@ AttnPlan plan_attention(PlanInput in, std::vector<int> q_begin, int n_heads, con
       start += p.chunk_len[size_t(e)];
     }
     if (part < 0) p.part_starts.push_back(0);  // no chunk: one empty part
-    p.part_starts.push_back(c.chunk_begin[i + 1] - c.chunk_begin[i]);
+    p.part_starts.push_back(p.chunk_begin[i + 1] - p.chunk_begin[i]);
     p.part_begin.push_back(int(p.part_starts.size()));
   }
   const int items = 2 * omp_get_max_threads(), kvh = p.layout.n_kv_heads;
-  p.tpp_runs = chunk_first_runs(p, std::max(2, opt.min_rows), 2, false);
-  p.tpp_runs = split_segments(p.tpp_runs, kvh, items);
-  p.tpp_pieces = pieces_of(p, p.tpp_runs, true);
-  p.tpp_by_seq = pieces_by_seq(p, p.tpp_runs, p.tpp_pieces);
+  std::vector<SharedRun> tpp = chunk_first_runs(p, c, std::max(2, opt.min_rows), 2, false);
+  tpp = split_segments(tpp, kvh, items);
+  p.tpp = flatten(p, tpp, pieces_of(p, tpp, true));
   // Relay's system run: the chunks the whole batch shares from the root,
   // split into pieces only when there are too few KV heads for the threads;
   // one piece per run, since system attention is one state per row.
-  p.relay_runs = chunk_first_runs(p, 1, 1, true);
-  if (!p.relay_runs.empty() &&
-      std::any_of(p.relay_runs[0].depth.begin(), p.relay_runs[0].depth.end(), [](int d) { return d != 0; }))
-    p.relay_runs.clear();
-  if (p.relay_runs.size() > 1) p.relay_runs.resize(1);
-  p.relay_runs = split_segments(p.relay_runs, kvh, items);
-  p.relay_pieces = pieces_of(p, p.relay_runs, false);
-  p.relay_by_seq = pieces_by_seq(p, p.relay_runs, p.relay_pieces);
+  std::vector<SharedRun> relay = chunk_first_runs(p, c, 1, 1, true);
+  if (!relay.empty() && std::any_of(relay[0].depth.begin(), relay[0].depth.end(), [](int d) { return d != 0; }))
+    relay.clear();
+  if (relay.size() > 1) relay.resize(1);
+  relay = split_segments(relay, kvh, items);
+  p.relay = flatten(p, relay, pieces_of(p, relay, false));
   return p;
 }
 

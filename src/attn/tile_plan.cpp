@@ -32,7 +32,7 @@ struct Window {
 std::vector<std::vector<Window>> windows_of(const AttnPlan& p, int per) {
   std::vector<std::vector<Window>> out(size_t(p.n_seqs()));
   for (int i = 0; i < p.n_seqs(); ++i) {
-    const int base = p.ctx->chunk_begin[size_t(i)];
+    const int base = p.chunk_begin[size_t(i)];
     int ordinal = 0;
     for (int k = 0; k < p.parts_of(i); ++k) {
       const auto [d0, d1] = p.part(i, k);
@@ -74,7 +74,7 @@ TilePlan plan_tiles(const AttnPlan& p, AttnPath path, const TileOptions& opt) {
       for (const Window& w : wins[size_t(i)]) {
         std::vector<int64_t> key;
         for (int e = w.e0; e < w.e1; ++e)
-          key.push_back(int64_t(p.ctx->chunks[size_t(e)]) << 32 | uint32_t(p.chunk_len[size_t(e)]));
+          key.push_back(int64_t(p.chunk[size_t(e)]) << 32 | uint32_t(p.chunk_len[size_t(e)]));
         const auto [it, fresh] = index.emplace(std::move(key), groups.size());
         if (fresh) groups.emplace_back();
         groups[it->second].push_back(w);
@@ -103,7 +103,7 @@ TilePlan plan_tiles(const AttnPlan& p, AttnPath path, const TileOptions& opt) {
     int rows_in_tile = max_rows;  // forces a new tile at the first row
     auto new_tile = [&] {
       for (int e = w0.e0; e < w0.e1; ++e) {
-        t.chunk_id.push_back(p.ctx->chunks[size_t(e)]);
+        t.chunk_id.push_back(p.chunk[size_t(e)]);
         t.chunk_len.push_back(p.chunk_len[size_t(e)]);
       }
       t.tile_chunk_begin.push_back(int32_t(t.chunk_id.size()));

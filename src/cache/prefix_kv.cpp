@@ -122,7 +122,7 @@ const int* PrefixKv::window_first(int window) {
     const int n = plan_.rows_of(i);
     if (n == 0) continue;
     // Its k-th of n rows is key len - n + k (this batch's keys are its last).
-    const std::vector<int32_t>& pos = pos_.at(plan_.ctx->seqs[size_t(i)]);
+    const std::vector<int32_t>& pos = pos_.at(plan_.seqs[size_t(i)]);
     const int len = plan_.seq_len[size_t(i)];
     for (int k = 0; k < n; ++k)
       win_first_[size_t(plan_.rows_begin(i) + k)] = first_in_window(pos, pos[size_t(len - n + k)], window);

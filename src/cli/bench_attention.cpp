@@ -84,7 +84,6 @@ double median_us(const std::function<void()>& fn, int reps) { return interleaved
 // !share), K/V filled with random fp16 values.
 struct World {
   std::unique_ptr<HostTree> tree;
-  std::shared_ptr<const KernelContext> ctx;
   AttnPlan plan;  // one decode row per sequence
   std::unique_ptr<AttnWorkspace> ws = std::make_unique<AttnWorkspace>();
 };
@@ -93,7 +92,6 @@ World build(const Opts& o, int b, int n_s, int n_p, bool share) {
   const KvLayout L{1, o.heads, o.dim, o.chunk, KvType::kF16};
   World w;
   w.tree = shared_prompt_tree(L, b, n_s, n_p, share);
-  w.ctx = w.tree->context();
   w.plan = plan_attention(w.tree->plan_input(), {}, o.heads);
   static std::vector<uint16_t> noise;
   if (noise.size() != L.chunk_bytes() / 2) {
@@ -103,7 +101,7 @@ World build(const Opts& o, int b, int n_s, int n_p, bool share) {
     for (auto& h : noise) h = f32_to_f16(nd(rng));
   }
   std::vector<char> done(size_t(w.tree->pool().capacity()), 0);
-  for (ChunkId c : w.ctx->chunks)
+  for (ChunkId c : w.plan.chunk)
     if (!done[size_t(c)]) {
       done[size_t(c)] = 1;
       std::memcpy(w.tree->pool().data(c), noise.data(), L.chunk_bytes());

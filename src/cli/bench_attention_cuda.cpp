@@ -120,10 +120,9 @@ World build(const CudaBenchOptions& o, int b, int n_s, int n_p, bool share, int 
   std::mt19937 rng(1);
   std::normal_distribution<float> nd;
   for (auto& h : noise) h = f32_to_f16(nd(rng));
-  const std::shared_ptr<const KernelContext> ctx = w.plan.ctx;
   std::vector<char> done(size_t(w.kv->capacity()), 0);
   ChunkId first = kNoChunk;
-  for (ChunkId c : ctx->chunks) {
+  for (ChunkId c : w.plan.chunk) {
     if (done[size_t(c)]) continue;
     done[size_t(c)] = 1;
     if (first == kNoChunk) {
