@@ -151,7 +151,8 @@ void BM_OutputHead(benchmark::State& state) {
     Batch b;
     for (int t = 0; t < 32; ++t) b.add(ids[size_t(t) % ids.size()], t, 0, true);
     model->forward(b, kv, ws, logits);
-    return ws.logits_in;
+    const Tensor in = ws.head_in.tensor();
+    return std::vector<float>(in.data, in.data + in.size());
   }();
   const Weight& w = model->output();
   const int n = int(state.range(0));

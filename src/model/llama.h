@@ -9,9 +9,9 @@
 
 #include "kv/kv_store.h"
 #include "model/chat_template.h"
+#include "model/cpu_ops.h"
 #include "model/gguf.h"
-#include "model/matmul.h"
-#include "model/ops.h"
+#include "model/layer_ops.h"
 #include "model/tokenizer.h"
 
 namespace cs {
@@ -58,12 +58,13 @@ struct LlamaLayer {
   std::vector<float> q_norm, k_norm;  // head_dim values each
 };
 
-// Scratch of one forward call, reused between calls.
+// Scratch of one forward call, reused between calls: the activations, the
+// RoPE angles, and the backend's executor with its own scratch (made by the
+// first call).
 struct Workspace {
-  std::vector<float> x, xb, q, k, v, att, hb, hb2, logits_in;
-  HeadScratch head;
-  std::vector<BlockQ8> qx;
+  TensorBuf x, xb, q, k, v, att, gate, up, head_in;
   RopeTable rope, rope_swa;  // global layers' angles; sliding layers' (when they differ)
+  std::unique_ptr<LayerOps> ops;
 };
 
 // The output head refines the logits within this many nats of a row's top
@@ -74,8 +75,9 @@ constexpr float kHeadMargin = 8.0f;
 class LlamaModel {
  public:
   // Throws cs::Error naming the file and the problem (missing tensor, wrong
-  // shape, unsupported architecture, ...).
-  static std::unique_ptr<LlamaModel> load(const std::string& path);
+  // shape, unsupported architecture, ...). The backend packs the weights and
+  // runs the layers; it outlives the model.
+  static std::unique_ptr<LlamaModel> load(const std::string& path, const Backend& backend = cpu_backend());
 
   const LlamaConfig& config() const { return cfg_; }
   const Tokenizer& tokenizer() const { return *tok_; }
@@ -88,6 +90,7 @@ class LlamaModel {
   // jinja::TemplateError when `source` does not compile.
   void set_chat_template(const std::string& source);
   const GgufFile& file() const { return *file_; }
+  const Backend& backend() const { return *backend_; }
   // The weights as loaded (the float reference, model/reference.h, reads them).
   const Weight& tok_embd() const { return tok_embd_; }
   const Weight& output() const { return output_; }
@@ -103,9 +106,10 @@ class LlamaModel {
   LlamaModel() = default;
   const ArchTraits& load_config();
   void load_weights(const ArchTraits& traits);
-  void embed(int32_t token, float* out) const;
-  void attention_inputs(const LlamaLayer& L, int n, const RopeTable& rope, Workspace& ws) const;
+  void attention_inputs(LayerOps& ops, const LlamaLayer& L, Tensor xb, Tensor q, Tensor k, Tensor v,
+                        const RopeTable& rope) const;
 
+  const Backend* backend_ = nullptr;
   std::unique_ptr<GgufFile> file_;
   std::unique_ptr<Tokenizer> tok_;
   std::unique_ptr<ChatTemplate> chat_;

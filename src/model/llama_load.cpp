@@ -40,14 +40,10 @@ void check_shape(const GgufFile& f, const GgufTensor& t, int rows, int cols) {
     f.fail("tensor '" + t.name + "' rows are not whole quantization blocks");
 }
 
-// A weight of shape [rows][cols] (GGUF ne = {cols, rows}).
-Weight load_matrix(const GgufFile& f, const GgufTensor& t, int rows, int cols) {
+// A weight of shape [rows][cols] (GGUF ne = {cols, rows}), packed by the backend.
+Weight load_matrix(const Backend& b, const GgufFile& f, const GgufTensor& t, int rows, int cols) {
   check_shape(f, t, rows, cols);
-  return make_weight(t.type, rows, cols, t.data);
-}
-
-Weight load_matrix(const GgufFile& f, const std::string& name, int rows, int cols) {
-  return load_matrix(f, f.tensor(name), rows, cols);
+  return b.matrix(t.type, rows, cols, t.data);
 }
 
 int positive(const GgufFile& f, const std::string& key) {
@@ -87,8 +83,9 @@ void read_windows(const GgufFile& f, const std::string& a, const ArchTraits& tra
 
 }  // namespace
 
-std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path) {
+std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path, const Backend& backend) {
   std::unique_ptr<LlamaModel> m(new LlamaModel);
+  m->backend_ = &backend;
   m->file_ = std::make_unique<GgufFile>(path);
   const ArchTraits& traits = m->load_config();
   m->tok_ = std::make_unique<Tokenizer>(Tokenizer::from_gguf(*m->file_));
@@ -163,17 +160,19 @@ void LlamaModel::load_weights(const ArchTraits& traits) {
            std::to_string(tok_->vocab_size()) + " tokens");
   check_shape(f, emb, c.n_vocab, c.n_embd);
   // The embedding is only looked up by row: used as the file has it.
-  tok_embd_ = view_weight(emb.type, c.n_vocab, c.n_embd, emb.data);
+  const Backend& b = *backend_;
+  tok_embd_ = b.table(emb.type, c.n_vocab, c.n_embd, emb.data);
   // Tied embeddings (Llama 3.2, Qwen 2.5 small, SmolLM2): no output.weight,
   // the head multiplies by the embedding.
   const GgufTensor* out = f.find_tensor("output.weight");
   c.tied_embeddings = out == nullptr;
-  output_ = load_matrix(f, out ? *out : emb, c.n_vocab, c.n_embd);
+  output_ = load_matrix(b, f, out ? *out : emb, c.n_vocab, c.n_embd);
   output_norm_ = load_vector(f, "output_norm.weight", c.n_embd);
   // Llama 3.x's long-context RoPE: per-pair frequency divisors.
   c.rope.factors = optional_vector(f, "rope_freqs.weight", c.rope.rot_dim / 2, false);
 
   const int E = c.n_embd, QW = c.q_width(), KW = c.kv_width();
+  auto matrix = [&](const std::string& name, int rows, int cols) { return load_matrix(b, f, f.tensor(name), rows, cols); };
   for (int l = 0; l < c.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     LlamaLayer L;
@@ -181,13 +180,13 @@ void LlamaModel::load_weights(const ArchTraits& traits) {
     L.ffn_norm = load_vector(f, p + "ffn_norm.weight", E);
     L.attn_post_norm = optional_vector(f, p + "post_attention_norm.weight", E, traits.post_norms);
     L.ffn_post_norm = optional_vector(f, p + "post_ffw_norm.weight", E, traits.post_norms);
-    L.wq = load_matrix(f, p + "attn_q.weight", QW, E);
-    L.wk = load_matrix(f, p + "attn_k.weight", KW, E);
-    L.wv = load_matrix(f, p + "attn_v.weight", KW, E);
-    L.wo = load_matrix(f, p + "attn_output.weight", E, QW);
-    L.w_gate = load_matrix(f, p + "ffn_gate.weight", c.n_ff, E);
-    L.w_up = load_matrix(f, p + "ffn_up.weight", c.n_ff, E);
-    L.w_down = load_matrix(f, p + "ffn_down.weight", E, c.n_ff);
+    L.wq = matrix(p + "attn_q.weight", QW, E);
+    L.wk = matrix(p + "attn_k.weight", KW, E);
+    L.wv = matrix(p + "attn_v.weight", KW, E);
+    L.wo = matrix(p + "attn_output.weight", E, QW);
+    L.w_gate = matrix(p + "ffn_gate.weight", c.n_ff, E);
+    L.w_up = matrix(p + "ffn_up.weight", c.n_ff, E);
+    L.w_down = matrix(p + "ffn_down.weight", E, c.n_ff);
     L.bq = optional_vector(f, p + "attn_q.bias", QW, traits.qkv_bias);
     L.bk = optional_vector(f, p + "attn_k.bias", KW, traits.qkv_bias);
     L.bv = optional_vector(f, p + "attn_v.bias", KW, traits.qkv_bias);

@@ -1,0 +1,61 @@
+// The seam between the forward pass (model/llama.cpp) and the hardware that
+// runs it: the few operations a layer is made of, on tensors that carry their
+// shape. A Backend packs the weights its way at load and makes LayerOps, an
+// executor with its own scratch (one per Workspace, so engines sharing a model
+// never share scratch). The CPU backend (model/cpu_ops.h) is the kernels of
+// model/matmul.h and model/ops.h; attention goes through the KvStore.
+//
+// Every operation is per row: a row's result depends on that row alone (and
+// the weights), never on the batch around it or on how the work is split.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "model/arch.h"
+#include "model/matmul.h"
+#include "model/ops.h"
+#include "model/tensor.h"
+
+namespace cs {
+
+class LayerOps {
+ public:
+  virtual ~LayerOps() = default;
+
+  // x.row(t) = row tokens[t] of `table` (a Backend::table) times scale.
+  virtual void embed(const Weight& table, std::span<const int32_t> tokens, float scale, Tensor x) = 0;
+  // y.row(t) = W x.row(t), for a Backend::matrix W of y.cols rows and x.cols columns.
+  virtual void matmul(const Weight& w, Tensor x, Tensor y) = 0;
+  // Several weights reading one input (q/k/v, gate/up): ys[i] = ws[i] x.
+  virtual void matmul(std::span<const Weight* const> ws, Tensor x, std::span<const Tensor> ys) = 0;
+  // The output head: as matmul, with the logits within `margin` of a row's
+  // top computed more precisely (model/matmul.h, matmul_refined).
+  virtual void matmul_head(const Weight& w, Tensor x, float margin, Tensor y) = 0;
+  // out = x / rms * w over each group of w.size() values of every row (the
+  // whole row, or each head of it); out may be x.
+  virtual void rmsnorm(Tensor x, std::span<const float> w, float eps, Tensor out) = 0;
+  // Rotates every head (head_dim values) of row t by the table's angles for token t.
+  virtual void rope(Tensor x, int head_dim, const RopeTable& table) = 0;
+  virtual void add_bias(Tensor x, std::span<const float> b) = 0;  // x.row(t) += b
+  virtual void scale(Tensor x, float s) = 0;                      // x *= s
+  virtual void add(Tensor x, Tensor y) = 0;                       // x += y (the residual)
+  // gate = act(gate) * up: SwiGLU or GeGLU.
+  virtual void gated_ffn(FfnAct act, Tensor gate, Tensor up) = 0;
+  // out.row(i) = x.row(rows[i]).
+  virtual void copy_rows(Tensor x, std::span<const int> rows, Tensor out) = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+  // A rows x cols matrix of the file (row-major, GGUF ne = {cols, rows}) as
+  // this backend's matmul reads it: repacked, widened or copied here, once.
+  virtual Weight matrix(GgmlType type, int64_t rows, int64_t cols, const uint8_t* data) const = 0;
+  // A table looked up by row only (the token embedding).
+  virtual Weight table(GgmlType type, int64_t rows, int64_t cols, const uint8_t* data) const = 0;
+  virtual std::unique_ptr<LayerOps> ops() const = 0;
+};
+
+}  // namespace cs

@@ -1,0 +1,216 @@
+// The layer-ops seam (model/layer_ops.h): the CPU backend's operations on
+// shaped tensors against plain loops, and the forward pass driven through a
+// backend it was handed (a recording wrapper of the CPU one): the same bits,
+// and every step of every layer goes through the seam.
+#include "model/layer_ops.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+
+#include "cache/contiguous_kv.h"
+#include "model/cpu_ops.h"
+#include "model/llama.h"
+#include "tiny_model.h"
+
+namespace cs {
+namespace {
+
+std::vector<float> random_values(size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd;
+  std::vector<float> v(n);
+  for (auto& x : v) x = nd(rng);
+  return v;
+}
+
+TEST(Tensor, CarriesItsShapeAndKeepsItsMemory) {
+  TensorBuf buf;
+  const Tensor a = buf.shape(3, 4);
+  EXPECT_EQ(a.rows, 3);
+  EXPECT_EQ(a.cols, 4);
+  EXPECT_EQ(a.size(), 12u);
+  EXPECT_EQ(a.row(2), a.data + 8);
+  const Tensor b = buf.shape(2, 4);  // smaller: the same memory
+  EXPECT_EQ(b.data, a.data);
+  EXPECT_EQ(buf.tensor().rows, 2);
+}
+
+TEST(CpuOps, EachOperationIsItsPlainLoop) {
+  const auto ops = cpu_backend().ops();
+  const int n = 40, cols = 64, head = 16;  // 40 rows: the threaded split too
+  std::vector<float> xs = random_values(size_t(n) * cols, 1), ys = random_values(size_t(n) * cols, 2);
+  std::vector<float> w = random_values(cols, 3), b = random_values(cols, 4);
+  const Tensor x{xs.data(), n, cols}, y{ys.data(), n, cols};
+
+  // rmsnorm over whole rows, and over each head when the weights are one head's.
+  std::vector<float> out(xs.size()), expect(xs.size());
+  ops->rmsnorm(x, w, 1e-5f, Tensor{out.data(), n, cols});
+  for (int t = 0; t < n; ++t) rmsnorm(x.row(t), w.data(), cols, 1e-5f, expect.data() + size_t(t) * cols);
+  EXPECT_EQ(out, expect);
+  ops->rmsnorm(x, std::span(w).first(head), 1e-5f, Tensor{out.data(), n, cols});
+  for (int t = 0; t < n; ++t)
+    for (int h = 0; h < cols / head; ++h)
+      rmsnorm(x.row(t) + h * head, w.data(), head, 1e-5f, expect.data() + size_t(t) * cols + h * head);
+  EXPECT_EQ(out, expect);
+  // In place: the same bits.
+  std::vector<float> in_place = xs;
+  ops->rmsnorm(Tensor{in_place.data(), n, cols}, std::span(w).first(head), 1e-5f, Tensor{in_place.data(), n, cols});
+  EXPECT_EQ(in_place, expect);
+
+  std::vector<float> sum = xs, biased = xs, scaled = xs;
+  ops->add(Tensor{sum.data(), n, cols}, y);
+  ops->add_bias(Tensor{biased.data(), n, cols}, b);
+  ops->scale(Tensor{scaled.data(), n, cols}, 0.125f);
+  for (size_t i = 0; i < xs.size(); ++i) {
+    ASSERT_EQ(sum[i], xs[i] + ys[i]);
+    ASSERT_EQ(biased[i], xs[i] + b[i % cols]);
+    ASSERT_EQ(scaled[i], xs[i] * 0.125f);
+  }
+
+  std::vector<float> gate = xs;
+  ops->gated_ffn(FfnAct::kSilu, Tensor{gate.data(), n, cols}, y);
+  swiglu(xs.data(), ys.data(), xs.size(), expect.data());
+  EXPECT_EQ(gate, expect);
+  gate = xs;
+  ops->gated_ffn(FfnAct::kGeluTanh, Tensor{gate.data(), n, cols}, y);
+  geglu(xs.data(), ys.data(), xs.size(), expect.data());
+  EXPECT_EQ(gate, expect);
+
+  const std::vector<int> rows = {7, 0, 39};
+  std::vector<float> picked(rows.size() * cols);
+  ops->copy_rows(x, rows, Tensor{picked.data(), 3, cols});
+  for (size_t i = 0; i < rows.size(); ++i)
+    EXPECT_EQ(std::memcmp(picked.data() + i * cols, x.row(rows[i]), cols * sizeof(float)), 0) << i;
+
+  // RoPE: row t turns by token t's angles.
+  const std::vector<int32_t> pos = {5, 900};
+  RopeParams rp;
+  rp.rot_dim = head;
+  RopeTable table;
+  table.build(pos.data(), 2, rp);
+  std::vector<float> turned(xs.begin(), xs.begin() + 2 * cols);
+  ops->rope(Tensor{turned.data(), 2, cols}, head, table);
+  expect.assign(xs.begin(), xs.begin() + 2 * cols);
+  for (int t = 0; t < 2; ++t) rope(expect.data() + t * cols, cols / head, head, table, t);
+  EXPECT_EQ(turned, std::vector<float>(expect.begin(), expect.begin() + 2 * cols));
+}
+
+// The CPU backend, with every call counted by name.
+class Recording final : public Backend {
+ public:
+  mutable std::map<std::string, int> calls;
+
+  const char* name() const override { return "recording"; }
+  Weight matrix(GgmlType type, int64_t rows, int64_t cols, const uint8_t* data) const override {
+    ++calls["matrix"];
+    return cpu_backend().matrix(type, rows, cols, data);
+  }
+  Weight table(GgmlType type, int64_t rows, int64_t cols, const uint8_t* data) const override {
+    ++calls["table"];
+    return cpu_backend().table(type, rows, cols, data);
+  }
+  std::unique_ptr<LayerOps> ops() const override { return std::make_unique<Ops>(cpu_backend().ops(), calls); }
+
+ private:
+  class Ops final : public LayerOps {
+   public:
+    Ops(std::unique_ptr<LayerOps> cpu, std::map<std::string, int>& calls) : cpu_(std::move(cpu)), calls_(calls) {}
+    void embed(const Weight& t, std::span<const int32_t> tok, float s, Tensor x) override {
+      ++calls_["embed"];
+      cpu_->embed(t, tok, s, x);
+    }
+    void matmul(const Weight& w, Tensor x, Tensor y) override {
+      ++calls_["matmul"];
+      cpu_->matmul(w, x, y);
+    }
+    void matmul(std::span<const Weight* const> ws, Tensor x, std::span<const Tensor> ys) override {
+      calls_["matmul"] += int(ws.size());
+      cpu_->matmul(ws, x, ys);
+    }
+    void matmul_head(const Weight& w, Tensor x, float margin, Tensor y) override {
+      ++calls_["matmul_head"];
+      cpu_->matmul_head(w, x, margin, y);
+    }
+    void rmsnorm(Tensor x, std::span<const float> w, float eps, Tensor out) override {
+      ++calls_["rmsnorm"];
+      cpu_->rmsnorm(x, w, eps, out);
+    }
+    void rope(Tensor x, int head_dim, const RopeTable& t) override {
+      ++calls_["rope"];
+      cpu_->rope(x, head_dim, t);
+    }
+    void add_bias(Tensor x, std::span<const float> b) override {
+      ++calls_["add_bias"];
+      cpu_->add_bias(x, b);
+    }
+    void scale(Tensor x, float s) override {
+      ++calls_["scale"];
+      cpu_->scale(x, s);
+    }
+    void add(Tensor x, Tensor y) override {
+      ++calls_["add"];
+      cpu_->add(x, y);
+    }
+    void gated_ffn(FfnAct act, Tensor g, Tensor u) override {
+      ++calls_["gated_ffn"];
+      cpu_->gated_ffn(act, g, u);
+    }
+    void copy_rows(Tensor x, std::span<const int> rows, Tensor out) override {
+      ++calls_["copy_rows"];
+      cpu_->copy_rows(x, rows, out);
+    }
+
+   private:
+    std::unique_ptr<LayerOps> cpu_;
+    std::map<std::string, int>& calls_;
+  };
+};
+
+std::vector<float> run(const LlamaModel& m, Workspace& ws) {
+  ContiguousKv kv(m.config().kv_shape(), 64);
+  Batch b;
+  for (int t = 0; t < 9; ++t) b.add(3 + 5 * t, t, 0, t % 4 == 0);
+  std::vector<float> logits;
+  m.forward(b, kv, ws, logits);
+  return logits;
+}
+
+TEST(LayerOps, TheForwardPassRunsOnTheBackendItWasGiven) {
+  for (const char* arch : {"llama3", "qwen2", "qwen3", "gemma3"}) {
+    SCOPED_TRACE(arch);
+    const std::string path = test::tiny_model(std::string("ops_") + arch, test::tiny_arch_shape(arch));
+    Recording rec;
+    const auto on_rec = LlamaModel::load(path, rec);
+    const auto on_cpu = LlamaModel::load(path);
+    EXPECT_STREQ(on_rec->backend().name(), "recording");
+    EXPECT_STREQ(on_cpu->backend().name(), "cpu");
+    Workspace ws1, ws2;
+    const std::vector<float> a = run(*on_rec, ws1), b = run(*on_cpu, ws2);
+    ASSERT_EQ(a.size(), 3u * size_t(on_cpu->config().n_vocab));  // rows 0, 4 and 8
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+    const LlamaConfig& c = on_cpu->config();
+    const int L = c.n_layers;
+    const bool biases = !on_cpu->layers()[0].bq.empty(), qk_norm = !on_cpu->layers()[0].q_norm.empty();
+    const bool post = !on_cpu->layers()[0].attn_post_norm.empty();
+    // Packed by the backend: 7 matrices per layer and the head; looked up: the embedding.
+    EXPECT_EQ(rec.calls["matrix"], 7 * L + 1);
+    EXPECT_EQ(rec.calls["table"], 1);
+    EXPECT_EQ(rec.calls["embed"], 1);
+    EXPECT_EQ(rec.calls["matmul"], 7 * L);
+    EXPECT_EQ(rec.calls["matmul_head"], 1);
+    EXPECT_EQ(rec.calls["rmsnorm"], L * (2 + (qk_norm ? 2 : 0) + (post ? 2 : 0)) + 1);
+    EXPECT_EQ(rec.calls["rope"], 2 * L);
+    EXPECT_EQ(rec.calls["add_bias"], biases ? 3 * L : 0);
+    EXPECT_EQ(rec.calls["scale"], c.q_scale != 1.0f ? L : 0);
+    EXPECT_EQ(rec.calls["add"], 2 * L);
+    EXPECT_EQ(rec.calls["gated_ffn"], L);
+    EXPECT_EQ(rec.calls["copy_rows"], 1);
+  }
+}
+
+}  // namespace
+}  // namespace cs
