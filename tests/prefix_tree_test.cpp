@@ -190,6 +190,87 @@ TEST(HostTree, ForkSharesEverythingAndCopiesTheTailOnWrite) {
   expect_reads_back(t, 3, c);
 }
 
+// Speculative decoding's rollback: a sequence cut back to n tokens reads its
+// first n as before, grows again from there, and what it let go stays a
+// valid cache of the tokens it held.
+TEST(HostTree, TruncateCutsTheTailAndKeepsWhatItHeldCached) {
+  const KvLayout L = small_layout();
+  HostTree t(L, L.chunk_bytes() * 16);
+  std::vector<int32_t> a;
+  int m;
+  ASSERT_TRUE(t.join(1, {}, &m).ok());
+  append_with_kv(t, 1, a, range(0, 11));  // [0-3] [4-7] [8-10]
+  // Inside its last chunk, which only it reads: shortened in place.
+  const ChunkId last = t.chunks_of(1)[2];
+  ASSERT_TRUE(t.truncate(1, 9).ok());
+  a.resize(9);
+  EXPECT_EQ(t.length(1), 9);
+  ASSERT_EQ(t.chunks_of(1).size(), 3u);
+  EXPECT_EQ(t.chunks_of(1)[2], last);
+  EXPECT_EQ(t.chunk_length(last), 1);
+  expect_reads_back(t, 1, a);
+  // Back into the chunk before: [8] is let go (kept, cached, under [4-7]),
+  // so [4,5] is a copy of its own and [4-7] stays whole for later prompts.
+  const ChunkId second = t.chunks_of(1)[1];
+  ASSERT_TRUE(t.truncate(1, 6).ok());
+  a.resize(6);
+  ASSERT_EQ(t.chunks_of(1).size(), 2u);
+  EXPECT_NE(t.chunks_of(1)[1], second);
+  EXPECT_EQ(t.chunk_length(second), 4);
+  expect_reads_back(t, 1, a);
+  EXPECT_EQ(t.stats().cached, 2);  // [4-7] and [8]
+  // It grows again from the cut, and a cut at a chunk's end keeps it whole.
+  append_with_kv(t, 1, a, std::vector<int32_t>{50, 51, 52});
+  expect_reads_back(t, 1, a);
+  ASSERT_TRUE(t.truncate(1, 8).ok());
+  a.resize(8);
+  expect_reads_back(t, 1, a);
+  EXPECT_EQ(t.chunks_of(1).size(), 2u);
+  // No-op and errors.
+  ASSERT_TRUE(t.truncate(1, 8).ok());
+  EXPECT_EQ(t.truncate(1, 9).code, KvCode::kInvalid);
+  EXPECT_EQ(t.truncate(1, -1).code, KvCode::kInvalid);
+  EXPECT_EQ(t.truncate(7, 0).code, KvCode::kUnknownSequence);
+  // Whole full chunks let go are retained: a later prompt with those tokens shares them.
+  append_with_kv(t, 1, a, range(60, 8));  // [0-3] [4,5,50,51] [60-63] [64-67]
+  const std::vector<int32_t> full = a;
+  const int cached = t.stats().cached;
+  ASSERT_TRUE(t.truncate(1, 8).ok());
+  a.resize(8);
+  expect_reads_back(t, 1, a);
+  EXPECT_EQ(t.stats().cached, cached + 2);
+  ASSERT_TRUE(t.join(2, full, &m).ok());
+  EXPECT_EQ(m, 16);
+  expect_reads_back(t, 2, full);
+  // To nothing at all.
+  ASSERT_TRUE(t.truncate(1, 0).ok());
+  EXPECT_TRUE(t.chunks_of(1).empty());
+  a.clear();
+  append_with_kv(t, 1, a, range(90, 5));
+  expect_reads_back(t, 1, a);
+}
+
+TEST(HostTree, TruncateInsideASharedChunkCopiesIt) {
+  const KvLayout L = small_layout();
+  HostTree t(L, L.chunk_bytes() * 16);
+  std::vector<int32_t> a;
+  int m;
+  ASSERT_TRUE(t.join(1, {}, &m).ok());
+  append_with_kv(t, 1, a, range(0, 7));  // [0-3] [4-6]
+  ASSERT_TRUE(t.fork(1, 2).ok());
+  const std::vector<int32_t> b = a;
+  const ChunkId tail = t.chunks_of(1)[1];
+  ASSERT_TRUE(t.truncate(1, 5).ok());
+  a.resize(5);
+  EXPECT_NE(t.chunks_of(1)[1], tail);  // its own copy of [4]
+  EXPECT_EQ(t.chunks_of(2)[1], tail);  // the other reader's chunk is untouched
+  expect_reads_back(t, 1, a);
+  expect_reads_back(t, 2, b);
+  append_with_kv(t, 1, a, std::vector<int32_t>{77, 78});
+  expect_reads_back(t, 1, a);
+  expect_reads_back(t, 2, b);
+}
+
 // ChunkAttention §3.1: b sequences sharing n_s tokens with private suffixes
 // use n_s/c shared chunks plus their private ones, and save (b-1)/b of the
 // shared fraction r = n_s/n_p of the memory (-> r for large b).

@@ -55,6 +55,11 @@ struct FakeCache : SequenceCache {
     len[id] += int(positions.size());
     return KvStatus::Ok();
   }
+  KvStatus truncate(SeqId id, int n) override {
+    calls.push_back("truncate " + std::to_string(id) + " " + std::to_string(n));
+    len[id] = n;
+    return KvStatus::Ok();
+  }
   KvStatus leave(SeqId id) override {
     calls.push_back("leave " + std::to_string(id));
     len.erase(id);

@@ -45,6 +45,15 @@ KvStatus PrefixKv::leave(SeqId id) {
   return st;
 }
 
+KvStatus PrefixKv::truncate(SeqId id, int n) {
+  const KvStatus st = tree_.truncate(id, n);
+  if (st.ok()) {
+    std::vector<int32_t>& pos = pos_[id];
+    pos.resize(std::min(pos.size(), size_t(n)));
+  }
+  return st;
+}
+
 KvStatus PrefixKv::fork(SeqId parent, SeqId child) {
   const KvStatus st = tree_.fork(parent, child);
   if (st.ok()) pos_[child] = pos_[parent];

@@ -47,6 +47,7 @@ class PrefixKv : public KvStore, public SequenceCache {
   KvStatus join_detached(SeqId id) override;
   KvStatus attach(SeqId id, std::span<const ChunkId> chunks, std::span<const int32_t> positions) override;
   KvStatus leave(SeqId id) override;
+  KvStatus truncate(SeqId id, int n) override;
   KvStatus fork(SeqId parent, SeqId child);
 
   // Chunks the batch would allocate, and how many can be had: begin_batch

@@ -28,6 +28,8 @@ class SequenceCache {
   virtual KvStatus attach(SeqId id, std::span<const ChunkId> chunks, std::span<const int32_t> positions) = 0;
   // Ends a sequence; what it cached may stay for later joins.
   virtual KvStatus leave(SeqId id) = 0;
+  // Cuts a live sequence back to its first n tokens (rejected drafts).
+  virtual KvStatus truncate(SeqId id, int n) = 0;
   // Chunks appending n tokens to sequence `id` would take.
   virtual int chunks_to_append(SeqId id, int n) const = 0;
   // Chunks the batch would take; how many can be had (free or evictable).

@@ -24,6 +24,7 @@
 
 #include "cache/prefix_kv.h"
 #include "kv/block_ledger.h"
+#include "engine/draft.h"
 #include "engine/histogram.h"
 #include "engine/request.h"
 #include "engine/schema_registry.h"
@@ -51,6 +52,12 @@ struct EngineOptions {
   int n_ctx = 0;                // per-sequence context; 0 = the model's training context
   int threads = 0;              // compute threads at most; 0 = the cores available
   bool retain = true;           // keep finished sequences' chunks for later requests (prefix caching)
+  // Speculative decoding from drafts the server holds (engine/draft.h): on
+  // for a request that does not say otherwise, in steps of at most
+  // speculate_max_batch decoding sequences (beyond, a step is no longer
+  // bound by reading the weights, and extra rows cost their full price).
+  bool speculate = true;
+  int speculate_max_batch = 4;
   int max_waiting = 4096;       // submit() refuses (busy) beyond this many queued requests
   int extra_chunks = 0;         // kv_memory 0: room for this many chunks more (generate: its schemas' pinned chunks)
   // Scale-out (kv/block_ledger.h): the tree's blocks of this many tokens (a
@@ -97,6 +104,8 @@ struct EngineStats {
   bool disk_on = false;               // a disk tier is attached
   DiskTierStats disk;
   int held_prefixes = 0, held_chunks = 0;  // hold_prefix's holds, and the distinct chunks they keep
+  // Speculative decoding, per DraftSource: draft tokens run, and taken.
+  uint64_t drafted[kDraftSources] = {}, draft_accepted[kDraftSources] = {};
 };
 
 class Engine;

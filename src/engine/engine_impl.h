@@ -48,6 +48,7 @@ struct Engine::Impl {
   void end_request(std::shared_ptr<RequestState> r, FinishReason reason, const std::string& message);
   void step();
   // The steps of step(), in order.
+  void propose_drafts();         // speculative decoding: each decoding sequence's draft, if any
   void plan_batch(int reserve);  // `reserve` tokens left for a schema's slice
   void record_admissions();
   bool run_batch(SchemaJob* job, int request_rows);
@@ -56,6 +57,9 @@ struct Engine::Impl {
   // Runs the batch, with the front schema job's slice after its first `rows` rows.
   void forward(SchemaJob* job, int rows);
   void sample_row(Sequence* s, std::span<const float> logits, std::vector<Sequence*>& done);
+  // A row with a draft: samples its rows in order while the model draws the
+  // draft's tokens, then cuts the rest of the draft from the cache.
+  void verify_draft(const Scheduler::Row& row, const float* logits, std::vector<Sequence*>& done);
   void count_finished();
   // Hands the blocks stored and removed since the last call to kv_events.
   void publish_kv_events();

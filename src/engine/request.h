@@ -47,6 +47,11 @@ struct Request {
   // only from those the grammar allows next; end of generation only where it
   // may end. Null: unconstrained.
   std::shared_ptr<const Grammar> grammar;
+  // Speculative decoding (engine/draft.h): -1 as the engine's options say,
+  // 0 off, 1 on; and the text the client expects (OpenAI's Predicted
+  // Outputs), tokenized, drafted from first.
+  int speculate = -1;
+  std::vector<int32_t> prediction;
 };
 
 // A request the engine refuses at submit(): the message names the problem,
@@ -100,6 +105,11 @@ struct Usage {
   int cached_tokens = 0;      // prompt tokens whose K/V were found in the cache (no prefill)
   int disk_tokens = 0;        // of those, read back from the disk tier
   int completion_tokens = 0;  // sampled tokens over all completions (an end-of-generation token included)
+  // Predicted Outputs: the prediction's tokens the completions took, and
+  // those they did not (each completion against the whole prediction).
+  int accepted_prediction_tokens = 0, rejected_prediction_tokens = 0;
+  // Speculative decoding: draft tokens run, and of them those taken.
+  int drafted_tokens = 0, accepted_draft_tokens = 0;
 };
 
 struct Timings {

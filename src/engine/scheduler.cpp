@@ -218,8 +218,15 @@ void Scheduler::build(Batch& batch, std::vector<Row>& rows, int reserve) const {
       batch.add(t[size_t(i)], pos[size_t(i)], int32_t(s->id()), i + 1 == int(t.size()));
     rows.push_back({s, take, s->cached() + take == int(t.size())});
   };
-  for (const auto& s : running_)
-    if (s->pending() == 1) add(s.get(), 1);
+  for (const auto& s : running_) {
+    if (s->pending() != 1) continue;
+    add(s.get(), 1);
+    // Its draft: rows after its last known token, each wanting logits.
+    const int32_t next = s->positions().back() + 1;
+    for (size_t j = 0; j < s->draft.size(); ++j)
+      batch.add(s->draft[j], next + int32_t(j), int32_t(s->id()), true);
+    rows.back().drafts = int(s->draft.size());
+  }
   int budget = std::max(0, opt_.step_tokens - reserve - batch.size());
   for (const auto& s : running_) {
     if (budget == 0) break;
@@ -236,6 +243,7 @@ void Scheduler::preempt_latest() {
   });
   std::unique_ptr<Sequence> s = std::move(*it);
   running_.erase(it);
+  s->draft.clear();
   expect_ok(kv_.leave(s->id()), "a preempted sequence's leave");  // its full chunks stay cached for when it comes back
   s->set_cached(0);
   s->next_span = 0;

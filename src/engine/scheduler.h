@@ -66,6 +66,7 @@ class Scheduler {
     Sequence* seq;
     int take;     // tokens run: tokens()[cached, cached + take)
     bool logits;  // the last of them is the sequence's last known token
+    int drafts = 0;  // then its draft's tokens, each a row with logits (speculative decoding)
   };
 
   // Queues a sequence behind the others.

@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "engine/draft.h"
 #include "engine/request_state.h"
 #include "engine/sampler.h"
 #include "engine/text_stream.h"
@@ -67,6 +68,18 @@ class Sequence {
   // Ends the completion (flushing held-back text unless it stopped on a stop
   // string) and, when it was the request's last, publishes the result.
   void finish(FinishReason reason, const std::string& message = {});
+
+  // Speculative decoding (engine/draft.h): the tokens guessed to follow its
+  // last known one, run as extra rows of its next step and then dropped
+  // (those the model drew too are sampled as usual); where they came from;
+  // how long its drafts are.
+  std::vector<int32_t> draft;
+  DraftSource draft_source = DraftSource::kNone;
+  DraftPacer pacer;
+  // The tokens it generated so far (its prompt's excluded).
+  std::span<const int32_t> generated() const {
+    return std::span(tokens_).subspan(request().req.prompt.size());
+  }
 
   uint64_t admit_order = 0;  // larger = admitted later (preempted first)
   // Fairness (scheduler.h): when it last joined the queue, tokens sampled

@@ -68,6 +68,7 @@ void Engine::Impl::start(const std::shared_ptr<RequestState>& r) {
   r->building.completions.resize(size_t(q.n));
   r->ended.assign(size_t(q.n), false);
   r->building.usage.prompt_tokens = int(q.prompt.size());
+  r->building.usage.rejected_prediction_tokens = q.n * int(q.prediction.size());
   r->live = q.n;
   live.push_back(r);
   ++counters.requests;
@@ -225,6 +226,7 @@ void Engine::Impl::step() {
   SchemaJob* job = encoding.empty() ? nullptr : encoding.front().get();
   const int step_tokens = engine.opt_.step_tokens;
   const int reserve = job ? std::max(1, step_tokens / 2) : 0;
+  propose_drafts();
   plan_batch(reserve);
   announce_prefills();
   const int request_rows = batch.size();
@@ -238,6 +240,40 @@ void Engine::Impl::step() {
   count_step();
   sched.committed(rows);
   sample_rows();
+}
+
+// Speculative decoding's drafts: only in steps of few decoding sequences (a
+// step of one sequence reads every weight for one row, so a few rows more
+// cost little; a large batch is no longer bound by that read), never beyond
+// a sequence's max_tokens or context, never into a pool that would have to
+// preempt for them; the client's prediction first, then its own text.
+void Engine::Impl::propose_drafts() {
+  const EngineOptions& o = engine.opt_;
+  int decoding = 0;
+  for (const auto& s : sched.running()) {
+    s->draft.clear();
+    decoding += s->pending() == 1;
+  }
+  if (decoding == 0 || decoding > o.speculate_max_batch || !sched.waiting().empty()) return;
+  // Room: every decoding sequence may need a chunk anyway, and a draft may
+  // cross into the next one.
+  if (kv.chunks_available() < 4 * decoding + 4) return;
+  for (const auto& sp : sched.running()) {
+    Sequence& s = *sp;
+    const Request& q = s.request().req;
+    const bool on = q.speculate < 0 ? o.speculate : q.speculate > 0;
+    if (!on || s.pending() != 1 || s.generated().empty() || s.detached()) continue;
+    int k = std::min({s.pacer.next(), s.remaining() - 1, engine.n_ctx_ - 2 - s.positions().back()});
+    if (k <= 0) continue;
+    if (!q.prediction.empty()) {
+      s.draft = lookup_draft(q.prediction, s.generated(), k, 1, 8, int(s.generated().size()));
+      s.draft_source = DraftSource::kPrediction;
+    }
+    if (s.draft.empty()) {
+      s.draft = lookup_draft(s.tokens(), s.tokens(), k, 2, 4);
+      s.draft_source = DraftSource::kContext;
+    }
+  }
 }
 
 // The scheduler's batch; a sequence that alone cannot fit the pool ends
@@ -316,22 +352,67 @@ void Engine::Impl::sample_rows() {
   // Draws in parallel: each row's grammar mask, sampler and grammar advance
   // are its own (a visible share of a batch-32 step at temperature > 0 or
   // under a grammar: docs/kernels.md); the bookkeeping stays serial.
-  // Row k of the logits is the k-th row that wants logits.
-  std::vector<Sequence*> draws;
-  for (const auto& row : rows)
-    if (row.logits) draws.push_back(row.seq);
+  // The logits hold a row per row that wants them, in order, then one per
+  // draft token; a row with a draft draws in order as it verifies.
+  std::vector<std::pair<Sequence*, size_t>> draws;
+  size_t li = 0;
+  for (const auto& row : rows) {
+    if (!row.logits) continue;
+    if (row.drafts == 0) draws.push_back({row.seq, li});
+    li += size_t(1 + row.drafts);
+  }
   if (draws.size() > 1) {
 #pragma omp parallel for schedule(dynamic, 1)
-    for (size_t k = 0; k < draws.size(); ++k) draws[k]->draw(std::span<const float>(logits.data() + k * V, V));
+    for (size_t k = 0; k < draws.size(); ++k)
+      draws[k].first->draw(std::span<const float>(logits.data() + draws[k].second * V, V));
   }
-  size_t li = 0;
+  li = 0;
   std::vector<Sequence*> done;
   for (const auto& row : rows) {
     if (!row.logits) continue;
-    sample_row(row.seq, std::span<const float>(logits.data() + li * V, V), done);
-    ++li;
+    if (row.drafts > 0) verify_draft(row, logits.data() + li * V, done);
+    else sample_row(row.seq, std::span<const float>(logits.data() + li * V, V), done);
+    li += size_t(1 + row.drafts);
   }
   for (Sequence* s : done) sched.retire(s);
+}
+
+// Row j of the draft's logits follows draft tokens [0, j): its draw is the
+// token the sequence would have drawn next without a draft (the same logits,
+// bit for bit, the same sampler), so it is kept, and the next row is valid
+// while the draw equals draft token j. For a sampled draw that is
+// speculative sampling with a draft of one token's certainty: the draft
+// token is taken with the model's probability of it, and otherwise the draw
+// comes from the model's distribution without it.
+void Engine::Impl::verify_draft(const Scheduler::Row& row, const float* lg, std::vector<Sequence*>& done) {
+  Sequence& s = *row.seq;
+  const size_t V = size_t(model.config().n_vocab);
+  const std::vector<int32_t> draft = std::move(s.draft);
+  s.draft.clear();
+  const int k = int(draft.size()), base = s.cached();  // the cache holds base + k tokens now
+  int taken = 0;
+  bool ended = false;
+  for (int j = 0; j <= k; ++j) {
+    const size_t before = done.size();
+    sample_row(&s, std::span<const float>(lg + size_t(j) * V, V), done);
+    ended = done.size() > before;
+    if (ended || j == k || s.tokens().back() != draft[size_t(j)]) break;
+    ++taken;
+  }
+  const int src = int(s.draft_source);
+  counters.drafted[src] += uint64_t(k);
+  counters.draft_accepted[src] += uint64_t(taken);
+  Usage& u = s.request().building.usage;
+  u.drafted_tokens += k;
+  u.accepted_draft_tokens += taken;
+  if (s.draft_source == DraftSource::kPrediction) {
+    u.accepted_prediction_tokens += taken;
+    u.rejected_prediction_tokens = std::max(0, u.rejected_prediction_tokens - taken);
+  }
+  s.pacer.taken(k, taken);
+  if (ended) return;  // it leaves the cache whole
+  expect_ok(kv.truncate(s.id(), base + taken), "cutting a draft's rejected tokens");
+  s.set_cached(base + taken);
 }
 
 void Engine::Impl::forward(SchemaJob* job, int rows) {

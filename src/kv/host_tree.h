@@ -24,6 +24,11 @@ class HostTree : public PrefixTree {
     copy_queued();
     return st;
   }
+  KvStatus truncate(SeqId id, int n) {
+    const KvStatus st = PrefixTree::truncate(id, n);
+    copy_queued();
+    return st;
+  }
 
   // K and V (head_dim floats each) of token `index` of a live sequence, one
   // layer and KV head, written converted to the storage type or read back.

@@ -380,6 +380,59 @@ KvStatus PrefixTree::leave(SeqId id) {
   return KvStatus::Ok();
 }
 
+KvStatus PrefixTree::truncate(SeqId id, int n) {
+  check_writer();
+  auto it = seqs_.find(id);
+  if (it == seqs_.end())
+    return {left_.count(id) ? KvCode::kSequenceLeft : KvCode::kUnknownSequence,
+            "truncate of sequence " + std::to_string(id) + " that is not live"};
+  Seq& seq = it->second;
+  if (n < 0 || n > seq.length)
+    return {KvCode::kInvalid, "truncate of sequence " + std::to_string(id) + " to " + std::to_string(n) +
+                                  " tokens; it has " + std::to_string(seq.length)};
+  check_copies_taken(copies_);
+  if (n == seq.length) return KvStatus::Ok();
+  // The chunk the cut falls in, and whether it is shortened or let go whole.
+  int len = seq.length;
+  size_t keep_chunks = seq.chunks.size();
+  while (keep_chunks > 0 && len - chunk_length(seq.chunks[keep_chunks - 1]) >= n)
+    len -= chunk_length(seq.chunks[--keep_chunks]);
+  const int keep = keep_chunks > 0 ? n - (len - chunk_length(seq.chunks[keep_chunks - 1])) : 0;
+  const ChunkId cut = keep_chunks > 0 ? seq.chunks[keep_chunks - 1] : kNoChunk;
+  const bool partial = cut != kNoChunk && keep < chunk_length(cut);
+  if (partial && meta_[size_t(cut)].pinned)
+    return {KvCode::kInvalid, "truncate of sequence " + std::to_string(id) + " inside a pinned chunk"};
+  // A copy needs a chunk; the chunks let go below are not counted (they may
+  // stay, cached under the cut one), so ask before changing anything.
+  if (partial && meta_[size_t(cut)].ref > 1 && available() < 1)
+    return {KvCode::kPoolExhausted, "truncate needs 1 chunk, 0 available"};
+  std::vector<ChunkId> gone(seq.chunks.begin() + std::ptrdiff_t(keep_chunks), seq.chunks.end());
+  seq.chunks.resize(keep_chunks);
+  seq.length = n;
+  for (auto c = gone.rbegin(); c != gone.rend(); ++c) unref(*c);  // leaves first
+  for (ChunkId c : gone)
+    if (meta_[size_t(c)].ref == 0 && meta_[size_t(c)].in_tree) tell([c](TreeObserver& o) { o.retained(c); });
+  // Shortened in place only when nothing hangs under it (the chunks just let
+  // go may stay there, cached; being cached, they leave room for the copy).
+  const bool own = partial && meta_[size_t(cut)].ref == 1 && meta_[size_t(cut)].children.empty();
+  if (own) {
+    Chunk& m = meta_[size_t(cut)];
+    if (m.in_tree) tell([cut](TreeObserver& o) { o.removed(cut); });
+    m.tokens.resize(size_t(keep));
+    grown(cut, 0);
+  } else if (partial) {
+    const ChunkId mine = allocate_chunk();
+    copy_tokens(mine, cut, keep);
+    if (!seq.detached) attach(mine, meta_[size_t(cut)].parent);
+    grown(mine, 0);
+    meta_[size_t(mine)].ref = meta_[size_t(mine)].uses = 1;
+    seq.chunks.back() = mine;
+    unref(cut);  // still read by others, or kept as its whole self
+  }
+  dirty_ = true;
+  return KvStatus::Ok();
+}
+
 KvStatus PrefixTree::fork(SeqId parent, SeqId child) {
   check_writer();
   auto it = seqs_.find(parent);

@@ -104,6 +104,15 @@ class PrefixTree {
   // Ends a sequence, releasing what only it used (or caching it: retain).
   KvStatus leave(SeqId id);
 
+  // Cuts sequence `id` back to its first n tokens (speculative decoding's
+  // rejected drafts). Chunks wholly past n are let go as leave() lets them go
+  // (cached, when the tree retains: they hold the true K/V of real tokens);
+  // the chunk the cut falls in is shortened in place when only this sequence
+  // reads it and nothing hangs under it, else its first tokens are copied
+  // into a chunk of the sequence's own (a queued copy, as join's). Observers
+  // hear a shortened chunk as removed, then grown from empty.
+  KvStatus truncate(SeqId id, int n);
+
   // --- Pinned chunks (Prompt Cache modules) ---
   // A chunk outside the tree holding `tokens` (at most chunk_size; the caller
   // writes their K/V into its memory); kNoChunk when the pool has no room.

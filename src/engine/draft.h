@@ -1,0 +1,42 @@
+// Speculative decoding's drafts, from text the server already holds (no
+// second model): a sequence's next tokens guessed by prompt lookup, the
+// continuation of the latest earlier place where the text's last few tokens
+// occur, in the client's prediction (OpenAI's Predicted Outputs) or in the
+// sequence's own prompt and output. The engine runs a draft as extra rows of
+// its sequence and keeps the longest run the model itself draws
+// (engine/step_loop.cpp), so drafts change speed, never tokens.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace cs {
+
+enum class DraftSource { kNone, kPrediction, kContext };
+inline constexpr int kDraftSources = 3;
+const char* draft_source_name(DraftSource s);
+
+// Up to k tokens that followed, in `corpus`, an occurrence of the longest
+// suffix of `text` of max_n down to min_n tokens (an occurrence that is the
+// suffix itself, at the corpus's end, does not count): the latest, or with
+// `near` >= 0 the one whose continuation starts nearest that index (a
+// prediction: the place the output has reached in it). Empty if none.
+std::vector<int32_t> lookup_draft(std::span<const int32_t> corpus, std::span<const int32_t> text, int k,
+                                  int min_n, int max_n, int near = -1);
+
+// How long a sequence's drafts are, from how its recent ones fared: k grows
+// while whole drafts are taken and falls to what was taken plus one; after
+// kMissesToRest drafts in a row with nothing taken, drafting rests for a
+// number of steps that doubles with every further miss (at most 64).
+class DraftPacer {
+ public:
+  static constexpr int kMaxDraft = 8, kMissesToRest = 3;
+  // The length of the next draft (0: rest this step).
+  int next();
+  void taken(int drafted, int accepted);
+
+ private:
+  int k_ = 4, misses_ = 0, rest_ = 0;
+};
+
+}  // namespace cs

@@ -1,0 +1,149 @@
+// Speculative decoding (engine/draft.h, Engine::Impl::verify_draft): drafts
+// from the client's prediction and from the sequence's own text change how
+// many steps a completion takes, never its tokens: greedy and sampled, alone
+// and batched, in every attention mode, on every architecture.
+#include "engine/draft.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "engine/engine.h"
+#include "engine_helpers.h"
+#include "model/llama.h"
+#include "tiny_model.h"
+
+namespace cs {
+namespace {
+
+TEST(Draft, LookupTakesTheLatestLongestMatch) {
+  const std::vector<int32_t> text = {1, 2, 3, 9, 1, 2, 3, 7, 8, 5, 2, 3};
+  // Suffix [2, 3] occurs at 1 and 5; the latest (5) goes on with 7, 8, 5.
+  EXPECT_EQ(lookup_draft(text, text, 3, 2, 4), (std::vector<int32_t>{7, 8, 5}));
+  // A longer suffix wins: [5, 2, 3] is nowhere earlier, [2, 3] is.
+  EXPECT_EQ(lookup_draft(text, text, 2, 2, 3), (std::vector<int32_t>{7, 8}));
+  // Near the end: only what follows.
+  const std::vector<int32_t> t2 = {4, 6, 4};
+  EXPECT_EQ(lookup_draft(t2, t2, 5, 1, 2), (std::vector<int32_t>{6, 4}));
+  // No earlier occurrence, or below min_n: nothing.
+  EXPECT_TRUE(lookup_draft(text, std::vector<int32_t>{42, 43}, 3, 1, 2).empty());
+  EXPECT_TRUE(lookup_draft(t2, t2, 5, 2, 2).empty());
+  EXPECT_TRUE(lookup_draft(text, text, 0, 1, 4).empty());
+  // Another corpus (a prediction): the text's tail found in it.
+  const std::vector<int32_t> prediction = {10, 11, 12, 13, 14};
+  EXPECT_EQ(lookup_draft(prediction, std::vector<int32_t>{99, 11, 12}, 2, 1, 8), (std::vector<int32_t>{13, 14}));
+  // Nearest to where the output has reached, not the latest.
+  const std::vector<int32_t> repeats = {5, 1, 5, 2, 5, 3, 5, 4};
+  EXPECT_EQ(lookup_draft(repeats, std::vector<int32_t>{5}, 1, 1, 8, 3), (std::vector<int32_t>{2}));
+  EXPECT_EQ(lookup_draft(repeats, std::vector<int32_t>{5}, 1, 1, 8), (std::vector<int32_t>{4}));
+}
+
+TEST(Draft, PacerGrowsShrinksAndRests) {
+  DraftPacer p;
+  EXPECT_EQ(p.next(), 4);
+  p.taken(4, 4);
+  EXPECT_EQ(p.next(), 8);
+  p.taken(8, 8);
+  EXPECT_EQ(p.next(), DraftPacer::kMaxDraft);
+  p.taken(8, 2);
+  EXPECT_EQ(p.next(), 3);
+  for (int i = 0; i < DraftPacer::kMissesToRest; ++i) p.taken(p.next() ? 1 : 1, 0);
+  EXPECT_EQ(p.next(), 0);  // resting one step
+  EXPECT_EQ(p.next(), 1);
+  p.taken(1, 0);  // a fourth miss in a row: rests two steps
+  EXPECT_EQ(p.next(), 0);
+  EXPECT_EQ(p.next(), 0);
+  EXPECT_EQ(p.next(), 1);
+  p.taken(1, 1);
+  EXPECT_EQ(p.next(), 2);
+}
+
+const LlamaModel& model(const std::string& arch) {
+  static std::map<std::string, std::unique_ptr<LlamaModel>> models;
+  auto& m = models[arch];
+  if (!m) m = LlamaModel::load(test::tiny_model("spec_" + arch, test::tiny_arch_shape(arch)));
+  return *m;
+}
+
+EngineOptions options(AttnMode mode, bool speculate) {
+  EngineOptions o = test::engine_options(mode, 8, 2);
+  o.speculate = speculate;
+  o.n_ctx = 512;
+  return o;
+}
+
+// Prompts that repeat themselves (so the sequences' own text has matches).
+std::vector<Request> requests(int n, int max_tokens, float temperature) {
+  std::vector<Request> out;
+  for (int i = 0; i < n; ++i) {
+    Request r;
+    for (int rep = 0; rep < 3; ++rep)
+      for (int t = 0; t < 20; ++t) r.prompt.push_back(3 + (t * 13 + i * 5) % 200);
+    r.max_tokens = max_tokens;
+    r.ignore_eos = true;
+    r.sampling.temperature = temperature;
+    r.sampling.seed = 7 + uint64_t(i);
+    out.push_back(r);
+  }
+  return out;
+}
+
+// The reference completion with a few tokens changed: drafts from it are
+// taken up to each change and rejected there.
+std::vector<int32_t> edited(std::vector<int32_t> tokens) {
+  for (size_t at : {5u, 12u, 21u})
+    if (at < tokens.size()) tokens[at] = 3 + (tokens[at] + 1) % 200;
+  return tokens;
+}
+
+TEST(Speculation, TokensAreTheSameWithDraftsOrWithout) {
+  for (const char* arch : {"llama3", "qwen2", "qwen3", "gemma3"})
+    for (AttnMode mode : {AttnMode::kTpp, AttnMode::kPerSequence, AttnMode::kRelay, AttnMode::kNone})
+      for (float temperature : {0.0f, 0.9f}) {
+        const std::string what = std::string(arch) + " mode " + std::to_string(int(mode)) + " t " +
+                                 std::to_string(temperature);
+        SCOPED_TRACE(what);
+        const LlamaModel& m = model(arch);
+        std::vector<Result> ref;
+        {
+          Engine off(m, options(mode, false));
+          ref = test::run_each(off, requests(3, 40, temperature));
+        }
+        std::vector<Request> reqs = requests(3, 40, temperature);
+        for (size_t i = 0; i < reqs.size(); ++i)
+          if (i != 1) reqs[i].prediction = edited(ref[i].completions[0].tokens);  // request 1: its own text only
+        Engine on(m, options(mode, true));
+        const std::vector<Result> alone = test::run_each(on, reqs);
+        const std::vector<Result> batched = test::run_all(on, reqs);
+        test::expect_same_tokens(ref, alone, what + " alone");
+        test::expect_same_tokens(ref, batched, what + " batched");
+        for (const std::vector<Result>* rs : {&alone, &batched}) {
+          const Usage& u = (*rs)[0].usage;
+          EXPECT_GT(u.accepted_draft_tokens, 5);                 // the prediction's unchanged runs
+          EXPECT_LT(u.accepted_draft_tokens, u.drafted_tokens);  // ... not its changes
+          EXPECT_EQ(u.accepted_prediction_tokens + u.rejected_prediction_tokens, 40);
+          EXPECT_EQ(int((*rs)[0].completions[0].tokens.size()), 40);
+        }
+        const EngineStats s = on.stats();
+        EXPECT_GT(s.draft_accepted[int(DraftSource::kPrediction)], 0u);
+        EXPECT_GE(s.drafted[int(DraftSource::kPrediction)], s.draft_accepted[int(DraftSource::kPrediction)]);
+      }
+}
+
+// Off by the request, or by the engine: no drafts at all.
+TEST(Speculation, OffIsOff) {
+  const LlamaModel& m = model("llama3");
+  std::vector<Request> reqs = requests(1, 20, 0.0f);
+  reqs[0].prediction = {5, 6, 7};
+  reqs[0].speculate = 0;
+  Engine on(m, options(AttnMode::kTpp, true));
+  EXPECT_EQ(test::run_each(on, reqs)[0].usage.drafted_tokens, 0);
+  reqs[0].speculate = -1;
+  Engine off(m, options(AttnMode::kTpp, false));
+  EXPECT_EQ(test::run_each(off, reqs)[0].usage.drafted_tokens, 0);
+  reqs[0].speculate = 1;
+  EXPECT_GT(test::run_each(off, reqs)[0].usage.drafted_tokens, 0);
+}
+
+}  // namespace
+}  // namespace cs
