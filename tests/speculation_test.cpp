@@ -10,7 +10,9 @@
 
 #include "engine/engine.h"
 #include "engine_helpers.h"
+#include "model/gguf.h"
 #include "model/llama.h"
+#include "server/api_request.h"
 #include "tiny_model.h"
 
 namespace cs {
@@ -143,6 +145,43 @@ TEST(Speculation, OffIsOff) {
   EXPECT_EQ(test::run_each(off, reqs)[0].usage.drafted_tokens, 0);
   reqs[0].speculate = 1;
   EXPECT_GT(test::run_each(off, reqs)[0].usage.drafted_tokens, 0);
+}
+
+// The API's side: OpenAI's prediction (text or text parts) tokenized as
+// plain text, "speculate", and clear errors.
+TEST(Speculation, PredictionAndSpeculateFields) {
+  static const Tokenizer tok = Tokenizer::from_gguf(GgufFile(std::string(CS_VOCAB_DIR) + "/ggml-vocab-gpt-2.gguf"));
+  ApiLimits lim;
+  lim.tokenizer = &tok;
+  lim.model_id = "m";
+  lim.n_ctx = 4096;
+  lim.max_n = 4;
+  const auto parse = [&](const std::string& extra) {
+    return parse_completion_request(R"({"model": "m", "prompt": "x")" + extra + "}", lim).engine;
+  };
+  EXPECT_EQ(parse("").prediction, std::vector<int32_t>{});
+  EXPECT_EQ(parse("").speculate, -1);
+  const std::string text = "def f(x):\\n    return x <|endoftext|>";  // in JSON: a newline escaped
+  const Request a = parse(R"(, "prediction": {"type": "content", "content": ")" + text + R"("}, "speculate": "off")");
+  EXPECT_EQ(a.prediction, tok.encode("def f(x):\n    return x <|endoftext|>", false));  // no special token from it
+  EXPECT_EQ(a.speculate, 0);
+  const Request b = parse(
+      R"J(, "prediction": {"type": "content", "content": [{"type": "text", "text": "def f"}, {"type": "text", "text": "(x)"}]}, "speculate": "auto")J");
+  EXPECT_EQ(b.prediction, tok.encode("def f(x)", false));
+  EXPECT_EQ(b.speculate, 1);
+  const auto error = [&](const std::string& extra) -> std::string {
+    try {
+      parse(extra);
+    } catch (const ApiError& e) {
+      return e.param + ": " + e.message;
+    }
+    return "no error";
+  };
+  EXPECT_EQ(error(R"(, "prediction": "x")"), "prediction: prediction must be an object");
+  EXPECT_EQ(error(R"(, "prediction": {"type": "text", "content": "x"})"), "prediction.type: prediction.type must be 'content'");
+  EXPECT_EQ(error(R"(, "prediction": {"type": "content", "content": 5})"),
+            "prediction.content: prediction.content must be a string or an array of text parts");
+  EXPECT_EQ(error(R"(, "speculate": "always")"), "speculate: speculate must be 'auto' or 'off'");
 }
 
 }  // namespace

@@ -19,6 +19,7 @@ namespace {
 struct GenerateOptions {
   std::string model;
   std::string prompt;
+  std::string prediction;  // a file: the output expected
   std::string json_schema, regex, grammar;  // constrained decoding: a file, a regex, a file
   bool json_object = false;
   bool chat = false;
@@ -72,6 +73,7 @@ int run_generate(GenerateOptions o) {
     p.progress = [](const std::string& line) { std::fprintf(stderr, "%s", line.c_str()); };
   }
   p.grammar = constraint(o);
+  if (!o.prediction.empty()) p.prediction = tok.encode(read_text_file(o.prediction, "prediction"), false);
   GenerateResult r = generate(*model, ids, p, write_out);
   write_out("\n");
   const double pp = r.prefill_seconds > 0 ? r.prompt_tokens / r.prefill_seconds : 0;
@@ -84,6 +86,7 @@ int run_generate(GenerateOptions o) {
                  r.prompt_tokens, r.disk_tokens, 1000 * r.prefill_seconds);
   std::fprintf(stderr, "prefill: %d tokens, %.1f tokens/s | decode: %d tokens, %.1f tokens/s (%s)\n",
                r.prompt_tokens, pp, r.sampled, tg, r.stop_reason.c_str());
+  if (r.drafted > 0) std::fprintf(stderr, "speculative decoding: %d draft tokens run, %d taken\n", r.drafted, r.accepted);
   return 0;
 }
 
@@ -100,6 +103,8 @@ Action add_generate_command(CLI::App& app) {
   cmd->add_option("--pml", o->params.pml, "Prompt Cache: a PML prompt (a file, or the XML itself)");
   cmd->add_flag("--no-cache", o->params.no_cache, "Compute the PML prompt from scratch (the quality baseline)");
   cmd->add_flag("--chat", o->chat, "Wrap the prompt in the model's chat template");
+  cmd->add_option("--prediction", o->prediction,
+                  "A file with the output expected (OpenAI's Predicted Outputs): speculative decoding drafts from it");
   add_chat_template_option(*cmd, o->chat_template);
   SamplingParams& s = o->params.sampling;
   cmd->add_option("-n,--max-tokens", o->params.max_tokens, "Tokens to generate")->check(int_in(0, 1 << 24));

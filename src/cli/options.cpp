@@ -107,6 +107,11 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, bool serving) {
   cmd.add_option("--ctx", o.n_ctx, "Context per sequence (default: the model's)")->check(int_in(0, 1 << 24));
   cmd.add_option("-t,--threads", o.threads, "Compute threads at most (0 = the available cores)")
       ->check(int_in(0, 4096));
+  cmd.add_option_function<std::string>(
+         "--speculate", [&o](const std::string& s) { o.speculate = s == "auto"; },
+         "Speculative decoding from drafts the server holds (the prompt, the output, a request's prediction): "
+         "auto (default: in steps of few sequences) or off; a request's 'speculate' overrides it")
+      ->check(CLI::IsMember({"off", "auto"}));
   if (serving) {
     cmd.add_option("--max-batch", o.max_batch, "Running sequences at most")->check(int_in(1, 1024));
     cmd.add_option("--step-tokens", o.step_tokens, "Tokens per forward pass (decode + prefill chunks)")

@@ -59,6 +59,7 @@ GenerateResult generate(const LlamaModel& model, const std::vector<int32_t>& pro
   r.stop = params.stop;
   if (params.grammar) r.grammar = engine.compile_grammar(*params.grammar);
   if (params.top2_gaps) r.logprobs = 2;
+  r.prediction = params.prediction;
   RequestHandle h = engine.submit(std::move(r));
   bool eos = false;
   while (auto ev = h.next()) {
@@ -83,6 +84,8 @@ GenerateResult generate(const LlamaModel& model, const std::vector<int32_t>& pro
   out.cached_tokens = res.usage.cached_tokens;
   out.disk_tokens = res.usage.disk_tokens;
   out.sampled = res.usage.completion_tokens;
+  out.drafted = res.usage.drafted_tokens;
+  out.accepted = res.usage.accepted_draft_tokens;
   return out;
 }
 

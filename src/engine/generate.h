@@ -31,6 +31,7 @@ struct GenerateParams {
   bool no_cache = false;
   std::function<void(const std::string&)> progress;  // encoding progress lines
   std::optional<GrammarSpec> grammar;  // constrained decoding (GrammarError when it does not compile)
+  std::vector<int32_t> prediction;     // the output expected (speculative decoding drafts from it first)
 };
 
 struct GenerateResult {
@@ -45,6 +46,7 @@ struct GenerateResult {
   int cached_tokens = 0;         // prompt tokens served from the cache (modules, or the disk tier)
   int disk_tokens = 0;           // of those, read from the disk tier
   int sampled = 0;               // tokens sampled, an end-of-generation token included
+  int drafted = 0, accepted = 0; // speculative decoding: draft tokens run, and taken
   double encode_seconds = 0;     // registering the schemas
 };
 

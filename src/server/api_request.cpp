@@ -264,6 +264,36 @@ ToolChoice parse_tool_choice(const json* c, const json& tools) {
   return choice;
 }
 
+// Speculative decoding: OpenAI's Predicted Outputs ("prediction": {"type":
+// "content", "content": text or text parts}), tokenized as plain text (no
+// special token comes from it), and our "speculate": "auto" | "off".
+void parse_speculation(const Fields& f, const ApiLimits& lim, Request& out) {
+  if (const json* p = f.get("prediction")) {
+    if (!p->is_object()) throw invalid("prediction", "prediction must be an object", "invalid_type");
+    const Fields pf(*p);
+    if (pf.string("type").value_or("") != "content")
+      throw invalid("prediction.type", "prediction.type must be 'content'");
+    const json* c = pf.get("content");
+    std::string text;
+    if (c && c->is_string()) {
+      text = c->get<std::string>();
+    } else if (c && c->is_array()) {
+      for (const json& part : *c) {
+        if (!part.is_object() || Fields(part).string("type").value_or("") != "text" || !Fields(part).string("text"))
+          throw invalid("prediction.content", "prediction.content parts must be {\"type\": \"text\", \"text\": ...}");
+        text += *Fields(part).string("text");
+      }
+    } else {
+      throw invalid("prediction.content", "prediction.content must be a string or an array of text parts", "invalid_type");
+    }
+    if (lim.tokenizer) out.prediction = lim.tokenizer->encode(text, false);
+  }
+  if (auto s = f.string("speculate")) {
+    if (*s != "auto" && *s != "off") throw invalid("speculate", "speculate must be 'auto' or 'off'");
+    out.speculate = *s == "auto" ? 1 : 0;
+  }
+}
+
 // The fields both routes share.
 void parse_common(const json& j, const ApiLimits& lim, ApiRequest& out) {
   const Fields f(j);
@@ -292,6 +322,7 @@ void parse_common(const json& j, const ApiLimits& lim, ApiRequest& out) {
   else
     s.seed = std::random_device{}();
   out.engine.n = int(f.integer("n", 1, lim.max_n).value_or(1));
+  parse_speculation(f, lim, out.engine);
   if (const json* stop = f.get("stop")) {
     if (stop->is_string()) {
       out.engine.stop = {stop->get<std::string>()};

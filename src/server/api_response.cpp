@@ -18,7 +18,12 @@ json usage_of(const Result& r) {
   return {{"prompt_tokens", u.prompt_tokens},
           {"completion_tokens", u.completion_tokens},
           {"total_tokens", u.prompt_tokens + u.completion_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}, {"cached_tokens_disk", u.disk_tokens}}}};
+          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}, {"cached_tokens_disk", u.disk_tokens}}},
+          {"completion_tokens_details",
+           {{"accepted_prediction_tokens", u.accepted_prediction_tokens},
+            {"rejected_prediction_tokens", u.rejected_prediction_tokens},
+            {"drafted_tokens", u.drafted_tokens},
+            {"accepted_draft_tokens", u.accepted_draft_tokens}}}};
 }
 
 json bytes_of(const std::string& s) {
