@@ -63,6 +63,8 @@ class Sequence {
   // can draw every row of a step in parallel; sample() with the same logits
   // then does the rest. The token is the one sample() alone would draw.
   void draw(std::span<const float> logits);
+  // The token draw() chose for the coming sample() (-1: none allowed), if it ran.
+  std::optional<int32_t> drawn() const { return drawn_; }
   // Whether a grammar constrains it (request().req.grammar).
   bool constrained() const { return grammar_.has_value(); }
   // Ends the completion (flushing held-back text unless it stopped on a stop

@@ -265,13 +265,20 @@ void Engine::Impl::propose_drafts() {
     if (!on || s.pending() != 1 || s.generated().empty() || s.detached()) continue;
     int k = std::min({s.pacer.next(), s.remaining() - 1, engine.n_ctx_ - 2 - s.positions().back()});
     if (k <= 0) continue;
+    // A match of two tokens or more in the prediction, else in its own
+    // text, else one token's in the prediction.
+    const int at = int(s.generated().size());
     if (!q.prediction.empty()) {
-      s.draft = lookup_draft(q.prediction, s.generated(), k, 1, 8, int(s.generated().size()));
+      s.draft = lookup_draft(q.prediction, s.generated(), k, 2, 8, at);
       s.draft_source = DraftSource::kPrediction;
     }
     if (s.draft.empty()) {
-      s.draft = lookup_draft(s.tokens(), s.tokens(), k, 2, 4);
+      s.draft = lookup_draft(s.tokens(), s.tokens(), k, 2, 12);
       s.draft_source = DraftSource::kContext;
+    }
+    if (s.draft.empty() && !q.prediction.empty()) {
+      s.draft = lookup_draft(q.prediction, s.generated(), k, 1, 1, at);
+      s.draft_source = DraftSource::kPrediction;
     }
   }
 }
@@ -390,24 +397,30 @@ void Engine::Impl::verify_draft(const Scheduler::Row& row, const float* lg, std:
   const std::vector<int32_t> draft = std::move(s.draft);
   s.draft.clear();
   const int k = int(draft.size()), base = s.cached();  // the cache holds base + k tokens now
+  const int src = int(s.draft_source);
+  // Counted before each sample: the one that ends the request publishes its usage.
+  Usage& u = s.request().building.usage;
+  counters.drafted[src] += uint64_t(k);
+  u.drafted_tokens += k;
   int taken = 0;
   bool ended = false;
   for (int j = 0; j <= k; ++j) {
+    const std::span<const float> row_logits(lg + size_t(j) * V, V);
+    s.draw(row_logits);
+    const bool match = j < k && s.drawn() == draft[size_t(j)];
+    if (match) {
+      ++taken;
+      ++counters.draft_accepted[src];
+      ++u.accepted_draft_tokens;
+      if (s.draft_source == DraftSource::kPrediction) {
+        ++u.accepted_prediction_tokens;
+        u.rejected_prediction_tokens = std::max(0, u.rejected_prediction_tokens - 1);
+      }
+    }
     const size_t before = done.size();
-    sample_row(&s, std::span<const float>(lg + size_t(j) * V, V), done);
+    sample_row(&s, row_logits, done);
     ended = done.size() > before;
-    if (ended || j == k || s.tokens().back() != draft[size_t(j)]) break;
-    ++taken;
-  }
-  const int src = int(s.draft_source);
-  counters.drafted[src] += uint64_t(k);
-  counters.draft_accepted[src] += uint64_t(taken);
-  Usage& u = s.request().building.usage;
-  u.drafted_tokens += k;
-  u.accepted_draft_tokens += taken;
-  if (s.draft_source == DraftSource::kPrediction) {
-    u.accepted_prediction_tokens += taken;
-    u.rejected_prediction_tokens = std::max(0, u.rejected_prediction_tokens - taken);
+    if (ended || !match) break;
   }
   s.pacer.taken(k, taken);
   if (ended) return;  // it leaves the cache whole

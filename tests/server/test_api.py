@@ -193,6 +193,34 @@ class Api(ServedTest):
         self.assertLessEqual(after["chunkserve:kv_cache_usage_perc"], 1)
         self.assertIn('chunkserve:kv_chunks{state="cached"}', after)
 
+    def test_speculation_keeps_the_tokens_and_reports_predictions(self):
+        code = "\n".join(f"def f{i}(x):\n    return x * {i} + {i}" for i in range(12))
+        ask = lambda **kw: self.client.chat.completions.create(
+            model=MODEL_ID, max_tokens=80, temperature=0,
+            messages=[{"role": "user", "content": "Repeat this code exactly:\n" + code}], **kw)
+        before = settled_metrics(self.server.url)
+        off = ask(extra_body={"speculate": "off"})
+        on = ask()
+        pred = ask(prediction={"type": "content", "content": code})
+        after = settled_metrics(self.server.url)
+        self.assertEqual(on.choices[0].message.content, off.choices[0].message.content)
+        self.assertEqual(pred.choices[0].message.content, off.choices[0].message.content)
+        d_off, d_on, d_pred = (r.usage.completion_tokens_details for r in (off, on, pred))
+        self.assertEqual(d_off.model_extra["drafted_tokens"], 0)
+        self.assertGreater(d_on.model_extra["accepted_draft_tokens"], 20)  # it repeats its prompt: drafts from it
+        self.assertEqual(d_on.accepted_prediction_tokens, 0)
+        self.assertGreater(d_pred.accepted_prediction_tokens, 20)
+        n_pred = len(raw(self.server.url, "POST", "/tokenize", json.dumps({"content": code}))[2]["tokens"])
+        self.assertEqual(d_pred.accepted_prediction_tokens + d_pred.rejected_prediction_tokens, n_pred)
+        drafted = sum(after[f'chunkserve:spec_draft_tokens_total{{source="{s}"}}']
+                      - before[f'chunkserve:spec_draft_tokens_total{{source="{s}"}}'] for s in ("prediction", "context"))
+        accepted = sum(after[f'chunkserve:spec_accepted_tokens_total{{source="{s}"}}']
+                       - before[f'chunkserve:spec_accepted_tokens_total{{source="{s}"}}'] for s in ("prediction", "context"))
+        self.assertEqual(drafted, sum(d.model_extra["drafted_tokens"] for d in (d_off, d_on, d_pred)))
+        self.assertEqual(accepted, sum(d.model_extra["accepted_draft_tokens"] for d in (d_off, d_on, d_pred)))
+        self.error(400, json.dumps({"model": MODEL_ID, "messages": [{"role": "user", "content": "x"}],
+                                    "prediction": {"type": "content", "content": 3}}))
+
     def test_tokenize_detokenize(self):
         _, _, t = raw(self.server.url, "POST", "/tokenize", json.dumps({"content": "Hello world"}))
         self.assertTrue(all(isinstance(x, int) for x in t["tokens"]))
