@@ -250,6 +250,25 @@ TEST(HostTree, TruncateCutsTheTailAndKeepsWhatItHeldCached) {
   expect_reads_back(t, 1, a);
 }
 
+// What another sequence wrote after the same text: speculative decoding's
+// drafts from the tree.
+TEST(HostTree, ContinuationIsWhatTheTreeHoldsAfterTheText) {
+  const KvLayout L = small_layout();
+  HostTree t(L, L.chunk_bytes() * 16);
+  std::vector<int32_t> a;
+  int m;
+  ASSERT_TRUE(t.join(1, {}, &m).ok());
+  append_with_kv(t, 1, a, range(0, 10));  // [0-3] [4-7] [8,9]
+  ASSERT_TRUE(t.leave(1).ok());           // retained
+  EXPECT_EQ(t.continuation(range(0, 2), 3), (std::vector<int32_t>{2, 3, 4}));  // on into the child
+  EXPECT_EQ(t.continuation(range(0, 5), 10), (std::vector<int32_t>{5, 6, 7, 8, 9}));
+  EXPECT_EQ(t.continuation(range(0, 4), 2), (std::vector<int32_t>{4, 5}));  // from a chunk's start
+  EXPECT_TRUE(t.continuation(range(0, 10), 4).empty());                   // nothing after
+  EXPECT_TRUE(t.continuation(std::vector<int32_t>{0, 1, 9}, 4).empty());  // another text
+  EXPECT_TRUE(t.continuation(range(0, 2), 0).empty());
+  EXPECT_EQ(t.continuation({}, 2), (std::vector<int32_t>{0, 1}));
+}
+
 TEST(HostTree, TruncateInsideASharedChunkCopiesIt) {
   const KvLayout L = small_layout();
   HostTree t(L, L.chunk_bytes() * 16);

@@ -132,6 +132,23 @@ TEST(Speculation, TokensAreTheSameWithDraftsOrWithout) {
       }
 }
 
+// A request asked again: its drafts come from what the tree kept of the
+// first answer, and are all taken.
+TEST(Speculation, ARepeatedRequestDraftsWhatTheTreeHolds) {
+  const LlamaModel& m = model("llama3");
+  Engine e(m, options(AttnMode::kTpp, true));
+  std::vector<Request> reqs = requests(1, 60, 0.0f);
+  reqs[0].prompt.resize(25);  // no repeats in the prompt: no drafts from its own text at first
+  const Result first = test::run_each(e, reqs)[0];
+  const EngineStats before = e.stats();
+  const Result again = test::run_each(e, reqs)[0];
+  const EngineStats after = e.stats();
+  EXPECT_EQ(again.completions[0].tokens, first.completions[0].tokens);
+  const int tree = int(DraftSource::kTree);
+  EXPECT_GT(after.drafted[tree] - before.drafted[tree], 40u);
+  EXPECT_EQ(after.draft_accepted[tree] - before.draft_accepted[tree], after.drafted[tree] - before.drafted[tree]);
+}
+
 // Off by the request, or by the engine: no drafts at all.
 TEST(Speculation, OffIsOff) {
   const LlamaModel& m = model("llama3");

@@ -85,6 +85,9 @@ class PrefixKv : public KvStore, public SequenceCache {
   bool pinned(ChunkId c) const { return tree_.pinned(c); }
   int chunk_length(ChunkId c) const { return tree_.chunk_length(c); }
   int length(SeqId id) const { return tree_.length(id); }
+  std::vector<int32_t> continuation(std::span<const int32_t> tokens, int k) const {
+    return tree_.continuation(tokens, k);
+  }
   const std::vector<ChunkId>& chunks_of(SeqId id) const { return tree_.chunks_of(id); }
   // The web console's picture (kv/tree_view.h), with what the disk holds.
   TreeView view(int max_nodes, int head_tokens) const;

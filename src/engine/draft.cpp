@@ -8,6 +8,7 @@ namespace cs {
 const char* draft_source_name(DraftSource s) {
   switch (s) {
     case DraftSource::kPrediction: return "prediction";
+    case DraftSource::kTree: return "tree";
     case DraftSource::kContext: return "context";
     case DraftSource::kNone: break;
   }

@@ -12,8 +12,11 @@
 
 namespace cs {
 
-enum class DraftSource { kNone, kPrediction, kContext };
-inline constexpr int kDraftSources = 3;
+// Where a draft came from: the request's prediction, what the prefix tree
+// holds after the same text (another request's output), or the sequence's
+// own prompt and output.
+enum class DraftSource { kNone, kPrediction, kTree, kContext };
+inline constexpr int kDraftSources = 4;
 const char* draft_source_name(DraftSource s);
 
 // Up to k tokens that followed, in `corpus`, an occurrence of the longest

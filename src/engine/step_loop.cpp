@@ -265,12 +265,17 @@ void Engine::Impl::propose_drafts() {
     if (!on || s.pending() != 1 || s.generated().empty() || s.detached()) continue;
     int k = std::min({s.pacer.next(), s.remaining() - 1, engine.n_ctx_ - 2 - s.positions().back()});
     if (k <= 0) continue;
-    // A match of two tokens or more in the prediction, else in its own
-    // text, else one token's in the prediction.
+    // A match of two tokens or more in the prediction, else what the tree
+    // holds after the same text, else a match in its own text, else one
+    // token's in the prediction.
     const int at = int(s.generated().size());
     if (!q.prediction.empty()) {
       s.draft = lookup_draft(q.prediction, s.generated(), k, 2, 8, at);
       s.draft_source = DraftSource::kPrediction;
+    }
+    if (s.draft.empty() && engine.opt_.prefix_caching()) {
+      s.draft = kv.continuation(s.tokens(), k);
+      s.draft_source = DraftSource::kTree;
     }
     if (s.draft.empty()) {
       s.draft = lookup_draft(s.tokens(), s.tokens(), k, 2, 12);

@@ -159,6 +159,32 @@ void PrefixTree::grown(ChunkId c, int before) {
   tell([&](TreeObserver& o) { o.grown(c, m.parent, m.tokens, before); });
 }
 
+std::vector<int32_t> PrefixTree::continuation(std::span<const int32_t> tokens, int k) const {
+  std::vector<int32_t> out;
+  if (k <= 0) return out;
+  const int c = layout().chunk_size;
+  const auto [node, i] = match(tokens);
+  const std::span<const int32_t> rest = tokens.subspan(size_t(i));
+  // A chunk under `node` holding the rest and more.
+  ChunkId at = kNoChunk;
+  for (ChunkId ch : children_of(node)) {
+    const auto& t = meta_[size_t(ch)].tokens;
+    if (t.size() > rest.size() && std::equal(rest.begin(), rest.end(), t.begin())) {
+      at = ch;
+      break;
+    }
+  }
+  size_t from = rest.size();
+  while (at != kNoChunk && int(out.size()) < k) {
+    const auto& t = meta_[size_t(at)].tokens;
+    for (size_t j = from; j < t.size() && int(out.size()) < k; ++j) out.push_back(t[j]);
+    if (int(t.size()) < c || meta_[size_t(at)].children.empty()) break;
+    at = meta_[size_t(at)].children.front();
+    from = 0;
+  }
+  return out;
+}
+
 std::pair<ChunkId, int> PrefixTree::match(std::span<const int32_t> tokens) const {
   const int c = layout().chunk_size, n = int(tokens.size());
   ChunkId node = kNoChunk;

@@ -179,6 +179,11 @@ class PrefixTree {
   // The longest run of full chunks in the tree matching the start of
   // `tokens`: its last chunk (kNoChunk: none) and the tokens it covers.
   std::pair<ChunkId, int> match(std::span<const int32_t> tokens) const;
+  // Up to k tokens the tree holds after `tokens` (what another sequence
+  // wrote after the same text: speculative decoding's drafts), following the
+  // full chunks that match them and then a chunk that starts with the rest
+  // and goes on, into its children while it is full; empty when none does.
+  std::vector<int32_t> continuation(std::span<const int32_t> tokens, int k) const;
   // A retained full chunk under `parent` (kNoChunk: the root) holding
   // `tokens` (chunk_size of them), for a lower tier bringing one back: the
   // chunk and true when it was made (the caller writes its bytes), the child

@@ -213,9 +213,9 @@ class Api(ServedTest):
         n_pred = len(raw(self.server.url, "POST", "/tokenize", json.dumps({"content": code}))[2]["tokens"])
         self.assertEqual(d_pred.accepted_prediction_tokens + d_pred.rejected_prediction_tokens, n_pred)
         drafted = sum(after[f'chunkserve:spec_draft_tokens_total{{source="{s}"}}']
-                      - before[f'chunkserve:spec_draft_tokens_total{{source="{s}"}}'] for s in ("prediction", "context"))
+                      - before[f'chunkserve:spec_draft_tokens_total{{source="{s}"}}'] for s in ("prediction", "tree", "context"))
         accepted = sum(after[f'chunkserve:spec_accepted_tokens_total{{source="{s}"}}']
-                       - before[f'chunkserve:spec_accepted_tokens_total{{source="{s}"}}'] for s in ("prediction", "context"))
+                       - before[f'chunkserve:spec_accepted_tokens_total{{source="{s}"}}'] for s in ("prediction", "tree", "context"))
         self.assertEqual(drafted, sum(d.model_extra["drafted_tokens"] for d in (d_off, d_on, d_pred)))
         self.assertEqual(accepted, sum(d.model_extra["accepted_draft_tokens"] for d in (d_off, d_on, d_pred)))
         self.error(400, json.dumps({"model": MODEL_ID, "messages": [{"role": "user", "content": "x"}],
