@@ -46,6 +46,13 @@ json kv_tree_json(const KvTreeSnapshot& t, const Tokenizer& tok, int max_nodes, 
                      {"on_disk", n.on_disk},
                      {"text", text}});
   }
+  json sources = json::object();
+  uint64_t drafted = 0, accepted = 0;
+  for (DraftSource src : {DraftSource::kPrediction, DraftSource::kTree, DraftSource::kContext}) {
+    sources[draft_source_name(src)] = {{"drafted", s.drafted[int(src)]}, {"accepted", s.draft_accepted[int(src)]}};
+    drafted += s.drafted[int(src)];
+    accepted += s.draft_accepted[int(src)];
+  }
   const auto age = std::chrono::steady_clock::now() - t.at;
   return {{"object", "kv.tree"},
           {"chunk_size", t.chunk_size},
@@ -75,6 +82,7 @@ json kv_tree_json(const KvTreeSnapshot& t, const Tokenizer& tok, int max_nodes, 
             {"prompt_tokens_cached", s.prompt_tokens_cached},
             {"prompt_tokens_disk", s.prompt_tokens_disk},
             {"generated_tokens", s.generated_tokens}}},
+          {"speculation", {{"drafted", drafted}, {"accepted", accepted}, {"sources", sources}}},
           {"nodes", nodes},
           {"omitted_chunks", omitted}};
 }

@@ -218,6 +218,13 @@ class Api(ServedTest):
                        - before[f'chunkserve:spec_accepted_tokens_total{{source="{s}"}}'] for s in ("prediction", "tree", "context"))
         self.assertEqual(drafted, sum(d.model_extra["drafted_tokens"] for d in (d_off, d_on, d_pred)))
         self.assertEqual(accepted, sum(d.model_extra["accepted_draft_tokens"] for d in (d_off, d_on, d_pred)))
+        # The KV tree's stats (the console's card) agree with the metrics.
+        spec = raw(self.server.url, "GET", "/v1/kv/tree?max_nodes=1&text=0")[2]["speculation"]
+        for src in ("prediction", "tree", "context"):
+            self.assertEqual(spec["sources"][src]["drafted"], after[f'chunkserve:spec_draft_tokens_total{{source="{src}"}}'])
+            self.assertEqual(spec["sources"][src]["accepted"],
+                             after[f'chunkserve:spec_accepted_tokens_total{{source="{src}"}}'])
+        self.assertEqual(spec["drafted"], sum(v["drafted"] for v in spec["sources"].values()))
         self.error(400, json.dumps({"model": MODEL_ID, "messages": [{"role": "user", "content": "x"}],
                                     "prediction": {"type": "content", "content": 3}}))
 
