@@ -13,8 +13,15 @@ Each round runs every (task, setting) once; the table gives the median
 tokens/s, the ratio auto/off of the medians, the drafts taken, and whether the
 tokens were the same (they must be: speculation changes speed, never tokens).
 
+With --llama DIR (llama.cpp's build/bin, bench/peers/build_llama_cpp.sh plus
+its llama-lookup target), the same rounds also run llama.cpp's prompt-lookup
+speculation, `llama-lookup` with its default draft length against
+`--spec-draft-n-max 0` (the same program without drafts), on the prompt as SmolLM2's
+chat template renders it (ChatML with its default system line), and the table
+gets its decode tokens/s and ratio.
+
     bench/speculation.py [--binary build/chunkserve] [--model FILE] [--rounds 3]
-                         [--threads 2] [--max-tokens 160] [--json OUT]
+                         [--threads 2] [--max-tokens 160] [--llama DIR] [--json OUT]
 """
 import argparse
 import json
@@ -148,6 +155,30 @@ def run(binary, model, prompt, prediction, speculate, threads, max_tokens):
             "drafted": int(d.group(1)) if d else 0, "taken": int(d.group(2)) if d else 0}
 
 
+SMOLLM2_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+
+
+def chatml(user):
+    return (f"<|im_start|>system\n{SMOLLM2_SYSTEM}<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n"
+            "<|im_start|>assistant\n")
+
+
+def run_llama(bindir, model, prompt, draft, threads, max_tokens):
+    cmd = [os.path.join(bindir, "llama-lookup"), "-m", model, "-p", chatml(prompt), "-n", str(max_tokens),
+           "--temp", "0", "-t", str(threads), "-c", "4096"]
+    if draft is not None:
+        cmd += ["--spec-draft-n-max", str(draft)]
+    env = {**os.environ, "LD_LIBRARY_PATH": bindir}
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    m = re.search(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s", p.stderr)
+    if p.returncode != 0 or not m:
+        sys.exit(f"speculation.py: llama-lookup failed:\n{p.stderr[-2000:]}")
+    acc = re.search(r"n_accept\s+=\s+(\d+)", p.stderr)
+    dra = re.search(r"n_drafted\s+=\s+(\d+)", p.stderr)
+    return {"tokens": int(m.group(1)), "tps": float(m.group(3)), "text": p.stdout,
+            "drafted": int(dra.group(1)) if dra else 0, "taken": int(acc.group(1)) if acc else 0}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--binary", default=os.path.join(ROOT, "build", "chunkserve"))
@@ -157,17 +188,24 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=160)
     ap.add_argument("--tasks", default="a,b,b+prediction,c,d")
     ap.add_argument("--json", default="")
+    ap.add_argument("--llama", default="", help="llama.cpp's build/bin (llama-lookup)")
     a = ap.parse_args()
     all_tasks = tasks()
     names = a.tasks.split(",")
-    res = {(t, s): [] for t in names for s in ("off", "auto")}
+    res = {(t, s): [] for t in names for s in ("off", "auto", "llama-off", "llama-lookup")}
+    model = a.model or os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
     for r in range(a.rounds):
         for t in names:
             prompt, prediction = all_tasks[t]
             for s in (("off", "auto") if r % 2 == 0 else ("auto", "off")):
                 res[(t, s)].append(run(a.binary, a.model, prompt, prediction, s, a.threads, a.max_tokens))
-    print(f"\n| task | tokens | off tok/s | auto tok/s | auto/off | drafts taken | same tokens |")
-    print("|---|---|---|---|---|---|---|")
+            if a.llama and prediction is None:
+                for s in (("llama-off", "llama-lookup") if r % 2 == 0 else ("llama-lookup", "llama-off")):
+                    res[(t, s)].append(run_llama(a.llama, model, prompt, 0 if s == "llama-off" else None, a.threads,
+                                                 a.max_tokens))
+    print(f"\n| task | tokens | off tok/s | auto tok/s | auto/off | drafts taken | same tokens |"
+          + (" llama.cpp off | llama-lookup | lookup/off | its drafts taken |" if a.llama else ""))
+    print("|---|---|---|---|---|---|---|" + ("---|---|---|---|" if a.llama else ""))
     rows = []
     for t in names:
         off = [x["tps"] for x in res[(t, "off")]]
@@ -176,10 +214,22 @@ def main():
         drafted = res[(t, "auto")][0]["drafted"]
         taken = res[(t, "auto")][0]["taken"]
         ratio = statistics.median(on) / statistics.median(off)
-        rows.append({"task": t, "tokens": res[(t, "off")][0]["tokens"], "off_tps": off, "auto_tps": on,
-                     "ratio": ratio, "drafted": drafted, "taken": taken, "same": same})
-        print(f"| {t} | {res[(t, 'off')][0]['tokens']} | {statistics.median(off):.1f} | {statistics.median(on):.1f} | "
-              f"{ratio:.2f}x | {taken}/{drafted} | {'yes' if same else 'NO'} |")
+        row = {"task": t, "tokens": res[(t, "off")][0]["tokens"], "off_tps": off, "auto_tps": on,
+               "ratio": ratio, "drafted": drafted, "taken": taken, "same": same}
+        line = (f"| {t} | {res[(t, 'off')][0]['tokens']} | {statistics.median(off):.1f} | {statistics.median(on):.1f} | "
+                f"{ratio:.2f}x | {taken}/{drafted} | {'yes' if same else 'NO'} |")
+        if a.llama:
+            lo = [x["tps"] for x in res[(t, "llama-off")]]
+            ll = [x["tps"] for x in res[(t, "llama-lookup")]]
+            if lo:
+                lr = statistics.median(ll) / statistics.median(lo)
+                row.update({"llama_off_tps": lo, "llama_lookup_tps": ll, "llama_ratio": lr})
+                ld = res[(t, "llama-lookup")][0]
+                line += f" {statistics.median(lo):.1f} | {statistics.median(ll):.1f} | {lr:.2f}x | {ld['taken']}/{ld['drafted']} |"
+            else:
+                line += " - | - | - | - |"
+        rows.append(row)
+        print(line)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1)
