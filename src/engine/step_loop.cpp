@@ -246,7 +246,7 @@ void Engine::Impl::step() {
 // step of one sequence reads every weight for one row, so a few rows more
 // cost little; a large batch is no longer bound by that read), never beyond
 // a sequence's max_tokens or context, never into a pool that would have to
-// preempt for them; the client's prediction first, then its own text.
+// preempt for them; from the client's prediction, the tree or its own text.
 void Engine::Impl::propose_drafts() {
   const EngineOptions& o = engine.opt_;
   int decoding = 0;
@@ -273,7 +273,7 @@ void Engine::Impl::propose_drafts() {
       s.draft = lookup_draft(q.prediction, s.generated(), k, 2, 8, at);
       s.draft_source = DraftSource::kPrediction;
     }
-    if (s.draft.empty() && engine.opt_.prefix_caching()) {
+    if (s.draft.empty() && o.prefix_caching()) {
       s.draft = kv.continuation(s.tokens(), k);
       s.draft_source = DraftSource::kTree;
     }
