@@ -13,8 +13,8 @@ Each round runs every (task, setting) once; the table gives the median
 tokens/s, the ratio auto/off of the medians, the drafts taken, and whether the
 tokens were the same (they must be: speculation changes speed, never tokens).
 
-With --llama DIR (llama.cpp's build/bin, bench/peers/build_llama_cpp.sh plus
-its llama-lookup target), the same rounds also run llama.cpp's prompt-lookup
+With --llama DIR (llama.cpp's build/bin, from bench/peers/build_llama_cpp.sh),
+the same rounds also run llama.cpp's prompt-lookup
 speculation, `llama-lookup` with its default draft length against
 `--spec-draft-n-max 0` (the same program without drafts), on the prompt as SmolLM2's
 chat template renders it (ChatML with its default system line), and the table

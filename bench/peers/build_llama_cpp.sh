@@ -2,7 +2,8 @@
 # Builds llama.cpp, the peer we measure against, from the llama-cpp-python sdist
 # on PyPI (the only registry that carries its source here). Not run by CI: it
 # takes ~10 minutes on 2 cores. Output: bench/peers/.work/llama.cpp/build/bin
-# with libllama.so, llama-bench, llama-batched-bench, llama-server, llama-quantize and
+# with libllama.so, llama-bench, llama-batched-bench, llama-server, llama-quantize,
+# llama-lookup (prompt-lookup speculation, bench/speculation.py) and
 # llama-tokenize, plus the llama_cpp Python bindings (pure Python over that
 # library) in .work/llama_cpp_python.
 # CPUs that report AMX fault on its instructions inside these VMs (a native
@@ -37,6 +38,6 @@ cmake -S llama.cpp -B llama.cpp/build -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DBUILD_SHARED_LIBS=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF "${isa[@]}" \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON >/dev/null
 ninja -C llama.cpp/build -j"$(nproc)" llama llama-bench llama-tokenize llama-batched-bench llama-server llama-perplexity \
-  llama-quantize
+  llama-quantize llama-lookup
 pip install -q numpy diskcache jinja2 typing_extensions
 echo "built: $work/llama.cpp/build/bin"
