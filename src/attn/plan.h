@@ -63,10 +63,7 @@ struct ChunkFirstWork {
   std::span<const int> readers(int r) const { return span_of(reader_seq, reader_begin, r); }
   std::span<const int> depths(int r) const { return span_of(reader_depth, reader_begin, r); }
   std::span<const ChunkId> chunks(int r) const { return span_of(run_chunk, chunk_begin, r); }
-  std::span<const ReaderPiece> pieces_of_seq(int i) const {
-    if (size_t(i) + 1 >= seq_piece_begin.size()) return {};
-    return span_of(seq_piece, seq_piece_begin, i);
-  }
+  std::span<const ReaderPiece> pieces_of_seq(int i) const { return span_of(seq_piece, seq_piece_begin, i); }
 
  private:
   template <class T>

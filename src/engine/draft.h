@@ -17,6 +17,7 @@ namespace cs {
 // own prompt and output.
 enum class DraftSource { kNone, kPrediction, kTree, kContext };
 inline constexpr int kDraftSources = 4;
+inline constexpr DraftSource kDraftKinds[] = {DraftSource::kPrediction, DraftSource::kTree, DraftSource::kContext};
 const char* draft_source_name(DraftSource s);
 
 // Up to k tokens that followed, in `corpus`, an occurrence of the longest

@@ -3,6 +3,7 @@
 // "client side" are guarded by `mu`; those under "engine side" belong to the
 // engine thread alone.
 #pragma once
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -75,6 +76,8 @@ struct RequestState {
     Timings& t = building.timings;
     t.total_s = std::chrono::duration<double>(Clock::now() - submitted).count();
     if (first_token) t.decode_s = t.total_s - t.ttft_s;
+    Usage& u = building.usage;
+    u.rejected_prediction_tokens = std::max(0, req.n * int(req.prediction.size()) - u.accepted_prediction_tokens);
     std::lock_guard lock(mu);
     events.push_back(std::move(fin));
     result = building;

@@ -68,7 +68,6 @@ void Engine::Impl::start(const std::shared_ptr<RequestState>& r) {
   r->building.completions.resize(size_t(q.n));
   r->ended.assign(size_t(q.n), false);
   r->building.usage.prompt_tokens = int(q.prompt.size());
-  r->building.usage.rejected_prediction_tokens = q.n * int(q.prediction.size());
   r->live = q.n;
   live.push_back(r);
   ++counters.requests;
@@ -417,10 +416,7 @@ void Engine::Impl::verify_draft(const Scheduler::Row& row, const float* lg, std:
       ++taken;
       ++counters.draft_accepted[src];
       ++u.accepted_draft_tokens;
-      if (s.draft_source == DraftSource::kPrediction) {
-        ++u.accepted_prediction_tokens;
-        u.rejected_prediction_tokens = std::max(0, u.rejected_prediction_tokens - 1);
-      }
+      if (s.draft_source == DraftSource::kPrediction) ++u.accepted_prediction_tokens;
     }
     const size_t before = done.size();
     sample_row(&s, row_logits, done);

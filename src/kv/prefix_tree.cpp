@@ -298,13 +298,36 @@ KvStatus PrefixTree::join(SeqId id, std::span<const int32_t> tokens, int* matche
   return KvStatus::Ok();
 }
 
+KvStatus PrefixTree::not_live(SeqId id, const char* what) const {
+  return {left_.count(id) ? KvCode::kSequenceLeft : KvCode::kUnknownSequence,
+          std::string(what) + " of sequence " + std::to_string(id) + " that is not live" +
+              (left_.count(id) ? " (it left)" : "")};
+}
+
+void PrefixTree::copy_tail(Seq& seq, int n) {
+  const ChunkId tail = seq.chunks.back(), own = allocate_chunk();
+  copy_tokens(own, tail, n);
+  if (!seq.detached) attach(own, meta_[size_t(tail)].parent);
+  grown(own, 0);
+  meta_[size_t(own)].ref = meta_[size_t(own)].uses = 1;
+  seq.chunks.back() = own;
+  unref(tail);  // still read by the other sequences, or kept as its whole self
+  dirty_ = true;
+}
+
+void PrefixTree::release(std::span<const ChunkId> chunks) {
+  for (auto c = chunks.rbegin(); c != chunks.rend(); ++c) unref(*c);  // leaves first
+  // Now retained: kept root first, so that a kill part-way through the
+  // writes leaves a prefix of the chain on disk (a tail alone serves nobody).
+  for (ChunkId c : chunks)
+    if (meta_[size_t(c)].ref == 0 && meta_[size_t(c)].in_tree) tell([c](TreeObserver& o) { o.retained(c); });
+  dirty_ = true;
+}
+
 KvStatus PrefixTree::append(SeqId id, std::span<const int32_t> tokens) {
   check_writer();
   auto it = seqs_.find(id);
-  if (it == seqs_.end())
-    return {left_.count(id) ? KvCode::kSequenceLeft : KvCode::kUnknownSequence,
-            "append to " + std::string(left_.count(id) ? "a sequence that left" : "an unknown sequence") +
-                " (" + std::to_string(id) + ")"};
+  if (it == seqs_.end()) return not_live(id, "append");
   check_copies_taken(copies_);
   Seq& seq = it->second;
   const int c = layout().chunk_size, n = int(tokens.size());
@@ -317,16 +340,7 @@ KvStatus PrefixTree::append(SeqId id, std::span<const int32_t> tokens) {
   if (need > available())
     return {KvCode::kPoolExhausted, "need " + std::to_string(need) + " chunks, " +
                                         std::to_string(available()) + " available"};
-  if (cow) {
-    const ChunkId own = allocate_chunk();
-    copy_tokens(own, tail, chunk_length(tail));
-    if (!seq.detached) attach(own, meta_[size_t(tail)].parent);
-    grown(own, 0);
-    meta_[size_t(own)].ref = meta_[size_t(own)].uses = 1;
-    --meta_[size_t(tail)].ref;  // still read by the other sequences
-    seq.chunks.back() = own;
-    dirty_ = true;
-  }
+  if (cow) copy_tail(seq, chunk_length(tail));
   // The observer hears of each chunk once, when the tokens for it are in.
   ChunkId growing = seq.chunks.empty() ? kNoChunk : seq.chunks.back();
   int before = growing < 0 ? 0 : chunk_length(growing);
@@ -391,27 +405,18 @@ int PrefixTree::chunks_to_append(SeqId id, int n) const {
 KvStatus PrefixTree::leave(SeqId id) {
   check_writer();
   auto it = seqs_.find(id);
-  if (it == seqs_.end())
-    return {left_.count(id) ? KvCode::kSequenceLeft : KvCode::kUnknownSequence,
-            "leave of sequence " + std::to_string(id) + " that is not live"};
+  if (it == seqs_.end()) return not_live(id, "leave");
   const std::vector<ChunkId> chunks = std::move(it->second.chunks);
   seqs_.erase(it);
   left_.insert(id);
-  for (auto c = chunks.rbegin(); c != chunks.rend(); ++c) unref(*c);  // leaves first
-  // Now retained: kept root first, so that a kill part-way through the
-  // writes leaves a prefix of the chain on disk (a tail alone serves nobody).
-  for (ChunkId c : chunks)
-    if (meta_[size_t(c)].ref == 0 && meta_[size_t(c)].in_tree) tell([c](TreeObserver& o) { o.retained(c); });
-  dirty_ = true;
+  release(chunks);
   return KvStatus::Ok();
 }
 
 KvStatus PrefixTree::truncate(SeqId id, int n) {
   check_writer();
   auto it = seqs_.find(id);
-  if (it == seqs_.end())
-    return {left_.count(id) ? KvCode::kSequenceLeft : KvCode::kUnknownSequence,
-            "truncate of sequence " + std::to_string(id) + " that is not live"};
+  if (it == seqs_.end()) return not_live(id, "truncate");
   Seq& seq = it->second;
   if (n < 0 || n > seq.length)
     return {KvCode::kInvalid, "truncate of sequence " + std::to_string(id) + " to " + std::to_string(n) +
@@ -435,9 +440,7 @@ KvStatus PrefixTree::truncate(SeqId id, int n) {
   std::vector<ChunkId> gone(seq.chunks.begin() + std::ptrdiff_t(keep_chunks), seq.chunks.end());
   seq.chunks.resize(keep_chunks);
   seq.length = n;
-  for (auto c = gone.rbegin(); c != gone.rend(); ++c) unref(*c);  // leaves first
-  for (ChunkId c : gone)
-    if (meta_[size_t(c)].ref == 0 && meta_[size_t(c)].in_tree) tell([c](TreeObserver& o) { o.retained(c); });
+  release(gone);
   // Shortened in place only when nothing hangs under it (the chunks just let
   // go may stay there, cached; being cached, they leave room for the copy).
   const bool own = partial && meta_[size_t(cut)].ref == 1 && meta_[size_t(cut)].children.empty();
@@ -447,13 +450,7 @@ KvStatus PrefixTree::truncate(SeqId id, int n) {
     m.tokens.resize(size_t(keep));
     grown(cut, 0);
   } else if (partial) {
-    const ChunkId mine = allocate_chunk();
-    copy_tokens(mine, cut, keep);
-    if (!seq.detached) attach(mine, meta_[size_t(cut)].parent);
-    grown(mine, 0);
-    meta_[size_t(mine)].ref = meta_[size_t(mine)].uses = 1;
-    seq.chunks.back() = mine;
-    unref(cut);  // still read by others, or kept as its whole self
+    copy_tail(seq, keep);
   }
   dirty_ = true;
   return KvStatus::Ok();
@@ -462,9 +459,7 @@ KvStatus PrefixTree::truncate(SeqId id, int n) {
 KvStatus PrefixTree::fork(SeqId parent, SeqId child) {
   check_writer();
   auto it = seqs_.find(parent);
-  if (it == seqs_.end())
-    return {left_.count(parent) ? KvCode::kSequenceLeft : KvCode::kUnknownSequence,
-            "fork of sequence " + std::to_string(parent) + " that is not live"};
+  if (it == seqs_.end()) return not_live(parent, "fork");
   if (seqs_.count(child)) return {KvCode::kSequenceExists, "sequence " + std::to_string(child) + " exists"};
   Seq copy = it->second;
   for (ChunkId c : copy.chunks) add_ref(c), ++meta_[size_t(c)].uses;

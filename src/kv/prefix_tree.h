@@ -218,6 +218,11 @@ class PrefixTree {
   };
 
   void check_writer();
+  KvStatus not_live(SeqId id, const char* what) const;  // kSequenceLeft or kUnknownSequence
+  // Replaces the sequence's last chunk by a chunk of its own holding its first n tokens.
+  void copy_tail(Seq& seq, int n);
+  // Lets go of a sequence's chunks as leave() does (cached when retained).
+  void release(std::span<const ChunkId> chunks);
   ChunkId allocate_chunk();           // evicts cached chunks if needed
   void add_ref(ChunkId c);
   void attach(ChunkId c, ChunkId parent);

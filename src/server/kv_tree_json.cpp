@@ -48,7 +48,7 @@ json kv_tree_json(const KvTreeSnapshot& t, const Tokenizer& tok, int max_nodes, 
   }
   json sources = json::object();
   uint64_t drafted = 0, accepted = 0;
-  for (DraftSource src : {DraftSource::kPrediction, DraftSource::kTree, DraftSource::kContext}) {
+  for (DraftSource src : kDraftKinds) {
     sources[draft_source_name(src)] = {{"drafted", s.drafted[int(src)]}, {"accepted", s.draft_accepted[int(src)]}};
     drafted += s.drafted[int(src)];
     accepted += s.draft_accepted[int(src)];

@@ -486,33 +486,25 @@ std::string MessagesResponder::start(int prompt_tokens) const {
   return sse("message_start", {{"type", "message_start"}, {"message", message}});
 }
 
+std::string MessagesResponder::block_delta(int& open, const json& start, const json& delta) {
+  std::string out;
+  if (open < 0) {
+    open = next_block_++;
+    out += sse("content_block_start", {{"type", "content_block_start"}, {"index", open}, {"content_block", start}});
+  }
+  return out + sse("content_block_delta", {{"type", "content_block_delta"}, {"index", open}, {"delta", delta}});
+}
+
 std::string MessagesResponder::text_delta(const std::string& s) {
   if (s.empty()) return {};
-  std::string out;
-  if (open_text_ < 0) {
-    open_text_ = next_block_++;
-    out += sse("content_block_start", {{"type", "content_block_start"},
-                                       {"index", open_text_},
-                                       {"content_block", {{"type", "text"}, {"text", ""}}}});
-  }
-  return out + sse("content_block_delta", {{"type", "content_block_delta"},
-                                           {"index", open_text_},
-                                           {"delta", {{"type", "text_delta"}, {"text", s}}}});
+  return block_delta(open_text_, {{"type", "text"}, {"text", ""}}, {{"type", "text_delta"}, {"text", s}});
 }
 
 // The thought as a thinking block, open until the answer begins.
 std::string MessagesResponder::thinking_delta(const std::string& s) {
   if (s.empty()) return {};
-  std::string out;
-  if (open_thinking_ < 0) {
-    open_thinking_ = next_block_++;
-    out += sse("content_block_start", {{"type", "content_block_start"},
-                                       {"index", open_thinking_},
-                                       {"content_block", {{"type", "thinking"}, {"thinking", ""}, {"signature", ""}}}});
-  }
-  return out + sse("content_block_delta", {{"type", "content_block_delta"},
-                                           {"index", open_thinking_},
-                                           {"delta", {{"type", "thinking_delta"}, {"thinking", s}}}});
+  return block_delta(open_thinking_, {{"type", "thinking"}, {"thinking", ""}, {"signature", ""}},
+                     {{"type", "thinking_delta"}, {"thinking", s}});
 }
 
 std::string MessagesResponder::close_text() {

@@ -72,6 +72,8 @@ class MessagesResponder {
   ReasoningStream reasoning_;  // a thinking template's thought, split from the answer
   std::string text_delta(const std::string& s);
   std::string thinking_delta(const std::string& s);
+  // A delta of the block `open` (opened with `start` first, when it is not yet).
+  std::string block_delta(int& open, const nlohmann::ordered_json& start, const nlohmann::ordered_json& delta);
   std::string close_text();
   std::string answer(const std::string& s);  // the answer's text after the thought
 };

@@ -118,12 +118,12 @@ std::string prometheus_text(const EngineStats& s, const HttpCounts& http, const 
            s.pauses);
   w.head(p + "spec_draft_tokens_total", "counter",
          "Speculative decoding: draft tokens run, by where the draft came from (a request's prediction, or its context).");
-  for (DraftSource src : {DraftSource::kPrediction, DraftSource::kTree, DraftSource::kContext})
+  for (DraftSource src : kDraftKinds)
     w.out << p << "spec_draft_tokens_total{" << inner << ",source=\"" << draft_source_name(src) << "\"} "
           << s.drafted[int(src)] << '\n';
   w.head(p + "spec_accepted_tokens_total", "counter",
          "Speculative decoding: draft tokens the model drew too (taken), by source; the rest were rejected.");
-  for (DraftSource src : {DraftSource::kPrediction, DraftSource::kTree, DraftSource::kContext})
+  for (DraftSource src : kDraftKinds)
     w.out << p << "spec_accepted_tokens_total{" << inner << ",source=\"" << draft_source_name(src) << "\"} "
           << s.draft_accepted[int(src)] << '\n';
   w.metric(p + "engine_steps_total", "counter", "Forward passes run.", s.steps);
