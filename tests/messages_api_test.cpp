@@ -10,6 +10,7 @@
 
 #include "model/gguf.h"
 #include "server/messages_api.h"
+#include "api_fixture.h"
 
 namespace cs {
 namespace {
@@ -18,17 +19,7 @@ using json = nlohmann::json;
 
 class Messages : public ::testing::Test {
  protected:
-  static const Tokenizer& tok() {
-    static const Tokenizer t = Tokenizer::from_gguf(GgufFile(std::string(CS_VOCAB_DIR) + "/ggml-vocab-gpt-2.gguf"));
-    return t;
-  }
-  void SetUp() override {
-    lim_.tokenizer = &tok();
-    lim_.chat = &chat_;
-    lim_.model_id = model_;
-    lim_.max_n = 4;
-    lim_.tools = tool_syntax(chat_.source());
-  }
+  static const Tokenizer& tok() { return test::gpt2_tokenizer(); }
   const ApiLimits& limits() { return lim_; }
   ApiLimits limits(int n_ctx) {
     ApiLimits lim = lim_;
@@ -49,12 +40,7 @@ class Messages : public ::testing::Test {
     return {};
   }
   ChatTemplate chat_{ChatTemplate::chatml_source(), "", "<|endoftext|>"};
-  const std::string model_ = "m";
-  ApiLimits lim_ = [] {
-    ApiLimits l;
-    l.n_ctx = 4096;
-    return l;
-  }();
+  ApiLimits lim_ = test::api_limits(&chat_);
 };
 
 // SSE text as [{"event": name, "data": {...}}].

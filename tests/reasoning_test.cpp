@@ -15,6 +15,7 @@
 #include "server/messages_api.h"
 #include "server/reasoning.h"
 #include "server/responses_api.h"
+#include "api_fixture.h"
 
 namespace cs {
 namespace {
@@ -117,10 +118,7 @@ TEST(Reasoning, AStreamSplitsAsTheWholeReply) {
 
 class Thinking : public ::testing::Test {
  protected:
-  static const Tokenizer& tok() {
-    static const Tokenizer t = Tokenizer::from_gguf(GgufFile(std::string(CS_VOCAB_DIR) + "/ggml-vocab-gpt-2.gguf"));
-    return t;
-  }
+  static const Tokenizer& tok() { return test::gpt2_tokenizer(); }
   static std::string qwen3() {
     std::ifstream f(std::string(CS_TEMPLATE_DIR) + "/Qwen-Qwen3-0.6B.jinja");
     std::stringstream s;
@@ -129,16 +127,10 @@ class Thinking : public ::testing::Test {
   }
   void SetUp() override {
     if (source_.empty()) GTEST_SKIP() << "no Qwen3 template (scripts/fetch_vocabs.sh fetches it)";
-    lim_.tokenizer = &tok();
-    lim_.chat = &chat_;
-    lim_.model_id = model_;
-    lim_.n_ctx = 4096;
-    lim_.max_n = 4;
-    lim_.tools = tool_syntax(chat_.source());
+    lim_ = test::api_limits(&chat_);
   }
   std::string source_ = qwen3();
   ChatTemplate chat_{source_.empty() ? ChatTemplate::chatml_source() : source_, "", "<|im_end|>"};
-  const std::string model_ = "m";
   ApiLimits lim_;
   const std::string reply_ = "<think>\nThe capital is Paris.\n</think>\n\nParis.";
 };

@@ -12,6 +12,7 @@
 
 #include "model/gguf.h"
 #include "server/responses_api.h"
+#include "api_fixture.h"
 
 namespace cs {
 namespace {
@@ -52,18 +53,7 @@ TEST(ResponseStore, KeepsTheMostRecentlyUsedWithinItsBounds) {
 
 class Responses : public ::testing::Test {
  protected:
-  static const Tokenizer& tok() {
-    static const Tokenizer t = Tokenizer::from_gguf(GgufFile(std::string(CS_VOCAB_DIR) + "/ggml-vocab-gpt-2.gguf"));
-    return t;
-  }
-  void SetUp() override {
-    lim_.tokenizer = &tok();
-    lim_.chat = &chat_;
-    lim_.model_id = model_;
-    lim_.n_ctx = 4096;
-    lim_.max_n = 4;
-    lim_.tools = tool_syntax(chat_.source());
-  }
+  static const Tokenizer& tok() { return test::gpt2_tokenizer(); }
   ResponsesRequest parse(const std::string& body) { return parse_responses_request(body, lim_, store_); }
   std::string prompt(const std::string& body) { return tok().decode(parse(body).chat.engine.prompt); }
   std::string chat_prompt(const std::string& body) { return tok().decode(parse_chat_request(body, lim_).engine.prompt); }
@@ -77,8 +67,7 @@ class Responses : public ::testing::Test {
     return {};
   }
   ChatTemplate chat_{ChatTemplate::chatml_source(), "", "<|endoftext|>"};
-  const std::string model_ = "m";
-  ApiLimits lim_;
+  ApiLimits lim_ = test::api_limits(&chat_);
   ResponseStore store_{16, 1 << 20};
 };
 

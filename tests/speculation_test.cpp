@@ -14,6 +14,7 @@
 #include "model/llama.h"
 #include "server/api_request.h"
 #include "tiny_model.h"
+#include "api_fixture.h"
 
 namespace cs {
 namespace {
@@ -167,12 +168,8 @@ TEST(Speculation, OffIsOff) {
 // The API's side: OpenAI's prediction (text or text parts) tokenized as
 // plain text, "speculate", and clear errors.
 TEST(Speculation, PredictionAndSpeculateFields) {
-  static const Tokenizer tok = Tokenizer::from_gguf(GgufFile(std::string(CS_VOCAB_DIR) + "/ggml-vocab-gpt-2.gguf"));
-  ApiLimits lim;
-  lim.tokenizer = &tok;
-  lim.model_id = "m";
-  lim.n_ctx = 4096;
-  lim.max_n = 4;
+  const Tokenizer& tok = test::gpt2_tokenizer();
+  const ApiLimits lim = test::api_limits(nullptr);
   const auto parse = [&](const std::string& extra) {
     return parse_completion_request(R"({"model": "m", "prompt": "x")" + extra + "}", lim).engine;
   };

@@ -15,6 +15,7 @@
 #include "model/chat_template.h"
 #include "model/gguf.h"
 #include "server/api_request.h"
+#include "api_fixture.h"
 
 namespace cs {
 namespace {
@@ -166,21 +167,11 @@ TEST(ToolCalls, SchemaMistakesNameTheirPlace) {
 // text round-trips byte for byte) and a real template.
 class ChatRequests : public ::testing::Test {
  protected:
-  static const Tokenizer& tok() {
-    static const Tokenizer t = Tokenizer::from_gguf(GgufFile(std::string(CS_VOCAB_DIR) + "/ggml-vocab-gpt-2.gguf"));
-    return t;
-  }
+  static const Tokenizer& tok() { return test::gpt2_tokenizer(); }
   ApiRequest parse(const std::string& body, const std::string& template_name = "") {
     const ChatTemplate chat(template_name.empty() ? ChatTemplate::chatml_source() : template_source(template_name),
                             "", "<|endoftext|>");
-    ApiLimits lim;
-    lim.tokenizer = &tok();
-    lim.chat = &chat;
-    lim.model_id = "m";
-    lim.n_ctx = 4096;
-    lim.max_n = 4;
-    lim.tools = tool_syntax(chat.source());
-    return parse_chat_request(body, lim);
+    return parse_chat_request(body, test::api_limits(&chat));
   }
   std::string prompt(const std::string& body, const std::string& template_name = "") {
     return tok().decode(parse(body, template_name).engine.prompt);
