@@ -450,3 +450,32 @@ TEST(EngineThreads, ConcurrentSubmitAndCancel) {
 
 }  // namespace
 }  // namespace cs
+
+namespace cs {
+namespace {
+
+// EngineOptions::profile: the same tokens, and steps counted by kind (a
+// request's prefill step, then one decode step per further token).
+TEST(Engine, AProfiledEngineCountsItsStepsAndGivesTheSameTokens) {
+  const auto reqs = shared_prompts(1, 40, 6);
+  Engine plain(tiny(), opts(AttnMode::kTpp));
+  EngineOptions o = opts(AttnMode::kTpp);
+  o.profile = true;
+  Engine timed(tiny(), o);
+  Request r = reqs[0];
+  r.speculate = 0;  // off: one decode row per step
+  const std::vector<Request> one{r};
+  expect_same_tokens(run_all(timed, one), run_all(plain, one), "profiled");
+  ASSERT_TRUE(timed.wait_idle(std::chrono::seconds(10)));
+  const EngineStats s = timed.stats(), off = plain.stats();
+  EXPECT_EQ(s.prefill_profile.steps, 1u);
+  EXPECT_EQ(s.prefill_profile.rows, uint64_t(r.prompt.size()));
+  EXPECT_EQ(s.decode_profile.steps, uint64_t(r.max_tokens - 1));
+  EXPECT_EQ(s.decode_profile.rows, uint64_t(r.max_tokens - 1));
+  EXPECT_EQ(s.decode_profile.ops.calls[int(ProfOp::kHead)], uint64_t(r.max_tokens - 1));
+  EXPECT_GT(s.decode_profile.step_s, s.decode_profile.ops.total());
+  EXPECT_EQ(off.prefill_profile.steps + off.decode_profile.steps, 0u);
+}
+
+}  // namespace
+}  // namespace cs

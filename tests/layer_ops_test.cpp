@@ -14,6 +14,7 @@
 #include "cache/contiguous_kv.h"
 #include "model/cpu_ops.h"
 #include "model/llama.h"
+#include "model/op_profile.h"
 #include "tiny_model.h"
 
 namespace cs {
@@ -210,6 +211,43 @@ TEST(LayerOps, TheForwardPassRunsOnTheBackendItWasGiven) {
     EXPECT_EQ(rec.calls["gated_ffn"], L);
     EXPECT_EQ(rec.calls["copy_rows"], 1);
   }
+}
+
+// A profiled pass (Workspace::profile) computes the same bits and counts
+// each kind of call as the recording backend does; the matmuls' weight bytes
+// are every matrix's and the head's, once.
+TEST(OpProfile, AProfiledPassIsTheSamePassTimed) {
+  const std::string path = test::tiny_model("ops_llama3", test::tiny_arch_shape("llama3"));
+  const auto m = LlamaModel::load(path);
+  Workspace plain, timed;
+  OpProfile p;
+  timed.profile = &p;
+  const std::vector<float> a = run(*m, plain), b = run(*m, timed);
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+  const int L = m->config().n_layers;
+  auto calls = [&](ProfOp op) { return p.calls[int(op)]; };
+  EXPECT_EQ(calls(ProfOp::kEmbed), 1u);
+  EXPECT_EQ(calls(ProfOp::kMatmul), uint64_t(4 * L));  // q/k/v together, o, gate/up together, down
+  EXPECT_EQ(calls(ProfOp::kHead), 1u);
+  EXPECT_EQ(calls(ProfOp::kNorm), uint64_t(2 * L + 1));
+  EXPECT_EQ(calls(ProfOp::kRope), uint64_t(2 * L + 1));  // q and k per layer, and the angle tables
+  EXPECT_EQ(calls(ProfOp::kElementwise), uint64_t(3 * L + 1));  // two residuals and the FFN per layer, the row copy
+  EXPECT_EQ(calls(ProfOp::kPlan), 1u);
+  EXPECT_EQ(calls(ProfOp::kKvStore), uint64_t(L));
+  EXPECT_EQ(calls(ProfOp::kAttention), uint64_t(L));
+  double bytes = double(m->output().rows) * double(m->output().row_bytes);
+  for (const LlamaLayer& l : m->layers())
+    for (const Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+      bytes += double(w->rows) * double(w->row_bytes);
+  EXPECT_DOUBLE_EQ(p.weight_bytes, bytes);
+  for (int i = 0; i < kProfOps; ++i) EXPECT_GE(p.seconds[i], 0.0) << prof_op_name(ProfOp(i));
+  EXPECT_GT(p.total(), 0.0);
+  OpProfile twice = p;
+  twice += p;
+  EXPECT_EQ(twice.calls[int(ProfOp::kMatmul)], 2 * calls(ProfOp::kMatmul));
+  EXPECT_DOUBLE_EQ(twice.total(), 2 * p.total());
+  EXPECT_STREQ(prof_op_name(ProfOp::kKvStore), "kv_store");
 }
 
 }  // namespace

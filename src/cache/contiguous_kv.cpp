@@ -136,17 +136,21 @@ size_t ContiguousKv::part_floats() const { return size_t(kDenseBlock) * (size_t(
 
 void ContiguousKv::store(int layer, const float* k, const float* v) {
   const int D = shape_.head_dim, w = shape_.kv_width();
-  for (size_t t = 0; t < tok_seq_.size(); ++t)
-    for (int h = 0; h < shape_.n_kv_heads; ++h) {
-      const float* kr = k + t * size_t(w) + size_t(h) * D;
-      const float* vr = v + t * size_t(w) + size_t(h) * D;
-      uint8_t* kt = k_slot(*tok_seq_[t], layer, tok_idx_[t], h);
-      uint8_t* vt = v_slot(*tok_seq_[t], layer, tok_idx_[t], h);
-      for (int x = 0; x < D; ++x) {
-        store_kv_elem(kt + size_t(x) * kDenseBlock * es_, int(type_), kr[x]);
-        store_kv_elem(vt + size_t(x) * es_, int(type_), vr[x]);
-      }
+  // Split as HostKvMemory::write_rows is: by (head, token), a head's tokens together.
+  const int n = int(tok_seq_.size()), pairs = n * shape_.n_kv_heads;
+#pragma omp parallel for schedule(static) if (pairs >= 64)
+  for (int p = 0; p < pairs; ++p) {
+    const int h = p / n;
+    const size_t t = size_t(p % n);
+    const float* kr = k + t * size_t(w) + size_t(h) * D;
+    const float* vr = v + t * size_t(w) + size_t(h) * D;
+    uint8_t* kt = k_slot(*tok_seq_[t], layer, tok_idx_[t], h);
+    uint8_t* vt = v_slot(*tok_seq_[t], layer, tok_idx_[t], h);
+    for (int x = 0; x < D; ++x) {
+      store_kv_elem(kt + size_t(x) * kDenseBlock * es_, int(type_), kr[x]);
+      store_kv_elem(vt + size_t(x) * es_, int(type_), vr[x]);
     }
+  }
 }
 
 // A row at position p sees the keys at positions above p - window.

@@ -15,6 +15,7 @@
 #include "base/cpu.h"
 #include "base/error.h"
 #include "cache/contiguous_kv.h"
+#include "cli/bench_profile.h"
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "model/llama.h"
@@ -26,7 +27,7 @@ struct BenchOptions {
   std::string model;
   int n_prompt = 512, n_gen = 128, reps = 5, threads = 0, depth = 0;
   KvType kv_type = KvType::kF16;
-  bool json = false;
+  bool json = false, profile = false;
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -41,6 +42,21 @@ void fill_context(LlamaModel& model, ContiguousKv& kv, Workspace& ws, std::vecto
     for (int i = i0; i < std::min(depth, i0 + 512); ++i) b.add((i * 104729 + 7) % n_vocab, i, 0, false);
     model.forward(b, kv, ws, logits);
   }
+}
+
+// A table of both tests' profiles: milliseconds per step and share of the
+// forward pass per operation.
+void print_profile(const OpProfile& pp, double pp_steps, const OpProfile& tg, double tg_steps) {
+  std::printf("\n| operation | pp ms/step | pp share | tg ms/token | tg share |\n|---|---|---|---|---|\n");
+  for (int i = 0; i < kProfOps; ++i)
+    std::printf("| %s | %.3f | %.1f%% | %.4f | %.1f%% |\n", prof_op_name(ProfOp(i)), 1e3 * pp.seconds[i] / pp_steps,
+                100 * pp.seconds[i] / pp.total(), 1e3 * tg.seconds[i] / tg_steps, 100 * tg.seconds[i] / tg.total());
+  auto gbps = [](const OpProfile& p) {
+    const double s = p.seconds[int(ProfOp::kMatmul)] + p.seconds[int(ProfOp::kHead)];
+    return s > 0 ? p.weight_bytes / s / 1e9 : 0.0;
+  };
+  std::printf("| (forward) | %.3f | | %.4f | |\n\nweights read by the matmuls: pp %.1f GB/s, tg %.1f GB/s\n",
+              1e3 * pp.total() / pp_steps, 1e3 * tg.total() / tg_steps, gbps(pp), gbps(tg));
 }
 
 double median(std::vector<double> v) {
@@ -62,6 +78,7 @@ int run_bench_model(const BenchOptions& o) {
   Workspace ws;
   std::vector<float> logits;
   std::vector<double> pp, tg;
+  OpProfile pp_prof, tg_prof;
   const int D = o.depth;
   for (int rep = 0; rep < o.reps + 1; ++rep) {  // the first run warms up
     {
@@ -69,13 +86,16 @@ int run_bench_model(const BenchOptions& o) {
       fill_context(*model, kv, ws, logits, D);
       Batch b;
       for (int i = 0; i < o.n_prompt; ++i) b.add((i * 7919 + 13) % c.n_vocab, D + i, 0, i + 1 == o.n_prompt);
+      if (o.profile && rep) ws.profile = &pp_prof;
       const auto t0 = std::chrono::steady_clock::now();
       model->forward(b, kv, ws, logits);
       if (rep) pp.push_back(o.n_prompt / seconds_since(t0));
+      ws.profile = nullptr;
     }
     {
       ContiguousKv kv(c.kv_shape(), D + o.n_gen + 1, o.kv_type);
       fill_context(*model, kv, ws, logits, D);
+      if (o.profile && rep) ws.profile = &tg_prof;
       const auto t0 = std::chrono::steady_clock::now();
       for (int i = 0; i < o.n_gen; ++i) {
         Batch b;
@@ -83,20 +103,26 @@ int run_bench_model(const BenchOptions& o) {
         model->forward(b, kv, ws, logits);
       }
       if (rep) tg.push_back(o.n_gen / seconds_since(t0));
+      ws.profile = nullptr;
     }
   }
   const int threads = o.threads > 0 ? o.threads : omp_get_max_threads();
+  const double pp_steps = o.reps, tg_steps = double(o.reps) * o.n_gen;
   if (o.json) {
+    const std::string prof = o.profile ? ", \"profile\": {\"pp\": " + profile_json(pp_prof, pp_steps) +
+                                             ", \"tg\": " + profile_json(tg_prof, tg_steps) + "}"
+                                       : "";
     std::printf("{\"model\": \"%s\", \"threads\": %d, \"isa\": \"%s\", \"kv_type\": \"%s\", \"pp\": %d, "
-                "\"tg\": %d, \"depth\": %d, \"pp_tps\": %.2f, \"tg_tps\": %.2f}\n",
+                "\"tg\": %d, \"depth\": %d, \"pp_tps\": %.2f, \"tg_tps\": %.2f%s}\n",
                 path.c_str(), threads, isa_name(cpu_isa()), kv_type_name(o.kv_type), o.n_prompt, o.n_gen, D,
-                median(pp), median(tg));
+                median(pp), median(tg), prof.c_str());
   } else {
     const std::string at = D ? " @ d" + std::to_string(D) : "";
     const char *isa = isa_name(cpu_isa()), *kv = kv_type_name(o.kv_type);
     std::printf("| test | threads | isa | kv | tokens/s |\n|---|---|---|---|---|\n");
     std::printf("| pp%d%s | %d | %s | %s | %.2f |\n", o.n_prompt, at.c_str(), threads, isa, kv, median(pp));
     std::printf("| tg%d%s | %d | %s | %s | %.2f |\n", o.n_gen, at.c_str(), threads, isa, kv, median(tg));
+    if (o.profile) print_profile(pp_prof, pp_steps, tg_prof, tg_steps);
   }
   return 0;
 }
@@ -116,6 +142,7 @@ Action add_bench_command(CLI::App& app) {
   m->add_option("-r,--reps", o->reps, "Repetitions (median reported)")->check(CLI::PositiveNumber);
   m->add_option("-t,--threads", o->threads, "Threads (0 = all cores)")->check(CLI::NonNegativeNumber);
   m->add_flag("--json", o->json, "Print one JSON line");
+  m->add_flag("--profile", o->profile, "Also time each kind of operation (model/op_profile.h)");
   add_kv_type_option(*m, o->kv_type);
   Action attention = add_bench_attention_command(*bench);
   Action engine = add_bench_engine_command(*bench);

@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "base/cpu.h"
+#include "cli/bench_profile.h"
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "engine/engine.h"
@@ -101,16 +102,20 @@ void batched_run(const LlamaModel& model, const BenchEngineOptions& o, const std
   // the pool evicts when it needs room).
   const size_t peak_kv = size_t(s.peak_kv_used) * s.kv.chunk_bytes;
   if (rep < 0) return;  // warm-up
+  const std::string prof = eo.profile ? ", \"profile\": {\"prefill\": " + step_profile_json(s.prefill_profile) +
+                                            ", \"decode\": " + step_profile_json(s.decode_profile) + "}"
+                                      : "";
   if (o.json) {
     std::printf("{\"workload\": \"batched\", \"mode\": \"%s\", \"rep\": %d, \"pp\": %d, \"tg\": %d, \"batch\": %d, "
                 "\"threads\": %d, \"isa\": \"%s\", \"kv_type\": \"%s\", \"t_pp\": %.4f, \"t_tg\": %.4f, "
                 "\"prefill_tps\": %.2f, \"decode_tps\": %.2f, \"total_tps\": %.2f, \"peak_kv_bytes\": %zu, "
-                "\"preemptions\": %llu}\n",
+                "\"preemptions\": %llu%s}\n",
                 label.c_str(), rep, o.pp, o.tg, o.batch, s.threads, isa_name(cpu_isa()), kv_type_name(eo.kv_type), t_pp,
-                t_tg, prefill, decode, total, peak_kv, (unsigned long long)s.preemptions);
+                t_tg, prefill, decode, total, peak_kv, (unsigned long long)s.preemptions, prof.c_str());
   } else {
     std::printf("| %s | %d | %d | %d | %.3f | %.1f | %.3f | %.1f | %.1f | %.1f |\n", label.c_str(), o.pp, o.tg, o.batch,
                 t_pp, prefill, t_tg, decode, total, double(peak_kv) / (1 << 20));
+    if (eo.profile) print_step_profiles(s.prefill_profile, s.decode_profile);
   }
   std::fflush(stdout);
 }
@@ -226,6 +231,8 @@ Action add_bench_engine_command(CLI::App& bench) {
   c->add_option("--batch", o->batch, "Sequences (batched)")->check(int_in(1, 1024));
   c->add_option("-r,--reps", o->reps, "Runs of each mode, alternating")->check(int_in(1, 1000));
   c->add_flag("--json", o->json, "One JSON object per run");
+  c->add_flag("--profile", o->engine.profile,
+              "Also time each step's parts and the forward pass's operations (batched; model/op_profile.h)");
   c->add_flag("--poisson", o->poisson, "Poisson arrivals (ChunkAttention Table 4)");
   c->add_option("--rate", o->rate, "Requests per second (poisson)")->check(finite_in(0, 1000, true));
   c->add_option("--np", o->np, "Prompt tokens per request (poisson)")->check(int_in(1, 1 << 20));

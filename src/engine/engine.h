@@ -51,6 +51,7 @@ struct EngineOptions {
   int step_tokens = 512;        // tokens per forward pass (decode + prefill chunks)
   int n_ctx = 0;                // per-sequence context; 0 = the model's training context
   int threads = 0;              // compute threads at most; 0 = the cores available
+  bool profile = false;         // time each step's parts (EngineStats::*_profile; bench engine --profile)
   bool retain = true;           // keep finished sequences' chunks for later requests (prefix caching)
   // Speculative decoding from drafts the server holds (engine/draft.h): on
   // for a request that does not say otherwise, in steps of at most
@@ -80,6 +81,17 @@ struct EngineOptions {
   bool prefix_caching() const { return retain && mode != AttnMode::kNone; }
 };
 
+// Where the engine's steps spend their time (EngineOptions::profile): the
+// forward pass by operation (model/op_profile.h) and what the engine does
+// around it, in steps that ran any prefill row and steps of decode rows only.
+struct StepProfile {
+  OpProfile ops;           // inside the forward pass
+  double step_s = 0;       // whole steps: drafts, scheduling, forward pass, sampling
+  double schedule_s = 0;   // drafts proposed, the batch planned
+  double sample_s = 0;     // logits drawn, drafts verified, tokens streamed
+  uint64_t steps = 0, rows = 0;
+};
+
 // A snapshot of the engine (for metrics); counters only grow.
 struct EngineStats {
   int running = 0, waiting = 0;
@@ -106,6 +118,7 @@ struct EngineStats {
   int held_prefixes = 0, held_chunks = 0;  // hold_prefix's holds, and the distinct chunks they keep
   // Speculative decoding, per DraftSource: draft tokens run, and taken.
   uint64_t drafted[kDraftSources] = {}, draft_accepted[kDraftSources] = {};
+  StepProfile prefill_profile, decode_profile;  // zero unless EngineOptions::profile
 };
 
 class Engine;

@@ -52,7 +52,7 @@ struct Engine::Impl {
   void plan_batch(int reserve);  // `reserve` tokens left for a schema's slice
   void record_admissions();
   bool run_batch(SchemaJob* job, int request_rows);
-  void count_step();
+  bool count_step();  // true when the step ran any prefill row
   void sample_rows();
   // Runs the batch, with the front schema job's slice after its first `rows` rows.
   void forward(SchemaJob* job, int rows);

@@ -217,6 +217,7 @@ void Engine::Impl::handle_cancels() {
 // One step: plan the batch (requests' rows, then a slice of the schema being
 // encoded), run it, then sample what it computed.
 void Engine::Impl::step() {
+  const auto t0 = std::chrono::steady_clock::now();
   omp_set_num_threads(threads.update());
   // A schema being encoded takes half of the step's tokens beside requests
   // (their prefill the rest; their decode tokens always run), and all of them
@@ -233,12 +234,28 @@ void Engine::Impl::step() {
   stepped = batch.size() > 0 || !stuck.empty();
   if (batch.size() == 0) return;
   record_admissions();
-  if (!run_batch(job, request_rows)) return;
+  const auto t_planned = std::chrono::steady_clock::now();
+  OpProfile ops;
+  if (engine.opt_.profile) ws.profile = &ops;
+  const bool ran = run_batch(job, request_rows);
+  ws.profile = nullptr;
+  if (!ran) return;
   ++counters.steps;
   if (job) advance(*job);
-  count_step();
+  const bool prefill = count_step();
   sched.committed(rows);
+  const auto t_sampling = std::chrono::steady_clock::now();
   sample_rows();
+  if (engine.opt_.profile) {
+    using S = std::chrono::duration<double>;
+    StepProfile& p = prefill ? counters.prefill_profile : counters.decode_profile;
+    p.ops += ops;
+    p.step_s += S(std::chrono::steady_clock::now() - t0).count();
+    p.schedule_s += S(t_planned - t0).count();
+    p.sample_s += S(std::chrono::steady_clock::now() - t_sampling).count();
+    ++p.steps;
+    p.rows += uint64_t(batch.size());
+  }
 }
 
 // Speculative decoding's drafts: only in steps of few decoding sequences (a
@@ -348,14 +365,16 @@ bool Engine::Impl::run_batch(SchemaJob* job, int request_rows) {
   }
 }
 
-void Engine::Impl::count_step() {
+bool Engine::Impl::count_step() {
   counters.peak_kv_used = std::max(counters.peak_kv_used, kv.stats().used);
   // Prefill: every token run but a sequence's latest sampled one.
+  bool prefill = false;
   for (const auto& row : rows) {
     const Sequence& s = *row.seq;
     const bool decode = row.take == 1 && s.pending() == 1 && s.tokens().size() > s.request().req.prompt.size();
-    if (!decode) counters.prefill_tokens += uint64_t(row.take);
+    if (!decode) counters.prefill_tokens += uint64_t(row.take), prefill = true;
   }
+  return prefill;
 }
 
 void Engine::Impl::sample_rows() {

@@ -10,10 +10,17 @@ namespace cs {
 void HostKvMemory::write_rows(int layer, const int32_t* slots, int n, const float* k, const float* v) {
   const KvLayout& L = pool_.layout();
   const size_t w = size_t(L.n_kv_heads) * size_t(L.head_dim);
-  for (int i = 0; i < n; ++i)
-    for (int h = 0; h < L.n_kv_heads; ++h)
-      write_kv(slots[i] / L.chunk_size, slots[i] % L.chunk_size, layer, h, k + size_t(i) * w + size_t(h) * L.head_dim,
-               v + size_t(i) * w + size_t(h) * L.head_dim);
+  // Split over the threads by (head, row), each head's rows together: a
+  // chunk's K is stored dimension-major, so consecutive rows of one head
+  // write neighbouring bytes of the same lines. Each element is written
+  // once, by one thread, whatever the split.
+  const int pairs = n * L.n_kv_heads;
+#pragma omp parallel for schedule(static) if (pairs >= 64)
+  for (int p = 0; p < pairs; ++p) {
+    const int h = p / n, i = p % n;
+    write_kv(slots[i] / L.chunk_size, slots[i] % L.chunk_size, layer, h, k + size_t(i) * w + size_t(h) * L.head_dim,
+             v + size_t(i) * w + size_t(h) * L.head_dim);
+  }
 }
 
 void HostKvMemory::copy_prefix(ChunkId src, ChunkId dst, int n) {

@@ -19,12 +19,12 @@ void per_token(int n, Step&& step) {
 class CpuOps final : public LayerOps {
  public:
   void embed(const Weight& table, std::span<const int32_t> tokens, float scale, Tensor x) override {
-    for (int t = 0; t < x.rows; ++t) {
+    per_token(x.rows, [&](int t) {
       float* out = x.row(t);
       dequantize_row(table.type, table.data + size_t(tokens[size_t(t)]) * table.row_bytes, out, size_t(x.cols));
       if (scale != 1.0f)
         for (int i = 0; i < x.cols; ++i) out[i] *= scale;
-    }
+    });
   }
 
   void matmul(const Weight& w, Tensor x, Tensor y) override { cs::matmul(w, x.data, x.rows, y.data, qx_); }

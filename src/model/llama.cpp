@@ -1,5 +1,7 @@
 #include "model/llama.h"
 
+#include <optional>
+
 #include "base/error.h"
 
 namespace cs {
@@ -37,17 +39,25 @@ void LlamaModel::forward(const Batch& batch, KvStore& kv, Workspace& ws, std::ve
   const int n = batch.size();
   for (int32_t t : batch.tokens)
     if (t < 0 || t >= c.n_vocab) throw Error("token id " + std::to_string(t) + " is out of range");
-  kv.begin_batch(batch);
+  {
+    ProfScope s(ws.profile, ProfOp::kPlan);
+    kv.begin_batch(batch);
+  }
   if (!ws.ops) ws.ops = backend_->ops();
-  LayerOps& ops = *ws.ops;
+  std::optional<ProfilingOps> timed;
+  if (ws.profile) timed.emplace(*ws.ops, *ws.profile);
+  LayerOps& ops = timed ? static_cast<LayerOps&>(*timed) : *ws.ops;
 
   const Tensor x = ws.x.shape(n, c.n_embd);    // the residual stream
   const Tensor xb = ws.xb.shape(n, c.n_embd);  // a block's normed input, then its output
   const Tensor q = ws.q.shape(n, c.q_width()), att = ws.att.shape(n, c.q_width());
   const Tensor k = ws.k.shape(n, c.kv_width()), v = ws.v.shape(n, c.kv_width());
   const Tensor gate = ws.gate.shape(n, c.n_ff), up = ws.up.shape(n, c.n_ff);
-  ws.rope.build(batch.pos.data(), n, c.rope);
-  if (c.any_window()) ws.rope_swa.build(batch.pos.data(), n, c.rope_swa);
+  {
+    ProfScope s(ws.profile, ProfOp::kRope);
+    ws.rope.build(batch.pos.data(), n, c.rope);
+    if (c.any_window()) ws.rope_swa.build(batch.pos.data(), n, c.rope_swa);
+  }
 
   ops.embed(tok_embd_, batch.tokens, c.embd_scale, x);
   for (int l = 0; l < c.n_layers; ++l) {
@@ -55,8 +65,14 @@ void LlamaModel::forward(const Batch& batch, KvStore& kv, Workspace& ws, std::ve
     const int window = c.window_of(l);
     ops.rmsnorm(x, L.attn_norm, c.rms_eps, xb);
     attention_inputs(ops, L, xb, q, k, v, window ? ws.rope_swa : ws.rope);
-    kv.store(l, k.data, v.data);
-    kv.attend(l, q.data, att.data, window);
+    {
+      ProfScope s(ws.profile, ProfOp::kKvStore);
+      kv.store(l, k.data, v.data);
+    }
+    {
+      ProfScope s(ws.profile, ProfOp::kAttention);
+      kv.attend(l, q.data, att.data, window);
+    }
     ops.matmul(L.wo, att, xb);
     if (!L.bo.empty()) ops.add_bias(xb, L.bo);
     if (!L.attn_post_norm.empty()) ops.rmsnorm(xb, L.attn_post_norm, c.rms_eps, xb);

@@ -12,6 +12,7 @@
 #include "model/cpu_ops.h"
 #include "model/gguf.h"
 #include "model/layer_ops.h"
+#include "model/op_profile.h"
 #include "model/tokenizer.h"
 
 namespace cs {
@@ -65,6 +66,7 @@ struct Workspace {
   TensorBuf x, xb, q, k, v, att, gate, up, head_in;
   RopeTable rope, rope_swa;  // global layers' angles; sliding layers' (when they differ)
   std::unique_ptr<LayerOps> ops;
+  OpProfile* profile = nullptr;  // when set, forward adds each operation's time to it
 };
 
 // The output head refines the logits within this many nats of a row's top

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Issue 46's measurement on the lent machine's 16-core CPU, as one run
+# (../shared/device/README.md): makes the 1B-class model there
+# (make_synthetic.py llama3-1b + llama-quantize Q4_K_M) and runs
+# bench/peers/scaling.sh on it. Prepared here:
+#   ../shared/device/pack.sh .dev build/chunkserve
+#   .dev/llama/: llama-bench, llama-batched-bench, llama-quantize and their
+#     libraries from build_llama_cpp.sh's bin/; .dev/vocab/: the llama-bpe
+#     vocabulary; .dev/whl/: PyPI's gguf wheel (pip download --no-deps gguf)
+# There:  bench/peers/device_scaling.sh OUT   (THREADS, REPS, ... as scaling.sh)
+# EXTRA_ENV="VAR=VALUE ..." also times 16-thread pp/tg with those variables
+# (e.g. OpenMP's OMP_PROC_BIND=close OMP_PLACES=cores) beside the default,
+# alternating, 2 rounds: OUT/extra.jsonl.
+set -uo pipefail
+out=${1:?usage: device_scaling.sh OUT_DIR}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+dev=$root/.dev
+mkdir -p "$out"
+export LD_LIBRARY_PATH=$dev/lib
+lscpu | grep -E "Model name|^CPU\(s\)|Thread|NUMA node|L3" | tee "$out/cpu.txt"
+models=/tmp/models
+mkdir -p "$models" "$root/tests/data/vocab"
+cp -n "$dev"/vocab/* "$root/tests/data/vocab/"
+python3 -m pip install -q --no-index --no-deps --target /tmp/site "$dev"/whl/*.whl 2>&1 | tail -2
+model=$models/llama3-1b-Q4_K_M.gguf
+if [ ! -f "$model" ]; then
+  t0=$(date +%s)
+  PYTHONPATH=/tmp/site python3 "$root/bench/peers/make_synthetic.py" llama3-1b "$models/llama3-1b-F16.gguf" > "$out/make.log" 2>&1 ||
+    { tail -5 "$out/make.log"; exit 1; }
+  LD_LIBRARY_PATH=$dev/llama "$dev/llama/llama-quantize" "$models/llama3-1b-F16.gguf" "$model" Q4_K_M 16 \
+    >> "$out/make.log" 2>&1 || { tail -5 "$out/make.log"; exit 1; }
+  rm -f "$models/llama3-1b-F16.gguf"
+  echo "model made in $(( $(date +%s) - t0 )) s: $(du -h "$model" | cut -f1)"
+fi
+MODEL=$model CHUNKSERVE=$dev/chunkserve LLAMA_BIN=$dev/llama "$root/bench/peers/scaling.sh" "$out" 2>&1 | tee "$out/scaling.md"
+if [ -n "${EXTRA_ENV:-}" ]; then
+  read -r -a extra <<< "$EXTRA_ENV"
+  for r in 1 2; do
+    for variant in default extra; do
+      if [ $variant = extra ]; then env=("${extra[@]}"); else env=(); fi
+      echo "{\"variant\": \"$variant\", \"env\": \"${env[*]}\", \"round\": $r, \"result\": $(env "${env[@]}" \
+        "$dev/chunkserve" bench model -m "$model" -t 16 -p 512 -n 128 -r 3 --profile --json)}" >> "$out/extra.jsonl"
+    done
+  done
+fi
