@@ -32,16 +32,16 @@ std::string step_profile_json(const StepProfile& p) {
   return fwd + buf;
 }
 
-void print_step_profiles(const StepProfile& prefill, const StepProfile& decode) {
+void print_step_profiles(const StepProfile& prefill, const StepProfile& decode, std::FILE* out) {
   const double np = prefill.steps ? double(prefill.steps) : 1.0, nd = decode.steps ? double(decode.steps) : 1.0;
-  std::printf("\n| part | prefill steps ms/step | decode steps ms/step |\n|---|---|---|\n");
-  std::printf("| steps (rows) | %llu (%llu) | %llu (%llu) |\n", (unsigned long long)prefill.steps,
+  std::fprintf(out, "\n| part | prefill steps ms/step | decode steps ms/step |\n|---|---|---|\n");
+  std::fprintf(out, "| steps (rows) | %llu (%llu) | %llu (%llu) |\n", (unsigned long long)prefill.steps,
               (unsigned long long)prefill.rows, (unsigned long long)decode.steps, (unsigned long long)decode.rows);
   for (int i = 0; i < kProfOps; ++i)
-    std::printf("| %s | %.3f | %.3f |\n", prof_op_name(ProfOp(i)), 1e3 * prefill.ops.seconds[i] / np,
+    std::fprintf(out, "| %s | %.3f | %.3f |\n", prof_op_name(ProfOp(i)), 1e3 * prefill.ops.seconds[i] / np,
                 1e3 * decode.ops.seconds[i] / nd);
   auto other = [](const StepProfile& p) { return p.step_s - p.schedule_s - p.sample_s - p.ops.total(); };
-  std::printf("| schedule | %.3f | %.3f |\n| sample | %.3f | %.3f |\n| other | %.3f | %.3f |\n| **step** | %.3f | %.3f |\n",
+  std::fprintf(out, "| schedule | %.3f | %.3f |\n| sample | %.3f | %.3f |\n| other | %.3f | %.3f |\n| **step** | %.3f | %.3f |\n",
               1e3 * prefill.schedule_s / np, 1e3 * decode.schedule_s / nd, 1e3 * prefill.sample_s / np,
               1e3 * decode.sample_s / nd, 1e3 * other(prefill) / np, 1e3 * other(decode) / nd,
               1e3 * prefill.step_s / np, 1e3 * decode.step_s / nd);

@@ -1,6 +1,7 @@
 // The `--profile` output of the bench commands as JSON (bench/peers/scaling.sh
 // reads it): milliseconds per step of each kind of operation.
 #pragma once
+#include <cstdio>
 #include <string>
 
 #include "engine/engine.h"
@@ -21,6 +22,6 @@ std::string step_profile_json(const StepProfile& p);
 
 // A table of both parts' time per step: the engine's parts and the forward
 // pass's operations.
-void print_step_profiles(const StepProfile& prefill, const StepProfile& decode);
+void print_step_profiles(const StepProfile& prefill, const StepProfile& decode, std::FILE* out = stdout);
 
 }  // namespace cs

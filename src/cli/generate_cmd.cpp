@@ -8,6 +8,7 @@
 #include <memory>
 #include <sstream>
 
+#include "cli/bench_profile.h"
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "engine/generate.h"
@@ -87,6 +88,9 @@ int run_generate(GenerateOptions o) {
   std::fprintf(stderr, "prefill: %d tokens, %.1f tokens/s | decode: %d tokens, %.1f tokens/s (%s)\n",
                r.prompt_tokens, pp, r.sampled, tg, r.stop_reason.c_str());
   if (r.drafted > 0) std::fprintf(stderr, "speculative decoding: %d draft tokens run, %d taken\n", r.drafted, r.accepted);
+  if (p.engine.profile) {
+    print_step_profiles(r.prefill_profile, r.decode_profile, stderr);
+  }
   return 0;
 }
 
@@ -119,6 +123,8 @@ Action add_generate_command(CLI::App& app) {
   cmd->add_flag("--json-object", o->json_object, "Constrain the output to a JSON object");
   cmd->add_option("--regex", o->regex, "Constrain the output to a regular expression");
   cmd->add_option("--grammar", o->grammar, "Constrain the output to an EBNF grammar (a file; root rule 'root')");
+  cmd->add_flag("--profile", o->params.engine.profile,
+                "Print where the steps' time went: the forward pass's operations, scheduling, sampling");
   add_engine_options(*cmd, o->params.engine, false);
   return [o] { return run_generate(*o); };
 }

@@ -86,6 +86,12 @@ GenerateResult generate(const LlamaModel& model, const std::vector<int32_t>& pro
   out.sampled = res.usage.completion_tokens;
   out.drafted = res.usage.drafted_tokens;
   out.accepted = res.usage.accepted_draft_tokens;
+  if (params.engine.profile) {
+    engine.wait_idle(std::chrono::seconds(10));  // the last step's figures are published after its tokens
+    const EngineStats st = engine.stats();
+    out.prefill_profile = st.prefill_profile;
+    out.decode_profile = st.decode_profile;
+  }
   return out;
 }
 

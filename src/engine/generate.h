@@ -48,6 +48,7 @@ struct GenerateResult {
   int sampled = 0;               // tokens sampled, an end-of-generation token included
   int drafted = 0, accepted = 0; // speculative decoding: draft tokens run, and taken
   double encode_seconds = 0;     // registering the schemas
+  StepProfile prefill_profile, decode_profile;  // with params.engine.profile (EngineStats's)
 };
 
 // Throws cs::Error (RequestError) if the prompt is empty or does not fit the
