@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <random>
@@ -38,6 +40,49 @@ TEST(Tensor, CarriesItsShapeAndKeepsItsMemory) {
   const Tensor b = buf.shape(2, 4);  // smaller: the same memory
   EXPECT_EQ(b.data, a.data);
   EXPECT_EQ(buf.tensor().rows, 2);
+}
+
+// Mixture-of-experts routing: the k most probable experts, most probable
+// first (a tie to the lower id), weighed by their probabilities over their
+// sum; and the weighed sums of expert outputs into their tokens' rows.
+TEST(CpuOps, RoutingPicksTheMostProbableExpertsAndRenormalizes) {
+  const auto ops = cpu_backend().ops();
+  std::vector<float> logits = {0, 1, 2, 3,   // token 0: experts 3 and 2
+                               5, 5, 0, 5,   // token 1: a three-way tie, the lower ids win
+                               -1, 7, 7, -1};
+  std::vector<int32_t> ids(6);
+  std::vector<float> w(6);
+  ops->route(Tensor{logits.data(), 3, 4}, 2, ids, w);
+  EXPECT_EQ(ids, (std::vector<int32_t>{3, 2, 0, 1, 1, 2}));
+  EXPECT_NEAR(w[0], 1 / (1 + std::exp(-1.0)), 1e-6);  // e^3 / (e^3 + e^2)
+  EXPECT_NEAR(w[1], 1 / (1 + std::exp(1.0)), 1e-6);
+  for (int i = 2; i < 6; ++i) EXPECT_FLOAT_EQ(w[size_t(i)], 0.5f);
+  // 40 tokens over 64 experts, 8 each: against a sort of the softmax.
+  const int n = 40, E = 64, k = 8;
+  std::vector<float> many = random_values(size_t(n) * E, 5);
+  ids.resize(size_t(n) * k), w.resize(ids.size());
+  ops->route(Tensor{many.data(), n, E}, k, ids, w);
+  for (int t = 0; t < n; ++t) {
+    std::vector<int> order(E);
+    for (int e = 0; e < E; ++e) order[size_t(e)] = e;
+    const float* l = many.data() + size_t(t) * E;
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return l[a] > l[b]; });
+    double z = 0, chosen = 0;
+    for (int e = 0; e < E; ++e) z += std::exp(double(l[e]));
+    for (int j = 0; j < k; ++j) chosen += std::exp(double(l[order[size_t(j)]])) / z;
+    for (int j = 0; j < k; ++j) {
+      EXPECT_EQ(ids[size_t(t * k + j)], order[size_t(j)]);
+      EXPECT_NEAR(w[size_t(t * k + j)], std::exp(double(l[order[size_t(j)]])) / z / chosen, 1e-6);
+    }
+  }
+  // add_rows: rows 2 and 0 of a 3-row sum, weighed.
+  std::vector<float> src = {1, 2, 3, 4}, dst(6, 1.0f);
+  const int rows[] = {2, 0};
+  const float weights[] = {0.5f, 2.0f};
+  ops->add_rows(Tensor{src.data(), 2, 2}, rows, weights, Tensor{dst.data(), 3, 2});
+  EXPECT_EQ(dst, (std::vector<float>{7, 9, 1, 1, 1.5f, 2}));
+  ops->zero(Tensor{dst.data(), 3, 2});
+  EXPECT_EQ(dst, std::vector<float>(6, 0.0f));
 }
 
 TEST(CpuOps, EachOperationIsItsPlainLoop) {
@@ -163,6 +208,18 @@ class Recording final : public Backend {
     void copy_rows(Tensor x, std::span<const int> rows, Tensor out) override {
       ++calls_["copy_rows"];
       cpu_->copy_rows(x, rows, out);
+    }
+    void zero(Tensor x) override {
+      ++calls_["zero"];
+      cpu_->zero(x);
+    }
+    void route(Tensor logits, int k, std::span<int32_t> ids, std::span<float> weights) override {
+      ++calls_["route"];
+      cpu_->route(logits, k, ids, weights);
+    }
+    void add_rows(Tensor src, std::span<const int> rows, std::span<const float> w, Tensor dst) override {
+      ++calls_["add_rows"];
+      cpu_->add_rows(src, rows, w, dst);
     }
 
    private:

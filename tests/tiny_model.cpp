@@ -15,6 +15,9 @@ TinyModelShape tiny_arch_shape(const std::string& variant) {
     s.arch = "qwen2", s.rope_base = 1000000.0f;
   } else if (variant == "qwen3") {
     s.arch = "qwen3", s.head_dim = 128, s.rope_base = 1000000.0f, s.tied = true;
+  } else if (variant == "qwen3moe") {
+    s.arch = "qwen3moe", s.head_dim = 128, s.rope_base = 1000000.0f, s.tied = true;
+    s.n_expert = 8, s.n_expert_used = 2, s.n_ff_exp = 64;
   } else if (variant == "gemma3") {
     s.arch = "gemma3", s.n_layers = 6, s.head_dim = 256, s.rope_base = 1000000.0f, s.tied = true, s.window = 40;
     s.output_scale = 0.02f;  // embeddings are scaled by sqrt(n_embd) on the way in
@@ -36,6 +39,11 @@ std::string tiny_model(const std::string& name, TinyModelShape s) {
   w.kv_f32(a + "rope.freq_base", s.rope_base);
   if (*s.rope_scaling) w.kv_str(a + "rope.scaling.type", s.rope_scaling);
   if (s.window) w.kv_u32(a + "attention.sliding_window", uint32_t(s.window));
+  if (s.n_expert) {
+    w.kv_u32(a + "expert_count", uint32_t(s.n_expert));
+    w.kv_u32(a + "expert_used_count", uint32_t(s.n_expert_used));
+    w.kv_u32(a + "expert_feed_forward_length", uint32_t(s.n_ff_exp));
+  }
   if (s.head_dim) {
     w.kv_u32(a + "attention.key_length", uint32_t(s.head_dim));
     w.kv_u32(a + "attention.value_length", uint32_t(s.head_dim));
@@ -69,7 +77,7 @@ std::string tiny_model(const std::string& name, TinyModelShape s) {
   const uint64_t QW = D * uint64_t(s.n_heads), KW = D * uint64_t(s.n_kv_heads);
   const bool biases = s.arch_tensors && std::string(s.arch) == "qwen2";
   const bool gemma = std::string(s.arch) == "gemma3";
-  const bool qk_norm = s.arch_tensors && (std::string(s.arch) == "qwen3" || gemma);
+  const bool qk_norm = s.arch_tensors && (std::string(s.arch) == "qwen3" || std::string(s.arch) == "qwen3moe" || gemma);
   const bool post_norms = s.arch_tensors && gemma;
   std::vector<uint8_t> data;
   std::mt19937 rng(s.seed);
@@ -115,9 +123,18 @@ std::string tiny_model(const std::string& name, TinyModelShape s) {
       add(p + "post_attention_norm.weight", {E}, 0, true);
       add(p + "post_ffw_norm.weight", {E}, 0, true);
     }
-    add(p + "ffn_gate.weight", {E, F}, 0.1f);
-    add(p + "ffn_up.weight", {E, F}, 0.1f);
-    add(p + "ffn_down.weight", {F, E}, 0.1f);
+    if (s.n_expert) {
+      const uint64_t X = uint64_t(s.n_expert), FX = uint64_t(s.n_ff_exp);
+      // Router logits a few units apart, so routing is neither uniform nor one-sided.
+      add(p + "ffn_gate_inp.weight", {E, X}, 0.3f);
+      add(p + "ffn_gate_exps.weight", {E, FX, X}, 0.1f);
+      add(p + "ffn_up_exps.weight", {E, FX, X}, 0.1f);
+      add(p + "ffn_down_exps.weight", {FX, E, X}, 0.15f);
+    } else {
+      add(p + "ffn_gate.weight", {E, F}, 0.1f);
+      add(p + "ffn_up.weight", {E, F}, 0.1f);
+      add(p + "ffn_down.weight", {F, E}, 0.1f);
+    }
   }
   w.data(data);
   return w.write(name);

@@ -21,13 +21,16 @@ struct TinyModelShape {
   bool arch_tensors = true;       // false: leave out the biases or Q/K norms the architecture needs
   const char* rope_scaling = "";  // rope.scaling.type, when set
   int window = 0;                 // attention.sliding_window (Gemma 3), when set
+  // Mixture of experts (qwen3moe): experts per layer, experts per token, each expert's FFN width.
+  int n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
 };
 
 // One tiny model per supported architecture, with its departures from
 // Llama: "llama3" (GQA 4:1, tied embeddings, rope_freqs), "qwen2" (biases,
 // RoPE by halves), "qwen3" (Q/K norms, head_dim 128 over a 128-wide embedding),
 // "gemma3" (6 layers, 5 of them sliding over 40 positions, head_dim 256 with
-// one KV head, Q/K norms, post-norms, GeGLU, scaled embeddings).
+// one KV head, Q/K norms, post-norms, GeGLU, scaled embeddings), "qwen3moe"
+// (Qwen 3's attention, 8 experts of 64 a layer, 2 per token).
 TinyModelShape tiny_arch_shape(const std::string& variant);
 
 // Writes the model under the test temp dir (once per name); returns its path.

@@ -14,6 +14,11 @@ Presets (F16 matrices, F32 norms, biases and frequency factors):
            from Llama 3.1's scaling rule
   qwen2    qwen2 vocabulary (151936), d 512, 4 layers, Q/K/V biases
   qwen3    qwen2 vocabulary, d 512, 4 layers, head_dim 128, per-head Q/K norms
+  qwen3moe qwen2 vocabulary, d 512, 4 layers, Qwen 3's attention, a mixture of
+           16 experts of 256 per layer, 4 per token (router in F32)
+  qwen3moe-a3b-12  Qwen3-30B-A3B's widths, experts and routing with 12 of its 48
+           layers: d 2048, 32 heads / 4 K/V heads, head_dim 128, 128 experts
+           of 768, 8 per token (14.5 GB as F16; ~4.5 GB at Q4_K_M)
   llama3-1b  Llama-3.2-1B's shapes: 16 layers, d 2048, 32 heads / 8 K/V heads,
            FFN 8192, llama-bpe vocabulary, tied embeddings (2.5 GB as F16;
            bench/peers/make_1b.sh quantizes it to Q4_K_M)
@@ -45,6 +50,10 @@ PRESETS = {
                   bias=True, eps=1e-6),
     "qwen3": dict(arch="qwen3", vocab="qwen2", d=512, layers=4, heads=8, kv=2, ff=1536, base=1e6,
                   head_dim=128, qk_norm=True, eps=1e-6),
+    "qwen3moe": dict(arch="qwen3moe", vocab="qwen2", d=512, layers=4, heads=8, kv=2, ff=1536, base=1e6,
+                     head_dim=128, qk_norm=True, eps=1e-6, experts=16, used=4, ff_exp=256),
+    "qwen3moe-a3b-12": dict(arch="qwen3moe", vocab="qwen2", d=2048, layers=12, heads=32, kv=4, ff=6144,
+                            base=1e6, head_dim=128, qk_norm=True, eps=1e-6, experts=128, used=8, ff_exp=768),
     "llama3-1b": dict(arch="llama", vocab="llama-bpe", d=2048, layers=16, heads=32, kv=8, ff=8192,
                       base=500000.0, rope_freqs=True, eps=1e-5),
 }
@@ -118,6 +127,10 @@ def main():
     w.add_rope_freq_base(p["base"])
     w.add_layer_norm_rms_eps(p["eps"])
     w.add_rope_dimension_count(hd)
+    if "experts" in p:
+        w.add_expert_count(p["experts"])
+        w.add_expert_used_count(p["used"])
+        w.add_expert_feed_forward_length(p["ff_exp"])
     if "head_dim" in p:
         w.add_key_length(hd)
         w.add_value_length(hd)
@@ -127,6 +140,12 @@ def main():
 
     def mat(rows, cols, std):
         return (rng.standard_normal((rows, cols), dtype=np.float32) * std).astype(np.float16)
+
+    def experts(n, rows, cols, std):  # n stacked [rows][cols] matrices: GGUF ne = {cols, rows, n}
+        out = np.empty((n, rows, cols), dtype=np.float16)
+        for e in range(n):
+            out[e] = mat(rows, cols, std)
+        return out
 
     def vec(n, mean, std):
         return (mean + rng.standard_normal(n, dtype=np.float32) * std).astype(np.float32)
@@ -153,6 +172,14 @@ def main():
             w.add_tensor(b + "attn_q_norm.weight", vec(hd, 1.0, 0.2))
             w.add_tensor(b + "attn_k_norm.weight", vec(hd, 1.0, 0.2))
         w.add_tensor(b + "ffn_norm.weight", vec(d, 1.0, 0.1))
+        if "experts" in p:
+            n, fx = p["experts"], p["ff_exp"]
+            # Router logits of std ~2.5: each token prefers a few experts, not one.
+            w.add_tensor(b + "ffn_gate_inp.weight", (rng.standard_normal((n, d), dtype=np.float32) * 2.5 / math.sqrt(d)))
+            w.add_tensor(b + "ffn_gate_exps.weight", experts(n, fx, d, 1.0 / math.sqrt(d)))
+            w.add_tensor(b + "ffn_up_exps.weight", experts(n, fx, d, 1.0 / math.sqrt(d)))
+            w.add_tensor(b + "ffn_down_exps.weight", experts(n, d, fx, 0.5 / math.sqrt(fx)))
+            continue
         w.add_tensor(b + "ffn_gate.weight", mat(ff, d, 1.0 / math.sqrt(d)))
         w.add_tensor(b + "ffn_up.weight", mat(ff, d, 1.0 / math.sqrt(d)))
         w.add_tensor(b + "ffn_down.weight", mat(d, ff, 0.5 / math.sqrt(ff)))

@@ -12,6 +12,7 @@ constexpr std::array kArchs = {
     ArchTraits{"qwen2", RopeStyle::kHalves, true, false},
     ArchTraits{"qwen3", RopeStyle::kHalves, false, true},
     ArchTraits{"gemma3", RopeStyle::kHalves, false, true, true, true, FfnAct::kGeluTanh, 6, 10000.0},
+    ArchTraits{"qwen3moe", RopeStyle::kHalves, false, true, false, false, FfnAct::kSilu, 0, 10000.0, true},
 };
 
 }  // namespace

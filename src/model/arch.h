@@ -34,6 +34,12 @@ struct ArchTraits {
   // sets them; the GGUF carries neither). 0: every layer global.
   int swa_pattern = 0;
   double rope_base_swa = 10000.0;
+  // Mixture of experts (Qwen3-MoE): each layer's FFN is expert_count experts
+  // (ffn_{gate,up,down}_exps, expert_feed_forward_length wide) behind a
+  // router (ffn_gate_inp); a token runs the expert_used_count experts of
+  // highest softmax probability, its outputs weighed by those
+  // probabilities renormalized to sum 1.
+  bool moe = false;
 };
 
 // nullptr for an architecture we do not run.

@@ -1,5 +1,7 @@
 #include "model/cpu_ops.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -14,6 +16,28 @@ template <class Step>
 void per_token(int n, Step&& step) {
 #pragma omp parallel for schedule(static) if (n >= 32)
   for (int t = 0; t < n; ++t) step(t);
+}
+
+// One token's routing (LayerOps::route): softmax over the n experts'
+// logits, the k most probable, their probabilities over their sum (at least
+// 2^-14, as llama.cpp clamps it).
+void route_row(const float* logits, int n, int k, int32_t* ids, float* weights) {
+  float mx = logits[0];
+  for (int e = 1; e < n; ++e) mx = std::max(mx, logits[e]);
+  thread_local std::vector<float> p;
+  thread_local std::vector<int32_t> order;
+  p.resize(size_t(n));
+  order.resize(size_t(n));
+  double sum = 0;
+  for (int e = 0; e < n; ++e) sum += p[size_t(e)] = std::exp(logits[e] - mx);
+  for (int e = 0; e < n; ++e) p[size_t(e)] = float(p[size_t(e)] / sum), order[size_t(e)] = e;
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+    return p[size_t(a)] != p[size_t(b)] ? p[size_t(a)] > p[size_t(b)] : a < b;
+  });
+  float chosen = 0;
+  for (int j = 0; j < k; ++j) chosen += p[size_t(order[size_t(j)])];
+  chosen = std::max(chosen, 6.103515625e-5f);
+  for (int j = 0; j < k; ++j) ids[j] = order[size_t(j)], weights[j] = p[size_t(order[size_t(j)])] / chosen;
 }
 
 class CpuOps final : public LayerOps {
@@ -72,6 +96,22 @@ class CpuOps final : public LayerOps {
   void gated_ffn(FfnAct act, Tensor gate, Tensor up) override {
     if (act == FfnAct::kGeluTanh) geglu(gate.data, up.data, gate.size(), gate.data);
     else swiglu(gate.data, up.data, gate.size(), gate.data);
+  }
+
+  void zero(Tensor x) override { std::memset(x.data, 0, x.size() * sizeof(float)); }
+
+  void route(Tensor logits, int k, std::span<int32_t> ids, std::span<float> weights) override {
+    per_token(logits.rows, [&](int t) { route_row(logits.row(t), logits.cols, k, ids.data() + size_t(t) * size_t(k),
+                                                  weights.data() + size_t(t) * size_t(k)); });
+  }
+
+  void add_rows(Tensor src, std::span<const int> rows, std::span<const float> w, Tensor dst) override {
+    per_token(src.rows, [&](int i) {
+      const float* a = src.row(i);
+      float* b = dst.row(rows[size_t(i)]);
+      const float s = w[size_t(i)];
+      for (int j = 0; j < src.cols; ++j) b[j] += s * a[j];
+    });
   }
 
   void copy_rows(Tensor x, std::span<const int> rows, Tensor out) override {

@@ -44,6 +44,16 @@ class LayerOps {
   virtual void gated_ffn(FfnAct act, Tensor gate, Tensor up) = 0;
   // out.row(i) = x.row(rows[i]).
   virtual void copy_rows(Tensor x, std::span<const int> rows, Tensor out) = 0;
+  virtual void zero(Tensor x) = 0;  // x = 0
+
+  // Mixture of experts. route: for each row of router logits (one per
+  // expert), the k experts of highest softmax probability, most probable
+  // first (ties: the lower id), as ids[t * k + j], and their probabilities
+  // renormalized to sum 1 as weights[t * k + j] (llama.cpp's softmax gating
+  // with normalized weights). add_rows: dst.row(rows[i]) += w[i] * src.row(i),
+  // the rows distinct.
+  virtual void route(Tensor logits, int k, std::span<int32_t> ids, std::span<float> weights) = 0;
+  virtual void add_rows(Tensor src, std::span<const int> rows, std::span<const float> w, Tensor dst) = 0;
 };
 
 class Backend {

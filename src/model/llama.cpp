@@ -1,6 +1,8 @@
 #include "model/llama.h"
 
 #include <optional>
+#include <span>
+#include <vector>
 
 #include "base/error.h"
 
@@ -26,6 +28,57 @@ void LlamaModel::attention_inputs(LayerOps& ops, const LlamaLayer& L, Tensor xb,
   ops.rope(q, c.head_dim, rope);
   ops.rope(k, c.head_dim, rope);
   if (c.q_scale != 1.0f) ops.scale(q, c.q_scale);
+}
+
+// A mixture-of-experts FFN on the normed input xb, its output written over
+// xb: the router picks each token's experts; then expert by expert, in id
+// order, the tokens routed to it are gathered and run through its FFN
+// together (its weights read once for all of them), and each output row is
+// added, weighed, to its token's sum. A token's sum is taken over its experts
+// in id order whatever else is in the batch, so its bits do not depend on
+// the batch.
+void LlamaModel::moe_ffn(LayerOps& ops, const LlamaLayer& L, Tensor xb, Workspace& ws) const {
+  const LlamaConfig& c = cfg_;
+  const int n = xb.rows, K = c.n_expert_used, E = c.n_expert;
+  const Tensor logits = ws.router_logits.shape(n, E);
+  ops.matmul(L.router, xb, logits);
+  ws.moe_ids.resize(size_t(n) * size_t(K));
+  ws.moe_w.resize(ws.moe_ids.size());
+  ops.route(logits, K, ws.moe_ids, ws.moe_w);
+  // Each expert's tokens, in token order: a counting sort by expert.
+  std::vector<int> begin(size_t(E) + 1, 0);
+  for (int32_t e : ws.moe_ids) ++begin[size_t(e) + 1];
+  for (int e = 0; e < E; ++e) begin[size_t(e) + 1] += begin[size_t(e)];
+  ws.moe_rows.resize(ws.moe_ids.size());
+  ws.moe_row_w.resize(ws.moe_ids.size());
+  std::vector<int> fill(begin.begin(), begin.end() - 1);
+  for (int t = 0; t < n; ++t)
+    for (int j = 0; j < K; ++j) {
+      const size_t i = size_t(t) * size_t(K) + size_t(j);
+      const int at = fill[size_t(ws.moe_ids[i])]++;
+      ws.moe_rows[size_t(at)] = t;
+      ws.moe_row_w[size_t(at)] = ws.moe_w[i];
+    }
+  const Tensor sum = ws.moe_sum.shape(n, c.n_embd);
+  ops.zero(sum);
+  for (int e = 0; e < E; ++e) {
+    const int m = begin[size_t(e) + 1] - begin[size_t(e)];
+    if (m == 0) continue;
+    const std::span<const int> rows(ws.moe_rows.data() + begin[size_t(e)], size_t(m));
+    const std::span<const float> w(ws.moe_row_w.data() + begin[size_t(e)], size_t(m));
+    const Tensor in = ws.moe_in.shape(m, c.n_embd), out = ws.moe_out.shape(m, c.n_embd);
+    const Tensor gate = ws.gate.shape(m, c.n_ff_exp), up = ws.up.shape(m, c.n_ff_exp);
+    ops.copy_rows(xb, rows, in);
+    const Weight* gate_up[] = {&L.exp_gate[size_t(e)], &L.exp_up[size_t(e)]};
+    const Tensor gate_up_out[] = {gate, up};
+    ops.matmul(gate_up, in, gate_up_out);
+    ops.gated_ffn(c.act, gate, up);
+    ops.matmul(L.exp_down[size_t(e)], gate, out);
+    ops.add_rows(out, rows, w, sum);
+  }
+  std::vector<int> all(static_cast<size_t>(n));
+  for (int t = 0; t < n; ++t) all[size_t(t)] = t;
+  ops.copy_rows(sum, all, xb);
 }
 
 // The forward pass, read top to bottom as in llama2.c: embedding, then per
@@ -79,11 +132,15 @@ void LlamaModel::forward(const Batch& batch, KvStore& kv, Workspace& ws, std::ve
     ops.add(x, xb);
 
     ops.rmsnorm(x, L.ffn_norm, c.rms_eps, xb);
-    const Weight* gate_up[] = {&L.w_gate, &L.w_up};
-    const Tensor gate_up_out[] = {gate, up};
-    ops.matmul(gate_up, xb, gate_up_out);
-    ops.gated_ffn(c.act, gate, up);
-    ops.matmul(L.w_down, gate, xb);
+    if (c.moe()) {
+      moe_ffn(ops, L, xb, ws);
+    } else {
+      const Weight* gate_up[] = {&L.w_gate, &L.w_up};
+      const Tensor gate_up_out[] = {gate, up};
+      ops.matmul(gate_up, xb, gate_up_out);
+      ops.gated_ffn(c.act, gate, up);
+      ops.matmul(L.w_down, gate, xb);
+    }
     if (!L.ffn_post_norm.empty()) ops.rmsnorm(xb, L.ffn_post_norm, c.rms_eps, xb);
     ops.add(x, xb);
   }

@@ -44,6 +44,10 @@ struct LlamaConfig {
       if (w > 0) return true;
     return false;
   }
+  // Mixture of experts (qwen3moe): experts per layer, experts a token runs,
+  // and each expert's FFN width; 0 for a dense model.
+  int n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
+  bool moe() const { return n_expert > 0; }
   int q_width() const { return n_heads * head_dim; }
   int kv_width() const { return n_kv_heads * head_dim; }
   KvShape kv_shape() const { return {n_layers, n_heads, n_kv_heads, head_dim}; }
@@ -57,6 +61,10 @@ struct LlamaLayer {
   Weight wq, wk, wv, wo, w_gate, w_up, w_down;
   std::vector<float> bq, bk, bv, bo;
   std::vector<float> q_norm, k_norm;  // head_dim values each
+  // Mixture of experts (in place of w_gate, w_up, w_down): the router, a
+  // n_expert x n_embd matrix, and each expert's FFN.
+  Weight router;
+  std::vector<Weight> exp_gate, exp_up, exp_down;
 };
 
 // Scratch of one forward call, reused between calls: the activations, the
@@ -64,6 +72,13 @@ struct LlamaLayer {
 // first call).
 struct Workspace {
   TensorBuf x, xb, q, k, v, att, gate, up, head_in;
+  // Mixture of experts: router logits, the chosen experts and their weights
+  // per token, and one expert's gathered rows and their outputs.
+  TensorBuf router_logits, moe_in, moe_out, moe_sum;
+  std::vector<int32_t> moe_ids;
+  std::vector<float> moe_w;
+  std::vector<int> moe_rows;
+  std::vector<float> moe_row_w;
   RopeTable rope, rope_swa;  // global layers' angles; sliding layers' (when they differ)
   std::unique_ptr<LayerOps> ops;
   OpProfile* profile = nullptr;  // when set, forward adds each operation's time to it
@@ -110,6 +125,7 @@ class LlamaModel {
   void load_weights(const ArchTraits& traits);
   void attention_inputs(LayerOps& ops, const LlamaLayer& L, Tensor xb, Tensor q, Tensor k, Tensor v,
                         const RopeTable& rope) const;
+  void moe_ffn(LayerOps& ops, const LlamaLayer& L, Tensor xb, Workspace& ws) const;
 
   const Backend* backend_ = nullptr;
   std::unique_ptr<GgufFile> file_;

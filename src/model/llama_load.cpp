@@ -46,6 +46,24 @@ Weight load_matrix(const Backend& b, const GgufFile& f, const GgufTensor& t, int
   return b.matrix(t.type, rows, cols, t.data);
 }
 
+// The n experts' [rows][cols] matrices of a stacked tensor (GGUF ne = {cols,
+// rows, n}, each expert's rows after the previous one's), each packed by the
+// backend as a matrix of its own.
+std::vector<Weight> load_experts(const Backend& b, const GgufFile& f, const std::string& name, int n, int rows,
+                                 int cols) {
+  const GgufTensor& t = f.tensor(name);
+  if (t.n_dims != 3 || t.ne[0] != cols || t.ne[1] != rows || t.ne[2] != n)
+    f.fail("tensor '" + name + "' has shape [" + std::to_string(t.ne[0]) + ", " + std::to_string(t.ne[1]) + ", " +
+           std::to_string(t.ne[2]) + "], expected [" + std::to_string(cols) + ", " + std::to_string(rows) + ", " +
+           std::to_string(n) + "]");
+  const TypeInfo info = *type_info(uint32_t(t.type));
+  if (cols % info.block_elems) f.fail("tensor '" + name + "' rows are not whole quantization blocks");
+  const size_t row_bytes = size_t(cols / info.block_elems) * size_t(info.block_bytes);
+  std::vector<Weight> out;
+  for (int e = 0; e < n; ++e) out.push_back(b.matrix(t.type, rows, cols, t.data + size_t(e) * size_t(rows) * row_bytes));
+  return out;
+}
+
 int positive(const GgufFile& f, const std::string& key) {
   const uint64_t v = f.get_uint(key);
   if (v == 0 || v > (1u << 24)) f.fail("key '" + key + "' has implausible value " + std::to_string(v));
@@ -113,10 +131,23 @@ const ArchTraits& LlamaModel::load_config() {
   const ArchTraits* traits = find_arch(c.arch);
   if (!traits) f.fail("unsupported architecture '" + c.arch + "' (supported: " + supported_arch_names() + ")");
   const std::string a = c.arch + ".";
-  if (f.get_uint(a + "expert_count", 0) > 0) f.fail("mixture-of-experts models are not supported");
+  if (f.get_uint(a + "expert_count", 0) > 0 && !traits->moe)
+    f.fail("mixture-of-experts '" + c.arch + "' files are not supported");
   c.n_layers = positive(f, a + "block_count");
   c.n_embd = positive(f, a + "embedding_length");
-  c.n_ff = positive(f, a + "feed_forward_length");
+  if (traits->moe) {
+    c.n_expert = positive(f, a + "expert_count");
+    c.n_expert_used = positive(f, a + "expert_used_count");
+    if (c.n_expert_used > c.n_expert) f.fail("expert_used_count is more than expert_count");
+    // The dense width, when the file gives one, is unused; without an expert
+    // width, llama.cpp takes it as the dense one over the experts a token runs.
+    c.n_ff = int(f.get_uint(a + "feed_forward_length", 0));
+    c.n_ff_exp = f.has(a + "expert_feed_forward_length") ? positive(f, a + "expert_feed_forward_length")
+                                                          : c.n_ff / c.n_expert_used;
+    if (c.n_ff_exp <= 0) f.fail("key '" + a + "expert_feed_forward_length' is missing");
+  } else {
+    c.n_ff = positive(f, a + "feed_forward_length");
+  }
   c.n_heads = positive(f, a + "attention.head_count");
   c.n_kv_heads = f.has(a + "attention.head_count_kv") ? positive(f, a + "attention.head_count_kv") : c.n_heads;
   if (c.n_heads % c.n_kv_heads) f.fail("the query heads are not a multiple of the K/V heads");
@@ -184,9 +215,16 @@ void LlamaModel::load_weights(const ArchTraits& traits) {
     L.wk = matrix(p + "attn_k.weight", KW, E);
     L.wv = matrix(p + "attn_v.weight", KW, E);
     L.wo = matrix(p + "attn_output.weight", E, QW);
-    L.w_gate = matrix(p + "ffn_gate.weight", c.n_ff, E);
-    L.w_up = matrix(p + "ffn_up.weight", c.n_ff, E);
-    L.w_down = matrix(p + "ffn_down.weight", E, c.n_ff);
+    if (c.moe()) {
+      L.router = matrix(p + "ffn_gate_inp.weight", c.n_expert, E);
+      L.exp_gate = load_experts(b, f, p + "ffn_gate_exps.weight", c.n_expert, c.n_ff_exp, E);
+      L.exp_up = load_experts(b, f, p + "ffn_up_exps.weight", c.n_expert, c.n_ff_exp, E);
+      L.exp_down = load_experts(b, f, p + "ffn_down_exps.weight", c.n_expert, E, c.n_ff_exp);
+    } else {
+      L.w_gate = matrix(p + "ffn_gate.weight", c.n_ff, E);
+      L.w_up = matrix(p + "ffn_up.weight", c.n_ff, E);
+      L.w_down = matrix(p + "ffn_down.weight", E, c.n_ff);
+    }
     L.bq = optional_vector(f, p + "attn_q.bias", QW, traits.qkv_bias);
     L.bk = optional_vector(f, p + "attn_k.bias", KW, traits.qkv_bias);
     L.bv = optional_vector(f, p + "attn_v.bias", KW, traits.qkv_bias);

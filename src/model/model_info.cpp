@@ -41,6 +41,9 @@ void read_shape(const GgufFile& f, ModelInfo& m) {
   m.n_kv_heads = int(f.get_uint(a + "attention.head_count_kv", uint64_t(m.n_heads)));
   m.head_dim = int(f.get_uint(a + "attention.key_length", m.n_heads ? uint64_t(m.n_embd / m.n_heads) : 0));
   m.n_ctx_train = int(f.get_uint(a + "context_length", 0));
+  m.n_expert = int(f.get_uint(a + "expert_count", 0));
+  m.n_expert_used = int(f.get_uint(a + "expert_used_count", 0));
+  m.n_ff_exp = int(f.get_uint(a + "expert_feed_forward_length", 0));
   m.kv_bytes_per_token = 2ull * uint64_t(m.n_layers) * uint64_t(m.n_kv_heads) * uint64_t(m.head_dim) * 2;
 }
 
@@ -121,7 +124,10 @@ std::string format_model_info(const ModelInfo& m) {
   if (!m.name.empty()) line("name", m.name);
   line("architecture", m.arch + (find_arch(m.arch) ? "" : " (not supported)"));
   line("parameters", human_count(m.params) + " (" + std::to_string(m.params) + ")");
-  line("layers", std::to_string(m.n_layers) + ", width " + std::to_string(m.n_embd) + ", FFN " + std::to_string(m.n_ff));
+  line("layers", std::to_string(m.n_layers) + ", width " + std::to_string(m.n_embd) +
+                    (m.n_expert ? ", " + std::to_string(m.n_expert) + " experts of " + std::to_string(m.n_ff_exp) + ", " +
+                                      std::to_string(m.n_expert_used) + " per token"
+                                : ", FFN " + std::to_string(m.n_ff)));
   line("attention", std::to_string(m.n_heads) + " heads, " + std::to_string(m.n_kv_heads) + " K/V heads, head dim " +
                         std::to_string(m.head_dim) +
                         (m.window ? "; " + std::to_string(m.sliding_layers) + " of " + std::to_string(m.n_layers) +

@@ -23,6 +23,7 @@ struct ModelInfo {
   std::vector<TypeUse> types;  // most parameters first
   int n_layers = 0, n_embd = 0, n_ff = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
   int n_ctx_train = 0, n_vocab = 0;
+  int n_expert = 0, n_expert_used = 0, n_ff_exp = 0;  // a mixture of experts (0: dense)
   bool tied_embeddings = false;
   std::string tokenizer, pre;     // tokenizer.ggml.model and .pre
   std::string template_line;      // the chat template's first line ("" when none)

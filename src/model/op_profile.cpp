@@ -82,4 +82,17 @@ void ProfilingOps::copy_rows(Tensor x, std::span<const int> rows, Tensor out) {
   in_.copy_rows(x, rows, out);
 }
 
+void ProfilingOps::zero(Tensor x) {
+  ProfScope s(&p_, ProfOp::kElementwise);
+  in_.zero(x);
+}
+void ProfilingOps::route(Tensor logits, int k, std::span<int32_t> ids, std::span<float> weights) {
+  ProfScope s(&p_, ProfOp::kElementwise);
+  in_.route(logits, k, ids, weights);
+}
+void ProfilingOps::add_rows(Tensor src, std::span<const int> rows, std::span<const float> w, Tensor dst) {
+  ProfScope s(&p_, ProfOp::kElementwise);
+  in_.add_rows(src, rows, w, dst);
+}
+
 }  // namespace cs

@@ -21,7 +21,7 @@ enum class ProfOp : uint8_t {
   kHead,         // the output head (matmul_head)
   kNorm,         // rmsnorm, whole rows or per head
   kRope,
-  kElementwise,  // bias, scale, residual add, the FFN's activation, row copies
+  kElementwise,  // bias, scale, residual add, the FFN's activation, row copies; experts' routing and sums
   kPlan,         // the KV store's begin_batch: room for the batch and the attention plan
   kKvStore,      // K/V rows written to the cache
   kAttention,
@@ -77,6 +77,9 @@ class ProfilingOps final : public LayerOps {
   void add(Tensor x, Tensor y) override;
   void gated_ffn(FfnAct act, Tensor gate, Tensor up) override;
   void copy_rows(Tensor x, std::span<const int> rows, Tensor out) override;
+  void zero(Tensor x) override;
+  void route(Tensor logits, int k, std::span<int32_t> ids, std::span<float> weights) override;
+  void add_rows(Tensor src, std::span<const int> rows, std::span<const float> w, Tensor dst) override;
 
  private:
   LayerOps& in_;

@@ -83,10 +83,47 @@ ReferenceModel::ReferenceModel(const LlamaModel& model) : cfg_(model.config()) {
   tok_embd_ = dequantize(model.tok_embd());
   output_ = dequantize(model.output());
   output_norm_ = model.output_norm();
-  for (const LlamaLayer& l : model.layers())
+  for (const LlamaLayer& l : model.layers()) {
     layers_.push_back({l.attn_norm, l.ffn_norm, dequantize(l.wq), dequantize(l.wk), dequantize(l.wv), dequantize(l.wo),
                        dequantize(l.w_gate), dequantize(l.w_up), dequantize(l.w_down), l.bq, l.bk, l.bv, l.bo,
-                       l.q_norm, l.k_norm, l.attn_post_norm, l.ffn_post_norm});
+                       l.q_norm, l.k_norm, l.attn_post_norm, l.ffn_post_norm, {}, nullptr, nullptr, nullptr});
+    if (cfg_.moe()) {
+      Layer& L = layers_.back();
+      L.router = dequantize(l.router);
+      L.exp_gate = &l.exp_gate, L.exp_up = &l.exp_up, L.exp_down = &l.exp_down;
+    }
+  }
+}
+
+// One token's mixture of experts: softmax over the router's logits (in
+// double), the n_expert_used most probable experts (a stable sort: ties go to
+// the lower id), their probabilities renormalized, and the weighed sum of
+// their FFNs, each dequantized for the purpose.
+void ReferenceModel::moe(const Layer& L, const float* x, float* out) const {
+  const LlamaConfig& c = cfg_;
+  const int E = c.n_embd, F = c.n_ff_exp, n = c.n_expert, k = c.n_expert_used;
+  std::vector<float> logit(static_cast<size_t>(n));
+  matmul(L.router, n, E, x, 1, logit.data());
+  const double mx = *std::max_element(logit.begin(), logit.end());
+  std::vector<double> p(static_cast<size_t>(n));
+  double z = 0;
+  for (int e = 0; e < n; ++e) z += p[size_t(e)] = std::exp(double(logit[size_t(e)]) - mx);
+  std::vector<int> order(static_cast<size_t>(n));
+  for (int e = 0; e < n; ++e) order[size_t(e)] = e;
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return p[size_t(a)] > p[size_t(b)]; });
+  double chosen = 0;
+  for (int j = 0; j < k; ++j) chosen += p[size_t(order[size_t(j)])] / z;
+  std::fill_n(out, E, 0.0f);
+  std::vector<float> gate(static_cast<size_t>(F)), up(gate.size()), y(static_cast<size_t>(E));
+  for (int j = 0; j < k; ++j) {
+    const int e = order[size_t(j)];
+    const float w = float(p[size_t(e)] / z / chosen);
+    matmul(dequantize((*L.exp_gate)[size_t(e)]), F, E, x, 1, gate.data());
+    matmul(dequantize((*L.exp_up)[size_t(e)]), F, E, x, 1, up.data());
+    for (int i = 0; i < F; ++i) gate[size_t(i)] = activation(c.act, gate[size_t(i)]) * up[size_t(i)];
+    matmul(dequantize((*L.exp_down)[size_t(e)]), E, F, gate.data(), 1, y.data());
+    for (int i = 0; i < E; ++i) out[i] += w * y[size_t(i)];
+  }
 }
 
 void ReferenceModel::forward(std::span<const int32_t> tokens, std::vector<float>& logits) const {
@@ -152,10 +189,14 @@ void ReferenceModel::forward(std::span<const int32_t> tokens, std::vector<float>
     post_norm(o, L.attn_post_norm, n, E, c.rms_eps);
     for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
     for (int t = 0; t < n; ++t) rmsnorm(&x[size_t(t) * E], L.ffn_norm, E, c.rms_eps, &xb[size_t(t) * E]);
-    matmul(L.w_gate, F, E, xb.data(), n, gate.data());
-    matmul(L.w_up, F, E, xb.data(), n, up.data());
-    for (size_t i = 0; i < gate.size(); ++i) gate[i] = activation(c.act, gate[i]) * up[i];
-    matmul(L.w_down, E, F, gate.data(), n, o.data());
+    if (c.moe()) {
+      for (int t = 0; t < n; ++t) moe(L, &xb[size_t(t) * E], &o[size_t(t) * E]);
+    } else {
+      matmul(L.w_gate, F, E, xb.data(), n, gate.data());
+      matmul(L.w_up, F, E, xb.data(), n, up.data());
+      for (size_t i = 0; i < gate.size(); ++i) gate[i] = activation(c.act, gate[i]) * up[i];
+      matmul(L.w_down, E, F, gate.data(), n, o.data());
+    }
     post_norm(o, L.ffn_post_norm, n, E, c.rms_eps);
     for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
   }

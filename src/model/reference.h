@@ -24,7 +24,12 @@ class ReferenceModel {
     std::vector<float> attn_norm, ffn_norm, wq, wk, wv, wo, w_gate, w_up, w_down;
     std::vector<float> bq, bk, bv, bo, q_norm, k_norm;  // empty where the model has none
     std::vector<float> attn_post_norm, ffn_post_norm;
+    // Mixture of experts: the router as floats; the experts stay the model's
+    // (a file's experts as floats would not fit), dequantized when a token runs them.
+    std::vector<float> router;
+    const std::vector<Weight>*exp_gate = nullptr, *exp_up = nullptr, *exp_down = nullptr;
   };
+  void moe(const Layer& L, const float* x, float* out) const;
   const LlamaConfig& cfg_;
   std::vector<float> tok_embd_, output_, output_norm_;
   std::vector<Layer> layers_;
