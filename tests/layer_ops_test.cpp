@@ -75,14 +75,12 @@ TEST(CpuOps, RoutingPicksTheMostProbableExpertsAndRenormalizes) {
       EXPECT_NEAR(w[size_t(t * k + j)], std::exp(double(l[order[size_t(j)]])) / z / chosen, 1e-6);
     }
   }
-  // add_rows: rows 2 and 0 of a 3-row sum, weighed.
-  std::vector<float> src = {1, 2, 3, 4}, dst(6, 1.0f);
-  const int rows[] = {2, 0};
-  const float weights[] = {0.5f, 2.0f};
-  ops->add_rows(Tensor{src.data(), 2, 2}, rows, weights, Tensor{dst.data(), 3, 2});
-  EXPECT_EQ(dst, (std::vector<float>{7, 9, 1, 1, 1.5f, 2}));
-  ops->zero(Tensor{dst.data(), 3, 2});
-  EXPECT_EQ(dst, std::vector<float>(6, 0.0f));
+  // combine: each of 2 tokens the weighed sum of 2 of 3 rows, in slot order.
+  std::vector<float> src = {1, 2, 3, 4, 5, 6}, dst(4, 9.0f);
+  const int slots[] = {2, 0, 1, 1};
+  const float weights[] = {0.5f, 2.0f, 1.0f, -1.0f};
+  ops->combine(Tensor{src.data(), 3, 2}, slots, weights, 2, Tensor{dst.data(), 2, 2});
+  EXPECT_EQ(dst, (std::vector<float>{0.5f * 5 + 2 * 1, 0.5f * 6 + 2 * 2, 0, 0}));
 }
 
 TEST(CpuOps, EachOperationIsItsPlainLoop) {
@@ -209,17 +207,18 @@ class Recording final : public Backend {
       ++calls_["copy_rows"];
       cpu_->copy_rows(x, rows, out);
     }
-    void zero(Tensor x) override {
-      ++calls_["zero"];
-      cpu_->zero(x);
+    void matmul_grouped(std::span<const Weight* const> ws, std::span<const Tensor> xs,
+                        std::span<const Tensor> ys) override {
+      ++calls_["matmul_grouped"];
+      cpu_->matmul_grouped(ws, xs, ys);
     }
     void route(Tensor logits, int k, std::span<int32_t> ids, std::span<float> weights) override {
       ++calls_["route"];
       cpu_->route(logits, k, ids, weights);
     }
-    void add_rows(Tensor src, std::span<const int> rows, std::span<const float> w, Tensor dst) override {
-      ++calls_["add_rows"];
-      cpu_->add_rows(src, rows, w, dst);
+    void combine(Tensor src, std::span<const int> slots, std::span<const float> w, int k, Tensor out) override {
+      ++calls_["combine"];
+      cpu_->combine(src, slots, w, k, out);
     }
 
    private:

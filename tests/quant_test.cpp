@@ -354,6 +354,48 @@ TEST(Matmul, MultiEqualsSeparateProducts) {
   }
 }
 
+// matmul_grouped is one matmul per weight on its own input, bit for bit:
+// K-quant and legacy types, inputs of 1 to 70 rows (two token tiles), entries
+// sharing an input (gate and up), and a float weight (each as matmul()).
+TEST(Matmul, GroupedEqualsSeparateProducts) {
+  std::mt19937 rng(11);
+  const int cols = 256;
+  const GgmlType types[] = {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::Q5_K, GgmlType::Q4_0};
+  std::vector<std::vector<uint8_t>> data;
+  std::vector<Weight> ws;
+  for (int i = 0; i < 10; ++i) {
+    const int rows = 3 + 11 * i;
+    data.push_back(random_rows(types[i % 5], rows, cols, rng));
+    ws.push_back(make_weight(types[i % 5], rows, cols, data.back().data()));
+  }
+  const int n_tok[] = {1, 70, 2, 2, 5, 1, 3, 17, 1, 4};
+  std::vector<std::vector<float>> xs(10);
+  for (int i = 0; i < 10; ++i) xs[size_t(i)] = normal_values(size_t(n_tok[i]) * cols, rng);
+  xs[3] = xs[2];  // a shared input, as gate and up have
+  for (bool with_float : {false, true}) {
+    std::vector<uint16_t> f16(size_t(9) * cols, f32_to_f16(0.25f));
+    Weight fw = make_weight(GgmlType::F16, 9, cols, reinterpret_cast<const uint8_t*>(f16.data()));
+    std::vector<const Weight*> wp;
+    std::vector<const float*> xp;
+    std::vector<int> np;
+    std::vector<std::vector<float>> want, got;
+    std::vector<BlockQ8> scratch;
+    for (int i = 0; i < 10; ++i) {
+      const Weight& w = with_float && i == 4 ? fw : ws[size_t(i)];
+      wp.push_back(&w);
+      xp.push_back(i == 3 ? xp[2] : xs[size_t(i)].data());
+      np.push_back(n_tok[i]);
+      want.emplace_back(size_t(n_tok[i]) * size_t(w.rows));
+      matmul(w, xp.back(), n_tok[i], want.back().data(), scratch);
+      got.emplace_back(want.back().size(), -1.0f);
+    }
+    std::vector<float*> yp;
+    for (auto& g : got) yp.push_back(g.data());
+    matmul_grouped(wp, xp, np, yp, scratch);
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], want[i]) << "entry " << i << (with_float ? " (with a float weight)" : "");
+  }
+}
+
 }  // namespace
 }  // namespace cs
 

@@ -98,19 +98,29 @@ class CpuOps final : public LayerOps {
     else swiglu(gate.data, up.data, gate.size(), gate.data);
   }
 
-  void zero(Tensor x) override { std::memset(x.data, 0, x.size() * sizeof(float)); }
+  void matmul_grouped(std::span<const Weight* const> ws, std::span<const Tensor> xs,
+                      std::span<const Tensor> ys) override {
+    ins_.clear(), outs_.clear(), rows_.clear();
+    for (const Tensor& x : xs) ins_.push_back(x.data), rows_.push_back(x.rows);
+    for (const Tensor& y : ys) outs_.push_back(y.data);
+    cs::matmul_grouped(ws, ins_, rows_, outs_, qx_);
+  }
 
   void route(Tensor logits, int k, std::span<int32_t> ids, std::span<float> weights) override {
     per_token(logits.rows, [&](int t) { route_row(logits.row(t), logits.cols, k, ids.data() + size_t(t) * size_t(k),
                                                   weights.data() + size_t(t) * size_t(k)); });
   }
 
-  void add_rows(Tensor src, std::span<const int> rows, std::span<const float> w, Tensor dst) override {
-    per_token(src.rows, [&](int i) {
-      const float* a = src.row(i);
-      float* b = dst.row(rows[size_t(i)]);
-      const float s = w[size_t(i)];
-      for (int j = 0; j < src.cols; ++j) b[j] += s * a[j];
+  void combine(Tensor src, std::span<const int> slots, std::span<const float> w, int k, Tensor out) override {
+    per_token(out.rows, [&](int t) {
+      float* o = out.row(t);
+      std::memset(o, 0, size_t(out.cols) * sizeof(float));
+      for (int j = 0; j < k; ++j) {
+        const size_t i = size_t(t) * size_t(k) + size_t(j);
+        const float* a = src.row(slots[i]);
+        const float s = w[i];
+        for (int c = 0; c < out.cols; ++c) o[c] += s * a[c];
+      }
     });
   }
 
@@ -122,6 +132,8 @@ class CpuOps final : public LayerOps {
  private:
   std::vector<BlockQ8> qx_;  // the activations quantized for the matmuls
   std::vector<float*> outs_;
+  std::vector<const float*> ins_;
+  std::vector<int> rows_;
   HeadScratch head_;
 };
 

@@ -44,16 +44,19 @@ class LayerOps {
   virtual void gated_ffn(FfnAct act, Tensor gate, Tensor up) = 0;
   // out.row(i) = x.row(rows[i]).
   virtual void copy_rows(Tensor x, std::span<const int> rows, Tensor out) = 0;
-  virtual void zero(Tensor x) = 0;  // x = 0
+  // Several weights, each with an input of its own (a mixture's experts and
+  // the rows routed to each): ys[i] = ws[i] xs[i], in one pass.
+  virtual void matmul_grouped(std::span<const Weight* const> ws, std::span<const Tensor> xs,
+                              std::span<const Tensor> ys) = 0;
 
   // Mixture of experts. route: for each row of router logits (one per
   // expert), the k experts of highest softmax probability, most probable
   // first (ties: the lower id), as ids[t * k + j], and their probabilities
   // renormalized to sum 1 as weights[t * k + j] (llama.cpp's softmax gating
-  // with normalized weights). add_rows: dst.row(rows[i]) += w[i] * src.row(i),
-  // the rows distinct.
+  // with normalized weights). combine: out.row(t) = the sum over j < k, in j
+  // order from 0, of w[t * k + j] * src.row(slots[t * k + j]).
   virtual void route(Tensor logits, int k, std::span<int32_t> ids, std::span<float> weights) = 0;
-  virtual void add_rows(Tensor src, std::span<const int> rows, std::span<const float> w, Tensor dst) = 0;
+  virtual void combine(Tensor src, std::span<const int> slots, std::span<const float> w, int k, Tensor out) = 0;
 };
 
 class Backend {

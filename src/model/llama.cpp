@@ -1,5 +1,6 @@
 #include "model/llama.h"
 
+#include <algorithm>
 #include <optional>
 #include <span>
 #include <vector>
@@ -31,54 +32,63 @@ void LlamaModel::attention_inputs(LayerOps& ops, const LlamaLayer& L, Tensor xb,
 }
 
 // A mixture-of-experts FFN on the normed input xb, its output written over
-// xb: the router picks each token's experts; then expert by expert, in id
-// order, the tokens routed to it are gathered and run through its FFN
-// together (its weights read once for all of them), and each output row is
-// added, weighed, to its token's sum. A token's sum is taken over its experts
-// in id order whatever else is in the batch, so its bits do not depend on
-// the batch.
+// xb: the router picks each token's experts; the rows are gathered by
+// expert (each expert's tokens together, experts in id order), every active
+// expert's gate/up and then down run in one grouped pass each (an expert's
+// weights read once for all its tokens), and each token's output is the
+// weighed sum of its experts' rows in expert id order. Nothing of it depends
+// on which other tokens share the batch, so neither do the token's bits.
 void LlamaModel::moe_ffn(LayerOps& ops, const LlamaLayer& L, Tensor xb, Workspace& ws) const {
   const LlamaConfig& c = cfg_;
-  const int n = xb.rows, K = c.n_expert_used, E = c.n_expert;
+  const int n = xb.rows, K = c.n_expert_used, E = c.n_expert, F = c.n_ff_exp;
   const Tensor logits = ws.router_logits.shape(n, E);
   ops.matmul(L.router, xb, logits);
-  ws.moe_ids.resize(size_t(n) * size_t(K));
-  ws.moe_w.resize(ws.moe_ids.size());
+  const size_t nk = size_t(n) * size_t(K);
+  ws.moe_ids.resize(nk);
+  ws.moe_w.resize(nk);
   ops.route(logits, K, ws.moe_ids, ws.moe_w);
-  // Each expert's tokens, in token order: a counting sort by expert.
+  // A counting sort by expert: rows[s] is the token of slot s; each token's
+  // slots, ascending, are its experts in id order.
   std::vector<int> begin(size_t(E) + 1, 0);
   for (int32_t e : ws.moe_ids) ++begin[size_t(e) + 1];
   for (int e = 0; e < E; ++e) begin[size_t(e) + 1] += begin[size_t(e)];
-  ws.moe_rows.resize(ws.moe_ids.size());
-  ws.moe_row_w.resize(ws.moe_ids.size());
   std::vector<int> fill(begin.begin(), begin.end() - 1);
-  for (int t = 0; t < n; ++t)
+  ws.moe_rows.resize(nk);
+  ws.moe_slots.resize(nk);
+  ws.moe_slot_w.resize(nk);
+  for (int t = 0; t < n; ++t) {
+    std::pair<int, float> mine[64];  // (slot, weight) of the token's experts; K <= 64 (the loader checks)
     for (int j = 0; j < K; ++j) {
       const size_t i = size_t(t) * size_t(K) + size_t(j);
       const int at = fill[size_t(ws.moe_ids[i])]++;
       ws.moe_rows[size_t(at)] = t;
-      ws.moe_row_w[size_t(at)] = ws.moe_w[i];
+      mine[j] = {at, ws.moe_w[i]};
     }
-  const Tensor sum = ws.moe_sum.shape(n, c.n_embd);
-  ops.zero(sum);
-  for (int e = 0; e < E; ++e) {
-    const int m = begin[size_t(e) + 1] - begin[size_t(e)];
-    if (m == 0) continue;
-    const std::span<const int> rows(ws.moe_rows.data() + begin[size_t(e)], size_t(m));
-    const std::span<const float> w(ws.moe_row_w.data() + begin[size_t(e)], size_t(m));
-    const Tensor in = ws.moe_in.shape(m, c.n_embd), out = ws.moe_out.shape(m, c.n_embd);
-    const Tensor gate = ws.gate.shape(m, c.n_ff_exp), up = ws.up.shape(m, c.n_ff_exp);
-    ops.copy_rows(xb, rows, in);
-    const Weight* gate_up[] = {&L.exp_gate[size_t(e)], &L.exp_up[size_t(e)]};
-    const Tensor gate_up_out[] = {gate, up};
-    ops.matmul(gate_up, in, gate_up_out);
-    ops.gated_ffn(c.act, gate, up);
-    ops.matmul(L.exp_down[size_t(e)], gate, out);
-    ops.add_rows(out, rows, w, sum);
+    std::sort(mine, mine + K);
+    for (int j = 0; j < K; ++j)
+      ws.moe_slots[size_t(t) * size_t(K) + size_t(j)] = mine[j].first,
+                 ws.moe_slot_w[size_t(t) * size_t(K) + size_t(j)] = mine[j].second;
   }
-  std::vector<int> all(static_cast<size_t>(n));
-  for (int t = 0; t < n; ++t) all[size_t(t)] = t;
-  ops.copy_rows(sum, all, xb);
+  const int rows = int(nk);
+  const Tensor in = ws.moe_in.shape(rows, c.n_embd), out = ws.moe_out.shape(rows, c.n_embd);
+  const Tensor gate = ws.gate.shape(rows, F), up = ws.up.shape(rows, F);
+  ops.copy_rows(xb, ws.moe_rows, in);
+  auto part = [](Tensor t, int r0, int r1) { return Tensor{t.row(r0), r1 - r0, t.cols}; };
+  std::vector<const Weight*> w_gate_up, w_down;
+  std::vector<Tensor> x_gate_up, y_gate_up, x_down, y_down;
+  for (int e = 0; e < E; ++e) {
+    const int r0 = begin[size_t(e)], r1 = begin[size_t(e) + 1];
+    if (r0 == r1) continue;
+    w_gate_up.push_back(&L.exp_gate[size_t(e)]), w_gate_up.push_back(&L.exp_up[size_t(e)]);
+    x_gate_up.push_back(part(in, r0, r1)), x_gate_up.push_back(part(in, r0, r1));
+    y_gate_up.push_back(part(gate, r0, r1)), y_gate_up.push_back(part(up, r0, r1));
+    w_down.push_back(&L.exp_down[size_t(e)]);
+    x_down.push_back(part(gate, r0, r1)), y_down.push_back(part(out, r0, r1));
+  }
+  ops.matmul_grouped(w_gate_up, x_gate_up, y_gate_up);
+  ops.gated_ffn(c.act, gate, up);
+  ops.matmul_grouped(w_down, x_down, y_down);
+  ops.combine(out, ws.moe_slots, ws.moe_slot_w, K, xb);
 }
 
 // The forward pass, read top to bottom as in llama2.c: embedding, then per

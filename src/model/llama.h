@@ -72,13 +72,14 @@ struct LlamaLayer {
 // first call).
 struct Workspace {
   TensorBuf x, xb, q, k, v, att, gate, up, head_in;
-  // Mixture of experts: router logits, the chosen experts and their weights
-  // per token, and one expert's gathered rows and their outputs.
-  TensorBuf router_logits, moe_in, moe_out, moe_sum;
-  std::vector<int32_t> moe_ids;
-  std::vector<float> moe_w;
-  std::vector<int> moe_rows;
-  std::vector<float> moe_row_w;
+  // Mixture of experts: router logits, the tokens' rows gathered by expert
+  // and the experts' outputs (gate and up above hold their FFN values).
+  TensorBuf router_logits, moe_in, moe_out;
+  std::vector<int32_t> moe_ids;        // per token, its experts (n x k)
+  std::vector<float> moe_w;            // and their weights
+  std::vector<int> moe_rows;           // the token of each gathered row (rows grouped by expert)
+  std::vector<int> moe_slots;          // per token, its gathered rows in expert id order (n x k)
+  std::vector<float> moe_slot_w;       // and their weights
   RopeTable rope, rope_swa;  // global layers' angles; sliding layers' (when they differ)
   std::unique_ptr<LayerOps> ops;
   OpProfile* profile = nullptr;  // when set, forward adds each operation's time to it

@@ -138,7 +138,8 @@ const ArchTraits& LlamaModel::load_config() {
   if (traits->moe) {
     c.n_expert = positive(f, a + "expert_count");
     c.n_expert_used = positive(f, a + "expert_used_count");
-    if (c.n_expert_used > c.n_expert) f.fail("expert_used_count is more than expert_count");
+    if (c.n_expert_used > c.n_expert || c.n_expert_used > 64)
+      f.fail("expert_used_count " + std::to_string(c.n_expert_used) + " is more than expert_count or 64");
     // The dense width, when the file gives one, is unused; without an expert
     // width, llama.cpp takes it as the dense one over the experts a token runs.
     c.n_ff = int(f.get_uint(a + "feed_forward_length", 0));

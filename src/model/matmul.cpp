@@ -541,6 +541,65 @@ void matmul_refined(const Weight& w, const float* x, int n_tok, float margin, fl
   }
 }
 
+void matmul_grouped(std::span<const Weight* const> ws, std::span<const float* const> xs, std::span<const int> n_toks,
+                    std::span<float* const> ys, std::vector<BlockQ8>& scratch) {
+  const size_t n = ws.size();
+  if (n == 0) return;
+  const int64_t cols = ws[0]->cols;
+  bool quantized = true;
+  for (const Weight* w : ws) quantized = quantized && w->type != GgmlType::F32 && w->cols == cols;
+  if (!quantized) {
+    for (size_t i = 0; i < n; ++i) matmul(*ws[i], xs[i], n_toks[i], ys[i], scratch);
+    return;
+  }
+  const int nb = int(cols / kQBlock);
+  // Each distinct input quantized once: act[i] is entry i's first block.
+  std::vector<size_t> act(n);
+  std::vector<size_t> first_rows;  // row offset in scratch of each distinct input
+  std::vector<const float*> distinct;
+  std::vector<int> distinct_rows;
+  size_t rows = 0;
+  for (size_t i = 0; i < n; ++i) {
+    size_t d = 0;
+    while (d < distinct.size() && (distinct[d] != xs[i] || distinct_rows[d] != n_toks[i])) ++d;
+    if (d == distinct.size()) {
+      distinct.push_back(xs[i]), distinct_rows.push_back(n_toks[i]), first_rows.push_back(rows);
+      rows += size_t(n_toks[i]);
+    }
+    act[i] = first_rows[d] * size_t(nb);
+  }
+  scratch.resize(rows * size_t(nb));
+  BlockQ8* acts = scratch.data();
+  std::vector<std::pair<const float*, BlockQ8*>> to_quantize;
+  for (size_t d = 0; d < distinct.size(); ++d)
+    for (int t = 0; t < distinct_rows[d]; ++t)
+      to_quantize.push_back({distinct[d] + size_t(t) * size_t(cols), acts + (first_rows[d] + size_t(t)) * size_t(nb)});
+  const int nq = int(to_quantize.size());
+#pragma omp parallel for schedule(static) if (nq > 1)
+  for (int r = 0; r < nq; ++r) quantize_q8(to_quantize[size_t(r)].first, size_t(cols), to_quantize[size_t(r)].second);
+
+  // Work items: each entry's (token tile, row tile) pairs, numbered in one range.
+  constexpr int kTokTile = 64;
+  std::vector<int64_t> before(n + 1, 0), row_tiles(n);
+  for (size_t i = 0; i < n; ++i) {
+    row_tiles[i] = (ws[i]->rows + kRowTile - 1) / kRowTile;
+    const int64_t tok_tiles = (n_toks[i] + kTokTile - 1) / kTokTile;
+    before[i + 1] = before[i] + row_tiles[i] * tok_tiles;
+  }
+  const TileDot dot;
+  const int64_t items = before[n];
+#pragma omp parallel for schedule(static)
+  for (int64_t item = 0; item < items; ++item) {
+    const size_t i = size_t(std::upper_bound(before.begin(), before.end(), item) - before.begin() - 1);
+    const int64_t k = item - before[i];
+    const int t0 = int(k / row_tiles[i]) * kTokTile;
+    const int64_t r0 = (k % row_tiles[i]) * kRowTile;
+    const Weight& w = *ws[i];
+    dot(w, r0, acts + act[i] + size_t(t0) * size_t(nb), nb, std::min(kTokTile, n_toks[i] - t0),
+        ys[i] + size_t(t0) * size_t(w.rows) + size_t(r0));
+  }
+}
+
 void matmul_multi(std::span<const Weight* const> ws, const float* x, int n_tok,
                   std::span<float* const> ys, std::vector<BlockQ8>& scratch) {
   if (ws.size() > 7) {  // the tile table below holds 7 weights

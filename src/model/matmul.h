@@ -83,6 +83,15 @@ void matmul_refined(const Weight& w, const float* x, int n_tok, float margin, fl
 void matmul_multi(std::span<const Weight* const> ws, const float* x, int n_tok,
                   std::span<float* const> ys, std::vector<BlockQ8>& scratch);
 
+// Many weights, each with an input of its own (a mixture's experts, each
+// with the tokens routed to it): ys[i] = ws[i] xs[i] for n_toks[i] rows, all
+// in one parallel region (a step's experts are many small products; one
+// region each would be mostly starts and joins). Entries that name the same
+// input (gate and up) share its quantization. Every weight quantized and of
+// one width, else each runs as matmul(). Each row's result is matmul()'s.
+void matmul_grouped(std::span<const Weight* const> ws, std::span<const float* const> xs, std::span<const int> n_toks,
+                    std::span<float* const> ys, std::vector<BlockQ8>& scratch);
+
 // Row-block dot kernels, one per ISA, exposed for tests: computes the dot of
 // n_rows rows (starting at `rows`, row_bytes apart) with n_tok activation rows of
 // `nb` blocks each (acts[t*nb ...]), into y[t * ldy + r].

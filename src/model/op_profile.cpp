@@ -82,17 +82,19 @@ void ProfilingOps::copy_rows(Tensor x, std::span<const int> rows, Tensor out) {
   in_.copy_rows(x, rows, out);
 }
 
-void ProfilingOps::zero(Tensor x) {
-  ProfScope s(&p_, ProfOp::kElementwise);
-  in_.zero(x);
+void ProfilingOps::matmul_grouped(std::span<const Weight* const> ws, std::span<const Tensor> xs,
+                                  std::span<const Tensor> ys) {
+  ProfScope s(&p_, ProfOp::kMatmul);
+  for (const Weight* w : ws) p_.weight_bytes += bytes_of(*w);
+  in_.matmul_grouped(ws, xs, ys);
 }
 void ProfilingOps::route(Tensor logits, int k, std::span<int32_t> ids, std::span<float> weights) {
   ProfScope s(&p_, ProfOp::kElementwise);
   in_.route(logits, k, ids, weights);
 }
-void ProfilingOps::add_rows(Tensor src, std::span<const int> rows, std::span<const float> w, Tensor dst) {
+void ProfilingOps::combine(Tensor src, std::span<const int> slots, std::span<const float> w, int k, Tensor out) {
   ProfScope s(&p_, ProfOp::kElementwise);
-  in_.add_rows(src, rows, w, dst);
+  in_.combine(src, slots, w, k, out);
 }
 
 }  // namespace cs

@@ -77,9 +77,10 @@ class ProfilingOps final : public LayerOps {
   void add(Tensor x, Tensor y) override;
   void gated_ffn(FfnAct act, Tensor gate, Tensor up) override;
   void copy_rows(Tensor x, std::span<const int> rows, Tensor out) override;
-  void zero(Tensor x) override;
+  void matmul_grouped(std::span<const Weight* const> ws, std::span<const Tensor> xs,
+                      std::span<const Tensor> ys) override;
   void route(Tensor logits, int k, std::span<int32_t> ids, std::span<float> weights) override;
-  void add_rows(Tensor src, std::span<const int> rows, std::span<const float> w, Tensor dst) override;
+  void combine(Tensor src, std::span<const int> slots, std::span<const float> w, int k, Tensor out) override;
 
  private:
   LayerOps& in_;
