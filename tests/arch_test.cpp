@@ -1,16 +1,20 @@
 // Every supported architecture on a tiny random model of its own (llama3:
 // GQA 4:1, tied embeddings, rope_freqs; qwen2: Q/K/V biases, RoPE by halves;
 // qwen3: per-head Q/K norms, head_dim 128 over a 128-wide embedding; gemma3:
-// 5 of 6 layers sliding over 40 positions, head_dim 256, post-norms, GeGLU):
-// the configuration read, the fast path against the float reference, and the
+// 5 of 6 layers sliding over 40 positions, head_dim 256, post-norms, GeGLU;
+// qwen3moe: qwen3's attention and 8 experts a layer, 2 per token): the
+// configuration read, the fast path against the float reference, and the
 // engine's guarantees (identical greedy tokens across attention modes,
 // batches, retained prefixes and preemption; Prompt Cache modules shared and
-// exact). engine_test.cpp and prompt_cache_test.cpp cover plain llama in more
-// depth. Also: the errors for what is not supported.
+// exact; prompts evicted to the disk tier and brought back). engine_test.cpp
+// and prompt_cache_test.cpp cover plain llama in more depth. Also: the errors
+// for what is not supported.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <unistd.h>
 #include <map>
 
 #include "cache/contiguous_kv.h"
@@ -182,6 +186,38 @@ TEST_P(Arch, PromptCacheModulesAreSharedAndExact) {
   }
   const auto alone = run_each(e, reqs);
   expect_same_tokens(run_all(e, reqs), alone, std::string(GetParam()) + " prompt cache batched vs alone");
+}
+
+// The disk tier: prompts evicted from a pool of 12 chunks come back from
+// disk, alone and batched, with the tokens each gets alone.
+TEST_P(Arch, PromptsEvictedToDiskComeBackWithTheSameTokens) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("cs_arch_disk_" + std::to_string(::getpid()) + "_" + GetParam());
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::vector<Request> reqs;
+  for (int i = 0; i < 6; ++i) {
+    Request r;
+    for (int t = 0; t < 200 + 10 * i; ++t) r.prompt.push_back(3 + (i * 37 + t * 11 + t / 5) % 268);
+    r.max_tokens = 12;
+    r.ignore_eos = true;
+    reqs.push_back(r);
+  }
+  Engine alone(m(), test::engine_options(AttnMode::kNone, 1, 2));
+  const auto ref = run_each(alone, reqs);
+  {
+    EngineOptions o = test::engine_options(AttnMode::kTpp, 32, 2);
+    Engine probe(m(), o);
+    o.kv_memory = 12 * probe.stats().kv.chunk_bytes;
+    o.kv_disk = dir.string();
+    Engine e(m(), o);
+    expect_same_tokens(run_each(e, reqs), ref, std::string(GetParam()) + " first pass");
+    expect_same_tokens(run_each(e, reqs), ref, std::string(GetParam()) + " from disk");
+    expect_same_tokens(run_all(e, reqs), ref, std::string(GetParam()) + " from disk, batched");
+    ASSERT_TRUE(e.wait_idle(std::chrono::seconds(30)));
+    EXPECT_GT(e.stats().disk.loaded, 0u) << GetParam();
+  }
+  fs::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiny, Arch, testing::Values("llama3", "qwen2", "qwen3", "gemma3", "qwen3moe"));
