@@ -15,7 +15,7 @@ TOOL = None
 # finite values, since random bytes there would often be inf or nan.
 F16_FIELDS = {"Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0": [0],
               "Q2_K": [80, 82], "Q3_K": [108], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208],
-              "IQ4_NL": [0], "IQ4_XS": [0]}
+              "IQ4_NL": [0], "IQ4_XS": [0], "MXFP4": []}
 
 
 def random_blocks(name, n_blocks, rng):
@@ -39,7 +39,7 @@ class Dequantize(unittest.TestCase):
     def test_every_type_bit_for_bit(self):
         rng = np.random.default_rng(7)
         for name in ["F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
-                     "IQ4_NL", "IQ4_XS"]:
+                     "IQ4_NL", "IQ4_XS", "MXFP4"]:
             with self.subTest(type=name):
                 raw = random_blocks(name, 200, rng)
                 want = quants.dequantize(raw, T[name]).astype(np.float32).reshape(-1)

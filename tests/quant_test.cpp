@@ -148,6 +148,10 @@ std::vector<uint8_t> random_rows(GgmlType t, int rows, int cols, std::mt19937& r
   const bool has_min = t == GgmlType::Q4_1 || t == GgmlType::Q5_1 || t == GgmlType::Q4_K ||
                        t == GgmlType::Q5_K || t == GgmlType::Q2_K;
   for (size_t off = 0; off < data.size(); off += size_t(info.block_bytes)) {
+    if (t == GgmlType::MXFP4) {  // an E8M0 exponent: scales 2^-8 .. 2^-2
+      data[off] = uint8_t(120 + byte(rng) % 7);
+      continue;
+    }
     uint16_t d = f32_to_f16(scale(rng)), m = f32_to_f16(-scale(rng) * 8);
     std::memcpy(&data[off + d_at], &d, 2);
     if (has_min) std::memcpy(&data[off + d_at + 2], &m, 2);
@@ -221,7 +225,7 @@ TEST(Matmul, RepackedTypesAreExactOnEveryIsa) {
   const Isa best = cpu_isa();
   for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q5_1,
                      GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_NL,
-                     GgmlType::IQ4_XS}) {
+                     GgmlType::IQ4_XS, GgmlType::MXFP4}) {
     const int rows = 37, cols = 512, nb = cols / 32;
     const PackLayout layout = pack_layout(t);
     EXPECT_TRUE(t == GgmlType::Q4_1 || t == GgmlType::Q8_0 || only_repacked(t));

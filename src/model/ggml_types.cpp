@@ -24,6 +24,7 @@ std::optional<TypeInfo> type_info(uint32_t id) {
     case GgmlType::Q6_K: return TypeInfo{"Q6_K", kQK, sizeof(BlockQ6_K)};
     case GgmlType::IQ4_NL: return TypeInfo{"IQ4_NL", kQBlock, sizeof(BlockIQ4_NL)};
     case GgmlType::IQ4_XS: return TypeInfo{"IQ4_XS", kQK, sizeof(BlockIQ4_XS)};
+    case GgmlType::MXFP4: return TypeInfo{"MXFP4", kQBlock, sizeof(BlockMXFP4)};
   }
   return std::nullopt;
 }
@@ -88,6 +89,9 @@ int q6k(const BlockQ6_K& k, int i) {
 // IQ4_NL / IQ4_XS: value i (0..31) of the 16 bytes of a block of 32, as a grid
 // value.
 int iq4(const uint8_t* qs, int i) { return kIq4Values[i < 16 ? qs[i] & 0xF : qs[i - 16] >> 4]; }
+
+// MXFP4: value i (0..31) of a block's 16 bytes, as the doubled E2M1 grid value.
+int8_t mxfp4(const uint8_t* qs, int i) { return kMxfp4Values[i < 16 ? qs[i] & 0xF : qs[i - 16] >> 4]; }
 
 // IQ4_XS's 6-bit scale of sub-block j, offset by -32.
 int iq4xs_scale(const BlockIQ4_XS& b, int j) {
@@ -282,6 +286,12 @@ Block32 block32(GgmlType type, const uint8_t* row, int b) {
       for (int i = 0; i < 32; ++i) out.q[i] = int8_t(iq4(k.qs, i));
       return out;
     }
+    case GgmlType::MXFP4: {
+      const BlockMXFP4& k = reinterpret_cast<const BlockMXFP4*>(row)[b];
+      same_halves(out, mxfp4_scale(k.e), 0.0f);
+      for (int i = 0; i < 32; ++i) out.q[i] = mxfp4(k.qs, i);
+      return out;
+    }
     default: block32_k(type, row, b, out); return out;
   }
 }
@@ -373,6 +383,14 @@ void dequantize_row(GgmlType type, const void* src, float* dst, size_t n) {
       for (size_t k = 0; k < n / kQBlock; ++k, dst += kQBlock) {
         const float d = f16_to_f32(b[k].d);
         for (int j = 0; j < 32; ++j) dst[j] = d * float(iq4(b[k].qs, j));
+      }
+      return;
+    }
+    case GgmlType::MXFP4: {
+      const auto* b = static_cast<const BlockMXFP4*>(src);
+      for (size_t k = 0; k < n / kQBlock; ++k, dst += kQBlock) {
+        const float d = mxfp4_scale(b[k].e);
+        for (int j = 0; j < 32; ++j) dst[j] = d * float(mxfp4(b[k].qs, j));
       }
       return;
     }

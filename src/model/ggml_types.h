@@ -5,6 +5,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 
@@ -26,6 +27,7 @@ enum class GgmlType : uint32_t {
   IQ4_NL = 20,
   IQ4_XS = 23,
   BF16 = 30,
+  MXFP4 = 39,
 };
 
 struct TypeInfo {
@@ -123,6 +125,23 @@ struct BlockIQ4_XS {
   uint8_t scales_l[4];
   uint8_t qs[128];
 };
+// MXFP4 (OCP microscaling, gpt-oss's experts): x = 2^(e - 128) * kMxfp4Values[q],
+// e an E8M0 exponent, q 4-bit E2M1 codes in Q4_0's nibble order; the grid is
+// E2M1's values doubled (0, 0.5, ..., 6 times 2), so every value is an int8
+// times a power of two, as in the Q8 layout, exactly.
+inline constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+struct BlockMXFP4 {
+  uint8_t e;  // E8M0
+  uint8_t qs[16];
+};
+// The scale of an MXFP4 block, 2^(e - 128), as ggml computes it (a
+// subnormal float for e < 2).
+inline float mxfp4_scale(uint8_t e) {
+  const uint32_t bits = e < 2 ? uint32_t(0x00200000) << e : uint32_t(e - 1) << 23;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
 // Q6_K: x = d * sc * (q - 32), q 6 bits (4 in ql, 2 in qh), sc int8; sub-blocks of 16.
 struct BlockQ6_K {
   uint8_t ql[128];
@@ -146,7 +165,7 @@ static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(Block
 static_assert(sizeof(BlockQ5_0) == 22 && sizeof(BlockQ5_1) == 24);
 static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(BlockQ4_K) == 144 &&
               sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210);
-static_assert(sizeof(BlockIQ4_NL) == 18 && sizeof(BlockIQ4_XS) == 136);
+static_assert(sizeof(BlockIQ4_NL) == 18 && sizeof(BlockIQ4_XS) == 136 && sizeof(BlockMXFP4) == 17);
 
 // Dequantize n values (n a multiple of the type's block size) to fp32.
 void dequantize_row(GgmlType type, const void* src, float* dst, size_t n);
