@@ -174,7 +174,7 @@ TEST(Gguf, UnknownTensorType) {
   w.tensor("t", {32}, 99, 0);
   w.data(std::vector<uint8_t>(64));
   expect_error(w.write("type"), "tensor 't' has unknown type id 99 (supported: F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, "
-                                "Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, BF16)");
+                                "Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, BF16, MXFP4)");
   GgufWriter iq;
   iq.tensor("blk.0.ffn_down.weight", {256}, 17, 0);
   iq.data(std::vector<uint8_t>(256));
