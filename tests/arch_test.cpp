@@ -254,9 +254,48 @@ TEST(ArchErrors, AFileWithoutItsArchitecturesTensorsIsRefused) {
 
 TEST(ArchErrors, UnsupportedRopeScalingIsRefused) {
   test::TinyModelShape s;
-  s.rope_scaling = "yarn";
-  EXPECT_NE(load_error(s, "tiny_yarn").find("RoPE scaling 'yarn' is not supported (supported: none, linear)"),
+  s.rope_scaling = "longrope";
+  EXPECT_NE(load_error(s, "tiny_longrope").find("RoPE scaling 'longrope' is not supported (supported: none, linear, yarn)"),
             std::string::npos);
+}
+
+// YaRN as llama.cpp runs it: the ramp's pairs from the original context
+// (128 dims, base 1e6, 256 positions: pairs 1 to 18), cos/sin scaled by
+// 1 + 0.1 ln 4; then the fast path against the float reference, which
+// computes the mixed angles on its own.
+TEST(ArchRope, YarnScalingIsReadAndAgreesWithTheReference) {
+  test::TinyModelShape s = test::tiny_arch_shape("qwen3");
+  s.rope_scaling = "yarn", s.rope_scaling_factor = 4.0f, s.rope_orig_ctx = 256;
+  const auto m = LlamaModel::load(test::tiny_model("tiny_yarn", s));
+  const RopeParams& r = m->config().rope;
+  EXPECT_TRUE(r.yarn);
+  EXPECT_EQ(r.freq_scale, 0.25);
+  EXPECT_EQ(r.yarn_low, 1.0);
+  EXPECT_EQ(r.yarn_high, 18.0);
+  EXPECT_NEAR(r.mscale, 1.0 + 0.1 * std::log(4.0), 1e-12);
+  // Pair 0 keeps its angle, pair 63 is interpolated, pair 10 mixes 8/17 of the original.
+  EXPECT_DOUBLE_EQ(r.angle(100, 0), 100.0);
+  EXPECT_NEAR(r.angle(100, 63), 0.25 * 100 * std::pow(1e6, -126.0 / 128), 1e-15);
+  const double own = 100 * std::pow(1e6, -20.0 / 128), mix = 1.0 - 9.0 / 17;
+  EXPECT_NEAR(r.angle(100, 10), own * 0.25 * (1 - mix) + own * mix, 1e-12);
+  const ReferenceModel ref(*m);
+  PerplexityOptions o;
+  o.n_ctx = 64;
+  o.kl_against = &ref;
+  const PerplexityResult res = perplexity(*m, some_tokens(128), o);
+  std::vector<double> kl = res.kl;
+  std::sort(kl.begin(), kl.end());
+  EXPECT_LT(kl.back(), 1e-3);
+  EXPECT_LE(res.top1_differ, 1);
+  // Without YaRN the same weights give other distributions.
+  s.rope_scaling = "";
+  const auto plain = LlamaModel::load(test::tiny_model("tiny_no_yarn", s));
+  const ReferenceModel ref_plain(*plain);
+  o.kl_against = &ref_plain;
+  const PerplexityResult other = perplexity(*m, some_tokens(128), o);
+  double mean = 0;
+  for (double k : other.kl) mean += k / double(other.kl.size());
+  EXPECT_GT(mean, 1e-3);
 }
 
 }  // namespace

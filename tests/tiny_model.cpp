@@ -38,6 +38,8 @@ std::string tiny_model(const std::string& name, TinyModelShape s) {
   w.kv_f32(a + "attention.layer_norm_rms_epsilon", 1e-5f);
   w.kv_f32(a + "rope.freq_base", s.rope_base);
   if (*s.rope_scaling) w.kv_str(a + "rope.scaling.type", s.rope_scaling);
+  if (s.rope_scaling_factor) w.kv_f32(a + "rope.scaling.factor", s.rope_scaling_factor);
+  if (s.rope_orig_ctx) w.kv_u32(a + "rope.scaling.original_context_length", uint32_t(s.rope_orig_ctx));
   if (s.window) w.kv_u32(a + "attention.sliding_window", uint32_t(s.window));
   if (s.n_expert) {
     w.kv_u32(a + "expert_count", uint32_t(s.n_expert));

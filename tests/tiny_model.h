@@ -20,6 +20,8 @@ struct TinyModelShape {
   float rope_base = 10000.0f;
   bool arch_tensors = true;       // false: leave out the biases or Q/K norms the architecture needs
   const char* rope_scaling = "";  // rope.scaling.type, when set
+  float rope_scaling_factor = 0;  // rope.scaling.factor, when set
+  int rope_orig_ctx = 0;          // rope.scaling.original_context_length, when set
   int window = 0;                 // attention.sliding_window (Gemma 3), when set
   // Mixture of experts (qwen3moe): experts per layer, experts per token, each expert's FFN width.
   int n_expert = 0, n_expert_used = 0, n_ff_exp = 0;

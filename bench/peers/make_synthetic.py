@@ -14,6 +14,8 @@ Presets (F16 matrices, F32 norms, biases and frequency factors):
            from Llama 3.1's scaling rule
   qwen2    qwen2 vocabulary (151936), d 512, 4 layers, Q/K/V biases
   qwen3    qwen2 vocabulary, d 512, 4 layers, head_dim 128, per-head Q/K norms
+  qwen3-yarn  qwen3 with YaRN RoPE scaling (factor 4 over an original context of
+           2048, as Qwen3's long-context configurations set it)
   qwen3moe qwen2 vocabulary, d 512, 4 layers, Qwen 3's attention, a mixture of
            16 experts of 256 per layer, 4 per token (router in F32)
   qwen3moe-a3b-12  Qwen3-30B-A3B's widths, experts and routing with 12 of its 48
@@ -50,6 +52,8 @@ PRESETS = {
                   bias=True, eps=1e-6),
     "qwen3": dict(arch="qwen3", vocab="qwen2", d=512, layers=4, heads=8, kv=2, ff=1536, base=1e6,
                   head_dim=128, qk_norm=True, eps=1e-6),
+    "qwen3-yarn": dict(arch="qwen3", vocab="qwen2", d=512, layers=4, heads=8, kv=2, ff=1536, base=1e6,
+                       head_dim=128, qk_norm=True, eps=1e-6, yarn=(4.0, 2048)),
     "qwen3moe": dict(arch="qwen3moe", vocab="qwen2", d=512, layers=4, heads=8, kv=2, ff=1536, base=1e6,
                      head_dim=128, qk_norm=True, eps=1e-6, experts=16, used=4, ff_exp=256),
     "qwen3moe-a3b-12": dict(arch="qwen3moe", vocab="qwen2", d=2048, layers=12, heads=32, kv=4, ff=6144,
@@ -127,6 +131,10 @@ def main():
     w.add_rope_freq_base(p["base"])
     w.add_layer_norm_rms_eps(p["eps"])
     w.add_rope_dimension_count(hd)
+    if "yarn" in p:
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(p["yarn"][0])
+        w.add_rope_scaling_orig_ctx_len(p["yarn"][1])
     if "experts" in p:
         w.add_expert_count(p["experts"])
         w.add_expert_used_count(p["used"])

@@ -1,6 +1,7 @@
 // LlamaModel::load: the configuration from the GGUF keys, then the weights,
 // each checked against the shape the configuration implies. What an
 // architecture requires beyond Llama comes from its traits (model/arch.h).
+#include <algorithm>
 #include <cmath>
 
 #include "base/error.h"
@@ -70,15 +71,36 @@ int positive(const GgufFile& f, const std::string& key) {
   return int(v);
 }
 
-// rope.scaling.type: none, or linear (angles times 1 / factor). YaRN and
-// LongRoPE change attention too and are refused rather than approximated.
-double rope_freq_scale(const GgufFile& f, const std::string& a) {
+// rope.scaling.type: none; linear (angles times 1 / factor); or yarn, as
+// llama.cpp runs it for these architectures (RopeParams): the ramp between
+// the pairs that turn 32 and 1 times over rope.scaling.original_context_length
+// (the training context when absent), all of the original angle's share
+// taken (ext_factor 1), and cos/sin scaled by (1 + 0.1 ln factor) times
+// rope.scaling.attn_factor. (llama.cpp reads YaRN's beta, ext-factor and
+// log-multiplier keys only for other architectures.) LongRoPE changes more
+// and is refused rather than approximated.
+void read_rope_scaling(const GgufFile& f, const std::string& a, int n_ctx_train, RopeParams& r) {
   const std::string type = f.get_string(a + "rope.scaling.type", "none");
-  if (type == "none") return 1.0;
-  if (type != "linear") f.fail("RoPE scaling '" + type + "' is not supported (supported: none, linear)");
+  if (type == "none") return;
+  if (type != "linear" && type != "yarn")
+    f.fail("RoPE scaling '" + type + "' is not supported (supported: none, linear, yarn)");
   const double factor = f.get_float(a + "rope.scaling.factor", 1.0);
-  if (!(factor > 0)) f.fail("rope.scaling.factor must be positive");
-  return 1.0 / factor;
+  if (!(factor > 0) || !std::isfinite(factor)) f.fail("rope.scaling.factor must be positive");
+  r.freq_scale = 1.0 / factor;
+  if (type == "linear") return;
+  const uint64_t orig = f.get_uint(a + "rope.scaling.original_context_length", uint64_t(n_ctx_train));
+  const double attn = f.get_float(a + "rope.scaling.attn_factor", 1.0);
+  if (orig == 0 || orig > (1u << 24)) f.fail("rope.scaling.original_context_length has implausible value " + std::to_string(orig));
+  if (!(attn > 0) || !std::isfinite(attn)) f.fail("rope.scaling.attn_factor must be positive");
+  r.yarn = true;
+  r.ext_factor = 1.0;
+  // The pair that turns n_rot times over the original context.
+  auto pair_turning = [&](double n_rot) {
+    return r.rot_dim * std::log(double(orig) / (n_rot * 2 * M_PI)) / (2 * std::log(r.base));
+  };
+  r.yarn_low = std::max(0.0, std::floor(pair_turning(32.0)));
+  r.yarn_high = std::min(double(r.rot_dim - 1), std::ceil(pair_turning(1.0)));
+  r.mscale = (factor <= 1.0 ? 1.0 : 1.0 + 0.1 * std::log(factor)) * attn;
 }
 
 // Sliding windows: attention.sliding_window positions on every layer but
@@ -97,6 +119,7 @@ void read_windows(const GgufFile& f, const std::string& a, const ArchTraits& tra
   c.rope_swa = c.rope;
   c.rope_swa.base = traits.rope_base_swa;
   c.rope_swa.freq_scale = 1.0;
+  c.rope_swa.yarn = false;
 }
 
 }  // namespace
@@ -172,10 +195,10 @@ const ArchTraits& LlamaModel::load_config() {
   if (c.rope.rot_dim > c.head_dim || c.rope.rot_dim % 2 || c.rope.rot_dim == 0)
     f.fail("invalid rope.dimension_count");
   c.rope.base = f.get_float(a + "rope.freq_base", 10000.0);
-  c.rope.freq_scale = rope_freq_scale(f, a);
   c.rope.style = traits->rope;
   c.rms_eps = float(f.get_float(a + "attention.layer_norm_rms_epsilon", 1e-5));
   c.n_ctx_train = int(f.get_uint(a + "context_length", 2048));
+  read_rope_scaling(f, a, c.n_ctx_train, c.rope);
   c.act = traits->act;
   if (traits->scale_embd) c.embd_scale = std::sqrt(float(c.n_embd));
   read_windows(f, a, *traits, c);

@@ -116,17 +116,27 @@ void swiglu(const float* gate, const float* up, size_t n, float* out) { gated<sw
 
 void geglu(const float* gate, const float* up, size_t n, float* out) { gated<geglu8, geglu1>(gate, up, n, out); }
 
+double RopeParams::angle(double pos, int i) const {
+  double extrap = pos * std::pow(base, -2.0 * i / rot_dim);
+  if (!factors.empty()) extrap /= double(factors[size_t(i)]);
+  const double interp = freq_scale * extrap;
+  if (!yarn || ext_factor == 0.0) return interp;
+  const double y = (double(i) - yarn_low) / std::max(0.001, yarn_high - yarn_low);
+  const double mix = (1.0 - std::clamp(y, 0.0, 1.0)) * ext_factor;
+  return interp * (1.0 - mix) + extrap * mix;
+}
+
 void RopeTable::build(const int32_t* pos, int n_tok, const RopeParams& p) {
   half = p.rot_dim / 2;
   style = p.style;
   cos_.resize(size_t(n_tok) * half);
   sin_.resize(size_t(n_tok) * half);
+  const double m = p.yarn ? p.mscale : 1.0;
   for (int t = 0; t < n_tok; ++t)
     for (int i = 0; i < half; ++i) {
-      double theta = double(pos[t]) * p.freq_scale * std::pow(p.base, -2.0 * i / p.rot_dim);
-      if (!p.factors.empty()) theta /= double(p.factors[size_t(i)]);
-      cos_[size_t(t) * half + i] = float(std::cos(theta));
-      sin_[size_t(t) * half + i] = float(std::sin(theta));
+      const double theta = p.angle(double(pos[t]), i);
+      cos_[size_t(t) * half + i] = float(std::cos(theta) * m);
+      sin_[size_t(t) * half + i] = float(std::sin(theta) * m);
     }
 }
 

@@ -37,6 +37,15 @@ struct RopeParams {
   double freq_scale = 1.0;
   std::vector<float> factors;  // empty: all 1
   RopeStyle style = RopeStyle::kAdjacent;
+  // YaRN (rope.scaling.type yarn): pair i turns by a mix of its scaled angle
+  // (times freq_scale) and its original one, the original's share
+  // ext_factor * (1 - clamp((i - yarn_low) / (yarn_high - yarn_low), 0, 1)),
+  // so fast pairs keep their angle and slow ones are interpolated; cos and
+  // sin are multiplied by mscale (scores by its square). llama.cpp's rule.
+  bool yarn = false;
+  double ext_factor = 0.0, yarn_low = 0.0, yarn_high = 0.0, mscale = 1.0;
+  // The angle of pair i at position pos, and the factor cos and sin take.
+  double angle(double pos, int i) const;
 };
 
 // RoPE angles for the given position ids: cos/sin of

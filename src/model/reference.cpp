@@ -53,9 +53,20 @@ void rope(float* x, int heads, int head_dim, const RopeParams& r, int pos) {
   const int half = r.rot_dim / 2;
   for (int h = 0; h < heads; ++h)
     for (int i = 0; i < half; ++i) {
-      double theta = pos * r.freq_scale * std::pow(r.base, -2.0 * i / r.rot_dim);
-      if (!r.factors.empty()) theta /= r.factors[size_t(i)];
-      const double c = std::cos(theta), s = std::sin(theta);
+      // Pair i's wavelength in positions, and its angle at pos.
+      double wavelength = 2 * M_PI / std::pow(r.base, -2.0 * i / r.rot_dim);
+      if (!r.factors.empty()) wavelength *= r.factors[size_t(i)];
+      double theta = 2 * M_PI * pos / wavelength * r.freq_scale, m = 1.0;
+      if (r.yarn) {
+        // YaRN: the original angle's share falls from ext_factor at pair
+        // yarn_low to 0 at yarn_high, linearly; cos and sin scaled by mscale.
+        const double share = i <= r.yarn_low    ? 1.0
+                             : i >= r.yarn_high ? 0.0
+                                                : 1.0 - (i - r.yarn_low) / std::max(0.001, r.yarn_high - r.yarn_low);
+        theta = theta * (1 - share * r.ext_factor) + 2 * M_PI * pos / wavelength * share * r.ext_factor;
+        m = r.mscale;
+      }
+      const double c = std::cos(theta) * m, s = std::sin(theta) * m;
       float* head = x + size_t(h) * head_dim;
       float* v0 = r.style == RopeStyle::kAdjacent ? head + 2 * i : head + i;
       float* v1 = r.style == RopeStyle::kAdjacent ? v0 + 1 : v0 + half;
