@@ -115,7 +115,8 @@ void LlamaModel::forward(const Batch& batch, KvStore& kv, Workspace& ws, std::ve
   const Tensor xb = ws.xb.shape(n, c.n_embd);  // a block's normed input, then its output
   const Tensor q = ws.q.shape(n, c.q_width()), att = ws.att.shape(n, c.q_width());
   const Tensor k = ws.k.shape(n, c.kv_width()), v = ws.v.shape(n, c.kv_width());
-  const Tensor gate = ws.gate.shape(n, c.n_ff), up = ws.up.shape(n, c.n_ff);
+  // A mixture's FFN shapes these per step (moe_ffn); the dense width is unused there.
+  const Tensor gate = c.moe() ? Tensor{} : ws.gate.shape(n, c.n_ff), up = c.moe() ? Tensor{} : ws.up.shape(n, c.n_ff);
   {
     ProfScope s(ws.profile, ProfOp::kRope);
     ws.rope.build(batch.pos.data(), n, c.rope);
