@@ -51,12 +51,9 @@ void print_profile(const OpProfile& pp, double pp_steps, const OpProfile& tg, do
   for (int i = 0; i < kProfOps; ++i)
     std::printf("| %s | %.3f | %.1f%% | %.4f | %.1f%% |\n", prof_op_name(ProfOp(i)), 1e3 * pp.seconds[i] / pp_steps,
                 100 * pp.seconds[i] / pp.total(), 1e3 * tg.seconds[i] / tg_steps, 100 * tg.seconds[i] / tg.total());
-  auto gbps = [](const OpProfile& p) {
-    const double s = p.seconds[int(ProfOp::kMatmul)] + p.seconds[int(ProfOp::kHead)];
-    return s > 0 ? p.weight_bytes / s / 1e9 : 0.0;
-  };
   std::printf("| (forward) | %.3f | | %.4f | |\n\nweights read by the matmuls: pp %.1f GB/s, tg %.1f GB/s\n",
-              1e3 * pp.total() / pp_steps, 1e3 * tg.total() / tg_steps, gbps(pp), gbps(tg));
+              1e3 * pp.total() / pp_steps, 1e3 * tg.total() / tg_steps, pp.matmul_bandwidth() / 1e9,
+              tg.matmul_bandwidth() / 1e9);
 }
 
 double median(std::vector<double> v) {

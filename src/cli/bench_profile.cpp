@@ -12,9 +12,8 @@ std::string profile_json(const OpProfile& p, double steps) {
     std::snprintf(buf, sizeof buf, "%s\"%s\": %.4f", i ? ", " : "", prof_op_name(ProfOp(i)), 1e3 * p.seconds[i] / steps);
     out += buf;
   }
-  const double mm = p.seconds[int(ProfOp::kMatmul)] + p.seconds[int(ProfOp::kHead)];
   std::snprintf(buf, sizeof buf, "}, \"total_ms\": %.4f, \"matmul_gbps\": %.2f, \"weight_mb\": %.3f}",
-                1e3 * p.total() / steps, mm > 0 ? p.weight_bytes / mm / 1e9 : 0.0, p.weight_bytes / steps / 1e6);
+                1e3 * p.total() / steps, p.matmul_bandwidth() / 1e9, p.weight_bytes / steps / 1e6);
   return out + buf;
 }
 
@@ -23,11 +22,10 @@ std::string step_profile_json(const StepProfile& p) {
   std::string fwd = profile_json(p.ops, n);
   fwd.pop_back();  // the closing brace: the engine's parts follow
   char buf[256];
-  const double other = p.step_s - p.schedule_s - p.sample_s - p.ops.total();
   std::snprintf(buf, sizeof buf,
                 ", \"schedule_ms\": %.4f, \"sample_ms\": %.4f, \"other_ms\": %.4f, \"step_ms\": %.4f, "
                 "\"steps\": %llu, \"rows\": %llu}",
-                1e3 * p.schedule_s / n, 1e3 * p.sample_s / n, 1e3 * other / n, 1e3 * p.step_s / n,
+                1e3 * p.schedule_s / n, 1e3 * p.sample_s / n, 1e3 * p.other_s() / n, 1e3 * p.step_s / n,
                 (unsigned long long)p.steps, (unsigned long long)p.rows);
   return fwd + buf;
 }
@@ -40,10 +38,9 @@ void print_step_profiles(const StepProfile& prefill, const StepProfile& decode, 
   for (int i = 0; i < kProfOps; ++i)
     std::fprintf(out, "| %s | %.3f | %.3f |\n", prof_op_name(ProfOp(i)), 1e3 * prefill.ops.seconds[i] / np,
                 1e3 * decode.ops.seconds[i] / nd);
-  auto other = [](const StepProfile& p) { return p.step_s - p.schedule_s - p.sample_s - p.ops.total(); };
   std::fprintf(out, "| schedule | %.3f | %.3f |\n| sample | %.3f | %.3f |\n| other | %.3f | %.3f |\n| **step** | %.3f | %.3f |\n",
               1e3 * prefill.schedule_s / np, 1e3 * decode.schedule_s / nd, 1e3 * prefill.sample_s / np,
-              1e3 * decode.sample_s / nd, 1e3 * other(prefill) / np, 1e3 * other(decode) / nd,
+              1e3 * decode.sample_s / nd, 1e3 * prefill.other_s() / np, 1e3 * decode.other_s() / nd,
               1e3 * prefill.step_s / np, 1e3 * decode.step_s / nd);
 }
 

@@ -90,6 +90,8 @@ struct StepProfile {
   double schedule_s = 0;   // drafts proposed, the batch planned
   double sample_s = 0;     // logits drawn, drafts verified, tokens streamed
   uint64_t steps = 0, rows = 0;
+  // What the steps spent outside all of the above (bookkeeping around the pass).
+  double other_s() const { return step_s - schedule_s - sample_s - ops.total(); }
 };
 
 // A snapshot of the engine (for metrics); counters only grow.

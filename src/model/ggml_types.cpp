@@ -93,6 +93,16 @@ int iq4(const uint8_t* qs, int i) { return kIq4Values[i < 16 ? qs[i] & 0xF : qs[
 // MXFP4: value i (0..31) of a block's 16 bytes, as the doubled E2M1 grid value.
 int8_t mxfp4(const uint8_t* qs, int i) { return kMxfp4Values[i < 16 ? qs[i] & 0xF : qs[i - 16] >> 4]; }
 
+// The 4-bit grid types of 32 values a block (IQ4_NL, MXFP4): each value is
+// its block's scale times its grid entry.
+template <class Block, class Scale, class Value>
+void dequantize_grid(const Block* b, size_t n, float* dst, Scale scale, Value value) {
+  for (size_t k = 0; k < n / kQBlock; ++k, dst += kQBlock) {
+    const float d = scale(b[k]);
+    for (int j = 0; j < 32; ++j) dst[j] = d * float(value(b[k].qs, j));
+  }
+}
+
 // IQ4_XS's 6-bit scale of sub-block j, offset by -32.
 int iq4xs_scale(const BlockIQ4_XS& b, int j) {
   return (((b.scales_l[j / 2] >> (4 * (j % 2))) & 0xF) | (((b.scales_h >> (2 * j)) & 3) << 4)) - 32;
@@ -378,22 +388,12 @@ void dequantize_row(GgmlType type, const void* src, float* dst, size_t n) {
       }
       return;
     }
-    case GgmlType::IQ4_NL: {
-      const auto* b = static_cast<const BlockIQ4_NL*>(src);
-      for (size_t k = 0; k < n / kQBlock; ++k, dst += kQBlock) {
-        const float d = f16_to_f32(b[k].d);
-        for (int j = 0; j < 32; ++j) dst[j] = d * float(iq4(b[k].qs, j));
-      }
-      return;
-    }
-    case GgmlType::MXFP4: {
-      const auto* b = static_cast<const BlockMXFP4*>(src);
-      for (size_t k = 0; k < n / kQBlock; ++k, dst += kQBlock) {
-        const float d = mxfp4_scale(b[k].e);
-        for (int j = 0; j < 32; ++j) dst[j] = d * float(mxfp4(b[k].qs, j));
-      }
-      return;
-    }
+    case GgmlType::IQ4_NL:
+      return dequantize_grid(static_cast<const BlockIQ4_NL*>(src), n, dst,
+                             [](const BlockIQ4_NL& b) { return f16_to_f32(b.d); }, iq4);
+    case GgmlType::MXFP4:
+      return dequantize_grid(static_cast<const BlockMXFP4*>(src), n, dst,
+                             [](const BlockMXFP4& b) { return mxfp4_scale(b.e); }, mxfp4);
     case GgmlType::Q2_K:
     case GgmlType::Q3_K:
     case GgmlType::Q4_K:

@@ -392,6 +392,9 @@ void matmul_f32(const Weight& w, const float* x, int n_tok, float* y) {
   }
 }
 
+// Token rows per product: bounds the activation working set of long prefills.
+constexpr int kTokTile = 64;
+
 // y = W x over quantized activations (n_tok rows of nb blocks): one
 // parallel region over the row tiles of every weight, fewer fork/joins per
 // layer, which is what a small model's decode step is made of.
@@ -402,7 +405,6 @@ void dot_tiles(std::span<const Weight* const> ws, const BlockQ8* acts, int nb, i
   const size_t nw = ws.size();
   for (size_t i = 0; i < nw; ++i) tiles_before[i + 1] = tiles_before[i] + (ws[i]->rows + kRowTile - 1) / kRowTile;
   const int64_t n_tiles = tiles_before[nw];
-  constexpr int kTokTile = 64;  // bounds the activation working set of long prefills
 #pragma omp parallel for schedule(static) collapse(2)
   for (int t0 = 0; t0 < n_tok; t0 += kTokTile) {
     for (int64_t tile = 0; tile < n_tiles; ++tile) {
@@ -579,7 +581,6 @@ void matmul_grouped(std::span<const Weight* const> ws, std::span<const float* co
   for (int r = 0; r < nq; ++r) quantize_q8(to_quantize[size_t(r)].first, size_t(cols), to_quantize[size_t(r)].second);
 
   // Work items: each entry's (token tile, row tile) pairs, numbered in one range.
-  constexpr int kTokTile = 64;
   std::vector<int64_t> before(n + 1, 0), row_tiles(n);
   for (size_t i = 0; i < n; ++i) {
     row_tiles[i] = (ws[i]->rows + kRowTile - 1) / kRowTile;

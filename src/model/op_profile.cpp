@@ -24,6 +24,11 @@ double OpProfile::total() const {
   return s;
 }
 
+double OpProfile::matmul_bandwidth() const {
+  const double s = seconds[int(ProfOp::kMatmul)] + seconds[int(ProfOp::kHead)];
+  return s > 0 ? weight_bytes / s : 0.0;
+}
+
 OpProfile& OpProfile::operator+=(const OpProfile& o) {
   for (int i = 0; i < kProfOps; ++i) seconds[i] += o.seconds[i], calls[i] += o.calls[i];
   weight_bytes += o.weight_bytes;

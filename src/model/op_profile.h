@@ -36,6 +36,8 @@ struct OpProfile {
   double weight_bytes = 0;  // weights the matmuls and the head read
 
   double total() const;
+  // The weights' read bandwidth of the matmuls and the head, bytes/s (0 when none ran).
+  double matmul_bandwidth() const;
   OpProfile& operator+=(const OpProfile& o);
 };
 
