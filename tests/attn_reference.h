@@ -25,7 +25,9 @@ inline void attn_reference(const HostTree& tree, const AttnProblem& p) {
         const int vis = len - nr + r + 1;
         const int lo = p.window_first ? std::max(0, p.window_first[p.rows_begin(i) + r]) : 0;
         std::vector<double> s(static_cast<size_t>(vis)), acc(static_cast<size_t>(d), 0.0);
-        double mx = -INFINITY;
+        // A sink (gpt-oss) is one more logit in the softmax, with no value.
+        const double sink = p.sinks ? double(p.sinks[h]) : -INFINITY;
+        double mx = sink;
         for (int t = lo; t < vis; ++t) {
           tree.read_kv(id, t, p.layer, h / group, k.data(), v.data());
           double dot = 0;
@@ -33,14 +35,14 @@ inline void attn_reference(const HostTree& tree, const AttnProblem& p) {
           s[size_t(t)] = dot / std::sqrt(double(d));
           mx = std::max(mx, s[size_t(t)]);
         }
-        double z = 0;
+        double z = sink == -INFINITY ? 0.0 : std::exp(sink - mx);
         for (int t = lo; t < vis; ++t) {
           const double w = std::exp(s[size_t(t)] - mx);
           z += w;
           tree.read_kv(id, t, p.layer, h / group, k.data(), v.data());
           for (int x = 0; x < d; ++x) acc[size_t(x)] += w * v[size_t(x)];
         }
-        for (int x = 0; x < d; ++x) p.out[row + size_t(x)] = vis > lo ? float(acc[size_t(x)] / z) : 0.0f;
+        for (int x = 0; x < d; ++x) p.out[row + size_t(x)] = z > 0 ? float(acc[size_t(x)] / z) : 0.0f;
       }
   }
 }

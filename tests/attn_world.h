@@ -20,13 +20,14 @@ struct Case {
   uint32_t seed;
   bool prefill = false;
   int window = 0;  // a sliding window, in positions (0: none)
+  bool sinks = false;  // a sink logit per query head (gpt-oss)
 };
 
 inline std::string name(const Case& c) {
   return "batch " + std::to_string(c.batch) + " kv_heads " + std::to_string(c.n_kv_heads) + " group " +
          std::to_string(c.group) + " d " + std::to_string(c.d) + " " + kv_type_name(c.type) + " seed " +
          std::to_string(c.seed) + (c.prefill ? " prefill" : "") +
-         (c.window ? " window " + std::to_string(c.window) : "");
+         (c.window ? " window " + std::to_string(c.window) : "") + (c.sinks ? " sinks" : "");
 }
 
 // Random K/V for tokens [from, to) of sequence id, every layer and KV head.
@@ -52,8 +53,10 @@ struct Planned {
   Planned(const HostTree& t, std::shared_ptr<const KernelContext> ctx, int n_heads)
       : tree(t), plan(plan_attention(t.plan_input(std::move(ctx)), {}, n_heads)) {}
   std::vector<int> window_first;  // per query row, when a window is set
+  std::vector<float> sinks;       // per query head, when set
   AttnProblem problem(const float* q, float* out, int layer = 0) {
-    return {&tree.pool(), &plan, layer, q, out, &ws, window_first.empty() ? nullptr : window_first.data()};
+    return {&tree.pool(), &plan, layer, q, out, &ws, window_first.empty() ? nullptr : window_first.data(),
+            sinks.empty() ? nullptr : sinks.data()};
   }
   // A sliding window of w positions (a sequence's keys at 0, 1, 2, ...): the
   // k-th of n rows of a sequence of L keys is key L - n + k.
@@ -76,6 +79,7 @@ struct World {
   std::vector<int> q_begin;
   int n_heads = 0;
   int window = 0;
+  std::vector<float> sinks;
 
   World(const Case& c) : window(c.window) {
     std::mt19937 rng(c.seed);
@@ -116,12 +120,17 @@ struct World {
     if (!c.prefill) q_begin.clear();
     q.resize(size_t(rows) * n_heads * c.d);
     for (auto& x : q) x = nd(rng) * 2;
+    // Sinks about the scores' size (q is 2 N(0,1), so scores are ~2): some
+    // rows' sinks dominate, some hardly count.
+    if (c.sinks)
+      for (int h = 0; h < n_heads; ++h) sinks.push_back(2.0f * nd(rng));
   }
 
   AttnProblem problem(std::vector<float>& out) {
     if (!run) {
       run = std::make_unique<Planned>(*tree, q_begin, n_heads);
       if (window) run->set_window(window);
+      run->sinks = sinks;
     }
     out.assign(q.size(), NAN);
     return run->problem(q.data(), out.data(), 1);

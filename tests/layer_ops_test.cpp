@@ -52,7 +52,7 @@ TEST(CpuOps, RoutingPicksTheMostProbableExpertsAndRenormalizes) {
                                -1, 7, 7, -1};
   std::vector<int32_t> ids(6);
   std::vector<float> w(6);
-  ops->route(Tensor{logits.data(), 3, 4}, 2, ids, w);
+  ops->route(MoeGating::kSoftmaxNorm, Tensor{logits.data(), 3, 4}, 2, ids, w);
   EXPECT_EQ(ids, (std::vector<int32_t>{3, 2, 0, 1, 1, 2}));
   EXPECT_NEAR(w[0], 1 / (1 + std::exp(-1.0)), 1e-6);  // e^3 / (e^3 + e^2)
   EXPECT_NEAR(w[1], 1 / (1 + std::exp(1.0)), 1e-6);
@@ -61,7 +61,7 @@ TEST(CpuOps, RoutingPicksTheMostProbableExpertsAndRenormalizes) {
   const int n = 40, E = 64, k = 8;
   std::vector<float> many = random_values(size_t(n) * E, 5);
   ids.resize(size_t(n) * k), w.resize(ids.size());
-  ops->route(Tensor{many.data(), n, E}, k, ids, w);
+  ops->route(MoeGating::kSoftmaxNorm, Tensor{many.data(), n, E}, k, ids, w);
   for (int t = 0; t < n; ++t) {
     std::vector<int> order(E);
     for (int e = 0; e < E; ++e) order[size_t(e)] = e;
@@ -74,6 +74,29 @@ TEST(CpuOps, RoutingPicksTheMostProbableExpertsAndRenormalizes) {
       EXPECT_EQ(ids[size_t(t * k + j)], order[size_t(j)]);
       EXPECT_NEAR(w[size_t(t * k + j)], std::exp(double(l[order[size_t(j)]])) / z / chosen, 1e-6);
     }
+  }
+  // gpt-oss's gating: the k highest logits, a softmax over them alone (the
+  // same weights in exact arithmetic; its own rounding).
+  ops->route(MoeGating::kSoftmaxChosen, Tensor{logits.data(), 3, 4}, 2, ids, w);
+  EXPECT_EQ(std::vector<int32_t>(ids.begin(), ids.begin() + 6), (std::vector<int32_t>{3, 2, 0, 1, 1, 2}));
+  EXPECT_NEAR(w[0], 1 / (1 + std::exp(-1.0)), 1e-6);
+  EXPECT_FLOAT_EQ(w[4], 0.5f);
+  ops->route(MoeGating::kSoftmaxChosen, Tensor{many.data(), n, E}, k, ids, w);
+  for (int t = 0; t < n; ++t) {
+    const float* l = many.data() + size_t(t) * E;
+    double chosen = 0;
+    for (int j = 0; j < k; ++j) chosen += std::exp(double(l[ids[size_t(t * k + j)]]));
+    for (int j = 0; j < k; ++j) {
+      if (j > 0) {
+        EXPECT_GE(l[ids[size_t(t * k + j - 1)]], l[ids[size_t(t * k + j)]]);
+      }
+      EXPECT_NEAR(w[size_t(t * k + j)], std::exp(double(l[ids[size_t(t * k + j)]])) / chosen, 1e-6);
+    }
+    // No expert left out has a higher logit than the lowest chosen.
+    for (int e = 0; e < E; ++e)
+      if (std::find(ids.begin() + t * k, ids.begin() + (t + 1) * k, e) == ids.begin() + (t + 1) * k) {
+        EXPECT_LE(l[e], l[ids[size_t(t * k + k - 1)]]);
+      }
   }
   // combine: each of 2 tokens the weighed sum of 2 of 3 rows, in slot order.
   std::vector<float> src = {1, 2, 3, 4, 5, 6}, dst(4, 9.0f);
@@ -212,9 +235,9 @@ class Recording final : public Backend {
       ++calls_["matmul_grouped"];
       cpu_->matmul_grouped(ws, xs, ys);
     }
-    void route(Tensor logits, int k, std::span<int32_t> ids, std::span<float> weights) override {
+    void route(MoeGating gating, Tensor logits, int k, std::span<int32_t> ids, std::span<float> weights) override {
       ++calls_["route"];
-      cpu_->route(logits, k, ids, weights);
+      cpu_->route(gating, logits, k, ids, weights);
     }
     void combine(Tensor src, std::span<const int> slots, std::span<const float> w, int k, Tensor out) override {
       ++calls_["combine"];

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -75,6 +76,35 @@ TEST(Ops, GeGluMatchesDoubleReference) {
   float o1[1];
   geglu(g1, u1, 1, o1);
   EXPECT_NEAR(o1[0], 2 * 0.8411920f, 1e-6);  // gelu_tanh(1) = 0.841192
+}
+
+// gpt-oss's clamped SwiGLU against double precision: gates above 7 and up
+// values outside [-7, 7] clamped (values by hand), the rest as swiglu with
+// 1.702 in the sigmoid; huge values never NaN.
+TEST(Ops, SwiGluOaiClampsAndMatchesDoubleReference) {
+  const float g[3] = {0.0f, 10.0f, -3.0f}, u[3] = {5.0f, 20.0f, -9.0f};
+  float out[3];
+  swiglu_oai(g, u, 3, out);
+  EXPECT_FLOAT_EQ(out[0], 0.0f);
+  EXPECT_NEAR(out[1], 7 / (1 + std::exp(-1.702 * 7)) * 8, 1e-5);   // gate 7, up 7 + 1
+  EXPECT_NEAR(out[2], -3 / (1 + std::exp(1.702 * 3)) * -6, 1e-6);  // up -7 + 1
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> wide(-30.0f, 30.0f);
+  for (size_t n : {size_t(1), size_t(13), size_t(40000), size_t(8 * 4096 + 5)}) {
+    std::vector<float> gs(n), us(n);
+    for (size_t i = 0; i < n; ++i) gs[i] = wide(rng), us[i] = wide(rng) / 2;
+    const float edge[] = {0.0f, -0.0f, 7.0f, -7.0f, 1e4f, -1e4f, 3e38f, -3e38f};
+    for (size_t i = 0; i < n && i < std::size(edge); ++i) gs[n - 1 - i] = edge[i], us[n - 1 - i] = edge[i];
+    std::vector<float> o = gs;
+    swiglu_oai(o.data(), us.data(), n, o.data());
+    for (size_t i = 0; i < n; ++i) {
+      const double x = std::min(double(gs[i]), 7.0), y = std::clamp(double(us[i]), -7.0, 7.0) + 1;
+      const double ref = x / (1.0 + std::exp(-1.702 * x)) * y;
+      const double tol = (1.0 + std::fabs(1.702 * x) / 10) * 1e-6 * std::fabs(ref) + 1e-30;
+      ASSERT_FALSE(std::isnan(o[i])) << "gate " << gs[i];
+      ASSERT_NEAR(o[i], ref, tol) << "gate " << gs[i] << " up " << us[i] << " at " << i << " of " << n;
+    }
+  }
 }
 
 RopeParams rope_params(int rot_dim, double base, RopeStyle style = RopeStyle::kAdjacent) {

@@ -18,6 +18,13 @@ TinyModelShape tiny_arch_shape(const std::string& variant) {
   } else if (variant == "qwen3moe") {
     s.arch = "qwen3moe", s.head_dim = 128, s.rope_base = 1000000.0f, s.tied = true;
     s.n_expert = 8, s.n_expert_used = 2, s.n_ff_exp = 64;
+  } else if (variant == "gpt-oss") {
+    // 4 layers, the even ones sliding over 24 positions; YaRN; 8 experts of
+    // 64, 4 per token; head_dim 64 with queries 256 wide over a 128-wide
+    // embedding; sinks and biases everywhere.
+    s.arch = "gpt-oss", s.n_layers = 4, s.n_heads = 4, s.n_kv_heads = 2, s.head_dim = 64, s.rope_base = 150000.0f;
+    s.window = 24, s.rope_scaling = "yarn", s.rope_scaling_factor = 4, s.rope_orig_ctx = 256;
+    s.n_expert = 8, s.n_expert_used = 4, s.n_ff_exp = 64;
   } else if (variant == "gemma3") {
     s.arch = "gemma3", s.n_layers = 6, s.head_dim = 256, s.rope_base = 1000000.0f, s.tied = true, s.window = 40;
     s.output_scale = 0.02f;  // embeddings are scaled by sqrt(n_embd) on the way in
@@ -77,7 +84,8 @@ std::string tiny_model(const std::string& name, TinyModelShape s) {
   const uint64_t E = uint64_t(s.n_embd), F = uint64_t(s.n_ff), V = tokens.size();
   const uint64_t D = s.head_dim ? uint64_t(s.head_dim) : E / uint64_t(s.n_heads);
   const uint64_t QW = D * uint64_t(s.n_heads), KW = D * uint64_t(s.n_kv_heads);
-  const bool biases = s.arch_tensors && std::string(s.arch) == "qwen2";
+  const bool oss = std::string(s.arch) == "gpt-oss";
+  const bool biases = s.arch_tensors && (std::string(s.arch) == "qwen2" || oss);
   const bool gemma = std::string(s.arch) == "gemma3";
   const bool qk_norm = s.arch_tensors && (std::string(s.arch) == "qwen3" || std::string(s.arch) == "qwen3moe" || gemma);
   const bool post_norms = s.arch_tensors && gemma;
@@ -107,7 +115,7 @@ std::string tiny_model(const std::string& name, TinyModelShape s) {
   for (int l = 0; l < s.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     add(p + "attn_norm.weight", {E}, 0, true);
-    add(p + "ffn_norm.weight", {E}, 0, true);
+    add(p + (oss ? "post_attention_norm.weight" : "ffn_norm.weight"), {E}, 0, true);
     add(p + "attn_q.weight", {E, QW}, 0.15f);
     add(p + "attn_k.weight", {E, KW}, 0.15f);
     add(p + "attn_v.weight", {E, KW}, 0.1f);
@@ -121,6 +129,10 @@ std::string tiny_model(const std::string& name, TinyModelShape s) {
       add(p + "attn_q_norm.weight", {D}, 0, true);
       add(p + "attn_k_norm.weight", {D}, 0, true);
     }
+    if (oss && s.arch_tensors) {
+      add(p + "attn_output.bias", {E}, 0.1f);
+      add(p + "attn_sinks.weight", {uint64_t(s.n_heads)}, 1.0f);
+    }
     if (post_norms) {
       add(p + "post_attention_norm.weight", {E}, 0, true);
       add(p + "post_ffw_norm.weight", {E}, 0, true);
@@ -132,6 +144,12 @@ std::string tiny_model(const std::string& name, TinyModelShape s) {
       add(p + "ffn_gate_exps.weight", {E, FX, X}, 0.1f);
       add(p + "ffn_up_exps.weight", {E, FX, X}, 0.1f);
       add(p + "ffn_down_exps.weight", {FX, E, X}, 0.15f);
+      if (oss && s.arch_tensors) {
+        add(p + "ffn_gate_inp.bias", {X}, 0.5f);
+        add(p + "ffn_gate_exps.bias", {FX, X}, 0.2f);
+        add(p + "ffn_up_exps.bias", {FX, X}, 0.2f);
+        add(p + "ffn_down_exps.bias", {E, X}, 0.1f);
+      }
     } else {
       add(p + "ffn_gate.weight", {E, F}, 0.1f);
       add(p + "ffn_up.weight", {E, F}, 0.1f);

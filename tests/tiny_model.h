@@ -32,7 +32,10 @@ struct TinyModelShape {
 // RoPE by halves), "qwen3" (Q/K norms, head_dim 128 over a 128-wide embedding),
 // "gemma3" (6 layers, 5 of them sliding over 40 positions, head_dim 256 with
 // one KV head, Q/K norms, post-norms, GeGLU, scaled embeddings), "qwen3moe"
-// (Qwen 3's attention, 8 experts of 64 a layer, 2 per token).
+// (Qwen 3's attention, 8 experts of 64 a layer, 2 per token), "gpt-oss"
+// (4 layers, the even ones sliding; attention sinks; YaRN; biases on Q/K/V,
+// the output, the router and the experts; 8 experts of 64, 4 per token,
+// weighed by a softmax over the chosen; clamped SwiGLU).
 TinyModelShape tiny_arch_shape(const std::string& variant);
 
 // Writes the model under the test temp dir (once per name); returns its path.

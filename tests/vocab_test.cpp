@@ -2,7 +2,9 @@
 // ggml-vocab-*.gguf vocabularies of the llama-cpp-python sdist with their
 // .inp texts and .out token ids (scripts/fetch_vocabs.sh puts them in
 // tests/data/vocab). Encoded as llama.cpp's test-tokenizer-0 does: no BOS,
-// special-token texts taken as text.
+// special-token texts taken as text. o200k (gpt-oss), which the sdist
+// lacks, is made by scripts/make_o200k_vocab.py with its ids from tiktoken,
+// OpenAI's own implementation.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -70,7 +72,7 @@ TEST_P(Vocab, MatchesLlamaCpp) {
 
 INSTANTIATE_TEST_SUITE_P(LlamaCppData, Vocab,
                          testing::Values("llama-bpe", "qwen2", "gpt-2", "starcoder", "refact", "deepseek-llm",
-                                         "deepseek-coder", "command-r", "falcon", "mpt", "phi-3", "llama-spm"),
+                                         "deepseek-coder", "command-r", "falcon", "mpt", "phi-3", "llama-spm", "o200k"),
                          [](const auto& p) {
                            std::string n = p.param;
                            for (char& c : n) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';

@@ -21,6 +21,15 @@ Presets (F16 matrices, F32 norms, biases and frequency factors):
   qwen3moe-a3b-12  Qwen3-30B-A3B's widths, experts and routing with 12 of its 48
            layers: d 2048, 32 heads / 4 K/V heads, head_dim 128, 128 experts
            of 768, 8 per token (14.5 GB as F16; ~4.5 GB at Q4_K_M)
+  gpt-oss  gpt-oss's departures at a small size: o200k vocabulary (201088, with
+           the harmony chat template; scripts/make_o200k_vocab.py), d 640,
+           4 layers (the even ones sliding over 128 positions), 8 heads / 2 K/V
+           heads of 64, attention sinks, YaRN (factor 32 over 4096, as gpt-oss),
+           biases on Q/K/V, output, router and experts, 16 experts of 256, 4 per
+           token (softmax over the chosen), clamped SwiGLU
+  gpt-oss-20b-8  gpt-oss-20b's widths, experts and routing with 8 of its 24
+           layers: d 2880, 64 heads / 8 K/V heads of 64, 32 experts of 2880,
+           4 per token (12.7 GB as F16; MXFP4_MOE through llama-quantize)
   llama3-1b  Llama-3.2-1B's shapes: 16 layers, d 2048, 32 heads / 8 K/V heads,
            FFN 8192, llama-bpe vocabulary, tied embeddings (2.5 GB as F16;
            bench/peers/make_1b.sh quantizes it to Q4_K_M)
@@ -58,6 +67,12 @@ PRESETS = {
                      head_dim=128, qk_norm=True, eps=1e-6, experts=16, used=4, ff_exp=256),
     "qwen3moe-a3b-12": dict(arch="qwen3moe", vocab="qwen2", d=2048, layers=12, heads=32, kv=4, ff=6144,
                             base=1e6, head_dim=128, qk_norm=True, eps=1e-6, experts=128, used=8, ff_exp=768),
+    "gpt-oss": dict(arch="gpt-oss", vocab="o200k", d=640, layers=4, heads=8, kv=2, ff=256, base=150000.0,
+                    head_dim=64, eps=1e-5, experts=16, used=4, ff_exp=256, yarn=(32.0, 4096), oss=True,
+                    window=128),
+    "gpt-oss-20b-8": dict(arch="gpt-oss", vocab="o200k", d=2880, layers=8, heads=64, kv=8, ff=2880,
+                          base=150000.0, head_dim=64, eps=1e-5, experts=32, used=4, ff_exp=2880,
+                          yarn=(32.0, 4096), oss=True, window=128),
     "llama3-1b": dict(arch="llama", vocab="llama-bpe", d=2048, layers=16, heads=32, kv=8, ff=8192,
                       base=500000.0, rope_freqs=True, eps=1e-5),
 }
@@ -139,6 +154,8 @@ def main():
         w.add_expert_count(p["experts"])
         w.add_expert_used_count(p["used"])
         w.add_expert_feed_forward_length(p["ff_exp"])
+    if "window" in p:
+        w.add_sliding_window(p["window"])
     if "head_dim" in p:
         w.add_key_length(hd)
         w.add_value_length(hd)
@@ -162,6 +179,8 @@ def main():
     # embedding std of 3/sqrt(d) gives logits of std ~3.
     w.add_tensor("token_embd.weight", mat(n_vocab, d, 3.0 / math.sqrt(d)))
     w.add_tensor("output_norm.weight", vec(d, 1.0, 0.1))
+    if p.get("oss"):  # gpt-oss's head is its own (llama.cpp requires output.weight)
+        w.add_tensor("output.weight", mat(n_vocab, d, 3.0 / math.sqrt(d)))
     if p.get("rope_freqs"):
         w.add_tensor("rope_freqs.weight", llama31_factors(hd, p["base"]))
     proj = 1.5 / math.sqrt(d)  # q, k entries of std ~1.5: scores of a few units
@@ -172,6 +191,14 @@ def main():
         w.add_tensor(b + "attn_k.weight", mat(kv * hd, d, proj))
         w.add_tensor(b + "attn_v.weight", mat(kv * hd, d, 1.0 / math.sqrt(d)))
         w.add_tensor(b + "attn_output.weight", mat(d, heads * hd, 0.5 / math.sqrt(heads * hd)))
+        if p.get("oss"):
+            # Biases everywhere; sinks near the scores' own size, so some heads
+            # give the sink much of their weight and some little.
+            w.add_tensor(b + "attn_q.bias", vec(heads * hd, 0.0, 0.5))
+            w.add_tensor(b + "attn_k.bias", vec(kv * hd, 0.0, 0.5))
+            w.add_tensor(b + "attn_v.bias", vec(kv * hd, 0.0, 0.2))
+            w.add_tensor(b + "attn_output.bias", vec(d, 0.0, 0.1))
+            w.add_tensor(b + "attn_sinks.weight", vec(heads, 1.0, 1.5))
         if p.get("bias"):
             w.add_tensor(b + "attn_q.bias", vec(heads * hd, 0.0, 0.5))
             w.add_tensor(b + "attn_k.bias", vec(kv * hd, 0.0, 0.5))
@@ -179,7 +206,8 @@ def main():
         if p.get("qk_norm"):
             w.add_tensor(b + "attn_q_norm.weight", vec(hd, 1.0, 0.2))
             w.add_tensor(b + "attn_k_norm.weight", vec(hd, 1.0, 0.2))
-        w.add_tensor(b + "ffn_norm.weight", vec(d, 1.0, 0.1))
+        # gpt-oss's FFN input norm is named post_attention_norm.
+        w.add_tensor(b + ("post_attention_norm.weight" if p.get("oss") else "ffn_norm.weight"), vec(d, 1.0, 0.1))
         if "experts" in p:
             n, fx = p["experts"], p["ff_exp"]
             # Router logits of std ~2.5: each token prefers a few experts, not one.
@@ -187,6 +215,13 @@ def main():
             w.add_tensor(b + "ffn_gate_exps.weight", experts(n, fx, d, 1.0 / math.sqrt(d)))
             w.add_tensor(b + "ffn_up_exps.weight", experts(n, fx, d, 1.0 / math.sqrt(d)))
             w.add_tensor(b + "ffn_down_exps.weight", experts(n, d, fx, 0.5 / math.sqrt(fx)))
+            if p.get("oss"):
+                # Gate and up values of std ~1-2 with these biases, so the
+                # clamps at 7 are reached now and then.
+                w.add_tensor(b + "ffn_gate_inp.bias", vec(n, 0.0, 1.0))
+                w.add_tensor(b + "ffn_gate_exps.bias", np.stack([vec(fx, 0.0, 1.0) for _ in range(n)]))
+                w.add_tensor(b + "ffn_up_exps.bias", np.stack([vec(fx, 0.0, 1.0) for _ in range(n)]))
+                w.add_tensor(b + "ffn_down_exps.bias", np.stack([vec(d, 0.0, 0.1) for _ in range(n)]))
             continue
         w.add_tensor(b + "ffn_gate.weight", mat(ff, d, 1.0 / math.sqrt(d)))
         w.add_tensor(b + "ffn_up.weight", mat(ff, d, 1.0 / math.sqrt(d)))

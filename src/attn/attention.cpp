@@ -143,7 +143,7 @@ struct RowSet {
     block_update(j);
   }
 
-  // Writes rows back to the output layout (o / l).
+  // Writes rows back to the output layout (o / l, with the head's sink).
   void scatter(const AttnProblem& p, int seq_begin, int seq_end, int kv_head, Tokens tok = {}) const {
     const int n_heads = p.plan->n_heads, group = n_heads / p.plan->layout.n_kv_heads;
     int row = 0;
@@ -151,8 +151,8 @@ struct RowSet {
       for (int k = tok.begin(p, s); k < tok.end(p, s); ++k)
         for (int g = 0; g < group; ++g, ++row) {
           const int h = kv_head * group + g;
-          finalize(o.data() + size_t(row) * d, l[size_t(row)], d,
-                   p.out + (size_t(p.rows_begin(s) + k) * n_heads + h) * d);
+          finalize(o.data() + size_t(row) * d, m[size_t(row)], l[size_t(row)], d,
+                   p.out + (size_t(p.rows_begin(s) + k) * n_heads + h) * d, p.sinks ? p.sinks[h] : -INFINITY);
         }
   }
 };
@@ -477,7 +477,7 @@ void attn_relay(const AttnProblem& p) {
     for (int r = 0; r < rs.rows(); ++r) {
       const float l = rs.l[size_t(r)];
       if (l == 0) continue;
-      finalize(rs.o.data() + size_t(r) * rs.d, l, rs.d, rs.o.data() + size_t(r) * rs.d);
+      finalize(rs.o.data() + size_t(r) * rs.d, rs.m[size_t(r)], l, rs.d, rs.o.data() + size_t(r) * rs.d);
       state_from_lse(lse_of(rs.m[size_t(r)], l), &rs.m[size_t(r)], &rs.l[size_t(r)]);
     }
   sequence_first_phase(p, p.plan->relay, partial);

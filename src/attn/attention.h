@@ -43,6 +43,9 @@ struct AttnProblem {
   // A sliding window: per query row (as q's rows), the first key of its
   // sequence it may see; null: every key up to its own.
   const int* window_first = nullptr;
+  // Attention sinks (gpt-oss): per query head, a logit in the softmax's
+  // denominator with no value (attn/state.h, finalize); null: none.
+  const float* sinks = nullptr;
 
   int n_seqs() const { return plan->n_seqs(); }
   int rows_begin(int i) const { return plan->rows_begin(i); }

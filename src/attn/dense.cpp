@@ -16,18 +16,19 @@ namespace {
 constexpr int kSlice = 64;  // rows per block-kernel call (its stack buffers)
 
 void attend_slice(const float* q, float* out, const size_t* off, const int* first, const int* visible, int nq,
-                  const DenseBlocks& kv) {
+                  const DenseBlocks& kv, const float* sink) {
   const int d = kv.d;
   alignas(64) float o[kSlice * 256];
   float m[kSlice], l[kSlice];
   int seen = 0;
   for (int r = 0; r < nq; ++r) seen = std::max(seen, visible[r]);
   attend_rows_part(q, off, first, visible, nq, kv, 0, (seen + kDenseBlock - 1) / kDenseBlock, o, m, l);
-  for (int r = 0; r < nq; ++r) finalize(o + r * d, l[r], d, out + off[r]);
+  for (int r = 0; r < nq; ++r) finalize(o + r * d, m[r], l[r], d, out + off[r], sink ? sink[r] : -INFINITY);
 }
 
-// Any head dim: scores, a numerically safe softmax, then the weighted V sum.
-void attend_row_plain(const float* q, float* out, int lo, int n, const DenseBlocks& kv) {
+// Any head dim: scores, a numerically safe softmax (a sink's logit in its
+// denominator), then the weighted V sum.
+void attend_row_plain(const float* q, float* out, int lo, int n, const DenseBlocks& kv, float sink) {
   thread_local std::vector<float> score;
   score.resize(size_t(n));
   const int d = kv.d;
@@ -41,7 +42,8 @@ void attend_row_plain(const float* q, float* out, int lo, int n, const DenseBloc
     score[size_t(t)] = s * scale;
     m = std::max(m, score[size_t(t)]);
   }
-  float sum = 0;
+  m = std::max(m, sink);
+  float sum = sink == -INFINITY ? 0.0f : std::exp(sink - m);
   for (int t = lo; t < n; ++t) sum += (score[size_t(t)] = std::exp(score[size_t(t)] - m));
   std::fill(out, out + d, 0.0f);
   for (int t = lo; t < n; ++t) {
@@ -54,13 +56,15 @@ void attend_row_plain(const float* q, float* out, int lo, int n, const DenseBloc
 }  // namespace
 
 void attend_rows(const float* q, float* out, const size_t* off, const int* first, const int* visible, int nq,
-                 const DenseBlocks& kv) {
+                 const DenseBlocks& kv, const float* sink) {
   if (block_head_dim(kv.d)) {
     for (int r0 = 0; r0 < nq; r0 += kSlice)
-      attend_slice(q, out, off + r0, first ? first + r0 : nullptr, visible + r0, std::min(kSlice, nq - r0), kv);
+      attend_slice(q, out, off + r0, first ? first + r0 : nullptr, visible + r0, std::min(kSlice, nq - r0), kv,
+                   sink ? sink + r0 : nullptr);
     return;
   }
-  for (int r = 0; r < nq; ++r) attend_row_plain(q + off[r], out + off[r], first ? first[r] : 0, visible[r], kv);
+  for (int r = 0; r < nq; ++r)
+    attend_row_plain(q + off[r], out + off[r], first ? first[r] : 0, visible[r], kv, sink ? sink[r] : -INFINITY);
 }
 
 // Blocks no row may see yet (causal prefill) are skipped.

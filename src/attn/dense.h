@@ -20,12 +20,13 @@ struct DenseBlocks {
 
 // For the nq rows r (query q + off[r], d floats; output out + off[r]):
 // out = softmax(q . K^T / sqrt(d)) V over keys [first[r], visible[r])
-// (first null: from 0), first[r] < visible[r].
+// (first null: from 0), first[r] < visible[r]; with sink[r] (null: none) a
+// logit in the softmax's denominator with no value (attn/state.h).
 // Head dims 64, 128 and 256 run the block kernel (runtime-dispatched SIMD,
 // online softmax, the next block prefetched) on up to 64 rows per call; any
 // other head dim runs a plain two-pass loop per row. fp32 accumulation.
 void attend_rows(const float* q, float* out, const size_t* off, const int* first, const int* visible, int nq,
-                 const DenseBlocks& kv);
+                 const DenseBlocks& kv, const float* sink = nullptr);
 
 // One part of a long walk split over threads (block_head_dim(d), nq <= 64):
 // the rows' unnormalised states (o: nq x d, m, l) over blocks [b0, b1) only.

@@ -19,7 +19,9 @@ void merge(StateRef a, const float* o_b, float m_b, float l_b, int d) {
   *a.m = m;
 }
 
-void finalize(const float* o, float l, int d, float* out) {
+void finalize(const float* o, float m, float l, int d, float* out, float sink) {
+  // With no key seen (m = -inf) a sink's term is inf: the row is 0.
+  if (sink != -INFINITY) l += std::exp(sink - m);
   const float inv = l > 0 ? 1.0f / l : 0.0f;
   for (int i = 0; i < d; ++i) out[i] = o[i] * inv;
 }

@@ -4,6 +4,7 @@
 // largest score seen, l = sum_t exp(s_t - m). The log-sum-exp form
 // (o / l, lse = m + log l) is the same state with l = 1 and m = lse.
 #pragma once
+#include <cmath>
 
 namespace cs {
 
@@ -16,8 +17,11 @@ struct StateRef {
 // Folds b into a: a <- a (+) b. Either may be empty (m = -inf).
 void merge(StateRef a, const float* o_b, float m_b, float l_b, int d);
 
-// Final output row: o / l (zeros for an empty state).
-void finalize(const float* o, float l, int d, float* out);
+// Final output row: o / l (zeros for an empty state). An attention sink
+// (gpt-oss: a learned logit per head that takes part in the softmax but has
+// no value) adds exp(sink - m) to the denominator, which is exact however
+// the keys were split and merged; -inf: none.
+void finalize(const float* o, float m, float l, int d, float* out, float sink = -INFINITY);
 
 // Log-sum-exp form <-> (o, m, l).
 float lse_of(float m, float l);

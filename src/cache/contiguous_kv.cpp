@@ -165,9 +165,15 @@ const int* ContiguousKv::window_first(int window) {
   return row_first_.data();
 }
 
-void ContiguousKv::attend(int layer, const float* q, float* out, int window) {
+void ContiguousKv::attend(int layer, const float* q, float* out, int window, const float* sinks) {
   const size_t d = size_t(shape_.head_dim);
   const int* first = window > 0 ? window_first(window) : nullptr;
+  // Each row's sink: its query head's (a row is one token's head).
+  if (sinks) {
+    row_sink_.resize(row_off_.size());
+    for (size_t r = 0; r < row_off_.size(); ++r) row_sink_[r] = sinks[row_off_[r] / d % size_t(shape_.n_heads)];
+  }
+  const float* sink = sinks ? row_sink_.data() : nullptr;
   const int n = int(work_.size());
   // Later row slices of a prefill see more blocks: hand them out first.
 #pragma omp parallel for schedule(dynamic) if (n > 1)
@@ -178,7 +184,7 @@ void ContiguousKv::attend(int layer, const float* q, float* out, int window) {
     const size_t* off = row_off_.data() + w.r0;
     const int* visible = row_visible_.data() + w.r0;
     if (w.part < 0) {
-      attend_rows(q, out, off, first ? first + w.r0 : nullptr, visible, w.n, kv);
+      attend_rows(q, out, off, first ? first + w.r0 : nullptr, visible, w.n, kv, sink ? sink + w.r0 : nullptr);
       continue;
     }
     const StateRef p = part_state(w.part);
@@ -192,7 +198,9 @@ void ContiguousKv::attend(int layer, const float* q, float* out, int window) {
       const StateRef b = part_state(work_[size_t(s.first + p)].part);
       for (int r = 0; r < w.n; ++r) merge({a.o + r * d, a.m + r, a.l + r}, b.o + r * d, b.m[r], b.l[r], int(d));
     }
-    for (int r = 0; r < w.n; ++r) finalize(a.o + r * d, a.l[r], int(d), out + row_off_[size_t(w.r0 + r)]);
+    for (int r = 0; r < w.n; ++r)
+      finalize(a.o + r * d, a.m[r], a.l[r], int(d), out + row_off_[size_t(w.r0 + r)],
+               sink ? sink[w.r0 + r] : -INFINITY);
   }
 }
 

@@ -24,7 +24,7 @@ class ContiguousKv : public KvStore {
 
   void begin_batch(const Batch& batch) override;
   void store(int layer, const float* k, const float* v) override;
-  void attend(int layer, const float* q, float* out, int window) override;
+  void attend(int layer, const float* q, float* out, int window, const float* sinks) override;
 
   int length(int seq) const;  // tokens cached for seq (0 if unknown)
   void remove(int seq);
@@ -72,6 +72,7 @@ class ContiguousKv : public KvStore {
   std::vector<int> row_visible_;
   std::vector<const Seq*> row_seq_;
   std::vector<int> row_first_;  // for window win_ (0: not computed)
+  std::vector<float> row_sink_;  // per row, its head's sink (attend with sinks)
   int win_ = 0;
   std::vector<Work> work_;
   std::vector<Split> splits_;

@@ -149,14 +149,14 @@ TreeView PrefixKv::view(int max_nodes, int head_tokens) const {
   return tree_.view(max_nodes, head_tokens, [&d](ChunkId c) { return d.on_disk(c); });
 }
 
-void PrefixKv::attend(int layer, const float* q, float* out, int window) {
+void PrefixKv::attend(int layer, const float* q, float* out, int window, const float* sinks) {
   const size_t w = size_t(n_heads_) * tree_.layout().head_dim;
   q_.resize(row_of_tok_.size() * w);
   out_.resize(q_.size());
   for (size_t t = 0; t < row_of_tok_.size(); ++t)
     std::memcpy(q_.data() + size_t(row_of_tok_[t]) * w, q + t * w, w * 4);
   const AttnProblem p{&tree_.pool(), &plan_, layer, q_.data(), out_.data(), &ws_,
-                      window > 0 ? window_first(window) : nullptr};
+                      window > 0 ? window_first(window) : nullptr, sinks};
   switch (path_) {
     case AttnPath::kPerSequence: attn_per_sequence(p); break;
     case AttnPath::kTwoPhase: attn_tpp(p); break;

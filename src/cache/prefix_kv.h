@@ -59,7 +59,7 @@ class PrefixKv : public KvStore, public SequenceCache {
 
   void begin_batch(const Batch& batch) override;
   void store(int layer, const float* k, const float* v) override;
-  void attend(int layer, const float* q, float* out, int window) override;
+  void attend(int layer, const float* q, float* out, int window, const float* sinks) override;
 
   // --- The disk tier (kv/disk_tier.h; not owned), through its staging
   // (cache/disk_staging.h): full chunks leaving the pool, and shared

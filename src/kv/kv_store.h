@@ -64,7 +64,9 @@ class KvStore {
   // above the row's minus `window` (llama.cpp's rule: the last `window`
   // positions). Windows are in positions, not tokens: a Prompt Cache prompt's
   // keys sit at its layout's positions. A sequence's positions must increase.
-  virtual void attend(int layer, const float* q, float* out, int window) = 0;
+  // `sinks` (gpt-oss; null: none): per query head, a logit that takes part
+  // in the softmax's denominator with no value (attn/state.h, finalize).
+  virtual void attend(int layer, const float* q, float* out, int window, const float* sinks) = 0;
 };
 
 }  // namespace cs

@@ -13,6 +13,11 @@ constexpr std::array kArchs = {
     ArchTraits{"qwen3", RopeStyle::kHalves, false, true},
     ArchTraits{"gemma3", RopeStyle::kHalves, false, true, true, true, FfnAct::kGeluTanh, 6, 10000.0},
     ArchTraits{"qwen3moe", RopeStyle::kHalves, false, true, false, false, FfnAct::kSilu, 0, 10000.0, true},
+    // gpt-oss: sliding windows on even layers (0-based), with the global RoPE
+    // (YaRN); Q/K/V biases where the file has them (its converter writes them).
+    ArchTraits{.name = "gpt-oss", .rope = RopeStyle::kHalves, .act = FfnAct::kSwigluOai, .swa_pattern = 2,
+               .rope_base_swa = 0.0, .moe = true, .gating = MoeGating::kSoftmaxChosen, .sinks = true,
+               .moe_biases = true, .ffn_norm = "post_attention_norm"},
 };
 
 }  // namespace

@@ -15,8 +15,15 @@ namespace cs {
 // (ggml's "neox" mode).
 enum class RopeStyle { kAdjacent, kHalves };
 
-// The feed-forward block's gate: SwiGLU (silu) or GeGLU (tanh-GELU, Gemma).
-enum class FfnAct { kSilu, kGeluTanh };
+// The feed-forward block's gate: SwiGLU (silu), GeGLU (tanh-GELU, Gemma), or
+// gpt-oss's clamped SwiGLU: min(g, 7) sigmoid(1.702 min(g, 7)) (clamp(u, -7, 7) + 1).
+enum class FfnAct { kSilu, kGeluTanh, kSwigluOai };
+
+// How a mixture's router weighs the experts it picks. kSoftmaxNorm (Qwen3-MoE):
+// softmax over all experts' logits, the k most probable, their probabilities
+// renormalized to sum 1. kSoftmaxChosen (gpt-oss): the k highest logits, a
+// softmax over those k alone.
+enum class MoeGating { kSoftmaxNorm, kSoftmaxChosen };
 
 struct ArchTraits {
   std::string_view name;
@@ -31,7 +38,8 @@ struct ArchTraits {
   // Sliding-window attention: every swa_pattern-th layer (1-based) attends
   // globally, the others to attention.sliding_window positions, with RoPE
   // base rope_base_swa and no scaling (Gemma 3: 6 and 10000, as llama.cpp
-  // sets them; the GGUF carries neither). 0: every layer global.
+  // sets them; the GGUF carries neither); rope_base_swa 0: the global
+  // layers' RoPE, scaling included (gpt-oss). swa_pattern 0: every layer global.
   int swa_pattern = 0;
   double rope_base_swa = 10000.0;
   // Mixture of experts (Qwen3-MoE): each layer's FFN is expert_count experts
@@ -40,6 +48,13 @@ struct ArchTraits {
   // highest softmax probability, its outputs weighed by those
   // probabilities renormalized to sum 1.
   bool moe = false;
+  MoeGating gating = MoeGating::kSoftmaxNorm;
+  // gpt-oss: attn_sinks (a logit per query head in each softmax,
+  // kv/kv_store.h), biases on the attention output, the router and every
+  // expert's three matrices, and the FFN's input norm under another name.
+  bool sinks = false;
+  bool moe_biases = false;
+  std::string_view ffn_norm = "ffn_norm";
 };
 
 // nullptr for an architecture we do not run.

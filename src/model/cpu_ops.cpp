@@ -18,10 +18,25 @@ void per_token(int n, Step&& step) {
   for (int t = 0; t < n; ++t) step(t);
 }
 
-// One token's routing (LayerOps::route): softmax over the n experts'
-// logits, the k most probable, their probabilities over their sum (at least
-// 2^-14, as llama.cpp clamps it).
-void route_row(const float* logits, int n, int k, int32_t* ids, float* weights) {
+// One token's routing (LayerOps::route), kSoftmaxNorm: softmax over the n
+// experts' logits, the k most probable, their probabilities over their sum
+// (at least 2^-14, as llama.cpp clamps it). kSoftmaxChosen: the k highest
+// logits, a softmax over them.
+void route_row(MoeGating gating, const float* logits, int n, int k, int32_t* ids, float* weights) {
+  if (gating == MoeGating::kSoftmaxChosen) {
+    thread_local std::vector<int32_t> order;
+    order.resize(size_t(n));
+    for (int e = 0; e < n; ++e) order[size_t(e)] = e;
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+      return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
+    });
+    const float top = logits[order[0]];
+    double sum = 0;
+    for (int j = 0; j < k; ++j) sum += std::exp(double(logits[order[size_t(j)]] - top));
+    for (int j = 0; j < k; ++j)
+      ids[j] = order[size_t(j)], weights[j] = float(std::exp(double(logits[order[size_t(j)]] - top)) / sum);
+    return;
+  }
   float mx = logits[0];
   for (int e = 1; e < n; ++e) mx = std::max(mx, logits[e]);
   thread_local std::vector<float> p;
@@ -94,8 +109,11 @@ class CpuOps final : public LayerOps {
   }
 
   void gated_ffn(FfnAct act, Tensor gate, Tensor up) override {
-    if (act == FfnAct::kGeluTanh) geglu(gate.data, up.data, gate.size(), gate.data);
-    else swiglu(gate.data, up.data, gate.size(), gate.data);
+    switch (act) {
+      case FfnAct::kSilu: swiglu(gate.data, up.data, gate.size(), gate.data); break;
+      case FfnAct::kGeluTanh: geglu(gate.data, up.data, gate.size(), gate.data); break;
+      case FfnAct::kSwigluOai: swiglu_oai(gate.data, up.data, gate.size(), gate.data); break;
+    }
   }
 
   void matmul_grouped(std::span<const Weight* const> ws, std::span<const Tensor> xs,
@@ -106,9 +124,11 @@ class CpuOps final : public LayerOps {
     cs::matmul_grouped(ws, ins_, rows_, outs_, qx_);
   }
 
-  void route(Tensor logits, int k, std::span<int32_t> ids, std::span<float> weights) override {
-    per_token(logits.rows, [&](int t) { route_row(logits.row(t), logits.cols, k, ids.data() + size_t(t) * size_t(k),
-                                                  weights.data() + size_t(t) * size_t(k)); });
+  void route(MoeGating gating, Tensor logits, int k, std::span<int32_t> ids, std::span<float> weights) override {
+    per_token(logits.rows, [&](int t) {
+      route_row(gating, logits.row(t), logits.cols, k, ids.data() + size_t(t) * size_t(k),
+                weights.data() + size_t(t) * size_t(k));
+    });
   }
 
   void combine(Tensor src, std::span<const int> slots, std::span<const float> w, int k, Tensor out) override {

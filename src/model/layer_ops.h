@@ -40,7 +40,7 @@ class LayerOps {
   virtual void add_bias(Tensor x, std::span<const float> b) = 0;  // x.row(t) += b
   virtual void scale(Tensor x, float s) = 0;                      // x *= s
   virtual void add(Tensor x, Tensor y) = 0;                       // x += y (the residual)
-  // gate = act(gate) * up: SwiGLU or GeGLU.
+  // gate = act(gate) * up: SwiGLU, GeGLU or gpt-oss's clamped SwiGLU.
   virtual void gated_ffn(FfnAct act, Tensor gate, Tensor up) = 0;
   // out.row(i) = x.row(rows[i]).
   virtual void copy_rows(Tensor x, std::span<const int> rows, Tensor out) = 0;
@@ -50,12 +50,14 @@ class LayerOps {
                               std::span<const Tensor> ys) = 0;
 
   // Mixture of experts. route: for each row of router logits (one per
-  // expert), the k experts of highest softmax probability, most probable
-  // first (ties: the lower id), as ids[t * k + j], and their probabilities
-  // renormalized to sum 1 as weights[t * k + j] (llama.cpp's softmax gating
-  // with normalized weights). combine: out.row(t) = the sum over j < k, in j
-  // order from 0, of w[t * k + j] * src.row(slots[t * k + j]).
-  virtual void route(Tensor logits, int k, std::span<int32_t> ids, std::span<float> weights) = 0;
+  // expert), the k experts of highest logit, highest first (ties: the lower
+  // id), as ids[t * k + j], and their weights as weights[t * k + j]: their
+  // softmax probabilities renormalized to sum 1 (kSoftmaxNorm, llama.cpp's
+  // softmax gating with normalized weights) or a softmax over the k chosen
+  // logits (kSoftmaxChosen, llama.cpp's softmax-weight gating). combine:
+  // out.row(t) = the sum over j < k, in j order from 0, of
+  // w[t * k + j] * src.row(slots[t * k + j]).
+  virtual void route(MoeGating gating, Tensor logits, int k, std::span<int32_t> ids, std::span<float> weights) = 0;
   virtual void combine(Tensor src, std::span<const int> slots, std::span<const float> w, int k, Tensor out) = 0;
 };
 

@@ -43,10 +43,11 @@ void LlamaModel::moe_ffn(LayerOps& ops, const LlamaLayer& L, Tensor xb, Workspac
   const int n = xb.rows, K = c.n_expert_used, E = c.n_expert, F = c.n_ff_exp;
   const Tensor logits = ws.router_logits.shape(n, E);
   ops.matmul(L.router, xb, logits);
+  if (!L.router_b.empty()) ops.add_bias(logits, L.router_b);
   const size_t nk = size_t(n) * size_t(K);
   ws.moe_ids.resize(nk);
   ws.moe_w.resize(nk);
-  ops.route(logits, K, ws.moe_ids, ws.moe_w);
+  ops.route(c.gating, logits, K, ws.moe_ids, ws.moe_w);
   // A counting sort by expert: rows[s] is the token of slot s; each token's
   // slots, ascending, are its experts in id order.
   std::vector<int> begin(size_t(E) + 1, 0);
@@ -85,9 +86,21 @@ void LlamaModel::moe_ffn(LayerOps& ops, const LlamaLayer& L, Tensor xb, Workspac
     w_down.push_back(&L.exp_down[size_t(e)]);
     x_down.push_back(part(gate, r0, r1)), y_down.push_back(part(out, r0, r1));
   }
+  // gpt-oss: each expert's biases on its own rows, before the activation
+  // and before the weighing.
+  auto add_expert_bias = [&](const std::vector<float>& b, Tensor t) {
+    if (b.empty()) return;
+    const size_t w = size_t(t.cols);
+    for (int e = 0; e < E; ++e)
+      if (begin[size_t(e)] < begin[size_t(e) + 1])
+        ops.add_bias(part(t, begin[size_t(e)], begin[size_t(e) + 1]), std::span(b).subspan(size_t(e) * w, w));
+  };
   ops.matmul_grouped(w_gate_up, x_gate_up, y_gate_up);
+  add_expert_bias(L.exp_gate_b, gate);
+  add_expert_bias(L.exp_up_b, up);
   ops.gated_ffn(c.act, gate, up);
   ops.matmul_grouped(w_down, x_down, y_down);
+  add_expert_bias(L.exp_down_b, out);
   ops.combine(out, ws.moe_slots, ws.moe_slot_w, K, xb);
 }
 
@@ -135,7 +148,7 @@ void LlamaModel::forward(const Batch& batch, KvStore& kv, Workspace& ws, std::ve
     }
     {
       ProfScope s(ws.profile, ProfOp::kAttention);
-      kv.attend(l, q.data, att.data, window);
+      kv.attend(l, q.data, att.data, window, L.sinks.empty() ? nullptr : L.sinks.data());
     }
     ops.matmul(L.wo, att, xb);
     if (!L.bo.empty()) ops.add_bias(xb, L.bo);

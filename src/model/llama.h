@@ -30,11 +30,12 @@ struct LlamaConfig {
   bool tied_embeddings = false;  // no output.weight: the head is token_embd
   float embd_scale = 1.0f;       // embeddings are multiplied by it (Gemma: sqrt(n_embd))
   FfnAct act = FfnAct::kSilu;
+  MoeGating gating = MoeGating::kSoftmaxNorm;  // a mixture's router (model/arch.h)
   // Queries are multiplied by q_scale before attention, whose kernels scale
   // scores by 1/sqrt(head_dim): 1 unless the model's attention scale is
   // another (Gemma 3 27B: 1/sqrt(n_embd / n_heads)).
   float q_scale = 1.0f;
-  // Sliding-window layers (Gemma 3): per layer, the window in positions
+  // Sliding-window layers (Gemma 3, gpt-oss): per layer, the window in positions
   // (0: global), and their own RoPE (rope_swa).
   std::vector<int> window;
   RopeParams rope_swa;
@@ -65,6 +66,11 @@ struct LlamaLayer {
   // n_expert x n_embd matrix, and each expert's FFN.
   Weight router;
   std::vector<Weight> exp_gate, exp_up, exp_down;
+  // gpt-oss: the router's and the experts' biases (expert e's F or n_embd
+  // values after e - 1's; empty where the file has none) and the attention
+  // sinks, a logit per query head.
+  std::vector<float> router_b, exp_gate_b, exp_up_b, exp_down_b;
+  std::vector<float> sinks;
 };
 
 // Scratch of one forward call, reused between calls: the activations, the

@@ -105,18 +105,32 @@ void read_rope_scaling(const GgufFile& f, const std::string& a, int n_ctx_train,
 
 // Sliding windows: attention.sliding_window positions on every layer but
 // each swa_pattern-th (attention.sliding_window_pattern overrides the
-// architecture's pattern), with RoPE of base rope_base_swa, unscaled.
+// architecture's pattern; as an array, it says per layer whether the layer
+// slides). Their RoPE: base rope_base_swa, unscaled; or, where that is 0,
+// the global layers' own (rope.freq_base_swa may still set its base).
 void read_windows(const GgufFile& f, const std::string& a, const ArchTraits& traits, LlamaConfig& c) {
   if (!traits.swa_pattern) return;
   const uint64_t window = f.get_uint(a + "attention.sliding_window", 0);
   if (window == 0) return;
   if (window > (1u << 24)) f.fail("attention.sliding_window has implausible value " + std::to_string(window));
-  const uint64_t pattern = f.get_uint(a + "attention.sliding_window_pattern", uint64_t(traits.swa_pattern));
-  if (pattern == 0) f.fail("attention.sliding_window_pattern must be positive");
   c.window.assign(size_t(c.n_layers), 0);
-  for (int l = 0; l < c.n_layers; ++l)
-    if ((uint64_t(l) + 1) % pattern != 0) c.window[size_t(l)] = int(window);
+  const std::string pkey = a + "attention.sliding_window_pattern";
+  if (f.has(pkey) && f.metadata().at(pkey).type == GgufType::ARRAY) {
+    const std::vector<double>& slides = f.get_numbers(pkey);
+    if (slides.size() != size_t(c.n_layers)) f.fail(pkey + " has " + std::to_string(slides.size()) + " values, expected one per layer");
+    for (int l = 0; l < c.n_layers; ++l)
+      if (slides[size_t(l)] != 0) c.window[size_t(l)] = int(window);
+  } else {
+    const uint64_t pattern = f.get_uint(pkey, uint64_t(traits.swa_pattern));
+    if (pattern == 0) f.fail("attention.sliding_window_pattern must be positive");
+    for (int l = 0; l < c.n_layers; ++l)
+      if ((uint64_t(l) + 1) % pattern != 0) c.window[size_t(l)] = int(window);
+  }
   c.rope_swa = c.rope;
+  if (traits.rope_base_swa == 0.0) {
+    c.rope_swa.base = f.get_float(a + "rope.freq_base_swa", c.rope.base);
+    return;
+  }
   c.rope_swa.base = traits.rope_base_swa;
   c.rope_swa.freq_scale = 1.0;
   c.rope_swa.yarn = false;
@@ -200,6 +214,7 @@ const ArchTraits& LlamaModel::load_config() {
   c.n_ctx_train = int(f.get_uint(a + "context_length", 2048));
   read_rope_scaling(f, a, c.n_ctx_train, c.rope);
   c.act = traits->act;
+  c.gating = traits->gating;
   if (traits->scale_embd) c.embd_scale = std::sqrt(float(c.n_embd));
   read_windows(f, a, *traits, c);
   return *traits;
@@ -232,8 +247,9 @@ void LlamaModel::load_weights(const ArchTraits& traits) {
     const std::string p = "blk." + std::to_string(l) + ".";
     LlamaLayer L;
     L.attn_norm = load_vector(f, p + "attn_norm.weight", E);
-    L.ffn_norm = load_vector(f, p + "ffn_norm.weight", E);
-    L.attn_post_norm = optional_vector(f, p + "post_attention_norm.weight", E, traits.post_norms);
+    L.ffn_norm = load_vector(f, p + std::string(traits.ffn_norm) + ".weight", E);
+    if (traits.ffn_norm != "post_attention_norm")
+      L.attn_post_norm = optional_vector(f, p + "post_attention_norm.weight", E, traits.post_norms);
     L.ffn_post_norm = optional_vector(f, p + "post_ffw_norm.weight", E, traits.post_norms);
     L.wq = matrix(p + "attn_q.weight", QW, E);
     L.wk = matrix(p + "attn_k.weight", KW, E);
@@ -244,6 +260,13 @@ void LlamaModel::load_weights(const ArchTraits& traits) {
       L.exp_gate = load_experts(b, f, p + "ffn_gate_exps.weight", c.n_expert, c.n_ff_exp, E);
       L.exp_up = load_experts(b, f, p + "ffn_up_exps.weight", c.n_expert, c.n_ff_exp, E);
       L.exp_down = load_experts(b, f, p + "ffn_down_exps.weight", c.n_expert, E, c.n_ff_exp);
+      // gpt-oss: the router's bias (per expert) and each expert's biases,
+      // stacked as their matrices are (expert e's after e - 1's).
+      const bool need = traits.moe_biases;
+      L.router_b = optional_vector(f, p + "ffn_gate_inp.bias", c.n_expert, need);
+      L.exp_gate_b = optional_vector(f, p + "ffn_gate_exps.bias", c.n_expert * c.n_ff_exp, need);
+      L.exp_up_b = optional_vector(f, p + "ffn_up_exps.bias", c.n_expert * c.n_ff_exp, need);
+      L.exp_down_b = optional_vector(f, p + "ffn_down_exps.bias", c.n_expert * E, need);
     } else {
       L.w_gate = matrix(p + "ffn_gate.weight", c.n_ff, E);
       L.w_up = matrix(p + "ffn_up.weight", c.n_ff, E);
@@ -252,7 +275,8 @@ void LlamaModel::load_weights(const ArchTraits& traits) {
     L.bq = optional_vector(f, p + "attn_q.bias", QW, traits.qkv_bias);
     L.bk = optional_vector(f, p + "attn_k.bias", KW, traits.qkv_bias);
     L.bv = optional_vector(f, p + "attn_v.bias", KW, traits.qkv_bias);
-    L.bo = optional_vector(f, p + "attn_output.bias", E, false);
+    L.bo = optional_vector(f, p + "attn_output.bias", E, traits.moe_biases);
+    L.sinks = optional_vector(f, p + "attn_sinks.weight", c.n_heads, traits.sinks);
     L.q_norm = optional_vector(f, p + "attn_q_norm.weight", c.head_dim, traits.qk_norm);
     L.k_norm = optional_vector(f, p + "attn_k_norm.weight", c.head_dim, traits.qk_norm);
     if (L.q_norm.empty() != L.k_norm.empty()) f.fail("layer " + std::to_string(l) + " has only one of the Q/K norms");

@@ -93,9 +93,9 @@ void ProfilingOps::matmul_grouped(std::span<const Weight* const> ws, std::span<c
   for (const Weight* w : ws) p_.weight_bytes += bytes_of(*w);
   in_.matmul_grouped(ws, xs, ys);
 }
-void ProfilingOps::route(Tensor logits, int k, std::span<int32_t> ids, std::span<float> weights) {
+void ProfilingOps::route(MoeGating gating, Tensor logits, int k, std::span<int32_t> ids, std::span<float> weights) {
   ProfScope s(&p_, ProfOp::kElementwise);
-  in_.route(logits, k, ids, weights);
+  in_.route(gating, logits, k, ids, weights);
 }
 void ProfilingOps::combine(Tensor src, std::span<const int> slots, std::span<const float> w, int k, Tensor out) {
   ProfScope s(&p_, ProfOp::kElementwise);

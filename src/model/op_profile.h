@@ -81,7 +81,7 @@ class ProfilingOps final : public LayerOps {
   void copy_rows(Tensor x, std::span<const int> rows, Tensor out) override;
   void matmul_grouped(std::span<const Weight* const> ws, std::span<const Tensor> xs,
                       std::span<const Tensor> ys) override;
-  void route(Tensor logits, int k, std::span<int32_t> ids, std::span<float> weights) override;
+  void route(MoeGating gating, Tensor logits, int k, std::span<int32_t> ids, std::span<float> weights) override;
   void combine(Tensor src, std::span<const int> slots, std::span<const float> w, int k, Tensor out) override;
 
  private:

@@ -65,6 +65,23 @@ float geglu1(float g, float u) {
   return g * ((std::signbit(z) ? e : 1.0f) / (1.0f + e)) * u;
 }
 
+// gpt-oss's SwiGLU: the gate clamped above at 7, the up value to [-7, 7]
+// and shifted by 1, sigmoid(1.702 g) in place of sigmoid(g).
+constexpr float kOaiLimit = 7.0f, kOaiAlpha = 1.702f;
+
+__m256 swiglu_oai8(__m256 g, __m256 u) {
+  const __m256 lim = _mm256_set1_ps(kOaiLimit);
+  const __m256 x = _mm256_min_ps(g, lim);
+  const __m256 y = _mm256_add_ps(_mm256_min_ps(_mm256_max_ps(u, _mm256_set1_ps(-kOaiLimit)), lim), _mm256_set1_ps(1.0f));
+  return times_sigmoid8(x, _mm256_mul_ps(_mm256_set1_ps(kOaiAlpha), x), y);
+}
+
+float swiglu_oai1(float g, float u) {
+  const float x = std::min(g, kOaiLimit), z = kOaiAlpha * x;
+  const float e = std::fabs(z) > 87.0f ? 0.0f : std::exp(-std::fabs(z));
+  return x * ((std::signbit(z) ? e : 1.0f) / (1.0f + e)) * (std::clamp(u, -kOaiLimit, kOaiLimit) + 1.0f);
+}
+
 // out = f(gate, up) elementwise, 8 at a time, the tail one by one. A
 // prefill's n is large (512 tokens x SmolLM2's 1536 = 786k), and this runs
 // between two parallel matmuls: split it too, or one core idles.
@@ -115,6 +132,10 @@ double exp_weights(const float* x, size_t n, float m, float scale, float* w) {
 void swiglu(const float* gate, const float* up, size_t n, float* out) { gated<swiglu8, swiglu1>(gate, up, n, out); }
 
 void geglu(const float* gate, const float* up, size_t n, float* out) { gated<geglu8, geglu1>(gate, up, n, out); }
+
+void swiglu_oai(const float* gate, const float* up, size_t n, float* out) {
+  gated<swiglu_oai8, swiglu_oai1>(gate, up, n, out);
+}
 
 double RopeParams::angle(double pos, int i) const {
   double extrap = pos * std::pow(base, -2.0 * i / rot_dim);

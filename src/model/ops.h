@@ -23,6 +23,11 @@ void swiglu(const float* gate, const float* up, size_t n, float* out);
 // out may be gate or up.
 void geglu(const float* gate, const float* up, size_t n, float* out);
 
+// out[i] = x sigmoid(1.702 x) (clamp(up[i], -7, 7) + 1) with x = min(gate[i], 7):
+// gpt-oss's SwiGLU (llama.cpp's ggml_swiglu_oai), through the same vector
+// exp as swiglu. out may be gate or up.
+void swiglu_oai(const float* gate, const float* up, size_t n, float* out);
+
 // w[i] = exp((x[i] - m) * scale) for x[i] <= m, scale >= 0 (softmax weights
 // for sampling, to attn/exp_impl.h's accuracy); returns their sum (double).
 double exp_weights(const float* x, size_t n, float m, float scale, float* w);

@@ -17,6 +17,17 @@ const char* kLlama3 =
 const char* kQwen2 =
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+// o200k (gpt-oss, GPT-4o): a word is an optional leading symbol, a run of
+// upper-case letters (or other letters and marks) then lower-case ones,
+// with a contraction of either case; digits in threes; symbols with trailing
+// newlines and slashes. tiktoken's own pattern: PCRE2 runs it as written,
+// where llama.cpp rewrites the letter classes for std::regex (the same on
+// every test text, tests/vocab_test.cpp).
+const char* kO200k =
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+"
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+"
+    "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 // DeepSeek LLM's letters of the scripts its vocabulary covers, its
 // symbols, and CJK runs (code points as llama.cpp lists them).
 const char* kDeepseekLetters =
@@ -54,6 +65,7 @@ const std::vector<Entry>& table() {
       {{"llama3", "llama-v3", "llama-bpe", "falcon3", "pixtral"}, {{kLlama3}, true, true}},
       {{"dbrx", "smaug-bpe"}, {{kLlama3}, false}},
       {{"qwen2", "deepseek-r1-qwen", "stablelm2"}, {{kQwen2}, false}},
+      {{"gpt-4o"}, {{kO200k}, false}},
       {{"falcon"},
        {{"[\\p{P}\\$\\+<=>\\^~\\|`]+", kGpt2, "[0-9][0-9][0-9]"}, false}},
       {{"deepseek-llm"},

@@ -82,10 +82,19 @@ void post_norm(std::vector<float>& y, const std::vector<float>& w, int n, int E,
   for (int t = 0; t < n; ++t) rmsnorm(&y[size_t(t) * E], w, E, eps, &y[size_t(t) * E]);
 }
 
-// silu, or GELU's tanh approximation (libm's tanhf).
-float activation(FfnAct act, float g) {
-  if (act == FfnAct::kSilu) return g / (1.0f + expf(-g));
-  return 0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g)));
+// The gated unit: silu(g) u, GELU's tanh approximation (libm's tanhf) times
+// u, or gpt-oss's: g and u clamped to 7 (u also to -7), silu with
+// 1.702 in the sigmoid, times u + 1.
+float glu(FfnAct act, float g, float u) {
+  switch (act) {
+    case FfnAct::kSilu: return g / (1.0f + expf(-g)) * u;
+    case FfnAct::kGeluTanh: return 0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g))) * u;
+    case FfnAct::kSwigluOai: {
+      const float x = std::min(g, 7.0f);
+      return x / (1.0f + expf(-1.702f * x)) * (std::clamp(u, -7.0f, 7.0f) + 1.0f);
+    }
+  }
+  return 0;
 }
 
 }  // namespace
@@ -97,7 +106,7 @@ ReferenceModel::ReferenceModel(const LlamaModel& model) : cfg_(model.config()) {
   for (const LlamaLayer& l : model.layers()) {
     layers_.push_back({l.attn_norm, l.ffn_norm, dequantize(l.wq), dequantize(l.wk), dequantize(l.wv), dequantize(l.wo),
                        dequantize(l.w_gate), dequantize(l.w_up), dequantize(l.w_down), l.bq, l.bk, l.bv, l.bo,
-                       l.q_norm, l.k_norm, l.attn_post_norm, l.ffn_post_norm, {}, nullptr, nullptr, nullptr});
+                       l.q_norm, l.k_norm, l.attn_post_norm, l.ffn_post_norm, {}, nullptr, nullptr, nullptr, &l});
     if (cfg_.moe()) {
       Layer& L = layers_.back();
       L.router = dequantize(l.router);
@@ -106,33 +115,49 @@ ReferenceModel::ReferenceModel(const LlamaModel& model) : cfg_(model.config()) {
   }
 }
 
-// One token's mixture of experts: softmax over the router's logits (in
-// double), the n_expert_used most probable experts (a stable sort: ties go to
-// the lower id), their probabilities renormalized, and the weighed sum of
-// their FFNs, each dequantized for the purpose.
+// One token's mixture of experts: the router's logits (plus its bias,
+// gpt-oss), the n_expert_used highest (a stable sort: ties go to the lower
+// id), weighed by their softmax probabilities renormalized (kSoftmaxNorm)
+// or by a softmax over the chosen logits alone (kSoftmaxChosen), both in
+// double; the weighed sum of their FFNs (with their biases, gpt-oss), each
+// dequantized for the purpose.
 void ReferenceModel::moe(const Layer& L, const float* x, float* out) const {
   const LlamaConfig& c = cfg_;
+  const LlamaLayer& src = *L.src;
   const int E = c.n_embd, F = c.n_ff_exp, n = c.n_expert, k = c.n_expert_used;
   std::vector<float> logit(static_cast<size_t>(n));
   matmul(L.router, n, E, x, 1, logit.data());
-  const double mx = *std::max_element(logit.begin(), logit.end());
-  std::vector<double> p(static_cast<size_t>(n));
-  double z = 0;
-  for (int e = 0; e < n; ++e) z += p[size_t(e)] = std::exp(double(logit[size_t(e)]) - mx);
+  for (size_t e = 0; e < src.router_b.size(); ++e) logit[e] += src.router_b[e];
   std::vector<int> order(static_cast<size_t>(n));
   for (int e = 0; e < n; ++e) order[size_t(e)] = e;
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return p[size_t(a)] > p[size_t(b)]; });
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return logit[size_t(a)] > logit[size_t(b)]; });
+  // Softmax over all n (kSoftmaxNorm) or the chosen k; either way each
+  // chosen expert's weight is its exp over the chosen ones' sum.
+  const double mx = logit[size_t(order[0])];
   double chosen = 0;
-  for (int j = 0; j < k; ++j) chosen += p[size_t(order[size_t(j)])] / z;
+  for (int j = 0; j < k; ++j) chosen += std::exp(double(logit[size_t(order[size_t(j)])]) - mx);
+  if (c.gating == MoeGating::kSoftmaxNorm) {
+    // llama.cpp floors the chosen probabilities' sum at 2^-14.
+    double z = 0;
+    for (int e = 0; e < n; ++e) z += std::exp(double(logit[size_t(e)]) - mx);
+    chosen = std::max(chosen / z, 6.103515625e-5) * z;
+  }
   std::fill_n(out, E, 0.0f);
   std::vector<float> gate(static_cast<size_t>(F)), up(gate.size()), y(static_cast<size_t>(E));
+  auto bias = [](const std::vector<float>& b, int e, int w, std::vector<float>& v) {
+    if (!b.empty())
+      for (int i = 0; i < w; ++i) v[size_t(i)] += b[size_t(e) * size_t(w) + size_t(i)];
+  };
   for (int j = 0; j < k; ++j) {
     const int e = order[size_t(j)];
-    const float w = float(p[size_t(e)] / z / chosen);
+    const float w = float(std::exp(double(logit[size_t(e)]) - mx) / chosen);
     matmul(dequantize((*L.exp_gate)[size_t(e)]), F, E, x, 1, gate.data());
     matmul(dequantize((*L.exp_up)[size_t(e)]), F, E, x, 1, up.data());
-    for (int i = 0; i < F; ++i) gate[size_t(i)] = activation(c.act, gate[size_t(i)]) * up[size_t(i)];
+    bias(src.exp_gate_b, e, F, gate);
+    bias(src.exp_up_b, e, F, up);
+    for (int i = 0; i < F; ++i) gate[size_t(i)] = glu(c.act, gate[size_t(i)], up[size_t(i)]);
     matmul(dequantize((*L.exp_down)[size_t(e)]), E, F, gate.data(), 1, y.data());
+    bias(src.exp_down_b, e, E, y);
     for (int i = 0; i < E; ++i) out[i] += w * y[size_t(i)];
   }
 }
@@ -177,7 +202,9 @@ void ReferenceModel::forward(std::span<const int32_t> tokens, std::vector<float>
       for (int h = 0; h < c.n_heads; ++h) {
         const float* qh = &q[size_t(t) * QW + size_t(h) * D];
         const int kvh = h / group;
-        double mx = -INFINITY;
+        // A sink (gpt-oss) is one more logit in the softmax, with no value.
+        const double sink = L.src->sinks.empty() ? -INFINITY : double(L.src->sinks[size_t(h)]);
+        double mx = sink;
         for (int j = j0; j <= t; ++j) {
           const float* kj = &k[size_t(j) * KW + size_t(kvh) * D];
           double s = 0;
@@ -185,7 +212,7 @@ void ReferenceModel::forward(std::span<const int32_t> tokens, std::vector<float>
           p[size_t(j)] = s * double(c.q_scale) / std::sqrt(double(D));
           mx = std::max(mx, p[size_t(j)]);
         }
-        double sum = 0;
+        double sum = sink == -INFINITY ? 0.0 : std::exp(sink - mx);
         for (int j = j0; j <= t; ++j) sum += p[size_t(j)] = std::exp(p[size_t(j)] - mx);
         float* out = &att[size_t(t) * QW + size_t(h) * D];
         for (int d = 0; d < D; ++d) {
@@ -205,7 +232,7 @@ void ReferenceModel::forward(std::span<const int32_t> tokens, std::vector<float>
     } else {
       matmul(L.w_gate, F, E, xb.data(), n, gate.data());
       matmul(L.w_up, F, E, xb.data(), n, up.data());
-      for (size_t i = 0; i < gate.size(); ++i) gate[i] = activation(c.act, gate[i]) * up[i];
+      for (size_t i = 0; i < gate.size(); ++i) gate[i] = glu(c.act, gate[i], up[i]);
       matmul(L.w_down, E, F, gate.data(), n, o.data());
     }
     post_norm(o, L.ffn_post_norm, n, E, c.rms_eps);

@@ -28,6 +28,7 @@ class ReferenceModel {
     // (a file's experts as floats would not fit), dequantized when a token runs them.
     std::vector<float> router;
     const std::vector<Weight>*exp_gate = nullptr, *exp_up = nullptr, *exp_down = nullptr;
+    const LlamaLayer* src = nullptr;  // the model's layer: its biases and sinks, as loaded
   };
   void moe(const Layer& L, const float* x, float* out) const;
   const LlamaConfig& cfg_;
