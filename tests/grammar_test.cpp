@@ -217,7 +217,7 @@ TEST_P(GrammarWalks, RequiredToolCallsAreValidInEveryFormat) {
     {"type": "function", "function": {"name": "lookup", "parameters": )") + kSchema + R"(}},
     {"type": "function", "function": {"name": "now", "parameters": {"type": "object",
       "properties": {"tz": {"enum": ["utc", "local"]}}, "additionalProperties": false}}}])");
-  for (const ToolFormat f : {ToolFormat::kHermes, ToolFormat::kLlama3, ToolFormat::kMistral})
+  for (const ToolFormat f : {ToolFormat::kHermes, ToolFormat::kLlama3, ToolFormat::kMistral, ToolFormat::kHarmony})
     for (const bool parallel : {false, true}) {
       SCOPED_TRACE(std::string(tool_format_name(f)) + (parallel ? " parallel" : ""));
       const auto g = Grammar::compile(vocab, tool_call_grammar(tools, f, {ToolChoice::Kind::kRequired, ""}, parallel));

@@ -61,6 +61,16 @@ TEST(Reasoning, HarmonyChannelsSplitByName) {
        "ab", "cd"},
       {"plain text", "", "plain text"},
       {"<|channel|>analy", "", ""},
+      // Calls (a recipient in the channel's header, or in the role's, which
+      // a reply may open with) go to the content as server/tool_calls.h's blocks.
+      {"<|channel|>analysis<|message|>Need it.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather "
+       "<|constrain|>json<|message|>{\"city\":\"Paris\"}<|call|>",
+       "Need it.", "<|channel|>commentary to=functions.get_weather<|message|>{\"city\":\"Paris\"}<|call|>"},
+      {" to=functions.now<|channel|>commentary json<|message|>{}",
+       "", "<|channel|>commentary to=functions.now<|message|>{}<|call|>"},
+      {"<|channel|>analysis<|message|>a<|end|><|start|>assistant to=functions.f<|channel|>commentary json<|message|>{}",
+       "a", "<|channel|>commentary to=functions.f<|message|>{}<|call|>"},
+      {"to be sure", "", "to be sure"},
   };
   for (const Case& c : cases) {
     const SplitReply s = split_channels(c.reply);
@@ -73,8 +83,9 @@ TEST(Reasoning, HarmonyChannelsSplitByName) {
 TEST(Reasoning, AHarmonyStreamSplitsAsTheWholeReply) {
   std::mt19937 rng(11);
   const std::string parts[] = {"<|channel|>", "analysis", "final", "<|message|>", "<|end|>", "<|start|>", "assistant",
-                               "<|", "end|>", "x", "yz", "<", "|"};
-  for (int round = 0; round < 2000; ++round) {
+                               "<|", "end|>", "x", "yz", "<", "|", " to=functions.f", "commentary to=functions.g ",
+                               "<|call|>", "{}", "t", "o=", " "};
+  for (int round = 0; round < 4000; ++round) {
     std::string reply;
     for (int k = int(rng() % 14); k > 0; --k) reply += parts[rng() % std::size(parts)];
     ReasoningStream s(false, true);

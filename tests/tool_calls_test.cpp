@@ -45,6 +45,7 @@ TEST(ToolCalls, TheFormatComesFromTheTemplate) {
       {"mistralai-Mistral-Nemo-Instruct-2407", ToolFormat::kMistral, true},
       {"google-gemma-2-2b-it", ToolFormat::kHermes, false},
       {"microsoft-Phi-3.5-mini-instruct", ToolFormat::kHermes, false},
+      {"openai-gpt-oss-120b", ToolFormat::kHarmony, true},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
@@ -82,6 +83,12 @@ TEST(ToolCalls, EachFormatParses) {
   expect_calls(parse_tool_calls(R"([TOOL_CALLS][{"name": "a", "arguments": {"k": "v"}}, {"name": "b", "arguments": {}}])",
                                 ToolFormat::kMistral),
                "", {{"a", R"({"k":"v"})"}, {"b", "{}"}});
+  // Harmony, as server/reasoning.h's split hands its calls on: the recipient
+  // in the header ("functions." dropped), the arguments the body.
+  expect_calls(parse_tool_calls("Checking.<|channel|>commentary to=functions.get_weather<|message|>{\"city\": "
+                                "\"Paris\"}<|call|><|channel|>commentary to=functions.now <|constrain|>json<|message|>{}",
+                                ToolFormat::kHarmony),
+               "Checking.", {{"get_weather", R"({"city":"Paris"})"}, {"now", "{}"}});
   // Mistral's [TOOL_CALLS] is a control token the text leaves out.
   expect_calls(parse_tool_calls(R"([{"name": "a", "arguments": {"k": 1.5}}])", ToolFormat::kMistral), "",
                {{"a", R"({"k":1.5})"}});
@@ -95,6 +102,10 @@ TEST(ToolCalls, WhatIsNotACallStaysContent) {
                "<tool_call>{\"arguments\": {}}</tool_call>", {});
   expect_calls(parse_tool_calls("{\"answer\": 42}", ToolFormat::kLlama3), "{\"answer\": 42}", {});
   expect_calls(parse_tool_calls("[1, 2]", ToolFormat::kMistral), "[1, 2]", {});
+  expect_calls(parse_tool_calls("<|channel|>commentary to=functions.f<|message|>[1]<|call|> after", ToolFormat::kHarmony),
+               "<|channel|>commentary to=functions.f<|message|>[1]<|call|>\nafter", {});
+  expect_calls(parse_tool_calls("<|channel|>commentary<|message|>{}<|call|>", ToolFormat::kHarmony),
+               "<|channel|>commentary<|message|>{}<|call|>", {});
 }
 
 TEST(ToolCalls, AStreamHoldsOnlyWhatMayBeACall) {
@@ -107,6 +118,8 @@ TEST(ToolCalls, AStreamHoldsOnlyWhatMayBeACall) {
   EXPECT_EQ(tool_call_start("The answer {", ToolFormat::kLlama3), 12u);
   EXPECT_EQ(tool_call_start("[{\"name\"", ToolFormat::kMistral), 0u);
   EXPECT_EQ(tool_call_start("ok [TOOL_C", ToolFormat::kMistral), 3u);
+  EXPECT_EQ(tool_call_start("Sure <|chan", ToolFormat::kHarmony), 5u);
+  EXPECT_EQ(tool_call_start("Sure.", ToolFormat::kHarmony), 5u);
 }
 
 TEST(ToolCalls, TheGrammarFramesEachFormat) {
@@ -130,6 +143,17 @@ TEST(ToolCalls, TheGrammarFramesEachFormat) {
   EXPECT_EQ(mistral.frame->open, "[TOOL_CALLS][");
   EXPECT_EQ(mistral.frame->close, "]");
   EXPECT_EQ(mistral.frame->max_items, 1);
+  // Harmony: the header names the function, the body is its parameters
+  // alone; one call (the turn ends at <|call|>).
+  const GrammarSpec harmony = tool_call_grammar(tools, ToolFormat::kHarmony, {ToolChoice::Kind::kRequired, ""}, true);
+  EXPECT_EQ(harmony.text, R"([{"type":"object","properties":{"x":{"type":"integer"}}},{"type":"object"}])");
+  EXPECT_EQ(harmony.frame->case_before,
+            (std::vector<std::string>{"<|channel|>commentary to=functions.f <|constrain|>json<|message|>",
+                                      "<|channel|>commentary to=functions.g <|constrain|>json<|message|>"}));
+  EXPECT_EQ(harmony.frame->after, "<|call|>");
+  const GrammarSpec one = tool_call_grammar(tools, ToolFormat::kHarmony, {ToolChoice::Kind::kNamed, "g"}, true);
+  EXPECT_EQ(one.text, R"([{"type":"object"}])");
+  EXPECT_EQ(one.frame->case_before.size(), 1u);
 }
 
 std::string schema_error(const std::string& schema) {

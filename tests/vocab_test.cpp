@@ -70,6 +70,19 @@ TEST_P(Vocab, MatchesLlamaCpp) {
   EXPECT_EQ(wrong, 0) << "of " << in.size() << " texts";
 }
 
+// gpt-oss's turn ends at <|return|> (its EOS) or at a call's <|call|>, not at
+// the <|end|> between its analysis and final messages; BOS is not added.
+TEST(VocabO200k, HarmonyEndsAndSpecials) {
+  const Tokenizer tok = Tokenizer::from_gguf(GgufFile(std::string(CS_VOCAB_DIR) + "/ggml-vocab-o200k.gguf"));
+  EXPECT_EQ(tok.vocab_size(), 201088);
+  EXPECT_EQ(*tok.find("<|return|>"), 200002);
+  EXPECT_TRUE(tok.is_end_of_generation(200002));
+  EXPECT_TRUE(tok.is_end_of_generation(*tok.find("<|call|>")));
+  EXPECT_FALSE(tok.is_end_of_generation(*tok.find("<|end|>")));
+  EXPECT_EQ(tok.encode("<|start|>user<|message|>Hi<|end|>", true, true),
+            (std::vector<int32_t>{200006, 1428, 200008, 12194, 200007}));
+}
+
 INSTANTIATE_TEST_SUITE_P(LlamaCppData, Vocab,
                          testing::Values("llama-bpe", "qwen2", "gpt-2", "starcoder", "refact", "deepseek-llm",
                                          "deepseek-coder", "command-r", "falcon", "mpt", "phi-3", "llama-spm", "o200k"),

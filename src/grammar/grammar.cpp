@@ -3,6 +3,8 @@
 #include <dlpack/dlpack.h>
 #include <xgrammar/xgrammar.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -80,11 +82,37 @@ std::string ebnf_literal(const std::string& s) {
   return out + "\"";
 }
 
+xgrammar::Grammar json_schema_grammar(const std::string& schema) {
+  return xgrammar::Grammar::FromJSONSchema(schema, false, std::nullopt, std::make_pair(",", ":"), true);
+}
+
+xgrammar::Grammar literal_grammar(const std::string& s) { return xgrammar::Grammar::FromEBNF("root ::= " + ebnf_literal(s)); }
+
+// Per-case frames (JsonFrame::case_before): open, then one item, any of the
+// cases' before + schema + after, then close; the schemas' grammars joined
+// by the engine (Concat, Union), so their rules never collide.
+xgrammar::Grammar framed_cases(const std::string& schemas, const JsonFrame& f) {
+  const nlohmann::json list = nlohmann::json::parse(schemas);
+  std::vector<xgrammar::Grammar> cases;
+  for (size_t i = 0; i < list.size(); ++i) {
+    std::vector<xgrammar::Grammar> parts;
+    if (!f.case_before[i].empty()) parts.push_back(literal_grammar(f.case_before[i]));
+    parts.push_back(json_schema_grammar(list[i].dump()));
+    if (!f.after.empty()) parts.push_back(literal_grammar(f.after));
+    cases.push_back(xgrammar::Grammar::Concat(parts));
+  }
+  std::vector<xgrammar::Grammar> whole;
+  if (!f.open.empty()) whole.push_back(literal_grammar(f.open));
+  whole.push_back(cases.size() == 1 ? cases[0] : xgrammar::Grammar::Union(cases));
+  if (!f.close.empty()) whole.push_back(literal_grammar(f.close));
+  return whole.size() == 1 ? whole[0] : xgrammar::Grammar::Concat(whole);
+}
+
 // The schema's grammar (its rules printed as EBNF, the schema's own rule
 // renamed by xgrammar when another is the root) under a root that frames it.
 xgrammar::Grammar framed(const std::string& schema, const JsonFrame& f) {
-  const xgrammar::Grammar json =
-      xgrammar::Grammar::FromJSONSchema(schema, false, std::nullopt, std::make_pair(",", ":"), true);
+  if (!f.case_before.empty()) return framed_cases(schema, f);
+  const xgrammar::Grammar json = json_schema_grammar(schema);
   std::ostringstream ebnf;
   ebnf << json << "\n";
   const std::string item = ebnf_literal(f.before) + " root " + ebnf_literal(f.after);
@@ -155,7 +183,13 @@ xgrammar::CompiledGrammar compile_with(xgrammar::GrammarCompiler& c, const Gramm
 // What every spec is checked against before the compiler sees it.
 void check_before_compiling(const GrammarSpec& spec) {
   check_limits(spec);
-  if (spec.kind == GrammarKind::kJsonSchema) check_schema(spec.text);
+  if (spec.kind != GrammarKind::kJsonSchema) return;
+  if (!spec.frame || spec.frame->case_before.empty()) return check_schema(spec.text);
+  // Per-case frames: an array of schemas, one per case, each checked.
+  const nlohmann::json list = nlohmann::json::parse(spec.text, nullptr, false);
+  if (!list.is_array() || list.size() != spec.frame->case_before.size() || list.empty())
+    throw GrammarError("a framed choice needs one schema per case");
+  for (const nlohmann::json& s : list) check_schema(s.dump());
 }
 
 // The cache's key: everything that makes one spec's grammar another's.
@@ -166,6 +200,7 @@ std::string spec_key(const GrammarSpec& spec) {
     const JsonFrame& f = *spec.frame;
     for (const std::string* p : {&f.open, &f.before, &f.after, &f.between, &f.close}) k += '\0' + *p;
     k += '\0' + std::to_string(f.max_items);
+    for (const std::string& b : f.case_before) k += '\1' + b;
   }
   return k;
 }

@@ -38,10 +38,15 @@ enum class GrammarKind { kJsonSchema, kAnyJson, kRegex, kEbnf };
 // A schema's JSON framed by literal text: open, then one or more items (at
 // most max_items; 0 = no limit) each `before` JSON `after`, joined by
 // `between`, then close. Tool calls are this: Hermes' <tool_call>{...}
-// </tool_call> items, Mistral's [TOOL_CALLS][{...},{...}].
+// </tool_call> items, Mistral's [TOOL_CALLS][{...},{...}]. With
+// case_before set, the spec's text is a JSON array of schemas, one per
+// entry, and an item is any case_before[i] schema[i] `after` (harmony's
+// calls, where the header names the function and the JSON is its
+// arguments alone).
 struct JsonFrame {
   std::string open, before, after, between, close;
   int max_items = 1;
+  std::vector<std::string> case_before;
 };
 
 struct GrammarSpec {

@@ -148,8 +148,11 @@ Tokenizer::Tokenizer(VocabSpec spec) : spec_(std::move(spec)) {
   // Gemma's vocabulary has 6414 of them: look up only those that begin with
   // the byte at hand.
   for (int32_t id : specials) specials_by_byte_[static_cast<unsigned char>(spec_.tokens[id][0])].push_back(id);
+  // Harmony (gpt-oss) ends a turn at <|return|> or, for a tool call, at
+  // <|call|>; its <|end|> closes a message within the turn (analysis before
+  // final), so it is not an end.
   for (const char* name : {"<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|end_of_text|>",
-                           "</s>", "<end_of_turn>"})
+                           "</s>", "<end_of_turn>", "<|return|>", "<|call|>"})
     if (auto id = find(name)) end_ids_.push_back(*id);
   if (spec_.eos >= 0) end_ids_.push_back(spec_.eos);
   for (int b = 0; b < 256; ++b) {

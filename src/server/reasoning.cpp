@@ -25,46 +25,87 @@ bool template_has_channels(const std::string& source) { return source.find("<|ch
 namespace {
 
 constexpr std::string_view kChannel = "<|channel|>", kMessage = "<|message|>", kEnd = "<|end|>",
-                           kStart = "<|start|>";
+                           kStart = "<|start|>", kCall = "<|call|>";
+
+// The recipient a message header names ("to=functions.get_weather" in
+// "commentary to=functions.get_weather <|constrain|>json", or in the role
+// part "assistant to=functions.get_weather"): its name after "to=", up to
+// a space or a marker; "" for none.
+std::string_view recipient_of(std::string_view header) {
+  const size_t to = header.find("to=");
+  if (to == std::string_view::npos) return {};
+  std::string_view name = header.substr(to + 3);
+  return name.substr(0, std::min(name.find(' '), name.find('<')));
+}
 
 // The split of a harmony reply's first `n` bytes: a segment is
-// <|channel|>NAME<|message|>TEXT up to <|end|> (or the next <|start|> or
-// <|channel|>, or the end); a channel's name is taken whole, and text that
-// could still become a marker at the end is held (not `end`).
+// <|channel|>NAME<|message|>TEXT up to <|end|> or <|call|> (or the next
+// <|start|> or <|channel|>, or the end); a channel's name is taken whole,
+// and text that could still become a marker at the end is held (not
+// `end`). A message to a recipient (a tool call: "to=functions.NAME" in its
+// channel's header, or in its role's before <|channel|>, which a reply
+// may open with) goes to the content as one block in the form
+// server/tool_calls.h parses: <|channel|>commentary to=NAME<|message|>ARGS<|call|>.
 SplitReply channels_of(std::string_view r, bool end) {
   SplitReply out;
   size_t at = 0;
-  bool analysis = false, in_body = false;
+  bool analysis = false, call = false, in_body = false;
+  std::string_view role_to;  // the recipient of the message whose role header was read
   auto marker_at = [&](size_t i, std::string_view m) { return r.substr(i, m.size()) == m; };
+  auto blank_from = [&](size_t i) {
+    while (i < r.size() && blank(r[i])) ++i;
+    return i;
+  };
   while (at < r.size()) {
     if (!in_body) {
+      // A reply that opens with its role's recipient (the prompt ended in
+      // <|start|>assistant): " to=functions.NAME<|channel|>...". Until the
+      // reply's start could be nothing else, it is held.
+      const std::string_view lead = at == 0 ? r.substr(blank_from(0)) : std::string_view("-");
+      if (!end && lead.size() < 3 && std::string_view("to=").starts_with(lead)) return out;
+      if (lead.starts_with("to=")) {
+        const size_t next = r.find(kChannel, at);
+        if (next == std::string_view::npos) {
+          if (end) out.content += r.substr(at);
+          return out;
+        }
+        role_to = recipient_of(r.substr(at, next - at));
+        at = next;
+        continue;
+      }
       if (marker_at(at, kChannel)) {  // a channel's header: its name up to <|message|>
         const size_t msg = r.find(kMessage, at + kChannel.size());
         if (msg == std::string_view::npos) return out;  // the header is not complete yet
         const std::string_view name = r.substr(at + kChannel.size(), msg - at - kChannel.size());
-        analysis = name.substr(0, 8) == "analysis";
+        std::string_view to = recipient_of(name);
+        if (to.empty()) to = role_to;
+        role_to = {};
+        analysis = to.empty() && name.substr(0, 8) == "analysis";
+        call = !to.empty();
+        if (call) out.content += std::string(kChannel) + "commentary to=" + std::string(to) + std::string(kMessage);
         in_body = true;
         at = msg + kMessage.size();
         continue;
       }
-      if (marker_at(at, kStart)) {  // <|start|>assistant between messages
+      if (marker_at(at, kStart)) {  // <|start|>ROLE between messages
         const size_t next = r.find(kChannel, at);
         if (next == std::string_view::npos) return out;
+        role_to = recipient_of(r.substr(at, next - at));
         at = next;
         continue;
       }
-      if (marker_at(at, kEnd)) {
-        at += kEnd.size();
+      if (marker_at(at, kEnd) || marker_at(at, kCall)) {
+        at += marker_at(at, kEnd) ? kEnd.size() : kCall.size();
         continue;
       }
     }
     // Body text (or text outside any channel: the answer) up to the next marker.
     size_t stop = r.size();
-    for (std::string_view m : {kEnd, kStart, kChannel}) stop = std::min(stop, r.find(m, at));
+    for (std::string_view m : {kEnd, kStart, kChannel, kCall}) stop = std::min(stop, r.find(m, at));
     std::string_view text = r.substr(at, stop - at);
     if (stop == r.size() && !end) {  // hold what could still become a marker
       size_t keep = 0;
-      for (std::string_view m : {kEnd, kStart, kChannel})
+      for (std::string_view m : {kEnd, kStart, kChannel, kCall})
         for (size_t k = std::min(text.size(), m.size() - 1); k > keep; --k)
           if (text.substr(text.size() - k) == m.substr(0, k)) {
             keep = k;
@@ -73,10 +114,14 @@ SplitReply channels_of(std::string_view r, bool end) {
       text.remove_suffix(keep);
     }
     (in_body && analysis ? out.reasoning : out.content) += text;
+    // A call's block closes where its body does (or at the reply's end).
+    if (in_body && call && (stop < r.size() || end)) out.content += kCall;
     if (stop == r.size()) return out;
     at = stop;
-    if (marker_at(at, kEnd)) in_body = false, at += kEnd.size();
-    else in_body = false;  // <|start|> or <|channel|>: a new message
+    if (marker_at(at, kEnd)) at += kEnd.size();
+    else if (marker_at(at, kCall)) at += kCall.size();
+    in_body = false;  // <|start|> or <|channel|>: a new message
+    call = false;
   }
   return out;
 }

@@ -1,5 +1,6 @@
 #include "server/tool_calls.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "base/json_depth.h"
@@ -12,6 +13,7 @@ namespace {
 
 constexpr std::string_view kHermesOpen = "<tool_call>", kHermesClose = "</tool_call>";
 constexpr std::string_view kMistralMarker = "[TOOL_CALLS]", kPythonTag = "<|python_tag|>";
+constexpr std::string_view kChannel = "<|channel|>", kMessage = "<|message|>", kCall = "<|call|>";
 
 bool space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
@@ -114,6 +116,47 @@ ParsedReply parse_mistral(std::string_view text) {
   return {std::string(trim(text)), {}};
 }
 
+// Harmony: each <|channel|>HEADER<|message|>ARGS<|call|> block whose header
+// names a recipient (to=functions.NAME; "functions." is dropped) and whose
+// body is a JSON object is a call; anything else stays content as written.
+ParsedReply parse_harmony(std::string_view text) {
+  ParsedReply r;
+  std::string content;
+  size_t at = 0;
+  for (;;) {
+    const size_t open = text.find(kChannel, at);
+    if (open == std::string_view::npos) break;
+    append_content(content, text.substr(at, open - at));
+    const size_t msg = text.find(kMessage, open);
+    if (msg == std::string_view::npos) {
+      at = open;
+      break;
+    }
+    const std::string_view header = text.substr(open + kChannel.size(), msg - open - kChannel.size());
+    const size_t body = msg + kMessage.size();
+    const size_t stop = std::min({text.find(kCall, body), text.find(kChannel, body), text.size()});
+    const size_t end = text.substr(stop, kCall.size()) == kCall ? stop + kCall.size() : stop;
+    std::string_view name;
+    if (const size_t to = header.find("to="); to != std::string_view::npos) {
+      name = header.substr(to + 3);
+      name = name.substr(0, std::min(name.find(' '), name.find('<')));
+      if (name.starts_with("functions.")) name.remove_prefix(10);
+    }
+    std::optional<ToolCall> call;
+    if (!name.empty() && json_nesting(text.substr(body, stop - body)) <= kMaxJsonNesting) {
+      const ojson args = ojson::parse(trim(text.substr(body, stop - body)), nullptr, false);
+      if (!args.is_discarded() && args.is_object())
+        call = ToolCall{std::string(name), args.dump(-1, ' ', false, ojson::error_handler_t::replace)};
+    }
+    if (call) r.calls.push_back(std::move(*call));
+    else append_content(content, text.substr(open, end - open));
+    at = end;
+  }
+  append_content(content, text.substr(std::min(at, text.size())));
+  r.content = std::move(content);
+  return r;
+}
+
 // The start of a suffix of text that begins `marker` (a marker still being
 // streamed), or npos.
 size_t partial_marker(std::string_view text, std::string_view marker) {
@@ -140,7 +183,12 @@ size_t opens_with(std::string_view text, char opener) {
 ToolSyntax tool_syntax(const std::string& source) {
   ToolSyntax s;
   s.template_takes_tools = source.find("tools") != std::string::npos;
-  if (source.find("[TOOL_CALLS]") != std::string::npos)
+  // Harmony writes a call as a message to "functions.NAME" (gpt-oss's
+  // template: "<|start|>assistant to=" + "functions." + name).
+  if (source.find("<|channel|>") != std::string::npos && source.find(" to=") != std::string::npos &&
+      source.find("functions.") != std::string::npos)
+    s.format = ToolFormat::kHarmony;
+  else if (source.find("[TOOL_CALLS]") != std::string::npos)
     s.format = ToolFormat::kMistral;
   else if (source.find("<tool_call>") != std::string::npos)
     s.format = ToolFormat::kHermes;
@@ -156,6 +204,7 @@ const char* tool_format_name(ToolFormat f) {
     case ToolFormat::kHermes: return "hermes";
     case ToolFormat::kLlama3: return "llama3";
     case ToolFormat::kMistral: return "mistral";
+    case ToolFormat::kHarmony: return "harmony";
   }
   return "hermes";
 }
@@ -177,7 +226,34 @@ std::string generic_call_text(const std::string& name, const ojson& arguments) {
          std::string(kHermesClose);
 }
 
+namespace {
+
+// Harmony: one message to any allowed function, its header naming it and
+// its body that function's parameters (JsonFrame::case_before).
+GrammarSpec harmony_grammar(const ojson& tools, const ToolChoice& choice) {
+  ojson schemas = ojson::array();
+  JsonFrame frame;
+  for (const ojson& t : tools) {
+    const ojson& fn = t["function"];
+    const std::string name = fn["name"].get<std::string>();
+    if (choice.kind == ToolChoice::Kind::kNamed && name != choice.name) continue;
+    schemas.push_back(fn.contains("parameters") && fn["parameters"].is_object() ? fn["parameters"]
+                                                                                 : ojson{{"type", "object"}});
+    frame.case_before.push_back(std::string(kChannel) + "commentary to=functions." + name + " <|constrain|>json" +
+                                std::string(kMessage));
+  }
+  frame.after = kCall;
+  GrammarSpec spec;
+  spec.kind = GrammarKind::kJsonSchema;
+  spec.text = schemas.dump();
+  spec.frame = std::move(frame);
+  return spec;
+}
+
+}  // namespace
+
 GrammarSpec tool_call_grammar(const ojson& tools, ToolFormat f, const ToolChoice& choice, bool parallel) {
+  if (f == ToolFormat::kHarmony) return harmony_grammar(tools, choice);
   const char* args_key = f == ToolFormat::kLlama3 ? "parameters" : "arguments";
   ojson cases = ojson::array();
   for (const ojson& t : tools) {
@@ -199,7 +275,8 @@ GrammarSpec tool_call_grammar(const ojson& tools, ToolFormat f, const ToolChoice
   switch (f) {
     case ToolFormat::kHermes: frame.before = kHermesOpen, frame.after = kHermesClose; break;
     case ToolFormat::kMistral: frame.open = std::string(kMistralMarker) + "[", frame.between = ",", frame.close = "]"; break;
-    case ToolFormat::kLlama3: break;
+    case ToolFormat::kLlama3:
+    case ToolFormat::kHarmony: break;
   }
   spec.frame = std::move(frame);
   return spec;
@@ -210,6 +287,7 @@ ParsedReply parse_tool_calls(std::string_view text, ToolFormat f) {
     case ToolFormat::kHermes: return parse_hermes(text);
     case ToolFormat::kLlama3: return parse_llama3(text);
     case ToolFormat::kMistral: return parse_mistral(text);
+    case ToolFormat::kHarmony: return parse_harmony(text);
   }
   return {std::string(text), {}};
 }
@@ -220,6 +298,7 @@ size_t tool_call_start(std::string_view text, ToolFormat f) {
     case ToolFormat::kHermes: at = marker_start(text, kHermesOpen); break;
     case ToolFormat::kLlama3: at = opens_with(text, '{'); break;
     case ToolFormat::kMistral: at = std::min(marker_start(text, kMistralMarker), opens_with(text, '[')); break;
+    case ToolFormat::kHarmony: at = marker_start(text, kChannel); break;
   }
   return at == std::string_view::npos ? text.size() : at;
 }

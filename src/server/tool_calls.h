@@ -22,7 +22,12 @@ namespace cs {
 //   kLlama3:  {"name": ..., "parameters": {...}} as the whole reply, after
 //             an optional <|python_tag|> (Llama 3.1-3.3).
 //   kMistral: [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...] (Mistral).
-enum class ToolFormat { kHermes, kLlama3, kMistral };
+//   kHarmony: a message to the function, its JSON arguments the body
+//             (gpt-oss): <|channel|>commentary to=functions.NAME <|constrain|>json
+//             <|message|>{...}<|call|>, or the recipient in the role header;
+//             server/reasoning.h's split hands each such message on as
+//             <|channel|>commentary to=functions.NAME<|message|>{...}<|call|>.
+enum class ToolFormat { kHermes, kLlama3, kMistral, kHarmony };
 
 struct ToolSyntax {
   ToolFormat format = ToolFormat::kHermes;
@@ -47,7 +52,8 @@ std::string generic_call_text(const std::string& name, const nlohmann::ordered_j
 
 // A grammar for the calls the choice demands (kRequired: any of the tools;
 // kNamed: that one): each call's name is one of them and its arguments
-// follow that tool's parameter schema. parallel: one or more calls, else one.
+// follow that tool's parameter schema. parallel: one or more calls, else one
+// (kHarmony: one, the model's turn ends at its <|call|>).
 GrammarSpec tool_call_grammar(const nlohmann::ordered_json& tools, ToolFormat f, const ToolChoice& choice,
                               bool parallel);
 
