@@ -260,6 +260,10 @@ TEST(Matmul, RepackedTypesAreExactOnEveryIsa) {
       const size_t bits = t == GgmlType::Q4_K ? 4750 : t == GgmlType::Q5_K ? 5750 : 6625;
       EXPECT_EQ(w.packed.size() * 32 * 1000, bits * 48 * cols) << type_info(uint32_t(t))->name;  // 37 rows -> 3 groups of 16
     }
+    // MXFP4 keeps the file's bytes: 4.25 bits per value.
+    if (layout == PackLayout::kMx) {
+      EXPECT_EQ(w.packed.size() * 32 * 100, size_t(425) * 48 * cols);
+    }
     for (int n_tok : {1, 3, 4, 6, 9}) {
       std::vector<float> x = normal_values(size_t(n_tok) * cols, rng);
       std::vector<BlockQ8> acts(size_t(n_tok) * nb);
@@ -298,6 +302,46 @@ TEST(Matmul, RepackedTypesAreExactOnEveryIsa) {
       set_isa_for_testing(best);
     }
   }
+}
+
+// MXFP4's scales are built in the kernels from the exponent bytes: every
+// exponent from the subnormal ones (0, 1) up gives dequantize_row's scale,
+// so every ISA's product is the double product of the dequantized values
+// (to fp32 accumulation), AVX2 and AVX-512 bit for bit.
+TEST(Matmul, MxScalesOfEveryExponent) {
+  std::mt19937 rng(43);
+  const int rows = 19, cols = 32 * 16, nb = cols / 32;
+  std::vector<uint8_t> data(size_t(rows) * nb * sizeof(BlockMXFP4));
+  for (auto& v : data) v = uint8_t(rng());
+  const uint8_t exps[] = {0, 1, 2, 3, 64, 100, 126, 127, 128, 129, 140, 160, 180, 190, 1, 0};
+  for (int r = 0; r < rows; ++r)
+    for (int b = 0; b < nb; ++b) data[(size_t(r) * nb + b) * sizeof(BlockMXFP4)] = exps[(r + b) % 16];
+  const Weight w = make_weight(GgmlType::MXFP4, rows, cols, data.data());
+  std::vector<float> x = normal_values(size_t(2) * cols, rng);
+  std::vector<BlockQ8> acts(size_t(2) * nb);
+  for (int k = 0; k < 2; ++k) quantize_q8(&x[size_t(k) * cols], cols, &acts[size_t(k) * nb]);
+  const size_t rb = data.size() / rows;
+  std::vector<float> first;
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    if (isa > cpu_isa()) continue;
+    set_isa_for_testing(isa);
+    std::vector<BlockQ8> scratch;
+    std::vector<float> y(size_t(2) * rows, NAN);
+    matmul(w, x.data(), 2, y.data(), scratch);
+    std::vector<float> deq(cols);
+    for (int r = 0; r < rows; ++r) {
+      dequantize_row(GgmlType::MXFP4, &data[r * rb], deq.data(), cols);
+      for (int k = 0; k < 2; ++k) {
+        double s = 0;
+        for (int i = 0; i < cols; ++i) s += double(deq[size_t(i)]) * acts[size_t(k) * nb + i / 32].d * acts[size_t(k) * nb + i / 32].qs[i % 32];
+        ASSERT_NEAR(y[size_t(k) * rows + r], s, 1e-5 * std::fabs(s) + 1e-30) << isa_name(isa) << " row " << r;
+      }
+    }
+    if (isa == Isa::kScalar) continue;
+    if (first.empty()) first = y;
+    else EXPECT_EQ(first, y) << "AVX2 and AVX-512 differ";
+  }
+  set_isa_for_testing(cpu_isa());
 }
 
 TEST(Matmul, FloatWeightsAreWidenedAndExact) {

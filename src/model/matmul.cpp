@@ -128,6 +128,31 @@ void q8_packed_scalar(const uint32_t* group, int nb, int n_rows, const BlockQ8* 
     }
 }
 
+// The MXFP4 layout read in plain C++, as the SIMD kernels sum per block: the
+// exact integer dot of the grid values (biased codes less 12 * sum), then
+// dot * (scale * dx).
+void mx_packed_scalar(const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok, float* y, int ldy) {
+  for (int r = 0; r < n_rows; ++r)
+    for (int t = 0; t < n_tok; ++t) {
+      float acc = 0;
+      for (int b = 0; b < nb; ++b) {
+        const uint32_t* w = group + size_t(b) * kMxBlockWords;
+        const BlockQ8& a = acts[size_t(t) * nb + b];
+        int isum = -kMxBias * a.sum;
+        for (int k = 0; k < 4; ++k)
+          for (int i = 0; i < 4; ++i) {
+            const int byte = int(w[4 + k * 16 + r] >> (8 * i)) & 0xff;
+            isum += kMxBiased[byte & 0xf] * a.qs[8 * k + i] + kMxBiased[byte >> 4] * a.qs[8 * k + 4 + i];
+          }
+        const uint32_t bits = mx_scale_bits(reinterpret_cast<const uint8_t*>(w)[r]);
+        float scale;
+        std::memcpy(&scale, &bits, 4);
+        acc += float(isum) * (scale * a.d);
+      }
+      y[size_t(t) * ldy + r] = acc;
+    }
+}
+
 // The K layouts read in plain C++, summing as the SIMD kernels do per block
 // (exact int32 dots per half where L scales halves apart, the scales d * sc
 // exact in fp32, then dot * (scale * dx), then the minimum).
@@ -178,7 +203,8 @@ PackLayout pack_layout(GgmlType type) {
     case GgmlType::Q5_1: return PackLayout::kQ8Min;
     case GgmlType::Q3_K: return PackLayout::kQ8Half;
     case GgmlType::Q2_K: return PackLayout::kQ8HalfMin;
-    default: return PackLayout::kQ8;  // Q8_0, Q5_0
+    case GgmlType::MXFP4: return PackLayout::kMx;
+    default: return PackLayout::kQ8;  // Q8_0, Q5_0, IQ4_NL, IQ4_XS
   }
 }
 
@@ -187,6 +213,14 @@ PackedWords pack_block32_rows(GgmlType type, const uint8_t* data, int64_t rows, 
                            size_t(type_info(uint32_t(type))->block_bytes);
   const PackLayout layout = pack_layout(type);
   if (is_k_layout(layout)) return pack_k_rows(type, data, rows, cols, row_bytes);
+  if (layout == PackLayout::kMx)
+    return pack_rows(rows, cols, kMxBlockWords, [&](uint32_t* w, int lane, int64_t r, int b) {
+      const BlockMXFP4& blk = reinterpret_cast<const BlockMXFP4*>(data + size_t(r) * row_bytes)[b];
+      reinterpret_cast<uint8_t*>(w)[lane] = blk.e;
+      int q[32];
+      for (int i = 0; i < 16; ++i) q[i] = blk.qs[i] & 0xF, q[16 + i] = blk.qs[i] >> 4;
+      put_nibbles(w + 4, lane, q);
+    });
   return pack_rows(rows, cols, pack_block_words(layout), [&](uint32_t* w, int lane, int64_t r, int b) {
     const Block32 blk = block32(type, data + size_t(r) * row_bytes, b);
     if (layout == PackLayout::kQ4)
@@ -227,6 +261,7 @@ void qdot16q8_scalar(PackLayout layout, const uint32_t* group, int nb, int n_row
     case PackLayout::kQ8Half: return q8_packed_scalar<PackLayout::kQ8Half>(group, nb, n_rows, acts, n_tok, y, ldy);
     case PackLayout::kQ8HalfMin:
       return q8_packed_scalar<PackLayout::kQ8HalfMin>(group, nb, n_rows, acts, n_tok, y, ldy);
+    case PackLayout::kMx: return mx_packed_scalar(group, nb, n_rows, acts, n_tok, y, ldy);
     default: return q8_packed_scalar<PackLayout::kQ8>(group, nb, n_rows, acts, n_tok, y, ldy);
   }
 }

@@ -25,9 +25,18 @@ namespace cs {
 // then per block 32 bytes of int8 factors (sc of the first half or the
 // block, then sc of the second half or mn), the Q4 layout's 64 words of low
 // nibbles, and the values' high bits in planes (see KLayout).
-enum class PackLayout : uint8_t { kQ4, kQ8, kQ8Min, kQ8Half, kQ8HalfMin, kQ4K, kQ5K, kQ6K };
+// kMx (MXFP4): the file's own bytes, 4.25 bits a value: the 16 rows' E8M0
+// exponents (4 words, row r at byte r), then the Q4 layout's 64 words of
+// nibbles, each a code into the grid (kMxfp4Values), which the kernels look
+// up with a byte shuffle as code + 12 (0..24, unsigned for vpdpbusd) and
+// take 12 * sum back out: exact integer dots, as the Q8 layout's.
+enum class PackLayout : uint8_t { kQ4, kQ8, kQ8Min, kQ8Half, kQ8HalfMin, kQ4K, kQ5K, kQ6K, kMx };
 constexpr int kPackRows = 16;
 constexpr int kPackBlockWords = 96;  // kQ4
+constexpr int kMxBlockWords = 68;
+constexpr int kMxBias = 12;
+// The grid plus kMxBias, per code: the kernels' shuffle table.
+inline constexpr uint8_t kMxBiased[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
 // Scales and minimums of a Q8 layout, in words per block.
 constexpr int q8_scale_words(PackLayout l) { return l == PackLayout::kQ8Half || l == PackLayout::kQ8HalfMin ? 32 : 16; }
 constexpr int q8_min_words(PackLayout l) {
@@ -35,8 +44,11 @@ constexpr int q8_min_words(PackLayout l) {
 }
 // Words per block of the per-block layouts (all but the K layouts).
 constexpr int pack_block_words(PackLayout l) {
-  return l == PackLayout::kQ4 ? kPackBlockWords : q8_scale_words(l) + q8_min_words(l) + 128;
+  return l == PackLayout::kQ4 ? kPackBlockWords : l == PackLayout::kMx ? kMxBlockWords : q8_scale_words(l) + q8_min_words(l) + 128;
 }
+// An MXFP4 block's scale from its E8M0 exponent bits e, 2^(e - 128), as
+// mxfp4_scale() computes it, as float bits (subnormal for e < 2).
+constexpr uint32_t mx_scale_bits(uint32_t e) { return e < 2 ? uint32_t(0x00200000) << e : (e - 1) << 23; }
 
 // A K layout's shape. Values are stored as unsigned q + offset (Q6_K's
 // -32..31 as 0..63; the kernels take offset * sum back out). High planes:
@@ -50,7 +62,9 @@ struct KLayout {
   bool mins;         // a minimum per block, weighted by the activations' d * sum
   int offset;
 };
-constexpr bool is_k_layout(PackLayout l) { return l >= PackLayout::kQ4K; }
+constexpr bool is_k_layout(PackLayout l) {
+  return l == PackLayout::kQ4K || l == PackLayout::kQ5K || l == PackLayout::kQ6K;
+}
 constexpr KLayout k_layout(PackLayout l) {
   return l == PackLayout::kQ6K ? KLayout{2, true, false, 32}
          : l == PackLayout::kQ5K ? KLayout{1, false, true, 0}

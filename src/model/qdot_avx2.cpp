@@ -172,6 +172,45 @@ void kx8(const uint32_t* group, int half, int nb, int n_rows, const cs::BlockQ8*
   store_rows(acc, T, n_rows, y, ldy);
 }
 
+// MXFP4 (kMx), as the AVX-512 kernel reads it, 8 rows a half. A looked-up
+// value is at most 24, so a vpmaddubsw pair is at most 2 x 24 x 127 and the
+// low and high nibbles' pairs together 12192 < 2^15: one vpmaddwd per vector k.
+template <int T>
+void mx8(const uint32_t* group, int half, int nb, int n_rows, const cs::BlockQ8* acts, float* y, int ldy) {
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  const __m256i low = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+  const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(cs::kMxBiased)));
+  const __m256i one = _mm256_set1_epi32(1), two = _mm256_set1_epi32(2), sub = _mm256_set1_epi32(0x00200000);
+  for (int b = 0; b < nb; ++b) {
+    const uint32_t* w = group + size_t(b) * cs::kMxBlockWords;
+    prefetch_ahead(w, cs::kMxBlockWords);
+    __m256i isum[T];
+    for (int t = 0; t < T; ++t) isum[t] = _mm256_set1_epi32(-cs::kMxBias * acts[size_t(t) * nb + b].sum);
+    for (int k = 0; k < 4; ++k) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 4 + 16 * k + 8 * half));
+      const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(v, low));
+      const __m256i hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), low));
+      for (int t = 0; t < T; ++t) {
+        const ActWords x = act_words(acts[size_t(t) * nb + b], k);
+        const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_set1_epi32(x.lo)),
+                                             _mm256_maddubs_epi16(hi, _mm256_set1_epi32(x.hi)));
+        isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(s16, ones));
+      }
+    }
+    // cs::mx_scale_bits on 8 exponents: (e - 1) << 23, or 0x200000 << e below 2.
+    const __m256i e = _mm256_cvtepu8_epi32(
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(reinterpret_cast<const uint8_t*>(w) + 8 * half)));
+    const __m256i small = _mm256_cmpgt_epi32(two, e);
+    const __m256i bits = _mm256_blendv_epi8(_mm256_slli_epi32(_mm256_sub_epi32(e, one), 23), _mm256_sllv_epi32(sub, e), small);
+    const __m256 d = _mm256_castsi256_ps(bits);
+    for (int t = 0; t < T; ++t)
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(d, _mm256_set1_ps(acts[size_t(t) * nb + b].d)),
+                               acc[t]);
+  }
+  store_rows(acc, T, n_rows, y, ldy);
+}
+
 // A 16-row group: each 8-row half over the tokens, four at a time.
 template <template <int> class K>
 void over_group(const uint32_t* group, int nb, int n_rows, const cs::BlockQ8* acts, int n_tok, float* y, int ldy) {
@@ -192,6 +231,12 @@ template <int T>
 struct Q4K {
   static void run(const uint32_t* g, int h, int nb, int nr, const cs::BlockQ8* a, float* y, int ldy) {
     q4x8<T>(g, h, nb, nr, a, y, ldy);
+  }
+};
+template <int T>
+struct MxK {
+  static void run(const uint32_t* g, int h, int nb, int nr, const cs::BlockQ8* a, float* y, int ldy) {
+    mx8<T>(g, h, nb, nr, a, y, ldy);
   }
 };
 // The kernel of layout L (a Q8 or a K layout) with T tokens.
@@ -224,6 +269,7 @@ void qdot16q8_avx2(PackLayout layout, const uint32_t* group, int nb, int n_rows,
     case PackLayout::kQ8Half: return over_group<Layout<PackLayout::kQ8Half>::K>(group, nb, n_rows, acts, n_tok, y, ldy);
     case PackLayout::kQ8HalfMin:
       return over_group<Layout<PackLayout::kQ8HalfMin>::K>(group, nb, n_rows, acts, n_tok, y, ldy);
+    case PackLayout::kMx: return over_group<MxK>(group, nb, n_rows, acts, n_tok, y, ldy);
     default: return over_group<Layout<PackLayout::kQ8>::K>(group, nb, n_rows, acts, n_tok, y, ldy);
   }
 }

@@ -95,6 +95,45 @@ void q8x16(const uint32_t* group, int nb, int n_rows, const cs::BlockQ8* acts, f
   for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + size_t(t) * ldy, rows, acc[t]);
 }
 
+// MXFP4 (kMx): codes looked up as grid + 12 by a byte shuffle, the 16 rows'
+// scales built from their exponent bytes; the integer dot is exact, and the
+// float steps are the Q8 layout's (dot * (scale * dx)), so both give the
+// same bits.
+template <int T>
+void mx16(const uint32_t* group, int nb, int n_rows, const cs::BlockQ8* acts, float* y, int ldy) {
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  const __m512i low = _mm512_set1_epi8(0x0f);
+  const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(cs::kMxBiased)));
+  const __m512i one = _mm512_set1_epi32(1), two = _mm512_set1_epi32(2), sub = _mm512_set1_epi32(0x00200000);
+  for (int b = 0; b < nb; ++b) {
+    const uint32_t* w = group + size_t(b) * cs::kMxBlockWords;
+    prefetch_ahead(w, cs::kMxBlockWords);
+    __m512i isum[T];
+    for (int t = 0; t < T; ++t) isum[t] = _mm512_set1_epi32(-cs::kMxBias * acts[size_t(t) * nb + b].sum);
+    for (int k = 0; k < 4; ++k) {
+      const __m512i v = _mm512_loadu_si512(w + 4 + 16 * k);
+      const __m512i lo = _mm512_shuffle_epi8(table, _mm512_and_si512(v, low));
+      const __m512i hi = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(v, 4), low));
+      for (int t = 0; t < T; ++t) {
+        const ActWords x = act_words(acts[size_t(t) * nb + b], k);
+        isum[t] = _mm512_dpbusd_epi32(isum[t], lo, _mm512_set1_epi32(x.lo));
+        isum[t] = _mm512_dpbusd_epi32(isum[t], hi, _mm512_set1_epi32(x.hi));
+      }
+    }
+    // cs::mx_scale_bits on 16 exponents: (e - 1) << 23, or 0x200000 << e below 2.
+    const __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w)));
+    const __m512i bits = _mm512_mask_blend_epi32(_mm512_cmplt_epu32_mask(e, two),
+                                                 _mm512_slli_epi32(_mm512_sub_epi32(e, one), 23), _mm512_sllv_epi32(sub, e));
+    const __m512 d = _mm512_castsi512_ps(bits);
+    for (int t = 0; t < T; ++t)
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(d, _mm512_set1_ps(acts[size_t(t) * nb + b].d)),
+                               acc[t]);
+  }
+  const __mmask16 rows = __mmask16((1u << n_rows) - 1);
+  for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + size_t(t) * ldy, rows, acc[t]);
+}
+
 template <int kPlanes, bool kHigh>
 inline __m512i with_plane(__m512i nib, const __m512i* planes, int k) {
   if (kPlanes == 0) return nib;
@@ -182,6 +221,10 @@ template <int T>
 struct Q4K {
   static void run(const uint32_t* g, int nb, int nr, const cs::BlockQ8* a, float* y, int ldy) { q4x16<T>(g, nb, nr, a, y, ldy); }
 };
+template <int T>
+struct MxK {
+  static void run(const uint32_t* g, int nb, int nr, const cs::BlockQ8* a, float* y, int ldy) { mx16<T>(g, nb, nr, a, y, ldy); }
+};
 // The kernel of layout L (a Q8 or a K layout) with T tokens.
 template <cs::PackLayout L>
 struct Layout {
@@ -209,6 +252,7 @@ void qdot16q8_avx512(PackLayout layout, const uint32_t* group, int nb, int n_row
     case PackLayout::kQ8Half: return over_tokens<Layout<PackLayout::kQ8Half>::K>(group, nb, n_rows, acts, n_tok, y, ldy);
     case PackLayout::kQ8HalfMin:
       return over_tokens<Layout<PackLayout::kQ8HalfMin>::K>(group, nb, n_rows, acts, n_tok, y, ldy);
+    case PackLayout::kMx: return over_tokens<MxK>(group, nb, n_rows, acts, n_tok, y, ldy);
     default: return over_tokens<Layout<PackLayout::kQ8>::K>(group, nb, n_rows, acts, n_tok, y, ldy);
   }
 }
