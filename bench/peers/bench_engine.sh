@@ -4,7 +4,10 @@
 # same model file, same threads. llama.cpp runs with flash attention on and
 # off and the better of the two (by total tokens/s) is kept each round. The
 # two engines alternate for ROUNDS rounds; the table gives medians and the
-# median of per-round ratios. Needs build_llama_cpp.sh to have run.
+# median of per-round ratios. llama.cpp keeps sliding-window layers' KV in
+# full (--swa-full): its default window-sized cache finds no slot for the
+# shared prompt's 32 continuations (gpt-oss, Gemma 3), and it changes nothing
+# for a model without windows. Needs build_llama_cpp.sh to have run.
 #   PP=4096 TG=32 B=32 bench/peers/bench_engine.sh
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -25,7 +28,7 @@ for _ in $(seq "$ROUNDS"); do
   best=""
   for fa in on off; do
     line=$("$bb" -m "$MODEL" -t "$THREADS" -c "$ctx" -b 2048 -ub 512 -npp "$PP" -ntg "$TG" -npl "$B" -pps -kvu \
-           -fa "$fa" --output-format jsonl 2>/dev/null | grep '"speed"' | tail -1)
+           -fa "$fa" --swa-full --output-format jsonl 2>/dev/null | grep '"speed"' | tail -1)
     best=$(python3 -c 'import json,sys; a,b=sys.argv[1],sys.argv[2]
 print(b if not a or json.loads(b)["speed"] > json.loads(a)["speed"] else a)' "$best" "$line")
   done

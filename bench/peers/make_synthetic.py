@@ -29,7 +29,7 @@ Presets (F16 matrices, F32 norms, biases and frequency factors):
            token (softmax over the chosen), clamped SwiGLU
   gpt-oss-20b-8  gpt-oss-20b's widths, experts and routing with 8 of its 24
            layers: d 2880, 64 heads / 8 K/V heads of 64, 32 experts of 2880,
-           4 per token (12.7 GB as F16; MXFP4_MOE through llama-quantize)
+           4 per token (14.4 GiB as F16; 4.5 GiB at llama-quantize MXFP4_MOE)
   llama3-1b  Llama-3.2-1B's shapes: 16 layers, d 2048, 32 heads / 8 K/V heads,
            FFN 8192, llama-bpe vocabulary, tied embeddings (2.5 GB as F16;
            bench/peers/make_1b.sh quantizes it to Q4_K_M)
