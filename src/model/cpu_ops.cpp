@@ -18,41 +18,42 @@ void per_token(int n, Step&& step) {
   for (int t = 0; t < n; ++t) step(t);
 }
 
+// The k of n experts of highest `score`, highest first (ties: the lower id), into ids.
+void top_k(const float* score, int n, int k, int32_t* ids) {
+  thread_local std::vector<int32_t> order;
+  order.resize(size_t(n));
+  for (int e = 0; e < n; ++e) order[size_t(e)] = e;
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+    return score[a] != score[b] ? score[a] > score[b] : a < b;
+  });
+  std::copy_n(order.begin(), k, ids);
+}
+
 // One token's routing (LayerOps::route), kSoftmaxNorm: softmax over the n
 // experts' logits, the k most probable, their probabilities over their sum
 // (at least 2^-14, as llama.cpp clamps it). kSoftmaxChosen: the k highest
 // logits, a softmax over them.
 void route_row(MoeGating gating, const float* logits, int n, int k, int32_t* ids, float* weights) {
   if (gating == MoeGating::kSoftmaxChosen) {
-    thread_local std::vector<int32_t> order;
-    order.resize(size_t(n));
-    for (int e = 0; e < n; ++e) order[size_t(e)] = e;
-    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
-      return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
-    });
-    const float top = logits[order[0]];
-    double sum = 0;
-    for (int j = 0; j < k; ++j) sum += std::exp(double(logits[order[size_t(j)]] - top));
-    for (int j = 0; j < k; ++j)
-      ids[j] = order[size_t(j)], weights[j] = float(std::exp(double(logits[order[size_t(j)]] - top)) / sum);
+    top_k(logits, n, k, ids);
+    const float top = logits[ids[0]];
+    double sum = 0, e[64];  // k <= 64 (the loader checks)
+    for (int j = 0; j < k; ++j) sum += e[j] = std::exp(double(logits[ids[j]] - top));
+    for (int j = 0; j < k; ++j) weights[j] = float(e[j] / sum);
     return;
   }
   float mx = logits[0];
   for (int e = 1; e < n; ++e) mx = std::max(mx, logits[e]);
   thread_local std::vector<float> p;
-  thread_local std::vector<int32_t> order;
   p.resize(size_t(n));
-  order.resize(size_t(n));
   double sum = 0;
   for (int e = 0; e < n; ++e) sum += p[size_t(e)] = std::exp(logits[e] - mx);
-  for (int e = 0; e < n; ++e) p[size_t(e)] = float(p[size_t(e)] / sum), order[size_t(e)] = e;
-  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
-    return p[size_t(a)] != p[size_t(b)] ? p[size_t(a)] > p[size_t(b)] : a < b;
-  });
+  for (int e = 0; e < n; ++e) p[size_t(e)] = float(p[size_t(e)] / sum);
+  top_k(p.data(), n, k, ids);
   float chosen = 0;
-  for (int j = 0; j < k; ++j) chosen += p[size_t(order[size_t(j)])];
+  for (int j = 0; j < k; ++j) chosen += p[size_t(ids[j])];
   chosen = std::max(chosen, 6.103515625e-5f);
-  for (int j = 0; j < k; ++j) ids[j] = order[size_t(j)], weights[j] = p[size_t(order[size_t(j)])] / chosen;
+  for (int j = 0; j < k; ++j) weights[j] = p[size_t(ids[j])] / chosen;
 }
 
 class CpuOps final : public LayerOps {

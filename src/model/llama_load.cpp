@@ -248,8 +248,8 @@ void LlamaModel::load_weights(const ArchTraits& traits) {
     LlamaLayer L;
     L.attn_norm = load_vector(f, p + "attn_norm.weight", E);
     L.ffn_norm = load_vector(f, p + std::string(traits.ffn_norm) + ".weight", E);
-    if (traits.ffn_norm != "post_attention_norm")
-      L.attn_post_norm = optional_vector(f, p + "post_attention_norm.weight", E, traits.post_norms);
+    // Post-norms are Gemma 3's (gpt-oss's post_attention_norm is its FFN norm).
+    if (traits.post_norms) L.attn_post_norm = optional_vector(f, p + "post_attention_norm.weight", E, true);
     L.ffn_post_norm = optional_vector(f, p + "post_ffw_norm.weight", E, traits.post_norms);
     L.wq = matrix(p + "attn_q.weight", QW, E);
     L.wk = matrix(p + "attn_k.weight", KW, E);

@@ -58,12 +58,14 @@ __m256 geglu8(__m256 g, __m256 u) {
   return times_sigmoid8(g, z, u);
 }
 
-float geglu1(float g, float u) {
-  const float z = kGeluZ * g * (1.0f + kGeluC * g * g);
-  // 0 where the vector exp gives 0 (below 2^-126), not a denormal.
+// times_sigmoid8 one value at a time: x sigmoid(z) u, the exponential 0
+// where the vector exp gives 0 (below 2^-126), not a denormal.
+float times_sigmoid1(float x, float z, float u) {
   const float e = std::fabs(z) > 87.0f ? 0.0f : std::exp(-std::fabs(z));
-  return g * ((std::signbit(z) ? e : 1.0f) / (1.0f + e)) * u;
+  return x * ((std::signbit(z) ? e : 1.0f) / (1.0f + e)) * u;
 }
+
+float geglu1(float g, float u) { return times_sigmoid1(g, kGeluZ * g * (1.0f + kGeluC * g * g), u); }
 
 // gpt-oss's SwiGLU: the gate clamped above at 7, the up value to [-7, 7]
 // and shifted by 1, sigmoid(1.702 g) in place of sigmoid(g).
@@ -77,9 +79,8 @@ __m256 swiglu_oai8(__m256 g, __m256 u) {
 }
 
 float swiglu_oai1(float g, float u) {
-  const float x = std::min(g, kOaiLimit), z = kOaiAlpha * x;
-  const float e = std::fabs(z) > 87.0f ? 0.0f : std::exp(-std::fabs(z));
-  return x * ((std::signbit(z) ? e : 1.0f) / (1.0f + e)) * (std::clamp(u, -kOaiLimit, kOaiLimit) + 1.0f);
+  const float x = std::min(g, kOaiLimit);
+  return times_sigmoid1(x, kOaiAlpha * x, std::clamp(u, -kOaiLimit, kOaiLimit) + 1.0f);
 }
 
 // out = f(gate, up) elementwise, 8 at a time, the tail one by one. A

@@ -27,17 +27,6 @@ namespace {
 constexpr std::string_view kChannel = "<|channel|>", kMessage = "<|message|>", kEnd = "<|end|>",
                            kStart = "<|start|>", kCall = "<|call|>";
 
-// The recipient a message header names ("to=functions.get_weather" in
-// "commentary to=functions.get_weather <|constrain|>json", or in the role
-// part "assistant to=functions.get_weather"): its name after "to=", up to
-// a space or a marker; "" for none.
-std::string_view recipient_of(std::string_view header) {
-  const size_t to = header.find("to=");
-  if (to == std::string_view::npos) return {};
-  std::string_view name = header.substr(to + 3);
-  return name.substr(0, std::min(name.find(' '), name.find('<')));
-}
-
 // The split of a harmony reply's first `n` bytes: a segment is
 // <|channel|>NAME<|message|>TEXT up to <|end|> or <|call|> (or the next
 // <|start|> or <|channel|>, or the end); a channel's name is taken whole,
@@ -69,7 +58,7 @@ SplitReply channels_of(std::string_view r, bool end) {
           if (end) out.content += r.substr(at);
           return out;
         }
-        role_to = recipient_of(r.substr(at, next - at));
+        role_to = harmony_recipient(r.substr(at, next - at));
         at = next;
         continue;
       }
@@ -77,7 +66,7 @@ SplitReply channels_of(std::string_view r, bool end) {
         const size_t msg = r.find(kMessage, at + kChannel.size());
         if (msg == std::string_view::npos) return out;  // the header is not complete yet
         const std::string_view name = r.substr(at + kChannel.size(), msg - at - kChannel.size());
-        std::string_view to = recipient_of(name);
+        std::string_view to = harmony_recipient(name);
         if (to.empty()) to = role_to;
         role_to = {};
         analysis = to.empty() && name.substr(0, 8) == "analysis";
@@ -90,7 +79,7 @@ SplitReply channels_of(std::string_view r, bool end) {
       if (marker_at(at, kStart)) {  // <|start|>ROLE between messages
         const size_t next = r.find(kChannel, at);
         if (next == std::string_view::npos) return out;
-        role_to = recipient_of(r.substr(at, next - at));
+        role_to = harmony_recipient(r.substr(at, next - at));
         at = next;
         continue;
       }
@@ -129,6 +118,13 @@ SplitReply channels_of(std::string_view r, bool end) {
 }  // namespace
 
 SplitReply split_channels(std::string_view reply) { return channels_of(reply, true); }
+
+std::string_view harmony_recipient(std::string_view header) {
+  const size_t to = header.find("to=");
+  if (to == std::string_view::npos) return {};
+  std::string_view name = header.substr(to + 3);
+  return name.substr(0, std::min(name.find(' '), name.find('<')));
+}
 
 int effort_budget(std::string_view e) {
   if (e == "minimal") return 512;

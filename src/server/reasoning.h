@@ -38,6 +38,11 @@ struct SplitReply {
 // reply's start) up to </think>, and the rest. A thought never closed is all
 // reasoning.
 SplitReply split_reasoning(std::string_view reply, bool in_thought);
+// The recipient a harmony message header names ("to=functions.get_weather"
+// in "commentary to=functions.get_weather <|constrain|>json", or in a role
+// part "assistant to=functions.get_weather"): the name after "to=", up to a
+// space or a marker; "" for none.
+std::string_view harmony_recipient(std::string_view header);
 // A harmony reply: the analysis channels' text is the thought, the others'
 // (final, commentary) and text outside any channel the answer.
 SplitReply split_channels(std::string_view reply);

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "base/json_depth.h"
+#include "server/reasoning.h"
 
 namespace cs {
 
@@ -136,12 +137,8 @@ ParsedReply parse_harmony(std::string_view text) {
     const size_t body = msg + kMessage.size();
     const size_t stop = std::min({text.find(kCall, body), text.find(kChannel, body), text.size()});
     const size_t end = text.substr(stop, kCall.size()) == kCall ? stop + kCall.size() : stop;
-    std::string_view name;
-    if (const size_t to = header.find("to="); to != std::string_view::npos) {
-      name = header.substr(to + 3);
-      name = name.substr(0, std::min(name.find(' '), name.find('<')));
-      if (name.starts_with("functions.")) name.remove_prefix(10);
-    }
+    std::string_view name = harmony_recipient(header);
+    if (name.starts_with("functions.")) name.remove_prefix(10);
     std::optional<ToolCall> call;
     if (!name.empty() && json_nesting(text.substr(body, stop - body)) <= kMaxJsonNesting) {
       const ojson args = ojson::parse(trim(text.substr(body, stop - body)), nullptr, false);
