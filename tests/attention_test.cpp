@@ -190,6 +190,51 @@ TEST(Attention, LongPrefillSlicesAreExact) {
   }
 }
 
+// A decode step with a draft: one sequence's last few tokens as queries
+// (speculative decoding's rows). With fewer items than threads they are cut
+// into slices of a few rows; every row keeps its bits whatever the threads,
+// and the last row (which sees every key) has the bits of a plain one-token
+// decode of the same context.
+TEST(Attention, DraftRowsSlicesAreExact) {
+  const KvLayout L{1, 3, 64, 64, KvType::kF16};
+  HostTree t(L, L.chunk_bytes() * 16);
+  std::mt19937 rng(19);
+  std::normal_distribution<float> nd;
+  std::vector<int32_t> prompt(300);
+  for (auto& x : prompt) x = int32_t(rng() % 50);
+  int m;
+  ASSERT_TRUE(t.join(0, prompt, &m).ok());
+  ASSERT_TRUE(t.append(0, std::span(prompt).subspan(size_t(m))).ok());
+  write_random_kv(t, 0, m, int(prompt.size()), rng, nd);
+  const int n_heads = 9, d = 64;
+  const SavedOmpThreads saved;
+  for (int k : {2, 3, 5, 9, 17}) {
+    std::vector<int> q_begin{0, k};
+    std::vector<float> q(size_t(k) * n_heads * d);
+    for (auto& x : q) x = nd(rng);
+    std::vector<float> ref(q.size()), first;
+    attn_reference(t, Planned(t, q_begin, n_heads).problem(q.data(), ref.data()));
+    for (int n : {1, 2, 3, 4}) {
+      omp_set_num_threads(n);
+      Planned run(t, q_begin, n_heads);
+      for (bool tpp : {false, true}) {
+        std::vector<float> got(q.size(), NAN);
+        const AttnProblem p = run.problem(q.data(), got.data());
+        tpp ? attn_tpp(p) : attn_per_sequence(p);
+        EXPECT_LT(max_diff(got, ref), 2e-3f) << k << " rows, " << n << " threads";
+        if (first.empty()) first = got;
+        EXPECT_EQ(std::memcmp(got.data(), first.data(), got.size() * 4), 0) << k << " rows, " << n << " threads";
+      }
+      std::vector<float> one(size_t(n_heads) * d, NAN);
+      const std::vector<int> one_begin{0, 1};
+      Planned lone(t, one_begin, n_heads);
+      attn_per_sequence(lone.problem(q.data() + size_t(k - 1) * n_heads * d, one.data()));
+      EXPECT_EQ(std::memcmp(one.data(), first.data() + size_t(k - 1) * n_heads * d, one.size() * 4), 0)
+          << k << " rows, " << n << " threads: the last row differs from a one-token decode";
+    }
+  }
+}
+
 // Walks longer than a part (32 chunks) are cut into parts merged in depth
 // order by every path. Five sequences share a 45-chunk-and-a-bit prefix and
 // own 0-33 chunks each (up to 3 parts). Per-sequence and two-phase attention

@@ -485,6 +485,39 @@ TEST(Matmul, RepackedEqualsScalar) {
     }
 }
 
+// A row's product does not depend on how many rows share the call: the
+// kernels tile the tokens (evenly, up to 8 at a time) and each token keeps
+// its own sums. Speculative decoding relies on it (a draft's rows run beside
+// the sequence's next token and must give the bits that row alone would).
+TEST(Matmul, EachRowHasItsOwnBitsWhateverTheTokenCount) {
+  std::mt19937 rng(43);
+  const Isa best = cpu_isa();
+  for (GgmlType t : {GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,
+                     GgmlType::Q3_K, GgmlType::MXFP4}) {
+    const int rows = 21, cols = 256;
+    const auto data = random_rows(t, rows, cols, rng);
+    const Weight w = make_weight(t, rows, cols, data.data());
+    const int most = 19;
+    const std::vector<float> x = normal_values(size_t(most) * cols, rng);
+    for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+      if (isa > best) continue;
+      set_isa_for_testing(isa);
+      std::vector<BlockQ8> scratch;
+      std::vector<float> alone(size_t(most) * rows);
+      for (int k = 0; k < most; ++k)
+        matmul(w, &x[size_t(k) * cols], 1, &alone[size_t(k) * rows], scratch);
+      for (int n_tok = 2; n_tok <= most; ++n_tok) {
+        std::vector<float> y(size_t(n_tok) * rows, NAN);
+        matmul(w, x.data(), n_tok, y.data(), scratch);
+        for (size_t i = 0; i < y.size(); ++i)
+          ASSERT_EQ(y[i], alone[i]) << type_info(uint32_t(t))->name << " " << isa_name(isa) << " n_tok " << n_tok
+                                    << " row " << i / rows;
+      }
+    }
+    set_isa_for_testing(best);
+  }
+}
+
 // The AVX2 kernel adds vpmaddubsw pairs in 16 bits: the extreme block (every
 // nibble 15, or every Q8_0 weight -128, against activations all +-127) must
 // not saturate.

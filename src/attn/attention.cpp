@@ -229,16 +229,19 @@ void check(const AttnProblem& p) {
 
 // A prefill of one sequence (or a few) leaves fewer work items than the
 // threads want: SmolLM2 has 3 KV heads, so one of 2 threads would walk two of
-// the three. Then each sequence's query tokens are cut into up to this many
-// slices of at least kSliceRows rows, walked as separate items. The block
-// kernel computes every row the same way whatever rows share its call, so
-// the output bits do not change. Only for groups of one sequence.
-constexpr int kSliceRows = 64;
+// the three. Then each sequence's query tokens are cut into slices of at
+// least kSliceRows rows (one register block), walked as separate items. A
+// decode step with a draft (speculative decoding: 6 to 51 rows per KV head
+// on SmolLM2, each seeing the whole context) is cut as a prefill is. The
+// block kernel computes every row the same way whatever rows share its call,
+// so the output bits do not change. Only for groups of one sequence.
+constexpr int kSliceRows = 6;
 
-// Slices of at least kSliceRows rows that sequence i's query tokens make, 1..cap.
+// Slices of at least kSliceRows rows, a token at least, that sequence i's
+// query tokens make, 1..cap.
 int slices_of(const AttnProblem& p, int i, int cap) {
-  const int rows = p.rows_of(i) * (p.plan->n_heads / p.plan->layout.n_kv_heads);
-  return std::clamp(rows / kSliceRows, 1, cap);
+  const int tokens = p.rows_of(i), rows = tokens * (p.plan->n_heads / p.plan->layout.n_kv_heads);
+  return std::clamp(std::min(rows / kSliceRows, tokens), 1, cap);
 }
 
 int token_slices(const AttnProblem& p, int group_size, int items, int want_items) {

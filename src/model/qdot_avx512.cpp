@@ -197,25 +197,29 @@ void kx16(const uint32_t* group, int nb, int n_rows, const cs::BlockQ8* acts, fl
   for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + size_t(t) * ldy, rows, acc[t]);
 }
 
-// The last n (< N) tokens, by the instantiation for n.
+// K's instantiation for n tokens (1 <= n <= N).
 template <template <int> class K, int N>
-void tail_tokens(int n, const uint32_t* group, int nb, int n_rows, const cs::BlockQ8* acts, float* y, int ldy) {
+void run_tokens(int n, const uint32_t* group, int nb, int n_rows, const cs::BlockQ8* acts, float* y, int ldy) {
   if constexpr (N > 1) {
-    if (n == N - 1) return K<N - 1>::run(group, nb, n_rows, acts, y, ldy);
-    tail_tokens<K, N - 1>(n, group, nb, n_rows, acts, y, ldy);
+    if (n < N) return run_tokens<K, N - 1>(n, group, nb, n_rows, acts, y, ldy);
   }
+  K<N>::run(group, nb, n_rows, acts, y, ldy);
 }
 
-// Runs K (a q4x16, q8x16 or kx16 instantiation) over tokens kTile at a time:
-// each unpacked weight vector serves kTile tokens, as many as the
-// accumulators and the unpacking's registers leave room for.
+// Runs K (a q4x16, q8x16, kx16 or mx16 instantiation) over the tokens in
+// ceil(n_tok / kTile) tiles of nearly equal size: each unpacked weight vector
+// serves a tile's tokens, at most kTile (as many as the accumulators and the
+// unpacking's registers leave room for). Even tiles, not kTile-sized ones and
+// a remainder: a draft step's 9 rows run as 5 + 4, not 8 + 1, as a tile of
+// one token unpacks every weight vector for one use. Each token's sums are
+// its own, so the tiling changes no bit.
 template <template <int> class K, int kTile = 4>
 void over_tokens(const uint32_t* group, int nb, int n_rows, const cs::BlockQ8* acts, int n_tok, float* y,
                  int ldy) {
-  int t = 0;
-  for (; t + kTile <= n_tok; t += kTile)
-    K<kTile>::run(group, nb, n_rows, acts + size_t(t) * nb, y + size_t(t) * ldy, ldy);
-  tail_tokens<K, kTile>(n_tok - t, group, nb, n_rows, acts + size_t(t) * nb, y + size_t(t) * ldy, ldy);
+  if (n_tok <= 0) return;
+  const int tiles = (n_tok + kTile - 1) / kTile, base = n_tok / tiles, extra = n_tok % tiles;
+  for (int i = 0, t = 0; i < tiles; t += base + (i < extra), ++i)
+    run_tokens<K, kTile>(base + (i < extra), group, nb, n_rows, acts + size_t(t) * nb, y + size_t(t) * ldy, ldy);
 }
 template <int T>
 struct Q4K {
@@ -259,7 +263,7 @@ void qdot16q8_avx512(PackLayout layout, const uint32_t* group, int nb, int n_row
 
 void qdot16_avx512(const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok, float* y,
                    int ldy) {
-  over_tokens<Q4K>(group, nb, n_rows, acts, n_tok, y, ldy);
+  over_tokens<Q4K, 8>(group, nb, n_rows, acts, n_tok, y, ldy);
 }
 
 void qdot_avx512(GgmlType type, const uint8_t* rows, size_t row_bytes, int n_rows,
