@@ -41,24 +41,34 @@ TEST(Draft, LookupTakesTheLatestLongestMatch) {
   EXPECT_EQ(lookup_draft(repeats, std::vector<int32_t>{5}, 1, 1, 8), (std::vector<int32_t>{4}));
 }
 
+// The pacer picks the length that draws the most tokens per step time:
+// longer as drafts are taken, shorter after a partial miss, one token when
+// they keep missing, then resting.
 TEST(Draft, PacerGrowsShrinksAndRests) {
+  // Acceptance -> length, kRowCost 0.15: argmax over k of (1 - p^(k+1)) / (1 - p) / (1 + 0.15 k).
+  EXPECT_EQ(DraftPacer::best_length(0.0), 1);
+  EXPECT_EQ(DraftPacer::best_length(0.5), 2);
+  EXPECT_EQ(DraftPacer::best_length(0.8), 5);
+  EXPECT_EQ(DraftPacer::best_length(0.9), 8);
+  EXPECT_EQ(DraftPacer::best_length(0.97), DraftPacer::kMaxDraft);
+  EXPECT_EQ(DraftPacer::best_length(1.0), DraftPacer::kMaxDraft);
   DraftPacer p;
-  EXPECT_EQ(p.next(), 4);
-  p.taken(4, 4);
-  EXPECT_EQ(p.next(), 8);
-  p.taken(8, 8);
+  EXPECT_EQ(p.next(), 5);  // p = 0.8 before any draft
+  p.taken(5, 5);           // p = 0.94
+  EXPECT_EQ(p.next(), 11);
+  p.taken(11, 11);  // 0.982
   EXPECT_EQ(p.next(), DraftPacer::kMaxDraft);
-  p.taken(8, 2);
-  EXPECT_EQ(p.next(), 3);
-  for (int i = 0; i < DraftPacer::kMissesToRest; ++i) p.taken(p.next() ? 1 : 1, 0);
+  p.taken(16, 2);  // two taken, then a miss: 0.761
+  EXPECT_EQ(p.next(), 4);
+  for (int i = 0; i < DraftPacer::kMissesToRest; ++i) p.taken(p.next() ? p.next() : 1, 0);
   EXPECT_EQ(p.next(), 0);  // resting one step
   EXPECT_EQ(p.next(), 1);
   p.taken(1, 0);  // a fourth miss in a row: rests two steps
   EXPECT_EQ(p.next(), 0);
   EXPECT_EQ(p.next(), 0);
   EXPECT_EQ(p.next(), 1);
-  p.taken(1, 1);
-  EXPECT_EQ(p.next(), 2);
+  p.taken(1, 1);  // 0.70
+  EXPECT_EQ(p.next(), 3);
 }
 
 const LlamaModel& model(const std::string& arch) {

@@ -39,22 +39,30 @@ std::vector<int32_t> lookup_draft(std::span<const int32_t> corpus, std::span<con
   return {};
 }
 
+int DraftPacer::best_length(double p) {
+  p = std::clamp(p, 0.0, 0.995);
+  int best = 1;
+  double best_rate = 0.0, pk = p;  // pk = p^(k+1)
+  for (int k = 1; k <= kMaxDraft; ++k) {
+    pk *= p;
+    const double rate = (1.0 - pk) / (1.0 - p) / (1.0 + kRowCost * k);
+    if (rate > best_rate) best_rate = rate, best = k;
+  }
+  return best;
+}
+
 int DraftPacer::next() {
   if (rest_ > 0) {
     --rest_;
     return 0;
   }
-  return k_;
+  return best_length(p_);
 }
 
 void DraftPacer::taken(int drafted, int accepted) {
   if (drafted <= 0) return;
-  if (accepted == drafted) {
-    k_ = std::min(kMaxDraft, k_ * 2);
-    misses_ = 0;
-    return;
-  }
-  k_ = std::clamp(accepted + 1, 1, kMaxDraft);
+  const double seen = accepted + (accepted < drafted ? 1 : 0);
+  p_ = (1.0 - kRecent) * p_ + kRecent * (accepted / seen);
   if (accepted > 0) {
     misses_ = 0;
     return;

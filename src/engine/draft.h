@@ -28,19 +28,31 @@ const char* draft_source_name(DraftSource s);
 std::vector<int32_t> lookup_draft(std::span<const int32_t> corpus, std::span<const int32_t> text, int k,
                                   int min_n, int max_n, int near = -1);
 
-// How long a sequence's drafts are, from how its recent ones fared: k grows
-// while whole drafts are taken and falls to what was taken plus one; after
-// kMissesToRest drafts in a row with nothing taken, drafting rests for a
-// number of steps that doubles with every further miss (at most 64).
+// How long a sequence's drafts are: the length that draws the most tokens
+// per unit of step time, given how its recent drafts fared. A draft of k
+// tokens, each taken with probability p while the ones before it were,
+// yields (1 - p^(k+1)) / (1 - p) tokens (the taken ones and the model's
+// own next) for a step that costs 1 + kRowCost * k steps of one row; p
+// follows the acceptance of the sequence's drafts (taken / (taken + 1 miss),
+// weighted kRecent to the latest). After kMissesToRest drafts in a row with
+// nothing taken, drafting rests for a number of steps that doubles with
+// every further miss (at most 64).
 class DraftPacer {
  public:
-  static constexpr int kMaxDraft = 8, kMissesToRest = 3;
+  static constexpr int kMaxDraft = 16, kMissesToRest = 3;
+  // A draft row's cost as a fraction of a one-row step: SmolLM2 at 2 threads
+  // measures 0.14-0.19 (docs/benchmarks.md, speculative decoding).
+  static constexpr double kRowCost = 0.15;
+  static constexpr double kRecent = 0.7, kFirstP = 0.8;
   // The length of the next draft (0: rest this step).
   int next();
   void taken(int drafted, int accepted);
+  // The best draft length for acceptance p (at least 1).
+  static int best_length(double p);
 
  private:
-  int k_ = 4, misses_ = 0, rest_ = 0;
+  double p_ = kFirstP;
+  int misses_ = 0, rest_ = 0;
 };
 
 }  // namespace cs
