@@ -41,6 +41,20 @@ TEST(Draft, LookupTakesTheLatestLongestMatch) {
   EXPECT_EQ(lookup_draft(repeats, std::vector<int32_t>{5}, 1, 1, 8), (std::vector<int32_t>{4}));
 }
 
+// Several occurrences: the continuation most of them agree on, token by
+// token, those that part from it dropping out (a tie: the latest's).
+TEST(Draft, LookupTakesWhatMostOccurrencesAgreeOn) {
+  //                                  0  1  2  3  4  5  6  7  8  9 10 11 12 13 14 15 16 17
+  const std::vector<int32_t> text = {1, 2, 7, 8, 4, 1, 2, 7, 6, 4, 1, 2, 9, 3, 4, 5, 1, 2};
+  // [1, 2] goes on with 7 twice, 9 once (the latest): 7; then of those two
+  // 8 and 6 tie, and 6 is the latest's.
+  EXPECT_EQ(lookup_draft(text, text, 3, 2, 4), (std::vector<int32_t>{7, 6, 4}));
+  EXPECT_EQ(lookup_draft(text, text, 1, 2, 4), (std::vector<int32_t>{7}));
+  // A longer match decides before any vote: [5, 1, 2] is nowhere earlier,
+  // [4, 1, 2] occurs twice, going on with 7 then 9: a tie, the latest's 9.
+  EXPECT_EQ(lookup_draft(text, std::vector<int32_t>{4, 1, 2}, 2, 2, 3), (std::vector<int32_t>{9, 3}));
+}
+
 // The pacer picks the length that draws the most tokens per step time:
 // longer as drafts are taken, shorter after a partial miss, one token when
 // they keep missing, then resting.

@@ -15,26 +15,60 @@ const char* draft_source_name(DraftSource s) {
   return "none";
 }
 
+namespace {
+
+// The draft the occurrences' continuations agree on: token by token, the one
+// most of the occurrences still in the running go on with (a tie: the one
+// the latest of them has), the others dropping out. `from`: where each
+// occurrence's continuation starts, latest first.
+std::vector<int32_t> agreed_continuation(std::span<const int32_t> corpus, std::vector<int> from, int k) {
+  std::vector<int32_t> out;
+  std::vector<std::pair<int32_t, int>> votes;  // token, occurrences; in order of first vote (latest first)
+  const int len = int(corpus.size());
+  while (int(out.size()) < k) {
+    const int j = int(out.size());
+    votes.clear();
+    for (int f : from) {
+      if (f + j >= len) continue;
+      const int32_t t = corpus[size_t(f + j)];
+      auto it = std::find_if(votes.begin(), votes.end(), [t](const auto& v) { return v.first == t; });
+      if (it == votes.end()) votes.push_back({t, 1});
+      else ++it->second;
+    }
+    if (votes.empty()) break;
+    const int32_t pick = std::max_element(votes.begin(), votes.end(), [](const auto& x, const auto& y) {
+                           return x.second < y.second;  // the first of the most: the latest occurrence's
+                         })->first;
+    std::erase_if(from, [&](int f) { return f + j >= len || corpus[size_t(f + j)] != pick; });
+    out.push_back(pick);
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<int32_t> lookup_draft(std::span<const int32_t> corpus, std::span<const int32_t> text, int k,
                                   int min_n, int max_n, int near) {
   if (k <= 0) return {};
   const int len = int(corpus.size());
+  std::vector<int> from;
   for (int n = std::min<int>(max_n, int(text.size())); n >= std::max(1, min_n); --n) {
     const std::span<const int32_t> tail = text.last(size_t(n));
-    // With something after it; the latest (text usually goes on as it did
-    // most recently), or the nearest to where the output has reached.
-    int best = -1;
-    for (int at = len - n - 1; at >= 0; --at) {
-      if (!std::equal(tail.begin(), tail.end(), corpus.begin() + at)) continue;
-      if (near < 0) {
-        best = at;
-        break;
-      }
-      if (best < 0 || std::abs(at + n - near) < std::abs(best + n - near)) best = at;
+    // Every occurrence with something after it, latest first.
+    from.clear();
+    for (int at = len - n - 1; at >= 0; --at)
+      if (std::equal(tail.begin(), tail.end(), corpus.begin() + at)) from.push_back(at + n);
+    if (from.empty()) continue;
+    if (near >= 0) {
+      // A prediction: the continuation that starts nearest where the output
+      // has reached in it (the latest of two as near).
+      int best = from[0];
+      for (int f : from)
+        if (std::abs(f - near) < std::abs(best - near)) best = f;
+      const int take = std::min(k, len - best);
+      return {corpus.begin() + best, corpus.begin() + best + take};
     }
-    if (best < 0) continue;
-    const int from = best + n, take = std::min(k, len - from);
-    return {corpus.begin() + from, corpus.begin() + from + take};
+    return agreed_continuation(corpus, std::move(from), k);
   }
   return {};
 }

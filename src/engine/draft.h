@@ -20,11 +20,14 @@ inline constexpr int kDraftSources = 4;
 inline constexpr DraftSource kDraftKinds[] = {DraftSource::kPrediction, DraftSource::kTree, DraftSource::kContext};
 const char* draft_source_name(DraftSource s);
 
-// Up to k tokens that followed, in `corpus`, an occurrence of the longest
+// Up to k tokens that followed, in `corpus`, the occurrences of the longest
 // suffix of `text` of max_n down to min_n tokens (an occurrence that is the
-// suffix itself, at the corpus's end, does not count): the latest, or with
-// `near` >= 0 the one whose continuation starts nearest that index (a
-// prediction: the place the output has reached in it). Empty if none.
+// suffix itself, at the corpus's end, does not count): the continuation most
+// of them agree on, token by token (a tie: the latest's), as text that
+// repeats itself (a document's sections, a tool call's keys) goes on as it
+// usually did; or with `near` >= 0 the one whose continuation starts nearest
+// that index (a prediction: the place the output has reached in it). Empty
+// if none.
 std::vector<int32_t> lookup_draft(std::span<const int32_t> corpus, std::span<const int32_t> text, int k,
                                   int min_n, int max_n, int near = -1);
 
