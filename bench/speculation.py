@@ -144,7 +144,7 @@ def run(binary, model, prompt, prediction, speculate, threads, max_tokens):
             f.write(prediction)
             cmd += ["--prediction", f.name]
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        p = subprocess.run(cmd, capture_output=True, text=True, errors="surrogateescape", timeout=600)
     finally:
         os.unlink(f.name)
     if p.returncode != 0:
@@ -169,7 +169,7 @@ def run_llama(bindir, model, prompt, draft, threads, max_tokens):
     if draft is not None:
         cmd += ["--spec-draft-n-max", str(draft)]
     env = {**os.environ, "LD_LIBRARY_PATH": bindir}
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    p = subprocess.run(cmd, capture_output=True, text=True, errors="surrogateescape", timeout=600, env=env)
     m = re.search(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s", p.stderr)
     if p.returncode != 0 or not m:
         sys.exit(f"speculation.py: llama-lookup failed:\n{p.stderr[-2000:]}")

@@ -50,9 +50,12 @@ ThreadBudget::Sample ThreadBudget::sample() {
 
 int ThreadBudget::update() {
   if (max_ <= 1) return threads_;
+  // The clock first: sampling reads /proc/stat (~80 us), once per interval,
+  // not once per step (a decode step of a small model takes ~5 ms).
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  if ((wall - last_.wall) * 1000 < double(interval_.count())) return threads_;
   const Sample now = sample();
   const double dt = now.wall - last_.wall;
-  if (dt * 1000 < double(interval_.count())) return threads_;
   if (now.ok && last_.ok && dt > 0) {
     const double others = std::max(0.0, (now.busy_all - last_.busy_all) - (now.busy_self - last_.busy_self)) / dt;
     // Cores other processes kept busy, rounded: background noise of a few

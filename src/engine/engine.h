@@ -88,6 +88,7 @@ struct StepProfile {
   OpProfile ops;           // inside the forward pass
   double step_s = 0;       // whole steps: drafts, scheduling, forward pass, sampling
   double schedule_s = 0;   // drafts proposed, the batch planned
+  double draft_s = 0;      // of schedule_s: drafts proposed (speculative decoding's lookups)
   double sample_s = 0;     // logits drawn, drafts verified, tokens streamed
   uint64_t steps = 0, rows = 0;
   // What the steps spent outside all of the above (bookkeeping around the pass).

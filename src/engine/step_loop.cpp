@@ -226,7 +226,9 @@ void Engine::Impl::step() {
   SchemaJob* job = encoding.empty() ? nullptr : encoding.front().get();
   const int step_tokens = engine.opt_.step_tokens;
   const int reserve = job ? std::max(1, step_tokens / 2) : 0;
+  const auto t_drafting = std::chrono::steady_clock::now();
   propose_drafts();
+  const auto t_drafted = std::chrono::steady_clock::now();
   plan_batch(reserve);
   announce_prefills();
   const int request_rows = batch.size();
@@ -252,6 +254,7 @@ void Engine::Impl::step() {
     p.ops += ops;
     p.step_s += S(std::chrono::steady_clock::now() - t0).count();
     p.schedule_s += S(t_planned - t0).count();
+    p.draft_s += S(t_drafted - t_drafting).count();
     p.sample_s += S(std::chrono::steady_clock::now() - t_sampling).count();
     ++p.steps;
     p.rows += uint64_t(batch.size());
