@@ -100,6 +100,46 @@ TEST(EngineModel, RelayAgreesUpToNearTies) {
   std::printf("[engine] relay vs tpp: %d of %zu completions identical\n", identical, a.size());
 }
 
+// Speculative decoding on the real model: requests that quote their prompt
+// (so drafts from it are taken) give the same greedy tokens with drafts and
+// without, alone and three at a time (drafts run in steps of up to 4
+// decoding sequences), in each attention mode; one request also carries the
+// passage as its prediction.
+TEST(EngineModel, SpeculationChangesNoToken) {
+  const Tokenizer& tok = model().tokenizer();
+  const ChatTemplate& t = model().chat();
+  const std::string passage =
+      "The library lends books for three weeks. A book may be renewed twice unless another reader has reserved "
+      "it. Late books cost ten cents a day, and a lost book costs its price plus a fee of five dollars.";
+  const char* asks[] = {"Repeat the text above word for word.", "Copy the second sentence of the text above.",
+                        "Quote the text above, then say thank you."};
+  std::vector<Request> reqs;
+  for (const char* ask : asks) {
+    Request r;
+    r.prompt = t.apply(std::vector<ChatMessage>{{"user", passage + "\n\n" + ask}}).encode(tok, false);
+    r.max_tokens = 48;
+    reqs.push_back(r);
+  }
+  reqs[2].prediction = tok.encode(passage, false);
+  for (AttnMode mode : {AttnMode::kTpp, AttnMode::kPerSequence, AttnMode::kNone}) {
+    SCOPED_TRACE("mode " + std::to_string(int(mode)));
+    EngineOptions off = opts(mode), on = opts(mode);
+    off.speculate = false;
+    on.speculate = true;
+    Engine e_off(model(), off), e_on(model(), on);
+    const auto ref = run_each(e_off, reqs);
+    const auto alone = run_each(e_on, reqs);
+    const auto batched = run_all(e_on, reqs);
+    expect_same_tokens(ref, alone, "speculation alone");
+    expect_same_tokens(ref, batched, "speculation batched");
+    int accepted = 0;
+    for (const auto& r : alone) accepted += r.usage.accepted_draft_tokens;
+    EXPECT_GT(accepted, 20);
+    EXPECT_EQ(ref[0].usage.drafted_tokens, 0);
+    std::printf("[engine] speculation, mode %d: %d draft tokens taken alone\n", int(mode), accepted);
+  }
+}
+
 TEST(EngineModel, RepeatedSystemPromptIsServedFromCache) {
   Engine e(model(), opts(AttnMode::kTpp));
   const auto reqs = chat_requests(2);

@@ -124,7 +124,7 @@ std::vector<int32_t> edited(std::vector<int32_t> tokens) {
 }
 
 TEST(Speculation, TokensAreTheSameWithDraftsOrWithout) {
-  for (const char* arch : {"llama3", "qwen2", "qwen3", "gemma3"})
+  for (const char* arch : {"llama3", "qwen2", "qwen3", "gemma3", "qwen3moe", "gpt-oss"})
     for (AttnMode mode : {AttnMode::kTpp, AttnMode::kPerSequence, AttnMode::kRelay, AttnMode::kNone})
       for (float temperature : {0.0f, 0.9f}) {
         const std::string what = std::string(arch) + " mode " + std::to_string(int(mode)) + " t " +
