@@ -260,9 +260,13 @@ TEST(Matmul, RepackedTypesAreExactOnEveryIsa) {
       const size_t bits = t == GgmlType::Q4_K ? 4750 : t == GgmlType::Q5_K ? 5750 : 6625;
       EXPECT_EQ(w.packed.size() * 32 * 1000, bits * 48 * cols) << type_info(uint32_t(t))->name;  // 37 rows -> 3 groups of 16
     }
-    // MXFP4 keeps the file's bytes: 4.25 bits per value.
+    // MXFP4 keeps the file's bytes: 4.25 bits per value; IQ4_NL and IQ4_XS
+    // 5 (a nibble code and an fp32 scale per 32 values).
     if (layout == PackLayout::kMx) {
       EXPECT_EQ(w.packed.size() * 32 * 100, size_t(425) * 48 * cols);
+    }
+    if (layout == PackLayout::kIq4) {
+      EXPECT_EQ(w.packed.size() * 32, size_t(5) * 48 * cols) << type_info(uint32_t(t))->name;
     }
     for (int n_tok : {1, 3, 4, 6, 9}) {
       std::vector<float> x = normal_values(size_t(n_tok) * cols, rng);
@@ -493,7 +497,7 @@ TEST(Matmul, EachRowHasItsOwnBitsWhateverTheTokenCount) {
   std::mt19937 rng(43);
   const Isa best = cpu_isa();
   for (GgmlType t : {GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,
-                     GgmlType::Q3_K, GgmlType::MXFP4}) {
+                     GgmlType::Q3_K, GgmlType::MXFP4, GgmlType::IQ4_NL, GgmlType::IQ4_XS}) {
     const int rows = 21, cols = 256;
     const auto data = random_rows(t, rows, cols, rng);
     const Weight w = make_weight(t, rows, cols, data.data());

@@ -153,6 +153,28 @@ void mx_packed_scalar(const uint32_t* group, int nb, int n_rows, const BlockQ8* 
     }
 }
 
+// The IQ4 layout read in plain C++, as the SIMD kernels sum per block: the
+// exact integer dot of the looked-up values, then dot * (scale * dx).
+void iq4_packed_scalar(const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok, float* y,
+                       int ldy) {
+  for (int r = 0; r < n_rows; ++r)
+    for (int t = 0; t < n_tok; ++t) {
+      float acc = 0;
+      for (int b = 0; b < nb; ++b) {
+        const uint32_t* w = group + size_t(b) * kIq4BlockWords;
+        const BlockQ8& a = acts[size_t(t) * nb + b];
+        int isum = 0;
+        for (int k = 0; k < 4; ++k)
+          for (int i = 0; i < 4; ++i) {
+            const int byte = int(w[16 + k * 16 + r] >> (8 * i)) & 0xff;
+            isum += kIq4Values[byte & 0xf] * a.qs[8 * k + i] + kIq4Values[byte >> 4] * a.qs[8 * k + 4 + i];
+          }
+        acc += float(isum) * (word_float(w, r) * a.d);
+      }
+      y[size_t(t) * ldy + r] = acc;
+    }
+}
+
 // The K layouts read in plain C++, summing as the SIMD kernels do per block
 // (exact int32 dots per half where L scales halves apart, the scales d * sc
 // exact in fp32, then dot * (scale * dx), then the minimum).
@@ -204,7 +226,9 @@ PackLayout pack_layout(GgmlType type) {
     case GgmlType::Q3_K: return PackLayout::kQ8Half;
     case GgmlType::Q2_K: return PackLayout::kQ8HalfMin;
     case GgmlType::MXFP4: return PackLayout::kMx;
-    default: return PackLayout::kQ8;  // Q8_0, Q5_0, IQ4_NL, IQ4_XS
+    case GgmlType::IQ4_NL:
+    case GgmlType::IQ4_XS: return PackLayout::kIq4;
+    default: return PackLayout::kQ8;  // Q8_0, Q5_0
   }
 }
 
@@ -220,6 +244,14 @@ PackedWords pack_block32_rows(GgmlType type, const uint8_t* data, int64_t rows, 
       int q[32];
       for (int i = 0; i < 16; ++i) q[i] = blk.qs[i] & 0xF, q[16 + i] = blk.qs[i] >> 4;
       put_nibbles(w + 4, lane, q);
+    });
+  if (layout == PackLayout::kIq4)
+    return pack_rows(rows, cols, kIq4BlockWords, [&](uint32_t* w, int lane, int64_t r, int b) {
+      const Block32 blk = block32(type, data + size_t(r) * row_bytes, b);
+      std::memcpy(&w[lane], &blk.d[0], 4);
+      int q[32];
+      for (int i = 0; i < 32; ++i) q[i] = int(std::find(kIq4Values, kIq4Values + 16, blk.q[i]) - kIq4Values);
+      put_nibbles(w + 16, lane, q);
     });
   return pack_rows(rows, cols, pack_block_words(layout), [&](uint32_t* w, int lane, int64_t r, int b) {
     const Block32 blk = block32(type, data + size_t(r) * row_bytes, b);
@@ -262,6 +294,7 @@ void qdot16q8_scalar(PackLayout layout, const uint32_t* group, int nb, int n_row
     case PackLayout::kQ8HalfMin:
       return q8_packed_scalar<PackLayout::kQ8HalfMin>(group, nb, n_rows, acts, n_tok, y, ldy);
     case PackLayout::kMx: return mx_packed_scalar(group, nb, n_rows, acts, n_tok, y, ldy);
+    case PackLayout::kIq4: return iq4_packed_scalar(group, nb, n_rows, acts, n_tok, y, ldy);
     default: return q8_packed_scalar<PackLayout::kQ8>(group, nb, n_rows, acts, n_tok, y, ldy);
   }
 }

@@ -30,13 +30,23 @@ namespace cs {
 // nibbles, each a code into the grid (kMxfp4Values), which the kernels look
 // up with a byte shuffle as code + 12 (0..24, unsigned for vpdpbusd) and
 // take 12 * sum back out: exact integer dots, as the Q8 layout's.
-enum class PackLayout : uint8_t { kQ4, kQ8, kQ8Min, kQ8Half, kQ8HalfMin, kQ4K, kQ5K, kQ6K, kMx };
+// kIq4 (IQ4_NL, IQ4_XS): 5 bits a value: the 16 rows' fp32 scales (IQ4_XS:
+// d * (its 6-bit sub-scale - 32), exact), then the Q4 layout's 64 words of
+// nibble codes into kIq4Values, looked up as code + 128 (1..241) by the
+// AVX-512 kernel, which takes 128 * sum back out, and as the signed value
+// by the AVX2 one (|value| with its sign on x, as the Q8 layout's): the
+// same exact integer dots as the Q8 layout these types had, in 5 bits, not 9.
+enum class PackLayout : uint8_t { kQ4, kQ8, kQ8Min, kQ8Half, kQ8HalfMin, kQ4K, kQ5K, kQ6K, kMx, kIq4 };
 constexpr int kPackRows = 16;
 constexpr int kPackBlockWords = 96;  // kQ4
 constexpr int kMxBlockWords = 68;
 constexpr int kMxBias = 12;
 // The grid plus kMxBias, per code: the kernels' shuffle table.
 inline constexpr uint8_t kMxBiased[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
+constexpr int kIq4BlockWords = 80;
+constexpr int kIq4Bias = 128;
+// kIq4Values plus kIq4Bias, per code.
+inline constexpr uint8_t kIq4Biased[16] = {1, 24, 45, 63, 79, 93, 106, 118, 129, 141, 153, 166, 181, 197, 217, 241};
 // Scales and minimums of a Q8 layout, in words per block.
 constexpr int q8_scale_words(PackLayout l) { return l == PackLayout::kQ8Half || l == PackLayout::kQ8HalfMin ? 32 : 16; }
 constexpr int q8_min_words(PackLayout l) {
@@ -44,7 +54,10 @@ constexpr int q8_min_words(PackLayout l) {
 }
 // Words per block of the per-block layouts (all but the K layouts).
 constexpr int pack_block_words(PackLayout l) {
-  return l == PackLayout::kQ4 ? kPackBlockWords : l == PackLayout::kMx ? kMxBlockWords : q8_scale_words(l) + q8_min_words(l) + 128;
+  return l == PackLayout::kQ4    ? kPackBlockWords
+         : l == PackLayout::kMx   ? kMxBlockWords
+         : l == PackLayout::kIq4  ? kIq4BlockWords
+                                  : q8_scale_words(l) + q8_min_words(l) + 128;
 }
 // An MXFP4 block's scale from its E8M0 exponent bits e, 2^(e - 128), as
 // mxfp4_scale() computes it, as float bits (subnormal for e < 2).

@@ -211,6 +211,43 @@ void mx8(const uint32_t* group, int half, int nb, int n_rows, const cs::BlockQ8*
   store_rows(acc, T, n_rows, y, ldy);
 }
 
+// IQ4_NL / IQ4_XS (kIq4), as the AVX-512 kernel reads it, 8 rows a half:
+// the codes looked up as signed values (|value| <= 127), and vpmaddubsw
+// takes |value| with its sign moved onto x, as the Q8 layout does (a pair
+// at most 2 x 127 x 127 < 2^15; the low and high nibbles widened apart).
+template <int T>
+void iq8(const uint32_t* group, int half, int nb, int n_rows, const cs::BlockQ8* acts, float* y, int ldy) {
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  const __m256i low = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+  const __m256i table =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(cs::kIq4Values)));
+  for (int b = 0; b < nb; ++b) {
+    const uint32_t* w = group + size_t(b) * cs::kIq4BlockWords;
+    prefetch_ahead(w, cs::kIq4BlockWords);
+    __m256i isum[T];
+    for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
+    for (int k = 0; k < 4; ++k) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16 + 16 * k + 8 * half));
+      const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(v, low));
+      const __m256i hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), low));
+      const __m256i lo_mag = _mm256_abs_epi8(lo), hi_mag = _mm256_abs_epi8(hi);
+      for (int t = 0; t < T; ++t) {
+        const ActWords x = act_words(acts[size_t(t) * nb + b], k);
+        const __m256i xl = _mm256_sign_epi8(_mm256_set1_epi32(x.lo), lo);
+        const __m256i xh = _mm256_sign_epi8(_mm256_set1_epi32(x.hi), hi);
+        isum[t] = _mm256_add_epi32(isum[t], _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo_mag, xl), ones),
+                                                             _mm256_madd_epi16(_mm256_maddubs_epi16(hi_mag, xh), ones)));
+      }
+    }
+    const __m256 d = _mm256_loadu_ps(reinterpret_cast<const float*>(w + 8 * half));
+    for (int t = 0; t < T; ++t)
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(d, _mm256_set1_ps(acts[size_t(t) * nb + b].d)),
+                               acc[t]);
+  }
+  store_rows(acc, T, n_rows, y, ldy);
+}
+
 // A 16-row group: each 8-row half over the tokens, four at a time.
 template <template <int> class K>
 void over_group(const uint32_t* group, int nb, int n_rows, const cs::BlockQ8* acts, int n_tok, float* y, int ldy) {
@@ -231,6 +268,12 @@ template <int T>
 struct Q4K {
   static void run(const uint32_t* g, int h, int nb, int nr, const cs::BlockQ8* a, float* y, int ldy) {
     q4x8<T>(g, h, nb, nr, a, y, ldy);
+  }
+};
+template <int T>
+struct IqK {
+  static void run(const uint32_t* g, int h, int nb, int nr, const cs::BlockQ8* a, float* y, int ldy) {
+    iq8<T>(g, h, nb, nr, a, y, ldy);
   }
 };
 template <int T>
@@ -270,6 +313,7 @@ void qdot16q8_avx2(PackLayout layout, const uint32_t* group, int nb, int n_rows,
     case PackLayout::kQ8HalfMin:
       return over_group<Layout<PackLayout::kQ8HalfMin>::K>(group, nb, n_rows, acts, n_tok, y, ldy);
     case PackLayout::kMx: return over_group<MxK>(group, nb, n_rows, acts, n_tok, y, ldy);
+    case PackLayout::kIq4: return over_group<IqK>(group, nb, n_rows, acts, n_tok, y, ldy);
     default: return over_group<Layout<PackLayout::kQ8>::K>(group, nb, n_rows, acts, n_tok, y, ldy);
   }
 }

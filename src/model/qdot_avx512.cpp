@@ -134,6 +134,40 @@ void mx16(const uint32_t* group, int nb, int n_rows, const cs::BlockQ8* acts, fl
   for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + size_t(t) * ldy, rows, acc[t]);
 }
 
+// IQ4_NL / IQ4_XS (kIq4): codes looked up as value + 128 by a byte shuffle
+// (vpdpbusd wants unsigned weights; 128 * sum comes back out), the rows'
+// fp32 scales as the Q8 layout's: the same integer dot and float steps as
+// the Q8 layout these types were read in before.
+template <int T>
+void iq16(const uint32_t* group, int nb, int n_rows, const cs::BlockQ8* acts, float* y, int ldy) {
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  const __m512i low = _mm512_set1_epi8(0x0f);
+  const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(cs::kIq4Biased)));
+  for (int b = 0; b < nb; ++b) {
+    const uint32_t* w = group + size_t(b) * cs::kIq4BlockWords;
+    prefetch_ahead(w, cs::kIq4BlockWords);
+    __m512i isum[T];
+    for (int t = 0; t < T; ++t) isum[t] = _mm512_set1_epi32(-cs::kIq4Bias * acts[size_t(t) * nb + b].sum);
+    for (int k = 0; k < 4; ++k) {
+      const __m512i v = _mm512_loadu_si512(w + 16 + 16 * k);
+      const __m512i lo = _mm512_shuffle_epi8(table, _mm512_and_si512(v, low));
+      const __m512i hi = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(v, 4), low));
+      for (int t = 0; t < T; ++t) {
+        const ActWords x = act_words(acts[size_t(t) * nb + b], k);
+        isum[t] = _mm512_dpbusd_epi32(isum[t], lo, _mm512_set1_epi32(x.lo));
+        isum[t] = _mm512_dpbusd_epi32(isum[t], hi, _mm512_set1_epi32(x.hi));
+      }
+    }
+    const __m512 d = _mm512_loadu_ps(reinterpret_cast<const float*>(w));
+    for (int t = 0; t < T; ++t)
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(d, _mm512_set1_ps(acts[size_t(t) * nb + b].d)),
+                               acc[t]);
+  }
+  const __mmask16 rows = __mmask16((1u << n_rows) - 1);
+  for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + size_t(t) * ldy, rows, acc[t]);
+}
+
 template <int kPlanes, bool kHigh>
 inline __m512i with_plane(__m512i nib, const __m512i* planes, int k) {
   if (kPlanes == 0) return nib;
@@ -226,6 +260,10 @@ struct Q4K {
   static void run(const uint32_t* g, int nb, int nr, const cs::BlockQ8* a, float* y, int ldy) { q4x16<T>(g, nb, nr, a, y, ldy); }
 };
 template <int T>
+struct IqK {
+  static void run(const uint32_t* g, int nb, int nr, const cs::BlockQ8* a, float* y, int ldy) { iq16<T>(g, nb, nr, a, y, ldy); }
+};
+template <int T>
 struct MxK {
   static void run(const uint32_t* g, int nb, int nr, const cs::BlockQ8* a, float* y, int ldy) { mx16<T>(g, nb, nr, a, y, ldy); }
 };
@@ -256,7 +294,8 @@ void qdot16q8_avx512(PackLayout layout, const uint32_t* group, int nb, int n_row
     case PackLayout::kQ8Half: return over_tokens<Layout<PackLayout::kQ8Half>::K>(group, nb, n_rows, acts, n_tok, y, ldy);
     case PackLayout::kQ8HalfMin:
       return over_tokens<Layout<PackLayout::kQ8HalfMin>::K>(group, nb, n_rows, acts, n_tok, y, ldy);
-    case PackLayout::kMx: return over_tokens<MxK>(group, nb, n_rows, acts, n_tok, y, ldy);
+    case PackLayout::kMx: return over_tokens<MxK, 8>(group, nb, n_rows, acts, n_tok, y, ldy);
+    case PackLayout::kIq4: return over_tokens<IqK, 8>(group, nb, n_rows, acts, n_tok, y, ldy);
     default: return over_tokens<Layout<PackLayout::kQ8>::K>(group, nb, n_rows, acts, n_tok, y, ldy);
   }
 }
