@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <random>
 
 #include "engine/engine.h"
 #include "engine_helpers.h"
@@ -53,6 +54,36 @@ TEST(Draft, LookupTakesWhatMostOccurrencesAgreeOn) {
   // A longer match decides before any vote: [5, 1, 2] is nowhere earlier,
   // [4, 1, 2] occurs twice, going on with 7 then 9: a tie, the latest's 9.
   EXPECT_EQ(lookup_draft(text, std::vector<int32_t>{4, 1, 2}, 2, 2, 3), (std::vector<int32_t>{9, 3}));
+}
+
+// The 2-gram index drafts what the plain scan does, as the text grows token
+// by token (small vocabularies: many occurrences, long matches, ties).
+TEST(Draft, ContextIndexDraftsWhatTheScanDoes) {
+  std::mt19937 rng(5);
+  for (int vocab : {2, 3, 5, 40}) {
+    std::vector<int32_t> text;
+    ContextIndex index;
+    for (int i = 0; i < 400; ++i) {
+      // Now and then a copy of an earlier stretch, as quoted text is.
+      if (i > 20 && rng() % 7 == 0) {
+        const size_t from = rng() % (text.size() - 10);
+        for (size_t j = 0; j < 8; ++j) text.push_back(text[from + j]);
+      } else {
+        text.push_back(int32_t(rng() % uint32_t(vocab)));
+      }
+      index.sync(text);
+      for (int k : {1, 5, 16})
+        ASSERT_EQ(index.draft(text, k, 12), lookup_draft(text, text, k, 2, 12))
+            << "vocab " << vocab << " length " << text.size() << " k " << k;
+    }
+  }
+  // A text that is not the one indexed (shorter): indexed afresh.
+  ContextIndex index;
+  const std::vector<int32_t> a = {1, 2, 3, 1, 2, 3, 1, 2}, b = {4, 5, 4, 5};
+  index.sync(a);
+  EXPECT_EQ(index.draft(a, 3, 12), (std::vector<int32_t>{3, 1, 2}));
+  index.sync(b);
+  EXPECT_EQ(index.draft(b, 2, 12), lookup_draft(b, b, 2, 2, 12));
 }
 
 // The pacer picks the length that draws the most tokens per step time:

@@ -73,6 +73,53 @@ std::vector<int32_t> lookup_draft(std::span<const int32_t> corpus, std::span<con
   return {};
 }
 
+size_t ContextIndex::bucket(int32_t a, int32_t b, size_t mask) {
+  const uint64_t key = (uint64_t(uint32_t(a)) << 32) | uint32_t(b);
+  return size_t((key * 0x9E3779B97F4A7C15ull) >> 32) & mask;
+}
+
+void ContextIndex::insert(std::span<const int32_t> tokens, int p) {
+  int& head = head_[bucket(tokens[size_t(p)], tokens[size_t(p) + 1], head_.size() - 1)];
+  prev_[size_t(p)] = head;
+  head = p;
+}
+
+void ContextIndex::sync(std::span<const int32_t> tokens) {
+  const int grams = std::max(0, int(tokens.size()) - 1);
+  if (grams < indexed_) indexed_ = 0, head_.clear();  // not a continuation of what was indexed
+  prev_.resize(size_t(grams));
+  if (head_.size() < 2 * size_t(grams) + 16) {
+    // Buckets at least twice the 2-grams: rebuilt as the text doubles.
+    size_t n = 64;
+    while (n < 4 * size_t(grams)) n *= 2;
+    head_.assign(n, -1);
+    indexed_ = 0;
+  }
+  for (; indexed_ < grams; ++indexed_) insert(tokens, indexed_);
+}
+
+std::vector<int32_t> ContextIndex::draft(std::span<const int32_t> tokens, int k, int max_n) const {
+  const int len = int(tokens.size());
+  if (k <= 0 || len < 3 || max_n < 2 || head_.empty() || indexed_ < len - 1) return {};
+  const int32_t a = tokens[size_t(len - 2)], b = tokens[size_t(len - 1)];
+  // Each occurrence with something after it (start <= len - 3), latest
+  // first, and how many of the text's last tokens it matches (2..max_n).
+  std::vector<std::pair<int, int>> found;
+  int most = 0;
+  for (int p = head_[bucket(a, b, head_.size() - 1)]; p >= 0 && int(found.size()) < kMaxOccurrences;
+       p = prev_[size_t(p)]) {
+    if (p > len - 3 || tokens[size_t(p)] != a || tokens[size_t(p) + 1] != b) continue;
+    int n = 2;
+    while (n < max_n && p - (n - 1) >= 0 && tokens[size_t(p - (n - 1))] == tokens[size_t(len - 1 - n)]) ++n;
+    found.push_back({p + 2, n});
+    most = std::max(most, n);
+  }
+  std::vector<int> from;
+  for (const auto& [f, n] : found)
+    if (n == most) from.push_back(f);
+  return from.empty() ? std::vector<int32_t>{} : agreed_continuation(tokens, std::move(from), k);
+}
+
 int DraftPacer::best_length(double p) {
   p = std::clamp(p, 0.0, 0.995);
   int best = 1;

@@ -31,6 +31,28 @@ const char* draft_source_name(DraftSource s);
 std::vector<int32_t> lookup_draft(std::span<const int32_t> corpus, std::span<const int32_t> text, int k,
                                   int min_n, int max_n, int near = -1);
 
+// A sequence's own text indexed by its 2-grams, so that prompt lookup in a
+// long context reads the occurrences of the text's last two tokens, latest
+// first, not the whole context (a 32K-token prompt: ~12 scans of 32K tokens
+// a step). draft() gives what lookup_draft(tokens, tokens, k, 2, max_n)
+// gives. Tokens only ever append; sync() indexes the new ones.
+class ContextIndex {
+ public:
+  void sync(std::span<const int32_t> tokens);
+  std::vector<int32_t> draft(std::span<const int32_t> tokens, int k, int max_n) const;
+  // Occurrences of a 2-gram read per draft at most (the latest ones), so a
+  // text of one repeated token costs no more than this.
+  static constexpr int kMaxOccurrences = 4096;
+
+ private:
+  // Chains of 2-gram starts by hash bucket: head_[bucket] the latest start
+  // (-1: none), prev_[p] the start before p in p's bucket.
+  std::vector<int> head_, prev_;
+  int indexed_ = 0;  // 2-grams [0, indexed_) are in the chains
+  static size_t bucket(int32_t a, int32_t b, size_t mask);
+  void insert(std::span<const int32_t> tokens, int p);
+};
+
 // How long a sequence's drafts are: the length that draws the most tokens
 // per unit of step time, given how its recent drafts fared. A draft of k
 // tokens, each taken with probability p while the ones before it were,

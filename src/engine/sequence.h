@@ -78,6 +78,7 @@ class Sequence {
   std::vector<int32_t> draft;
   DraftSource draft_source = DraftSource::kNone;
   DraftPacer pacer;
+  ContextIndex context_index;  // its tokens by 2-gram, for drafts from its own text
   // The tokens it generated so far (its prompt's excluded).
   std::span<const int32_t> generated() const {
     return std::span(tokens_).subspan(request().req.prompt.size());

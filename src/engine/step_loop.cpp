@@ -297,7 +297,8 @@ void Engine::Impl::propose_drafts() {
       s.draft_source = DraftSource::kTree;
     }
     if (s.draft.empty()) {
-      s.draft = lookup_draft(s.tokens(), s.tokens(), k, 2, 12);
+      s.context_index.sync(s.tokens());
+      s.draft = s.context_index.draft(s.tokens(), k, 12);
       s.draft_source = DraftSource::kContext;
     }
     if (s.draft.empty() && !q.prediction.empty()) {
