@@ -128,51 +128,47 @@ void q8_packed_scalar(const uint32_t* group, int nb, int n_rows, const BlockQ8* 
     }
 }
 
-// The MXFP4 layout read in plain C++, as the SIMD kernels sum per block: the
-// exact integer dot of the grid values (biased codes less 12 * sum), then
-// dot * (scale * dx).
-void mx_packed_scalar(const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok, float* y, int ldy) {
+// The looked-up layouts read in plain C++, as the SIMD kernels sum per
+// block: the exact integer dot of the codes' values, then dot * (scale * dx).
+// MXFP4 (words per block, nibbles at word 4): the grid, scales from the E8M0
+// exponent bytes; IQ4 (nibbles at word 16): kIq4Values, the stored fp32 scales.
+template <int kWords, int kNibbles, class Value, class Scale>
+void lut_packed_scalar(const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok, float* y, int ldy,
+                       Value value, Scale scale) {
   for (int r = 0; r < n_rows; ++r)
     for (int t = 0; t < n_tok; ++t) {
       float acc = 0;
       for (int b = 0; b < nb; ++b) {
-        const uint32_t* w = group + size_t(b) * kMxBlockWords;
+        const uint32_t* w = group + size_t(b) * kWords;
         const BlockQ8& a = acts[size_t(t) * nb + b];
-        int isum = -kMxBias * a.sum;
+        int isum = 0;
         for (int k = 0; k < 4; ++k)
           for (int i = 0; i < 4; ++i) {
-            const int byte = int(w[4 + k * 16 + r] >> (8 * i)) & 0xff;
-            isum += kMxBiased[byte & 0xf] * a.qs[8 * k + i] + kMxBiased[byte >> 4] * a.qs[8 * k + 4 + i];
+            const int byte = int(w[kNibbles + k * 16 + r] >> (8 * i)) & 0xff;
+            isum += value(byte & 0xf) * a.qs[8 * k + i] + value(byte >> 4) * a.qs[8 * k + 4 + i];
           }
-        const uint32_t bits = mx_scale_bits(reinterpret_cast<const uint8_t*>(w)[r]);
-        float scale;
-        std::memcpy(&scale, &bits, 4);
-        acc += float(isum) * (scale * a.d);
+        acc += float(isum) * (scale(w, r) * a.d);
       }
       y[size_t(t) * ldy + r] = acc;
     }
 }
 
-// The IQ4 layout read in plain C++, as the SIMD kernels sum per block: the
-// exact integer dot of the looked-up values, then dot * (scale * dx).
+void mx_packed_scalar(const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok, float* y, int ldy) {
+  lut_packed_scalar<kMxBlockWords, 4>(
+      group, nb, n_rows, acts, n_tok, y, ldy, [](int code) { return kMxBiased[code] - kMxBias; },
+      [](const uint32_t* w, int r) {
+        const uint32_t bits = mx_scale_bits(reinterpret_cast<const uint8_t*>(w)[r]);
+        float s;
+        std::memcpy(&s, &bits, 4);
+        return s;
+      });
+}
+
 void iq4_packed_scalar(const uint32_t* group, int nb, int n_rows, const BlockQ8* acts, int n_tok, float* y,
                        int ldy) {
-  for (int r = 0; r < n_rows; ++r)
-    for (int t = 0; t < n_tok; ++t) {
-      float acc = 0;
-      for (int b = 0; b < nb; ++b) {
-        const uint32_t* w = group + size_t(b) * kIq4BlockWords;
-        const BlockQ8& a = acts[size_t(t) * nb + b];
-        int isum = 0;
-        for (int k = 0; k < 4; ++k)
-          for (int i = 0; i < 4; ++i) {
-            const int byte = int(w[16 + k * 16 + r] >> (8 * i)) & 0xff;
-            isum += kIq4Values[byte & 0xf] * a.qs[8 * k + i] + kIq4Values[byte >> 4] * a.qs[8 * k + 4 + i];
-          }
-        acc += float(isum) * (word_float(w, r) * a.d);
-      }
-      y[size_t(t) * ldy + r] = acc;
-    }
+  lut_packed_scalar<kIq4BlockWords, 16>(
+      group, nb, n_rows, acts, n_tok, y, ldy, [](int code) { return int(kIq4Values[code]); },
+      [](const uint32_t* w, int r) { return word_float(w, r); });
 }
 
 // The K layouts read in plain C++, summing as the SIMD kernels do per block

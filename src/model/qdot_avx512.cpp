@@ -95,62 +95,44 @@ void q8x16(const uint32_t* group, int nb, int n_rows, const cs::BlockQ8* acts, f
   for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + size_t(t) * ldy, rows, acc[t]);
 }
 
-// MXFP4 (kMx): codes looked up as grid + 12 by a byte shuffle, the 16 rows'
-// scales built from their exponent bytes; the integer dot is exact, and the
-// float steps are the Q8 layout's (dot * (scale * dx)), so both give the
-// same bits.
-template <int T>
-void mx16(const uint32_t* group, int nb, int n_rows, const cs::BlockQ8* acts, float* y, int ldy) {
-  __m512 acc[T];
-  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
-  const __m512i low = _mm512_set1_epi8(0x0f);
-  const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(cs::kMxBiased)));
-  const __m512i one = _mm512_set1_epi32(1), two = _mm512_set1_epi32(2), sub = _mm512_set1_epi32(0x00200000);
-  for (int b = 0; b < nb; ++b) {
-    const uint32_t* w = group + size_t(b) * cs::kMxBlockWords;
-    prefetch_ahead(w, cs::kMxBlockWords);
-    __m512i isum[T];
-    for (int t = 0; t < T; ++t) isum[t] = _mm512_set1_epi32(-cs::kMxBias * acts[size_t(t) * nb + b].sum);
-    for (int k = 0; k < 4; ++k) {
-      const __m512i v = _mm512_loadu_si512(w + 4 + 16 * k);
-      const __m512i lo = _mm512_shuffle_epi8(table, _mm512_and_si512(v, low));
-      const __m512i hi = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(v, 4), low));
-      for (int t = 0; t < T; ++t) {
-        const ActWords x = act_words(acts[size_t(t) * nb + b], k);
-        isum[t] = _mm512_dpbusd_epi32(isum[t], lo, _mm512_set1_epi32(x.lo));
-        isum[t] = _mm512_dpbusd_epi32(isum[t], hi, _mm512_set1_epi32(x.hi));
-      }
-    }
-    // cs::mx_scale_bits on 16 exponents: (e - 1) << 23, or 0x200000 << e below 2.
+// The looked-up layouts: nibble codes turned into unsigned values by a byte
+// shuffle (the grid plus a bias, so vpdpbusd can take them; bias * sum comes
+// back out of the exact integer dot), then dot * (scale * dx), the Q8
+// layout's float steps, so both give the bits the byte layouts gave.
+// MXFP4 (kMx): grid + 12; the 16 rows' scales built from their E8M0 exponent
+// bytes, cs::mx_scale_bits on 16 lanes: (e - 1) << 23, or 0x200000 << e below 2.
+struct MxLut {
+  static constexpr int kWords = cs::kMxBlockWords, kNibbles = 4, kBias = cs::kMxBias;
+  static const uint8_t* table() { return cs::kMxBiased; }
+  static __m512 scales(const uint32_t* w) {
     const __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w)));
-    const __m512i bits = _mm512_mask_blend_epi32(_mm512_cmplt_epu32_mask(e, two),
-                                                 _mm512_slli_epi32(_mm512_sub_epi32(e, one), 23), _mm512_sllv_epi32(sub, e));
-    const __m512 d = _mm512_castsi512_ps(bits);
-    for (int t = 0; t < T; ++t)
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(d, _mm512_set1_ps(acts[size_t(t) * nb + b].d)),
-                               acc[t]);
+    const __m512i one = _mm512_set1_epi32(1), two = _mm512_set1_epi32(2), sub = _mm512_set1_epi32(0x00200000);
+    return _mm512_castsi512_ps(_mm512_mask_blend_epi32(_mm512_cmplt_epu32_mask(e, two),
+                                                       _mm512_slli_epi32(_mm512_sub_epi32(e, one), 23),
+                                                       _mm512_sllv_epi32(sub, e)));
   }
-  const __mmask16 rows = __mmask16((1u << n_rows) - 1);
-  for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + size_t(t) * ldy, rows, acc[t]);
-}
+};
+// IQ4_NL / IQ4_XS (kIq4): grid + 128 (1..241; vpdpbusd does not saturate);
+// the rows' fp32 scales as stored.
+struct Iq4Lut {
+  static constexpr int kWords = cs::kIq4BlockWords, kNibbles = 16, kBias = cs::kIq4Bias;
+  static const uint8_t* table() { return cs::kIq4Biased; }
+  static __m512 scales(const uint32_t* w) { return _mm512_loadu_ps(reinterpret_cast<const float*>(w)); }
+};
 
-// IQ4_NL / IQ4_XS (kIq4): codes looked up as value + 128 by a byte shuffle
-// (vpdpbusd wants unsigned weights; 128 * sum comes back out), the rows'
-// fp32 scales as the Q8 layout's: the same integer dot and float steps as
-// the Q8 layout these types were read in before.
-template <int T>
-void iq16(const uint32_t* group, int nb, int n_rows, const cs::BlockQ8* acts, float* y, int ldy) {
+template <class Lut, int T>
+void lut16(const uint32_t* group, int nb, int n_rows, const cs::BlockQ8* acts, float* y, int ldy) {
   __m512 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   const __m512i low = _mm512_set1_epi8(0x0f);
-  const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(cs::kIq4Biased)));
+  const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(Lut::table())));
   for (int b = 0; b < nb; ++b) {
-    const uint32_t* w = group + size_t(b) * cs::kIq4BlockWords;
-    prefetch_ahead(w, cs::kIq4BlockWords);
+    const uint32_t* w = group + size_t(b) * Lut::kWords;
+    prefetch_ahead(w, Lut::kWords);
     __m512i isum[T];
-    for (int t = 0; t < T; ++t) isum[t] = _mm512_set1_epi32(-cs::kIq4Bias * acts[size_t(t) * nb + b].sum);
+    for (int t = 0; t < T; ++t) isum[t] = _mm512_set1_epi32(-Lut::kBias * acts[size_t(t) * nb + b].sum);
     for (int k = 0; k < 4; ++k) {
-      const __m512i v = _mm512_loadu_si512(w + 16 + 16 * k);
+      const __m512i v = _mm512_loadu_si512(w + Lut::kNibbles + 16 * k);
       const __m512i lo = _mm512_shuffle_epi8(table, _mm512_and_si512(v, low));
       const __m512i hi = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(v, 4), low));
       for (int t = 0; t < T; ++t) {
@@ -159,7 +141,7 @@ void iq16(const uint32_t* group, int nb, int n_rows, const cs::BlockQ8* acts, fl
         isum[t] = _mm512_dpbusd_epi32(isum[t], hi, _mm512_set1_epi32(x.hi));
       }
     }
-    const __m512 d = _mm512_loadu_ps(reinterpret_cast<const float*>(w));
+    const __m512 d = Lut::scales(w);
     for (int t = 0; t < T; ++t)
       acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(d, _mm512_set1_ps(acts[size_t(t) * nb + b].d)),
                                acc[t]);
@@ -240,7 +222,7 @@ void run_tokens(int n, const uint32_t* group, int nb, int n_rows, const cs::Bloc
   K<N>::run(group, nb, n_rows, acts, y, ldy);
 }
 
-// Runs K (a q4x16, q8x16, kx16 or mx16 instantiation) over the tokens in
+// Runs K (a q4x16, q8x16, kx16 or lut16 instantiation) over the tokens in
 // ceil(n_tok / kTile) tiles of nearly equal size: each unpacked weight vector
 // serves a tile's tokens, at most kTile (as many as the accumulators and the
 // unpacking's registers leave room for). Even tiles, not kTile-sized ones and
@@ -261,11 +243,11 @@ struct Q4K {
 };
 template <int T>
 struct IqK {
-  static void run(const uint32_t* g, int nb, int nr, const cs::BlockQ8* a, float* y, int ldy) { iq16<T>(g, nb, nr, a, y, ldy); }
+  static void run(const uint32_t* g, int nb, int nr, const cs::BlockQ8* a, float* y, int ldy) { lut16<Iq4Lut, T>(g, nb, nr, a, y, ldy); }
 };
 template <int T>
 struct MxK {
-  static void run(const uint32_t* g, int nb, int nr, const cs::BlockQ8* a, float* y, int ldy) { mx16<T>(g, nb, nr, a, y, ldy); }
+  static void run(const uint32_t* g, int nb, int nr, const cs::BlockQ8* a, float* y, int ldy) { lut16<MxLut, T>(g, nb, nr, a, y, ldy); }
 };
 // The kernel of layout L (a Q8 or a K layout) with T tokens.
 template <cs::PackLayout L>
