@@ -3,7 +3,8 @@
 # (docs/benchmarks.md "GPU"): built here, packed with ../shared/device/pack.sh
 # into .dev/ (chunkserve and unit_tests), then there:
 #   bench/gpu/device_check.sh OUT_DIR [quick]
-# 1. the GPU tests (unit_tests Cuda*/DeviceKvMemory*), 2. `chunkserve bench
+# 1. the GPU tests (unit_tests Cuda*/DeviceKvMemory*: attention, KV memory, the
+# quantized matmul), 2. `chunkserve bench
 # attention --device cuda`, 3. PyTorch's attention on the same shapes
 # (bench/peers/attention_torch.py), 4. compute-sanitizer's memcheck and
 # racecheck over some of the tests (last: the slowest, and the first to go
@@ -20,7 +21,7 @@ mkdir -p "$out"
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem,driver_version --format=csv | tee "$out/gpu.txt"
 lscpu | grep -E "Model name|^CPU\(s\)" | tee -a "$out/gpu.txt"
 
-timeout 100 "$root/.dev/unit_tests" --gtest_filter='CudaAttention.*:DeviceKvMemory.*' 2>&1 | tee "$out/tests.log"
+timeout 130 "$root/.dev/unit_tests" --gtest_filter='CudaAttention.*:DeviceKvMemory.*:CudaMatmul.*' 2>&1 | tee "$out/tests.log"
 tests=${PIPESTATUS[0]}
 echo "tests: exit $tests"
 
@@ -35,7 +36,7 @@ timeout 130 python3 "$root/bench/peers/attention_torch.py" "${pargs[@]}" 2>&1 | 
 echo "torch: exit ${PIPESTATUS[0]}"
 if command -v compute-sanitizer >/dev/null; then
   timeout 70 compute-sanitizer --tool memcheck --error-exitcode 9 "$root/.dev/unit_tests" \
-    --gtest_filter='CudaAttention.LargeBatches:CudaAttention.LongWalks*:DeviceKvMemory.CopiesMatchTheHostMemory' 2>&1 | tail -30 | tee "$out/memcheck.log"
+    --gtest_filter='CudaAttention.LargeBatches:CudaAttention.LongWalks*:DeviceKvMemory.CopiesMatchTheHostMemory:CudaMatmul.*' 2>&1 | tail -30 | tee "$out/memcheck.log"
   echo "memcheck: exit ${PIPESTATUS[0]}"
   timeout 60 compute-sanitizer --tool racecheck --error-exitcode 9 "$root/.dev/unit_tests" \
     --gtest_filter='CudaAttention.LargeBatches' 2>&1 | tail -8 | tee "$out/racecheck.log"

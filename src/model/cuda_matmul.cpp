@@ -1,0 +1,47 @@
+#include "model/cuda_matmul.h"
+
+#include <cstddef>
+#include <string>
+
+#include "base/error.h"
+#include "model/cuda_matmul_kernels.h"
+
+namespace cs::cuda {
+
+static_assert(int(PackLayout::kQ4) == kernels::kQ4 && int(PackLayout::kQ8) == kernels::kQ8 &&
+              int(PackLayout::kQ8Min) == kernels::kQ8Min);
+static_assert(pack_block_words(PackLayout::kQ4) == 96 && pack_block_words(PackLayout::kQ8) == 144 &&
+              pack_block_words(PackLayout::kQ8Min) == 160);  // the kernels' kBlockWords
+static_assert(sizeof(BlockQ8) == kernels::kBlockBytes && offsetof(BlockQ8, d) == 0 && offsetof(BlockQ8, s) == 4 &&
+              offsetof(BlockQ8, sum) == 8 && offsetof(BlockQ8, sum_lo) == 12 && offsetof(BlockQ8, ds) == 16 &&
+              offsetof(BlockQ8, qs) == 20);
+
+bool matmul_supports(GgmlType type) {
+  if (widened_at_load(type)) return false;
+  const PackLayout l = pack_layout(type);
+  return l == PackLayout::kQ4 || l == PackLayout::kQ8 || l == PackLayout::kQ8Min;
+}
+
+DeviceMatrix::DeviceMatrix(const Weight& w) : layout_(pack_layout(w.type)), rows_(w.rows), cols_(w.cols) {
+  if (!matmul_supports(w.type))
+    throw Error(std::string("CUDA matmul: weights of type ") + type_info(uint32_t(w.type))->name +
+                " are not supported on the GPU yet");
+  if (cols_ % 32) throw Error("CUDA matmul: a row's length must be a multiple of 32");
+  // The CPU's layout: Weight::packed where the CPU made it, else made here
+  // (a CPU without AVX2 keeps Q4_0/Q4_1/Q8_0 in the file's layout).
+  const PackedWords made = w.packed.empty() ? pack_block32_rows(w.type, w.data, rows_, cols_) : PackedWords{};
+  const PackedWords& words = w.packed.empty() ? made : w.packed;
+  words_ = Buffer(words.size() * sizeof(uint32_t));
+  to_device(words_.get(), words.data(), words.size() * sizeof(uint32_t));
+}
+
+void quantize_q8(const float* x, int n_tok, int64_t cols, BlockQ8* acts) {
+  if (cols % 32) throw Error("CUDA quantize_q8: a row's length must be a multiple of 32");
+  kernels::quantize_q8(x, int64_t(n_tok) * (cols / 32), acts);
+}
+
+void matmul(const DeviceMatrix& w, const BlockQ8* acts, int n_tok, float* y) {
+  kernels::matmul(int(w.layout()), w.words(), w.rows(), w.cols() / 32, acts, n_tok, y);
+}
+
+}  // namespace cs::cuda

@@ -1,0 +1,49 @@
+// The quantized matmul on an NVIDIA GPU, bit for bit the CPU's (model/matmul.h),
+// the first of the CUDA backend's layer operations. The weights are the CPU's
+// 16-row layouts (Weight::packed, model/pack_layout.h) copied to the device as
+// they are; the activations are quantized into the same 8-bit blocks of 32 by
+// the same float steps (quantize_q8); per block, the int32 dot of 16 rows by 8
+// tokens is one mma.sync.m16n8k32 (exact), then scaled and added in block
+// order with the CPU kernels' float steps (acc = fma(dot, d * dx, acc), then
+// the minimum's fma(m, s, acc)). So a row's result depends on that row alone
+// (whatever the batch around it: batch-invariant, as the CPU path is) and
+// equals the CPU's, which makes the CPU path the GPU's reference bit for bit.
+//
+// Layouts so far: kQ4 (Q4_0, Q4_1), kQ8 (Q8_0, Q5_0), kQ8Min (Q5_1); others
+// are a cs::Error at construction. In a build without CUDA every call throws.
+#pragma once
+#include <cstdint>
+
+#include "base/cuda.h"
+#include "model/ggml_types.h"
+#include "model/matmul.h"
+
+namespace cs::cuda {
+
+// Whether the device matmul reads this type's layout.
+bool matmul_supports(GgmlType type);
+
+// A weight matrix on the device, in its CPU layout.
+class DeviceMatrix {
+ public:
+  explicit DeviceMatrix(const Weight& w);
+  PackLayout layout() const { return layout_; }
+  int64_t rows() const { return rows_; }
+  int64_t cols() const { return cols_; }
+  const uint32_t* words() const { return words_.as<uint32_t>(); }
+
+ private:
+  PackLayout layout_;
+  int64_t rows_, cols_;
+  Buffer words_;
+};
+
+// acts[t * cols / 32 + b] = block b of row t of x (n_tok rows of `cols`
+// floats; cols % 32 == 0), as cs::quantize_q8 makes it. Device pointers.
+void quantize_q8(const float* x, int n_tok, int64_t cols, BlockQ8* acts);
+
+// y[t * w.rows() + r] = sum_c W[r][c] x[t][c] from x's blocks (quantize_q8),
+// as cs::matmul computes it on an AVX2 or AVX-512 CPU. Device pointers.
+void matmul(const DeviceMatrix& w, const BlockQ8* acts, int n_tok, float* y);
+
+}  // namespace cs::cuda

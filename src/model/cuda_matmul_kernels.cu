@@ -1,0 +1,161 @@
+// The device matmul's kernels (model/cuda_matmul.h): activation quantization
+// and the 16-row layouts' products, each float step the CPU kernels' own
+// (model/qdot_avx512.cpp, model/matmul.cpp quantize_q8), written with the
+// _rn intrinsics so that nvcc neither contracts nor reorders them.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "base/cuda.h"
+#include "model/cuda_matmul_kernels.h"
+
+namespace cs::cuda::kernels {
+namespace {
+
+struct Q8 {
+  float d, s;
+  int sum, sum_lo;
+  float ds;
+  signed char qs[32];
+};
+static_assert(sizeof(Q8) == kBlockBytes, "BlockQ8's layout");
+
+constexpr unsigned kAll = 0xffffffffu;
+
+// One warp per block of 32 values, lane i holding value i: quantize_q8's
+// steps (d = amax / 127, q = round-to-even(x * (127 / amax)), d kept in fp16,
+// s = fp16(d * sum) with the unrounded d, ds = fp16 d * sum in fp32).
+__global__ void quantize_kernel(const float* __restrict__ x, int64_t blocks, Q8* __restrict__ out) {
+  const int lane = threadIdx.x & 31;
+  const int64_t b = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  if (b >= blocks) return;  // the whole warp: b is the same for its lanes
+  const float v = x[b * 32 + lane];
+  float amax = fabsf(v);
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(kAll, amax, o));
+  const float d = __fdiv_rn(amax, 127.0f);
+  const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+  const int q = __float2int_rn(__fmul_rn(v, id));
+  int sum = q, lo = lane < 16 ? q : 0;
+  for (int o = 16; o > 0; o >>= 1) {
+    sum += __shfl_xor_sync(kAll, sum, o);
+    lo += __shfl_xor_sync(kAll, lo, o);
+  }
+  out[b].qs[lane] = static_cast<signed char>(q);
+  if (lane == 0) {
+    const float d16 = __half2float(__float2half_rn(d));
+    out[b].d = d16;
+    out[b].sum = sum;
+    out[b].sum_lo = lo;
+    out[b].ds = __fmul_rn(d16, float(sum));
+    out[b].s = __half2float(__float2half_rn(__fmul_rn(d, float(sum))));
+  }
+}
+
+// Words per block of each layout (model/pack_layout.h, pack_block_words).
+template <int L>
+inline constexpr int kBlockWords = L == kQ4 ? 96 : L == kQ8 ? 144 : 160;
+
+// One warp per (group of 16 rows, tile of 8 tokens); per block of 32 values
+// in order, one m16n8k32 s8 mma gives the 16 x 8 exact int32 dots. Lane
+// (g, t) = (lane / 4, lane % 4) feeds rows g and g + 8, values 4t..4t+3 and
+// 16+4t..16+4t+3 (A), token g's values 4t.. and 16+4t.. (B), and holds the
+// outputs of rows g and g + 8 for tokens 2t and 2t + 1 (C).
+template <int L>
+__global__ void __launch_bounds__(128) matmul_kernel(const uint32_t* __restrict__ words, int64_t rows, int64_t nb,
+                                                     const Q8* __restrict__ acts, int n_tok, float* __restrict__ y) {
+  constexpr int kWords = kBlockWords<L>;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t group = blockIdx.x;
+  const int tok0 = (int(blockIdx.y) * int(blockDim.x >> 5) + warp) * 8;
+  if (tok0 >= n_tok) return;
+  const uint32_t* w = words + group * nb * kWords;
+  const int tb = tok0 + g, tc0 = tok0 + 2 * t, tc1 = tc0 + 1;
+  const bool feed = tb < n_tok;
+  const Q8* ab = acts + int64_t(feed ? tb : 0) * nb;
+  const Q8* a0 = acts + int64_t(min(tc0, n_tok - 1)) * nb;
+  const Q8* a1 = acts + int64_t(min(tc1, n_tok - 1)) * nb;
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint32_t* wb = w + b * kWords;
+    uint32_t a[4];
+    if constexpr (L == kQ4) {
+      // Word 32 + 16k + r: row r's values 8k..8k+3 in its low nibbles,
+      // 8k+4..8k+7 in its high ones.
+      const int sh = 4 * (t & 1), k0 = 32 + 16 * (t >> 1), k2 = 32 + 16 * (2 + (t >> 1));
+      a[0] = (wb[k0 + g] >> sh) & 0x0F0F0F0Fu;
+      a[1] = (wb[k0 + g + 8] >> sh) & 0x0F0F0F0Fu;
+      a[2] = (wb[k2 + g] >> sh) & 0x0F0F0F0Fu;
+      a[3] = (wb[k2 + g + 8] >> sh) & 0x0F0F0F0Fu;
+    } else {
+      // Word v + 16k + r: row r's values 4k..4k+3 as q + 128.
+      constexpr int v = L == kQ8 ? 16 : 32;
+      a[0] = wb[v + 16 * t + g] ^ 0x80808080u;
+      a[1] = wb[v + 16 * t + g + 8] ^ 0x80808080u;
+      a[2] = wb[v + 16 * (4 + t) + g] ^ 0x80808080u;
+      a[3] = wb[v + 16 * (4 + t) + g + 8] ^ 0x80808080u;
+    }
+    uint32_t b0 = 0, b1 = 0;
+    if (feed) {
+      b0 = *reinterpret_cast<const uint32_t*>(ab[b].qs + 4 * t);
+      b1 = *reinterpret_cast<const uint32_t*>(ab[b].qs + 16 + 4 * t);
+    }
+    int c[4];
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%10, %10, %10, %10};\n"
+        : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
+    const float dw0 = __uint_as_float(wb[g]), dw1 = __uint_as_float(wb[g + 8]);
+    const float ad0 = a0[b].d, ad1 = a1[b].d;
+    acc[0] = fmaf(__int2float_rn(c[0]), __fmul_rn(dw0, ad0), acc[0]);
+    acc[1] = fmaf(__int2float_rn(c[1]), __fmul_rn(dw0, ad1), acc[1]);
+    acc[2] = fmaf(__int2float_rn(c[2]), __fmul_rn(dw1, ad0), acc[2]);
+    acc[3] = fmaf(__int2float_rn(c[3]), __fmul_rn(dw1, ad1), acc[3]);
+    if constexpr (L != kQ8) {
+      // The minimums (word 16 + r), by the activations' fp16 s (kQ4, as
+      // llama.cpp's Q4_1) or fp32 d * sum (kQ8Min).
+      const float m0 = __uint_as_float(wb[16 + g]), m1 = __uint_as_float(wb[16 + g + 8]);
+      const float s0 = L == kQ4 ? a0[b].s : a0[b].ds, s1 = L == kQ4 ? a1[b].s : a1[b].ds;
+      acc[0] = fmaf(m0, s0, acc[0]);
+      acc[1] = fmaf(m0, s1, acc[1]);
+      acc[2] = fmaf(m1, s0, acc[2]);
+      acc[3] = fmaf(m1, s1, acc[3]);
+    }
+  }
+  const int64_t r0 = group * 16 + g, r1 = r0 + 8;
+  if (tc0 < n_tok) {
+    if (r0 < rows) y[int64_t(tc0) * rows + r0] = acc[0];
+    if (r1 < rows) y[int64_t(tc0) * rows + r1] = acc[2];
+  }
+  if (tc1 < n_tok) {
+    if (r0 < rows) y[int64_t(tc1) * rows + r0] = acc[1];
+    if (r1 < rows) y[int64_t(tc1) * rows + r1] = acc[3];
+  }
+}
+
+}  // namespace
+
+void quantize_q8(const float* x, int64_t blocks, void* acts) {
+  if (blocks <= 0) return;
+  constexpr int kThreads = 256;  // 8 blocks of 32 per CTA
+  const int64_t ctas = (blocks * 32 + kThreads - 1) / kThreads;
+  quantize_kernel<<<unsigned(ctas), kThreads>>>(x, blocks, static_cast<Q8*>(acts));
+  check_launch("quantizing activations");
+}
+
+void matmul(int layout, const uint32_t* words, int64_t rows, int64_t nb, const void* acts, int n_tok, float* y) {
+  if (rows <= 0 || n_tok <= 0) return;
+  const int tiles = (n_tok + 7) / 8, warps = std::min(4, tiles);
+  const dim3 grid(unsigned((rows + 15) / 16), unsigned((tiles + warps - 1) / warps));
+  const auto* a = static_cast<const Q8*>(acts);
+  switch (layout) {
+    case kQ4: matmul_kernel<kQ4><<<grid, 32 * warps>>>(words, rows, nb, a, n_tok, y); break;
+    case kQ8: matmul_kernel<kQ8><<<grid, 32 * warps>>>(words, rows, nb, a, n_tok, y); break;
+    default: matmul_kernel<kQ8Min><<<grid, 32 * warps>>>(words, rows, nb, a, n_tok, y); break;
+  }
+  check_launch("the quantized matmul");
+}
+
+}  // namespace cs::cuda::kernels

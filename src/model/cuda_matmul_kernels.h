@@ -1,0 +1,18 @@
+// The kernels behind model/cuda_matmul.h, in plain types so that nvcc (C++17)
+// compiles them apart from the C++20 host code. Device pointers throughout.
+#pragma once
+#include <cstdint>
+
+namespace cs::cuda::kernels {
+
+// The layouts the kernels read (PackLayout's values: model/cuda_matmul.cpp
+// checks they agree).
+enum Layout : int { kQ4 = 0, kQ8 = 1, kQ8Min = 2 };
+
+// cs::BlockQ8's bytes: d, s, sum, sum_lo, ds, qs[32] (checked by cuda_matmul.cpp).
+constexpr int kBlockBytes = 52;
+
+void quantize_q8(const float* x, int64_t blocks, void* acts);
+void matmul(int layout, const uint32_t* words, int64_t rows, int64_t nb, const void* acts, int n_tok, float* y);
+
+}  // namespace cs::cuda::kernels

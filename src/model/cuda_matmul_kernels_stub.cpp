@@ -1,0 +1,13 @@
+// The device matmul's kernels in a build without CUDA: every call says so
+// (model/cuda_matmul.h's DeviceMatrix already fails to allocate there).
+#include "base/error.h"
+#include "model/cuda_matmul_kernels.h"
+
+namespace cs::cuda::kernels {
+
+void quantize_q8(const float*, int64_t, void*) { throw Error("CUDA matmul: this chunkserve was built without CUDA"); }
+void matmul(int, const uint32_t*, int64_t, int64_t, const void*, int, float*) {
+  throw Error("CUDA matmul: this chunkserve was built without CUDA");
+}
+
+}  // namespace cs::cuda::kernels

@@ -1,0 +1,132 @@
+// The device matmul (model/cuda_matmul.h) against the CPU's, bit for bit:
+// the same activation blocks from the same floats, the same products from
+// the same blocks, whatever the token count, so a row's result on the GPU
+// depends on that row alone. Where no GPU is present each test says so and
+// skips, except those of what fails without one.
+#include "model/cuda_matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "base/cpu.h"
+#include "base/error.h"
+#include "base/f16.h"
+#include "model/matmul.h"
+
+namespace cs {
+namespace {
+
+#define REQUIRE_GPU()                                                     \
+  do {                                                                    \
+    std::string why;                                                      \
+    if (!cuda::device_available(&why)) GTEST_SKIP() << "no GPU: " << why; \
+  } while (0)
+
+template <class T>
+cuda::Buffer upload(const std::vector<T>& v) {
+  cuda::Buffer b(std::max<size_t>(v.size(), 1) * sizeof(T));
+  cuda::to_device(b.get(), v.data(), v.size() * sizeof(T));
+  return b;
+}
+
+template <class T>
+std::vector<T> download(const cuda::Buffer& b, size_t n) {
+  std::vector<T> v(n);
+  cuda::to_host(v.data(), b.get(), n * sizeof(T));
+  return v;
+}
+
+// Activations as a layer's input looks: normal values, a few outliers (as
+// SmolLM2's channels), and an all-zero row (amax 0).
+std::vector<float> activations(int n_tok, int cols, std::mt19937& rng) {
+  std::normal_distribution<float> nd;
+  std::vector<float> x(size_t(n_tok) * cols);
+  for (auto& v : x) v = nd(rng);
+  for (int t = 0; t < n_tok; ++t) x[size_t(t) * cols + size_t(rng() % cols)] *= 300.0f;
+  if (n_tok > 2) std::fill_n(x.begin() + cols, cols, 0.0f);
+  return x;
+}
+
+// A quantized matrix of random blocks: random bytes, with finite fp16
+// scales (d at each block's start, and the minimum after it where the type
+// has one).
+std::vector<uint8_t> random_matrix(GgmlType t, int rows, int cols, std::mt19937& rng) {
+  const TypeInfo info = *type_info(uint32_t(t));
+  std::vector<uint8_t> data(size_t(rows) * cols / info.block_elems * info.block_bytes);
+  for (auto& v : data) v = uint8_t(rng() & 0xff);
+  std::uniform_real_distribution<float> scale(0.001f, 0.05f);
+  const bool has_min = t == GgmlType::Q4_1 || t == GgmlType::Q5_1;
+  for (size_t off = 0; off + info.block_bytes <= data.size(); off += size_t(info.block_bytes)) {
+    const uint16_t d = f32_to_f16(scale(rng)), m = f32_to_f16(-scale(rng) * 8);
+    std::memcpy(&data[off], &d, 2);
+    if (has_min) std::memcpy(&data[off + 2], &m, 2);
+  }
+  return data;
+}
+
+TEST(CudaMatmul, QuantizesAsTheCpuDoes) {
+  REQUIRE_GPU();
+  std::mt19937 rng(3);
+  for (int cols : {32, 576, 2048}) {
+    const int n_tok = 7;
+    const std::vector<float> x = activations(n_tok, cols, rng);
+    std::vector<BlockQ8> want(size_t(n_tok) * cols / 32);
+    quantize_q8(x.data(), x.size(), want.data());
+    const cuda::Buffer dx = upload(x);
+    cuda::Buffer dq(want.size() * sizeof(BlockQ8));
+    cuda::quantize_q8(dx.as<float>(), n_tok, cols, dq.as<BlockQ8>());
+    const std::vector<BlockQ8> got = download<BlockQ8>(dq, want.size());
+    for (size_t b = 0; b < want.size(); ++b)
+      ASSERT_EQ(std::memcmp(&got[b], &want[b], sizeof(BlockQ8)), 0)
+          << "cols " << cols << " block " << b << ": d " << got[b].d << " vs " << want[b].d << ", s " << got[b].s
+          << " vs " << want[b].s << ", sum " << got[b].sum << " vs " << want[b].sum;
+  }
+}
+
+TEST(CudaMatmul, EqualsTheCpuBitForBitWhateverTheTokenCount) {
+  REQUIRE_GPU();
+  if (cpu_isa() < Isa::kAvx2) GTEST_SKIP() << "the CPU reference is the AVX2 / AVX-512 kernels' bits";
+  std::mt19937 rng(7);
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q5_0, GgmlType::Q5_1})
+    for (const auto& [rows, cols] : {std::pair{16, 32}, std::pair{37, 256}, std::pair{576, 576}, std::pair{200, 1536}}) {
+      const auto data = random_matrix(t, rows, cols, rng);
+      const Weight w = make_weight(t, rows, cols, data.data());
+      ASSERT_TRUE(cuda::matmul_supports(t));
+      const cuda::DeviceMatrix dw(w);
+      for (int n_tok : {1, 2, 7, 8, 9, 33, 70}) {
+        SCOPED_TRACE(std::string(type_info(uint32_t(t))->name) + " " + std::to_string(rows) + "x" +
+                     std::to_string(cols) + " tokens " + std::to_string(n_tok));
+        const std::vector<float> x = activations(n_tok, cols, rng);
+        std::vector<float> want(size_t(n_tok) * rows);
+        std::vector<BlockQ8> scratch;
+        matmul(w, x.data(), n_tok, want.data(), scratch);
+        const cuda::Buffer dx = upload(x);
+        cuda::Buffer dq(size_t(n_tok) * cols / 32 * sizeof(BlockQ8)), dy(want.size() * sizeof(float));
+        cuda::quantize_q8(dx.as<float>(), n_tok, cols, dq.as<BlockQ8>());
+        cuda::matmul(dw, dq.as<BlockQ8>(), n_tok, dy.as<float>());
+        const std::vector<float> got = download<float>(dy, want.size());
+        for (size_t i = 0; i < want.size(); ++i)
+          ASSERT_EQ(got[i], want[i]) << "token " << i / rows << " row " << i % rows;
+      }
+    }
+}
+
+TEST(CudaMatmul, UnsupportedTypesAreAClearError) {
+  std::mt19937 rng(9);
+  EXPECT_FALSE(cuda::matmul_supports(GgmlType::Q4_K));
+  EXPECT_FALSE(cuda::matmul_supports(GgmlType::F32));
+  const auto data = random_matrix(GgmlType::Q4_K, 16, 256, rng);
+  const Weight w = make_weight(GgmlType::Q4_K, 16, 256, data.data());
+  try {
+    cuda::DeviceMatrix dw(w);
+    FAIL() << "a Q4_K matrix was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("Q4_K"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace cs
