@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -58,11 +59,12 @@ std::vector<uint8_t> random_matrix(GgmlType t, int rows, int cols, std::mt19937&
   std::vector<uint8_t> data(size_t(rows) * cols / info.block_elems * info.block_bytes);
   for (auto& v : data) v = uint8_t(rng() & 0xff);
   std::uniform_real_distribution<float> scale(0.001f, 0.05f);
-  const bool has_min = t == GgmlType::Q4_1 || t == GgmlType::Q5_1;
+  const bool has_min = t == GgmlType::Q4_1 || t == GgmlType::Q5_1 || t == GgmlType::Q4_K || t == GgmlType::Q5_K;
+  const size_t d_at = t == GgmlType::Q6_K ? offsetof(BlockQ6_K, d) : 0;
   for (size_t off = 0; off + info.block_bytes <= data.size(); off += size_t(info.block_bytes)) {
     const uint16_t d = f32_to_f16(scale(rng)), m = f32_to_f16(-scale(rng) * 8);
-    std::memcpy(&data[off], &d, 2);
-    if (has_min) std::memcpy(&data[off + 2], &m, 2);
+    std::memcpy(&data[off + d_at], &d, 2);
+    if (has_min) std::memcpy(&data[off + d_at + 2], &m, 2);
   }
   return data;
 }
@@ -90,8 +92,9 @@ TEST(CudaMatmul, EqualsTheCpuBitForBitWhateverTheTokenCount) {
   REQUIRE_GPU();
   if (cpu_isa() < Isa::kAvx2) GTEST_SKIP() << "the CPU reference is the AVX2 / AVX-512 kernels' bits";
   std::mt19937 rng(7);
-  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q5_0, GgmlType::Q5_1})
-    for (const auto& [rows, cols] : {std::pair{16, 32}, std::pair{37, 256}, std::pair{576, 576}, std::pair{200, 1536}}) {
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q4_K,
+                     GgmlType::Q5_K, GgmlType::Q6_K})
+    for (const auto& [rows, cols] : {std::pair{16, 256}, std::pair{37, 256}, std::pair{576, 512}, std::pair{200, 1536}}) {
       const auto data = random_matrix(t, rows, cols, rng);
       const Weight w = make_weight(t, rows, cols, data.data());
       ASSERT_TRUE(cuda::matmul_supports(t));
@@ -116,15 +119,16 @@ TEST(CudaMatmul, EqualsTheCpuBitForBitWhateverTheTokenCount) {
 
 TEST(CudaMatmul, UnsupportedTypesAreAClearError) {
   std::mt19937 rng(9);
-  EXPECT_FALSE(cuda::matmul_supports(GgmlType::Q4_K));
+  EXPECT_TRUE(cuda::matmul_supports(GgmlType::Q4_K));
+  EXPECT_FALSE(cuda::matmul_supports(GgmlType::Q3_K));
   EXPECT_FALSE(cuda::matmul_supports(GgmlType::F32));
-  const auto data = random_matrix(GgmlType::Q4_K, 16, 256, rng);
-  const Weight w = make_weight(GgmlType::Q4_K, 16, 256, data.data());
+  const auto data = random_matrix(GgmlType::Q3_K, 16, 256, rng);
+  const Weight w = make_weight(GgmlType::Q3_K, 16, 256, data.data());
   try {
     cuda::DeviceMatrix dw(w);
-    FAIL() << "a Q4_K matrix was accepted";
+    FAIL() << "a Q3_K matrix was accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("Q4_K"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("Q3_K"), std::string::npos) << e.what();
   }
 }
 

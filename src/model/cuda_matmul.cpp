@@ -9,7 +9,10 @@
 namespace cs::cuda {
 
 static_assert(int(PackLayout::kQ4) == kernels::kQ4 && int(PackLayout::kQ8) == kernels::kQ8 &&
-              int(PackLayout::kQ8Min) == kernels::kQ8Min);
+              int(PackLayout::kQ8Min) == kernels::kQ8Min && int(PackLayout::kQ4K) == kernels::kQ4K &&
+              int(PackLayout::kQ5K) == kernels::kQ5K && int(PackLayout::kQ6K) == kernels::kQ6K);
+static_assert(k_super_words(PackLayout::kQ4K) == 608 && k_super_words(PackLayout::kQ5K) == 736 &&
+              k_super_words(PackLayout::kQ6K) == 848);  // the kernels' KShape
 static_assert(pack_block_words(PackLayout::kQ4) == 96 && pack_block_words(PackLayout::kQ8) == 144 &&
               pack_block_words(PackLayout::kQ8Min) == 160);  // the kernels' kBlockWords
 static_assert(sizeof(BlockQ8) == kernels::kBlockBytes && offsetof(BlockQ8, d) == 0 && offsetof(BlockQ8, s) == 4 &&
@@ -19,14 +22,15 @@ static_assert(sizeof(BlockQ8) == kernels::kBlockBytes && offsetof(BlockQ8, d) ==
 bool matmul_supports(GgmlType type) {
   if (widened_at_load(type)) return false;
   const PackLayout l = pack_layout(type);
-  return l == PackLayout::kQ4 || l == PackLayout::kQ8 || l == PackLayout::kQ8Min;
+  return l == PackLayout::kQ4 || l == PackLayout::kQ8 || l == PackLayout::kQ8Min || is_k_layout(l);
 }
 
 DeviceMatrix::DeviceMatrix(const Weight& w) : layout_(pack_layout(w.type)), rows_(w.rows), cols_(w.cols) {
   if (!matmul_supports(w.type))
     throw Error(std::string("CUDA matmul: weights of type ") + type_info(uint32_t(w.type))->name +
                 " are not supported on the GPU yet");
-  if (cols_ % 32) throw Error("CUDA matmul: a row's length must be a multiple of 32");
+  if (cols_ % (is_k_layout(layout_) ? 256 : 32))
+    throw Error("CUDA matmul: a row's length must be a multiple of its type's block");
   // The CPU's layout: Weight::packed where the CPU made it, else made here
   // (a CPU without AVX2 keeps Q4_0/Q4_1/Q8_0 in the file's layout).
   const PackedWords made = w.packed.empty() ? pack_block32_rows(w.type, w.data, rows_, cols_) : PackedWords{};

@@ -9,8 +9,9 @@
 // (whatever the batch around it: batch-invariant, as the CPU path is) and
 // equals the CPU's, which makes the CPU path the GPU's reference bit for bit.
 //
-// Layouts so far: kQ4 (Q4_0, Q4_1), kQ8 (Q8_0, Q5_0), kQ8Min (Q5_1); others
-// are a cs::Error at construction. In a build without CUDA every call throws.
+// Layouts so far: kQ4 (Q4_0, Q4_1), kQ8 (Q8_0, Q5_0), kQ8Min (Q5_1) and the
+// K layouts (Q4_K, Q5_K, Q6_K); others are a cs::Error at construction. In a
+// build without CUDA every call throws.
 #pragma once
 #include <cstdint>
 

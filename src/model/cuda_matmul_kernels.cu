@@ -23,6 +23,18 @@ static_assert(sizeof(Q8) == kBlockBytes, "BlockQ8's layout");
 
 constexpr unsigned kAll = 0xffffffffu;
 
+// c = the exact int32 product of a 16 x 32 s8 tile (A, row-major) and a
+// 32 x 8 one (B): PTX's m16n8k32 fragments, c's input zero.
+__device__ __forceinline__ void mma_s8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                       uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%10, %10, %10, %10};\n"
+      : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(0));
+}
+
+
 // One warp per block of 32 values, lane i holding value i: quantize_q8's
 // steps (d = amax / 127, q = round-to-even(x * (127 / amax)), d kept in fp16,
 // s = fp16(d * sum) with the unrounded d, ds = fp16 d * sum in fp32).
@@ -102,11 +114,7 @@ __global__ void __launch_bounds__(128) matmul_kernel(const uint32_t* __restrict_
       b1 = *reinterpret_cast<const uint32_t*>(ab[b].qs + 16 + 4 * t);
     }
     int c[4];
-    asm volatile(
-        "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%10, %10, %10, %10};\n"
-        : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
+    mma_s8(c, a[0], a[1], a[2], a[3], b0, b1);
     const float dw0 = __uint_as_float(wb[g]), dw1 = __uint_as_float(wb[g + 8]);
     const float ad0 = a0[b].d, ad1 = a1[b].d;
     acc[0] = fmaf(__int2float_rn(c[0]), __fmul_rn(dw0, ad0), acc[0]);
@@ -122,6 +130,99 @@ __global__ void __launch_bounds__(128) matmul_kernel(const uint32_t* __restrict_
       acc[1] = fmaf(m0, s1, acc[1]);
       acc[2] = fmaf(m1, s0, acc[2]);
       acc[3] = fmaf(m1, s1, acc[3]);
+    }
+  }
+  const int64_t r0 = group * 16 + g, r1 = r0 + 8;
+  if (tc0 < n_tok) {
+    if (r0 < rows) y[int64_t(tc0) * rows + r0] = acc[0];
+    if (r1 < rows) y[int64_t(tc0) * rows + r1] = acc[2];
+  }
+  if (tc1 < n_tok) {
+    if (r0 < rows) y[int64_t(tc1) * rows + r0] = acc[1];
+    if (r1 < rows) y[int64_t(tc1) * rows + r1] = acc[3];
+  }
+}
+
+// The K layouts (model/pack_layout.h): per super-block of 8 blocks the rows'
+// fp32 d (and the negated dmin), per block their int8 factors (sc of the
+// block or of its first half, then mn or the second half's sc), the nibbles
+// as kQ4's at word 8, the high bits in planes at word 72. A value is fed to
+// the mma as q - offset (Q6_K: -32..31), exact; Q6_K's halves (a scale per
+// 16 values) take one mma each, the other half's registers zero.
+template <int L>
+struct KShape {
+  static constexpr int kPlanes = L == kQ6K ? 2 : L == kQ5K ? 1 : 0;
+  static constexpr bool kHalves = L == kQ6K, kMins = L != kQ6K;
+  static constexpr int kHeader = kMins ? 32 : 16, kBlock = 72 + 16 * kPlanes, kSuper = kHeader + 8 * kBlock;
+};
+
+// Row r's four values of nibble vector k (low nibbles when hi == 0, high
+// when 1), with their plane bits, less the offset, as 4 bytes.
+template <int L>
+__device__ __forceinline__ uint32_t k_values(const uint32_t* w, int r, int k, int hi) {
+  uint32_t q = (w[8 + 16 * k + r] >> (4 * hi)) & 0x0F0F0F0Fu;
+  if constexpr (L == kQ5K) q |= ((w[72 + r] >> (2 * k + hi)) & 0x01010101u) << 4;
+  if constexpr (L == kQ6K) {
+    q |= ((w[72 + 16 * (k / 2) + r] >> (4 * (k % 2) + 2 * hi)) & 0x03030303u) << 4;
+    q = __vsub4(q, 0x20202020u);
+  }
+  return q;
+}
+
+// As matmul_kernel, on a K layout: per block, the dots (per half for Q6_K),
+// then kx16's float steps: scale = d * sc, acc = fma(dot, scale * dx, acc)
+// half by half, then fma(-dmin * mn, d * sum, acc).
+template <int L>
+__global__ void __launch_bounds__(128) kmatmul_kernel(const uint32_t* __restrict__ words, int64_t rows, int64_t nb,
+                                                      const Q8* __restrict__ acts, int n_tok, float* __restrict__ y) {
+  using S = KShape<L>;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t group = blockIdx.x;
+  const int tok0 = (int(blockIdx.y) * int(blockDim.x >> 5) + warp) * 8;
+  if (tok0 >= n_tok) return;
+  const uint32_t* gw = words + group * (nb / 8) * S::kSuper;
+  const int tb = tok0 + g, tc0 = tok0 + 2 * t, tc1 = tc0 + 1;
+  const bool feed = tb < n_tok;
+  const Q8* ab = acts + int64_t(feed ? tb : 0) * nb;
+  const Q8* a0 = acts + int64_t(min(tc0, n_tok - 1)) * nb;
+  const Q8* a1 = acts + int64_t(min(tc1, n_tok - 1)) * nb;
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint32_t* sup = gw + (b / 8) * S::kSuper;
+    const uint32_t* wb = sup + S::kHeader + (b % 8) * S::kBlock;
+    const int k0 = t >> 1, hi = t & 1;
+    const uint32_t x0 = k_values<L>(wb, g, k0, hi), x1 = k_values<L>(wb, g + 8, k0, hi);
+    const uint32_t x2 = k_values<L>(wb, g, 2 + k0, hi), x3 = k_values<L>(wb, g + 8, 2 + k0, hi);
+    uint32_t b0 = 0, b1 = 0;
+    if (feed) {
+      b0 = *reinterpret_cast<const uint32_t*>(ab[b].qs + 4 * t);
+      b1 = *reinterpret_cast<const uint32_t*>(ab[b].qs + 16 + 4 * t);
+    }
+    int c[2][4];
+    if constexpr (S::kHalves) {
+      mma_s8(c[0], x0, x1, 0u, 0u, b0, b1);
+      mma_s8(c[1], 0u, 0u, x2, x3, b0, b1);
+    } else {
+      mma_s8(c[0], x0, x1, x2, x3, b0, b1);
+    }
+    const auto* f = reinterpret_cast<const signed char*>(wb);
+    const float d0 = __uint_as_float(sup[g]), d1 = __uint_as_float(sup[g + 8]);
+    const float ad0 = a0[b].d, ad1 = a1[b].d;
+    for (int h = 0; h < (S::kHalves ? 2 : 1); ++h) {
+      const float s0 = __fmul_rn(d0, float(f[16 * h + g])), s1 = __fmul_rn(d1, float(f[16 * h + g + 8]));
+      acc[0] = fmaf(__int2float_rn(c[h][0]), __fmul_rn(s0, ad0), acc[0]);
+      acc[1] = fmaf(__int2float_rn(c[h][1]), __fmul_rn(s0, ad1), acc[1]);
+      acc[2] = fmaf(__int2float_rn(c[h][2]), __fmul_rn(s1, ad0), acc[2]);
+      acc[3] = fmaf(__int2float_rn(c[h][3]), __fmul_rn(s1, ad1), acc[3]);
+    }
+    if constexpr (S::kMins) {
+      const float m0 = __fmul_rn(__uint_as_float(sup[16 + g]), float(f[16 + g]));
+      const float m1 = __fmul_rn(__uint_as_float(sup[16 + g + 8]), float(f[16 + g + 8]));
+      acc[0] = fmaf(m0, a0[b].ds, acc[0]);
+      acc[1] = fmaf(m0, a1[b].ds, acc[1]);
+      acc[2] = fmaf(m1, a0[b].ds, acc[2]);
+      acc[3] = fmaf(m1, a1[b].ds, acc[3]);
     }
   }
   const int64_t r0 = group * 16 + g, r1 = r0 + 8;
@@ -153,7 +254,10 @@ void matmul(int layout, const uint32_t* words, int64_t rows, int64_t nb, const v
   switch (layout) {
     case kQ4: matmul_kernel<kQ4><<<grid, 32 * warps>>>(words, rows, nb, a, n_tok, y); break;
     case kQ8: matmul_kernel<kQ8><<<grid, 32 * warps>>>(words, rows, nb, a, n_tok, y); break;
-    default: matmul_kernel<kQ8Min><<<grid, 32 * warps>>>(words, rows, nb, a, n_tok, y); break;
+    case kQ8Min: matmul_kernel<kQ8Min><<<grid, 32 * warps>>>(words, rows, nb, a, n_tok, y); break;
+    case kQ4K: kmatmul_kernel<kQ4K><<<grid, 32 * warps>>>(words, rows, nb, a, n_tok, y); break;
+    case kQ5K: kmatmul_kernel<kQ5K><<<grid, 32 * warps>>>(words, rows, nb, a, n_tok, y); break;
+    default: kmatmul_kernel<kQ6K><<<grid, 32 * warps>>>(words, rows, nb, a, n_tok, y); break;
   }
   check_launch("the quantized matmul");
 }

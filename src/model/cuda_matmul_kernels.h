@@ -7,7 +7,7 @@ namespace cs::cuda::kernels {
 
 // The layouts the kernels read (PackLayout's values: model/cuda_matmul.cpp
 // checks they agree).
-enum Layout : int { kQ4 = 0, kQ8 = 1, kQ8Min = 2 };
+enum Layout : int { kQ4 = 0, kQ8 = 1, kQ8Min = 2, kQ4K = 5, kQ5K = 6, kQ6K = 7 };
 
 // cs::BlockQ8's bytes: d, s, sum, sum_lo, ds, qs[32] (checked by cuda_matmul.cpp).
 constexpr int kBlockBytes = 52;
