@@ -12,6 +12,7 @@ import os
 import re
 import socket
 import stat
+import statistics
 import sys
 import tempfile
 import threading
@@ -177,9 +178,11 @@ class Server1(unittest.TestCase):
             self.assertEqual(code, 200, str(j)[:200])
             self.assertEqual(len(j["choices"][0]["logprobs"]["top_logprobs"][0]), 20)
             seen.append(rss_mb())
-        # Before: about 2.7 MB more after each of these requests (13 MB over the last five). Now RSS moves
-        # within a band of a few MB: the last five reach no higher than the first five did, give or take.
-        self.assertLess(max(seen[5:]) - max(seen[:5]), 5, seen)
+        # Before: about 2.7 MB more after each of these requests, never given back (the lowest of the
+        # last five was ~8 MB above the first five's median). Now RSS moves within a band: glibc's arenas
+        # swing by up to ~10 MB over a few requests and come back, so the
+        # test asks that the last five come back down to where the first five were, give or take.
+        self.assertLess(min(seen[5:]) - statistics.median(seen[:5]), 5, seen)
 
     def test_compiles_have_a_budget_and_stop_with_their_client(self):
         # An enum of 1000 strings of 200 characters is within the limits but took 15 s of CPU to compile
