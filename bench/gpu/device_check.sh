@@ -4,7 +4,7 @@
 # into .dev/ (chunkserve and unit_tests), then there:
 #   bench/gpu/device_check.sh OUT_DIR [quick]
 # 1. the GPU tests (unit_tests Cuda*/DeviceKvMemory*: attention, KV memory, the
-# quantized matmul), 2. `chunkserve bench
+# quantized matmul), 2. `chunkserve bench matmul --device cuda` and `bench
 # attention --device cuda`, 3. PyTorch's attention on the same shapes
 # (bench/peers/attention_torch.py), 4. compute-sanitizer's memcheck and
 # racecheck over some of the tests (last: the slowest, and the first to go
@@ -24,6 +24,14 @@ lscpu | grep -E "Model name|^CPU\(s\)" | tee -a "$out/gpu.txt"
 timeout 130 "$root/.dev/unit_tests" --gtest_filter='CudaAttention.*:DeviceKvMemory.*:CudaMatmul.*' 2>&1 | tee "$out/tests.log"
 tests=${PIPESTATUS[0]}
 echo "tests: exit $tests"
+
+# The quantized matmul on the GPU: decode's weight read (1 token) to prefill's
+# products (512), a 1B-class FFN matrix, Q4_K and Q4_1.
+for t in Q4_K Q4_1; do
+  timeout 60 "$root/.dev/chunkserve" bench matmul --device cuda --type $t --rows 8192 --cols 2048 \
+    --tokens 1 8 32 128 512 2>&1 | tee -a "$out/bench_matmul.log"
+done
+echo "bench matmul: exit ${PIPESTATUS[0]}"
 
 args=(--json "$out/bench_attention_cuda.json")
 [ -n "$quick" ] && args+=(--quick)

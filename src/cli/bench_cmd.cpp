@@ -144,10 +144,16 @@ Action add_bench_command(CLI::App& app) {
   Action attention = add_bench_attention_command(*bench);
   Action engine = add_bench_engine_command(*bench);
   Action pml = add_bench_pml_command(*bench);
+  Action matmul = add_bench_matmul_command(*bench);
   CLI::App* a = bench->get_subcommand("attention");
   CLI::App* e = bench->get_subcommand("engine");
-  return [o, m, a, e, attention, engine, pml] {
-    return m->parsed() ? run_bench_model(*o) : a->parsed() ? attention() : e->parsed() ? engine() : pml();
+  CLI::App* mm = bench->get_subcommand("matmul");
+  return [o, m, a, e, mm, attention, engine, pml, matmul] {
+    return m->parsed()    ? run_bench_model(*o)
+           : a->parsed()  ? attention()
+           : e->parsed()  ? engine()
+           : mm->parsed() ? matmul()
+                          : pml();
   };
 }
 

@@ -24,6 +24,7 @@ Action add_info_command(CLI::App& app);
 Action add_bench_attention_command(CLI::App& bench);
 Action add_bench_engine_command(CLI::App& bench);
 Action add_bench_pml_command(CLI::App& bench);
+Action add_bench_matmul_command(CLI::App& bench);
 
 // The model used when -m is not given: $CHUNKSERVE_MODEL, else the default
 // model fetched by scripts/setup.sh.
