@@ -68,27 +68,76 @@ __global__ void quantize_kernel(const float* __restrict__ x, int64_t blocks, Q8*
 template <int L>
 inline constexpr int kBlockWords = L == kQ4 ? 96 : L == kQ8 ? 144 : 160;
 
+// A warp's share of both kernels: lane (g, t) = (lane / 4, lane % 4) feeds
+// token tok0 + g's activations (B) and holds the outputs of rows g and g + 8
+// for tokens tok0 + 2t and tok0 + 2t + 1 (C: acc[0], acc[1] row g; acc[2],
+// acc[3] row g + 8), summed block by block with the CPU kernels' steps.
+struct WarpTile {
+  int g, t, tok0, n_tok;
+  int64_t nb;
+  const Q8 *ab, *a0, *a1;
+  bool feed;
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+
+  __device__ WarpTile(const Q8* acts, int64_t nb_, int n_tok_)
+      : g((threadIdx.x & 31) >> 2), t(threadIdx.x & 3), n_tok(n_tok_), nb(nb_) {
+    tok0 = (int(blockIdx.y) * int(blockDim.x >> 5) + int(threadIdx.x >> 5)) * 8;
+    feed = tok0 + g < n_tok;
+    ab = acts + int64_t(feed ? tok0 + g : 0) * nb;
+    a0 = acts + int64_t(min(tok0 + 2 * t, n_tok - 1)) * nb;
+    a1 = acts + int64_t(min(tok0 + 2 * t + 1, n_tok - 1)) * nb;
+  }
+  __device__ bool idle() const { return tok0 >= n_tok; }
+  // Block b's B fragment: token g's values 4t..4t+3 and 16+4t..16+4t+3.
+  __device__ void activations(int64_t b, uint32_t& b0, uint32_t& b1) const {
+    b0 = b1 = 0;
+    if (!feed) return;
+    b0 = *reinterpret_cast<const uint32_t*>(ab[b].qs + 4 * t);
+    b1 = *reinterpret_cast<const uint32_t*>(ab[b].qs + 16 + 4 * t);
+  }
+  // acc = fma(dot, scale * dx, acc), scales s0 (row g) and s1 (row g + 8).
+  __device__ void add_dots(const int (&c)[4], float s0, float s1, int64_t b) {
+    const float ad0 = a0[b].d, ad1 = a1[b].d;
+    acc[0] = fmaf(__int2float_rn(c[0]), __fmul_rn(s0, ad0), acc[0]);
+    acc[1] = fmaf(__int2float_rn(c[1]), __fmul_rn(s0, ad1), acc[1]);
+    acc[2] = fmaf(__int2float_rn(c[2]), __fmul_rn(s1, ad0), acc[2]);
+    acc[3] = fmaf(__int2float_rn(c[3]), __fmul_rn(s1, ad1), acc[3]);
+  }
+  // acc = fma(m, the activations' weight, acc): fp16 s (kQ4, as llama.cpp's
+  // Q4_1) or fp32 d * sum (the other layouts).
+  __device__ void add_mins(float m0, float m1, int64_t b, bool fp16_s) {
+    const float w0 = fp16_s ? a0[b].s : a0[b].ds, w1 = fp16_s ? a1[b].s : a1[b].ds;
+    acc[0] = fmaf(m0, w0, acc[0]);
+    acc[1] = fmaf(m0, w1, acc[1]);
+    acc[2] = fmaf(m1, w0, acc[2]);
+    acc[3] = fmaf(m1, w1, acc[3]);
+  }
+  __device__ void store(float* y, int64_t rows) const {
+    const int64_t r0 = int64_t(blockIdx.x) * 16 + g, r1 = r0 + 8;
+    const int tc0 = tok0 + 2 * t, tc1 = tc0 + 1;
+    if (tc0 < n_tok) {
+      if (r0 < rows) y[int64_t(tc0) * rows + r0] = acc[0];
+      if (r1 < rows) y[int64_t(tc0) * rows + r1] = acc[2];
+    }
+    if (tc1 < n_tok) {
+      if (r0 < rows) y[int64_t(tc1) * rows + r0] = acc[1];
+      if (r1 < rows) y[int64_t(tc1) * rows + r1] = acc[3];
+    }
+  }
+};
+
 // One warp per (group of 16 rows, tile of 8 tokens); per block of 32 values
 // in order, one m16n8k32 s8 mma gives the 16 x 8 exact int32 dots. Lane
-// (g, t) = (lane / 4, lane % 4) feeds rows g and g + 8, values 4t..4t+3 and
-// 16+4t..16+4t+3 (A), token g's values 4t.. and 16+4t.. (B), and holds the
-// outputs of rows g and g + 8 for tokens 2t and 2t + 1 (C).
+// (g, t) feeds rows g and g + 8, values 4t..4t+3 and 16+4t..16+4t+3 (A);
+// WarpTile does the rest.
 template <int L>
 __global__ void __launch_bounds__(128) matmul_kernel(const uint32_t* __restrict__ words, int64_t rows, int64_t nb,
                                                      const Q8* __restrict__ acts, int n_tok, float* __restrict__ y) {
   constexpr int kWords = kBlockWords<L>;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int g = lane >> 2, t = lane & 3;
-  const int64_t group = blockIdx.x;
-  const int tok0 = (int(blockIdx.y) * int(blockDim.x >> 5) + warp) * 8;
-  if (tok0 >= n_tok) return;
-  const uint32_t* w = words + group * nb * kWords;
-  const int tb = tok0 + g, tc0 = tok0 + 2 * t, tc1 = tc0 + 1;
-  const bool feed = tb < n_tok;
-  const Q8* ab = acts + int64_t(feed ? tb : 0) * nb;
-  const Q8* a0 = acts + int64_t(min(tc0, n_tok - 1)) * nb;
-  const Q8* a1 = acts + int64_t(min(tc1, n_tok - 1)) * nb;
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  WarpTile tile(acts, nb, n_tok);
+  if (tile.idle()) return;
+  const int g = tile.g, t = tile.t;
+  const uint32_t* w = words + int64_t(blockIdx.x) * nb * kWords;
   for (int64_t b = 0; b < nb; ++b) {
     const uint32_t* wb = w + b * kWords;
     uint32_t a[4];
@@ -108,39 +157,15 @@ __global__ void __launch_bounds__(128) matmul_kernel(const uint32_t* __restrict_
       a[2] = wb[v + 16 * (4 + t) + g] ^ 0x80808080u;
       a[3] = wb[v + 16 * (4 + t) + g + 8] ^ 0x80808080u;
     }
-    uint32_t b0 = 0, b1 = 0;
-    if (feed) {
-      b0 = *reinterpret_cast<const uint32_t*>(ab[b].qs + 4 * t);
-      b1 = *reinterpret_cast<const uint32_t*>(ab[b].qs + 16 + 4 * t);
-    }
+    uint32_t b0, b1;
+    tile.activations(b, b0, b1);
     int c[4];
     mma_s8(c, a[0], a[1], a[2], a[3], b0, b1);
-    const float dw0 = __uint_as_float(wb[g]), dw1 = __uint_as_float(wb[g + 8]);
-    const float ad0 = a0[b].d, ad1 = a1[b].d;
-    acc[0] = fmaf(__int2float_rn(c[0]), __fmul_rn(dw0, ad0), acc[0]);
-    acc[1] = fmaf(__int2float_rn(c[1]), __fmul_rn(dw0, ad1), acc[1]);
-    acc[2] = fmaf(__int2float_rn(c[2]), __fmul_rn(dw1, ad0), acc[2]);
-    acc[3] = fmaf(__int2float_rn(c[3]), __fmul_rn(dw1, ad1), acc[3]);
-    if constexpr (L != kQ8) {
-      // The minimums (word 16 + r), by the activations' fp16 s (kQ4, as
-      // llama.cpp's Q4_1) or fp32 d * sum (kQ8Min).
-      const float m0 = __uint_as_float(wb[16 + g]), m1 = __uint_as_float(wb[16 + g + 8]);
-      const float s0 = L == kQ4 ? a0[b].s : a0[b].ds, s1 = L == kQ4 ? a1[b].s : a1[b].ds;
-      acc[0] = fmaf(m0, s0, acc[0]);
-      acc[1] = fmaf(m0, s1, acc[1]);
-      acc[2] = fmaf(m1, s0, acc[2]);
-      acc[3] = fmaf(m1, s1, acc[3]);
-    }
+    tile.add_dots(c, __uint_as_float(wb[g]), __uint_as_float(wb[g + 8]), b);
+    // The minimums: word 16 + r.
+    if constexpr (L != kQ8) tile.add_mins(__uint_as_float(wb[16 + g]), __uint_as_float(wb[16 + g + 8]), b, L == kQ4);
   }
-  const int64_t r0 = group * 16 + g, r1 = r0 + 8;
-  if (tc0 < n_tok) {
-    if (r0 < rows) y[int64_t(tc0) * rows + r0] = acc[0];
-    if (r1 < rows) y[int64_t(tc0) * rows + r1] = acc[2];
-  }
-  if (tc1 < n_tok) {
-    if (r0 < rows) y[int64_t(tc1) * rows + r0] = acc[1];
-    if (r1 < rows) y[int64_t(tc1) * rows + r1] = acc[3];
-  }
+  tile.store(y, rows);
 }
 
 // The K layouts (model/pack_layout.h): per super-block of 8 blocks the rows'
@@ -176,29 +201,18 @@ template <int L>
 __global__ void __launch_bounds__(128) kmatmul_kernel(const uint32_t* __restrict__ words, int64_t rows, int64_t nb,
                                                       const Q8* __restrict__ acts, int n_tok, float* __restrict__ y) {
   using S = KShape<L>;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int g = lane >> 2, t = lane & 3;
-  const int64_t group = blockIdx.x;
-  const int tok0 = (int(blockIdx.y) * int(blockDim.x >> 5) + warp) * 8;
-  if (tok0 >= n_tok) return;
-  const uint32_t* gw = words + group * (nb / 8) * S::kSuper;
-  const int tb = tok0 + g, tc0 = tok0 + 2 * t, tc1 = tc0 + 1;
-  const bool feed = tb < n_tok;
-  const Q8* ab = acts + int64_t(feed ? tb : 0) * nb;
-  const Q8* a0 = acts + int64_t(min(tc0, n_tok - 1)) * nb;
-  const Q8* a1 = acts + int64_t(min(tc1, n_tok - 1)) * nb;
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  WarpTile tile(acts, nb, n_tok);
+  if (tile.idle()) return;
+  const int g = tile.g, t = tile.t;
+  const uint32_t* gw = words + int64_t(blockIdx.x) * (nb / 8) * S::kSuper;
   for (int64_t b = 0; b < nb; ++b) {
     const uint32_t* sup = gw + (b / 8) * S::kSuper;
     const uint32_t* wb = sup + S::kHeader + (b % 8) * S::kBlock;
     const int k0 = t >> 1, hi = t & 1;
     const uint32_t x0 = k_values<L>(wb, g, k0, hi), x1 = k_values<L>(wb, g + 8, k0, hi);
     const uint32_t x2 = k_values<L>(wb, g, 2 + k0, hi), x3 = k_values<L>(wb, g + 8, 2 + k0, hi);
-    uint32_t b0 = 0, b1 = 0;
-    if (feed) {
-      b0 = *reinterpret_cast<const uint32_t*>(ab[b].qs + 4 * t);
-      b1 = *reinterpret_cast<const uint32_t*>(ab[b].qs + 16 + 4 * t);
-    }
+    uint32_t b0, b1;
+    tile.activations(b, b0, b1);
     int c[2][4];
     if constexpr (S::kHalves) {
       mma_s8(c[0], x0, x1, 0u, 0u, b0, b1);
@@ -208,32 +222,13 @@ __global__ void __launch_bounds__(128) kmatmul_kernel(const uint32_t* __restrict
     }
     const auto* f = reinterpret_cast<const signed char*>(wb);
     const float d0 = __uint_as_float(sup[g]), d1 = __uint_as_float(sup[g + 8]);
-    const float ad0 = a0[b].d, ad1 = a1[b].d;
-    for (int h = 0; h < (S::kHalves ? 2 : 1); ++h) {
-      const float s0 = __fmul_rn(d0, float(f[16 * h + g])), s1 = __fmul_rn(d1, float(f[16 * h + g + 8]));
-      acc[0] = fmaf(__int2float_rn(c[h][0]), __fmul_rn(s0, ad0), acc[0]);
-      acc[1] = fmaf(__int2float_rn(c[h][1]), __fmul_rn(s0, ad1), acc[1]);
-      acc[2] = fmaf(__int2float_rn(c[h][2]), __fmul_rn(s1, ad0), acc[2]);
-      acc[3] = fmaf(__int2float_rn(c[h][3]), __fmul_rn(s1, ad1), acc[3]);
-    }
-    if constexpr (S::kMins) {
-      const float m0 = __fmul_rn(__uint_as_float(sup[16 + g]), float(f[16 + g]));
-      const float m1 = __fmul_rn(__uint_as_float(sup[16 + g + 8]), float(f[16 + g + 8]));
-      acc[0] = fmaf(m0, a0[b].ds, acc[0]);
-      acc[1] = fmaf(m0, a1[b].ds, acc[1]);
-      acc[2] = fmaf(m1, a0[b].ds, acc[2]);
-      acc[3] = fmaf(m1, a1[b].ds, acc[3]);
-    }
+    for (int h = 0; h < (S::kHalves ? 2 : 1); ++h)
+      tile.add_dots(c[h], __fmul_rn(d0, float(f[16 * h + g])), __fmul_rn(d1, float(f[16 * h + g + 8])), b);
+    if constexpr (S::kMins)
+      tile.add_mins(__fmul_rn(__uint_as_float(sup[16 + g]), float(f[16 + g])),
+                    __fmul_rn(__uint_as_float(sup[16 + g + 8]), float(f[16 + g + 8])), b, false);
   }
-  const int64_t r0 = group * 16 + g, r1 = r0 + 8;
-  if (tc0 < n_tok) {
-    if (r0 < rows) y[int64_t(tc0) * rows + r0] = acc[0];
-    if (r1 < rows) y[int64_t(tc0) * rows + r1] = acc[2];
-  }
-  if (tc1 < n_tok) {
-    if (r0 < rows) y[int64_t(tc1) * rows + r0] = acc[1];
-    if (r1 < rows) y[int64_t(tc1) * rows + r1] = acc[3];
-  }
+  tile.store(y, rows);
 }
 
 }  // namespace
