@@ -203,7 +203,7 @@ void BM_DecodeStepSharedPrompt(benchmark::State& state) {
     const KvLayout layout{c.n_layers, c.n_kv_heads, c.head_dim, 64, KvType::kF16};
     const bool share = mode != 3;
     auto kv = std::make_unique<PrefixKv>(layout, layout.chunk_bytes() * size_t((share ? n_s / 64 : b * n_s / 64) + b * 4 + 8),
-                                         c.n_heads, mode == 1 ? AttnPath::kTwoPhase : AttnPath::kPerSequence);
+                                         c.n_heads, mode == 1 ? AttnPath::kTpp : AttnPath::kPerSequence);
 
     std::vector<int32_t> sys(static_cast<size_t>(n_s));
     for (int i = 0; i < n_s; ++i) sys[size_t(i)] = 100 + i % 1000;

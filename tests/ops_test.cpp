@@ -4,7 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <random>
+
+#include "model/ops_math.h"
 
 namespace cs {
 namespace {
@@ -104,6 +108,72 @@ TEST(Ops, SwiGluOaiClampsAndMatchesDoubleReference) {
       ASSERT_FALSE(std::isnan(o[i])) << "gate " << gs[i];
       ASSERT_NEAR(o[i], ref, tol) << "gate " << gs[i] << " up " << us[i] << " at " << i << " of " << n;
     }
+  }
+}
+
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
+
+// The vector loops against model/ops_math.h's steps one value at a time (the
+// GPU's kernels run those): the same bits for every value, edges included
+// (signed zeros, huge, subnormal, NaN, the exp's underflow near -87..-104).
+TEST(Ops, VectorLoopsGiveTheScalarStepsBits) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd;
+  std::uniform_real_distribution<float> wide(-120.0f, 120.0f);
+  const size_t n = 8 * 4096 + 8 * 37;  // the threaded split, and whole vectors only (no tail)
+  std::vector<float> g(n), u(n);
+  for (size_t i = 0; i < n; ++i) g[i] = i % 2 ? wide(rng) : nd(rng) * 4, u[i] = i % 5 ? nd(rng) : wide(rng) / 8;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float edge[] = {0.0f, -0.0f, 1e-30f, -1e-30f, 1e-40f, -1e-40f, 87.0f, -87.5f, 88.7f, -95.0f, -104.0f,
+                        7.0f, -7.0f, 1e4f, -1e4f, 3e38f, -3e38f, nan, -nan};
+  for (size_t i = 0; i < std::size(edge); ++i)
+    for (size_t j = 0; j < std::size(edge); ++j) g[i * std::size(edge) + j] = edge[i], u[i * std::size(edge) + j] = edge[j];
+  std::vector<float> out(n);
+  swiglu(g.data(), u.data(), n, out.data());
+  for (size_t i = 0; i < n; ++i) ASSERT_TRUE(same_bits(out[i], fp::swiglu(g[i], u[i]))) << "swiglu " << g[i] << " " << u[i];
+  geglu(g.data(), u.data(), n, out.data());
+  for (size_t i = 0; i < n; ++i) ASSERT_TRUE(same_bits(out[i], fp::geglu(g[i], u[i]))) << "geglu " << g[i] << " " << u[i];
+  swiglu_oai(g.data(), u.data(), n, out.data());
+  for (size_t i = 0; i < n; ++i)
+    ASSERT_TRUE(same_bits(out[i], fp::swiglu_oai(g[i], u[i]))) << "swiglu_oai " << g[i] << " " << u[i];
+  // A tail (n % 8 != 0) takes the scalar steps: the same bits as a whole vector.
+  std::vector<float> tail(13);
+  swiglu(g.data(), u.data(), 13, tail.data());
+  for (size_t i = 0; i < 13; ++i) ASSERT_TRUE(same_bits(tail[i], fp::swiglu(g[i], u[i]))) << i;
+}
+
+// rmsnorm's sum is ops_math.h's 32 lanes and shuffle tree, whatever the
+// length (vectors of 32 and a tail), and rope's pairs are fp::rotate.
+TEST(Ops, RmsNormAndRopeAreTheScalarSteps) {
+  std::mt19937 rng(12);
+  std::normal_distribution<float> nd;
+  for (int n : {1, 31, 32, 64, 100, 576, 2048, 2049}) {
+    std::vector<float> x(static_cast<size_t>(n)), w(x.size()), out(x.size());
+    for (int i = 0; i < n; ++i) x[size_t(i)] = nd(rng) * (i % 97 == 0 ? 3000.0f : 1.0f), w[size_t(i)] = nd(rng);
+    rmsnorm(x.data(), w.data(), n, 1e-6f, out.data());
+    double lanes[fp::kNormLanes] = {};
+    for (int i = 0; i < n; ++i) lanes[i % 32] += double(fp::mul(x[size_t(i)], x[size_t(i)]));
+    const float scale = fp::rms_scale(fp::sum_lanes(lanes), n, 1e-6f);
+    for (int i = 0; i < n; ++i)
+      ASSERT_TRUE(same_bits(out[size_t(i)], fp::norm_value(x[size_t(i)], scale, w[size_t(i)]))) << n << " " << i;
+  }
+  const int32_t pos[2] = {3, 70000};
+  for (RopeStyle style : {RopeStyle::kAdjacent, RopeStyle::kHalves}) {
+    RopeParams p;
+    p.rot_dim = 64, p.style = style;
+    RopeTable t;
+    t.build(pos, 2, p);
+    std::vector<float> x(128), y;
+    for (float& v : x) v = nd(rng);
+    y = x;
+    rope(y.data(), 2, 64, t, 1);
+    for (int h = 0; h < 2; ++h)
+      for (int i = 0; i < 32; ++i) {
+        const int a = h * 64 + (style == RopeStyle::kAdjacent ? 2 * i : i), b = a + (style == RopeStyle::kAdjacent ? 1 : 32);
+        float x0 = x[size_t(a)], x1 = x[size_t(b)];
+        fp::rotate(x0, x1, t.cos_[32 + size_t(i)], t.sin_[32 + size_t(i)]);
+        ASSERT_TRUE(same_bits(y[size_t(a)], x0) && same_bits(y[size_t(b)], x1)) << h << " " << i;
+      }
   }
 }
 

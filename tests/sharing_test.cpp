@@ -144,7 +144,7 @@ void report(const GreedyRun& a, const GreedyRun& b, const char* what, float near
 TEST(Sharing, SharingOnOrOffGivesIdenticalLogits) {
   for (KvType type : {KvType::kF32, KvType::kF16}) {
     const GreedyRun off = chunked(false, AttnPath::kPerSequence, type);
-    for (auto [path, name] : {std::pair{AttnPath::kTwoPhase, "two-phase"}, {AttnPath::kPerSequence, "per-sequence"}}) {
+    for (auto [path, name] : {std::pair{AttnPath::kTpp, "two-phase"}, {AttnPath::kPerSequence, "per-sequence"}}) {
       const GreedyRun on = chunked(true, path, type);
       EXPECT_EQ(on.tokens, off.tokens) << name << " " << kv_type_name(type);
       EXPECT_TRUE(on.logits == off.logits) << name << " " << kv_type_name(type) << ": logits differ";
@@ -161,12 +161,12 @@ TEST(Sharing, SharingOnOrOffGivesIdenticalLogits) {
 // floor (see conformance_test.cpp): greedy tokens may part only at a near-tie.
 TEST(Sharing, OtherPathsAgreeWithTheContiguousCacheUpToNearTies) {
   const GreedyRun plain = contiguous(KvType::kF32), half = contiguous(KvType::kF16);
-  const GreedyRun tpp = chunked(true, AttnPath::kTwoPhase, KvType::kF32);
+  const GreedyRun tpp = chunked(true, AttnPath::kTpp, KvType::kF32);
   const GreedyRun relay = chunked(true, AttnPath::kRelay, KvType::kF32);
   report(plain, tpp, "two-phase vs contiguous", 0.25f);
   report(plain, relay, "relay vs contiguous", 0.25f);
   // fp16 K/V (both caches' default) round the same values the same way.
-  report(half, chunked(true, AttnPath::kTwoPhase, KvType::kF16), "two-phase vs contiguous, f16", 0.25f);
+  report(half, chunked(true, AttnPath::kTpp, KvType::kF16), "two-phase vs contiguous, f16", 0.25f);
   report(plain, half, "contiguous f16 vs f32", 0.25f);
   report(tpp, relay, "relay vs two-phase", 0.25f);
 }

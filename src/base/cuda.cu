@@ -23,6 +23,11 @@ __global__ void read_all(const uint4* p, size_t n, unsigned* sink) {
   if (acc == 0x9e3779b9u) *sink = acc;  // practically never: keeps the reads
 }
 
+__global__ void gather_kernel(const float* src, int64_t cols, const int32_t* rows, int64_t total, float* dst) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < total) dst[i] = src[int64_t(rows[i / cols]) * cols + i % cols];
+}
+
 __global__ void spin_kernel(long long cycles) {
   const long long t0 = clock64();
   while (clock64() - t0 < cycles) {
@@ -129,6 +134,13 @@ double Timer::microseconds() {
 }
 
 void check_launch(const char* what) { check(cudaGetLastError(), what); }
+
+void gather_rows(const float* src, int64_t cols, const int32_t* rows, int n, float* dst) {
+  const int64_t total = int64_t(n) * cols;
+  if (total <= 0) return;
+  gather_kernel<<<unsigned((total + 255) / 256), 256>>>(src, cols, rows, total, dst);
+  check_launch("gather_rows");
+}
 
 void flush_l2(const Buffer& buf) {
   read_all<<<1024, 256>>>(buf.as<const uint4>(), buf.bytes() / 16, buf.as<unsigned>());

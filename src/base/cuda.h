@@ -60,6 +60,9 @@ void to_host(void* dst, const void* src, size_t bytes);      // synchronous
 void device_copy(void* dst, const void* src, size_t bytes);  // on the default stream
 void memset_device(void* dst, int value, size_t bytes);
 void synchronize();  // waits for the device; throws a kernel's pending error
+// dst row i = src row rows[i], rows of `cols` floats (device pointers; on
+// the default stream).
+void gather_rows(const float* src, int64_t cols, const int32_t* rows, int n, float* dst);
 
 // Elapsed device time between two points of the default stream.
 class Timer {

@@ -5,10 +5,27 @@
 #include <numeric>
 #include <unordered_map>
 
+#include "base/error.h"
+
 namespace cs {
 
-PrefixKv::PrefixKv(KvLayout layout, size_t capacity_bytes, int n_heads, AttnPath path, bool retain)
-    : tree_(layout, capacity_bytes, retain), n_heads_(n_heads), path_(path) {}
+namespace {
+
+// The layout, when the place can hold it: the GPU's kernels take head dims
+// 64, 128 and 256 (checked before any memory is taken).
+KvLayout placeable(KvLayout layout, KvPlace place) {
+  const int d = layout.head_dim;
+  if (place == KvPlace::kDevice && d != 64 && d != 128 && d != 256)
+    throw Error("the GPU's attention runs head dims 64, 128 and 256, not " + std::to_string(d));
+  return layout;
+}
+
+}  // namespace
+
+PrefixKv::PrefixKv(KvLayout layout, size_t capacity_bytes, int n_heads, AttnPath path, bool retain, KvPlace place)
+    : tree_(placeable(layout, place), capacity_bytes, retain, place), n_heads_(n_heads), path_(path) {
+  if (place == KvPlace::kDevice) cuda_ = std::make_unique<CudaAttention>();
+}
 
 PrefixKv::~PrefixKv() = default;
 
@@ -119,6 +136,22 @@ void PrefixKv::begin_batch(const Batch& batch) {
   for (SeqId id : batch.seq) row_of_tok_.push_back(fill[size_t(index.at(id))]++);
   plan_ = plan_attention(tree_.plan_input(), std::move(q_begin), n_heads_);
   win_ = 0;
+  if (!on_device()) return;
+  // The GPU's copy of the batch: tiles, slots and row orders, once for every layer.
+  tiles_ = plan_tiles(plan_, path_);
+  cuda_->set_plan(tiles_);
+  const size_t n = row_of_tok_.size();
+  std::vector<int32_t> tok_of_row(n);
+  for (size_t t = 0; t < n; ++t) tok_of_row[size_t(row_of_tok_[t])] = int32_t(t);
+  const std::vector<int32_t> row_of_tok(row_of_tok_.begin(), row_of_tok_.end());
+  auto upload = [](cuda::Buffer& buf, const std::vector<int32_t>& v) {
+    buf.reserve(std::max<size_t>(v.size(), 1) * sizeof(int32_t));
+    cuda::to_device(buf.get(), v.data(), v.size() * sizeof(int32_t));
+  };
+  upload(dev_slot_, slot_);
+  upload(dev_tok_of_row_, tok_of_row);
+  upload(dev_row_of_tok_, row_of_tok);
+  dev_win_ = -1;
 }
 
 // A row at position p sees the keys at positions above p - window: in a
@@ -140,7 +173,7 @@ const int* PrefixKv::window_first(int window) {
 }
 
 void PrefixKv::store(int layer, const float* k, const float* v) {
-  tree_.memory().write_rows(layer, slot_.data(), int(slot_.size()), k, v);
+  tree_.memory().write_rows(layer, on_device() ? dev_slot_.as<int32_t>() : slot_.data(), int(slot_.size()), k, v);
 }
 
 TreeView PrefixKv::view(int max_nodes, int head_tokens) const {
@@ -149,17 +182,48 @@ TreeView PrefixKv::view(int max_nodes, int head_tokens) const {
   return tree_.view(max_nodes, head_tokens, [&d](ChunkId c) { return d.on_disk(c); });
 }
 
+void PrefixKv::read_kv(SeqId id, int index, int layer, int head, float* k, float* v) const {
+  if (!tree_.host()) throw Error("read_kv: this KV is on the GPU");
+  const auto [chunk, off] = tree_.slot(id, index);
+  tree_.host()->read_kv(chunk, off, layer, head, k, v);
+}
+
+// On the GPU: the rows put in context order, the tiles of the batch's plan
+// run (attn/cuda_attention.h), the rows put back in batch order.
+void PrefixKv::attend_on_device(int layer, const float* q, float* out, int window, const float* sinks) {
+  if (sinks) throw Error("attention sinks (gpt-oss) do not run on the GPU yet: keep this model's KV on the host");
+  const int n = int(row_of_tok_.size());
+  if (n == 0) return;
+  const size_t w = size_t(n_heads_) * size_t(tree_.layout().head_dim);
+  dev_q_.reserve(size_t(n) * w * sizeof(float));
+  dev_out_.reserve(size_t(n) * w * sizeof(float));
+  cuda::gather_rows(q, int64_t(w), dev_tok_of_row_.as<int32_t>(), n, dev_q_.as<float>());
+  const int32_t* first = nullptr;
+  if (window > 0) {
+    if (dev_win_ != window) {
+      const int* h = window_first(window);
+      dev_win_first_.reserve(size_t(n) * sizeof(int32_t));
+      cuda::to_device(dev_win_first_.get(), h, size_t(n) * sizeof(int32_t));
+      dev_win_ = window;
+    }
+    first = dev_win_first_.as<int32_t>();
+  }
+  cuda_->run(*tree_.device(), layer, dev_q_.as<float>(), dev_out_.as<float>(), first);
+  cuda::gather_rows(dev_out_.as<float>(), int64_t(w), dev_row_of_tok_.as<int32_t>(), n, out);
+}
+
 void PrefixKv::attend(int layer, const float* q, float* out, int window, const float* sinks) {
+  if (on_device()) return attend_on_device(layer, q, out, window, sinks);
   const size_t w = size_t(n_heads_) * tree_.layout().head_dim;
   q_.resize(row_of_tok_.size() * w);
   out_.resize(q_.size());
   for (size_t t = 0; t < row_of_tok_.size(); ++t)
     std::memcpy(q_.data() + size_t(row_of_tok_[t]) * w, q + t * w, w * 4);
-  const AttnProblem p{&tree_.pool(), &plan_, layer, q_.data(), out_.data(), &ws_,
+  const AttnProblem p{&tree_.host()->pool(), &plan_, layer, q_.data(), out_.data(), &ws_,
                       window > 0 ? window_first(window) : nullptr, sinks};
   switch (path_) {
     case AttnPath::kPerSequence: attn_per_sequence(p); break;
-    case AttnPath::kTwoPhase: attn_tpp(p); break;
+    case AttnPath::kTpp: attn_tpp(p); break;
     case AttnPath::kRelay: attn_relay(p); break;
   }
   for (size_t t = 0; t < row_of_tok_.size(); ++t)

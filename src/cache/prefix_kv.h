@@ -11,8 +11,12 @@
 // kernel on that plan for each layer. Single-threaded use (the engine
 // thread), like the tree it owns; attend() itself is parallel.
 //
-// It owns the tree (bookkeeping: kv/prefix_tree.h) with the chunks' bytes in
-// host memory (kv/host_tree.h: the tree's queued copies made in it).
+// It owns the tree (bookkeeping: kv/prefix_tree.h) with the chunks' bytes
+// (kv/kv_tree.h: the tree's queued copies made in them) in host memory, where
+// the CPU kernels read them (attn/attention.h), or on a CUDA device
+// (KvPlace::kDevice), where the GPU's do (attn/cuda_attention.h): then
+// store() and attend() take device pointers (KvStore::on_device), and the
+// plan goes to the GPU once per batch as flat tiles (attn/tile_plan.h).
 // The disk tier's staging sits beside it (cache/disk_staging.h). The engine
 // and the Prompt Cache see the tree only through the narrow facade at the end.
 #pragma once
@@ -22,21 +26,24 @@
 #include <vector>
 
 #include "attn/attention.h"
+#include "attn/cuda_attention.h"
+#include "attn/tile_plan.h"
+#include "base/cuda.h"
 #include "cache/disk_staging.h"
 #include "cache/sequence_cache.h"
 #include "kv/disk_tier.h"
-#include "kv/host_tree.h"
 #include "kv/kv_store.h"
+#include "kv/kv_tree.h"
 
 namespace cs {
-
-enum class AttnPath { kPerSequence, kTwoPhase, kRelay };
 
 class PrefixKv : public KvStore, public SequenceCache {
  public:
   // retain: keep the chunks of sequences that left, for later joins.
-  PrefixKv(KvLayout layout, size_t capacity_bytes, int n_heads, AttnPath path = AttnPath::kTwoPhase,
-           bool retain = true);
+  // kDevice: the chunks on the GPU (throws cs::Error when none is usable,
+  // ErrorKind::kNoRoom when it lacks the memory; f16 or bf16 KV only).
+  PrefixKv(KvLayout layout, size_t capacity_bytes, int n_heads, AttnPath path = AttnPath::kTpp, bool retain = true,
+           KvPlace place = KvPlace::kHost);
   ~PrefixKv() override;
 
   // Starts sequence `id` with `tokens` already known (it shares every full
@@ -60,6 +67,7 @@ class PrefixKv : public KvStore, public SequenceCache {
   void begin_batch(const Batch& batch) override;
   void store(int layer, const float* k, const float* v) override;
   void attend(int layer, const float* q, float* out, int window, const float* sinks) override;
+  bool on_device() const override { return tree_.device() != nullptr; }
 
   // --- The disk tier (kv/disk_tier.h; not owned), through its staging
   // (cache/disk_staging.h): full chunks leaving the pool, and shared
@@ -97,10 +105,9 @@ class PrefixKv : public KvStore, public SequenceCache {
   // The chunks' bytes.
   KvMemory& memory() { return tree_.memory(); }
   const KvMemory& memory() const { return tree_.memory(); }
-  // K and V of token `index` of a live sequence, one layer and KV head, as floats.
-  void read_kv(SeqId id, int index, int layer, int head, float* k, float* v) const {
-    tree_.read_kv(id, index, layer, head, k, v);
-  }
+  // K and V of token `index` of a live sequence, one layer and KV head, as
+  // floats (host memory only: an Error on the device).
+  void read_kv(SeqId id, int index, int layer, int head, float* k, float* v) const;
   const AttnPlan& plan() const { return plan_; }
 
  private:
@@ -114,7 +121,9 @@ class PrefixKv : public KvStore, public SequenceCache {
   // lets it see (computed once per batch and window).
   const int* window_first(int window);
 
-  HostTree tree_;
+  void attend_on_device(int layer, const float* q, float* out, int window, const float* sinks);
+
+  KvTree tree_;
   std::unique_ptr<DiskStaging> staging_;
   int n_heads_;
   AttnPath path_;
@@ -130,6 +139,12 @@ class PrefixKv : public KvStore, public SequenceCache {
   std::vector<int> win_first_;    // per query row: see window_first
   int win_ = 0;                   // the window win_first_ is for (0: none yet)
   std::vector<float> q_, out_;
+  // On the device: the GPU's kernels, the batch's tiles, and per batch the
+  // slots, the row orders both ways and the windows' first keys there.
+  std::unique_ptr<CudaAttention> cuda_;
+  TilePlan tiles_;
+  cuda::Buffer dev_slot_, dev_tok_of_row_, dev_row_of_tok_, dev_win_first_, dev_q_, dev_out_;
+  int dev_win_ = -1;  // the window dev_win_first_ is for (-1: none yet)
 };
 
 }  // namespace cs

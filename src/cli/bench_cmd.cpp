@@ -3,7 +3,8 @@
 // one batch; N tokens decoded one at a time), median of repetitions. With
 // --n-depth D both run after D context tokens (prefilled, untimed), as
 // llama-bench -d does: the attention over a long context is then part of
-// what is timed.
+// what is timed. On --device cuda the KV is the engine's chunk cache on the
+// GPU (cache/prefix_kv.h), as the engine runs it there.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -14,7 +15,9 @@
 
 #include "base/cpu.h"
 #include "base/error.h"
+#include "base/cuda.h"
 #include "cache/contiguous_kv.h"
+#include "cache/prefix_kv.h"
 #include "cli/bench_profile.h"
 #include "cli/commands.h"
 #include "cli/options.h"
@@ -25,6 +28,7 @@ namespace {
 
 struct BenchOptions {
   std::string model;
+  std::string device = "cpu";
   int n_prompt = 512, n_gen = 128, reps = 5, threads = 0, depth = 0;
   KvType kv_type = KvType::kF16;
   bool json = false, profile = false;
@@ -34,8 +38,22 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// A test's KV store for `tokens` tokens of sequence 0: the CPU's contiguous
+// cache, or on the GPU the chunk cache there.
+std::unique_ptr<KvStore> test_kv(const LlamaModel& m, const BenchOptions& o, int tokens) {
+  const LlamaConfig& c = m.config();
+  if (!m.backend().on_device()) return std::make_unique<ContiguousKv>(c.kv_shape(), tokens, o.kv_type);
+  const KvLayout layout{c.n_layers, c.n_kv_heads, c.head_dim, 64, o.kv_type};
+  auto kv = std::make_unique<PrefixKv>(layout, layout.chunk_bytes() * size_t(tokens / 64 + 2), c.n_heads,
+                                       AttnPath::kPerSequence, false, KvPlace::kDevice);
+  int matched = 0;
+  const KvStatus st = kv->join(0, {}, &matched);
+  if (!st.ok()) throw Error(st.message);
+  return kv;
+}
+
 // Prefills `depth` tokens of sequence 0 into kv (untimed), in batches of 512.
-void fill_context(LlamaModel& model, ContiguousKv& kv, Workspace& ws, std::vector<float>& logits, int depth) {
+void fill_context(LlamaModel& model, KvStore& kv, Workspace& ws, std::vector<float>& logits, int depth) {
   const int n_vocab = model.config().n_vocab;
   for (int i0 = 0; i0 < depth; i0 += 512) {
     Batch b;
@@ -64,7 +82,7 @@ double median(std::vector<double> v) {
 int run_bench_model(const BenchOptions& o) {
   set_threads(o.threads);
   const std::string path = model_path(o.model);
-  auto model = LlamaModel::load(path);
+  auto model = load_model(path, o.device);
   const LlamaConfig& c = model->config();
   // Both tests must fit the model's context (this also keeps positions and
   // the synthetic token ids far from int overflow).
@@ -79,7 +97,8 @@ int run_bench_model(const BenchOptions& o) {
   const int D = o.depth;
   for (int rep = 0; rep < o.reps + 1; ++rep) {  // the first run warms up
     {
-      ContiguousKv kv(c.kv_shape(), D + o.n_prompt + 1, o.kv_type);
+      const auto kv_made = test_kv(*model, o, D + o.n_prompt + 1);
+      KvStore& kv = *kv_made;
       fill_context(*model, kv, ws, logits, D);
       Batch b;
       for (int i = 0; i < o.n_prompt; ++i) b.add((i * 7919 + 13) % c.n_vocab, D + i, 0, i + 1 == o.n_prompt);
@@ -90,7 +109,8 @@ int run_bench_model(const BenchOptions& o) {
       ws.profile = nullptr;
     }
     {
-      ContiguousKv kv(c.kv_shape(), D + o.n_gen + 1, o.kv_type);
+      const auto kv_made = test_kv(*model, o, D + o.n_gen + 1);
+      KvStore& kv = *kv_made;
       fill_context(*model, kv, ws, logits, D);
       if (o.profile && rep) ws.profile = &tg_prof;
       const auto t0 = std::chrono::steady_clock::now();
@@ -110,12 +130,13 @@ int run_bench_model(const BenchOptions& o) {
                                              ", \"tg\": " + profile_json(tg_prof, tg_steps) + "}"
                                        : "";
     std::printf("{\"model\": \"%s\", \"threads\": %d, \"isa\": \"%s\", \"kv_type\": \"%s\", \"pp\": %d, "
-                "\"tg\": %d, \"depth\": %d, \"pp_tps\": %.2f, \"tg_tps\": %.2f%s}\n",
+                "\"tg\": %d, \"depth\": %d, \"pp_tps\": %.2f, \"tg_tps\": %.2f%s, \"device\": \"%s\"}\n",
                 path.c_str(), threads, isa_name(cpu_isa()), kv_type_name(o.kv_type), o.n_prompt, o.n_gen, D,
-                median(pp), median(tg), prof.c_str());
+                median(pp), median(tg), prof.c_str(), o.device.c_str());
   } else {
     const std::string at = D ? " @ d" + std::to_string(D) : "";
     const char *isa = isa_name(cpu_isa()), *kv = kv_type_name(o.kv_type);
+    if (model->backend().on_device()) std::printf("device: cuda (%s)\n\n", cuda::device_info().name.c_str());
     std::printf("| test | threads | isa | kv | tokens/s |\n|---|---|---|---|---|\n");
     std::printf("| pp%d%s | %d | %s | %s | %.2f |\n", o.n_prompt, at.c_str(), threads, isa, kv, median(pp));
     std::printf("| tg%d%s | %d | %s | %s | %.2f |\n", o.n_gen, at.c_str(), threads, isa, kv, median(tg));
@@ -132,6 +153,7 @@ Action add_bench_command(CLI::App& app) {
   bench->require_subcommand(1);
   CLI::App* m = bench->add_subcommand("model", "Prefill and decode tokens/s on a model");
   add_model_option(*m, o->model);
+  add_device_option(*m, o->device);
   m->add_option("-p,--n-prompt", o->n_prompt, "Prompt tokens (pp test)")->check(CLI::PositiveNumber);
   m->add_option("-n,--n-gen", o->n_gen, "Generated tokens (tg test)")->check(CLI::PositiveNumber);
   m->add_option("-d,--n-depth", o->depth, "Context tokens cached before each test (untimed)")

@@ -34,6 +34,7 @@ namespace {
 
 struct BenchEngineOptions {
   std::string model;
+  std::string device = "cpu";
   EngineOptions engine;
   std::vector<std::string> modes{"tpp"};
   int pp = 4096, tg = 32, batch = 32, reps = 1;
@@ -193,7 +194,7 @@ int run_bench_engine(BenchEngineOptions o) {
     if (!attn_mode_from(m)) throw Error("unknown mode '" + m + "' (tpp, per-sequence, relay, none, all)");
   if (o.poisson && (o.ns > o.np || o.np < 1 || o.nc < 1 || o.rate <= 0 || o.requests < 1))
     throw Error("--poisson needs 0 <= --ns <= --np, --nc >= 1, --rate > 0 and --requests >= 1");
-  auto model = LlamaModel::load(model_path(o.model));
+  auto model = load_model(o.model, o.device);
   if (!o.json) {
     if (o.poisson)
       std::printf("| mode | n_p | n_s | n_c | RPS | latency ms/tok | TTFT p50 s | TTFT p99 s | tokens/s | peak KV MiB | peak batch |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
@@ -225,6 +226,7 @@ Action add_bench_engine_command(CLI::App& bench) {
   auto o = std::make_shared<BenchEngineOptions>();
   CLI::App* c = bench.add_subcommand("engine", "The serving engine end to end: batched-bench's shape, or --poisson (Table 4)");
   add_model_option(*c, o->model);
+  add_device_option(*c, o->device);
   c->add_option("--mode", o->modes, "Attention modes to run: tpp, per-sequence, relay, none, or all")->expected(1, 4);
   c->add_option("--pp", o->pp, "Shared prompt tokens (batched)")->check(int_in(1, 1 << 20));
   c->add_option("--tg", o->tg, "Tokens generated per sequence after the first (batched)")->check(int_in(1, 1 << 20));

@@ -19,6 +19,7 @@ namespace {
 
 struct BenchPmlOptions {
   std::string model;
+  std::string device = "cpu";
   std::vector<int> lengths{512, 1024, 2048, 4096, 7936};
   int new_tokens = 64, reps = 3;
   bool json = false;
@@ -137,7 +138,7 @@ std::string text_of(const Tokenizer& tok, int n, int salt) {
 }
 
 int run(const BenchPmlOptions& o) {
-  auto model = LlamaModel::load(model_path(o.model));
+  auto model = load_model(o.model, o.device);
   if (!o.quality.empty()) return run_quality(o, *model);
   const Tokenizer& tok = model->tokenizer();
   Engine engine(*model, o.engine);
@@ -201,6 +202,7 @@ Action add_bench_pml_command(CLI::App& bench) {
   auto o = std::make_shared<BenchPmlOptions>();
   CLI::App* c = bench.add_subcommand("pml", "Prompt Cache's Figure 5: time to first token, cached module vs from scratch");
   add_model_option(*c, o->model);
+  add_device_option(*c, o->device);
   c->add_option("--lengths", o->lengths, "Module lengths in tokens")->check(int_in(1, 1 << 20));
   c->add_option("--new", o->new_tokens, "Tokens each prompt computes (new text and its chat markup)")->check(int_in(1, 4096));
   c->add_option("-r,--reps", o->reps, "Timed runs of each (median)")->check(int_in(1, 1000));

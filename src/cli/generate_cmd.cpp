@@ -19,6 +19,7 @@ namespace {
 
 struct GenerateOptions {
   std::string model;
+  std::string device = "cpu";
   std::string prompt;
   std::string prediction;  // a file: the output expected
   std::string json_schema, regex, grammar;  // constrained decoding: a file, a regex, a file
@@ -53,7 +54,7 @@ std::optional<GrammarSpec> constraint(const GenerateOptions& o) {
 }
 
 int run_generate(GenerateOptions o) {
-  auto model = load_chat_model(o.model, o.chat_template);
+  auto model = load_chat_model(o.model, o.chat_template, o.device);
   const Tokenizer& tok = model->tokenizer();
   if (o.prompt.empty() == o.params.pml.empty()) throw Error("give a prompt: either -p TEXT or --pml PROMPT");
   if (!o.params.pml.empty() && o.chat) throw Error("--chat applies to -p; a PML prompt has its own role blocks");
@@ -100,6 +101,7 @@ Action add_generate_command(CLI::App& app) {
   auto o = std::make_shared<GenerateOptions>();
   CLI::App* cmd = app.add_subcommand("generate", "Generate a completion of one prompt");
   add_model_option(*cmd, o->model);
+  add_device_option(*cmd, o->device);
   cmd->add_option("-p,--prompt", o->prompt, "Prompt text");
   cmd->add_option("--schema", o->params.schemas, "Prompt Cache: a PML schema to register (repeatable)");
   cmd->add_option("--schema-dir", o->params.schema_dir,

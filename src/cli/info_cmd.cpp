@@ -2,7 +2,9 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <memory>
+#include <string>
 
+#include "base/cuda.h"
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "model/model_info.h"
@@ -17,6 +19,12 @@ Action add_info_command(CLI::App& app) {
   return [path] {
     const ModelInfo m = describe_model(model_path(*path));
     std::fputs(format_model_info(m).c_str(), stdout);
+    // Where --device can run it: the CPU always; the GPU when one is usable.
+    std::string why;
+    if (cuda::device_available(&why))
+      std::printf("devices        cpu, cuda (%s)\n", cuda::device_info().name.c_str());
+    else
+      std::printf("devices        cpu (cuda: %s)\n", why.c_str());
     return m.problems.empty() ? 0 : 1;
   };
 }

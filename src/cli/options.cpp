@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "model/cuda_ops.h"
 #include "model/llama.h"
 
 namespace cs {
@@ -144,8 +145,18 @@ std::string read_text_file(const std::string& path, const char* what) {
   return s.str();
 }
 
-std::unique_ptr<LlamaModel> load_chat_model(const std::string& path, const std::string& template_file) {
-  auto model = LlamaModel::load(model_path(path));
+void add_device_option(CLI::App& cmd, std::string& device) {
+  cmd.add_option("--device", device, "Where the model's layers run: cpu (default) or cuda (an NVIDIA GPU)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+}
+
+std::unique_ptr<LlamaModel> load_model(const std::string& path, const std::string& device) {
+  return LlamaModel::load(model_path(path), device == "cuda" ? cuda_backend() : cpu_backend());
+}
+
+std::unique_ptr<LlamaModel> load_chat_model(const std::string& path, const std::string& template_file,
+                                            const std::string& device) {
+  auto model = load_model(path, device);
   if (!template_file.empty()) {
     std::ifstream in(template_file, std::ios::binary);
     std::ostringstream text;

@@ -40,6 +40,13 @@ std::string model_path(const std::string& given);
 // model's chat template is not the file's own (none in the file: ChatML).
 // The file's bytes, or an Error naming `what` and the path.
 std::string read_text_file(const std::string& path, const char* what);
-std::unique_ptr<LlamaModel> load_chat_model(const std::string& path, const std::string& template_file);
+std::unique_ptr<LlamaModel> load_chat_model(const std::string& path, const std::string& template_file,
+                                            const std::string& device = "cpu");
+// --device cpu|cuda: where the model's layers run (default cpu; cuda:
+// model/cuda_ops.h, the GPU's result equal to the CPU's bit for bit).
+void add_device_option(CLI::App& cmd, std::string& device);
+// The model at `path` (the default model when empty) on `device`; a device
+// that is not usable is an Error naming why.
+std::unique_ptr<LlamaModel> load_model(const std::string& path, const std::string& device);
 
 }  // namespace cs

@@ -24,6 +24,7 @@ struct PerplexityOptionsCli {
   KvType kv_type = KvType::kF16;
   bool json = false, reference = false, kl = false;
   std::string kl_base;  // write the scored distributions for llama-perplexity --kl-divergence
+  std::string device = "cpu";
 };
 
 // The default corpus: the ChunkAttention and Prompt Cache papers
@@ -60,7 +61,7 @@ std::string read_text(const std::string& path) {
 
 int run(const PerplexityOptionsCli& o) {
   set_threads(o.threads);
-  auto model = LlamaModel::load(model_path(o.model));
+  auto model = load_model(o.model, o.device);
   if (o.n_ctx > model->config().n_ctx_train)
     throw Error("--ctx " + std::to_string(o.n_ctx) + " is larger than the model's trained context of " +
                 std::to_string(model->config().n_ctx_train) + " tokens");
@@ -122,6 +123,7 @@ Action add_perplexity_command(CLI::App& app) {
   auto o = std::make_shared<PerplexityOptionsCli>();
   CLI::App* c = app.add_subcommand("perplexity", "Perplexity of the model over a text (llama-perplexity's windows)");
   add_model_option(*c, o->model);
+  add_device_option(*c, o->device);
   c->add_option("-f,--file", o->file, "Text file (default: the ChunkAttention and Prompt Cache papers)");
   c->add_option("--ctx", o->n_ctx, "Window size in tokens; each window's second half is scored")->check(int_in(4, 1 << 20));
   c->add_option("--chunks", o->chunks, "Windows at most (0: all)")->check(int_in(0, 1 << 24));

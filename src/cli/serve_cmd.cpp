@@ -20,6 +20,7 @@ namespace {
 
 struct ServeOptions {
   std::string model;
+  std::string device = "cpu";
   std::string chat_template;
   EngineOptions engine;
   ServerOptions server;
@@ -61,7 +62,7 @@ int run_serve(ServeOptions o) {
   mallopt(M_ARENA_MAX, 8);
 
   const std::string path = model_path(o.model);
-  auto model = load_chat_model(path, o.chat_template);
+  auto model = load_chat_model(path, o.chat_template, o.device);
   if (o.server.model_id.empty()) o.server.model_id = std::filesystem::path(path).stem().string();
   if (o.server.api_key.empty())
     if (const char* k = std::getenv("CHUNKSERVE_API_KEY")) o.server.api_key = k;
@@ -77,6 +78,7 @@ int run_serve(ServeOptions o) {
     o.engine.kv_events = [p = events.get()](std::vector<BlockEvent> batch) { p->publish(std::move(batch)); };
   }
   Engine engine(*model, o.engine);
+  if (!engine.kv_note().empty()) std::fprintf(stderr, "chunkserve: %s\n", engine.kv_note().c_str());
   if (!o.server.schema_dir.empty()) restore_schemas(engine, o.server.schema_dir);
   Server server(engine, o.server);
   const int port = server.bind();
@@ -108,6 +110,7 @@ Action add_serve_command(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
   CLI::App* c = app.add_subcommand("serve", "Serve the OpenAI-compatible HTTP API");
   add_model_option(*c, o->model);
+  add_device_option(*c, o->device);
   add_chat_template_option(*c, o->chat_template);
   c->add_option("--host", o->server.host, "Address to listen on (default 127.0.0.1: this machine only)");
   c->add_option("--port", o->server.port, "Port (0: any free port)")->check(int_in(0, 65535));

@@ -250,12 +250,19 @@ class Engine {
   const EngineOptions& options() const { return opt_; }
   const LlamaModel& model() const { return model_; }
   int n_ctx() const { return n_ctx_; }
+  // Where the KV pool is: "cpu" (host memory) or "cuda" (a device model's
+  // KV on its GPU); and, when a device model's KV stays on the host, why
+  // (one line for the log; "" otherwise).
+  const char* kv_device() const { return kv_device_; }
+  const std::string& kv_note() const { return kv_note_; }
 
  private:
   struct Impl;
   const LlamaModel& model_;
   EngineOptions opt_;
   int n_ctx_ = 0;
+  const char* kv_device_ = "cpu";
+  std::string kv_note_;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -33,7 +33,7 @@ struct SchemaJob {
 };
 
 struct Engine::Impl {
-  Impl(Engine& e, const KvLayout& layout, size_t pool_bytes);
+  Impl(Engine& e, const KvLayout& layout, size_t pool_bytes, KvPlace place);
 
   Engine& engine;
   const LlamaModel& model;

@@ -21,6 +21,7 @@ GenerateResult generate(const LlamaModel& model, const std::vector<int32_t>& pro
         eo.extra_chunks += (g.length + eo.chunk_size - 1) / eo.chunk_size;
   }
   Engine engine(model, eo);
+  if (!engine.kv_note().empty() && params.progress) params.progress(engine.kv_note());
   GenerateResult out;
   Request r;
   if (!params.pml.empty()) {

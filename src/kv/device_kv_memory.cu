@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "base/cuda.h"
 #include "base/error.h"
 #include "kv/device_kv_memory.h"
 
@@ -95,6 +96,17 @@ void DeviceKvMemory::write_rows(int layer, const int32_t* slots, int n, const fl
     scatter_rows<__nv_bfloat16><<<grid, threads>>>(base_, L.chunk_bytes(), layer_off, L.block_bytes(), L.chunk_size,
                                                    L.head_dim, L.n_kv_heads, slots, k, v);
   check(cudaGetLastError(), "write_rows");
+}
+
+void DeviceKvMemory::write_host_rows(int layer, const int32_t* slots, int n, const float* k, const float* v) {
+  if (n <= 0) return;
+  const size_t row = size_t(layout_.n_kv_heads) * size_t(layout_.head_dim) * sizeof(float);
+  cuda::Buffer s(size_t(n) * sizeof(int32_t)), dk(size_t(n) * row), dv(size_t(n) * row);
+  cuda::to_device(s.get(), slots, size_t(n) * sizeof(int32_t));
+  cuda::to_device(dk.get(), k, size_t(n) * row);
+  cuda::to_device(dv.get(), v, size_t(n) * row);
+  write_rows(layer, s.as<int32_t>(), n, dk.as<float>(), dv.as<float>());
+  cuda::synchronize();  // the buffers go on return
 }
 
 void DeviceKvMemory::copy_prefix(ChunkId src, ChunkId dst, int n) {

@@ -22,6 +22,8 @@ class DeviceKvMemory final : public KvMemory {
   int capacity() const override { return capacity_; }
   // slots, k and v are device pointers.
   void write_rows(int layer, const int32_t* slots, int n, const float* k, const float* v) override;
+  // The same from host arrays (copied over first).
+  void write_host_rows(int layer, const int32_t* slots, int n, const float* k, const float* v) override;
   void copy_prefix(ChunkId src, ChunkId dst, int n) override;
   void read_chunk(ChunkId id, uint8_t* host) const override;
   void write_chunk(ChunkId id, const uint8_t* host) override;

@@ -29,6 +29,11 @@ class KvMemory {
   // slots[i] = chunk * chunk_size + offset. All three arrays live where this
   // memory lives (host memory, or the device's).
   virtual void write_rows(int layer, const int32_t* slots, int n, const float* k, const float* v) = 0;
+  // write_rows from host memory, wherever this memory lives (the Prompt
+  // Cache's module rows).
+  virtual void write_host_rows(int layer, const int32_t* slots, int n, const float* k, const float* v) {
+    write_rows(layer, slots, n, k, v);
+  }
   // The first n tokens of chunk src, every layer and KV head, into chunk dst.
   virtual void copy_prefix(ChunkId src, ChunkId dst, int n) = 0;
   // A whole chunk (layout().chunk_bytes()) to or from host memory.

@@ -67,6 +67,9 @@ class KvStore {
   // `sinks` (gpt-oss; null: none): per query head, a logit that takes part
   // in the softmax's denominator with no value (attn/state.h, finalize).
   virtual void attend(int layer, const float* q, float* out, int window, const float* sinks) = 0;
+  // Whether store() and attend() take device pointers (a store whose KV is
+  // on the GPU); host pointers otherwise.
+  virtual bool on_device() const { return false; }
 };
 
 }  // namespace cs

@@ -9,6 +9,7 @@
 // the weights), never on the batch around it or on how the work is split.
 #pragma once
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <span>
 
@@ -59,12 +60,28 @@ class LayerOps {
   // w[t * k + j] * src.row(slots[t * k + j]).
   virtual void route(MoeGating gating, Tensor logits, int k, std::span<int32_t> ids, std::span<float> weights) = 0;
   virtual void combine(Tensor src, std::span<const int> slots, std::span<const float> w, int k, Tensor out) = 0;
+
+  // Where the tensors live: host memory here; a device backend's are the
+  // GPU's, and these move a tensor's values between the two (the KV store
+  // and the logits are the host's: model/llama.cpp).
+  virtual bool on_device() const { return false; }
+  virtual void to_host(Tensor src, float* dst) {
+    if (dst != src.data) std::memcpy(dst, src.data, src.size() * sizeof(float));
+  }
+  virtual void to_device(const float* src, Tensor dst) {
+    if (src != dst.data) std::memcpy(dst.data, src, dst.size() * sizeof(float));
+  }
+  // Waits for the work queued so far (a device's queue; nothing on the CPU),
+  // so that a profile times an operation, not its launch.
+  virtual void finish() {}
 };
 
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual const char* name() const = 0;
+  // Whether the LayerOps' tensors are device memory (LayerOps::on_device).
+  virtual bool on_device() const { return false; }
   // A rows x cols matrix of the file (row-major, GGUF ne = {cols, rows}) as
   // this backend's matmul reads it: repacked, widened or copied here, once.
   virtual Weight matrix(GgmlType type, int64_t rows, int64_t cols, const uint8_t* data) const = 0;

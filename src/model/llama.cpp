@@ -120,6 +120,8 @@ void LlamaModel::forward(const Batch& batch, KvStore& kv, Workspace& ws, std::ve
     kv.begin_batch(batch);
   }
   if (!ws.ops) ws.ops = backend_->ops();
+  const bool dev = backend_->on_device();
+  ws.on_device(dev);
   std::optional<ProfilingOps> timed;
   if (ws.profile) timed.emplace(*ws.ops, *ws.profile);
   LayerOps& ops = timed ? static_cast<LayerOps&>(*timed) : *ws.ops;
@@ -142,13 +144,23 @@ void LlamaModel::forward(const Batch& batch, KvStore& kv, Workspace& ws, std::ve
     const int window = c.window_of(l);
     ops.rmsnorm(x, L.attn_norm, c.rms_eps, xb);
     attention_inputs(ops, L, xb, q, k, v, window ? ws.rope_swa : ws.rope);
-    {
-      ProfScope s(ws.profile, ProfOp::kKvStore);
-      kv.store(l, k.data, v.data);
-    }
-    {
+    const float* sinks = L.sinks.empty() ? nullptr : L.sinks.data();
+    if (dev && !kv.on_device()) {
+      // The GPU's activations with the host's KV: the rows cross both ways.
       ProfScope s(ws.profile, ProfOp::kAttention);
-      kv.attend(l, q.data, att.data, window, L.sinks.empty() ? nullptr : L.sinks.data());
+      ws.host_q.resize(q.size()), ws.host_k.resize(k.size()), ws.host_v.resize(v.size());
+      ws.host_att.resize(att.size());
+      ops.to_host(q, ws.host_q.data()), ops.to_host(k, ws.host_k.data()), ops.to_host(v, ws.host_v.data());
+      kv.store(l, ws.host_k.data(), ws.host_v.data());
+      kv.attend(l, ws.host_q.data(), ws.host_att.data(), window, sinks);
+      ops.to_device(ws.host_att.data(), att);
+    } else {
+      {
+        ProfScope s(ws.profile, ProfOp::kKvStore);
+        kv.store(l, k.data, v.data);
+      }
+      ProfScope s(ws.profile, ProfOp::kAttention);
+      kv.attend(l, q.data, att.data, window, sinks);
     }
     ops.matmul(L.wo, att, xb);
     if (!L.bo.empty()) ops.add_bias(xb, L.bo);
@@ -179,7 +191,14 @@ void LlamaModel::forward(const Batch& batch, KvStore& kv, Workspace& ws, std::ve
   // The head's 8-bit input error alone was a third of the fast path's KL
   // divergence from the float reference; refining the logits within
   // kHeadMargin of the top removes nearly all of it (docs/benchmarks.md).
-  if (!rows.empty()) ops.matmul_head(output_, head_in, kHeadMargin, Tensor{logits.data(), int(rows.size()), c.n_vocab});
+  if (rows.empty()) return;
+  if (dev) {  // the logits come to the host for the rows that sample
+    const Tensor y = ws.logits.shape(int(rows.size()), c.n_vocab);
+    ops.matmul_head(output_, head_in, kHeadMargin, y);
+    ops.to_host(y, logits.data());
+  } else {
+    ops.matmul_head(output_, head_in, kHeadMargin, Tensor{logits.data(), int(rows.size()), c.n_vocab});
+  }
 }
 
 }  // namespace cs

@@ -87,8 +87,18 @@ struct Workspace {
   std::vector<int> moe_slots;          // per token, its gathered rows in expert id order (n x k)
   std::vector<float> moe_slot_w;       // and their weights
   RopeTable rope, rope_swa;  // global layers' angles; sliding layers' (when they differ)
+  // A device backend with a host KV store: the rows that cross (q, k, v and
+  // the attention's output), and the head's logits on the device.
+  std::vector<float> host_q, host_k, host_v, host_att;
+  TensorBuf logits;
   std::unique_ptr<LayerOps> ops;
   OpProfile* profile = nullptr;  // when set, forward adds each operation's time to it
+
+  // Puts the activations in device memory (a device backend) or host memory.
+  void on_device(bool device) {
+    for (TensorBuf* b : {&x, &xb, &q, &k, &v, &att, &gate, &up, &head_in, &router_logits, &moe_in, &moe_out, &logits})
+      b->on_device(device);
+  }
 };
 
 // The output head refines the logits within this many nats of a row's top

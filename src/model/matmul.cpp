@@ -503,7 +503,9 @@ void quantize_two_levels(const float* x, int n_tok, size_t cols, HeadScratch& h)
     BlockQ8* b1 = h.level1.data() + size_t(t) * nb;
     BlockQ8* b2 = h.level2.data() + size_t(t) * nb;
     quantize_q8(xt, cols, b1);
-    for (size_t i = 0; i < cols; ++i) h.residual[i] = xt[i] - b1[i / kQBlock].d * float(b1[i / kQBlock].qs[i % kQBlock]);
+    // x - d q rounded once (the GPU's head takes the same step).
+    for (size_t i = 0; i < cols; ++i)
+      h.residual[i] = std::fma(-b1[i / kQBlock].d, float(b1[i / kQBlock].qs[i % kQBlock]), xt[i]);
     quantize_q8(h.residual.data(), cols, b2);
     // Q4_0/Q4_1 kernels weigh a block's offset by s, rounded through fp16
     // at level one: level two's s carries the rest of the block's true sum.

@@ -13,6 +13,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -21,6 +22,10 @@
 #include "model/pack_layout.h"
 
 namespace cs {
+
+namespace cuda {
+class DeviceMatrix;  // model/cuda_matmul.h
+}
 
 // Repacked weights: on huge pages where large (base/huge_pages.h), as a
 // decode step streams them all.
@@ -39,6 +44,8 @@ struct Weight {
   // model/pack_layout.h describes. One vpdpbusd advances 16 rows by 4
   // values (AVX2: vpmaddubsw per 8 rows), and scales are vectors.
   PackedWords packed;
+  // The GPU's copy (model/cuda_ops.h's backend; null on the CPU's).
+  std::shared_ptr<const cuda::DeviceMatrix> device;
 };
 
 

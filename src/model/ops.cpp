@@ -3,9 +3,11 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 
 #include "attn/exp_impl.h"
+#include "model/ops_math.h"
 
 namespace {
 
@@ -41,15 +43,10 @@ __m256 times_sigmoid8(__m256 x, __m256 z, __m256 u) {
 // silu(g) u = g sigmoid(g) u.
 __m256 swiglu8(__m256 g, __m256 u) { return times_sigmoid8(g, g, u); }
 
-float swiglu1(float g, float u) {
-  const float e = std::exp(-std::fabs(g));
-  return g * ((std::signbit(g) ? e : 1.0f) / (1.0f + e)) * u;
-}
-
 // GELU's tanh form is a sigmoid: 0.5 (1 + tanh(y)) = sigmoid(2y), with
 // y = sqrt(2/pi) (g + 0.044715 g^3); so gelu(g) u = g sigmoid(z) u with z = 2y.
-constexpr float kGeluZ = 1.5957691216057308f;  // 2 sqrt(2/pi)
-constexpr float kGeluC = 0.044715f;
+using cs::fp::kGeluC;
+using cs::fp::kGeluZ;  // 2 sqrt(2/pi)
 
 __m256 geglu8(__m256 g, __m256 u) {
   const __m256 g2 = _mm256_mul_ps(g, g);
@@ -58,18 +55,10 @@ __m256 geglu8(__m256 g, __m256 u) {
   return times_sigmoid8(g, z, u);
 }
 
-// times_sigmoid8 one value at a time: x sigmoid(z) u, the exponential 0
-// where the vector exp gives 0 (below 2^-126), not a denormal.
-float times_sigmoid1(float x, float z, float u) {
-  const float e = std::fabs(z) > 87.0f ? 0.0f : std::exp(-std::fabs(z));
-  return x * ((std::signbit(z) ? e : 1.0f) / (1.0f + e)) * u;
-}
-
-float geglu1(float g, float u) { return times_sigmoid1(g, kGeluZ * g * (1.0f + kGeluC * g * g), u); }
-
 // gpt-oss's SwiGLU: the gate clamped above at 7, the up value to [-7, 7]
 // and shifted by 1, sigmoid(1.702 g) in place of sigmoid(g).
-constexpr float kOaiLimit = 7.0f, kOaiAlpha = 1.702f;
+using cs::fp::kOaiAlpha;
+using cs::fp::kOaiLimit;
 
 __m256 swiglu_oai8(__m256 g, __m256 u) {
   const __m256 lim = _mm256_set1_ps(kOaiLimit);
@@ -78,12 +67,8 @@ __m256 swiglu_oai8(__m256 g, __m256 u) {
   return times_sigmoid8(x, _mm256_mul_ps(_mm256_set1_ps(kOaiAlpha), x), y);
 }
 
-float swiglu_oai1(float g, float u) {
-  const float x = std::min(g, kOaiLimit);
-  return times_sigmoid1(x, kOaiAlpha * x, std::clamp(u, -kOaiLimit, kOaiLimit) + 1.0f);
-}
-
-// out = f(gate, up) elementwise, 8 at a time, the tail one by one. A
+// out = f(gate, up) elementwise, 8 at a time, the tail one by one with
+// model/ops_math.h's steps, which give the vector's bits (tests/ops_test.cpp). A
 // prefill's n is large (512 tokens x SmolLM2's 1536 = 786k), and this runs
 // between two parallel matmuls: split it too, or one core idles.
 // (Template arguments, so each stays inlined in its loop.)
@@ -101,14 +86,25 @@ namespace cs {
 
 void rmsnorm(const float* x, const float* w, int n, float eps, float* out) {
   // Sum in double: the residual stream of small Llamas has outliers in the
-  // tens of thousands, and the norm feeds every later rounding decision.
-  double ss = 0;
-#pragma omp simd reduction(+ : ss)
-  for (int i = 0; i < n; ++i) ss += double(x[i] * x[i]);
-  const float mean = float(ss / n);
-  const float scale = 1.0f / std::sqrt(mean + eps);
+  // tens of thousands, and the norm feeds every later rounding decision. In
+  // ops_math.h's 32 lanes (what a warp sums on the GPU): value i in lane
+  // i % 32, here 8 vectors of 4 lanes each.
+  __m256d acc[8];
+  for (__m256d& a : acc) a = _mm256_setzero_pd();
+  int i = 0;
+  for (; i + fp::kNormLanes <= n; i += fp::kNormLanes)
+    for (int k = 0; k < 4; ++k) {
+      const __m256 v = _mm256_loadu_ps(x + i + 8 * k);
+      const __m256 sq = _mm256_mul_ps(v, v);
+      acc[2 * k] = _mm256_add_pd(acc[2 * k], _mm256_cvtps_pd(_mm256_castps256_ps128(sq)));
+      acc[2 * k + 1] = _mm256_add_pd(acc[2 * k + 1], _mm256_cvtps_pd(_mm256_extractf128_ps(sq, 1)));
+    }
+  alignas(32) double lanes[fp::kNormLanes];
+  for (int k = 0; k < 8; ++k) _mm256_store_pd(lanes + 4 * k, acc[k]);
+  for (; i < n; ++i) lanes[i % fp::kNormLanes] += double(fp::mul(x[i], x[i]));
+  const float scale = fp::rms_scale(fp::sum_lanes(lanes), n, eps);
 #pragma omp simd
-  for (int i = 0; i < n; ++i) out[i] = x[i] * scale * w[i];
+  for (int j = 0; j < n; ++j) out[j] = fp::norm_value(x[j], scale, w[j]);
 }
 
 double exp_weights(const float* x, size_t n, float m, float scale, float* w) {
@@ -130,12 +126,12 @@ double exp_weights(const float* x, size_t n, float m, float scale, float* w) {
   return sum;
 }
 
-void swiglu(const float* gate, const float* up, size_t n, float* out) { gated<swiglu8, swiglu1>(gate, up, n, out); }
+void swiglu(const float* gate, const float* up, size_t n, float* out) { gated<swiglu8, fp::swiglu>(gate, up, n, out); }
 
-void geglu(const float* gate, const float* up, size_t n, float* out) { gated<geglu8, geglu1>(gate, up, n, out); }
+void geglu(const float* gate, const float* up, size_t n, float* out) { gated<geglu8, fp::geglu>(gate, up, n, out); }
 
 void swiglu_oai(const float* gate, const float* up, size_t n, float* out) {
-  gated<swiglu_oai8, swiglu_oai1>(gate, up, n, out);
+  gated<swiglu_oai8, fp::swiglu_oai>(gate, up, n, out);
 }
 
 double RopeParams::angle(double pos, int i) const {
@@ -149,6 +145,8 @@ double RopeParams::angle(double pos, int i) const {
 }
 
 void RopeTable::build(const int32_t* pos, int n_tok, const RopeParams& p) {
+  static std::atomic<uint64_t> builds{0};
+  generation = ++builds;
   half = p.rot_dim / 2;
   style = p.style;
   cos_.resize(size_t(n_tok) * half);
@@ -172,9 +170,7 @@ void rope(float* x, int n_heads, int head_dim, const RopeTable& table, int token
     float* v = x + size_t(h) * head_dim;
     for (int i = 0; i < table.half; ++i) {
       float* a = v + stride * i;
-      const float x0 = a[0], x1 = a[partner];
-      a[0] = x0 * c[i] - x1 * s[i];
-      a[partner] = x0 * s[i] + x1 * c[i];
+      fp::rotate(a[0], a[partner], c[i], s[i]);
     }
   }
 }

@@ -60,6 +60,9 @@ struct RopeTable {
   int half = 0;              // rot_dim / 2
   RopeStyle style = RopeStyle::kAdjacent;
   std::vector<float> cos_, sin_;  // [token][half]
+  // A value no other build() gave (a device's copy of the angles knows when
+  // it is stale).
+  uint64_t generation = 0;
   void build(const int32_t* pos, int n_tok, const RopeParams& p);
 };
 

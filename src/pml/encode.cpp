@@ -182,7 +182,7 @@ void SchemaEncoding::pin_scaffold(PrefixKv& kv) {
           for (int h = 0; h < layout_.n_kv_heads; ++h)
             scratch_->read_kv(0, where_[g].first + off + i, layer, h, k.data() + size_t(h) * d, v.data() + size_t(h) * d);
           const int32_t slot = ch * cs + i;
-          kv.memory().write_rows(layer, &slot, 1, k.data(), v.data());
+          kv.memory().write_host_rows(layer, &slot, 1, k.data(), v.data());
         }
       e_->tokens += n;
       e_->bytes += layout_.chunk_bytes();

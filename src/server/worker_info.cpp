@@ -35,6 +35,8 @@ json server_info(const Engine& e, const WorkerIdentity& w) {
           {"kv_pool_bytes", s.kv.bytes},
           {"max_batch", o.max_batch},
           {"threads", s.threads},
+          {"device", e.model().backend().name()},
+          {"kv_device", e.kv_device()},
           {"prefix_caching", o.prefix_caching()},
           {"kv_events", kv_events},
           {"vllm_config",

@@ -71,6 +71,8 @@ class WorkerEndpoints(ServedTest):
             self.assertEqual(info["chunk_size"], 64)
             self.assertEqual(info["kv_block_size"], 32)
             self.assertEqual(info["max_batch"], 4)
+            self.assertEqual(info["device"], "cpu")
+            self.assertEqual(info["kv_device"], "cpu")
             self.assertTrue(info["prefix_caching"])
             # Where vLLM's routers read them.
             cfg = info["vllm_config"]

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Issue 45's checks of the engine on the GPU (--device cuda), as one run on
+# the device machine (../shared/device/README.md). Prepared here:
+#   cmake --build build && ../shared/device/pack.sh .dev build/chunkserve \
+#     build/tests/unit_tests build/tests/model_tests
+#   .dev/llama/: llama-quantize and its libraries (build_llama_cpp.sh's bin/);
+#   .dev/vocab/: ggml-vocab-llama-bpe.gguf; .dev/whl/: PyPI's gguf wheel
+# There:  bench/gpu/engine_check.sh OUT_DIR [1b]
+# 1. the GPU tests of the layer steps, the head, the forward pass and the
+#    KV on the device (unit_tests CudaOps.*, CudaMatmul.*);
+# 2. a small quantized model made there (make_synthetic.py llama3, Q4_K_M):
+#    model_tests CudaModel.* on it (the GPU's logits are the CPU's bit for bit
+#    with the KV on the host; with it on the GPU every mode and batch gives
+#    the same tokens), and `generate` on both devices;
+# 3. `bench model` on both devices; with `1b`, the 1B-class file of
+#    make_1b.sh too, and `bench engine --pp 4096 --tg 32 --batch 32` on the GPU.
+# Each step has its own time limit and log; a failing step does not stop the
+# later ones. Exit status: the tests'.
+set -uo pipefail
+out=${1:?usage: engine_check.sh OUT_DIR [1b]}
+big=${2:-}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+dev=$root/.dev
+export LD_LIBRARY_PATH=$dev/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+mkdir -p "$out"
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv | tee "$out/gpu.txt"
+
+timeout 150 "$dev/unit_tests" --gtest_filter='CudaOps.*:CudaMatmul.*' 2>&1 | tee "$out/unit.log"
+status=${PIPESTATUS[0]}
+echo "unit tests: exit $status"
+
+models=/tmp/models
+mkdir -p "$models" "$root/tests/data/vocab"
+cp -n "$dev"/vocab/* "$root/tests/data/vocab/" 2>/dev/null
+python3 -m pip install -q --no-index --no-deps --target /tmp/site "$dev"/whl/*.whl 2>&1 | tail -2
+quant() {  # F16 file -> Q4_K_M file
+  LD_LIBRARY_PATH=$dev/llama "$dev/llama/llama-quantize" "$1" "$2" Q4_K_M 16 >> "$out/make.log" 2>&1
+}
+small=$models/llama3-small-Q4_K_M.gguf
+if [ ! -f "$small" ]; then
+  PYTHONPATH=/tmp/site timeout 120 python3 "$root/bench/peers/make_synthetic.py" llama3 "$models/small-F16.gguf" \
+    > "$out/make.log" 2>&1 && quant "$models/small-F16.gguf" "$small" || tail -5 "$out/make.log"
+fi
+
+CS_GPU_TEST_MODEL=$small timeout 240 "$dev/model_tests" --gtest_filter='CudaModel.*' 2>&1 | tee "$out/model.log"
+st=${PIPESTATUS[0]}
+echo "model tests: exit $st"
+[ "$st" -ne 0 ] && status=$st
+
+for d in cpu cuda; do
+  timeout 60 "$dev/chunkserve" generate -m "$small" --device $d -p "The capital of France is" -n 24 \
+    > "$out/generate_$d.txt" 2> "$out/generate_$d.err"
+  echo "generate --device $d: exit $?"
+done
+cmp "$out/generate_cpu.txt" "$out/generate_cuda.txt" && echo "generate: the same text on both devices"
+
+for d in cuda cpu; do
+  timeout 90 "$dev/chunkserve" bench model -m "$small" --device $d -r 3 --profile 2>&1 | tee -a "$out/bench_model_small.md"
+done
+
+if [ "$big" = 1b ]; then
+  model=$models/llama3-1b-Q4_K_M.gguf
+  if [ ! -f "$model" ]; then
+    PYTHONPATH=/tmp/site timeout 150 python3 "$root/bench/peers/make_synthetic.py" llama3-1b "$models/1b-F16.gguf" \
+      >> "$out/make.log" 2>&1 && quant "$models/1b-F16.gguf" "$model" && rm -f "$models/1b-F16.gguf"
+  fi
+  timeout 120 "$dev/chunkserve" bench model -m "$model" --device cuda -r 3 --profile 2>&1 | tee "$out/bench_model_1b.md"
+  timeout 150 "$dev/chunkserve" bench engine -m "$model" --device cuda --pp 4096 --tg 32 --batch 32 --profile 2>&1 |
+    tee "$out/bench_engine_1b.md"
+fi
+exit "$status"

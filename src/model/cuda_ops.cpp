@@ -1,0 +1,206 @@
+#include "model/cuda_ops.h"
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/cuda.h"
+#include "base/error.h"
+#include "model/cpu_ops.h"
+#include "model/cuda_matmul.h"
+#include "model/cuda_ops_kernels.h"
+
+namespace cs {
+namespace {
+
+// A Weight the device matmul reads: on the GPU, the host's packed words freed.
+bool on_gpu(const Weight& w) { return w.device != nullptr; }
+
+class CudaOps final : public LayerOps {
+ public:
+  CudaOps() {
+    std::string why;
+    if (!cuda::device_available(&why)) throw Error("--device cuda: " + why);
+  }
+
+  bool on_device() const override { return true; }
+  void to_host(Tensor src, float* dst) override { cuda::to_host(dst, src.data, src.size() * sizeof(float)); }
+  void to_device(const float* src, Tensor dst) override { cuda::to_device(dst.data, src, dst.size() * sizeof(float)); }
+  void finish() override { cuda::synchronize(); }
+
+  // The file's rows dequantized on the host (the CPU's bits), then copied over.
+  void embed(const Weight& table, std::span<const int32_t> tokens, float scale, Tensor x) override {
+    host_a_.resize(x.size());
+    cpu_->embed(table, tokens, scale, Tensor{host_a_.data(), x.rows, x.cols});
+    to_device(host_a_.data(), x);
+  }
+
+  void matmul(const Weight& w, Tensor x, Tensor y) override {
+    const Weight* ws[] = {&w};
+    const Tensor ys[] = {y};
+    matmul(ws, x, ys);
+  }
+
+  // The input quantized once on the device for every weight there; the rest
+  // on the host.
+  void matmul(std::span<const Weight* const> ws, Tensor x, std::span<const Tensor> ys) override {
+    bool quantized = false;
+    for (size_t i = 0; i < ws.size(); ++i) {
+      if (!on_gpu(*ws[i])) {
+        host_matmul(*ws[i], x, ys[i]);
+        continue;
+      }
+      if (!quantized) quantize(x, acts_), quantized = true;
+      cuda::matmul(*ws[i]->device, acts_.as<BlockQ8>(), x.rows, ys[i].data);
+    }
+  }
+
+  // matmul_refined's two levels: x = d1 q1 + d2 q2; both products in one
+  // pass (2n token rows: the weights are read once), then level two added
+  // on the tiles of 16 outputs near each row's top.
+  void matmul_head(const Weight& w, Tensor x, float margin, Tensor y) override {
+    if (!on_gpu(w) || w.type == GgmlType::F32) {
+      host_a_.resize(x.size()), host_b_.resize(y.size());
+      to_host(x, host_a_.data());
+      cpu_->matmul_head(w, Tensor{host_a_.data(), x.rows, x.cols}, margin, Tensor{host_b_.data(), y.rows, y.cols});
+      to_device(host_b_.data(), y);
+      return;
+    }
+    const int64_t blocks = int64_t(x.rows) * (x.cols / 32);
+    const size_t level = size_t(blocks) * sizeof(BlockQ8);
+    acts_.reserve(2 * level);
+    residual_.reserve(x.size() * sizeof(float));
+    both_.reserve(2 * y.size() * sizeof(float));
+    floor_.reserve(size_t(x.rows) * sizeof(float));
+    auto* l1 = acts_.as<BlockQ8>();
+    auto* l2 = l1 + blocks;
+    cuda::quantize_q8(x.data, x.rows, x.cols, l1);
+    cuda::ops::head_residual(x.data, blocks, l1, residual_.as<float>());
+    cuda::quantize_q8(residual_.as<float>(), x.rows, x.cols, l2);
+    cuda::ops::head_level2_sums(x.data, blocks, l1, l2);
+    float* y1 = both_.as<float>();
+    cuda::matmul(*w.device, l1, 2 * x.rows, y1);  // level one's rows, then level two's
+    cuda::ops::head_refine(y1, y1 + y.size(), y.rows, y.cols, margin, floor_.as<float>(), y.data);
+  }
+
+  void rmsnorm(Tensor x, std::span<const float> w, float eps, Tensor out) override {
+    cuda::ops::rmsnorm(x.data, x.rows, x.cols, vec(w), int(w.size()), eps, out.data);
+  }
+
+  void rope(Tensor x, int head_dim, const RopeTable& table) override {
+    Angles& a = angles_[&table];
+    if (a.generation != table.generation) {
+      a.cos.reserve(table.cos_.size() * sizeof(float)), a.sin.reserve(table.sin_.size() * sizeof(float));
+      cuda::to_device(a.cos.get(), table.cos_.data(), table.cos_.size() * sizeof(float));
+      cuda::to_device(a.sin.get(), table.sin_.data(), table.sin_.size() * sizeof(float));
+      a.generation = table.generation;
+    }
+    cuda::ops::rope(x.data, x.rows, x.cols, head_dim, a.cos.as<float>(), a.sin.as<float>(), table.half,
+                    table.style == RopeStyle::kAdjacent);
+  }
+
+  void add_bias(Tensor x, std::span<const float> b) override { cuda::ops::add_bias(x.data, x.rows, x.cols, vec(b)); }
+  void scale(Tensor x, float s) override { cuda::ops::scale(x.data, x.size(), s); }
+  void add(Tensor x, Tensor y) override { cuda::ops::add(x.data, y.data, x.size()); }
+  void gated_ffn(FfnAct act, Tensor gate, Tensor up) override {
+    static_assert(int(FfnAct::kSilu) == 0 && int(FfnAct::kGeluTanh) == 1 && int(FfnAct::kSwigluOai) == 2);
+    cuda::ops::gated(int(act), gate.data, up.data, gate.size());
+  }
+
+  void copy_rows(Tensor x, std::span<const int> rows, Tensor out) override {
+    if (rows.empty()) return;
+    static_assert(sizeof(int) == sizeof(int32_t));
+    rows_.reserve(rows.size() * sizeof(int32_t));
+    cuda::to_device(rows_.get(), rows.data(), rows.size() * sizeof(int32_t));
+    cuda::gather_rows(x.data, x.cols, rows_.as<int32_t>(), int(rows.size()), out.data);
+  }
+
+  // Each expert's rows quantized and multiplied on the device (a row's bits
+  // are matmul()'s, as the CPU's grouped pass gives).
+  void matmul_grouped(std::span<const Weight* const> ws, std::span<const Tensor> xs,
+                      std::span<const Tensor> ys) override {
+    for (size_t i = 0; i < ws.size(); ++i) matmul(*ws[i], xs[i], ys[i]);
+  }
+
+  // Routing and the weighed sums on the host, by the CPU's steps.
+  void route(MoeGating gating, Tensor logits, int k, std::span<int32_t> ids, std::span<float> weights) override {
+    host_a_.resize(logits.size());
+    to_host(logits, host_a_.data());
+    cpu_->route(gating, Tensor{host_a_.data(), logits.rows, logits.cols}, k, ids, weights);
+  }
+  void combine(Tensor src, std::span<const int> slots, std::span<const float> w, int k, Tensor out) override {
+    host_a_.resize(src.size()), host_b_.resize(out.size());
+    to_host(src, host_a_.data());
+    cpu_->combine(Tensor{host_a_.data(), src.rows, src.cols}, slots, w, k, Tensor{host_b_.data(), out.rows, out.cols});
+    to_device(host_b_.data(), out);
+  }
+
+ private:
+  struct Angles {
+    uint64_t generation = 0;
+    cuda::Buffer cos, sin;
+  };
+
+  void quantize(Tensor x, cuda::Buffer& acts) {
+    acts.reserve(size_t(x.rows) * size_t(x.cols / 32) * sizeof(BlockQ8));
+    cuda::quantize_q8(x.data, x.rows, x.cols, acts.as<BlockQ8>());
+  }
+
+  // A matrix the device does not read: x's rows to the host, the CPU's
+  // matmul, y's rows back.
+  void host_matmul(const Weight& w, Tensor x, Tensor y) {
+    host_a_.resize(x.size()), host_b_.resize(y.size());
+    to_host(x, host_a_.data());
+    cpu_->matmul(w, Tensor{host_a_.data(), x.rows, x.cols}, Tensor{host_b_.data(), y.rows, y.cols});
+    to_device(host_b_.data(), y);
+  }
+
+  // A host vector's device copy, made on first use.
+  const float* vec(std::span<const float> v) {
+    cuda::Buffer& b = vecs_[{v.data(), v.size()}];
+    if (b.bytes() == 0 && !v.empty()) {
+      b = cuda::Buffer(v.size() * sizeof(float));
+      cuda::to_device(b.get(), v.data(), v.size() * sizeof(float));
+    }
+    return b.as<float>();
+  }
+
+  std::unique_ptr<LayerOps> cpu_ = cpu_backend().ops();
+  cuda::Buffer acts_, residual_, both_, floor_, rows_;
+  std::map<std::pair<const float*, size_t>, cuda::Buffer> vecs_;
+  std::map<const RopeTable*, Angles> angles_;
+  std::vector<float> host_a_, host_b_;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  const char* name() const override { return "cuda"; }
+  bool on_device() const override { return true; }
+
+  // The CPU's weight, then its layout copied to the GPU where the device
+  // matmul reads the type (and the host's packed words freed).
+  Weight matrix(GgmlType type, int64_t rows, int64_t cols, const uint8_t* data) const override {
+    Weight w = cpu_backend().matrix(type, rows, cols, data);
+    if (!cuda::matmul_supports(type) || cols % (is_k_layout(pack_layout(type)) ? 256 : 32)) return w;
+    w.device = std::make_shared<const cuda::DeviceMatrix>(w);
+    PackedWords().swap(w.packed);
+    return w;
+  }
+  Weight table(GgmlType type, int64_t rows, int64_t cols, const uint8_t* data) const override {
+    return cpu_backend().table(type, rows, cols, data);
+  }
+  std::unique_ptr<LayerOps> ops() const override { return std::make_unique<CudaOps>(); }
+};
+
+}  // namespace
+
+const Backend& cuda_backend() {
+  std::string why;
+  if (!cuda::device_available(&why)) throw Error("--device cuda: " + why);
+  static const CudaBackend backend;
+  return backend;
+}
+
+}  // namespace cs

@@ -1,0 +1,31 @@
+// The CUDA backend of the layer-ops seam (model/layer_ops.h): the forward
+// pass's activations in GPU memory, every layer step on the device with the
+// CPU's float steps, so a forward pass gives the CPU backend's logits bit for
+// bit (given the same attention):
+// - matrices of the types the device matmul reads (model/cuda_matmul.h: Q4_0,
+//   Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) go to the GPU at load in the
+//   CPU's 16-row layouts, and the host's packed copy is freed; matrices of
+//   other types stay on the host and run there (their rows cross over);
+// - norms, RoPE, the gated FFN's activation, biases, residuals and row copies
+//   by model/cuda_ops_kernels.h (model/ops_math.h's steps);
+// - the output head as matmul_refined computes it (both levels on the
+//   device, the tiles near each row's top refined there);
+// - the token embedding looked up on the host (the file's rows, dequantized
+//   as the CPU does) and its rows copied over;
+// - a mixture's routing and weighed sums on the host (the router's logits
+//   and the experts' outputs cross over), the experts' matmuls on the device.
+// The KV store may be the host's (its rows cross each layer: model/llama.cpp)
+// or one whose KV is on the device (KvStore::on_device).
+//
+// Weights and norm vectors a CudaOps is handed must live as long as it does
+// (a model's do): their device copies are kept by address.
+#pragma once
+#include "model/layer_ops.h"
+
+namespace cs {
+
+// Throws cs::Error when this build has no CUDA or no usable device is
+// present (base/cuda.h, device_available), naming why.
+const Backend& cuda_backend();
+
+}  // namespace cs

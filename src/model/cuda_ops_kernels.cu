@@ -1,0 +1,198 @@
+// The device steps of model/cuda_ops_kernels.h, each value by
+// model/ops_math.h's functions: the CPU's float steps, so the same bits.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "base/cuda.h"
+#include "model/cuda_ops_kernels.h"
+#include "model/ops_math.h"
+
+namespace cs::cuda::ops {
+namespace {
+
+constexpr unsigned kAll = 0xffffffffu;
+constexpr int kThreads = 256;
+
+unsigned blocks_for(size_t n, int per = kThreads) { return unsigned((n + size_t(per) - 1) / size_t(per)); }
+
+// A warp per group of `group` values: lane l sums the squares of values l,
+// l + 32, ... in order (doubles), the butterfly adds the lanes as
+// fp::sum_lanes does (every lane ends with lane 0's sum), then each lane
+// writes its values.
+__global__ void rmsnorm_kernel(const float* x, int64_t groups, int group, const float* w, float eps, float* out) {
+  const int lane = threadIdx.x & 31;
+  const int64_t g = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  if (g >= groups) return;  // the whole warp
+  const float* in = x + g * group;
+  double s = 0.0;
+  for (int i = lane; i < group; i += 32) s = fp::dadd(s, double(fp::mul(in[i], in[i])));
+  for (int o = 16; o >= 1; o >>= 1) s = fp::dadd(s, __shfl_xor_sync(kAll, s, o));
+  s = __shfl_sync(kAll, s, 0);
+  const float sc = fp::rms_scale(s, group, eps);
+  float* o = out + g * group;
+  for (int i = lane; i < group; i += 32) o[i] = fp::norm_value(in[i], sc, w[i]);
+}
+
+// A thread per (row, head, pair).
+__global__ void rope_kernel(float* x, int rows, int cols, int head_dim, const float* cos, const float* sin, int half,
+                            bool adjacent) {
+  const int heads = cols / head_dim;
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= int64_t(rows) * heads * half) return;
+  const int pair = int(i % half);
+  const int64_t rh = i / half;
+  const int row = int(rh / heads), h = int(rh % heads);
+  float* a = x + int64_t(row) * cols + int64_t(h) * head_dim + (adjacent ? 2 * pair : pair);
+  const int partner = adjacent ? 1 : half;
+  float x0 = a[0], x1 = a[partner];
+  fp::rotate(x0, x1, cos[int64_t(row) * half + pair], sin[int64_t(row) * half + pair]);
+  a[0] = x0, a[partner] = x1;
+}
+
+__global__ void add_bias_kernel(float* x, int64_t n, int cols, const float* b) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = fp::add(x[i], b[i % cols]);
+}
+
+__global__ void scale_kernel(float* x, int64_t n, float s) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = fp::mul(x[i], s);
+}
+
+__global__ void add_kernel(float* x, const float* y, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = fp::add(x[i], y[i]);
+}
+
+template <int Act>
+__global__ void gated_kernel(float* gate, const float* up, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float g = gate[i], u = up[i];
+  gate[i] = Act == 0 ? fp::swiglu(g, u) : Act == 1 ? fp::geglu(g, u) : fp::swiglu_oai(g, u);
+}
+
+// cs::BlockQ8's bytes (model/cuda_matmul_kernels.h checks the layout).
+struct Q8 {
+  float d, s;
+  int sum, sum_lo;
+  float ds;
+  signed char qs[32];
+};
+
+__global__ void residual_kernel(const float* x, int64_t n, const Q8* l1, float* r) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const Q8& b = l1[i >> 5];
+  r[i] = fp::fma(-b.d, float(b.qs[i & 31]), x[i]);
+}
+
+__global__ void level2_sums_kernel(const float* x, int64_t blocks, const Q8* l1, Q8* l2) {
+  const int64_t b = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (b >= blocks) return;
+  float sum = 0.0f;
+  for (int i = 0; i < 32; ++i) sum = fp::add(sum, x[b * 32 + i]);
+  l2[b].s = fp::sub(sum, l1[b].s);
+}
+
+// floor[t] = max over row t of y1, minus margin; a block per row.
+__global__ void row_floor_kernel(const float* y1, int64_t rows, float margin, float* floor) {
+  __shared__ float part[kThreads / 32];
+  const float* y = y1 + int64_t(blockIdx.x) * rows;
+  float m = y[0];
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) m = fp::max_sse(y[r], m);
+  for (int o = 16; o >= 1; o >>= 1) m = fp::max_sse(__shfl_xor_sync(kAll, m, o), m);
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = m;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float top = part[0];
+    for (int w = 1; w < int(blockDim.x >> 5); ++w) top = fp::max_sse(part[w], top);
+    floor[blockIdx.x] = fp::sub(top, margin);
+  }
+}
+
+// A thread per (row t, tile of 16 outputs).
+__global__ void refine_kernel(const float* y1, const float* y2, int n_tok, int64_t rows, const float* floor,
+                              float* y) {
+  const int64_t tiles = (rows + 15) / 16;
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= tiles * n_tok) return;
+  const int t = int(i / tiles);
+  const int64_t r0 = (i % tiles) * 16, r1 = r0 + 16 < rows ? r0 + 16 : rows;
+  const int64_t at = int64_t(t) * rows;
+  float m = y1[at + r0];
+  for (int64_t r = r0; r < r1; ++r) m = fp::max_sse(y1[at + r], m);
+  const bool pick = m >= floor[t];
+  for (int64_t r = r0; r < r1; ++r) y[at + r] = pick ? fp::add(y1[at + r], y2[at + r]) : y1[at + r];
+}
+
+}  // namespace
+
+void rmsnorm(const float* x, int rows, int cols, const float* w, int group, float eps, float* out) {
+  const int64_t groups = int64_t(rows) * (cols / group);
+  if (groups <= 0) return;
+  rmsnorm_kernel<<<blocks_for(size_t(groups) * 32), kThreads>>>(x, groups, group, w, eps, out);
+  check_launch("rmsnorm");
+}
+
+void rope(float* x, int rows, int cols, int head_dim, const float* cos, const float* sin, int half, bool adjacent) {
+  const size_t n = size_t(rows) * size_t(cols / head_dim) * size_t(half);
+  if (n == 0) return;
+  rope_kernel<<<blocks_for(n), kThreads>>>(x, rows, cols, head_dim, cos, sin, half, adjacent);
+  check_launch("rope");
+}
+
+void add_bias(float* x, int rows, int cols, const float* b) {
+  const size_t n = size_t(rows) * size_t(cols);
+  if (n == 0) return;
+  add_bias_kernel<<<blocks_for(n), kThreads>>>(x, int64_t(n), cols, b);
+  check_launch("add_bias");
+}
+
+void scale(float* x, size_t n, float s) {
+  if (n == 0) return;
+  scale_kernel<<<blocks_for(n), kThreads>>>(x, int64_t(n), s);
+  check_launch("scale");
+}
+
+void add(float* x, const float* y, size_t n) {
+  if (n == 0) return;
+  add_kernel<<<blocks_for(n), kThreads>>>(x, y, int64_t(n));
+  check_launch("add");
+}
+
+void gated(int act, float* gate, const float* up, size_t n) {
+  if (n == 0) return;
+  switch (act) {
+    case 0: gated_kernel<0><<<blocks_for(n), kThreads>>>(gate, up, int64_t(n)); break;
+    case 1: gated_kernel<1><<<blocks_for(n), kThreads>>>(gate, up, int64_t(n)); break;
+    default: gated_kernel<2><<<blocks_for(n), kThreads>>>(gate, up, int64_t(n)); break;
+  }
+  check_launch("the gated FFN's activation");
+}
+
+void head_residual(const float* x, int64_t blocks, const void* level1, float* residual) {
+  if (blocks <= 0) return;
+  residual_kernel<<<blocks_for(size_t(blocks) * 32), kThreads>>>(x, blocks * 32, static_cast<const Q8*>(level1),
+                                                                   residual);
+  check_launch("the head's residual");
+}
+
+void head_level2_sums(const float* x, int64_t blocks, const void* level1, void* level2) {
+  if (blocks <= 0) return;
+  level2_sums_kernel<<<blocks_for(size_t(blocks)), kThreads>>>(x, blocks, static_cast<const Q8*>(level1),
+                                                               static_cast<Q8*>(level2));
+  check_launch("the head's level-two sums");
+}
+
+void head_refine(const float* y1, const float* y2, int n_tok, int64_t rows, float margin, float* floor, float* y) {
+  if (n_tok <= 0 || rows <= 0) return;
+  row_floor_kernel<<<unsigned(n_tok), kThreads>>>(y1, rows, margin, floor);
+  check_launch("the head's row maxima");
+  const size_t n = size_t(n_tok) * size_t((rows + 15) / 16);
+  refine_kernel<<<blocks_for(n), kThreads>>>(y1, y2, n_tok, rows, floor, y);
+  check_launch("the head's refinement");
+}
+
+}  // namespace cs::cuda::ops

@@ -1,0 +1,34 @@
+// The kernels behind model/cuda_ops.h: the forward pass's steps between the
+// matmuls on the device, each value by model/ops_math.h's float steps (the
+// CPU's), in plain types so that nvcc (C++17) compiles them apart from the
+// C++20 host code. Device pointers throughout; every launch on the default
+// stream; a build without CUDA throws from each (cuda_ops_kernels_stub.cpp).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace cs::cuda::ops {
+
+// out = x / rms * w over each group of `group` values of every row (the whole
+// row, or each head); a warp per group, ops_math.h's 32 lanes. out may be x.
+void rmsnorm(const float* x, int rows, int cols, const float* w, int group, float eps, float* out);
+// Rotates every head of row t by row t's angles (cos/sin: [row][half]); the
+// partner of dimension i is i + 1 (adjacent pairs, stride 2) or i + half.
+void rope(float* x, int rows, int cols, int head_dim, const float* cos, const float* sin, int half, bool adjacent);
+void add_bias(float* x, int rows, int cols, const float* b);  // x.row(t) += b
+void scale(float* x, size_t n, float s);                      // x *= s
+void add(float* x, const float* y, size_t n);                 // x += y
+// gate = act(gate, up): 0 SwiGLU, 1 GeGLU, 2 gpt-oss's SwiGLU (FfnAct's order).
+void gated(int act, float* gate, const float* up, size_t n);
+
+// The output head's second level (model/matmul.cpp, quantize_two_levels):
+// residual = x - d q of level one, rounded once (fma).
+void head_residual(const float* x, int64_t blocks, const void* level1, float* residual);
+// level2[b].s = (x's block b summed in order) - level1[b].s.
+void head_level2_sums(const float* x, int64_t blocks, const void* level1, void* level2);
+// y[t][r] = y1[t][r], plus y2[t][r] where r's tile of 16 outputs holds one
+// within `margin` of row t's largest y1 (matmul_refined's selection). floor:
+// n_tok floats of scratch. y may be y1.
+void head_refine(const float* y1, const float* y2, int n_tok, int64_t rows, float margin, float* floor, float* y);
+
+}  // namespace cs::cuda::ops

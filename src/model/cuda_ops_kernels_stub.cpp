@@ -1,0 +1,22 @@
+// model/cuda_ops_kernels.h in a build without CUDA: never reached (CudaOps
+// needs a device), each throws if it is.
+#include "base/error.h"
+#include "model/cuda_ops_kernels.h"
+
+namespace cs::cuda::ops {
+
+namespace {
+[[noreturn]] void no_cuda() { throw Error("this build has no CUDA code"); }
+}  // namespace
+
+void rmsnorm(const float*, int, int, const float*, int, float, float*) { no_cuda(); }
+void rope(float*, int, int, int, const float*, const float*, int, bool) { no_cuda(); }
+void add_bias(float*, int, int, const float*) { no_cuda(); }
+void scale(float*, size_t, float) { no_cuda(); }
+void add(float*, const float*, size_t) { no_cuda(); }
+void gated(int, float*, const float*, size_t) { no_cuda(); }
+void head_residual(const float*, int64_t, const void*, float*) { no_cuda(); }
+void head_level2_sums(const float*, int64_t, const void*, void*) { no_cuda(); }
+void head_refine(const float*, const float*, int, int64_t, float, float*, float*) { no_cuda(); }
+
+}  // namespace cs::cuda::ops
