@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <random>
 #include <string>
@@ -250,6 +251,75 @@ class Recording final : public Backend {
   };
 };
 
+// A backend whose tensors are "elsewhere": the CPU's operations on buffers
+// of its own that start as NaN and keep nothing as they grow (as device
+// memory), crossing to and from the host only through to_host / to_device.
+// It runs the forward pass's device path (the logits, and a host KV store's
+// rows, copied across) on the CPU.
+class Remote final : public Backend {
+ public:
+  mutable int to_host = 0, to_device = 0;
+
+  const char* name() const override { return "remote"; }
+  bool on_device() const override { return true; }
+  Weight matrix(GgmlType type, int64_t rows, int64_t cols, const uint8_t* data) const override {
+    return cpu_backend().matrix(type, rows, cols, data);
+  }
+  Weight table(GgmlType type, int64_t rows, int64_t cols, const uint8_t* data) const override {
+    return cpu_backend().table(type, rows, cols, data);
+  }
+  std::unique_ptr<LayerOps> ops() const override { return std::make_unique<Ops>(*this); }
+
+ private:
+  class Ops final : public LayerOps {
+   public:
+    explicit Ops(const Remote& r) : r_(r) {}
+    bool on_device() const override { return true; }
+    Tensor shape(TensorBuf& buf, int rows, int cols) override {
+      std::vector<float>& m = mem_[&buf];
+      const size_t n = size_t(rows) * size_t(cols);
+      if (m.size() < n) m.assign(n, std::numeric_limits<float>::quiet_NaN());
+      return {m.data(), rows, cols};
+    }
+    void to_host(Tensor src, float* dst) override {
+      ++r_.to_host;
+      std::memcpy(dst, src.data, src.size() * sizeof(float));
+    }
+    void to_device(const float* src, Tensor dst) override {
+      ++r_.to_device;
+      std::memcpy(dst.data, src, dst.size() * sizeof(float));
+    }
+    void embed(const Weight& t, std::span<const int32_t> tok, float s, Tensor x) override { cpu_->embed(t, tok, s, x); }
+    void matmul(const Weight& w, Tensor x, Tensor y) override { cpu_->matmul(w, x, y); }
+    void matmul(std::span<const Weight* const> ws, Tensor x, std::span<const Tensor> ys) override {
+      cpu_->matmul(ws, x, ys);
+    }
+    void matmul_head(const Weight& w, Tensor x, float margin, Tensor y) override { cpu_->matmul_head(w, x, margin, y); }
+    void rmsnorm(Tensor x, std::span<const float> w, float eps, Tensor out) override { cpu_->rmsnorm(x, w, eps, out); }
+    void rope(Tensor x, int head_dim, const RopeTable& t) override { cpu_->rope(x, head_dim, t); }
+    void add_bias(Tensor x, std::span<const float> b) override { cpu_->add_bias(x, b); }
+    void scale(Tensor x, float s) override { cpu_->scale(x, s); }
+    void add(Tensor x, Tensor y) override { cpu_->add(x, y); }
+    void gated_ffn(FfnAct act, Tensor g, Tensor u) override { cpu_->gated_ffn(act, g, u); }
+    void copy_rows(Tensor x, std::span<const int> rows, Tensor out) override { cpu_->copy_rows(x, rows, out); }
+    void matmul_grouped(std::span<const Weight* const> ws, std::span<const Tensor> xs,
+                        std::span<const Tensor> ys) override {
+      cpu_->matmul_grouped(ws, xs, ys);
+    }
+    void route(MoeGating g, Tensor logits, int k, std::span<int32_t> ids, std::span<float> w) override {
+      cpu_->route(g, logits, k, ids, w);
+    }
+    void combine(Tensor src, std::span<const int> slots, std::span<const float> w, int k, Tensor out) override {
+      cpu_->combine(src, slots, w, k, out);
+    }
+
+   private:
+    const Remote& r_;
+    std::unique_ptr<LayerOps> cpu_ = cpu_backend().ops();
+    std::map<const TensorBuf*, std::vector<float>> mem_;
+  };
+};
+
 std::vector<float> run(const LlamaModel& m, Workspace& ws) {
   ContiguousKv kv(m.config().kv_shape(), 64);
   Batch b;
@@ -289,6 +359,32 @@ TEST(LayerOps, TheForwardPassRunsOnTheBackendItWasGiven) {
     EXPECT_EQ(rec.calls["add"], 2 * L);
     EXPECT_EQ(rec.calls["gated_ffn"], L);
     EXPECT_EQ(rec.calls["copy_rows"], 1);
+  }
+}
+
+// The device path of the forward pass, on the CPU: a backend whose tensors
+// are elsewhere, with the KV store in host memory, gives the CPU's logits
+// bit for bit, its rows crossing as they must: per layer q, k and v to the
+// host and the attention's output back, and the logits at the end.
+TEST(LayerOps, ADeviceBackendsRowsCrossToAHostKvStore) {
+  for (const char* arch : {"llama3", "gemma3", "qwen3moe", "gpt-oss"}) {
+    SCOPED_TRACE(arch);
+    const std::string path = test::tiny_model(std::string("ops_") + arch, test::tiny_arch_shape(arch));
+    Remote remote;
+    const auto on_remote = LlamaModel::load(path, remote);
+    const auto on_cpu = LlamaModel::load(path);
+    Workspace ws1, ws2;
+    const std::vector<float> a = run(*on_remote, ws1), b = run(*on_cpu, ws2);
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+    const int L = on_cpu->config().n_layers;
+    EXPECT_EQ(remote.to_host, 3 * L + 1);
+    EXPECT_EQ(remote.to_device, L);
+    // A profiled pass takes the same path.
+    OpProfile p;
+    ws1.profile = &p;
+    const std::vector<float> c = run(*on_remote, ws1);
+    EXPECT_EQ(std::memcmp(a.data(), c.data(), a.size() * sizeof(float)), 0);
   }
 }
 

@@ -26,6 +26,7 @@ class CudaOps final : public LayerOps {
   }
 
   bool on_device() const override { return true; }
+  Tensor shape(TensorBuf& buf, int rows, int cols) override { return buf.shape_on_device(rows, cols); }
   void to_host(Tensor src, float* dst) override { cuda::to_host(dst, src.data, src.size() * sizeof(float)); }
   void to_device(const float* src, Tensor dst) override { cuda::to_device(dst.data, src, dst.size() * sizeof(float)); }
   void finish() override { cuda::synchronize(); }

@@ -65,6 +65,8 @@ class LayerOps {
   // GPU's, and these move a tensor's values between the two (the KV store
   // and the logits are the host's: model/llama.cpp).
   virtual bool on_device() const { return false; }
+  // A view of rows x cols values in `buf`, in this backend's memory.
+  virtual Tensor shape(TensorBuf& buf, int rows, int cols) { return buf.shape(rows, cols); }
   virtual void to_host(Tensor src, float* dst) {
     if (dst != src.data) std::memcpy(dst, src.data, src.size() * sizeof(float));
   }

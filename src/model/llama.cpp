@@ -41,7 +41,7 @@ void LlamaModel::attention_inputs(LayerOps& ops, const LlamaLayer& L, Tensor xb,
 void LlamaModel::moe_ffn(LayerOps& ops, const LlamaLayer& L, Tensor xb, Workspace& ws) const {
   const LlamaConfig& c = cfg_;
   const int n = xb.rows, K = c.n_expert_used, E = c.n_expert, F = c.n_ff_exp;
-  const Tensor logits = ws.router_logits.shape(n, E);
+  const Tensor logits = ops.shape(ws.router_logits, n, E);
   ops.matmul(L.router, xb, logits);
   if (!L.router_b.empty()) ops.add_bias(logits, L.router_b);
   const size_t nk = size_t(n) * size_t(K);
@@ -71,8 +71,8 @@ void LlamaModel::moe_ffn(LayerOps& ops, const LlamaLayer& L, Tensor xb, Workspac
                  ws.moe_slot_w[size_t(t) * size_t(K) + size_t(j)] = mine[j].second;
   }
   const int rows = int(nk);
-  const Tensor in = ws.moe_in.shape(rows, c.n_embd), out = ws.moe_out.shape(rows, c.n_embd);
-  const Tensor gate = ws.gate.shape(rows, F), up = ws.up.shape(rows, F);
+  const Tensor in = ops.shape(ws.moe_in, rows, c.n_embd), out = ops.shape(ws.moe_out, rows, c.n_embd);
+  const Tensor gate = ops.shape(ws.gate, rows, F), up = ops.shape(ws.up, rows, F);
   ops.copy_rows(xb, ws.moe_rows, in);
   auto part = [](Tensor t, int r0, int r1) { return Tensor{t.row(r0), r1 - r0, t.cols}; };
   std::vector<const Weight*> w_gate_up, w_down;
@@ -120,18 +120,18 @@ void LlamaModel::forward(const Batch& batch, KvStore& kv, Workspace& ws, std::ve
     kv.begin_batch(batch);
   }
   if (!ws.ops) ws.ops = backend_->ops();
-  const bool dev = backend_->on_device();
-  ws.on_device(dev);
   std::optional<ProfilingOps> timed;
   if (ws.profile) timed.emplace(*ws.ops, *ws.profile);
   LayerOps& ops = timed ? static_cast<LayerOps&>(*timed) : *ws.ops;
+  const bool dev = ops.on_device();  // the tensors are the GPU's: the logits (and a host KV's rows) cross over
 
-  const Tensor x = ws.x.shape(n, c.n_embd);    // the residual stream
-  const Tensor xb = ws.xb.shape(n, c.n_embd);  // a block's normed input, then its output
-  const Tensor q = ws.q.shape(n, c.q_width()), att = ws.att.shape(n, c.q_width());
-  const Tensor k = ws.k.shape(n, c.kv_width()), v = ws.v.shape(n, c.kv_width());
+  const Tensor x = ops.shape(ws.x, n, c.n_embd);    // the residual stream
+  const Tensor xb = ops.shape(ws.xb, n, c.n_embd);  // a block's normed input, then its output
+  const Tensor q = ops.shape(ws.q, n, c.q_width()), att = ops.shape(ws.att, n, c.q_width());
+  const Tensor k = ops.shape(ws.k, n, c.kv_width()), v = ops.shape(ws.v, n, c.kv_width());
   // A mixture's FFN shapes these per step (moe_ffn); the dense width is unused there.
-  const Tensor gate = c.moe() ? Tensor{} : ws.gate.shape(n, c.n_ff), up = c.moe() ? Tensor{} : ws.up.shape(n, c.n_ff);
+  const Tensor gate = c.moe() ? Tensor{} : ops.shape(ws.gate, n, c.n_ff);
+  const Tensor up = c.moe() ? Tensor{} : ops.shape(ws.up, n, c.n_ff);
   {
     ProfScope s(ws.profile, ProfOp::kRope);
     ws.rope.build(batch.pos.data(), n, c.rope);
@@ -184,7 +184,7 @@ void LlamaModel::forward(const Batch& batch, KvStore& kv, Workspace& ws, std::ve
   std::vector<int> rows;
   for (int t = 0; t < n; ++t)
     if (batch.logits[size_t(t)]) rows.push_back(t);
-  const Tensor head_in = ws.head_in.shape(int(rows.size()), c.n_embd);
+  const Tensor head_in = ops.shape(ws.head_in, int(rows.size()), c.n_embd);
   ops.copy_rows(x, rows, head_in);
   ops.rmsnorm(head_in, output_norm_, c.rms_eps, head_in);
   logits.resize(rows.size() * size_t(c.n_vocab));
@@ -193,7 +193,7 @@ void LlamaModel::forward(const Batch& batch, KvStore& kv, Workspace& ws, std::ve
   // kHeadMargin of the top removes nearly all of it (docs/benchmarks.md).
   if (rows.empty()) return;
   if (dev) {  // the logits come to the host for the rows that sample
-    const Tensor y = ws.logits.shape(int(rows.size()), c.n_vocab);
+    const Tensor y = ops.shape(ws.logits, int(rows.size()), c.n_vocab);
     ops.matmul_head(output_, head_in, kHeadMargin, y);
     ops.to_host(y, logits.data());
   } else {

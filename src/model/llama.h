@@ -94,11 +94,6 @@ struct Workspace {
   std::unique_ptr<LayerOps> ops;
   OpProfile* profile = nullptr;  // when set, forward adds each operation's time to it
 
-  // Puts the activations in device memory (a device backend) or host memory.
-  void on_device(bool device) {
-    for (TensorBuf* b : {&x, &xb, &q, &k, &v, &att, &gate, &up, &head_in, &router_logits, &moe_in, &moe_out, &logits})
-      b->on_device(device);
-  }
 };
 
 // The output head refines the logits within this many nats of a row's top

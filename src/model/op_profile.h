@@ -84,6 +84,7 @@ class ProfilingOps final : public LayerOps {
   void route(MoeGating gating, Tensor logits, int k, std::span<int32_t> ids, std::span<float> weights) override;
   void combine(Tensor src, std::span<const int> slots, std::span<const float> w, int k, Tensor out) override;
   bool on_device() const override { return in_.on_device(); }
+  Tensor shape(TensorBuf& buf, int rows, int cols) override { return in_.shape(buf, rows, cols); }
   void to_host(Tensor src, float* dst) override { in_.to_host(src, dst); }
   void to_device(const float* src, Tensor dst) override { in_.to_device(src, dst); }
   void finish() override { in_.finish(); }

@@ -2,7 +2,8 @@
 // shape where it is declared (llama2.c's habit), `rows` tokens of `cols`
 // values, row-major. A Tensor is a view; TensorBuf holds the memory for one
 // from batch to batch: host memory, or the GPU's for a device backend
-// (model/cuda_ops.h), whose tensors' data are device addresses.
+// (model/cuda_ops.h), whose tensors' data are device addresses. The backend's
+// LayerOps::shape picks which.
 #pragma once
 #include <cstddef>
 #include <vector>
@@ -21,28 +22,27 @@ struct Tensor {
 
 class TensorBuf {
  public:
-  // A view of rows x cols values; the memory grows as needed and is kept
-  // (host memory keeps its values as it grows; device memory does not).
+  // A view of rows x cols values in host memory; the memory grows as needed
+  // and is kept (with its values).
   Tensor shape(int rows, int cols) {
-    const size_t n = size_t(rows) * size_t(cols);
-    if (device_) {
-      if (dev_.bytes() < n * sizeof(float)) dev_.reserve(n * sizeof(float));
-      last_ = {dev_.as<float>(), rows, cols};
-    } else {
-      buf_.resize(n);
-      last_ = {buf_.data(), rows, cols};
-    }
+    buf_.resize(size_t(rows) * size_t(cols));
+    last_ = {buf_.data(), rows, cols};
     return last_;
   }
-  // The view the last shape() gave.
+  // The same in the GPU's memory (a device backend's LayerOps::shape), which
+  // does not keep its values as it grows.
+  Tensor shape_on_device(int rows, int cols) {
+    const size_t bytes = size_t(rows) * size_t(cols) * sizeof(float);
+    if (dev_.bytes() < bytes) dev_.reserve(bytes);
+    last_ = {dev_.as<float>(), rows, cols};
+    return last_;
+  }
+  // The view the last shape gave.
   Tensor tensor() const { return last_; }
-  // Where later shapes live: the GPU's memory (true) or the host's.
-  void on_device(bool device) { device_ = device; }
 
  private:
   std::vector<float> buf_;
   cuda::Buffer dev_;
-  bool device_ = false;
   Tensor last_;
 };
 
