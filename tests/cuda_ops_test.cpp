@@ -14,12 +14,16 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <regex>
 #include <string>
 #include <vector>
 
 #include "base/error.h"
 #include "cache/contiguous_kv.h"
 #include "cache/prefix_kv.h"
+#include "engine/engine.h"
+#include "engine_helpers.h"
+#include "pml/pml.h"
 #include "cuda_helpers.h"
 #include "model/cpu_ops.h"
 #include "model/llama.h"
@@ -228,6 +232,57 @@ TEST(CudaOps, TheGpusKvAgreesWithTheHostsAndAcrossPaths) {
     EXPECT_LT(worst, 2e-2f);
     std::printf("%s: the GPU's KV and the host's: logits at most %.2e apart\n", arch, double(worst));
   }
+}
+
+// The engine on the GPU (tiny model: its F32 matrices on the host, every
+// other step and the KV on the device): constrained requests get, batched,
+// the tokens they get alone, and match their pattern; Prompt Cache modules
+// (pinned chunks on the device, written from the host) serve prompts that
+// import them, alone and batched alike, copying nothing.
+TEST(CudaEngine, ConstrainedRequestsAndPromptCacheModules) {
+  REQUIRE_GPU();
+  static const auto m = LlamaModel::load(test::tiny_model(), cuda_backend());
+  Engine e(*m, test::engine_options(AttnMode::kTpp, 8, 2));
+  EXPECT_STREQ(e.kv_device(), "cuda");
+  const std::string pattern = "(the|a) (cat|dog) [0-9]{2,4}";
+  const auto regex = e.compile_grammar({GrammarKind::kRegex, pattern});
+  std::vector<Request> reqs;
+  for (int i = 0; i < 6; ++i) {
+    Request r;
+    r.prompt = m->tokenizer().encode("the cat sat on the mat", false, true);
+    r.prompt.push_back(int32_t(260 + i));
+    r.max_tokens = 40;
+    r.sampling.temperature = i % 2 ? 0.8f : 0.0f;
+    r.sampling.seed = uint64_t(i);
+    r.grammar = i < 4 ? regex : nullptr;
+    reqs.push_back(r);
+  }
+  const auto alone = test::run_each(e, reqs);
+  test::expect_same_tokens(test::run_all(e, reqs), alone, "constrained on the GPU, batched vs alone");
+  for (int i = 0; i < 4; ++i) {
+    const Completion& c = alone[size_t(i)].completions[0];
+    EXPECT_EQ(c.reason, FinishReason::kStop) << c.text;
+    EXPECT_TRUE(std::regex_match(c.text, std::regex(pattern))) << c.text;
+  }
+
+  const std::string schema = "<schema name=\"s\"><system>" + test::words(70, 1) + "</system><user><module name=\"m\">" +
+                             test::words(90, 4) + " <parameter name=\"p\" length=\"24\"/> " + test::words(10, 5) +
+                             "</module></user></schema>";
+  e.register_schema(pml::parse_schema(schema, "s.xml"));
+  ASSERT_TRUE(e.wait_idle(std::chrono::seconds(30)));
+  const int pinned = e.stats().kv.pinned;
+  EXPECT_GT(pinned, 0);
+  std::vector<Request> pr;
+  for (const char* p : {"a cat", "the dog sat", "on"}) {
+    Request r = e.pml_request(std::string("<prompt schema=\"s\"><m p=\"") + p + "\"/><user>is it on the mat</user></prompt>", true);
+    r.max_tokens = 16;
+    r.ignore_eos = true;
+    pr.push_back(r);
+  }
+  const auto pml_alone = test::run_each(e, pr);
+  test::expect_same_tokens(test::run_all(e, pr), pml_alone, "Prompt Cache on the GPU, batched vs alone");
+  ASSERT_TRUE(e.wait_idle(std::chrono::seconds(30)));
+  EXPECT_EQ(e.stats().kv.pinned, pinned);
 }
 
 }  // namespace

@@ -2,18 +2,20 @@
 # Issue 45's checks of the engine on the GPU (--device cuda), as one run on
 # the device machine (../shared/device/README.md). Prepared here:
 #   cmake --build build && ../shared/device/pack.sh .dev build/chunkserve \
-#     build/tests/unit_tests build/tests/model_tests
+#     build/tests/unit_tests build/tests/model_tests && strip .dev/chunkserve .dev/*_tests
 #   .dev/llama/: llama-quantize and its libraries (build_llama_cpp.sh's bin/);
 #   .dev/vocab/: ggml-vocab-llama-bpe.gguf; .dev/whl/: PyPI's gguf wheel
 # There:  bench/gpu/engine_check.sh OUT_DIR [1b]
-# 1. the GPU tests of the layer steps, the head, the forward pass and the
-#    KV on the device (unit_tests CudaOps.*, CudaMatmul.*);
+# 1. the GPU tests of the layer steps, the head, the forward pass, the KV on
+#    the device and the engine there (unit_tests CudaOps.*, CudaMatmul.*,
+#    CudaEngine.*: tiny models);
 # 2. a small quantized model made there (make_synthetic.py llama3, Q4_K_M):
 #    model_tests CudaModel.* on it (the GPU's logits are the CPU's bit for bit
 #    with the KV on the host; with it on the GPU every mode and batch gives
 #    the same tokens), and `generate` on both devices;
 # 3. `bench model` on both devices; with `1b`, the 1B-class file of
-#    make_1b.sh too, and `bench engine --pp 4096 --tg 32 --batch 32` on the GPU.
+#    make_1b.sh too, and `bench engine --pp 4096 --tg 32 --batch 32` on the GPU;
+# 4. compute-sanitizer's memcheck over the CudaOps tests.
 # Each step has its own time limit and log; a failing step does not stop the
 # later ones. Exit status: the tests'.
 set -uo pipefail
@@ -25,7 +27,7 @@ export LD_LIBRARY_PATH=$dev/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv | tee "$out/gpu.txt"
 
-timeout 150 "$dev/unit_tests" --gtest_filter='CudaOps.*:CudaMatmul.*' 2>&1 | tee "$out/unit.log"
+timeout 150 "$dev/unit_tests" --gtest_filter='CudaOps.*:CudaMatmul.*:CudaEngine.*' 2>&1 | tee "$out/unit.log"
 status=${PIPESTATUS[0]}
 echo "unit tests: exit $status"
 
@@ -67,5 +69,10 @@ if [ "$big" = 1b ]; then
   timeout 120 "$dev/chunkserve" bench model -m "$model" --device cuda -r 3 --profile 2>&1 | tee "$out/bench_model_1b.md"
   timeout 150 "$dev/chunkserve" bench engine -m "$model" --device cuda --pp 4096 --tg 32 --batch 32 --profile 2>&1 |
     tee "$out/bench_engine_1b.md"
+fi
+if command -v compute-sanitizer >/dev/null; then
+  timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 "$dev/unit_tests" --gtest_filter='CudaOps.*' 2>&1 |
+    tail -20 | tee "$out/memcheck.log"
+  echo "memcheck: exit ${PIPESTATUS[0]}"
 fi
 exit "$status"
