@@ -56,6 +56,10 @@ for d in cpu cuda; do
 done
 cmp "$out/generate_cpu.txt" "$out/generate_cuda.txt" && echo "generate: the same text on both devices"
 
+for d in cpu cuda; do
+  timeout 60 "$dev/chunkserve" perplexity -m "$small" --device $d -f "$root/tests/data/perplexity_text.md" --ctx 128 \
+    --chunks 8 --json 2>/dev/null | tee -a "$out/perplexity.jsonl"
+done
 for d in cuda cpu; do
   timeout 90 "$dev/chunkserve" bench model -m "$small" --device $d -r 3 --profile 2>&1 | tee -a "$out/bench_model_small.md"
 done

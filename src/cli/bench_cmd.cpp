@@ -3,8 +3,7 @@
 // one batch; N tokens decoded one at a time), median of repetitions. With
 // --n-depth D both run after D context tokens (prefilled, untimed), as
 // llama-bench -d does: the attention over a long context is then part of
-// what is timed. On --device cuda the KV is the engine's chunk cache on the
-// GPU (cache/prefix_kv.h), as the engine runs it there.
+// what is timed. On --device cuda the KV is on the GPU (model/sequence_kv.h).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -16,12 +15,11 @@
 #include "base/cpu.h"
 #include "base/error.h"
 #include "base/cuda.h"
-#include "cache/contiguous_kv.h"
-#include "cache/prefix_kv.h"
 #include "cli/bench_profile.h"
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "model/llama.h"
+#include "model/sequence_kv.h"
 
 namespace cs {
 namespace {
@@ -36,20 +34,6 @@ struct BenchOptions {
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-// A test's KV store for `tokens` tokens of sequence 0: the CPU's contiguous
-// cache, or on the GPU the chunk cache there.
-std::unique_ptr<KvStore> test_kv(const LlamaModel& m, const BenchOptions& o, int tokens) {
-  const LlamaConfig& c = m.config();
-  if (!m.backend().on_device()) return std::make_unique<ContiguousKv>(c.kv_shape(), tokens, o.kv_type);
-  const KvLayout layout{c.n_layers, c.n_kv_heads, c.head_dim, 64, o.kv_type};
-  auto kv = std::make_unique<PrefixKv>(layout, layout.chunk_bytes() * size_t(tokens / 64 + 2), c.n_heads,
-                                       AttnPath::kPerSequence, false, KvPlace::kDevice);
-  int matched = 0;
-  const KvStatus st = kv->join(0, {}, &matched);
-  if (!st.ok()) throw Error(st.message);
-  return kv;
 }
 
 // Prefills `depth` tokens of sequence 0 into kv (untimed), in batches of 512.
@@ -97,7 +81,7 @@ int run_bench_model(const BenchOptions& o) {
   const int D = o.depth;
   for (int rep = 0; rep < o.reps + 1; ++rep) {  // the first run warms up
     {
-      const auto kv_made = test_kv(*model, o, D + o.n_prompt + 1);
+      const auto kv_made = sequence_kv(*model, D + o.n_prompt + 1, o.kv_type);
       KvStore& kv = *kv_made;
       fill_context(*model, kv, ws, logits, D);
       Batch b;
@@ -109,7 +93,7 @@ int run_bench_model(const BenchOptions& o) {
       ws.profile = nullptr;
     }
     {
-      const auto kv_made = test_kv(*model, o, D + o.n_gen + 1);
+      const auto kv_made = sequence_kv(*model, D + o.n_gen + 1, o.kv_type);
       KvStore& kv = *kv_made;
       fill_context(*model, kv, ws, logits, D);
       if (o.profile && rep) ws.profile = &tg_prof;

@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "base/log_sum_exp.h"
-#include "cache/contiguous_kv.h"
+#include "model/sequence_kv.h"
 
 namespace cs {
 
@@ -93,10 +93,10 @@ PerplexityResult perplexity(const LlamaModel& model, std::span<const int32_t> to
       o.score_with->forward(w, ref);
       fast.assign(ref.begin() + int64_t(first) * V, ref.begin() + int64_t(o.n_ctx - 1) * V);
     } else {
-      ContiguousKv kv(model.config().kv_shape(), o.n_ctx, o.kv_type);
+      const auto kv = sequence_kv(model, o.n_ctx, o.kv_type);
       Batch b;
       for (int i = 0; i < o.n_ctx; ++i) b.add(w[size_t(i)], i, 0, i >= first && i < o.n_ctx - 1);
-      model.forward(b, kv, ws, fast);
+      model.forward(b, *kv, ws, fast);
     }
     if (o.kl_against) o.kl_against->forward(w, ref);
     for (int i = first; i < o.n_ctx - 1; ++i) {
