@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "base/cpu.h"
+#include "base/cuda.h"
 #include "cli/bench_profile.h"
 #include "cli/commands.h"
 #include "cli/options.h"
@@ -195,6 +196,8 @@ int run_bench_engine(BenchEngineOptions o) {
   if (o.poisson && (o.ns > o.np || o.np < 1 || o.nc < 1 || o.rate <= 0 || o.requests < 1))
     throw Error("--poisson needs 0 <= --ns <= --np, --nc >= 1, --rate > 0 and --requests >= 1");
   auto model = load_model(o.model, o.device);
+  if (!o.json && model->backend().on_device())
+    std::printf("device: cuda (%s)\n\n", cuda::device_info().name.c_str());
   if (!o.json) {
     if (o.poisson)
       std::printf("| mode | n_p | n_s | n_c | RPS | latency ms/tok | TTFT p50 s | TTFT p99 s | tokens/s | peak KV MiB | peak batch |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
