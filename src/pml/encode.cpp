@@ -161,7 +161,8 @@ void SchemaEncoding::pin_scaffold(PrefixKv& kv) {
   const Layout& l = e_->layout;
   const int cs = layout_.chunk_size;
   const size_t d = size_t(layout_.head_dim), w = size_t(layout_.n_kv_heads) * d;
-  std::vector<float> k(w), v(w);
+  std::vector<float> k(size_t(cs) * w), v(size_t(cs) * w);
+  std::vector<int32_t> slots(static_cast<size_t>(cs));
   for (size_t g = 0; g < l.segments.size(); ++g) {
     const Segment& seg = l.segments[g];
     const ModuleLayout& ml = l.modules[size_t(seg.module)];
@@ -176,14 +177,17 @@ void SchemaEncoding::pin_scaffold(PrefixKv& kv) {
                         " tokens to encode; --kv-memory)",
                     ErrorKind::kNoRoom);
       e_->chunks[g].push_back(ch);
-      // Read back as floats and written converted: exact for every KV type.
-      for (int i = 0; i < n; ++i)
-        for (int layer = 0; layer < layout_.n_layers; ++layer) {
+      // Read back as floats and written converted (exact for every KV type),
+      // a chunk's rows of a layer in one call (one copy to a GPU's memory).
+      for (int layer = 0; layer < layout_.n_layers; ++layer) {
+        for (int i = 0; i < n; ++i) {
+          slots[size_t(i)] = ch * cs + i;
           for (int h = 0; h < layout_.n_kv_heads; ++h)
-            scratch_->read_kv(0, where_[g].first + off + i, layer, h, k.data() + size_t(h) * d, v.data() + size_t(h) * d);
-          const int32_t slot = ch * cs + i;
-          kv.memory().write_host_rows(layer, &slot, 1, k.data(), v.data());
+            scratch_->read_kv(0, where_[g].first + off + i, layer, h, k.data() + size_t(i) * w + size_t(h) * d,
+                              v.data() + size_t(i) * w + size_t(h) * d);
         }
+        kv.memory().write_host_rows(layer, slots.data(), n, k.data(), v.data());
+      }
       e_->tokens += n;
       e_->bytes += layout_.chunk_bytes();
     }
