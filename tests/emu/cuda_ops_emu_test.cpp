@@ -1,0 +1,153 @@
+// model/cuda_ops_kernels.cu run by the CPU emulator (tests/emu/cuda_emu.h;
+// scripts/emulate_cu.py rewrites its launches) against the CPU's operations,
+// bit for bit: the kernels' indexing, lanes and branches checked on every
+// machine, GPU or not (the GPU's own run: tests/cuda_ops_test.cpp).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "base/cpu.h"
+#include "base/f16.h"
+#include "model/cpu_ops.h"
+#include "model/matmul.h"
+#include "cuda_ops_kernels_emu.inc"
+
+namespace cs {
+namespace {
+
+namespace emu = cuda::ops_emu;
+
+std::vector<float> normal(size_t n, unsigned seed, float sd = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, sd);
+  std::vector<float> v(n);
+  for (auto& x : v) x = nd(rng);
+  return v;
+}
+
+void expect_same_bits(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_EQ(std::memcmp(&got[i], &want[i], 4), 0) << what << " at " << i << ": " << got[i] << " vs " << want[i];
+}
+
+TEST(CudaOpsEmulated, EachStepIsTheCpusBitForBit) {
+  const auto cpu = cpu_backend().ops();
+  const int n = 5, cols = 576, head = 64;
+  std::vector<float> xs = normal(size_t(n) * cols, 1), ys = normal(size_t(n) * cols, 2);
+  for (int t = 0; t < n; ++t) xs[size_t(t) * cols + size_t(t * 13 % cols)] *= 4000.0f;
+  const std::vector<float> w = normal(cols, 3), b = normal(cols, 4);
+  const Tensor hx{nullptr, n, cols};
+  auto on = [&](std::vector<float>& v) { return Tensor{v.data(), hx.rows, hx.cols}; };
+  {
+    std::vector<float> h = xs, d = xs;
+    cpu->rmsnorm(on(h), w, 1e-5f, on(h));
+    emu::rmsnorm(d.data(), n, cols, w.data(), cols, 1e-5f, d.data());
+    expect_same_bits(d, h, "rmsnorm over rows");
+    h = xs, d = xs;
+    cpu->rmsnorm(on(h), std::span(w).first(head), 1e-6f, on(h));
+    emu::rmsnorm(d.data(), n, cols, w.data(), head, 1e-6f, d.data());
+    expect_same_bits(d, h, "rmsnorm over heads");
+    h = xs, d = xs;
+    cpu->add_bias(on(h), b);
+    emu::add_bias(d.data(), n, cols, b.data());
+    expect_same_bits(d, h, "add_bias");
+    h = xs, d = xs;
+    cpu->scale(on(h), 0.0883883f);
+    emu::scale(d.data(), d.size(), 0.0883883f);
+    expect_same_bits(d, h, "scale");
+    h = xs, d = xs;
+    cpu->add(on(h), on(ys));
+    emu::add(d.data(), ys.data(), d.size());
+    expect_same_bits(d, h, "add");
+  }
+  std::vector<float> g = normal(size_t(n) * cols, 5, 6.0f);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float edge[] = {0.0f, -0.0f, 1e-40f, -87.5f, 88.7f, -95.0f, -104.0f, 7.0f, -7.0f, 1e4f, -3e38f, nan};
+  for (size_t i = 0; i < std::size(edge); ++i) g[i] = edge[i], ys[i + 20] = edge[i];
+  for (FfnAct act : {FfnAct::kSilu, FfnAct::kGeluTanh, FfnAct::kSwigluOai}) {
+    std::vector<float> h = g, d = g;
+    cpu->gated_ffn(act, on(h), on(ys));
+    emu::gated(int(act), d.data(), ys.data(), d.size());
+    expect_same_bits(d, h, "gated_ffn " + std::to_string(int(act)));
+  }
+  std::vector<int32_t> pos(n);
+  for (int t = 0; t < n; ++t) pos[size_t(t)] = t * 977;
+  for (RopeStyle style : {RopeStyle::kAdjacent, RopeStyle::kHalves})
+    for (int rot : {head, head / 2}) {  // every dimension rotated, or the first half (partial rotary)
+      RopeParams p;
+      p.rot_dim = rot, p.style = style;
+      RopeTable table;
+      table.build(pos.data(), n, p);
+      std::vector<float> h = xs, d = xs;
+      cpu->rope(on(h), head, table);
+      emu::rope(d.data(), n, cols, head, table.cos_.data(), table.sin_.data(), table.half,
+                style == RopeStyle::kAdjacent);
+      expect_same_bits(d, h, "rope " + std::to_string(rot));
+    }
+}
+
+// The refined head's device steps (residual, level-two sums, selection and
+// refinement) on level one's and two's products from the CPU's own kernels:
+// matmul_refined's logits, through its stacked path (up to 4 rows) and its
+// tile-by-tile one.
+TEST(CudaOpsEmulated, TheRefinedHeadIsTheCpusBitForBit) {
+  const auto cpu = cpu_backend().ops();
+  std::mt19937 rng(9);
+  const int rows = 1000, cols = 512, nb = cols / 32;  // rows: not a whole number of 16-row tiles
+  const Isa isa = cpu_isa();
+  for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_1, GgmlType::Q6_K}) {
+    const TypeInfo info = *type_info(uint32_t(type));
+    std::vector<uint8_t> data(size_t(rows) * cols / info.block_elems * info.block_bytes);
+    for (auto& v : data) v = uint8_t(rng());
+    std::uniform_real_distribution<float> scale(0.001f, 0.05f);
+    const size_t d_at = type == GgmlType::Q6_K ? offsetof(BlockQ6_K, d) : 0;
+    for (size_t off = 0; off + info.block_bytes <= data.size(); off += size_t(info.block_bytes)) {
+      const uint16_t d = f32_to_f16(scale(rng)), m = f32_to_f16(-scale(rng) * 8);
+      std::memcpy(&data[off + d_at], &d, 2);
+      if (type == GgmlType::Q4_1) std::memcpy(&data[off + 2], &m, 2);
+    }
+    const Weight w = make_weight(type, rows, cols, data.data());
+    // Without AVX2, Q4_1 and Q8_0 keep the file's layout (no packed words).
+    if (w.packed.empty()) continue;
+    const PackLayout layout = pack_layout(type);
+    const size_t group_words = is_k_layout(layout) ? size_t(k_super_words(layout)) * size_t(cols / 256)
+                                                   : size_t(pack_block_words(layout)) * size_t(nb);
+    for (int n_tok : {1, 4, 5, 19}) {
+      SCOPED_TRACE(std::string(info.name) + ", " + std::to_string(n_tok) + " rows");
+      const std::vector<float> x = normal(size_t(n_tok) * cols, 7 + unsigned(n_tok), 2.0f);
+      std::vector<float> want(size_t(n_tok) * rows);
+      cpu->matmul_head(w, Tensor{const_cast<float*>(x.data()), n_tok, cols}, 8.0f, Tensor{want.data(), n_tok, rows});
+      std::vector<BlockQ8> l1(size_t(n_tok) * nb), l2(l1.size());
+      quantize_q8(x.data(), x.size(), l1.data());
+      std::vector<float> residual(x.size());
+      emu::head_residual(x.data(), int64_t(l1.size()), l1.data(), residual.data());
+      quantize_q8(residual.data(), residual.size(), l2.data());
+      emu::head_level2_sums(x.data(), int64_t(l1.size()), l1.data(), l2.data());
+      std::vector<float> y1(size_t(n_tok) * rows), y2(y1.size());
+      for (int r0 = 0; r0 < rows; r0 += 16) {
+        const uint32_t* group = w.packed.data() + size_t(r0 / 16) * group_words;
+        const int nr = std::min(16, rows - r0);
+        for (auto [acts, y] : {std::pair{&l1, &y1}, std::pair{&l2, &y2}}) {
+          if (layout == PackLayout::kQ4)
+            (isa == Isa::kAvx512 ? qdot16_avx512 : isa == Isa::kAvx2 ? qdot16_avx2 : qdot16_scalar)(
+                group, nb, nr, acts->data(), n_tok, y->data() + r0, rows);
+          else
+            (isa == Isa::kAvx512 ? qdot16q8_avx512 : isa == Isa::kAvx2 ? qdot16q8_avx2 : qdot16q8_scalar)(
+                layout, group, nb, nr, acts->data(), n_tok, y->data() + r0, rows);
+        }
+      }
+      std::vector<float> floor(static_cast<size_t>(n_tok)), got(y1.size());
+      emu::head_refine(y1.data(), y2.data(), n_tok, rows, 8.0f, floor.data(), got.data());
+      expect_same_bits(got, want, "head");
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cs
