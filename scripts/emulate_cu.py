@@ -2,20 +2,32 @@
 """Rewrites a .cu file of simple kernels as C++ that runs on the CPU, for
 tests/emu (a thread per lane: tests/emu/cuda_emu.h). Each launch
 `kernel<<<grid, block>>>(args);` becomes `emu_launch(grid, block, [&] {
-kernel(args); });`, the CUDA runtime header goes, base/cuda.h becomes the
-emulator's, and the file's namespace NS gets the suffix `_emu` (so the real
-kernels' symbols, in the library, are never replaced).
+kernel(args); });`, CUDA's headers go, base/cuda.h becomes the emulator's,
+the one inline PTX statement (if any) becomes the call ASM_CALL, and the
+file's namespace NS gets the suffix `_emu` (so the real kernels' symbols, in
+the library, are never replaced).
 
-    emulate_cu.py IN.cu OUT.inc NS      e.g. ... cuda_ops_kernels.cu out.inc ops
+    emulate_cu.py IN.cu OUT.inc NS [ASM_CALL]
+    e.g. ... cuda_matmul_kernels.cu out.inc kernels 'mma_m16n8k32_s8(c, a0, a1, a2, a3, b0, b1)'
 """
 import re
 import sys
 
 src, out, ns = sys.argv[1], sys.argv[2], sys.argv[3]
+asm_call = sys.argv[4] if len(sys.argv) > 4 else None
 s = open(src).read()
-s = s.replace('#include <cuda_runtime.h>\n', '').replace('#include "base/cuda.h"\n', '#include "emu/cuda_emu.h"\n')
+for h in ('cuda_runtime.h', 'cuda_fp16.h', 'cuda_bf16.h'):
+    s = s.replace('#include <%s>\n' % h, '')
+s = s.replace('#include "base/cuda.h"\n', '#include "emu/cuda_emu.h"\n')
+asm = re.compile(r'asm volatile\((?:.|\n)*?\);')
+found = len(asm.findall(s))
+if found != (1 if asm_call else 0):
+    sys.exit('emulate_cu.py: %d inline PTX statements in %s, %s' % (found, src, 'one expected' if asm_call else 'none expected'))
+if asm_call:
+    s = asm.sub(asm_call + ';', s)
 s = s.replace('namespace cs::cuda::%s {' % ns,
-              'namespace cs::cuda::%s_emu {\nusing namespace cs::emu;\nusing cs::emu::check_launch;' % ns)
+              'namespace cs::cuda::%s_emu {\nusing namespace cs::emu;\nusing namespace cs::cuda::%s;\n'
+              'using cs::emu::check_launch;' % (ns, ns))
 s = s.replace('}  // namespace cs::cuda::%s' % ns, '}  // namespace cs::cuda::%s_emu' % ns)
 launch = re.compile(r'([\w:]+(?:<\w+>)?)<<<([^,]+), ([^>]+)>>>\(')
 parts, at = [], 0

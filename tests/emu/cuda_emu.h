@@ -1,15 +1,18 @@
 // A CUDA emulator for simple kernels, enough to run model/cuda_ops_kernels.cu
-// on the CPU (scripts/emulate_cu.py rewrites its launches): every thread of a
-// block is a std::thread, blocks run one after another; a warp's shuffles
-// meet at a barrier of its 32 lanes, __syncthreads at one of the block, and
-// __shared__ memory is a static (blocks never overlap). ops_math.h's steps
+// and model/cuda_matmul_kernels.cu on the CPU (scripts/emulate_cu.py rewrites
+// their launches and inline PTX): every thread of a block is a std::thread,
+// blocks run one after another; a warp's shuffles and mma meet at a barrier
+// of its 32 lanes, __syncthreads at one of the block, and __shared__ memory
+// is a static (blocks never overlap). ops_math.h's steps
 // take their host branch (std::fma and friends round as the _rn intrinsics
 // do). So the kernels' indexing, their lanes' sums and their branches are
 // checked against the CPU's operations bit for bit on any machine; what only
 // a GPU shows (timing, memory faults, the device's own intrinsics) is the
 // GPU tests' (tests/cuda_ops_test.cpp).
 #pragma once
+#include <algorithm>
 #include <barrier>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -22,6 +25,9 @@
 #define __host__
 #define __forceinline__ inline
 #define __shared__ static
+#define __launch_bounds__(n)
+
+#include "base/f16.h"
 
 namespace cs::emu {
 
@@ -35,6 +41,7 @@ inline dim3 blockDim, gridDim;
 struct Warp {
   std::barrier<> meet{32};
   double lane[32];
+  uint32_t frag[32][6];  // mma: each lane's A and B registers
 };
 inline thread_local Warp* this_warp;
 inline thread_local std::barrier<>* this_block;
@@ -62,16 +69,71 @@ T __shfl_sync(unsigned, T v, int src) {
 }
 inline void __syncthreads() { this_block->arrive_and_wait(); }
 
+// mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 with a zero accumulator,
+// from PTX's fragment layout (lane = 4 g + t): A's a0 holds row g, columns
+// 4t..4t+3 (a byte each), a1 row g + 8, a2 and a3 the same rows at columns
+// 16 + 4t..; B's b0 holds column g, rows 4t..4t+3, b1 rows 16 + 4t..; C's
+// c0, c1 are row g, columns 2t and 2t + 1, c2, c3 row g + 8.
+inline void mma_m16n8k32_s8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                            uint32_t b1) {
+  Warp& w = *this_warp;
+  const int lane = int(threadIdx.x & 31);
+  const uint32_t mine[6] = {a0, a1, a2, a3, b0, b1};
+  std::memcpy(w.frag[lane], mine, sizeof mine);
+  w.meet.arrive_and_wait();
+  auto byte = [](uint32_t v, int i) { return int(int8_t(uint8_t(v >> (8 * i)))); };
+  int A[16][32], B[32][8];
+  for (int l = 0; l < 32; ++l) {
+    const int g = l >> 2, t = l & 3;
+    const uint32_t* f = w.frag[l];
+    for (int i = 0; i < 4; ++i) {
+      A[g][4 * t + i] = byte(f[0], i), A[g + 8][4 * t + i] = byte(f[1], i);
+      A[g][16 + 4 * t + i] = byte(f[2], i), A[g + 8][16 + 4 * t + i] = byte(f[3], i);
+      B[4 * t + i][g] = byte(f[4], i), B[16 + 4 * t + i][g] = byte(f[5], i);
+    }
+  }
+  w.meet.arrive_and_wait();
+  const int g = lane >> 2, t = lane & 3;
+  auto dot = [&](int r, int col) {
+    int s = 0;
+    for (int k = 0; k < 32; ++k) s += A[r][k] * B[k][col];
+    return s;
+  };
+  c[0] = dot(g, 2 * t), c[1] = dot(g, 2 * t + 1), c[2] = dot(g + 8, 2 * t), c[3] = dot(g + 8, 2 * t + 1);
+}
+
+// The device intrinsics the kernels use, in their rounding (nearest even).
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline int __float2int_rn(float a) { return int(std::nearbyint(a)); }
+inline float __int2float_rn(int a) { return float(a); }
+inline float __uint_as_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+struct __half {
+  uint16_t bits;
+};
+inline __half __float2half_rn(float f) { return {cs::f32_to_f16(f)}; }
+inline float __half2float(__half h) { return cs::f16_to_f32(h.bits); }
+inline uint32_t __vsub4(uint32_t a, uint32_t b) {  // per byte, mod 256
+  uint32_t r = 0;
+  for (int i = 0; i < 4; ++i) r |= uint32_t(uint8_t((a >> (8 * i)) - (b >> (8 * i)))) << (8 * i);
+  return r;
+}
+inline int min(int a, int b) { return std::min(a, b); }
+
 inline void emu_launch(dim3 grid, dim3 block, const std::function<void()>& kernel) {
   gridDim = grid, blockDim = block;
-  for (unsigned b = 0; b < grid.x; ++b) {
+  for (unsigned b = 0; b < grid.x * grid.y; ++b) {
     std::vector<std::unique_ptr<Warp>> warps((block.x + 31) / 32);
     for (auto& w : warps) w = std::make_unique<Warp>();
     std::barrier<> all(block.x);
     std::vector<std::thread> lanes;
     for (unsigned t = 0; t < block.x; ++t)
       lanes.emplace_back([&, t] {
-        threadIdx = dim3(t), blockIdx = dim3(b);
+        threadIdx = dim3(t), blockIdx = dim3(b % grid.x, b / grid.x);
         this_warp = warps[t / 32].get(), this_block = &all;
         kernel();
       });
