@@ -124,6 +124,14 @@ TEST(CudaOps, EachStepIsTheCpusBitForBit) {
   cpu->copy_rows(Tensor{xs.data(), n, cols}, rows, Tensor{picked.data(), int(rows.size()), cols});
   gpu->copy_rows(dx.t, rows, dp.t);
   expect_same_bits(dp.values(), picked, "copy_rows");
+  // A mixture's weighed sums: 4 tokens, 3 rows each, from the 37 rows.
+  const std::vector<int> slots = {0, 5, 36, 2, 2, 7, 11, 12, 13, 30, 1, 0};
+  const std::vector<float> wts = normal(slots.size(), 8);
+  std::vector<float> sum(size_t(4) * cols);
+  DevTensor ds(sum, 4, cols);
+  cpu->combine(Tensor{xs.data(), n, cols}, slots, wts, 3, Tensor{sum.data(), 4, cols});
+  gpu->combine(dx.t, slots, wts, 3, ds.t);
+  expect_same_bits(ds.values(), sum, "combine");
 }
 
 // The output head: matmul_refined's two levels on the device, the tiles

@@ -125,17 +125,21 @@ class CudaOps final : public LayerOps {
     for (size_t i = 0; i < ws.size(); ++i) matmul(*ws[i], xs[i], ys[i]);
   }
 
-  // Routing and the weighed sums on the host, by the CPU's steps.
+  // Routing on the host, by the CPU's steps (the router's logits, a row of
+  // n_expert values per token, come over); the ids and weights go back for
+  // the weighed sums on the device.
   void route(MoeGating gating, Tensor logits, int k, std::span<int32_t> ids, std::span<float> weights) override {
     host_a_.resize(logits.size());
     to_host(logits, host_a_.data());
     cpu_->route(gating, Tensor{host_a_.data(), logits.rows, logits.cols}, k, ids, weights);
   }
   void combine(Tensor src, std::span<const int> slots, std::span<const float> w, int k, Tensor out) override {
-    host_a_.resize(src.size()), host_b_.resize(out.size());
-    to_host(src, host_a_.data());
-    cpu_->combine(Tensor{host_a_.data(), src.rows, src.cols}, slots, w, k, Tensor{host_b_.data(), out.rows, out.cols});
-    to_device(host_b_.data(), out);
+    if (out.rows == 0) return;
+    rows_.reserve(slots.size() * sizeof(int32_t));
+    weights_.reserve(w.size() * sizeof(float));
+    cuda::to_device(rows_.get(), slots.data(), slots.size() * sizeof(int32_t));
+    cuda::to_device(weights_.get(), w.data(), w.size() * sizeof(float));
+    cuda::ops::combine(src.data, src.cols, rows_.as<int32_t>(), weights_.as<float>(), k, out.rows, out.data);
   }
 
  private:
@@ -169,7 +173,7 @@ class CudaOps final : public LayerOps {
   }
 
   std::unique_ptr<LayerOps> cpu_ = cpu_backend().ops();
-  cuda::Buffer acts_, residual_, both_, floor_, rows_;
+  cuda::Buffer acts_, residual_, both_, floor_, rows_, weights_;
   std::map<std::pair<const float*, size_t>, cuda::Buffer> vecs_;
   std::map<const RopeTable*, Angles> angles_;
   std::vector<float> host_a_, host_b_;

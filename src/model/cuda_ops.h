@@ -12,8 +12,8 @@
 //   device, the tiles near each row's top refined there);
 // - the token embedding looked up on the host (the file's rows, dequantized
 //   as the CPU does) and its rows copied over;
-// - a mixture's routing and weighed sums on the host (the router's logits
-//   and the experts' outputs cross over), the experts' matmuls on the device.
+// - a mixture's routing on the host (the router's logits cross over), the
+//   experts' matmuls and the weighed sums on the device.
 // The KV store may be the host's (its rows cross each layer: model/llama.cpp)
 // or one whose KV is on the device (KvStore::on_device).
 //

@@ -73,6 +73,16 @@ __global__ void gated_kernel(float* gate, const float* up, int64_t n) {
   gate[i] = Act == 0 ? fp::swiglu(g, u) : Act == 1 ? fp::geglu(g, u) : fp::swiglu_oai(g, u);
 }
 
+__global__ void combine_kernel(const float* src, int cols, const int32_t* slots, const float* w, int k, int64_t n,
+                               float* out) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const int64_t t = i / cols, c = i % cols;
+  float o = 0.0f;
+  for (int j = 0; j < k; ++j) o = fp::add(o, fp::mul(w[t * k + j], src[int64_t(slots[t * k + j]) * cols + c]));
+  out[i] = o;
+}
+
 // cs::BlockQ8's bytes (model/cuda_matmul_kernels.h checks the layout).
 struct Q8 {
   float d, s;
@@ -170,6 +180,13 @@ void gated(int act, float* gate, const float* up, size_t n) {
     default: gated_kernel<2><<<blocks_for(n), kThreads>>>(gate, up, int64_t(n)); break;
   }
   check_launch("the gated FFN's activation");
+}
+
+void combine(const float* src, int cols, const int32_t* slots, const float* w, int k, int rows, float* out) {
+  const size_t n = size_t(rows) * size_t(cols);
+  if (n == 0) return;
+  combine_kernel<<<blocks_for(n), kThreads>>>(src, cols, slots, w, k, int64_t(n), out);
+  check_launch("combine");
 }
 
 void head_residual(const float* x, int64_t blocks, const void* level1, float* residual) {

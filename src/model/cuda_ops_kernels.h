@@ -21,6 +21,11 @@ void add(float* x, const float* y, size_t n);                 // x += y
 // gate = act(gate, up): 0 SwiGLU, 1 GeGLU, 2 gpt-oss's SwiGLU (FfnAct's order).
 void gated(int act, float* gate, const float* up, size_t n);
 
+// out.row(t) = the sum over j < k, in j order from 0, of w[t * k + j] *
+// src.row(slots[t * k + j]) (a mixture's weighed expert outputs): each term
+// one product, then one sum, as the CPU's combine.
+void combine(const float* src, int cols, const int32_t* slots, const float* w, int k, int rows, float* out);
+
 // The output head's second level (model/matmul.cpp, quantize_two_levels):
 // residual = x - d q of level one, rounded once (fma).
 void head_residual(const float* x, int64_t blocks, const void* level1, float* residual);

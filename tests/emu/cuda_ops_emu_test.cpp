@@ -92,6 +92,20 @@ TEST(CudaOpsEmulated, EachStepIsTheCpusBitForBit) {
     }
 }
 
+// A mixture's weighed sums: each token's k expert rows in order.
+TEST(CudaOpsEmulated, CombineIsTheCpusBitForBit) {
+  const auto cpu = cpu_backend().ops();
+  const int n = 6, k = 3, cols = 96;
+  std::vector<float> src = normal(size_t(n) * k * cols, 21), w = normal(size_t(n) * k, 22);
+  src[5] = -0.0f, w[0] = 0.0f;
+  std::vector<int> slots(size_t(n) * k);
+  for (size_t i = 0; i < slots.size(); ++i) slots[i] = int((i * 7) % slots.size());
+  std::vector<float> want(size_t(n) * cols), got(want.size(), std::numeric_limits<float>::quiet_NaN());
+  cpu->combine(Tensor{src.data(), n * k, cols}, slots, w, k, Tensor{want.data(), n, cols});
+  emu::combine(src.data(), cols, slots.data(), w.data(), k, n, got.data());
+  expect_same_bits(got, want, "combine");
+}
+
 // The refined head's device steps (residual, level-two sums, selection and
 // refinement) on level one's and two's products from the CPU's own kernels:
 // matmul_refined's logits, through its stacked path (up to 4 rows) and its
