@@ -5,7 +5,8 @@ tests/emu (a thread per lane: tests/emu/cuda_emu.h). Each launch
 kernel(args); });`, CUDA's headers go, base/cuda.h becomes the emulator's,
 the one inline PTX statement (if any) becomes the call ASM_CALL, and the
 file's namespace NS gets the suffix `_emu` (so the real kernels' symbols, in
-the library, are never replaced).
+the library, are never replaced), unless NS ends in `=`: then the kernels keep
+their names and replace the library's (tests/emu's fake device).
 
     emulate_cu.py IN.cu OUT.inc NS [ASM_CALL]
     e.g. ... cuda_matmul_kernels.cu out.inc kernels 'mma_m16n8k32_s8(c, a0, a1, a2, a3, b0, b1)'
@@ -14,6 +15,9 @@ import re
 import sys
 
 src, out, ns = sys.argv[1], sys.argv[2], sys.argv[3]
+keep = ns.endswith('=')
+ns = ns.rstrip('=')
+emu_ns = ns if keep else ns + '_emu'
 asm_call = sys.argv[4] if len(sys.argv) > 4 else None
 s = open(src).read()
 for h in ('cuda_runtime.h', 'cuda_fp16.h', 'cuda_bf16.h'):
@@ -26,9 +30,9 @@ if found != (1 if asm_call else 0):
 if asm_call:
     s = asm.sub(asm_call + ';', s)
 s = s.replace('namespace cs::cuda::%s {' % ns,
-              'namespace cs::cuda::%s_emu {\nusing namespace cs::emu;\nusing namespace cs::cuda::%s;\n'
-              'using cs::emu::check_launch;' % (ns, ns))
-s = s.replace('}  // namespace cs::cuda::%s' % ns, '}  // namespace cs::cuda::%s_emu' % ns)
+              'namespace cs::cuda::%s {\nusing namespace cs::emu;\n%susing cs::emu::check_launch;'
+              % (emu_ns, '' if keep else 'using namespace cs::cuda::%s;\n' % ns))
+s = s.replace('}  // namespace cs::cuda::%s' % ns, '}  // namespace cs::cuda::%s' % emu_ns)
 launch = re.compile(r'([\w:]+(?:<\w+>)?)<<<([^,]+), ([^>]+)>>>\(')
 parts, at = [], 0
 while True:

@@ -1,8 +1,12 @@
 #include "tiny_model.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 
+#include "base/f16.h"
 #include "gguf_writer.h"
 
 namespace cs::test {
@@ -96,16 +100,40 @@ std::string tiny_model(const std::string& name, TinyModelShape s) {
   // exactly 1 for norms), 32-byte aligned in the data section.
   // Frequency factors as Llama 3's converter makes them: 1 for fast
   // dimensions, up to 8 for slow ones.
+  // A matrix (2 or 3 dims) in s.matrix_type instead: each block of 32 with
+  // d = amax / 127 (Q8_0) or the largest-magnitude value / -8 (Q4_0).
   auto add = [&](const std::string& tname, std::vector<uint64_t> ne, float scale, bool ones = false,
                  bool factors = false) {
     while (data.size() % 32) data.push_back(0);
-    w.tensor(tname, ne, 0, data.size());
+    const bool quantized = s.matrix_type != 0 && ne.size() >= 2 && ne[0] % 32 == 0;
+    w.tensor(tname, ne, quantized ? s.matrix_type : 0, data.size());
     uint64_t n = 1;
     for (auto x : ne) n *= x;
-    for (uint64_t i = 0; i < n; ++i) {
-      const float v = factors ? 1.0f + 7.0f * float(i) / float(n) : ones ? 1.0f + 0.1f * nd(rng) : scale * nd(rng);
-      const auto* p = reinterpret_cast<const uint8_t*>(&v);
-      data.insert(data.end(), p, p + 4);
+    std::vector<float> vals(n);
+    for (uint64_t i = 0; i < n; ++i)
+      vals[i] = factors ? 1.0f + 7.0f * float(i) / float(n) : ones ? 1.0f + 0.1f * nd(rng) : scale * nd(rng);
+    if (!quantized) {
+      const auto* p = reinterpret_cast<const uint8_t*>(vals.data());
+      data.insert(data.end(), p, p + 4 * n);
+      return;
+    }
+    for (uint64_t b = 0; b < n; b += 32) {
+      const float* x = vals.data() + b;
+      float amax = 0, big = 0;
+      for (int i = 0; i < 32; ++i)
+        if (std::fabs(x[i]) > amax) amax = std::fabs(x[i]), big = x[i];
+      const float d = s.matrix_type == 8 ? amax / 127.0f : big / -8.0f;
+      const float id = d != 0 ? 1.0f / d : 0.0f;
+      const uint16_t h = f32_to_f16(d);
+      data.push_back(uint8_t(h & 0xff)), data.push_back(uint8_t(h >> 8));
+      if (s.matrix_type == 8) {
+        for (int i = 0; i < 32; ++i) data.push_back(uint8_t(int8_t(std::nearbyint(x[i] * id))));
+      } else {
+        for (int i = 0; i < 16; ++i) {
+          const int lo = std::min(15, int(x[i] * id + 8.5f)), hi = std::min(15, int(x[i + 16] * id + 8.5f));
+          data.push_back(uint8_t(lo | (hi << 4)));
+        }
+      }
     }
   };
   add("token_embd.weight", {E, V}, s.tied ? s.output_scale : 1.0f);

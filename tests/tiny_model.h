@@ -25,6 +25,9 @@ struct TinyModelShape {
   int window = 0;                 // attention.sliding_window (Gemma 3), when set
   // Mixture of experts (qwen3moe): experts per layer, experts per token, each expert's FFN width.
   int n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
+  // The matrices' type (ggml's id): 0 F32, 2 Q4_0 or 8 Q8_0 (rows of whole
+  // blocks of 32; norms, biases and vectors stay F32).
+  uint32_t matrix_type = 0;
 };
 
 // One tiny model per supported architecture, with its departures from

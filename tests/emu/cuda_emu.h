@@ -1,7 +1,7 @@
 // A CUDA emulator for simple kernels, enough to run model/cuda_ops_kernels.cu
 // and model/cuda_matmul_kernels.cu on the CPU (scripts/emulate_cu.py rewrites
-// their launches and inline PTX): every thread of a block is a std::thread,
-// blocks run one after another; a warp's shuffles and mma meet at a barrier
+// their launches and inline PTX): every thread of a block runs on a thread of
+// its own (kept from launch to launch), blocks one after another; a warp's shuffles and mma meet at a barrier
 // of its 32 lanes, __syncthreads at one of the block, and __shared__ memory
 // is a static (blocks never overlap). ops_math.h's steps
 // take their host branch (std::fma and friends round as the _rn intrinsics
@@ -46,12 +46,26 @@ struct Warp {
 inline thread_local Warp* this_warp;
 inline thread_local std::barrier<>* this_block;
 
+// A launch runs its first block's lanes one after another on the calling
+// thread (most kernels never synchronize: then every block does). A lane that
+// meets another (a shuffle, the mma, __syncthreads) throws NeedsLanes there,
+// and the launch starts over with a thread per lane. That is sound for a
+// kernel whose lanes synchronize before they write anything, as every kernel
+// emulated here does (the sums, maxima and the mma come before the stores).
+struct NeedsLanes {};
+inline thread_local bool one_by_one = false;
+inline void meet(std::barrier<>& b) {
+  if (one_by_one) throw NeedsLanes{};
+  b.arrive_and_wait();
+}
+
 // Every lane puts its value, all meet, each reads lane `src_of(its lane)`.
 template <class T, class Src>
 T exchange(T v, Src src_of) {
   static_assert(sizeof(T) <= sizeof(double));
   Warp& w = *this_warp;
   const int l = int(threadIdx.x & 31);
+  if (one_by_one) throw NeedsLanes{};
   std::memcpy(&w.lane[l], &v, sizeof(T));
   w.meet.arrive_and_wait();
   T out;
@@ -67,7 +81,7 @@ template <class T>
 T __shfl_sync(unsigned, T v, int src) {
   return exchange(v, [src](int) { return src; });
 }
-inline void __syncthreads() { this_block->arrive_and_wait(); }
+inline void __syncthreads() { meet(*this_block); }
 
 // mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 with a zero accumulator,
 // from PTX's fragment layout (lane = 4 g + t): A's a0 holds row g, columns
@@ -78,6 +92,7 @@ inline void mma_m16n8k32_s8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, 
                             uint32_t b1) {
   Warp& w = *this_warp;
   const int lane = int(threadIdx.x & 31);
+  if (one_by_one) throw NeedsLanes{};
   const uint32_t mine[6] = {a0, a1, a2, a3, b0, b1};
   std::memcpy(w.frag[lane], mine, sizeof mine);
   w.meet.arrive_and_wait();
@@ -124,20 +139,74 @@ inline uint32_t __vsub4(uint32_t a, uint32_t b) {  // per byte, mod 256
 }
 inline int min(int a, int b) { return std::min(a, b); }
 
+// The lanes: threads kept from launch to launch (starting a std::thread per
+// lane per block cost most of the emulator's time). A block's turn: the
+// caller sets `run`, every worker meets at `start`, those below the block's
+// size run their lane, and all meet at `done`.
+class Lanes {
+ public:
+  // Runs lane(t) for t < n, each on its own thread, concurrently.
+  void run(unsigned n, const std::function<void(unsigned)>& lane) {
+    if (n > workers_.size()) grow(n);
+    lane_ = &lane, n_ = n;
+    start_->arrive_and_wait();
+    done_->arrive_and_wait();
+  }
+  ~Lanes() { stop(); }
+
+ private:
+  void stop() {
+    if (workers_.empty()) return;
+    quit_ = true;
+    start_->arrive_and_wait();
+    for (auto& w : workers_) w.join();
+    workers_.clear();
+    quit_ = false;
+  }
+  void grow(unsigned n) {
+    stop();
+    start_ = std::make_unique<std::barrier<>>(ptrdiff_t(n) + 1);
+    done_ = std::make_unique<std::barrier<>>(ptrdiff_t(n) + 1);
+    for (unsigned t = 0; t < n; ++t)
+      workers_.emplace_back([this, t] {
+        for (;;) {
+          start_->arrive_and_wait();
+          if (quit_) return;
+          if (t < n_) (*lane_)(t);
+          done_->arrive_and_wait();
+        }
+      });
+  }
+  std::vector<std::thread> workers_;
+  std::unique_ptr<std::barrier<>> start_, done_;
+  const std::function<void(unsigned)>* lane_ = nullptr;
+  unsigned n_ = 0;
+  bool quit_ = false;
+};
+
 inline void emu_launch(dim3 grid, dim3 block, const std::function<void()>& kernel) {
+  static Lanes lanes;
   gridDim = grid, blockDim = block;
-  for (unsigned b = 0; b < grid.x * grid.y; ++b) {
-    std::vector<std::unique_ptr<Warp>> warps((block.x + 31) / 32);
+  const unsigned blocks = grid.x * grid.y;
+  auto at = [&](unsigned b, unsigned t) { threadIdx = dim3(t), blockIdx = dim3(b % grid.x, b / grid.x); };
+  try {
+    one_by_one = true;
+    for (unsigned b = 0; b < blocks; ++b)
+      for (unsigned t = 0; t < block.x; ++t) at(b, t), kernel();
+    one_by_one = false;
+    return;
+  } catch (const NeedsLanes&) {
+    one_by_one = false;
+  }
+  std::vector<std::unique_ptr<Warp>> warps((block.x + 31) / 32);
+  for (unsigned b = 0; b < blocks; ++b) {
     for (auto& w : warps) w = std::make_unique<Warp>();
     std::barrier<> all(block.x);
-    std::vector<std::thread> lanes;
-    for (unsigned t = 0; t < block.x; ++t)
-      lanes.emplace_back([&, t] {
-        threadIdx = dim3(t), blockIdx = dim3(b % grid.x, b / grid.x);
-        this_warp = warps[t / 32].get(), this_block = &all;
-        kernel();
-      });
-    for (auto& l : lanes) l.join();
+    lanes.run(block.x, [&](unsigned t) {
+      at(b, t);
+      this_warp = warps[t / 32].get(), this_block = &all;
+      kernel();
+    });
   }
 }
 inline void check_launch(const char*) {}  // nothing is pending on a CPU
