@@ -36,6 +36,15 @@ std::vector<T> download(const cuda::Buffer& b, size_t n) {
   return v;
 }
 
+// n values of N(0, sd^2).
+inline std::vector<float> normal(size_t n, unsigned seed, float sd = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, sd);
+  std::vector<float> v(n);
+  for (auto& x : v) x = nd(rng);
+  return v;
+}
+
 // Activations as a layer's input looks: normal values, a few outliers (as
 // SmolLM2's channels), and an all-zero row (amax 0).
 inline std::vector<float> activations(int n_tok, int cols, std::mt19937& rng) {

@@ -32,14 +32,6 @@
 namespace cs {
 namespace {
 
-std::vector<float> normal(size_t n, unsigned seed, float sd = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.0f, sd);
-  std::vector<float> v(n);
-  for (auto& x : v) x = nd(rng);
-  return v;
-}
-
 // A device tensor holding `v` (rows x cols), and its values read back.
 struct DevTensor {
   cuda::Buffer buf;

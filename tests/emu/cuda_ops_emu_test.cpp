@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "base/cpu.h"
+#include "cuda_helpers.h"
 #include "base/f16.h"
 #include "model/cpu_ops.h"
 #include "model/matmul.h"
@@ -21,14 +22,6 @@ namespace cs {
 namespace {
 
 namespace emu = cuda::ops_emu;
-
-std::vector<float> normal(size_t n, unsigned seed, float sd = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.0f, sd);
-  std::vector<float> v(n);
-  for (auto& x : v) x = nd(rng);
-  return v;
-}
 
 void expect_same_bits(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
