@@ -32,6 +32,7 @@
 #include "cli/bench_attention_cuda.h"
 #include "cli/bench_tree.h"
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "cli/roofline.h"
 
 namespace cs {
@@ -322,9 +323,9 @@ int run(const Opts& given) {
 Action add_bench_attention_command(CLI::App& bench) {
   auto o = std::make_shared<Opts>();
   CLI::App* a = bench.add_subcommand("attention", "The papers' attention-kernel tables on this CPU (or the GPU: --device cuda)");
-  a->add_option("-r,--reps", o->reps, "Timed repetitions per cell (median reported; default 7 on the CPU, 50 on the GPU)")->check(CLI::PositiveNumber);
-  a->add_option("-t,--threads", o->threads, "Threads (0 = all cores)")->check(CLI::NonNegativeNumber);
-  a->add_option("-b,--batch", o->batch, "Batch size of Table 3 / Figure 3")->check(CLI::PositiveNumber);
+  a->add_option("-r,--reps", o->reps, "Timed repetitions per cell (median reported; default 7 on the CPU, 50 on the GPU)")->check(int_in(1, 100000));
+  a->add_option("-t,--threads", o->threads, "Threads (0 = all cores)")->check(int_in(0, 4096));
+  a->add_option("-b,--batch", o->batch, "Batch size of Table 3 / Figure 3")->check(int_in(1, 4096));
   a->add_option("--json", o->json, "Also write the results as JSON to this file");
   a->add_option("--np", o->nps, "Table 3 prompt lengths (default 1024 2048 4096)");
   a->add_option("--shared", o->shared_fractions,

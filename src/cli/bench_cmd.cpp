@@ -138,12 +138,12 @@ Action add_bench_command(CLI::App& app) {
   CLI::App* m = bench->add_subcommand("model", "Prefill and decode tokens/s on a model");
   add_model_option(*m, o->model);
   add_device_option(*m, o->device);
-  m->add_option("-p,--n-prompt", o->n_prompt, "Prompt tokens (pp test)")->check(CLI::PositiveNumber);
-  m->add_option("-n,--n-gen", o->n_gen, "Generated tokens (tg test)")->check(CLI::PositiveNumber);
+  m->add_option("-p,--n-prompt", o->n_prompt, "Prompt tokens (pp test)")->check(int_in(1, 1 << 20));
+  m->add_option("-n,--n-gen", o->n_gen, "Generated tokens (tg test)")->check(int_in(1, 1 << 20));
   m->add_option("-d,--n-depth", o->depth, "Context tokens cached before each test (untimed)")
-      ->check(CLI::NonNegativeNumber);
-  m->add_option("-r,--reps", o->reps, "Repetitions (median reported)")->check(CLI::PositiveNumber);
-  m->add_option("-t,--threads", o->threads, "Threads (0 = all cores)")->check(CLI::NonNegativeNumber);
+      ->check(int_in(0, 1 << 24));
+  m->add_option("-r,--reps", o->reps, "Repetitions (median reported)")->check(int_in(1, 100000));
+  m->add_option("-t,--threads", o->threads, "Threads (0 = all cores)")->check(int_in(0, 4096));
   m->add_flag("--json", o->json, "Print one JSON line");
   m->add_flag("--profile", o->profile, "Also time each kind of operation (model/op_profile.h)");
   add_kv_type_option(*m, o->kv_type);

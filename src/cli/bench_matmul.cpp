@@ -21,6 +21,7 @@
 #include "base/error.h"
 #include "base/f16.h"
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "model/cuda_matmul.h"
 #include "model/matmul.h"
 
@@ -152,8 +153,8 @@ Action add_bench_matmul_command(CLI::App& bench) {
       ->check(CLI::Range(1, 65536));
   c->add_option("--device", o->device, "cpu, or cuda (model/cuda_matmul.h)");
   c->add_option("-r,--reps", o->reps, "Timed calls per line (median; default 7, 50 on the GPU)")
-      ->check(CLI::NonNegativeNumber);
-  c->add_option("-t,--threads", o->threads, "CPU threads (0 = all cores)")->check(CLI::NonNegativeNumber);
+      ->check(int_in(0, 100000));
+  c->add_option("-t,--threads", o->threads, "CPU threads (0 = all cores)")->check(int_in(0, 4096));
   c->add_flag("--json", o->json, "One JSON object per line");
   return [o] { return run_bench_matmul(*o); };
 }
