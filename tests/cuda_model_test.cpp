@@ -14,6 +14,7 @@
 
 #include "base/cuda.h"
 #include "cache/contiguous_kv.h"
+#include "cuda_helpers.h"
 #include "engine/engine.h"
 #include "engine_helpers.h"
 #include "model/cuda_ops.h"
@@ -21,12 +22,6 @@
 
 namespace cs {
 namespace {
-
-#define REQUIRE_GPU()                                                     \
-  do {                                                                    \
-    std::string why;                                                      \
-    if (!cuda::device_available(&why)) GTEST_SKIP() << "no GPU: " << why; \
-  } while (0)
 
 // The default model, or the file CS_GPU_TEST_MODEL names (the GPU machine
 // makes its own: bench/gpu/engine_check.sh; the default model's file does

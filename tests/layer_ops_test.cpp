@@ -251,6 +251,38 @@ class Recording final : public Backend {
   };
 };
 
+// LayerOps that hands every operation to the CPU backend's: what a test
+// backend changes, it overrides.
+class Forwarding : public LayerOps {
+ public:
+  void embed(const Weight& t, std::span<const int32_t> tok, float s, Tensor x) override { cpu_->embed(t, tok, s, x); }
+  void matmul(const Weight& w, Tensor x, Tensor y) override { cpu_->matmul(w, x, y); }
+  void matmul(std::span<const Weight* const> ws, Tensor x, std::span<const Tensor> ys) override {
+    cpu_->matmul(ws, x, ys);
+  }
+  void matmul_head(const Weight& w, Tensor x, float margin, Tensor y) override { cpu_->matmul_head(w, x, margin, y); }
+  void rmsnorm(Tensor x, std::span<const float> w, float eps, Tensor out) override { cpu_->rmsnorm(x, w, eps, out); }
+  void rope(Tensor x, int head_dim, const RopeTable& t) override { cpu_->rope(x, head_dim, t); }
+  void add_bias(Tensor x, std::span<const float> b) override { cpu_->add_bias(x, b); }
+  void scale(Tensor x, float s) override { cpu_->scale(x, s); }
+  void add(Tensor x, Tensor y) override { cpu_->add(x, y); }
+  void gated_ffn(FfnAct act, Tensor g, Tensor u) override { cpu_->gated_ffn(act, g, u); }
+  void copy_rows(Tensor x, std::span<const int> rows, Tensor out) override { cpu_->copy_rows(x, rows, out); }
+  void matmul_grouped(std::span<const Weight* const> ws, std::span<const Tensor> xs,
+                      std::span<const Tensor> ys) override {
+    cpu_->matmul_grouped(ws, xs, ys);
+  }
+  void route(MoeGating g, Tensor logits, int k, std::span<int32_t> ids, std::span<float> w) override {
+    cpu_->route(g, logits, k, ids, w);
+  }
+  void combine(Tensor src, std::span<const int> slots, std::span<const float> w, int k, Tensor out) override {
+    cpu_->combine(src, slots, w, k, out);
+  }
+
+ private:
+  std::unique_ptr<LayerOps> cpu_ = cpu_backend().ops();
+};
+
 // A backend whose tensors are "elsewhere": the CPU's operations on buffers
 // of its own that start as NaN and keep nothing as they grow (as device
 // memory), crossing to and from the host only through to_host / to_device.
@@ -271,7 +303,7 @@ class Remote final : public Backend {
   std::unique_ptr<LayerOps> ops() const override { return std::make_unique<Ops>(*this); }
 
  private:
-  class Ops final : public LayerOps {
+  class Ops final : public Forwarding {
    public:
     explicit Ops(const Remote& r) : r_(r) {}
     bool on_device() const override { return true; }
@@ -289,33 +321,9 @@ class Remote final : public Backend {
       ++r_.to_device;
       std::memcpy(dst.data, src, dst.size() * sizeof(float));
     }
-    void embed(const Weight& t, std::span<const int32_t> tok, float s, Tensor x) override { cpu_->embed(t, tok, s, x); }
-    void matmul(const Weight& w, Tensor x, Tensor y) override { cpu_->matmul(w, x, y); }
-    void matmul(std::span<const Weight* const> ws, Tensor x, std::span<const Tensor> ys) override {
-      cpu_->matmul(ws, x, ys);
-    }
-    void matmul_head(const Weight& w, Tensor x, float margin, Tensor y) override { cpu_->matmul_head(w, x, margin, y); }
-    void rmsnorm(Tensor x, std::span<const float> w, float eps, Tensor out) override { cpu_->rmsnorm(x, w, eps, out); }
-    void rope(Tensor x, int head_dim, const RopeTable& t) override { cpu_->rope(x, head_dim, t); }
-    void add_bias(Tensor x, std::span<const float> b) override { cpu_->add_bias(x, b); }
-    void scale(Tensor x, float s) override { cpu_->scale(x, s); }
-    void add(Tensor x, Tensor y) override { cpu_->add(x, y); }
-    void gated_ffn(FfnAct act, Tensor g, Tensor u) override { cpu_->gated_ffn(act, g, u); }
-    void copy_rows(Tensor x, std::span<const int> rows, Tensor out) override { cpu_->copy_rows(x, rows, out); }
-    void matmul_grouped(std::span<const Weight* const> ws, std::span<const Tensor> xs,
-                        std::span<const Tensor> ys) override {
-      cpu_->matmul_grouped(ws, xs, ys);
-    }
-    void route(MoeGating g, Tensor logits, int k, std::span<int32_t> ids, std::span<float> w) override {
-      cpu_->route(g, logits, k, ids, w);
-    }
-    void combine(Tensor src, std::span<const int> slots, std::span<const float> w, int k, Tensor out) override {
-      cpu_->combine(src, slots, w, k, out);
-    }
 
    private:
     const Remote& r_;
-    std::unique_ptr<LayerOps> cpu_ = cpu_backend().ops();
     std::map<const TensorBuf*, std::vector<float>> mem_;
   };
 };

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <numeric>
+#include <type_traits>
 #include <unordered_map>
 
 #include "base/error.h"
@@ -143,14 +144,14 @@ void PrefixKv::begin_batch(const Batch& batch) {
   const size_t n = row_of_tok_.size();
   std::vector<int32_t> tok_of_row(n);
   for (size_t t = 0; t < n; ++t) tok_of_row[size_t(row_of_tok_[t])] = int32_t(t);
-  const std::vector<int32_t> row_of_tok(row_of_tok_.begin(), row_of_tok_.end());
+  static_assert(std::is_same_v<int, int32_t>, "row_of_tok_ goes over as it is");
   auto upload = [](cuda::Buffer& buf, const std::vector<int32_t>& v) {
     buf.reserve(std::max<size_t>(v.size(), 1) * sizeof(int32_t));
     cuda::to_device(buf.get(), v.data(), v.size() * sizeof(int32_t));
   };
   upload(dev_slot_, slot_);
   upload(dev_tok_of_row_, tok_of_row);
-  upload(dev_row_of_tok_, row_of_tok);
+  upload(dev_row_of_tok_, row_of_tok_);
   dev_win_ = -1;
 }
 

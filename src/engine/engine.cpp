@@ -4,6 +4,7 @@
 
 #include "attn/block.h"
 #include "engine/engine_impl.h"
+#include "model/sequence_kv.h"
 
 namespace cs {
 
@@ -29,22 +30,6 @@ AttnPath path_of(AttnMode m) {
   return m == AttnMode::kPerSequence ? AttnPath::kPerSequence
          : m == AttnMode::kRelay     ? AttnPath::kRelay
                                      : AttnPath::kTpp;
-}
-
-// Where a model's KV lives: on the GPU beside a device model's activations,
-// unless the GPU's attention cannot run it; then on the host, its rows
-// crossing over each layer (slower; the results are the CPU attention's),
-// and *why says so.
-KvPlace kv_place(const LlamaModel& m, const KvLayout& l, std::string* why) {
-  if (!m.backend().on_device()) return KvPlace::kHost;
-  bool sinks = false;
-  for (const LlamaLayer& layer : m.layers()) sinks = sinks || !layer.sinks.empty();
-  if (sinks) *why = "attention sinks (gpt-oss)";
-  else if (l.type != KvType::kF16 && l.type != KvType::kBF16) *why = "--kv-type f32 (the GPU's KV is f16 or bf16)";
-  else if (l.head_dim != 64 && l.head_dim != 128 && l.head_dim != 256) *why = "head dim " + std::to_string(l.head_dim);
-  if (why->empty()) return KvPlace::kDevice;
-  *why = "the KV stays in host memory: the GPU's attention does not run " + *why + " yet";
-  return KvPlace::kHost;
 }
 
 }  // namespace
@@ -83,7 +68,7 @@ Engine::Engine(const LlamaModel& model, EngineOptions opt) : model_(model), opt_
   if (bytes / layout.chunk_bytes() < 2)
     throw Error("KV memory of " + std::to_string(bytes) + " bytes holds fewer than 2 chunks of " +
                 std::to_string(layout.chunk_bytes()) + " bytes");
-  const KvPlace place = kv_place(model, layout, &kv_note_);
+  const KvPlace place = kv_place(model, layout.type, &kv_note_);
   if (place == KvPlace::kDevice) kv_device_ = "cuda";
   impl_ = std::make_unique<Impl>(*this, layout, bytes, place);
   if (ledger) {

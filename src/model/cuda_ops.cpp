@@ -18,13 +18,9 @@ namespace {
 // A Weight the device matmul reads: on the GPU, the host's packed words freed.
 bool on_gpu(const Weight& w) { return w.device != nullptr; }
 
+// Made only by the backend cuda_backend() gives, which has checked the device.
 class CudaOps final : public LayerOps {
  public:
-  CudaOps() {
-    std::string why;
-    if (!cuda::device_available(&why)) throw Error("--device cuda: " + why);
-  }
-
   bool on_device() const override { return true; }
   Tensor shape(TensorBuf& buf, int rows, int cols) override { return buf.shape_on_device(rows, cols); }
   void to_host(Tensor src, float* dst) override { cuda::to_host(dst, src.data, src.size() * sizeof(float)); }

@@ -6,12 +6,23 @@
 
 namespace cs {
 
-std::unique_ptr<KvStore> sequence_kv(const LlamaModel& model, int tokens, KvType type) {
-  const LlamaConfig& c = model.config();
+KvPlace kv_place(const LlamaModel& model, KvType type, std::string* why) {
+  if (!model.backend().on_device()) return KvPlace::kHost;
+  const int d = model.config().head_dim;
   bool sinks = false;
   for (const LlamaLayer& l : model.layers()) sinks = sinks || !l.sinks.empty();
-  if (!model.backend().on_device() || sinks || type == KvType::kF32)
-    return std::make_unique<ContiguousKv>(c.kv_shape(), tokens, type);
+  std::string what;
+  if (sinks) what = "attention sinks (gpt-oss)";
+  else if (type != KvType::kF16 && type != KvType::kBF16) what = "--kv-type f32 (the GPU's KV is f16 or bf16)";
+  else if (d != 64 && d != 128 && d != 256) what = "head dim " + std::to_string(d);
+  if (what.empty()) return KvPlace::kDevice;
+  if (why) *why = "the KV stays in host memory: the GPU's attention does not run " + what + " yet";
+  return KvPlace::kHost;
+}
+
+std::unique_ptr<KvStore> sequence_kv(const LlamaModel& model, int tokens, KvType type) {
+  const LlamaConfig& c = model.config();
+  if (kv_place(model, type) == KvPlace::kHost) return std::make_unique<ContiguousKv>(c.kv_shape(), tokens, type);
   const KvLayout layout{c.n_layers, c.n_kv_heads, c.head_dim, 64, type};
   auto kv = std::make_unique<PrefixKv>(layout, layout.chunk_bytes() * size_t(tokens / 64 + 2), c.n_heads,
                                        AttnPath::kPerSequence, false, KvPlace::kDevice);

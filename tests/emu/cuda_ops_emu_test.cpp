@@ -13,7 +13,6 @@
 
 #include "base/cpu.h"
 #include "cuda_helpers.h"
-#include "base/f16.h"
 #include "model/cpu_ops.h"
 #include "model/matmul.h"
 #include "cuda_ops_kernels_emu.inc"
@@ -110,15 +109,7 @@ TEST(CudaOpsEmulated, TheRefinedHeadIsTheCpusBitForBit) {
   const Isa isa = cpu_isa();
   for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_1, GgmlType::Q6_K}) {
     const TypeInfo info = *type_info(uint32_t(type));
-    std::vector<uint8_t> data(size_t(rows) * cols / info.block_elems * info.block_bytes);
-    for (auto& v : data) v = uint8_t(rng());
-    std::uniform_real_distribution<float> scale(0.001f, 0.05f);
-    const size_t d_at = type == GgmlType::Q6_K ? offsetof(BlockQ6_K, d) : 0;
-    for (size_t off = 0; off + info.block_bytes <= data.size(); off += size_t(info.block_bytes)) {
-      const uint16_t d = f32_to_f16(scale(rng)), m = f32_to_f16(-scale(rng) * 8);
-      std::memcpy(&data[off + d_at], &d, 2);
-      if (type == GgmlType::Q4_1) std::memcpy(&data[off + 2], &m, 2);
-    }
+    const std::vector<uint8_t> data = random_matrix(type, rows, cols, rng);
     const Weight w = make_weight(type, rows, cols, data.data());
     // Without AVX2, Q4_1 and Q8_0 keep the file's layout (no packed words).
     if (w.packed.empty()) continue;
