@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Rewrites a .cu file of simple kernels as C++ that runs on the CPU, for
 tests/emu (a thread per lane: tests/emu/cuda_emu.h). Each launch
-`kernel<<<grid, block>>>(args);` becomes `emu_launch(grid, block, [&] {
-kernel(args); });`, CUDA's headers go, base/cuda.h becomes the emulator's,
+`launch("what", kernel, grid, block, args...)` (base/cuda.h's) becomes the
+emulator's `emu::launch(...)`, CUDA's headers go, base/cuda.h becomes the emulator's,
 the one inline PTX statement (if any) becomes the call ASM_CALL, and the
 file's namespace NS gets the suffix `_emu` (so the real kernels' symbols, in
 the library, are never replaced), unless NS ends in `=`: then the kernels keep
@@ -33,17 +33,8 @@ s = s.replace('namespace cs::cuda::%s {' % ns,
               'namespace cs::cuda::%s {\nusing namespace cs::emu;\n%susing cs::emu::check_launch;'
               % (emu_ns, '' if keep else 'using namespace cs::cuda::%s;\n' % ns))
 s = s.replace('}  // namespace cs::cuda::%s' % ns, '}  // namespace cs::cuda::%s' % emu_ns)
-launch = re.compile(r'([\w:]+(?:<\w+>)?)<<<([^,]+), ([^>]+)>>>\(')
-parts, at = [], 0
-while True:
-    m = launch.search(s, at)
-    if not m:
-        parts.append(s[at:])
-        break
-    end = s.index(');', m.end())
-    parts.append(s[at:m.start()])
-    parts.append('emu_launch(%s, %s, [&] { %s(%s); });' % (m.group(2), m.group(3), m.group(1), s[m.end():end]))
-    at = end + 2
-if len(parts) == 1:
+launch = re.compile(r'(?<![\w:])(?:cuda::)?launch\(')
+s, found = launch.subn('emu::launch(', s)
+if found == 0:
     sys.exit('emulate_cu.py: no launch found in ' + src)
-open(out, 'w').write('// Generated from %s by scripts/emulate_cu.py: do not edit.\n' % src + ''.join(parts))
+open(out, 'w').write('// Generated from %s by scripts/emulate_cu.py: do not edit.\n' % src + s)

@@ -64,9 +64,18 @@ inline std::vector<uint8_t> random_matrix(GgmlType t, int rows, int cols, std::m
   std::vector<uint8_t> data(size_t(rows) * cols / info.block_elems * info.block_bytes);
   for (auto& v : data) v = uint8_t(rng() & 0xff);
   std::uniform_real_distribution<float> scale(0.001f, 0.05f);
-  const bool has_min = t == GgmlType::Q4_1 || t == GgmlType::Q5_1 || t == GgmlType::Q4_K || t == GgmlType::Q5_K;
-  const size_t d_at = t == GgmlType::Q6_K ? offsetof(BlockQ6_K, d) : 0;
+  const bool has_min = t == GgmlType::Q4_1 || t == GgmlType::Q5_1 || t == GgmlType::Q4_K || t == GgmlType::Q5_K ||
+                       t == GgmlType::Q2_K;
+  // Where each type keeps its fp16 d (and dmin after it): finite scales.
+  const size_t d_at = t == GgmlType::Q6_K   ? offsetof(BlockQ6_K, d)
+                      : t == GgmlType::Q2_K ? offsetof(BlockQ2_K, d)
+                      : t == GgmlType::Q3_K ? offsetof(BlockQ3_K, d)
+                                            : 0;
   for (size_t off = 0; off + info.block_bytes <= data.size(); off += size_t(info.block_bytes)) {
+    if (t == GgmlType::MXFP4) {  // an E8M0 exponent near 2^0
+      data[off] = uint8_t(120 + rng() % 12);
+      continue;
+    }
     const uint16_t d = f32_to_f16(scale(rng)), m = f32_to_f16(-scale(rng) * 8);
     std::memcpy(&data[off + d_at], &d, 2);
     if (has_min) std::memcpy(&data[off + d_at + 2], &m, 2);

@@ -45,7 +45,8 @@ TEST(CudaMatmul, EqualsTheCpuBitForBitWhateverTheTokenCount) {
   if (cpu_isa() < Isa::kAvx2) GTEST_SKIP() << "the CPU reference is the AVX2 / AVX-512 kernels' bits";
   std::mt19937 rng(7);
   for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q4_K,
-                     GgmlType::Q5_K, GgmlType::Q6_K})
+                     GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::IQ4_NL,
+                     GgmlType::IQ4_XS, GgmlType::MXFP4})
     for (const auto& [rows, cols] : {std::pair{16, 256}, std::pair{37, 256}, std::pair{576, 512}, std::pair{200, 1536}}) {
       const auto data = random_matrix(t, rows, cols, rng);
       const Weight w = make_weight(t, rows, cols, data.data());
@@ -71,16 +72,18 @@ TEST(CudaMatmul, EqualsTheCpuBitForBitWhateverTheTokenCount) {
 
 TEST(CudaMatmul, UnsupportedTypesAreAClearError) {
   std::mt19937 rng(9);
-  EXPECT_TRUE(cuda::matmul_supports(GgmlType::Q4_K));
-  EXPECT_FALSE(cuda::matmul_supports(GgmlType::Q3_K));
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q3_K, GgmlType::Q2_K, GgmlType::IQ4_XS, GgmlType::MXFP4})
+    EXPECT_TRUE(cuda::matmul_supports(t));
   EXPECT_FALSE(cuda::matmul_supports(GgmlType::F32));
-  const auto data = random_matrix(GgmlType::Q3_K, 16, 256, rng);
-  const Weight w = make_weight(GgmlType::Q3_K, 16, 256, data.data());
+  EXPECT_FALSE(cuda::matmul_supports(GgmlType::F16));
+  std::vector<float> data(16 * 256);
+  for (float& v : data) v = float(rng() % 100) / 100.0f;
+  const Weight w = make_weight(GgmlType::F32, 16, 256, reinterpret_cast<const uint8_t*>(data.data()));
   try {
     cuda::DeviceMatrix dw(w);
-    FAIL() << "a Q3_K matrix was accepted";
+    FAIL() << "an F32 matrix was accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("Q3_K"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("F32"), std::string::npos) << e.what();
   }
 }
 

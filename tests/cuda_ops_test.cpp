@@ -234,6 +234,49 @@ TEST(CudaOps, TheGpusKvAgreesWithTheHostsAndAcrossPaths) {
   }
 }
 
+// Decode steps with the KV on the GPU, their launches recorded and sent as
+// CUDA graphs (base/launch_queue.h), give the logits of launches sent one by
+// one, bit for bit, past a chunk boundary (the attention's launches change:
+// a graph updated); most steps are one graph replayed.
+TEST(CudaOps, DecodeStepsAsCudaGraphsAreTheSame) {
+  REQUIRE_GPU();
+  test::TinyModelShape shape = test::tiny_arch_shape("llama3");
+  shape.matrix_type = 8;  // Q8_0: every matrix on the device
+  const auto m = LlamaModel::load(test::tiny_model("cudaops_graphs_q8", shape), cuda_backend());
+  const LlamaConfig& c = m->config();
+  const KvLayout layout{c.n_layers, c.n_kv_heads, c.head_dim, 64, KvType::kF16};
+  auto decode = [&](bool graphs, cuda::LaunchStats* stats) {
+    cuda::set_graphs(graphs);
+    PrefixKv kv(layout, layout.chunk_bytes() * 8, c.n_heads, AttnPath::kTpp, true, KvPlace::kDevice);
+    Workspace ws;
+    std::vector<float> logits, all;
+    int matched = 0;
+    EXPECT_TRUE(kv.join(0, {}, &matched).ok());
+    Batch prompt;
+    for (int t = 0; t < 50; ++t) prompt.add(5 + (t * 13) % 170, t, 0, t == 49);
+    m->forward(prompt, kv, ws, logits);
+    const cuda::LaunchStats before = cuda::launch_stats();
+    for (int t = 50; t < 80; ++t) {
+      Batch step;
+      step.add(int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin()), t, 0, true);
+      m->forward(step, kv, ws, logits);
+      all.insert(all.end(), logits.begin(), logits.end());
+    }
+    const cuda::LaunchStats after = cuda::launch_stats();
+    *stats = {after.launches - before.launches, after.flushes - before.flushes, after.direct - before.direct,
+              after.replays - before.replays,   after.updates - before.updates, after.builds - before.builds};
+    return all;
+  };
+  cuda::LaunchStats off, on;
+  const std::vector<float> one_by_one = decode(false, &off), graphed = decode(true, &on);
+  expect_same_bits(graphed, one_by_one, "decode with CUDA graphs");
+  std::printf("30 decode steps: %llu launches, sent at %llu points: %llu replayed, %llu updated, %llu built, %llu "
+              "one by one\n",
+              (unsigned long long)on.launches, (unsigned long long)on.flushes, (unsigned long long)on.replays,
+              (unsigned long long)on.updates, (unsigned long long)on.builds, (unsigned long long)on.direct);
+  EXPECT_GT(on.replays, on.builds + on.updates);
+}
+
 // The engine on the GPU (tiny model: its F32 matrices on the host, every
 // other step and the KV on the device): constrained requests get, batched,
 // the tokens they get alone, and match their pattern; Prompt Cache modules

@@ -13,8 +13,9 @@
 #    model_tests CudaModel.* on it (the GPU's logits are the CPU's bit for bit
 #    with the KV on the host; with it on the GPU every mode and batch gives
 #    the same tokens), and `generate` on both devices;
-# 3. `bench model` on both devices; with `1b`, the 1B-class file of
-#    make_1b.sh too, and `bench engine --pp 4096 --tg 32 --batch 32` on the GPU;
+# 3. `bench model` on both devices, on the GPU with CUDA graphs and without
+#    (and a profile); with `1b`, the 1B-class file of make_1b.sh too (graphs
+#    on, off, on), and `bench engine --pp 4096 --tg 32 --batch 32` on the GPU;
 # 4. compute-sanitizer's memcheck over the CudaOps tests.
 # Each step has its own time limit and log; a failing step does not stop the
 # later ones. Exit status: the tests'.
@@ -60,8 +61,11 @@ for d in cpu cuda; do
   timeout 60 "$dev/chunkserve" perplexity -m "$small" --device $d -f "$root/tests/data/perplexity_text.md" --ctx 128 \
     --chunks 8 --json 2>/dev/null | tee -a "$out/perplexity.jsonl"
 done
-for d in cuda cpu; do
-  timeout 90 "$dev/chunkserve" bench model -m "$small" --device $d -r 3 --profile 2>&1 | tee -a "$out/bench_model_small.md"
+# Decode with CUDA graphs (the default) and without, then where a step's
+# time goes (--profile: each operation synchronized, so no graphs).
+for run in "--device cuda" "--device cuda --cuda-graphs off" "--device cpu" "--device cuda --cuda-graphs off --profile"; do
+  echo "## bench model $run" >> "$out/bench_model_small.md"
+  timeout 90 "$dev/chunkserve" bench model -m "$small" $run -r 3 2>&1 | tee -a "$out/bench_model_small.md"
 done
 
 if [ "$big" = 1b ]; then
@@ -70,8 +74,11 @@ if [ "$big" = 1b ]; then
     PYTHONPATH=/tmp/site timeout 150 python3 "$root/bench/peers/make_synthetic.py" llama3-1b "$models/1b-F16.gguf" \
       >> "$out/make.log" 2>&1 && quant "$models/1b-F16.gguf" "$model" && rm -f "$models/1b-F16.gguf"
   fi
-  timeout 120 "$dev/chunkserve" bench model -m "$model" --device cuda -r 3 --profile 2>&1 | tee "$out/bench_model_1b.md"
-  timeout 150 "$dev/chunkserve" bench engine -m "$model" --device cuda --pp 4096 --tg 32 --batch 32 --profile 2>&1 |
+  for g in on off on; do
+    timeout 90 "$dev/chunkserve" bench model -m "$model" --device cuda --cuda-graphs $g -r 3 2>&1 |
+      tee -a "$out/bench_model_1b.md"
+  done
+  timeout 150 "$dev/chunkserve" bench engine -m "$model" --device cuda --pp 4096 --tg 32 --batch 32 2>&1 |
     tee "$out/bench_engine_1b.md"
 fi
 if command -v compute-sanitizer >/dev/null; then

@@ -510,21 +510,8 @@ void launch_tiles(const Params& p, int n, int n_kv, bool after_previous) {
     }
     configured = true;
   }
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(unsigned(n), unsigned(n_kv));
-  cfg.blockDim = dim3(unsigned(Shape<D, RG, S>::THREADS));
-  cfg.dynamicSmemBytes = bytes;
-  cfg.stream = 0;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = after_previous ? 1 : 0;
-  const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, p);
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    throw Error(std::string("CUDA attention: launching the tile kernel: ") + cudaGetErrorString(e));
-  }
+  cuda::launch_ex("CUDA attention's tile kernel", kernel, dim3(unsigned(n), unsigned(n_kv)),
+                  Shape<D, RG, S>::THREADS, bytes, after_previous, p);
 }
 
 // The kernels of one K/V type and head dimension: tiles of 17-32 rows (two
@@ -692,26 +679,11 @@ void CudaAttention::run(const DeviceKvMemory& kv, int layer, const float* q, flo
     // Behind a single tile launch the merges may start early and wait in the
     // kernel (griddepcontrol.wait); behind two they wait for both in the
     // stream, since the second tile launch never waits for the first.
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(unsigned((nm + 3) / 4), unsigned(nkv));
-    cfg.blockDim = dim3(128);
-    cfg.stream = 0;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = (m.n_big > 0) != (m.n_small > 0) ? 1 : 0;
+    const dim3 grid(unsigned((nm + 3) / 4), unsigned(nkv));
+    const bool early = (m.n_big > 0) != (m.n_small > 0);
     const int32_t *mt = a + m.merge_task, *mb = a + m.merge_begin, *ms = a + m.merge_slot;
-    cudaError_t e;
-    switch (L.head_dim) {
-      case 64: e = cudaLaunchKernelEx(&cfg, merge_parts<64>, p, nm, mt, mb, ms); break;
-      case 128: e = cudaLaunchKernelEx(&cfg, merge_parts<128>, p, nm, mt, mb, ms); break;
-      default: e = cudaLaunchKernelEx(&cfg, merge_parts<256>, p, nm, mt, mb, ms); break;
-    }
-    if (e != cudaSuccess) {
-      cudaGetLastError();
-      throw Error(std::string("CUDA attention: launching the merge kernel: ") + cudaGetErrorString(e));
-    }
+    auto* kernel = L.head_dim == 64 ? merge_parts<64> : L.head_dim == 128 ? merge_parts<128> : merge_parts<256>;
+    cuda::launch_ex("CUDA attention's merge kernel", kernel, grid, 128, 0, early, p, nm, mt, mb, ms);
   }
 }
 

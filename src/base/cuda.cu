@@ -1,6 +1,9 @@
 // base/cuda.h on the CUDA runtime.
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <vector>
+
 #include "base/cuda.h"
 #include "base/error.h"
 
@@ -34,7 +37,110 @@ __global__ void spin_kernel(long long cycles) {
   }
 }
 
+std::atomic<bool> graphs_on{true};
+
+// The launches' argument pointers, as cudaLaunchKernelExC takes them.
+void args_of(const Launch& l, const uint8_t* arena, void** out) {
+  for (int i = 0; i < l.n_args; ++i) out[i] = const_cast<uint8_t*>(arena + l.args_at + l.offset[i]);
+}
+
+cudaError_t launch_on(const Launch& l, const uint8_t* arena, cudaStream_t s) {
+  void* argv[Launch::kMaxArgs];
+  args_of(l, arena, argv);
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(l.grid.x, l.grid.y, l.grid.z);
+  cfg.blockDim = dim3(l.block.x, l.block.y, l.block.z);
+  cfg.dynamicSmemBytes = l.smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = l.after_previous ? 1 : 0;
+  return cudaLaunchKernelExC(&cfg, l.func, argv);
+}
+
+// Graphs by stream capture of the launches (so a programmatic launch keeps
+// its kind of edge), replayed on the default stream. The capture stream is
+// the thread's own, captured in thread-local mode: other threads' calls are
+// not affected.
+class RuntimeExecutor final : public LaunchExecutor {
+ public:
+  ~RuntimeExecutor() override {
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+  void launch(const Launch* ls, size_t n, const uint8_t* arena) override {
+    for (size_t i = 0; i < n; ++i) check(launch_on(ls[i], arena, 0), ls[i].what);
+  }
+  void* build(const Launch* ls, size_t n, const uint8_t* arena) override {
+    cudaGraph_t g = capture(ls, n, arena);
+    if (!g) return nullptr;
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t e = cudaGraphInstantiate(&exec, g, 0);
+    cudaGraphDestroy(g);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      return nullptr;
+    }
+    return exec;
+  }
+  bool update(void* graph, const Launch* ls, size_t n, const uint8_t* arena) override {
+    cudaGraph_t g = capture(ls, n, arena);
+    if (!g) return false;
+    cudaGraphExecUpdateResultInfo info{};
+    const cudaError_t e = cudaGraphExecUpdate(static_cast<cudaGraphExec_t>(graph), g, &info);
+    cudaGraphDestroy(g);
+    if (e != cudaSuccess) cudaGetLastError();
+    return e == cudaSuccess;
+  }
+  void replay(void* graph) override { check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), 0), "cudaGraphLaunch"); }
+  void destroy(void* graph) override {
+    if (graph) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph));
+  }
+
+ private:
+  // nullptr where capture fails (the launches then go one by one, and any
+  // error of theirs shows there).
+  cudaGraph_t capture(const Launch* ls, size_t n, const uint8_t* arena) {
+    if (!stream_ && cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking) != cudaSuccess) {
+      cudaGetLastError();
+      stream_ = nullptr;
+      return nullptr;
+    }
+    if (cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+      cudaGetLastError();
+      return nullptr;
+    }
+    bool ok = true;
+    for (size_t i = 0; i < n; ++i) ok = ok && launch_on(ls[i], arena, stream_) == cudaSuccess;
+    cudaGraph_t g = nullptr;
+    const cudaError_t e = cudaStreamEndCapture(stream_, &g);
+    if (!ok || e != cudaSuccess) {
+      cudaGetLastError();
+      if (g) cudaGraphDestroy(g);
+      return nullptr;
+    }
+    return g;
+  }
+  cudaStream_t stream_ = nullptr;
+};
+
 }  // namespace
+
+LaunchExecutor& launch_executor() {
+  thread_local RuntimeExecutor exec;
+  return exec;
+}
+
+void detail::record(Launch l, const void* const* values, const uint32_t* sizes, const uint32_t* aligns, size_t n) {
+  LaunchQueue& q = launch_queue();
+  if (q.graphs() != graphs_on.load(std::memory_order_relaxed)) q.set_graphs(!q.graphs());
+  q.add(std::move(l), values, sizes, aligns, n);
+}
+void flush() { launch_queue().flush(); }
+void set_graphs(bool on) { graphs_on = on; }
+bool graphs() { return graphs_on; }
+LaunchStats launch_stats() { return launch_queue().stats(); }
 
 bool built_with_cuda() { return true; }
 
@@ -81,12 +187,23 @@ Buffer::Buffer(size_t bytes) : n_(bytes) {
 }
 
 Buffer::~Buffer() {
-  if (p_) cudaFree(p_);
+  if (!p_) return;
+  try {
+    flush();  // launches recorded before may read it
+  } catch (...) {  // the error stays the device's, for the next synchronize
+  }
+  cudaFree(p_);
 }
 
 Buffer& Buffer::operator=(Buffer&& o) noexcept {
   if (this != &o) {
-    if (p_) cudaFree(p_);
+    if (p_) {
+      try {
+        flush();
+      } catch (...) {
+      }
+      cudaFree(p_);
+    }
     p_ = std::exchange(o.p_, nullptr);
     n_ = std::exchange(o.n_, 0);
   }
@@ -99,18 +216,27 @@ void Buffer::reserve(size_t bytes) {
 }
 
 void to_device(void* dst, const void* src, size_t bytes) {
-  if (bytes) check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to the device");
+  flush();
+  // cudaMemcpy would first wait for every launch before it (a stream sync
+  // for pageable memory); the async copy may stage the bytes and return.
+  if (bytes) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, 0), "cudaMemcpyAsync to the device");
 }
 void to_host(void* dst, const void* src, size_t bytes) {
+  flush();
   if (bytes) check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy to the host");
 }
 void device_copy(void* dst, const void* src, size_t bytes) {
+  flush();
   if (bytes) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, 0), "cudaMemcpyAsync on the device");
 }
 void memset_device(void* dst, int value, size_t bytes) {
+  flush();
   if (bytes) check(cudaMemsetAsync(dst, value, bytes, 0), "cudaMemsetAsync");
 }
-void synchronize() { check(cudaDeviceSynchronize(), "a kernel"); }
+void synchronize() {
+  flush();
+  check(cudaDeviceSynchronize(), "a kernel");
+}
 
 Timer::Timer() {
   cudaEvent_t a, b;
@@ -123,8 +249,14 @@ Timer::~Timer() {
   cudaEventDestroy(static_cast<cudaEvent_t>(start_));
   cudaEventDestroy(static_cast<cudaEvent_t>(stop_));
 }
-void Timer::start() { check(cudaEventRecord(static_cast<cudaEvent_t>(start_), 0), "cudaEventRecord"); }
-void Timer::stop() { check(cudaEventRecord(static_cast<cudaEvent_t>(stop_), 0), "cudaEventRecord"); }
+void Timer::start() {
+  flush();
+  check(cudaEventRecord(static_cast<cudaEvent_t>(start_), 0), "cudaEventRecord");
+}
+void Timer::stop() {
+  flush();
+  check(cudaEventRecord(static_cast<cudaEvent_t>(stop_), 0), "cudaEventRecord");
+}
 double Timer::microseconds() {
   check(cudaEventSynchronize(static_cast<cudaEvent_t>(stop_)), "cudaEventSynchronize");
   float ms = 0;
@@ -133,18 +265,18 @@ double Timer::microseconds() {
   return double(ms) * 1e3;
 }
 
+// Launches are checked where they are sent (flush); this reports an error a
+// launch outside the queue left.
 void check_launch(const char* what) { check(cudaGetLastError(), what); }
 
 void gather_rows(const float* src, int64_t cols, const int32_t* rows, int n, float* dst) {
   const int64_t total = int64_t(n) * cols;
   if (total <= 0) return;
-  gather_kernel<<<unsigned((total + 255) / 256), 256>>>(src, cols, rows, total, dst);
-  check_launch("gather_rows");
+  launch("gather_rows", gather_kernel, unsigned((total + 255) / 256), 256, src, cols, rows, total, dst);
 }
 
 void flush_l2(const Buffer& buf) {
-  read_all<<<1024, 256>>>(buf.as<const uint4>(), buf.bytes() / 16, buf.as<unsigned>());
-  check_launch("flush_l2");
+  launch("flush_l2", read_all, 1024, 256, buf.as<const uint4>(), buf.bytes() / 16, buf.as<unsigned>());
 }
 
 void spin(double us) {
@@ -155,8 +287,7 @@ void spin(double us) {
     check(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, dev), "cudaDeviceGetAttribute");
     per_us = khz / 1000;
   }
-  spin_kernel<<<1, 1>>>((long long)(us * double(per_us)));
-  check_launch("spin");
+  launch("spin", spin_kernel, 1, 1, (long long)(us * double(per_us)));
 }
 
 }  // namespace cs::cuda

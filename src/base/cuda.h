@@ -6,13 +6,21 @@
 //
 // Errors: every call that fails throws cs::Error naming the CUDA call and the
 // runtime's message (out of device memory is ErrorKind::kNoRoom).
+// Launches: kernels go through launch() below, which records them in the
+// thread's LaunchQueue (base/launch_queue.h: CUDA graphs); every call here
+// that meets the device from the host (copies, memset, synchronize, timers,
+// memory freed) first sends what is recorded, so the order the caller wrote
+// is the order the device sees. A failed launch throws there.
 // Threads: the calls act on the calling thread's current device and the
 // default stream unless a stream is given.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <utility>
+
+#include "base/launch_queue.h"
 
 namespace cs::cuda {
 
@@ -55,8 +63,12 @@ class Buffer {
   size_t n_ = 0;
 };
 
-void to_device(void* dst, const void* src, size_t bytes);    // synchronous
-void to_host(void* dst, const void* src, size_t bytes);      // synchronous
+// Host to device, after the launches before it and before those after it;
+// returns once `src` may be reused. Unlike cudaMemcpy, which first waits
+// for every launch before it, the driver may stage the bytes and return at
+// once, so a step's uploads need not stall the host while the GPU works.
+void to_device(void* dst, const void* src, size_t bytes);
+void to_host(void* dst, const void* src, size_t bytes);  // synchronous
 void device_copy(void* dst, const void* src, size_t bytes);  // on the default stream
 void memset_device(void* dst, int value, size_t bytes);
 void synchronize();  // waits for the device; throws a kernel's pending error
@@ -91,5 +103,57 @@ void spin(double us);
 
 // Throws cs::Error for the last launch's error, if any (after a launch).
 void check_launch(const char* what);
+
+// Sends the launches recorded so far (base/launch_queue.h).
+void flush();
+// CUDA graphs on (the default) or off for launches from now on, every
+// thread's (off: each launch goes at once, as CUDA's <<<>>> does).
+void set_graphs(bool on);
+bool graphs();
+// The calling thread's launch counts.
+LaunchStats launch_stats();
+
+namespace detail {
+void record(Launch l, const void* const* values, const uint32_t* sizes, const uint32_t* aligns, size_t n);
+template <class D>
+Dim3 dim(const D& d) {
+  if constexpr (std::is_integral_v<D>) return {unsigned(d), 1, 1};
+  else return {unsigned(d.x), unsigned(d.y), unsigned(d.z)};
+}
+template <class T>
+using Value = std::remove_cv_t<std::remove_reference_t<T>>;
+template <class... P, class... A>
+void record(Launch l, void (*kernel)(P...), A&&... args) {
+  static_assert(sizeof...(P) == sizeof...(A), "a kernel's arguments, one for each parameter");
+  l.func = reinterpret_cast<const void*>(kernel);
+  // Each argument converted to its parameter's type, as a launch does.
+  auto go = [&](const Value<P>&... v) {
+    const void* values[] = {static_cast<const void*>(&v)..., nullptr};
+    const uint32_t sizes[] = {uint32_t(sizeof(v))..., 0};
+    const uint32_t aligns[] = {uint32_t(alignof(Value<P>))..., 1};
+    record(std::move(l), values, sizes, aligns, sizeof...(P));
+  };
+  go(static_cast<Value<P>>(std::forward<A>(args))...);
+}
+}  // namespace detail
+
+// kernel<<<grid, block>>>(args...), recorded: `what` names it in errors.
+template <class G, class B, class... P, class... A>
+void launch(const char* what, void (*kernel)(P...), const G& grid, const B& block, A&&... args) {
+  Launch l;
+  l.what = what, l.grid = detail::dim(grid), l.block = detail::dim(block);
+  detail::record(std::move(l), kernel, std::forward<A>(args)...);
+}
+// With dynamic shared memory, and `after_previous`: may start while the
+// previous launch runs (programmatic dependent launch; the kernel waits for
+// its inputs with griddepcontrol.wait).
+template <class G, class B, class... P, class... A>
+void launch_ex(const char* what, void (*kernel)(P...), const G& grid, const B& block, size_t smem,
+               bool after_previous, A&&... args) {
+  Launch l;
+  l.what = what, l.grid = detail::dim(grid), l.block = detail::dim(block);
+  l.smem = uint32_t(smem), l.after_previous = after_previous;
+  detail::record(std::move(l), kernel, std::forward<A>(args)...);
+}
 
 }  // namespace cs::cuda

@@ -6,7 +6,29 @@
 namespace cs::cuda {
 namespace {
 [[noreturn]] void none() { throw Error("this chunkserve was built without CUDA (no nvcc was found at configure time)"); }
+
+class NoExecutor final : public LaunchExecutor {
+ public:
+  void launch(const Launch*, size_t, const uint8_t*) override { none(); }
+  void* build(const Launch*, size_t, const uint8_t*) override { none(); }
+  bool update(void*, const Launch*, size_t, const uint8_t*) override { none(); }
+  void replay(void*) override { none(); }
+  void destroy(void*) override {}
+};
+bool graphs_on = true;
 }  // namespace
+
+LaunchExecutor& launch_executor() {
+  static NoExecutor exec;
+  return exec;
+}
+void detail::record(Launch, const void* const*, const uint32_t*, const uint32_t*, size_t) {
+  none();
+}
+void flush() {}
+void set_graphs(bool on) { graphs_on = on; }
+bool graphs() { return graphs_on; }
+LaunchStats launch_stats() { return {}; }
 
 bool built_with_cuda() { return false; }
 bool device_available(std::string* why) {

@@ -166,6 +166,9 @@ std::function<void()> call(const World& w, const CudaAttention& a, const Io& io)
 int run_bench_attention_cuda(const CudaBenchOptions& o) {
   std::string why;
   if (!cuda::device_available(&why)) throw Error("bench attention --device cuda: " + why);
+  // Each call's kernels launched one by one, as the tables of issue 42 and
+  // PyTorch's calls beside them are (a graph would change what is compared).
+  cuda::set_graphs(false);
   const cuda::DeviceInfo dev = cuda::device_info();
   Flusher flush(dev.l2_bytes);
   nlohmann::json js;

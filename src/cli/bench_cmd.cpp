@@ -78,6 +78,8 @@ int run_bench_model(const BenchOptions& o) {
   std::vector<float> logits;
   std::vector<double> pp, tg;
   OpProfile pp_prof, tg_prof;
+  cuda::LaunchStats tg_launch;  // decode's kernel launches and how they went (a device model)
+  const bool on_device = model->backend().on_device();
   const int D = o.depth;
   for (int rep = 0; rep < o.reps + 1; ++rep) {  // the first run warms up
     {
@@ -97,6 +99,7 @@ int run_bench_model(const BenchOptions& o) {
       KvStore& kv = *kv_made;
       fill_context(*model, kv, ws, logits, D);
       if (o.profile && rep) ws.profile = &tg_prof;
+      const cuda::LaunchStats before = on_device ? cuda::launch_stats() : cuda::LaunchStats{};
       const auto t0 = std::chrono::steady_clock::now();
       for (int i = 0; i < o.n_gen; ++i) {
         Batch b;
@@ -104,15 +107,27 @@ int run_bench_model(const BenchOptions& o) {
         model->forward(b, kv, ws, logits);
       }
       if (rep) tg.push_back(o.n_gen / seconds_since(t0));
+      if (rep && on_device) {
+        const cuda::LaunchStats after = cuda::launch_stats();
+        tg_launch.launches += after.launches - before.launches, tg_launch.flushes += after.flushes - before.flushes;
+        tg_launch.direct += after.direct - before.direct, tg_launch.replays += after.replays - before.replays;
+        tg_launch.updates += after.updates - before.updates, tg_launch.builds += after.builds - before.builds;
+      }
       ws.profile = nullptr;
     }
   }
   const int threads = o.threads > 0 ? o.threads : omp_get_max_threads();
   const double pp_steps = o.reps, tg_steps = double(o.reps) * o.n_gen;
   if (o.json) {
-    const std::string prof = o.profile ? ", \"profile\": {\"pp\": " + profile_json(pp_prof, pp_steps) +
-                                             ", \"tg\": " + profile_json(tg_prof, tg_steps) + "}"
-                                       : "";
+    std::string prof = o.profile ? ", \"profile\": {\"pp\": " + profile_json(pp_prof, pp_steps) +
+                                       ", \"tg\": " + profile_json(tg_prof, tg_steps) + "}"
+                                 : "";
+    if (on_device)
+      prof += ", \"cuda_graphs\": " + std::string(cuda::graphs() ? "true" : "false") +
+              ", \"tg_launches_per_token\": " + std::to_string(double(tg_launch.launches) / tg_steps) +
+              ", \"tg_flushes\": {\"direct\": " + std::to_string(tg_launch.direct) +
+              ", \"replays\": " + std::to_string(tg_launch.replays) + ", \"updates\": " +
+              std::to_string(tg_launch.updates) + ", \"builds\": " + std::to_string(tg_launch.builds) + "}";
     std::printf("{\"model\": \"%s\", \"threads\": %d, \"isa\": \"%s\", \"kv_type\": \"%s\", \"pp\": %d, "
                 "\"tg\": %d, \"depth\": %d, \"pp_tps\": %.2f, \"tg_tps\": %.2f%s, \"device\": \"%s\"}\n",
                 path.c_str(), threads, isa_name(cpu_isa()), kv_type_name(o.kv_type), o.n_prompt, o.n_gen, D,
@@ -124,6 +139,13 @@ int run_bench_model(const BenchOptions& o) {
     std::printf("| test | threads | isa | kv | tokens/s |\n|---|---|---|---|---|\n");
     std::printf("| pp%d%s | %d | %s | %s | %.2f |\n", o.n_prompt, at.c_str(), threads, isa, kv, median(pp));
     std::printf("| tg%d%s | %d | %s | %s | %.2f |\n", o.n_gen, at.c_str(), threads, isa, kv, median(tg));
+    if (on_device)
+      std::printf(
+          "\ndecode on the GPU: %.1f kernel launches a token, sent at %.2f points a token: %llu as a graph replayed, "
+          "%llu updated, %llu built, %llu one by one (CUDA graphs %s)\n",
+          double(tg_launch.launches) / tg_steps, double(tg_launch.flushes) / tg_steps,
+          (unsigned long long)tg_launch.replays, (unsigned long long)tg_launch.updates,
+          (unsigned long long)tg_launch.builds, (unsigned long long)tg_launch.direct, cuda::graphs() ? "on" : "off");
     if (o.profile) print_profile(pp_prof, pp_steps, tg_prof, tg_steps);
   }
   return 0;

@@ -9,6 +9,7 @@
 #include <map>
 #include <sstream>
 
+#include "base/cuda.h"
 #include "cli/commands.h"
 #include "model/cuda_ops.h"
 #include "model/llama.h"
@@ -148,6 +149,11 @@ std::string read_text_file(const std::string& path, const char* what) {
 void add_device_option(CLI::App& cmd, std::string& device) {
   cmd.add_option("--device", device, "Where the model's layers run: cpu (default) or cuda (an NVIDIA GPU)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd.add_option_function<std::string>(
+         "--cuda-graphs", [](const std::string& v) { cuda::set_graphs(v == "on"); },
+         "With --device cuda: a step's kernel launches replayed as CUDA graphs (on, the default) or launched one by "
+         "one (off)")
+      ->check(CLI::IsMember({"on", "off"}));
 }
 
 std::unique_ptr<LlamaModel> load_model(const std::string& path, const std::string& device) {

@@ -80,7 +80,12 @@ DeviceKvMemory::DeviceKvMemory(KvLayout layout, int capacity) : layout_(layout),
 }
 
 DeviceKvMemory::~DeviceKvMemory() {
-  if (base_) cudaFree(base_);
+  if (!base_) return;
+  try {
+    cuda::flush();  // launches recorded before may write it
+  } catch (...) {  // the error stays the device's
+  }
+  cudaFree(base_);
 }
 
 void DeviceKvMemory::write_rows(int layer, const int32_t* slots, int n, const float* k, const float* v) {
@@ -89,13 +94,9 @@ void DeviceKvMemory::write_rows(int layer, const int32_t* slots, int n, const fl
   const size_t layer_off = size_t(layer) * size_t(L.n_kv_heads) * 2 * L.block_bytes();
   const dim3 grid(unsigned(n), unsigned(L.n_kv_heads));
   const int threads = L.head_dim < 128 ? L.head_dim : 128;
-  if (L.type == KvType::kF16)
-    scatter_rows<__half><<<grid, threads>>>(base_, L.chunk_bytes(), layer_off, L.block_bytes(), L.chunk_size,
-                                            L.head_dim, L.n_kv_heads, slots, k, v);
-  else
-    scatter_rows<__nv_bfloat16><<<grid, threads>>>(base_, L.chunk_bytes(), layer_off, L.block_bytes(), L.chunk_size,
-                                                   L.head_dim, L.n_kv_heads, slots, k, v);
-  check(cudaGetLastError(), "write_rows");
+  auto* kernel = L.type == KvType::kF16 ? scatter_rows<__half> : scatter_rows<__nv_bfloat16>;
+  cuda::launch("write_rows", kernel, grid, threads, base_, L.chunk_bytes(), layer_off, L.block_bytes(), L.chunk_size,
+               L.head_dim, L.n_kv_heads, slots, k, v);
 }
 
 void DeviceKvMemory::write_host_rows(int layer, const int32_t* slots, int n, const float* k, const float* v) {
@@ -112,24 +113,21 @@ void DeviceKvMemory::write_host_rows(int layer, const int32_t* slots, int n, con
 void DeviceKvMemory::copy_prefix(ChunkId src, ChunkId dst, int n) {
   if (n <= 0) return;
   const KvLayout& L = layout_;
-  copy_prefix_kernel<<<dim3(unsigned(L.n_layers * L.n_kv_heads), 2), 256>>>(base_, L.chunk_bytes(), L.block_bytes(),
-                                                                             L.chunk_size, L.head_dim, src, dst, n);
-  check(cudaGetLastError(), "copy_prefix");
+  cuda::launch("copy_prefix", copy_prefix_kernel, dim3(unsigned(L.n_layers * L.n_kv_heads), 2), 256, base_,
+               L.chunk_bytes(), L.block_bytes(), L.chunk_size, L.head_dim, src, dst, n);
 }
 
 void DeviceKvMemory::read_chunk(ChunkId id, uint8_t* host) const {
-  check(cudaMemcpy(host, base_ + size_t(id) * layout_.chunk_bytes(), layout_.chunk_bytes(), cudaMemcpyDeviceToHost),
-        "read_chunk");
+  cuda::to_host(host, base_ + size_t(id) * layout_.chunk_bytes(), layout_.chunk_bytes());
 }
 
 void DeviceKvMemory::write_chunk(ChunkId id, const uint8_t* host) {
-  check(cudaMemcpy(base_ + size_t(id) * layout_.chunk_bytes(), host, layout_.chunk_bytes(), cudaMemcpyHostToDevice),
-        "write_chunk");
+  cuda::to_device(base_ + size_t(id) * layout_.chunk_bytes(), host, layout_.chunk_bytes());
 }
 
 void DeviceKvMemory::upload(const ChunkPool& pool, int n) {
   if (n > capacity_) throw Error("CUDA KV memory: upload of more chunks than it holds");
-  check(cudaMemcpy(base_, pool.data(0), size_t(n) * layout_.chunk_bytes(), cudaMemcpyHostToDevice), "upload");
+  cuda::to_device(base_, pool.data(0), size_t(n) * layout_.chunk_bytes());
 }
 
 }  // namespace cs

@@ -10,19 +10,21 @@ namespace cs::cuda {
 
 static_assert(int(PackLayout::kQ4) == kernels::kQ4 && int(PackLayout::kQ8) == kernels::kQ8 &&
               int(PackLayout::kQ8Min) == kernels::kQ8Min && int(PackLayout::kQ4K) == kernels::kQ4K &&
-              int(PackLayout::kQ5K) == kernels::kQ5K && int(PackLayout::kQ6K) == kernels::kQ6K);
+              int(PackLayout::kQ5K) == kernels::kQ5K && int(PackLayout::kQ6K) == kernels::kQ6K &&
+              int(PackLayout::kQ8Half) == kernels::kQ8Half && int(PackLayout::kQ8HalfMin) == kernels::kQ8HalfMin &&
+              int(PackLayout::kMx) == kernels::kMx && int(PackLayout::kIq4) == kernels::kIq4);
 static_assert(k_super_words(PackLayout::kQ4K) == 608 && k_super_words(PackLayout::kQ5K) == 736 &&
               k_super_words(PackLayout::kQ6K) == 848);  // the kernels' KShape
 static_assert(pack_block_words(PackLayout::kQ4) == 96 && pack_block_words(PackLayout::kQ8) == 144 &&
-              pack_block_words(PackLayout::kQ8Min) == 160);  // the kernels' kBlockWords
+              pack_block_words(PackLayout::kQ8Min) == 160 && pack_block_words(PackLayout::kQ8Half) == 160 &&
+              pack_block_words(PackLayout::kQ8HalfMin) == 192 && pack_block_words(PackLayout::kMx) == 68 &&
+              pack_block_words(PackLayout::kIq4) == 80);  // the kernels' kBlockWords
 static_assert(sizeof(BlockQ8) == kernels::kBlockBytes && offsetof(BlockQ8, d) == 0 && offsetof(BlockQ8, s) == 4 &&
               offsetof(BlockQ8, sum) == 8 && offsetof(BlockQ8, sum_lo) == 12 && offsetof(BlockQ8, ds) == 16 &&
               offsetof(BlockQ8, qs) == 20);
 
 bool matmul_supports(GgmlType type) {
-  if (widened_at_load(type)) return false;
-  const PackLayout l = pack_layout(type);
-  return l == PackLayout::kQ4 || l == PackLayout::kQ8 || l == PackLayout::kQ8Min || is_k_layout(l);
+  return !widened_at_load(type);  // every layout of pack_layout.h
 }
 
 DeviceMatrix::DeviceMatrix(const Weight& w) : layout_(pack_layout(w.type)), rows_(w.rows), cols_(w.cols) {

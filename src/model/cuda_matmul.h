@@ -9,9 +9,12 @@
 // (whatever the batch around it: batch-invariant, as the CPU path is) and
 // equals the CPU's, which makes the CPU path the GPU's reference bit for bit.
 //
-// Layouts so far: kQ4 (Q4_0, Q4_1), kQ8 (Q8_0, Q5_0), kQ8Min (Q5_1) and the
-// K layouts (Q4_K, Q5_K, Q6_K); others are a cs::Error at construction. In a
-// build without CUDA every call throws.
+// Every quantized layout: kQ4 (Q4_0, Q4_1), kQ8 (Q8_0, Q5_0), kQ8Min (Q5_1),
+// kQ8Half (Q3_K) and kQ8HalfMin (Q2_K: a scale, and a minimum, per half of
+// 16 values: one mma per half), kMx (MXFP4) and kIq4 (IQ4_NL, IQ4_XS: codes
+// looked up as int8 grid values, then the same exact dot) and the K layouts
+// (Q4_K, Q5_K, Q6_K). Float matrices (F32, F16, BF16: widened at load) are
+// a cs::Error at construction. In a build without CUDA every call throws.
 #pragma once
 #include <cstdint>
 

@@ -66,7 +66,46 @@ __global__ void quantize_kernel(const float* __restrict__ x, int64_t blocks, Q8*
 
 // Words per block of each layout (model/pack_layout.h, pack_block_words).
 template <int L>
-inline constexpr int kBlockWords = L == kQ4 ? 96 : L == kQ8 ? 144 : 160;
+inline constexpr int kBlockWords = L == kQ4           ? 96
+                                   : L == kQ8         ? 144
+                                   : L == kQ8HalfMin  ? 192
+                                   : L == kMx         ? 68
+                                   : L == kIq4        ? 80
+                                                      : 160;  // kQ8Min, kQ8Half
+// The nibble layouts (values 8k..8k+3 of row r in the low nibbles of word
+// at + 16k + r, 8k+4..8k+7 in the high ones) and where their nibbles start;
+// kMx and kIq4 hold codes into a grid of int8 values.
+template <int L>
+inline constexpr bool kNibbles = L == kQ4 || L == kMx || L == kIq4;
+template <int L>
+inline constexpr int kNibblesAt = L == kQ4 ? 32 : L == kMx ? 4 : 16;
+// The byte layouts' values (q + 128, values 4k..4k+3 of row r in word
+// at + 16k + r), after their scales and minimums.
+template <int L>
+inline constexpr int kValuesAt = L == kQ8 ? 16 : L == kQ8HalfMin ? 64 : 32;
+// A scale per half of 16 values (kQ8Half: Q3_K; kQ8HalfMin: Q2_K).
+template <int L>
+inline constexpr bool kHalves = L == kQ8Half || L == kQ8HalfMin;
+
+// Four codes (a byte each, 0..15) as their grid values, signed bytes:
+// MXFP4's kvalues (pack_layout.h's kMxBiased less its bias of 12) or
+// IQ4's (kIq4Biased less 128). Each byte picks from the grid's low or high
+// eight by its code's bit 3.
+template <int L>
+__device__ __forceinline__ uint32_t grid_values(uint32_t codes) {
+  constexpr uint32_t t0 = L == kMx ? 0x03020100u : 0xbfad9881u, t1 = L == kMx ? 0x0c080604u : 0xf6eaddcfu;
+  constexpr uint32_t t2 = L == kMx ? 0xfdfeff00u : 0x26190d01u, t3 = L == kMx ? 0xf4f8fafcu : 0x71594535u;
+  const uint32_t sel = (codes & 0x7u) | ((codes >> 4) & 0x70u) | ((codes >> 8) & 0x700u) | ((codes >> 12) & 0x7000u);
+  const uint32_t lo = __byte_perm(t0, t1, sel), hi = __byte_perm(t2, t3, sel);
+  const uint32_t high = ((codes >> 3) & 0x01010101u) * 0xffu;
+  return (lo & ~high) | (hi & high);
+}
+
+// An MXFP4 block's scale from its E8M0 exponent bits, 2^(e - 128)
+// (pack_layout.h's mx_scale_bits).
+__device__ __forceinline__ float mx_scale(uint32_t e) {
+  return __uint_as_float(e < 2 ? 0x00200000u << e : (e - 1) << 23);
+}
 
 // A warp's share of both kernels: lane (g, t) = (lane / 4, lane % 4) feeds
 // token tok0 + g's activations (B) and holds the outputs of rows g and g + 8
@@ -104,9 +143,18 @@ struct WarpTile {
     acc[3] = fmaf(__int2float_rn(c[3]), __fmul_rn(s1, ad1), acc[3]);
   }
   // acc = fma(m, the activations' weight, acc): fp16 s (kQ4, as llama.cpp's
-  // Q4_1) or fp32 d * sum (the other layouts).
+  // Q4_1) or fp32 d * sum (the other layouts; half h's sum where the layout
+  // has a minimum per half: min_weights).
   __device__ void add_mins(float m0, float m1, int64_t b, bool fp16_s) {
     const float w0 = fp16_s ? a0[b].s : a0[b].ds, w1 = fp16_s ? a1[b].s : a1[b].ds;
+    acc[0] = fmaf(m0, w0, acc[0]);
+    acc[1] = fmaf(m0, w1, acc[1]);
+    acc[2] = fmaf(m1, w0, acc[2]);
+    acc[3] = fmaf(m1, w1, acc[3]);
+  }
+  __device__ void add_half_mins(float m0, float m1, int64_t b, int h) {
+    const int s0 = h == 0 ? a0[b].sum_lo : a0[b].sum - a0[b].sum_lo, s1 = h == 0 ? a1[b].sum_lo : a1[b].sum - a1[b].sum_lo;
+    const float w0 = __fmul_rn(a0[b].d, __int2float_rn(s0)), w1 = __fmul_rn(a1[b].d, __int2float_rn(s1));
     acc[0] = fmaf(m0, w0, acc[0]);
     acc[1] = fmaf(m0, w1, acc[1]);
     acc[2] = fmaf(m1, w0, acc[2]);
@@ -141,17 +189,18 @@ __global__ void __launch_bounds__(128) matmul_kernel(const uint32_t* __restrict_
   for (int64_t b = 0; b < nb; ++b) {
     const uint32_t* wb = w + b * kWords;
     uint32_t a[4];
-    if constexpr (L == kQ4) {
-      // Word 32 + 16k + r: row r's values 8k..8k+3 in its low nibbles,
-      // 8k+4..8k+7 in its high ones.
-      const int sh = 4 * (t & 1), k0 = 32 + 16 * (t >> 1), k2 = 32 + 16 * (2 + (t >> 1));
+    if constexpr (kNibbles<L>) {
+      // Values 4t..4t+3: vector t / 2's low (t even) or high nibbles.
+      const int sh = 4 * (t & 1), k0 = kNibblesAt<L> + 16 * (t >> 1), k2 = kNibblesAt<L> + 16 * (2 + (t >> 1));
       a[0] = (wb[k0 + g] >> sh) & 0x0F0F0F0Fu;
       a[1] = (wb[k0 + g + 8] >> sh) & 0x0F0F0F0Fu;
       a[2] = (wb[k2 + g] >> sh) & 0x0F0F0F0Fu;
       a[3] = (wb[k2 + g + 8] >> sh) & 0x0F0F0F0Fu;
+      if constexpr (L != kQ4)
+        for (uint32_t& v : a) v = grid_values<L>(v);
     } else {
-      // Word v + 16k + r: row r's values 4k..4k+3 as q + 128.
-      constexpr int v = L == kQ8 ? 16 : 32;
+      // Signed q from q + 128.
+      constexpr int v = kValuesAt<L>;
       a[0] = wb[v + 16 * t + g] ^ 0x80808080u;
       a[1] = wb[v + 16 * t + g + 8] ^ 0x80808080u;
       a[2] = wb[v + 16 * (4 + t) + g] ^ 0x80808080u;
@@ -159,11 +208,31 @@ __global__ void __launch_bounds__(128) matmul_kernel(const uint32_t* __restrict_
     }
     uint32_t b0, b1;
     tile.activations(b, b0, b1);
+    if constexpr (kHalves<L>) {
+      // Each half of 16 values its own mma (the other half's registers
+      // zero) and scale: word 16h + r; then the minimums, word 32 + 16h + r.
+      int c0[4], c1[4];
+      mma_s8(c0, a[0], a[1], 0u, 0u, b0, b1);
+      mma_s8(c1, 0u, 0u, a[2], a[3], b0, b1);
+      tile.add_dots(c0, __uint_as_float(wb[g]), __uint_as_float(wb[g + 8]), b);
+      tile.add_dots(c1, __uint_as_float(wb[16 + g]), __uint_as_float(wb[16 + g + 8]), b);
+      if constexpr (L == kQ8HalfMin)
+        for (int h = 0; h < 2; ++h)
+          tile.add_half_mins(__uint_as_float(wb[32 + 16 * h + g]), __uint_as_float(wb[32 + 16 * h + g + 8]), b, h);
+      continue;
+    }
     int c[4];
     mma_s8(c, a[0], a[1], a[2], a[3], b0, b1);
+    if constexpr (L == kMx) {
+      // The rows' E8M0 exponents, row r at byte r of words 0..3.
+      const uint8_t* e = reinterpret_cast<const uint8_t*>(wb);
+      tile.add_dots(c, mx_scale(e[g]), mx_scale(e[g + 8]), b);
+      continue;
+    }
     tile.add_dots(c, __uint_as_float(wb[g]), __uint_as_float(wb[g + 8]), b);
     // The minimums: word 16 + r.
-    if constexpr (L != kQ8) tile.add_mins(__uint_as_float(wb[16 + g]), __uint_as_float(wb[16 + g + 8]), b, L == kQ4);
+    if constexpr (L == kQ4 || L == kQ8Min)
+      tile.add_mins(__uint_as_float(wb[16 + g]), __uint_as_float(wb[16 + g + 8]), b, L == kQ4);
   }
   tile.store(y, rows);
 }
@@ -237,8 +306,7 @@ void quantize_q8(const float* x, int64_t blocks, void* acts) {
   if (blocks <= 0) return;
   constexpr int kThreads = 256;  // 8 blocks of 32 per CTA
   const int64_t ctas = (blocks * 32 + kThreads - 1) / kThreads;
-  quantize_kernel<<<unsigned(ctas), kThreads>>>(x, blocks, static_cast<Q8*>(acts));
-  check_launch("quantizing activations");
+  launch("quantizing activations", quantize_kernel, unsigned(ctas), kThreads, x, blocks, static_cast<Q8*>(acts));
 }
 
 void matmul(int layout, const uint32_t* words, int64_t rows, int64_t nb, const void* acts, int n_tok, float* y) {
@@ -246,15 +314,17 @@ void matmul(int layout, const uint32_t* words, int64_t rows, int64_t nb, const v
   const int tiles = (n_tok + 7) / 8, warps = std::min(4, tiles);
   const dim3 grid(unsigned((rows + 15) / 16), unsigned((tiles + warps - 1) / warps));
   const auto* a = static_cast<const Q8*>(acts);
-  switch (layout) {
-    case kQ4: matmul_kernel<kQ4><<<grid, 32 * warps>>>(words, rows, nb, a, n_tok, y); break;
-    case kQ8: matmul_kernel<kQ8><<<grid, 32 * warps>>>(words, rows, nb, a, n_tok, y); break;
-    case kQ8Min: matmul_kernel<kQ8Min><<<grid, 32 * warps>>>(words, rows, nb, a, n_tok, y); break;
-    case kQ4K: kmatmul_kernel<kQ4K><<<grid, 32 * warps>>>(words, rows, nb, a, n_tok, y); break;
-    case kQ5K: kmatmul_kernel<kQ5K><<<grid, 32 * warps>>>(words, rows, nb, a, n_tok, y); break;
-    default: kmatmul_kernel<kQ6K><<<grid, 32 * warps>>>(words, rows, nb, a, n_tok, y); break;
-  }
-  check_launch("the quantized matmul");
+  auto* kernel = layout == kQ4          ? matmul_kernel<kQ4>
+                 : layout == kQ8        ? matmul_kernel<kQ8>
+                 : layout == kQ8Min     ? matmul_kernel<kQ8Min>
+                 : layout == kQ8Half    ? matmul_kernel<kQ8Half>
+                 : layout == kQ8HalfMin ? matmul_kernel<kQ8HalfMin>
+                 : layout == kMx        ? matmul_kernel<kMx>
+                 : layout == kIq4       ? matmul_kernel<kIq4>
+                 : layout == kQ4K       ? kmatmul_kernel<kQ4K>
+                 : layout == kQ5K       ? kmatmul_kernel<kQ5K>
+                                        : kmatmul_kernel<kQ6K>;
+  launch("the quantized matmul", kernel, grid, 32 * warps, words, rows, nb, a, n_tok, y);
 }
 
 }  // namespace cs::cuda::kernels

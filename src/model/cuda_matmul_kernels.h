@@ -7,7 +7,9 @@ namespace cs::cuda::kernels {
 
 // The layouts the kernels read (PackLayout's values: model/cuda_matmul.cpp
 // checks they agree).
-enum Layout : int { kQ4 = 0, kQ8 = 1, kQ8Min = 2, kQ4K = 5, kQ5K = 6, kQ6K = 7 };
+enum Layout : int {
+  kQ4 = 0, kQ8 = 1, kQ8Min = 2, kQ8Half = 3, kQ8HalfMin = 4, kQ4K = 5, kQ5K = 6, kQ6K = 7, kMx = 8, kIq4 = 9
+};
 
 // cs::BlockQ8's bytes: d, s, sum, sum_lo, ds, qs[32] (checked by cuda_matmul.cpp).
 constexpr int kBlockBytes = 52;

@@ -2,10 +2,10 @@
 // pass's activations in GPU memory, every layer step on the device with the
 // CPU's float steps, so a forward pass gives the CPU backend's logits bit for
 // bit (given the same attention):
-// - matrices of the types the device matmul reads (model/cuda_matmul.h: Q4_0,
-//   Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) go to the GPU at load in the
-//   CPU's 16-row layouts, and the host's packed copy is freed; matrices of
-//   other types stay on the host and run there (their rows cross over);
+// - quantized matrices (every type: model/cuda_matmul.h) go to the GPU at
+//   load in the CPU's 16-row layouts, and the host's packed copy is freed;
+//   float matrices (F32, F16, BF16, widened at load) stay on the host and
+//   run there (their rows cross over);
 // - norms, RoPE, the gated FFN's activation, biases, residuals and row copies
 //   by model/cuda_ops_kernels.h (model/ops_math.h's steps);
 // - the output head as matmul_refined computes it (both levels on the

@@ -142,74 +142,61 @@ __global__ void refine_kernel(const float* y1, const float* y2, int n_tok, int64
 void rmsnorm(const float* x, int rows, int cols, const float* w, int group, float eps, float* out) {
   const int64_t groups = int64_t(rows) * (cols / group);
   if (groups <= 0) return;
-  rmsnorm_kernel<<<blocks_for(size_t(groups) * 32), kThreads>>>(x, groups, group, w, eps, out);
-  check_launch("rmsnorm");
+  launch("rmsnorm", rmsnorm_kernel, blocks_for(size_t(groups) * 32), kThreads, x, groups, group, w, eps, out);
 }
 
 void rope(float* x, int rows, int cols, int head_dim, const float* cos, const float* sin, int half, bool adjacent) {
   const size_t n = size_t(rows) * size_t(cols / head_dim) * size_t(half);
   if (n == 0) return;
-  rope_kernel<<<blocks_for(n), kThreads>>>(x, rows, cols, head_dim, cos, sin, half, adjacent);
-  check_launch("rope");
+  launch("rope", rope_kernel, blocks_for(n), kThreads, x, rows, cols, head_dim, cos, sin, half, adjacent);
 }
 
 void add_bias(float* x, int rows, int cols, const float* b) {
   const size_t n = size_t(rows) * size_t(cols);
   if (n == 0) return;
-  add_bias_kernel<<<blocks_for(n), kThreads>>>(x, int64_t(n), cols, b);
-  check_launch("add_bias");
+  launch("add_bias", add_bias_kernel, blocks_for(n), kThreads, x, int64_t(n), cols, b);
 }
 
 void scale(float* x, size_t n, float s) {
   if (n == 0) return;
-  scale_kernel<<<blocks_for(n), kThreads>>>(x, int64_t(n), s);
-  check_launch("scale");
+  launch("scale", scale_kernel, blocks_for(n), kThreads, x, int64_t(n), s);
 }
 
 void add(float* x, const float* y, size_t n) {
   if (n == 0) return;
-  add_kernel<<<blocks_for(n), kThreads>>>(x, y, int64_t(n));
-  check_launch("add");
+  launch("add", add_kernel, blocks_for(n), kThreads, x, y, int64_t(n));
 }
 
 void gated(int act, float* gate, const float* up, size_t n) {
   if (n == 0) return;
-  switch (act) {
-    case 0: gated_kernel<0><<<blocks_for(n), kThreads>>>(gate, up, int64_t(n)); break;
-    case 1: gated_kernel<1><<<blocks_for(n), kThreads>>>(gate, up, int64_t(n)); break;
-    default: gated_kernel<2><<<blocks_for(n), kThreads>>>(gate, up, int64_t(n)); break;
-  }
-  check_launch("the gated FFN's activation");
+  auto* kernel = act == 0 ? gated_kernel<0> : act == 1 ? gated_kernel<1> : gated_kernel<2>;
+  launch("the gated FFN's activation", kernel, blocks_for(n), kThreads, gate, up, int64_t(n));
+
 }
 
 void combine(const float* src, int cols, const int32_t* slots, const float* w, int k, int rows, float* out) {
   const size_t n = size_t(rows) * size_t(cols);
   if (n == 0) return;
-  combine_kernel<<<blocks_for(n), kThreads>>>(src, cols, slots, w, k, int64_t(n), out);
-  check_launch("combine");
+  launch("combine", combine_kernel, blocks_for(n), kThreads, src, cols, slots, w, k, int64_t(n), out);
 }
 
 void head_residual(const float* x, int64_t blocks, const void* level1, float* residual) {
   if (blocks <= 0) return;
-  residual_kernel<<<blocks_for(size_t(blocks) * 32), kThreads>>>(x, blocks * 32, static_cast<const Q8*>(level1),
+  launch("the head's residual", residual_kernel, blocks_for(size_t(blocks) * 32), kThreads, x, blocks * 32, static_cast<const Q8*>(level1),
                                                                    residual);
-  check_launch("the head's residual");
 }
 
 void head_level2_sums(const float* x, int64_t blocks, const void* level1, void* level2) {
   if (blocks <= 0) return;
-  level2_sums_kernel<<<blocks_for(size_t(blocks)), kThreads>>>(x, blocks, static_cast<const Q8*>(level1),
+  launch("the head's level-two sums", level2_sums_kernel, blocks_for(size_t(blocks)), kThreads, x, blocks, static_cast<const Q8*>(level1),
                                                                static_cast<Q8*>(level2));
-  check_launch("the head's level-two sums");
 }
 
 void head_refine(const float* y1, const float* y2, int n_tok, int64_t rows, float margin, float* floor, float* y) {
   if (n_tok <= 0 || rows <= 0) return;
-  row_floor_kernel<<<unsigned(n_tok), kThreads>>>(y1, rows, margin, floor);
-  check_launch("the head's row maxima");
+  launch("the head's row maxima", row_floor_kernel, unsigned(n_tok), kThreads, y1, rows, margin, floor);
   const size_t n = size_t(n_tok) * size_t((rows + 15) / 16);
-  refine_kernel<<<blocks_for(n), kThreads>>>(y1, y2, n_tok, rows, floor, y);
-  check_launch("the head's refinement");
+  launch("the head's refinement", refine_kernel, blocks_for(n), kThreads, y1, y2, n_tok, rows, floor, y);
 }
 
 }  // namespace cs::cuda::ops

@@ -8,11 +8,13 @@
 // the GPU tests (tests/cuda_ops_test.cpp) check it on a device.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "base/cpu.h"
+#include "base/cuda.h"
 #include "cache/contiguous_kv.h"
 #include "model/cuda_matmul.h"
 #include "model/cuda_ops.h"
@@ -55,6 +57,46 @@ TEST(CudaBackendEmulated, EveryArchitecturesForwardPassIsTheCpus) {
       for (size_t i = 0; i < a.size(); ++i)
         ASSERT_EQ(std::memcmp(&a[i], &b[i], 4), 0) << "logit " << i << ": " << a[i] << " vs " << b[i];
     }
+}
+
+// Decode steps with the launches recorded and replayed as "graphs"
+// (base/launch_queue.h on the fake device: a graph is its launches' closures
+// kept with their arguments) give the logits of launches sent one by one,
+// bit for bit, and most of the steps' launches are replayed: every point
+// where the host meets the device sends what is pending first.
+TEST(CudaBackendEmulated, DecodeStepsReplayedAsGraphsAreTheSame) {
+  if (cpu_isa() < Isa::kAvx2) GTEST_SKIP() << "the device matmul gives the AVX2 and AVX-512 kernels' bits";
+  test::TinyModelShape shape = test::tiny_arch_shape("llama3");
+  shape.matrix_type = 8;
+  const auto m = LlamaModel::load(test::tiny_model("emu_llama3_q8", shape), cuda_backend());
+  auto decode = [&] {
+    ContiguousKv kv(m->config().kv_shape(), 128);
+    Workspace ws;
+    std::vector<float> logits, all;
+    Batch prompt;
+    for (int t = 0; t < 9; ++t) prompt.add(5 + t * 11, t, 0, t == 8);
+    m->forward(prompt, kv, ws, logits);
+    for (int t = 9; t < 15; ++t) {
+      Batch step;
+      step.add(int32_t(logits.size() % 200) + t, t, 0, true);
+      m->forward(step, kv, ws, logits);
+      all.insert(all.end(), logits.begin(), logits.end());
+    }
+    return all;
+  };
+  cuda::set_graphs(false);
+  const std::vector<float> one_by_one = decode();
+  cuda::set_graphs(true);
+  const cuda::LaunchStats before = cuda::launch_stats();
+  const std::vector<float> graphed = decode();
+  const cuda::LaunchStats after = cuda::launch_stats();
+  std::printf("%llu launches, sent at %llu points: %llu replayed, %llu updated, %llu built, %llu one by one\n",
+              (unsigned long long)(after.launches - before.launches), (unsigned long long)(after.flushes - before.flushes),
+              (unsigned long long)(after.replays - before.replays), (unsigned long long)(after.updates - before.updates),
+              (unsigned long long)(after.builds - before.builds), (unsigned long long)(after.direct - before.direct));
+  ASSERT_EQ(one_by_one.size(), graphed.size());
+  EXPECT_EQ(std::memcmp(one_by_one.data(), graphed.data(), graphed.size() * sizeof(float)), 0);
+  EXPECT_GE(after.replays - before.replays, 10u);  // from the second step on, each layer's run
 }
 
 }  // namespace

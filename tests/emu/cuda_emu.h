@@ -17,7 +17,10 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <span>
 #include <thread>
+#include <tuple>
+#include <type_traits>
 #include <vector>
 
 #define __global__
@@ -137,6 +140,19 @@ inline uint32_t __vsub4(uint32_t a, uint32_t b) {  // per byte, mod 256
   for (int i = 0; i < 4; ++i) r |= uint32_t(uint8_t((a >> (8 * i)) - (b >> (8 * i)))) << (8 * i);
   return r;
 }
+// Byte i of the result: byte (s >> 4i) & 7 of the eight bytes y:x (x the
+// low four), or, with bit 3 of that selector set, its sign bit repeated.
+inline uint32_t __byte_perm(uint32_t x, uint32_t y, uint32_t s) {
+  const uint64_t both = (uint64_t(y) << 32) | x;
+  uint32_t r = 0;
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t sel = (s >> (4 * i)) & 0xf;
+    uint32_t byte = uint32_t(both >> (8 * (sel & 7))) & 0xff;
+    if (sel & 8) byte = (byte & 0x80) ? 0xff : 0;
+    r |= byte << (8 * i);
+  }
+  return r;
+}
 inline int min(int a, int b) { return std::min(a, b); }
 
 // The lanes: threads kept from launch to launch (starting a std::thread per
@@ -210,5 +226,33 @@ inline void emu_launch(dim3 grid, dim3 block, const std::function<void()>& kerne
   }
 }
 inline void check_launch(const char*) {}  // nothing is pending on a CPU
+
+// base/cuda.h's launch(): the launch runs at once, or, where a fake device
+// has set `submit` (tests/emu/fake_device.cpp), goes to its launch queue as
+// a closure holding the arguments by value, with their bytes (the queue
+// compares launches by them).
+using Submit = void (*)(const char* what, const void* func, dim3 grid, dim3 block,
+                        std::span<const void* const> values, std::span<const uint32_t> sizes,
+                        std::span<const uint32_t> aligns, std::function<void()> run);
+inline Submit submit = nullptr;
+
+template <class G, class B, class... P, class... A>
+void launch(const char* what, void (*kernel)(P...), const G& grid, const B& block, A&&... args) {
+  static_assert(sizeof...(P) == sizeof...(A), "a kernel's arguments, one for each parameter");
+  const std::tuple<std::remove_cvref_t<P>...> vals(static_cast<std::remove_cvref_t<P>>(std::forward<A>(args))...);
+  const dim3 g(grid), b(block);
+  std::function<void()> run = [vals, kernel, g, b] { emu_launch(g, b, [&] { std::apply(kernel, vals); }); };
+  if (!submit) return run();
+  std::apply(
+      [&](const auto&... v) {
+        const void* values[] = {static_cast<const void*>(&v)..., nullptr};
+        const uint32_t sizes[] = {uint32_t(sizeof(v))..., 0};
+        const uint32_t aligns[] = {uint32_t(alignof(std::remove_cvref_t<decltype(v)>))..., 1};
+        submit(what, reinterpret_cast<const void*>(kernel), g, b, std::span<const void* const>(values, sizeof...(P)),
+               std::span<const uint32_t>(sizes, sizeof...(P)), std::span<const uint32_t>(aligns, sizeof...(P)),
+               std::move(run));
+      },
+      vals);
+}
 
 }  // namespace cs::emu

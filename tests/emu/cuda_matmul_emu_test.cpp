@@ -24,7 +24,8 @@ TEST(CudaMatmulEmulated, QuantizesAndMultipliesAsTheCpuDoes) {
   if (cpu_isa() < Isa::kAvx2) GTEST_SKIP() << "the device matmul gives the AVX2 and AVX-512 kernels' bits";
   std::mt19937 rng(1);
   for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q4_K,
-                     GgmlType::Q5_K, GgmlType::Q6_K})
+                     GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::IQ4_NL,
+                     GgmlType::IQ4_XS, GgmlType::MXFP4})
     for (auto [rows, cols] : {std::pair{37, 256}, std::pair{64, 512}}) {
       const std::vector<uint8_t> data = random_matrix(t, rows, cols, rng);
       const Weight w = make_weight(t, rows, cols, data.data());

@@ -2,18 +2,75 @@
 // (tests/emu/cuda_backend_emu_test.cpp): a "device" whose memory is host
 // memory, filled with 0xff bytes (NaN floats) when allocated, as device
 // memory starts undefined, so a value read before it is written shows.
-// Copies are memcpy, every queue is already done. It replaces the
-// library's base/cuda.cu in that test binary (every function of the
-// header is here, so the linker never takes the real one).
+// Copies are memcpy. Launches go through base/launch_queue.h's queue, as
+// on a device, and its "graphs" are the recorded closures replayed, so the
+// backend's flush points (every copy, free and synchronize sends what is
+// recorded first) are exercised: a launch left pending across one would run
+// on changed memory and show in the results. It replaces the library's
+// base/cuda.cu in that test binary (every function of the header is here, so
+// the linker never takes the real one).
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <vector>
 
 #include "base/cuda.h"
 #include "base/error.h"
+#include "emu/cuda_emu.h"
 
 namespace cs::cuda {
+namespace {
+
+std::atomic<bool> graphs_on{true};
+
+class FakeExecutor final : public LaunchExecutor {
+ public:
+  using Graph = std::vector<Launch>;
+  void launch(const Launch* ls, size_t n, const uint8_t*) override {
+    for (size_t i = 0; i < n; ++i) ls[i].emulated();
+  }
+  void* build(const Launch* ls, size_t n, const uint8_t*) override { return new Graph(ls, ls + n); }
+  bool update(void* graph, const Launch* ls, size_t n, const uint8_t*) override {
+    Graph& g = *static_cast<Graph*>(graph);
+    if (g.size() != n) throw Error("fake device: a graph updated with another number of launches");
+    for (size_t i = 0; i < n; ++i)
+      if (g[i].func != ls[i].func) throw Error("fake device: a graph updated with other kernels");
+    g.assign(ls, ls + n);
+    return true;
+  }
+  void replay(void* graph) override {
+    for (const Launch& l : *static_cast<Graph*>(graph)) l.emulated();
+  }
+  void destroy(void* graph) override { delete static_cast<Graph*>(graph); }
+};
+
+void submit(const char* what, const void* func, emu::dim3 grid, emu::dim3 block, std::span<const void* const> values,
+            std::span<const uint32_t> sizes, std::span<const uint32_t> aligns, std::function<void()> run) {
+  Launch l;
+  l.what = what, l.func = func;
+  l.grid = {grid.x, grid.y, grid.z}, l.block = {block.x, block.y, block.z};
+  l.emulated = std::move(run);
+  detail::record(std::move(l), values.data(), sizes.data(), aligns.data(), values.size());
+}
+const bool submitting = (emu::submit = submit, true);
+
+}  // namespace
+
+LaunchExecutor& launch_executor() {
+  thread_local FakeExecutor exec;
+  return exec;
+}
+void detail::record(Launch l, const void* const* values, const uint32_t* sizes, const uint32_t* aligns, size_t n) {
+  LaunchQueue& q = launch_queue();
+  if (q.graphs() != graphs_on.load()) q.set_graphs(!q.graphs());
+  q.add(std::move(l), values, sizes, aligns, n);
+}
+void flush() { launch_queue().flush(); }
+void set_graphs(bool on) { graphs_on = on; }
+bool graphs() { return graphs_on; }
+LaunchStats launch_stats() { return launch_queue().stats(); }
 
 bool built_with_cuda() { return true; }
 bool device_available(std::string*) { return true; }
@@ -23,9 +80,13 @@ Buffer::Buffer(size_t bytes) : p_(std::malloc(bytes ? bytes : 1)), n_(bytes) {
   if (!p_) throw std::bad_alloc();
   std::memset(p_, 0xff, bytes);
 }
-Buffer::~Buffer() { std::free(p_); }
+Buffer::~Buffer() {
+  if (p_) flush();
+  std::free(p_);
+}
 Buffer& Buffer::operator=(Buffer&& o) noexcept {
   if (this != &o) {
+    if (p_) flush();
     std::free(p_);
     p_ = std::exchange(o.p_, nullptr);
     n_ = std::exchange(o.n_, 0);
@@ -37,24 +98,42 @@ void Buffer::reserve(size_t bytes) {
 }
 
 void to_device(void* dst, const void* src, size_t bytes) {
+  flush();
   if (bytes) std::memcpy(dst, src, bytes);
 }
 void to_host(void* dst, const void* src, size_t bytes) {
+  flush();
   if (bytes) std::memcpy(dst, src, bytes);
 }
 void device_copy(void* dst, const void* src, size_t bytes) {
+  flush();
   if (bytes) std::memmove(dst, src, bytes);
 }
-void memset_device(void* dst, int value, size_t bytes) { std::memset(dst, value, bytes); }
-void synchronize() {}
-void gather_rows(const float* src, int64_t cols, const int32_t* rows, int n, float* dst) {
+void memset_device(void* dst, int value, size_t bytes) {
+  flush();
+  std::memset(dst, value, bytes);
+}
+void synchronize() { flush(); }
+namespace {
+void gather(const float* src, int64_t cols, const int32_t* rows, int n, float* dst) {
   for (int i = 0; i < n; ++i) std::memcpy(dst + i * cols, src + int64_t(rows[i]) * cols, size_t(cols) * sizeof(float));
+}
+}  // namespace
+// A launch like the others (it reads what earlier launches wrote).
+void gather_rows(const float* src, int64_t cols, const int32_t* rows, int n, float* dst) {
+  if (n <= 0 || cols <= 0) return;
+  Launch l;
+  l.what = "gather_rows", l.func = reinterpret_cast<const void*>(&gather);
+  l.emulated = [=] { gather(src, cols, rows, n, dst); };
+  const void* values[] = {&src, &cols, &rows, &n, &dst};
+  const uint32_t sizes[] = {8, 8, 8, 4, 8}, aligns[] = {8, 8, 8, 4, 8};
+  detail::record(std::move(l), values, sizes, aligns, 5);
 }
 
 Timer::Timer() {}
 Timer::~Timer() {}
-void Timer::start() {}
-void Timer::stop() {}
+void Timer::start() { flush(); }
+void Timer::stop() { flush(); }
 double Timer::microseconds() { return 0; }
 
 void flush_l2(const Buffer&) {}
