@@ -262,9 +262,7 @@ TEST(CudaOps, DecodeStepsAsCudaGraphsAreTheSame) {
       m->forward(step, kv, ws, logits);
       all.insert(all.end(), logits.begin(), logits.end());
     }
-    const cuda::LaunchStats after = cuda::launch_stats();
-    *stats = {after.launches - before.launches, after.flushes - before.flushes, after.direct - before.direct,
-              after.replays - before.replays,   after.updates - before.updates, after.builds - before.builds};
+    *stats = cuda::launch_stats() - before;
     return all;
   };
   cuda::LaunchStats off, on;

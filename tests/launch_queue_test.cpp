@@ -145,9 +145,15 @@ TEST_F(LaunchQueueTest, ASequenceGoesOneByOneThenAsAGraphThenReplayed) {
   EXPECT_EQ(ex.built, 1);
   EXPECT_EQ(ex.updated, 0);
   EXPECT_EQ(ex.replayed, 2);
+  const LaunchStats before_update = q.stats();
   step(2);  // other arguments: the graph updated
   EXPECT_EQ(ex.updated, 1);
   EXPECT_EQ(ex.replayed, 3);
+  const LaunchStats update = q.stats() - before_update;
+  EXPECT_EQ(update.launches, 3u);
+  EXPECT_EQ(update.flushes, 1u);
+  EXPECT_EQ(update.updates, 1u);
+  EXPECT_EQ(update.replays + update.builds + update.direct, 0u);
   step(2);
   EXPECT_EQ(ex.updated, 1);
   EXPECT_EQ(ex.replayed, 4);

@@ -1,7 +1,6 @@
 // base/cuda.h on the CUDA runtime.
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <vector>
 
 #include "base/cuda.h"
@@ -36,8 +35,6 @@ __global__ void spin_kernel(long long cycles) {
   while (clock64() - t0 < cycles) {
   }
 }
-
-std::atomic<bool> graphs_on{true};
 
 // The launches' argument pointers, as cudaLaunchKernelExC takes them.
 void args_of(const Launch& l, const uint8_t* arena, void** out) {
@@ -132,15 +129,6 @@ LaunchExecutor& launch_executor() {
   return exec;
 }
 
-void detail::record(Launch l, const void* const* values, const uint32_t* sizes, const uint32_t* aligns, size_t n) {
-  LaunchQueue& q = launch_queue();
-  if (q.graphs() != graphs_on.load(std::memory_order_relaxed)) q.set_graphs(!q.graphs());
-  q.add(std::move(l), values, sizes, aligns, n);
-}
-void flush() { launch_queue().flush(); }
-void set_graphs(bool on) { graphs_on = on; }
-bool graphs() { return graphs_on; }
-LaunchStats launch_stats() { return launch_queue().stats(); }
 
 bool built_with_cuda() { return true; }
 

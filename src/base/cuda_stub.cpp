@@ -15,20 +15,12 @@ class NoExecutor final : public LaunchExecutor {
   void replay(void*) override { none(); }
   void destroy(void*) override {}
 };
-bool graphs_on = true;
 }  // namespace
 
 LaunchExecutor& launch_executor() {
   static NoExecutor exec;
   return exec;
 }
-void detail::record(Launch, const void* const*, const uint32_t*, const uint32_t*, size_t) {
-  none();
-}
-void flush() {}
-void set_graphs(bool on) { graphs_on = on; }
-bool graphs() { return graphs_on; }
-LaunchStats launch_stats() { return {}; }
 
 bool built_with_cuda() { return false; }
 bool device_available(std::string* why) {

@@ -1,9 +1,11 @@
 #include "base/launch_queue.h"
 
+#include <atomic>
 #include <cstring>
 #include <iterator>
 #include <utility>
 
+#include "base/cuda.h"
 #include "base/error.h"
 
 namespace cs::cuda {
@@ -183,5 +185,22 @@ LaunchQueue& launch_queue() {
   thread_local LaunchQueue q(launch_executor());
   return q;
 }
+
+// base/cuda.h's front of the queue, the same for every runtime (each defines
+// only launch_executor()). The switch is global; each thread's queue follows
+// it at its next launch.
+namespace {
+std::atomic<bool> graphs_on{true};
+}  // namespace
+
+void detail::record(Launch l, const void* const* values, const uint32_t* sizes, const uint32_t* aligns, size_t n) {
+  LaunchQueue& q = launch_queue();
+  if (q.graphs() != graphs_on.load(std::memory_order_relaxed)) q.set_graphs(!q.graphs());
+  q.add(std::move(l), values, sizes, aligns, n);
+}
+void flush() { launch_queue().flush(); }
+void set_graphs(bool on) { graphs_on = on; }
+bool graphs() { return graphs_on; }
+LaunchStats launch_stats() { return launch_queue().stats(); }
 
 }  // namespace cs::cuda

@@ -83,6 +83,17 @@ struct LaunchStats {
   uint64_t replays = 0;   // ... replayed as recorded
   uint64_t updates = 0;   // ... replayed after an update
   uint64_t builds = 0;    // ... made into a new graph and replayed
+
+  // The counts of an interval: after - before.
+  LaunchStats operator-(const LaunchStats& o) const {
+    return {launches - o.launches, flushes - o.flushes, direct - o.direct,
+            replays - o.replays,   updates - o.updates, builds - o.builds};
+  }
+  LaunchStats& operator+=(const LaunchStats& o) {
+    launches += o.launches, flushes += o.flushes, direct += o.direct;
+    replays += o.replays, updates += o.updates, builds += o.builds;
+    return *this;
+  }
 };
 
 class LaunchQueue {

@@ -107,12 +107,7 @@ int run_bench_model(const BenchOptions& o) {
         model->forward(b, kv, ws, logits);
       }
       if (rep) tg.push_back(o.n_gen / seconds_since(t0));
-      if (rep && on_device) {
-        const cuda::LaunchStats after = cuda::launch_stats();
-        tg_launch.launches += after.launches - before.launches, tg_launch.flushes += after.flushes - before.flushes;
-        tg_launch.direct += after.direct - before.direct, tg_launch.replays += after.replays - before.replays;
-        tg_launch.updates += after.updates - before.updates, tg_launch.builds += after.builds - before.builds;
-      }
+      if (rep && on_device) tg_launch += cuda::launch_stats() - before;
       ws.profile = nullptr;
     }
   }

@@ -1,5 +1,6 @@
 #include "model/cuda_ops.h"
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <string>
@@ -87,15 +88,17 @@ class CudaOps final : public LayerOps {
   }
 
   void rope(Tensor x, int head_dim, const RopeTable& table) override {
-    Angles& a = angles_[&table];
-    if (a.generation != table.generation) {
-      a.cos.reserve(table.cos_.size() * sizeof(float)), a.sin.reserve(table.sin_.size() * sizeof(float));
-      cuda::to_device(a.cos.get(), table.cos_.data(), table.cos_.size() * sizeof(float));
-      cuda::to_device(a.sin.get(), table.sin_.data(), table.sin_.size() * sizeof(float));
-      a.generation = table.generation;
-    }
+    const Angles& a = angles(table);
     cuda::ops::rope(x.data, x.rows, x.cols, head_dim, a.cos.as<float>(), a.sin.as<float>(), table.half,
                     table.style == RopeStyle::kAdjacent);
+  }
+
+  void stage(std::span<const RopeTable* const> tables, std::span<const int> head_rows) override {
+    for (const RopeTable* t : tables) angles(*t);
+    staged_rows_.assign(head_rows.begin(), head_rows.end());
+    if (head_rows.empty()) return;
+    head_rows_.reserve(head_rows.size() * sizeof(int32_t));
+    cuda::to_device(head_rows_.get(), head_rows.data(), head_rows.size() * sizeof(int32_t));
   }
 
   void add_bias(Tensor x, std::span<const float> b) override { cuda::ops::add_bias(x.data, x.rows, x.cols, vec(b)); }
@@ -109,6 +112,10 @@ class CudaOps final : public LayerOps {
   void copy_rows(Tensor x, std::span<const int> rows, Tensor out) override {
     if (rows.empty()) return;
     static_assert(sizeof(int) == sizeof(int32_t));
+    if (std::ranges::equal(rows, staged_rows_)) {  // the head's rows, over already
+      cuda::gather_rows(x.data, x.cols, head_rows_.as<int32_t>(), int(rows.size()), out.data);
+      return;
+    }
     rows_.reserve(rows.size() * sizeof(int32_t));
     cuda::to_device(rows_.get(), rows.data(), rows.size() * sizeof(int32_t));
     cuda::gather_rows(x.data, x.cols, rows_.as<int32_t>(), int(rows.size()), out.data);
@@ -144,6 +151,18 @@ class CudaOps final : public LayerOps {
     cuda::Buffer cos, sin;
   };
 
+  // The table's angles on the device, copied over when they are new.
+  const Angles& angles(const RopeTable& table) {
+    Angles& a = angles_[&table];
+    if (a.generation != table.generation) {
+      a.cos.reserve(table.cos_.size() * sizeof(float)), a.sin.reserve(table.sin_.size() * sizeof(float));
+      cuda::to_device(a.cos.get(), table.cos_.data(), table.cos_.size() * sizeof(float));
+      cuda::to_device(a.sin.get(), table.sin_.data(), table.sin_.size() * sizeof(float));
+      a.generation = table.generation;
+    }
+    return a;
+  }
+
   void quantize(Tensor x, cuda::Buffer& acts) {
     acts.reserve(size_t(x.rows) * size_t(x.cols / 32) * sizeof(BlockQ8));
     cuda::quantize_q8(x.data, x.rows, x.cols, acts.as<BlockQ8>());
@@ -169,7 +188,8 @@ class CudaOps final : public LayerOps {
   }
 
   std::unique_ptr<LayerOps> cpu_ = cpu_backend().ops();
-  cuda::Buffer acts_, residual_, both_, floor_, rows_, weights_;
+  cuda::Buffer acts_, residual_, both_, floor_, rows_, weights_, head_rows_;
+  std::vector<int> staged_rows_;  // what head_rows_ holds
   std::map<std::pair<const float*, size_t>, cuda::Buffer> vecs_;
   std::map<const RopeTable*, Angles> angles_;
   std::vector<float> host_a_, host_b_;

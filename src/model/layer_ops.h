@@ -76,6 +76,13 @@ class LayerOps {
   // Waits for the work queued so far (a device's queue; nothing on the CPU),
   // so that a profile times an operation, not its launch.
   virtual void finish() {}
+  // A step's small inputs, known before its first operation: the RoPE
+  // tables its layers use and the rows its head reads (copy_rows' `rows`
+  // later). A device copies them over now, so no upload cuts the step's
+  // launches apart (one CUDA graph, not three: base/launch_queue.h).
+  virtual void stage(std::span<const RopeTable* const> tables, std::span<const int> head_rows) {
+    (void)tables, (void)head_rows;
+  }
 };
 
 class Backend {

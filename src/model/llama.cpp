@@ -137,6 +137,12 @@ void LlamaModel::forward(const Batch& batch, KvStore& kv, Workspace& ws, std::ve
     ws.rope.build(batch.pos.data(), n, c.rope);
     if (c.any_window()) ws.rope_swa.build(batch.pos.data(), n, c.rope_swa);
   }
+  // Only the rows the caller asked for go through the (large) output head.
+  std::vector<int> rows;
+  for (int t = 0; t < n; ++t)
+    if (batch.logits[size_t(t)]) rows.push_back(t);
+  const RopeTable* tables[] = {&ws.rope, &ws.rope_swa};
+  ops.stage(std::span(tables, c.any_window() ? 2 : 1), rows);
 
   ops.embed(tok_embd_, batch.tokens, c.embd_scale, x);
   for (int l = 0; l < c.n_layers; ++l) {
@@ -180,10 +186,6 @@ void LlamaModel::forward(const Batch& batch, KvStore& kv, Workspace& ws, std::ve
     if (!L.ffn_post_norm.empty()) ops.rmsnorm(xb, L.ffn_post_norm, c.rms_eps, xb);
     ops.add(x, xb);
   }
-  // Only the rows the caller asked for go through the (large) output head.
-  std::vector<int> rows;
-  for (int t = 0; t < n; ++t)
-    if (batch.logits[size_t(t)]) rows.push_back(t);
   const Tensor head_in = ops.shape(ws.head_in, int(rows.size()), c.n_embd);
   ops.copy_rows(x, rows, head_in);
   ops.rmsnorm(head_in, output_norm_, c.rms_eps, head_in);

@@ -88,6 +88,9 @@ class ProfilingOps final : public LayerOps {
   void to_host(Tensor src, float* dst) override { in_.to_host(src, dst); }
   void to_device(const float* src, Tensor dst) override { in_.to_device(src, dst); }
   void finish() override { in_.finish(); }
+  void stage(std::span<const RopeTable* const> tables, std::span<const int> head_rows) override {
+    in_.stage(tables, head_rows);
+  }
 
  private:
   LayerOps& in_;

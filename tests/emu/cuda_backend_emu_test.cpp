@@ -69,7 +69,9 @@ TEST(CudaBackendEmulated, DecodeStepsReplayedAsGraphsAreTheSame) {
   test::TinyModelShape shape = test::tiny_arch_shape("llama3");
   shape.matrix_type = 8;
   const auto m = LlamaModel::load(test::tiny_model("emu_llama3_q8", shape), cuda_backend());
+  std::vector<uint64_t> step_flushes;  // each decode step's flush points
   auto decode = [&] {
+    step_flushes.clear();
     ContiguousKv kv(m->config().kv_shape(), 128);
     Workspace ws;
     std::vector<float> logits, all;
@@ -79,7 +81,9 @@ TEST(CudaBackendEmulated, DecodeStepsReplayedAsGraphsAreTheSame) {
     for (int t = 9; t < 15; ++t) {
       Batch step;
       step.add(int32_t(logits.size() % 200) + t, t, 0, true);
+      const cuda::LaunchStats at = cuda::launch_stats();
       m->forward(step, kv, ws, logits);
+      step_flushes.push_back((cuda::launch_stats() - at).flushes);
       all.insert(all.end(), logits.begin(), logits.end());
     }
     return all;
@@ -89,14 +93,17 @@ TEST(CudaBackendEmulated, DecodeStepsReplayedAsGraphsAreTheSame) {
   cuda::set_graphs(true);
   const cuda::LaunchStats before = cuda::launch_stats();
   const std::vector<float> graphed = decode();
-  const cuda::LaunchStats after = cuda::launch_stats();
+  const cuda::LaunchStats s = cuda::launch_stats() - before;
   std::printf("%llu launches, sent at %llu points: %llu replayed, %llu updated, %llu built, %llu one by one\n",
-              (unsigned long long)(after.launches - before.launches), (unsigned long long)(after.flushes - before.flushes),
-              (unsigned long long)(after.replays - before.replays), (unsigned long long)(after.updates - before.updates),
-              (unsigned long long)(after.builds - before.builds), (unsigned long long)(after.direct - before.direct));
+              (unsigned long long)s.launches, (unsigned long long)s.flushes, (unsigned long long)s.replays,
+              (unsigned long long)s.updates, (unsigned long long)s.builds, (unsigned long long)s.direct);
   ASSERT_EQ(one_by_one.size(), graphed.size());
   EXPECT_EQ(std::memcmp(one_by_one.data(), graphed.data(), graphed.size() * sizeof(float)), 0);
-  EXPECT_GE(after.replays - before.replays, 10u);  // from the second step on, each layer's run
+  EXPECT_GE(s.replays, 10u);  // from the second step on, each layer's run
+  // A step is sent at each layer's KV exchange with the host and at the
+  // logits, nowhere else: its small inputs (tokens, RoPE angles, the head's
+  // rows) went over before its first launch (LayerOps::stage).
+  for (uint64_t f : step_flushes) EXPECT_EQ(f, uint64_t(shape.n_layers) + 1);
 }
 
 }  // namespace

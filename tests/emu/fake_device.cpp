@@ -9,7 +9,6 @@
 // on changed memory and show in the results. It replaces the library's
 // base/cuda.cu in that test binary (every function of the header is here, so
 // the linker never takes the real one).
-#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -22,8 +21,6 @@
 
 namespace cs::cuda {
 namespace {
-
-std::atomic<bool> graphs_on{true};
 
 class FakeExecutor final : public LaunchExecutor {
  public:
@@ -62,15 +59,6 @@ LaunchExecutor& launch_executor() {
   thread_local FakeExecutor exec;
   return exec;
 }
-void detail::record(Launch l, const void* const* values, const uint32_t* sizes, const uint32_t* aligns, size_t n) {
-  LaunchQueue& q = launch_queue();
-  if (q.graphs() != graphs_on.load()) q.set_graphs(!q.graphs());
-  q.add(std::move(l), values, sizes, aligns, n);
-}
-void flush() { launch_queue().flush(); }
-void set_graphs(bool on) { graphs_on = on; }
-bool graphs() { return graphs_on; }
-LaunchStats launch_stats() { return launch_queue().stats(); }
 
 bool built_with_cuda() { return true; }
 bool device_available(std::string*) { return true; }
