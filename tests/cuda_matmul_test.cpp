@@ -70,6 +70,41 @@ TEST(CudaMatmul, EqualsTheCpuBitForBitWhateverTheTokenCount) {
     }
 }
 
+// Float matrices as the file has them, times float activations: the CPU's
+// matmul of the widened matrix bit for bit, whatever the token count.
+TEST(CudaMatmul, FloatMatricesEqualTheCpuBitForBit) {
+  REQUIRE_GPU();
+  std::mt19937 rng(11);
+  std::normal_distribution<float> value(0.0f, 0.5f);
+  for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16})
+    for (const auto& [rows, cols] : {std::pair{37, 100}, std::pair{576, 512}, std::pair{200, 1536}}) {
+      std::vector<uint8_t> data(size_t(rows) * size_t(cols) * (t == GgmlType::F32 ? 4 : 2));
+      for (size_t i = 0; i < size_t(rows) * size_t(cols); ++i) {
+        const float v = value(rng);
+        const uint16_t h = t == GgmlType::F16 ? f32_to_f16(v) : f32_to_bf16(v);
+        if (t == GgmlType::F32) std::memcpy(data.data() + 4 * i, &v, 4);
+        else std::memcpy(data.data() + 2 * i, &h, 2);
+      }
+      const Weight w = make_weight(t, rows, cols, data.data());
+      ASSERT_TRUE(cuda::float_matrix(t));
+      const cuda::DeviceMatrix dw(t, rows, cols, data.data());
+      for (int n_tok : {1, 7, 8, 9, 70}) {
+        SCOPED_TRACE(std::string(type_info(uint32_t(t))->name) + " " + std::to_string(rows) + "x" +
+                     std::to_string(cols) + " tokens " + std::to_string(n_tok));
+        const std::vector<float> x = activations(n_tok, cols, rng);
+        std::vector<float> want(size_t(n_tok) * rows);
+        std::vector<BlockQ8> scratch;
+        matmul(w, x.data(), n_tok, want.data(), scratch);
+        const cuda::Buffer dx = upload(x);
+        cuda::Buffer dy(want.size() * sizeof(float));
+        cuda::float_matmul(dw, dx.as<float>(), n_tok, dy.as<float>());
+        const std::vector<float> got = download<float>(dy, want.size());
+        for (size_t i = 0; i < want.size(); ++i)
+          ASSERT_EQ(got[i], want[i]) << "token " << i / rows << " row " << i % rows;
+      }
+    }
+}
+
 TEST(CudaMatmul, UnsupportedTypesAreAClearError) {
   std::mt19937 rng(9);
   for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q3_K, GgmlType::Q2_K, GgmlType::IQ4_XS, GgmlType::MXFP4})

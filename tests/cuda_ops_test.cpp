@@ -280,6 +280,31 @@ TEST(CudaOps, DecodeStepsAsCudaGraphsAreTheSame) {
 // the tokens they get alone, and match their pattern; Prompt Cache modules
 // (pinned chunks on the device, written from the host) serve prompts that
 // import them, alone and batched alike, copying nothing.
+// A KV pool the GPU cannot hold is an error at start that names the option;
+// one that fits leaves the engine's largest step room (it ran at start).
+TEST(CudaEngine, OutOfDeviceMemoryIsAnErrorAtStart) {
+  REQUIRE_GPU();
+  static const auto m = LlamaModel::load(test::tiny_model(), cuda_backend());
+  const size_t mib = size_t(1) << 20;
+  {
+    // All but 256 MiB of the device taken; a pool of 512 MiB cannot be had.
+    const size_t free = cuda::memory_info().free;
+    ASSERT_GT(free, 1024 * mib);
+    cuda::Buffer hog(free - 256 * mib);
+    try {
+      Engine e(*m, test::engine_options(AttnMode::kTpp, 8, 2, 512 * mib));
+      ADD_FAILURE() << "a KV pool larger than the GPU's free memory";
+    } catch (const Error& err) {
+      std::printf("the start's error: %s\n", err.what());
+      EXPECT_EQ(err.kind(), ErrorKind::kNoRoom);
+      EXPECT_NE(std::string(err.what()).find("the KV pool (--kv-memory): cannot allocate 512 MiB"), std::string::npos)
+          << err.what();
+    }
+  }
+  Engine e(*m, test::engine_options(AttnMode::kTpp, 8, 2, 512 * mib));
+  EXPECT_STREQ(e.kv_device(), "cuda");
+}
+
 TEST(CudaEngine, ConstrainedRequestsAndPromptCacheModules) {
   REQUIRE_GPU();
   static const auto m = LlamaModel::load(test::tiny_model(), cuda_backend());

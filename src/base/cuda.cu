@@ -170,8 +170,21 @@ DeviceInfo device_info() {
   return d;
 }
 
+MemoryInfo memory_info() {
+  MemoryInfo m;
+  check(cudaMemGetInfo(&m.free, &m.total), "cudaMemGetInfo");
+  return m;
+}
+
 Buffer::Buffer(size_t bytes) : n_(bytes) {
-  if (bytes) check(cudaMalloc(&p_, bytes), "cudaMalloc");
+  if (!bytes) return;
+  const cudaError_t e = cudaMalloc(&p_, bytes);
+  if (e == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    p_ = nullptr, n_ = 0;
+    throw Error(no_room_message("device memory", bytes), ErrorKind::kNoRoom);
+  }
+  check(e, "cudaMalloc");
 }
 
 Buffer::~Buffer() {

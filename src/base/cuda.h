@@ -40,7 +40,18 @@ struct DeviceInfo {
 };
 DeviceInfo device_info();
 
+// The device's memory now: what may still be allocated, of its total.
+struct MemoryInfo {
+  size_t free = 0, total = 0;
+};
+MemoryInfo memory_info();
+// The error an allocation of `bytes` the device could not make throws
+// (ErrorKind::kNoRoom): "CUDA: <what>: cannot allocate 512 MiB on the device
+// (300 MiB free of 80 GiB)".
+std::string no_room_message(const char* what, size_t bytes);
+
 // Device memory, owned. Moves, does not copy. Contents start undefined.
+// Out of device memory, the constructor throws no_room_message's error.
 class Buffer {
  public:
   Buffer() = default;

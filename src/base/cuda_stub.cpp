@@ -28,6 +28,7 @@ bool device_available(std::string* why) {
   return false;
 }
 DeviceInfo device_info() { none(); }
+MemoryInfo memory_info() { none(); }
 Buffer::Buffer(size_t bytes) : n_(bytes) {
   if (bytes) none();
 }

@@ -71,6 +71,7 @@ Engine::Engine(const LlamaModel& model, EngineOptions opt) : model_(model), opt_
   const KvPlace place = kv_place(model, layout.type, &kv_note_);
   if (place == KvPlace::kDevice) kv_device_ = "cuda";
   impl_ = std::make_unique<Impl>(*this, layout, bytes, place);
+  impl_->reserve_device_step();  // before anything observes the tree
   if (ledger) {
     impl_->ledger = std::move(ledger);
     impl_->kv.observe(impl_->ledger.get());

@@ -63,6 +63,9 @@ struct Engine::Impl {
   void count_finished();
   // Hands the blocks stored and removed since the last call to kv_events.
   void publish_kv_events();
+  // On a GPU: runs the largest step once, so its buffers are had at start
+  // (device_reserve.cpp).
+  void reserve_device_step();
   // KV events' work in progress: the prompts of the step's prefills held
   // (announced) in the ledger, and let go once done or stopped.
   void announce_prefills();

@@ -68,11 +68,13 @@ DeviceKvMemory::DeviceKvMemory(KvLayout layout, int capacity) : layout_(layout),
   if (bytes) {
     void* p = nullptr;
     const cudaError_t e = cudaMalloc(&p, bytes);
+    if (e == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      throw Error(cuda::no_room_message("the KV pool (--kv-memory)", bytes), ErrorKind::kNoRoom);
+    }
     if (e != cudaSuccess) {
       cudaGetLastError();
-      throw Error("CUDA KV memory: cannot allocate " + std::to_string(bytes >> 20) + " MiB on the device (" +
-                      cudaGetErrorString(e) + ")",
-                  e == cudaErrorMemoryAllocation ? ErrorKind::kNoRoom : ErrorKind::kInternal);
+      throw Error(std::string("CUDA KV memory: cannot allocate it on the device (") + cudaGetErrorString(e) + ")");
     }
     base_ = static_cast<uint8_t*>(p);
     check(cudaMemset(base_, 0, bytes), "cudaMemset");

@@ -27,10 +27,22 @@ bool matmul_supports(GgmlType type) {
   return !widened_at_load(type);  // every layout of pack_layout.h
 }
 
+bool float_matrix(GgmlType type) { return type == GgmlType::F32 || type == GgmlType::F16 || type == GgmlType::BF16; }
+
+DeviceMatrix::DeviceMatrix(GgmlType type, int64_t rows, int64_t cols, const uint8_t* data)
+    : float_kind_(type == GgmlType::F32 ? kernels::kF32 : type == GgmlType::F16 ? kernels::kF16 : kernels::kBF16),
+      rows_(rows),
+      cols_(cols) {
+  if (!float_matrix(type)) throw Error("CUDA matmul: a float matrix's type must be F32, F16 or BF16");
+  const size_t bytes = size_t(rows) * size_t(cols) * (type == GgmlType::F32 ? 4 : 2);
+  words_ = Buffer(bytes);
+  to_device(words_.get(), data, bytes);
+}
+
 DeviceMatrix::DeviceMatrix(const Weight& w) : layout_(pack_layout(w.type)), rows_(w.rows), cols_(w.cols) {
   if (!matmul_supports(w.type))
     throw Error(std::string("CUDA matmul: weights of type ") + type_info(uint32_t(w.type))->name +
-                " are not supported on the GPU yet");
+                " are a float matrix, made from the file's values (DeviceMatrix's float constructor)");
   if (cols_ % (is_k_layout(layout_) ? 256 : 32))
     throw Error("CUDA matmul: a row's length must be a multiple of its type's block");
   // The CPU's layout: Weight::packed where the CPU made it, else made here
@@ -47,7 +59,13 @@ void quantize_q8(const float* x, int n_tok, int64_t cols, BlockQ8* acts) {
 }
 
 void matmul(const DeviceMatrix& w, const BlockQ8* acts, int n_tok, float* y) {
+  if (w.floats()) throw Error("CUDA matmul: a float matrix multiplies float activations (float_matmul)");
   kernels::matmul(int(w.layout()), w.words(), w.rows(), w.cols() / 32, acts, n_tok, y);
+}
+
+void float_matmul(const DeviceMatrix& w, const float* x, int n_tok, float* y) {
+  if (!w.floats()) throw Error("CUDA matmul: float_matmul takes a float matrix");
+  kernels::float_matmul(w.float_kind(), w.words(), w.rows(), w.cols(), x, n_tok, y);
 }
 
 }  // namespace cs::cuda

@@ -13,8 +13,10 @@
 // kQ8Half (Q3_K) and kQ8HalfMin (Q2_K: a scale, and a minimum, per half of
 // 16 values: one mma per half), kMx (MXFP4) and kIq4 (IQ4_NL, IQ4_XS: codes
 // looked up as int8 grid values, then the same exact dot) and the K layouts
-// (Q4_K, Q5_K, Q6_K). Float matrices (F32, F16, BF16: widened at load) are
-// a cs::Error at construction. In a build without CUDA every call throws.
+// (Q4_K, Q5_K, Q6_K). Float matrices (F32, F16, BF16) go over as the file
+// has them (two bytes a value for F16 and BF16, where the CPU widens them to
+// four) and multiply unquantized activations in float, each dot in the CPU's
+// order (float_matmul). In a build without CUDA every call throws.
 #pragma once
 #include <cstdint>
 
@@ -27,17 +29,25 @@ namespace cs::cuda {
 // Whether the device matmul reads this type's layout.
 bool matmul_supports(GgmlType type);
 
+// Whether a type is a float matrix's (float_matmul's).
+bool float_matrix(GgmlType type);
+
 // A weight matrix on the device, in its CPU layout.
 class DeviceMatrix {
  public:
   explicit DeviceMatrix(const Weight& w);
+  // A float matrix (float_matrix(type)) from the file's rows x cols values.
+  DeviceMatrix(GgmlType type, int64_t rows, int64_t cols, const uint8_t* data);
+  bool floats() const { return float_kind_ >= 0; }
+  int float_kind() const { return float_kind_; }
   PackLayout layout() const { return layout_; }
   int64_t rows() const { return rows_; }
   int64_t cols() const { return cols_; }
   const uint32_t* words() const { return words_.as<uint32_t>(); }
 
  private:
-  PackLayout layout_;
+  PackLayout layout_ = PackLayout::kQ4;
+  int float_kind_ = -1;  // kernels::FloatKind, or -1: a quantized layout
   int64_t rows_, cols_;
   Buffer words_;
 };
@@ -49,5 +59,10 @@ void quantize_q8(const float* x, int n_tok, int64_t cols, BlockQ8* acts);
 // y[t * w.rows() + r] = sum_c W[r][c] x[t][c] from x's blocks (quantize_q8),
 // as cs::matmul computes it on an AVX2 or AVX-512 CPU. Device pointers.
 void matmul(const DeviceMatrix& w, const BlockQ8* acts, int n_tok, float* y);
+
+// y[t * w.rows() + r] = sum_c W[r][c] x[t][c] for a float matrix, as
+// cs::matmul computes it for the file's F32, F16 or BF16 matrix (exactly:
+// the same fma steps in the same order). Device pointers.
+void float_matmul(const DeviceMatrix& w, const float* x, int n_tok, float* y);
 
 }  // namespace cs::cuda

@@ -300,7 +300,68 @@ __global__ void __launch_bounds__(128) kmatmul_kernel(const uint32_t* __restrict
   tile.store(y, rows);
 }
 
+// Float matrices: a warp per kFloatRows rows and up to kFloatTokens tokens
+// (each x value read once for all the rows), lane j adding the products of
+// columns j, j + 32, ... by fma in column order (each element widened
+// exactly to fp32), then the lanes' sums added by halves (16, 8, 4, 2, 1):
+// dot_f32_lanes' steps (model/matmul.cpp), so a row's result is the CPU's
+// and never depends on the batch around it.
+constexpr int kFloatRows = 8, kFloatTokens = 8;
+
+template <int K>
+__device__ __forceinline__ float element(const void* w, int64_t i) {
+  if constexpr (K == kF32) return static_cast<const float*>(w)[i];
+  else if constexpr (K == kF16) return __half2float(static_cast<const __half*>(w)[i]);
+  else return __uint_as_float(uint32_t(static_cast<const unsigned short*>(w)[i]) << 16);
+}
+
+template <int K>
+__global__ void float_matmul_kernel(const void* w, int64_t rows, int64_t cols, const float* x, int n_tok, float* y) {
+  const int lane = threadIdx.x & 31;
+  const int64_t r0 = int64_t(blockIdx.x) * kFloatRows;
+  const int t0 = int(blockIdx.y) * kFloatTokens;
+  // The same for every lane.
+  const int nr = rows - r0 < kFloatRows ? int(rows - r0) : kFloatRows;
+  const int nt = n_tok - t0 < kFloatTokens ? n_tok - t0 : kFloatTokens;
+  // Constant bounds, so the accumulators stay in registers.
+  float acc[kFloatRows][kFloatTokens];
+  for (int i = 0; i < kFloatRows; ++i)
+    for (int t = 0; t < kFloatTokens; ++t) acc[i][t] = 0.0f;
+  for (int64_t c = lane; c < cols; c += 32) {
+    float wv[kFloatRows];
+    for (int i = 0; i < kFloatRows; ++i) wv[i] = i < nr ? element<K>(w, (r0 + i) * cols + c) : 0.0f;
+    for (int t = 0; t < kFloatTokens; ++t)
+      if (t < nt) {
+        const float xv = x[int64_t(t0 + t) * cols + c];
+        for (int i = 0; i < kFloatRows; ++i) acc[i][t] = __fmaf_rn(wv[i], xv, acc[i][t]);
+      }
+  }
+  // The lanes' sums by halves, each output's by one lane from shared memory
+  // (one barrier, where shuffles would take five per output).
+  __shared__ float part[kFloatRows * kFloatTokens][33];
+  for (int i = 0; i < kFloatRows; ++i)
+    for (int t = 0; t < kFloatTokens; ++t) part[i * kFloatTokens + t][lane] = acc[i][t];
+  __syncthreads();
+  for (int o = lane; o < kFloatRows * kFloatTokens; o += 32) {
+    const int i = o / kFloatTokens, t = o % kFloatTokens;
+    if (i >= nr || t >= nt) continue;
+    float v[32];
+    for (int j = 0; j < 32; ++j) v[j] = part[o][j];
+    for (int h = 16; h >= 1; h >>= 1)
+      for (int j = 0; j < h; ++j) v[j] = __fadd_rn(v[j], v[j + h]);
+    y[int64_t(t0 + t) * rows + r0 + i] = v[0];
+  }
+}
+
 }  // namespace
+
+void float_matmul(int kind, const void* w, int64_t rows, int64_t cols, const float* x, int n_tok, float* y) {
+  if (rows <= 0 || n_tok <= 0) return;
+  const dim3 grid(unsigned((rows + kFloatRows - 1) / kFloatRows), unsigned((n_tok + kFloatTokens - 1) / kFloatTokens));
+  auto* kernel = kind == kF32 ? float_matmul_kernel<kF32> : kind == kF16 ? float_matmul_kernel<kF16>
+                                                                           : float_matmul_kernel<kBF16>;
+  launch("the float matmul", kernel, grid, 32, w, rows, cols, x, n_tok, y);
+}
 
 void quantize_q8(const float* x, int64_t blocks, void* acts) {
   if (blocks <= 0) return;

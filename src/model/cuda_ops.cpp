@@ -41,13 +41,17 @@ class CudaOps final : public LayerOps {
     matmul(ws, x, ys);
   }
 
-  // The input quantized once on the device for every weight there; the rest
-  // on the host.
+  // The input quantized once on the device for every quantized weight
+  // there; float weights take it as it is; the rest on the host.
   void matmul(std::span<const Weight* const> ws, Tensor x, std::span<const Tensor> ys) override {
     bool quantized = false;
     for (size_t i = 0; i < ws.size(); ++i) {
       if (!on_gpu(*ws[i])) {
         host_matmul(*ws[i], x, ys[i]);
+        continue;
+      }
+      if (ws[i]->device->floats()) {
+        cuda::float_matmul(*ws[i]->device, x.data, x.rows, ys[i].data);
         continue;
       }
       if (!quantized) quantize(x, acts_), quantized = true;
@@ -59,6 +63,10 @@ class CudaOps final : public LayerOps {
   // pass (2n token rows: the weights are read once), then level two added
   // on the tiles of 16 outputs near each row's top.
   void matmul_head(const Weight& w, Tensor x, float margin, Tensor y) override {
+    if (on_gpu(w) && w.device->floats()) {  // the CPU's head multiplies a float matrix plainly too
+      cuda::float_matmul(*w.device, x.data, x.rows, y.data);
+      return;
+    }
     if (!on_gpu(w) || w.type == GgmlType::F32) {
       host_a_.resize(x.size()), host_b_.resize(y.size());
       to_host(x, host_a_.data());
@@ -201,8 +209,16 @@ class CudaBackend final : public Backend {
   bool on_device() const override { return true; }
 
   // The CPU's weight, then its layout copied to the GPU where the device
-  // matmul reads the type (and the host's packed words freed).
+  // matmul reads the type (and the host's packed words freed); a float
+  // matrix as the file has it (and the host's widened copy never made).
   Weight matrix(GgmlType type, int64_t rows, int64_t cols, const uint8_t* data) const override {
+    if (cuda::float_matrix(type)) {
+      Weight w = view_weight(type, rows, cols, data);
+      w.device = std::make_shared<const cuda::DeviceMatrix>(type, rows, cols, data);
+      w.type = GgmlType::F32;  // what the CPU's kernels would make of it
+      w.data = nullptr;        // read on the device only
+      return w;
+    }
     Weight w = cpu_backend().matrix(type, rows, cols, data);
     if (!cuda::matmul_supports(type) || cols % (is_k_layout(pack_layout(type)) ? 256 : 32)) return w;
     w.device = std::make_shared<const cuda::DeviceMatrix>(w);

@@ -4,8 +4,8 @@
 // bit (given the same attention):
 // - quantized matrices (every type: model/cuda_matmul.h) go to the GPU at
 //   load in the CPU's 16-row layouts, and the host's packed copy is freed;
-//   float matrices (F32, F16, BF16, widened at load) stay on the host and
-//   run there (their rows cross over);
+//   float matrices (F32, F16, BF16) go over as the file has them (the host
+//   never widens them) and multiply float activations in the CPU's order;
 // - norms, RoPE, the gated FFN's activation, biases, residuals and row copies
 //   by model/cuda_ops_kernels.h (model/ops_math.h's steps);
 // - the output head as matmul_refined computes it (both levels on the

@@ -440,19 +440,29 @@ struct TileDot {
   }
 };
 
+// A float row's dot in one order on every machine: 32 lanes, lane j adding
+// the products of columns j, j + 32, ... by fma in column order, then the
+// upper half of the lanes added to the lower (16, 8, 4, 2, 1). The GPU's
+// kernel sums a warp's 32 lanes the same way (model/cuda_matmul_kernels.cu,
+// float_matmul_kernel), so its float matmul is this one bit for bit.
+float dot_f32_lanes(const float* w, const float* x, int64_t n) {
+  float acc[32] = {};
+  int64_t c = 0;
+  for (; c + 32 <= n; c += 32)
+    for (int j = 0; j < 32; ++j) acc[j] = std::fma(w[c + j], x[c + j], acc[j]);
+  for (int j = 0; c + j < n; ++j) acc[j] = std::fma(w[c + j], x[c + j], acc[j]);
+  for (int h = 16; h >= 1; h /= 2)
+    for (int j = 0; j < h; ++j) acc[j] += acc[j + h];
+  return acc[0];
+}
+
 void matmul_f32(const Weight& w, const float* x, int n_tok, float* y) {
   const auto* W = reinterpret_cast<const float*>(w.data);
   const int64_t rows = w.rows, cols = w.cols;
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float* wr = W + r * cols;
-    for (int t = 0; t < n_tok; ++t) {
-      const float* xt = x + size_t(t) * cols;
-      float s = 0;
-#pragma omp simd reduction(+ : s)
-      for (int64_t c = 0; c < cols; ++c) s += wr[c] * xt[c];
-      y[size_t(t) * rows + r] = s;
-    }
+    for (int t = 0; t < n_tok; ++t) y[size_t(t) * rows + r] = dot_f32_lanes(wr, x + size_t(t) * cols, cols);
   }
 }
 

@@ -8,8 +8,10 @@
 // than the file's bytes: decode reads little more than the file); the others into
 // bytes with one scale per block of 32 or per half of 16 (Q3_K, Q2_K). Q4_0,
 // Q4_1 and Q8_0 also have a kernel on the file's layout, used without AVX2. Float
-// weights (F32, F16, BF16) are widened to fp32 once at load. Multithreaded
-// over output rows.
+// weights (F32, F16, BF16) are widened to fp32 once at load and multiply float
+// activations, each dot in one fixed order on every machine (32 fma lanes,
+// then halves: the GPU's warps sum the same way). Multithreaded over output
+// rows.
 #pragma once
 #include <cstddef>
 #include <cstdint>

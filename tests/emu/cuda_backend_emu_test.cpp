@@ -2,7 +2,7 @@
 // this binary) on an emulated device: its kernels by tests/emu/cuda_emu.h,
 // its runtime by tests/emu/fake_device.cpp (host memory, NaN-filled when
 // allocated). Whole forward passes of every architecture's tiny model with
-// quantized matrices (Q8_0, Q4_0: on the "device"), the KV in host memory:
+// quantized matrices (Q8_0, Q4_0) and float ones (F32): on the "device"), the KV in host memory:
 // the CPU backend's logits bit for bit. This checks the backend's own host
 // code (buffers, uploads, the head's two levels, the experts) on any machine;
 // the GPU tests (tests/cuda_ops_test.cpp) check it on a device.
@@ -15,7 +15,11 @@
 
 #include "base/cpu.h"
 #include "base/cuda.h"
+#include "base/error.h"
 #include "cache/contiguous_kv.h"
+#include "emu/fake_device.h"
+#include "engine/engine.h"
+#include "engine_helpers.h"
 #include "model/cuda_matmul.h"
 #include "model/cuda_ops.h"
 #include "model/llama.h"
@@ -42,12 +46,15 @@ std::vector<float> run(const LlamaModel& m) {
 TEST(CudaBackendEmulated, EveryArchitecturesForwardPassIsTheCpus) {
   if (cpu_isa() < Isa::kAvx2) GTEST_SKIP() << "the device matmul gives the AVX2 and AVX-512 kernels' bits";
   for (const char* arch : {"llama", "llama3", "qwen2", "qwen3", "gemma3", "qwen3moe", "gpt-oss"})
-    for (uint32_t type : {8u, 2u}) {
-      if (type == 2 && std::string(arch) != "llama3" && std::string(arch) != "qwen3moe") continue;  // Q4_0: two will do
-      SCOPED_TRACE(std::string(arch) + (type == 8 ? ", Q8_0" : ", Q4_0"));
+    for (uint32_t type : {8u, 2u, 0u}) {
+      const std::string arc = arch;
+      if (type == 2 && arc != "llama3" && arc != "qwen3moe") continue;                     // Q4_0: two will do
+      if (type == 0 && arc != "llama3" && arc != "qwen3moe" && arc != "gemma3") continue;  // F32: the float matmul
+      const char* name = type == 8 ? "_q8" : type == 2 ? "_q4" : "_f32";
+      SCOPED_TRACE(arc + name);
       test::TinyModelShape shape = test::tiny_arch_shape(arch);
       shape.matrix_type = type;
-      const std::string path = test::tiny_model(std::string("emu_") + arch + (type == 8 ? "_q8" : "_q4"), shape);
+      const std::string path = test::tiny_model("emu_" + arc + name, shape);
       const auto on_cpu = LlamaModel::load(path);
       const auto on_gpu = LlamaModel::load(path, cuda_backend());
       ASSERT_NE(on_gpu->output().device, nullptr);  // the head on the "device"
@@ -104,6 +111,51 @@ TEST(CudaBackendEmulated, DecodeStepsReplayedAsGraphsAreTheSame) {
   // logits, nowhere else: its small inputs (tokens, RoPE angles, the head's
   // rows) went over before its first launch (LayerOps::stage).
   for (uint64_t f : step_flushes) EXPECT_EQ(f, uint64_t(shape.n_layers) + 1);
+}
+
+// An engine on the device has its largest step's device memory from the
+// start (Engine::Impl::reserve_device_step): serving requests of every size
+// up to it makes no buffer, and a device without room for it fails at start,
+// saying what to lower. The tokens are the CPU engine's. (The KV in host
+// memory: an f32 KV; the fake device has no KV pool.)
+TEST(CudaBackendEmulated, EngineHasItsLargestStepsMemoryAtStart) {
+  if (cpu_isa() < Isa::kAvx2) GTEST_SKIP() << "the device matmul gives the AVX2 and AVX-512 kernels' bits";
+  test::TinyModelShape shape = test::tiny_arch_shape("llama3");
+  shape.matrix_type = 8;
+  const std::string path = test::tiny_model("emu_llama3_q8", shape);
+  const auto on_gpu = LlamaModel::load(path, cuda_backend());
+  const auto on_cpu = LlamaModel::load(path);
+  EngineOptions o = test::engine_options(AttnMode::kTpp, 2, 1);
+  o.kv_type = KvType::kF32, o.step_tokens = 24, o.speculate = false, o.speculate_max_batch = 0, o.n_ctx = 96;
+  std::vector<Request> reqs = test::shared_prompts(3, 20, 5, 12);  // prompts of 32 to 34 tokens: two steps each
+
+  const size_t weights = cuda::fake::memory_in_use();
+  cuda::fake::set_memory_limit(weights + 4096);
+  try {
+    Engine e(*on_gpu, o);
+    ADD_FAILURE() << "an engine started on a device without room for its step";
+  } catch (const Error& err) {
+    EXPECT_EQ(err.kind(), ErrorKind::kNoRoom);
+    const std::string m = err.what();
+    std::printf("the start's error: %s\n", m.c_str());
+    EXPECT_NE(m.find("cannot allocate"), std::string::npos) << m;
+    EXPECT_NE(m.find("free of"), std::string::npos) << m;
+    EXPECT_NE(m.find("a step of 24 tokens (2 with logits)"), std::string::npos) << m;
+    EXPECT_NE(m.find("lower --kv-memory, --step-tokens or --max-batch"), std::string::npos) << m;
+  }
+  cuda::fake::set_memory_limit(0);
+  EXPECT_EQ(cuda::fake::memory_in_use(), weights);  // what the failed start had is back
+
+  std::vector<Result> got;
+  {
+    Engine e(*on_gpu, o);
+    const uint64_t at_start = cuda::fake::allocations();
+    EXPECT_EQ(e.stats().kv.used + e.stats().kv.cached, 0);  // the first step left nothing in the tree
+    got = test::run_all(e, reqs);
+    EXPECT_EQ(cuda::fake::allocations(), at_start) << "device buffers made after the start";
+  }
+  Engine cpu(*on_cpu, o);
+  test::expect_same_tokens(got, test::run_all(cpu, reqs), "the emulated device's engine vs the CPU's");
 }
 
 }  // namespace

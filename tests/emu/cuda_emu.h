@@ -81,6 +81,10 @@ T __shfl_xor_sync(unsigned, T v, int o) {
   return exchange(v, [o](int l) { return l ^ o; });
 }
 template <class T>
+T __shfl_down_sync(unsigned, T v, unsigned d) {
+  return exchange(v, [d](int l) { return l + int(d) < 32 ? l + int(d) : l; });
+}
+template <class T>
 T __shfl_sync(unsigned, T v, int src) {
   return exchange(v, [src](int) { return src; });
 }
@@ -122,6 +126,8 @@ inline void mma_m16n8k32_s8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, 
 
 // The device intrinsics the kernels use, in their rounding (nearest even).
 inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
 inline float __fdiv_rn(float a, float b) { return a / b; }
 inline int __float2int_rn(float a) { return int(std::nearbyint(a)); }
 inline float __int2float_rn(int a) { return float(a); }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "base/cpu.h"
+#include "base/f16.h"
 #include "cuda_helpers.h"
 #include "model/matmul.h"
 #include "cuda_matmul_kernels_emu.inc"
@@ -45,6 +46,51 @@ TEST(CudaMatmulEmulated, QuantizesAndMultipliesAsTheCpuDoes) {
         emu::matmul(int(pack_layout(t)), w.packed.data(), rows, nb, got_q.data(), n_tok, got.data());
         for (size_t i = 0; i < want.size(); ++i)
           ASSERT_EQ(std::memcmp(&got[i], &want[i], 4), 0) << "at " << i << ": " << got[i] << " vs " << want[i];
+      }
+    }
+}
+
+// Float matrices as the file has them (F32, F16, BF16) times float
+// activations: the CPU's matmul of the widened matrix (dot_f32_lanes' order)
+// bit for bit, rows of any length (a partial last group of 32 columns),
+// 1 and 9 tokens (a partial 8-token tile, idle warps in the last block).
+TEST(CudaMatmulEmulated, FloatMatricesAsTheCpuDoes) {
+  std::mt19937 rng(2);
+  std::normal_distribution<float> value(0.0f, 0.5f);
+  for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16})
+    for (auto [rows, cols] : {std::pair{37, 100}, std::pair{6, 31}}) {
+      std::vector<uint8_t> data(size_t(rows) * size_t(cols) * (t == GgmlType::F32 ? 4 : 2));
+      for (size_t i = 0; i < size_t(rows) * size_t(cols); ++i) {
+        const float v = value(rng);
+        if (t == GgmlType::F32) std::memcpy(data.data() + 4 * i, &v, 4);
+        else {
+          const uint16_t h = t == GgmlType::F16 ? f32_to_f16(v) : f32_to_bf16(v);
+          std::memcpy(data.data() + 2 * i, &h, 2);
+        }
+      }
+      const Weight w = make_weight(t, rows, cols, data.data());
+      ASSERT_EQ(w.type, GgmlType::F32);
+      const int kind = t == GgmlType::F32 ? cuda::kernels::kF32 : t == GgmlType::F16 ? cuda::kernels::kF16
+                                                                                       : cuda::kernels::kBF16;
+      for (int n_tok : {1, 9}) {
+        SCOPED_TRACE(std::string(type_info(uint32_t(t))->name) + " " + std::to_string(rows) + "x" +
+                     std::to_string(cols) + ", " + std::to_string(n_tok) + " tokens");
+        std::vector<float> x(size_t(n_tok) * size_t(cols));
+        for (float& v : x) v = value(rng);
+        std::vector<float> want(size_t(n_tok) * size_t(rows)), got(want.size(), NAN);
+        std::vector<BlockQ8> scratch;
+        matmul(w, x.data(), n_tok, want.data(), scratch);
+        emu::float_matmul(kind, data.data(), rows, cols, x.data(), n_tok, got.data());
+        for (size_t i = 0; i < want.size(); ++i)
+          ASSERT_EQ(std::memcmp(&got[i], &want[i], 4), 0) << "at " << i << ": " << got[i] << " vs " << want[i];
+        // And a reference of its own: each dot in double, close.
+        for (int tk = 0; tk < n_tok; ++tk)
+          for (int r = 0; r < rows; ++r) {
+            double s = 0;
+            for (int c = 0; c < cols; ++c)
+              s += double(w.owned[size_t(r) * size_t(cols) + size_t(c)]) * double(x[size_t(tk) * size_t(cols) + size_t(c)]);
+            ASSERT_NEAR(got[size_t(tk) * size_t(rows) + size_t(r)], s, 1e-4 * (1 + std::fabs(s)));
+          }
       }
     }
 }

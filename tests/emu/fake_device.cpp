@@ -9,6 +9,8 @@
 // on changed memory and show in the results. It replaces the library's
 // base/cuda.cu in that test binary (every function of the header is here, so
 // the linker never takes the real one).
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -18,6 +20,7 @@
 #include "base/cuda.h"
 #include "base/error.h"
 #include "emu/cuda_emu.h"
+#include "emu/fake_device.h"
 
 namespace cs::cuda {
 namespace {
@@ -62,20 +65,40 @@ LaunchExecutor& launch_executor() {
 
 bool built_with_cuda() { return true; }
 bool device_available(std::string*) { return true; }
-DeviceInfo device_info() { return {"emulated on the CPU", 1, 9, 0, size_t(1) << 34, size_t(1) << 20, 1 << 17}; }
+constexpr size_t kMemory = size_t(1) << 34;
+DeviceInfo device_info() { return {"emulated on the CPU", 1, 9, 0, kMemory, size_t(1) << 20, 1 << 17}; }
 
-Buffer::Buffer(size_t bytes) : p_(std::malloc(bytes ? bytes : 1)), n_(bytes) {
+namespace {
+// Buffers are made and freed on several threads (a test's and an engine's).
+std::atomic<size_t> in_use{0}, limit{0};
+std::atomic<uint64_t> made{0};
+size_t total() { return limit ? limit.load() : kMemory; }
+}  // namespace
+void fake::set_memory_limit(size_t bytes) { limit = bytes; }
+size_t fake::memory_in_use() { return in_use; }
+uint64_t fake::allocations() { return made; }
+MemoryInfo memory_info() { return {total() - std::min(total(), in_use.load()), total()}; }
+
+Buffer::Buffer(size_t bytes) : n_(bytes) {
+  if (in_use + bytes > total()) {
+    n_ = 0;
+    throw Error(no_room_message("device memory", bytes), ErrorKind::kNoRoom);
+  }
+  p_ = std::malloc(bytes ? bytes : 1);
   if (!p_) throw std::bad_alloc();
   std::memset(p_, 0xff, bytes);
+  in_use += bytes, ++made;
 }
 Buffer::~Buffer() {
   if (p_) flush();
   std::free(p_);
+  in_use -= n_;
 }
 Buffer& Buffer::operator=(Buffer&& o) noexcept {
   if (this != &o) {
     if (p_) flush();
     std::free(p_);
+    in_use -= n_;
     p_ = std::exchange(o.p_, nullptr);
     n_ = std::exchange(o.n_, 0);
   }
