@@ -21,6 +21,21 @@
 namespace cs {
 namespace {
 
+// Runs `device(dx, dy)` on x (n_tok rows) copied to the device, and asserts
+// that what it wrote to dy is the CPU's matmul of w by x bit for bit.
+template <class Device>
+void expect_the_cpus_bits(const Weight& w, const std::vector<float>& x, int n_tok, Device device) {
+  std::vector<float> want(size_t(n_tok) * size_t(w.rows));
+  std::vector<BlockQ8> scratch;
+  matmul(w, x.data(), n_tok, want.data(), scratch);
+  const cuda::Buffer dx = upload(x);
+  cuda::Buffer dy(want.size() * sizeof(float));
+  device(dx.as<float>(), dy.as<float>());
+  const std::vector<float> got = download<float>(dy, want.size());
+  for (size_t i = 0; i < want.size(); ++i)
+    ASSERT_EQ(got[i], want[i]) << "token " << i / size_t(w.rows) << " row " << i % size_t(w.rows);
+}
+
 TEST(CudaMatmul, QuantizesAsTheCpuDoes) {
   REQUIRE_GPU();
   std::mt19937 rng(3);
@@ -55,17 +70,11 @@ TEST(CudaMatmul, EqualsTheCpuBitForBitWhateverTheTokenCount) {
       for (int n_tok : {1, 2, 7, 8, 9, 33, 70}) {
         SCOPED_TRACE(std::string(type_info(uint32_t(t))->name) + " " + std::to_string(rows) + "x" +
                      std::to_string(cols) + " tokens " + std::to_string(n_tok));
-        const std::vector<float> x = activations(n_tok, cols, rng);
-        std::vector<float> want(size_t(n_tok) * rows);
-        std::vector<BlockQ8> scratch;
-        matmul(w, x.data(), n_tok, want.data(), scratch);
-        const cuda::Buffer dx = upload(x);
-        cuda::Buffer dq(size_t(n_tok) * cols / 32 * sizeof(BlockQ8)), dy(want.size() * sizeof(float));
-        cuda::quantize_q8(dx.as<float>(), n_tok, cols, dq.as<BlockQ8>());
-        cuda::matmul(dw, dq.as<BlockQ8>(), n_tok, dy.as<float>());
-        const std::vector<float> got = download<float>(dy, want.size());
-        for (size_t i = 0; i < want.size(); ++i)
-          ASSERT_EQ(got[i], want[i]) << "token " << i / rows << " row " << i % rows;
+        cuda::Buffer dq(size_t(n_tok) * cols / 32 * sizeof(BlockQ8));
+        expect_the_cpus_bits(w, activations(n_tok, cols, rng), n_tok, [&](const float* dx, float* dy) {
+          cuda::quantize_q8(dx, n_tok, cols, dq.as<BlockQ8>());
+          cuda::matmul(dw, dq.as<BlockQ8>(), n_tok, dy);
+        });
       }
     }
 }
@@ -91,16 +100,8 @@ TEST(CudaMatmul, FloatMatricesEqualTheCpuBitForBit) {
       for (int n_tok : {1, 7, 8, 9, 70}) {
         SCOPED_TRACE(std::string(type_info(uint32_t(t))->name) + " " + std::to_string(rows) + "x" +
                      std::to_string(cols) + " tokens " + std::to_string(n_tok));
-        const std::vector<float> x = activations(n_tok, cols, rng);
-        std::vector<float> want(size_t(n_tok) * rows);
-        std::vector<BlockQ8> scratch;
-        matmul(w, x.data(), n_tok, want.data(), scratch);
-        const cuda::Buffer dx = upload(x);
-        cuda::Buffer dy(want.size() * sizeof(float));
-        cuda::float_matmul(dw, dx.as<float>(), n_tok, dy.as<float>());
-        const std::vector<float> got = download<float>(dy, want.size());
-        for (size_t i = 0; i < want.size(); ++i)
-          ASSERT_EQ(got[i], want[i]) << "token " << i / rows << " row " << i % rows;
+        expect_the_cpus_bits(w, activations(n_tok, cols, rng), n_tok,
+                             [&](const float* dx, float* dy) { cuda::float_matmul(dw, dx, n_tok, dy); });
       }
     }
 }

@@ -8,6 +8,7 @@
 // thousand tokens of context); an allocation that fails there ends that
 // step's requests with the error and the engine goes on serving.
 #include <algorithm>
+#include <exception>
 #include <string>
 
 #include "base/error.h"
@@ -34,20 +35,25 @@ void Engine::Impl::reserve_device_step() {
   expect_ok(kv.join(id, {}, &matched), "joining the device's first step");
   Batch b;
   for (int t = 0; t < tokens; ++t) b.add(int32_t(t % c.n_vocab), t, int32_t(id), t >= tokens - rows);
+  std::exception_ptr failed;
   try {
     model.forward(b, kv, ws, logits);
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  // Its K/V leave with it, run or not: nothing of it stays in the tree.
+  expect_ok(kv.leave(id), "leaving the device's first step");
+  kv.flush();
+  if (!failed) return;
+  try {
+    std::rethrow_exception(failed);
   } catch (const Error& e) {
-    expect_ok(kv.leave(id), "leaving the device's first step");
-    kv.flush();
     if (e.kind() != ErrorKind::kNoRoom) throw;
     throw Error(std::string(e.what()) + ": the device has no room for a step of " + std::to_string(tokens) +
                     " tokens (" + std::to_string(rows) + " with logits) beside the weights and the KV pool; " +
                     "lower --kv-memory, --step-tokens or --max-batch",
                 ErrorKind::kNoRoom);
   }
-  // Its K/V leave with it: nothing of it stays in the tree.
-  expect_ok(kv.leave(id), "leaving the device's first step");
-  kv.flush();
 }
 
 }  // namespace cs

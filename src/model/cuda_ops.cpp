@@ -67,7 +67,7 @@ class CudaOps final : public LayerOps {
       cuda::float_matmul(*w.device, x.data, x.rows, y.data);
       return;
     }
-    if (!on_gpu(w) || w.type == GgmlType::F32) {
+    if (!on_gpu(w)) {
       host_a_.resize(x.size()), host_b_.resize(y.size());
       to_host(x, host_a_.data());
       cpu_->matmul_head(w, Tensor{host_a_.data(), x.rows, x.cols}, margin, Tensor{host_b_.data(), y.rows, y.cols});
@@ -103,7 +103,7 @@ class CudaOps final : public LayerOps {
 
   void stage(std::span<const RopeTable* const> tables, std::span<const int> head_rows) override {
     for (const RopeTable* t : tables) angles(*t);
-    staged_rows_.assign(head_rows.begin(), head_rows.end());
+    staged_rows_ = head_rows.size();
     if (head_rows.empty()) return;
     head_rows_.reserve(head_rows.size() * sizeof(int32_t));
     cuda::to_device(head_rows_.get(), head_rows.data(), head_rows.size() * sizeof(int32_t));
@@ -120,13 +120,15 @@ class CudaOps final : public LayerOps {
   void copy_rows(Tensor x, std::span<const int> rows, Tensor out) override {
     if (rows.empty()) return;
     static_assert(sizeof(int) == sizeof(int32_t));
-    if (std::ranges::equal(rows, staged_rows_)) {  // the head's rows, over already
-      cuda::gather_rows(x.data, x.cols, head_rows_.as<int32_t>(), int(rows.size()), out.data);
-      return;
-    }
     rows_.reserve(rows.size() * sizeof(int32_t));
     cuda::to_device(rows_.get(), rows.data(), rows.size() * sizeof(int32_t));
     cuda::gather_rows(x.data, x.cols, rows_.as<int32_t>(), int(rows.size()), out.data);
+  }
+
+  void copy_staged_rows(Tensor x, std::span<const int> head_rows, Tensor out) override {
+    if (head_rows.empty()) return;
+    if (head_rows.size() != staged_rows_) throw Error("copy_staged_rows: not the rows this step staged");
+    cuda::gather_rows(x.data, x.cols, head_rows_.as<int32_t>(), int(head_rows.size()), out.data);
   }
 
   // Each expert's rows quantized and multiplied on the device (a row's bits
@@ -197,7 +199,7 @@ class CudaOps final : public LayerOps {
 
   std::unique_ptr<LayerOps> cpu_ = cpu_backend().ops();
   cuda::Buffer acts_, residual_, both_, floor_, rows_, weights_, head_rows_;
-  std::vector<int> staged_rows_;  // what head_rows_ holds
+  size_t staged_rows_ = 0;  // how many head_rows_ holds
   std::map<std::pair<const float*, size_t>, cuda::Buffer> vecs_;
   std::map<const RopeTable*, Angles> angles_;
   std::vector<float> host_a_, host_b_;
@@ -215,8 +217,10 @@ class CudaBackend final : public Backend {
     if (cuda::float_matrix(type)) {
       Weight w = view_weight(type, rows, cols, data);
       w.device = std::make_shared<const cuda::DeviceMatrix>(type, rows, cols, data);
-      w.type = GgmlType::F32;  // what the CPU's kernels would make of it
-      w.data = nullptr;        // read on the device only
+      // The file's type stays (the profile's bytes are the device's), and
+      // no host pointer: only the device reads it, each of CudaOps' matmuls
+      // asking device->floats() first.
+      w.data = nullptr;
       return w;
     }
     Weight w = cpu_backend().matrix(type, rows, cols, data);

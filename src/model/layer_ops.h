@@ -45,6 +45,9 @@ class LayerOps {
   virtual void gated_ffn(FfnAct act, Tensor gate, Tensor up) = 0;
   // out.row(i) = x.row(rows[i]).
   virtual void copy_rows(Tensor x, std::span<const int> rows, Tensor out) = 0;
+  // copy_rows with the head's rows that this step's stage() had: a device
+  // reads its staged copy of them.
+  virtual void copy_staged_rows(Tensor x, std::span<const int> head_rows, Tensor out) { copy_rows(x, head_rows, out); }
   // Several weights, each with an input of its own (a mixture's experts and
   // the rows routed to each): ys[i] = ws[i] xs[i], in one pass.
   virtual void matmul_grouped(std::span<const Weight* const> ws, std::span<const Tensor> xs,
@@ -77,7 +80,7 @@ class LayerOps {
   // so that a profile times an operation, not its launch.
   virtual void finish() {}
   // A step's small inputs, known before its first operation: the RoPE
-  // tables its layers use and the rows its head reads (copy_rows' `rows`
+  // tables its layers use and the rows its head reads (copy_staged_rows'
   // later). A device copies them over now, so no upload cuts the step's
   // launches apart (one CUDA graph, not three: base/launch_queue.h).
   virtual void stage(std::span<const RopeTable* const> tables, std::span<const int> head_rows) {

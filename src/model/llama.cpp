@@ -187,7 +187,7 @@ void LlamaModel::forward(const Batch& batch, KvStore& kv, Workspace& ws, std::ve
     ops.add(x, xb);
   }
   const Tensor head_in = ops.shape(ws.head_in, int(rows.size()), c.n_embd);
-  ops.copy_rows(x, rows, head_in);
+  ops.copy_staged_rows(x, rows, head_in);
   ops.rmsnorm(head_in, output_norm_, c.rms_eps, head_in);
   logits.resize(rows.size() * size_t(c.n_vocab));
   // The head's 8-bit input error alone was a third of the fast path's KL

@@ -98,6 +98,11 @@ void ProfilingOps::copy_rows(Tensor x, std::span<const int> rows, Tensor out) {
   in_.copy_rows(x, rows, out);
   in_.finish();
 }
+void ProfilingOps::copy_staged_rows(Tensor x, std::span<const int> head_rows, Tensor out) {
+  ProfScope s(&p_, ProfOp::kElementwise);
+  in_.copy_staged_rows(x, head_rows, out);
+  in_.finish();
+}
 
 void ProfilingOps::matmul_grouped(std::span<const Weight* const> ws, std::span<const Tensor> xs,
                                   std::span<const Tensor> ys) {

@@ -79,6 +79,7 @@ class ProfilingOps final : public LayerOps {
   void add(Tensor x, Tensor y) override;
   void gated_ffn(FfnAct act, Tensor gate, Tensor up) override;
   void copy_rows(Tensor x, std::span<const int> rows, Tensor out) override;
+  void copy_staged_rows(Tensor x, std::span<const int> head_rows, Tensor out) override;
   void matmul_grouped(std::span<const Weight* const> ws, std::span<const Tensor> xs,
                       std::span<const Tensor> ys) override;
   void route(MoeGating gating, Tensor logits, int k, std::span<int32_t> ids, std::span<float> weights) override;

@@ -66,6 +66,35 @@ TEST(CudaBackendEmulated, EveryArchitecturesForwardPassIsTheCpus) {
     }
 }
 
+// The head's rows go over with the step's stage() and are gathered from
+// that copy; a count other than the staged one is an error, not a gather
+// past them.
+TEST(CudaBackendEmulated, TheHeadsStagedRowsAreGathered) {
+  const auto ops = cuda_backend().ops();
+  const int n = 9, cols = 40;
+  std::vector<float> xs(size_t(n) * cols);
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = float(i) * 0.25f;
+  TensorBuf xb, ob;
+  const Tensor x = ops->shape(xb, n, cols);
+  ops->to_device(xs.data(), x);
+  const std::vector<int> rows = {8, 0, 3};
+  ops->stage({}, rows);
+  const Tensor out = ops->shape(ob, int(rows.size()), cols);
+  ops->copy_staged_rows(x, rows, out);
+  std::vector<float> got(rows.size() * cols);
+  ops->to_host(out, got.data());
+  for (size_t i = 0; i < rows.size(); ++i)
+    for (int c = 0; c < cols; ++c)
+      ASSERT_EQ(got[i * cols + size_t(c)], xs[size_t(rows[i]) * cols + size_t(c)]) << "row " << i << " col " << c;
+  const std::vector<int> other = {1, 2};
+  try {
+    ops->copy_staged_rows(x, other, ops->shape(ob, 2, cols));
+    FAIL() << "two rows gathered where three were staged";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "copy_staged_rows: not the rows this step staged");
+  }
+}
+
 // Decode steps with the launches recorded and replayed as "graphs"
 // (base/launch_queue.h on the fake device: a graph is its launches' closures
 // kept with their arguments) give the logits of launches sent one by one,
