@@ -131,9 +131,9 @@ namespace {
 // A template that loops long on any conversation (nested range(100000)) is
 // refused at load on a small sample, quickly, naming the budget; one that is
 // fine on short conversations but loops with the input is cut per request
-// by steps or time (kLimit), not after 20M steps.
+// by steps or time (kLimit), not after 20M steps. (Asserted by the errors'
+// kind and budget, not by a clock: a loaded machine decides no test.)
 TEST(ChatTemplateBudget, SlowTemplatesAreRefusedAtLoadAndCutPerRequest) {
-  const auto t0 = std::chrono::steady_clock::now();
   try {
     ChatTemplate slow(
         "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
@@ -146,7 +146,6 @@ TEST(ChatTemplateBudget, SlowTemplatesAreRefusedAtLoadAndCutPerRequest) {
               std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("at most 500000 steps or 500 ms"), std::string::npos) << e.what();
   }
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
   // Quadratic in the content's length: fine on the sample, cut on a long message.
   const ChatTemplate grows(
       "{% for m in messages %}{% for a in m['content'] %}{% for b in m['content'] %}{% endfor %}{% endfor %}"
@@ -154,14 +153,12 @@ TEST(ChatTemplateBudget, SlowTemplatesAreRefusedAtLoadAndCutPerRequest) {
       "", "");
   ChatInput in;
   in.messages = nlohmann::ordered_json::array({{{"role", "user"}, {"content", std::string(5000, 'x')}}});
-  const auto t1 = std::chrono::steady_clock::now();
   try {
     (void)grows.render(in);
     FAIL() << "25M steps rendered";
   } catch (const jinja::TemplateError& e) {
     EXPECT_EQ(e.template_kind(), jinja::TemplateErrorKind::kLimit);
   }
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count(), 3.0);
   in.messages[0]["content"] = "short";
   EXPECT_EQ(grows.render(in).text(), "short");
 }
