@@ -80,7 +80,7 @@ TEST(CudaMatmul, EqualsTheCpuBitForBitWhateverTheTokenCount) {
 }
 
 // Float matrices as the file has them, times float activations: the CPU's
-// matmul of the widened matrix bit for bit, whatever the token count.
+// matmul of the same matrix bit for bit, whatever the token count.
 TEST(CudaMatmul, FloatMatricesEqualTheCpuBitForBit) {
   REQUIRE_GPU();
   std::mt19937 rng(11);

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstring>
 #include <random>
+#include <string>
 
 #include "base/cpu.h"
 #include "base/f16.h"
@@ -348,12 +349,14 @@ TEST(Matmul, MxScalesOfEveryExponent) {
   set_isa_for_testing(cpu_isa());
 }
 
-TEST(Matmul, FloatWeightsAreWidenedAndExact) {
+TEST(Matmul, FloatWeightsKeepTheFilesValuesAndAreExact) {
   const int rows = 3, cols = 4;
   std::vector<uint16_t> h(rows * cols);
   for (int i = 0; i < rows * cols; ++i) h[i] = f32_to_f16(float(i));
   Weight w = make_weight(GgmlType::F16, rows, cols, reinterpret_cast<const uint8_t*>(h.data()));
-  EXPECT_EQ(w.type, GgmlType::F32);
+  EXPECT_EQ(w.type, GgmlType::F16);  // 2 bytes a value, as the file has them
+  EXPECT_EQ(w.row_bytes, size_t(cols) * 2);
+  EXPECT_EQ(w.owned.size(), h.size() * 2);
   const float x[cols] = {1, 0, -1, 2};
   float y[rows];
   std::vector<BlockQ8> scratch;
@@ -361,6 +364,60 @@ TEST(Matmul, FloatWeightsAreWidenedAndExact) {
   EXPECT_EQ(y[0], 0 - 2 + 6);
   EXPECT_EQ(y[1], 4 - 6 + 14);
   EXPECT_EQ(y[2], 8 - 10 + 22);
+}
+
+// The float matmul's one order (model/matmul.cpp; the GPU's float matmul
+// repeats it), written plainly: 32 lanes of fma over columns j, j + 32, ...,
+// then the halves 16, 8, 4, 2, 1.
+float lanes_reference(const float* w, const float* x, int n) {
+  float acc[32] = {};
+  for (int c = 0; c < n; ++c) acc[c % 32] = std::fma(w[c], x[c], acc[c % 32]);
+  for (int h = 16; h >= 1; h /= 2)
+    for (int j = 0; j < h; ++j) acc[j] += acc[j + h];
+  return acc[0];
+}
+
+// F32, F16 and BF16 matrices give that order's bits for every row and token
+// (widths with and without a partial group of 32 columns, token counts odd
+// and even; 8192 columns take 4 tokens a tile: 9 tokens are 3 tiles), and a 16-bit file's values give
+// the same bits as the same values in an F32 file.
+TEST(Matmul, FloatWeightsSumInTheLanesOrderWhateverTheTypeAndTokens) {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16})
+    for (int cols : {32, 100, 576, 8192})
+      for (int n_tok : {1, 2, 3, 8, 9}) {
+        const int rows = 19;
+        SCOPED_TRACE(std::string(type_info(uint32_t(t))->name) + " cols " + std::to_string(cols) + " tokens " +
+                     std::to_string(n_tok));
+        std::vector<float> values(size_t(rows) * cols), x(size_t(n_tok) * cols);
+        std::vector<uint8_t> file(values.size() * (t == GgmlType::F32 ? 4 : 2));
+        for (size_t i = 0; i < values.size(); ++i) {
+          float v = nd(rng);
+          if (i % 97 == 5) v = 0.0f;
+          if (t == GgmlType::F32) {
+            std::memcpy(file.data() + 4 * i, &v, 4);
+          } else {
+            const uint16_t h = t == GgmlType::F16 ? f32_to_f16(v) : f32_to_bf16(v);
+            std::memcpy(file.data() + 2 * i, &h, 2);
+            v = t == GgmlType::F16 ? f16_to_f32(h) : bf16_to_f32(h);
+          }
+          values[i] = v;
+        }
+        for (auto& v : x) v = nd(rng);
+        std::vector<float> y(size_t(n_tok) * rows), y32(y.size());
+        std::vector<BlockQ8> scratch;
+        matmul(make_weight(t, rows, cols, file.data()), x.data(), n_tok, y.data(), scratch);
+        matmul(make_weight(GgmlType::F32, rows, cols, reinterpret_cast<const uint8_t*>(values.data())), x.data(),
+               n_tok, y32.data(), scratch);
+        for (int tok = 0; tok < n_tok; ++tok)
+          for (int r = 0; r < rows; ++r) {
+            const float want = lanes_reference(values.data() + size_t(r) * cols, x.data() + size_t(tok) * cols, cols);
+            const size_t i = size_t(tok) * rows + size_t(r);
+            ASSERT_EQ(std::memcmp(&y[i], &want, 4), 0) << "token " << tok << " row " << r << ": " << y[i] << " vs " << want;
+            ASSERT_EQ(std::memcmp(&y32[i], &want, 4), 0) << "as F32, token " << tok << " row " << r;
+          }
+      }
 }
 
 }  // namespace

@@ -24,7 +24,7 @@ static_assert(sizeof(BlockQ8) == kernels::kBlockBytes && offsetof(BlockQ8, d) ==
               offsetof(BlockQ8, qs) == 20);
 
 bool matmul_supports(GgmlType type) {
-  return !widened_at_load(type);  // every layout of pack_layout.h
+  return !plain_float(type);  // every layout of pack_layout.h
 }
 
 bool float_matrix(GgmlType type) { return type == GgmlType::F32 || type == GgmlType::F16 || type == GgmlType::BF16; }

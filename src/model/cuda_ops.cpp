@@ -212,7 +212,7 @@ class CudaBackend final : public Backend {
 
   // The CPU's weight, then its layout copied to the GPU where the device
   // matmul reads the type (and the host's packed words freed); a float
-  // matrix as the file has it (and the host's widened copy never made).
+  // matrix as the file has it (and the host's copy never made).
   Weight matrix(GgmlType type, int64_t rows, int64_t cols, const uint8_t* data) const override {
     if (cuda::float_matrix(type)) {
       Weight w = view_weight(type, rows, cols, data);

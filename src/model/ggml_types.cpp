@@ -46,7 +46,7 @@ std::string supported_type_names() {
   return out;
 }
 
-bool widened_at_load(GgmlType type) {
+bool plain_float(GgmlType type) {
   return type == GgmlType::F32 || type == GgmlType::F16 || type == GgmlType::BF16;
 }
 

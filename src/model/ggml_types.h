@@ -43,9 +43,10 @@ std::optional<TypeInfo> type_info(uint32_t id);
 std::string type_name(uint32_t id);
 // The supported types' names, for those errors.
 std::string supported_type_names();
-// True for types whose matmul reads an fp32 copy made at load: the plain
-// floats (every quantized type has integer kernels).
-bool widened_at_load(GgmlType type);
+// True for the plain floats (F32, F16, BF16): values, not blocks; their
+// matmul reads them as they are and multiplies float activations (every
+// quantized type has integer kernels).
+bool plain_float(GgmlType type);
 
 constexpr int kQBlock = 32;
 

@@ -95,7 +95,7 @@ class Backend {
   // Whether the LayerOps' tensors are device memory (LayerOps::on_device).
   virtual bool on_device() const { return false; }
   // A rows x cols matrix of the file (row-major, GGUF ne = {cols, rows}) as
-  // this backend's matmul reads it: repacked, widened or copied here, once.
+  // this backend's matmul reads it: repacked or copied here, once.
   virtual Weight matrix(GgmlType type, int64_t rows, int64_t cols, const uint8_t* data) const = 0;
   // A table looked up by row only (the token embedding).
   virtual Weight table(GgmlType type, int64_t rows, int64_t cols, const uint8_t* data) const = 0;

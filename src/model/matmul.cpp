@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "base/cpu.h"
+#include "base/error.h"
 #include "base/f16.h"
 
 namespace cs {
@@ -308,13 +309,10 @@ Weight view_weight(GgmlType type, int64_t rows, int64_t cols, const uint8_t* dat
 
 Weight make_weight(GgmlType type, int64_t rows, int64_t cols, const uint8_t* data) {
   Weight w = view_weight(type, rows, cols, data);
-  // Plain floats: an fp32 copy, converted once.
-  if (widened_at_load(type)) {
-    w.owned.resize(size_t(rows * cols));
-    dequantize_row(type, data, w.owned.data(), w.owned.size());
-    w.type = GgmlType::F32;
-    w.row_bytes = size_t(cols) * 4;
-    w.data = reinterpret_cast<const uint8_t*>(w.owned.data());
+  // Plain floats: the file's values, on huge pages.
+  if (plain_float(type)) {
+    w.owned.assign(data, data + size_t(rows) * w.row_bytes);
+    w.data = w.owned.data();
   }
   // Q4_0/Q4_1/Q8_0 also have a scalar kernel on the file's layout, so they
   // are repacked only for the SIMD kernels.
@@ -444,25 +442,98 @@ struct TileDot {
 // the products of columns j, j + 32, ... by fma in column order, then the
 // upper half of the lanes added to the lower (16, 8, 4, 2, 1). The GPU's
 // kernel sums a warp's 32 lanes the same way (model/cuda_matmul_kernels.cu,
-// float_matmul_kernel), so its float matmul is this one bit for bit.
-float dot_f32_lanes(const float* w, const float* x, int64_t n) {
-  float acc[32] = {};
-  int64_t c = 0;
-  for (; c + 32 <= n; c += 32)
-    for (int j = 0; j < 32; ++j) acc[j] = std::fma(w[c + j], x[c + j], acc[j]);
-  for (int j = 0; c + j < n; ++j) acc[j] = std::fma(w[c + j], x[c + j], acc[j]);
-  for (int h = 16; h >= 1; h /= 2)
-    for (int j = 0; j < h; ++j) acc[j] += acc[j + h];
-  return acc[0];
+// float_matmul_kernel), so its float matmul is this one bit for bit. Lane j
+// is element j % 8 of vector j / 8 below; F16 and BF16 values are widened
+// exactly (F16C's vcvtph2ps, a 16-bit shift), so a file's values give the
+// same bits whichever of the three types holds them.
+
+// A row's 8 values from column c on, as fp32.
+template <GgmlType T>
+inline __m256 load8(const uint8_t* row, int64_t c) {
+  if constexpr (T == GgmlType::F32) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + c);
+  } else {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * c));
+    if constexpr (T == GgmlType::F16) return _mm256_cvtph_ps(h);
+    else return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
 }
 
-void matmul_f32(const Weight& w, const float* x, int n_tok, float* y) {
-  const auto* W = reinterpret_cast<const float*>(w.data);
-  const int64_t rows = w.rows, cols = w.cols;
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* wr = W + r * cols;
-    for (int t = 0; t < n_tok; ++t) y[size_t(t) * rows + r] = dot_f32_lanes(wr, x + size_t(t) * cols, cols);
+template <GgmlType T>
+inline float value(const uint8_t* row, int64_t c) {
+  if constexpr (T == GgmlType::F32) {
+    float v;
+    std::memcpy(&v, row + 4 * c, 4);
+    return v;
+  } else {
+    uint16_t h;
+    std::memcpy(&h, row + 2 * c, 2);
+    return T == GgmlType::F16 ? f16_to_f32(h) : bf16_to_f32(h);
+  }
+}
+
+// The dots of one row with NT token rows (x[t * ldx ...]), into
+// out[t * ldo]: the row's values are loaded (and widened) once for the NT.
+// Three tokens' 12 accumulators and the row's 4 vectors fill AVX2's 16
+// registers (the activations are the fmas' memory operands).
+template <GgmlType T, int NT>
+inline void dots(const uint8_t* row, const float* x, int64_t ldx, int64_t n, float* out, int64_t ldo) {
+  __m256 acc[NT][4];
+  for (int t = 0; t < NT; ++t)
+    for (int q = 0; q < 4; ++q) acc[t][q] = _mm256_setzero_ps();
+  int64_t c = 0;
+  for (; c + 32 <= n; c += 32) {
+    __m256 w[4];
+    for (int q = 0; q < 4; ++q) w[q] = load8<T>(row, c + 8 * q);
+    for (int t = 0; t < NT; ++t)
+      for (int q = 0; q < 4; ++q) acc[t][q] = _mm256_fmadd_ps(w[q], _mm256_loadu_ps(x + t * ldx + c + 8 * q), acc[t][q]);
+  }
+  for (int t = 0; t < NT; ++t) {
+    if (c < n) {  // a partial group of 32 columns: lane by lane, then the halves
+      alignas(32) float a[32];
+      for (int q = 0; q < 4; ++q) _mm256_store_ps(a + 8 * q, acc[t][q]);
+      for (int j = 0; c + j < n; ++j) a[j] = std::fma(value<T>(row, c + j), x[t * ldx + c + j], a[j]);
+      for (int h = 16; h >= 1; h /= 2)
+        for (int j = 0; j < h; ++j) a[j] += a[j + h];
+      out[t * ldo] = a[0];
+      continue;
+    }
+    // The halves on the vectors: lanes j and j + 16 are vectors q and q + 2,
+    // j and j + 8 vectors 0 and 1, then within one: 4, 2, 1.
+    const __m256 v = _mm256_add_ps(_mm256_add_ps(acc[t][0], acc[t][2]), _mm256_add_ps(acc[t][1], acc[t][3]));
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    out[t * ldo] = _mm_cvtss_f32(s);
+  }
+}
+
+// Token rows per pass over the rows: a tile's activations (128 KiB) stay in
+// L2 while the rows stream past them.
+int64_t float_token_tile(int64_t cols) { return std::max<int64_t>(2, (int64_t(128) << 10) / (cols * 4) / 2 * 2); }
+
+template <GgmlType T>
+void matmul_float_t(const Weight& w, const float* x, int n_tok, float* y) {
+  const int64_t rows = w.rows, cols = w.cols, tile = float_token_tile(cols);
+  const int64_t tiles = (n_tok + tile - 1) / tile;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t k = 0; k < tiles; ++k)
+    for (int64_t r = 0; r < rows; ++r) {
+      const uint8_t* row = w.data + size_t(r) * w.row_bytes;
+      int64_t t = k * tile;
+      const int64_t end = std::min<int64_t>(n_tok, t + tile);
+      for (; t + 3 <= end; t += 3) dots<T, 3>(row, x + t * cols, cols, cols, y + t * rows + r, rows);
+      if (t + 2 <= end) dots<T, 2>(row, x + t * cols, cols, cols, y + t * rows + r, rows), t += 2;
+      if (t < end) dots<T, 1>(row, x + t * cols, cols, cols, y + t * rows + r, rows);
+    }
+}
+
+void matmul_float(const Weight& w, const float* x, int n_tok, float* y) {
+  switch (w.type) {
+    case GgmlType::F32: return matmul_float_t<GgmlType::F32>(w, x, n_tok, y);
+    case GgmlType::F16: return matmul_float_t<GgmlType::F16>(w, x, n_tok, y);
+    case GgmlType::BF16: return matmul_float_t<GgmlType::BF16>(w, x, n_tok, y);
+    default: throw Error("matmul_float: not a plain float matrix");
   }
 }
 
@@ -561,7 +632,7 @@ void select_tiles(const float* y, int n_tok, size_t rows, float margin, HeadScra
 }  // namespace
 
 void matmul_refined(const Weight& w, const float* x, int n_tok, float margin, float* y, HeadScratch& h) {
-  if (w.type == GgmlType::F32) return matmul(w, x, n_tok, y, h.level1);
+  if (plain_float(w.type)) return matmul(w, x, n_tok, y, h.level1);
   const size_t cols = size_t(w.cols), rows = size_t(w.rows);
   const int nb = int(cols / kQBlock);
   quantize_two_levels(x, n_tok, cols, h);
@@ -625,7 +696,7 @@ void matmul_grouped(std::span<const Weight* const> ws, std::span<const float* co
   if (n == 0) return;
   const int64_t cols = ws[0]->cols;
   bool quantized = true;
-  for (const Weight* w : ws) quantized = quantized && w->type != GgmlType::F32 && w->cols == cols;
+  for (const Weight* w : ws) quantized = quantized && !plain_float(w->type) && w->cols == cols;
   if (!quantized) {
     for (size_t i = 0; i < n; ++i) matmul(*ws[i], xs[i], n_toks[i], ys[i], scratch);
     return;
@@ -685,10 +756,10 @@ void matmul_multi(std::span<const Weight* const> ws, const float* x, int n_tok,
   }
   const int64_t cols = ws[0]->cols;
   bool quantized = true;
-  for (const Weight* w : ws) quantized = quantized && w->type != GgmlType::F32 && w->cols == cols;
+  for (const Weight* w : ws) quantized = quantized && !plain_float(w->type) && w->cols == cols;
   if (!quantized) {
     for (size_t i = 0; i < ws.size(); ++i) {
-      if (ws[i]->type == GgmlType::F32) matmul_f32(*ws[i], x, n_tok, ys[i]);
+      if (plain_float(ws[i]->type)) matmul_float(*ws[i], x, n_tok, ys[i]);
       else matmul(*ws[i], x, n_tok, ys[i], scratch);
     }
     return;

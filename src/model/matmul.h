@@ -8,8 +8,9 @@
 // than the file's bytes: decode reads little more than the file); the others into
 // bytes with one scale per block of 32 or per half of 16 (Q3_K, Q2_K). Q4_0,
 // Q4_1 and Q8_0 also have a kernel on the file's layout, used without AVX2. Float
-// weights (F32, F16, BF16) are widened to fp32 once at load and multiply float
-// activations, each dot in one fixed order on every machine (32 fma lanes,
+// weights (F32, F16, BF16) keep the file's values (16-bit ones widened in
+// registers, exactly: half the bytes a decode step would read as fp32) and
+// multiply float activations, each dot in one fixed order on every machine (32 fma lanes,
 // then halves: the GPU's warps sum the same way). Multithreaded over output
 // rows.
 #pragma once
@@ -40,7 +41,9 @@ struct Weight {
   int64_t cols = 0;
   const uint8_t* data = nullptr;
   size_t row_bytes = 0;
-  std::vector<float, HugePageAllocator<float>> owned;  // fp32 copy when the file's type is a plain float
+  // A plain float's values (F32, F16 or BF16: the file's bytes), copied
+  // onto huge pages at load; `data` points here.
+  std::vector<uint8_t, HugePageAllocator<uint8_t>> owned;
   // Repacked for the 16-row kernels (pack_layout; Q4_0/Q4_1/Q8_0 only on
   // AVX2 and AVX-512 CPUs): groups of 16 rows, laid out as
   // model/pack_layout.h describes. One vpdpbusd advances 16 rows by 4
@@ -51,8 +54,8 @@ struct Weight {
 };
 
 
-// Wraps tensor data for matmul. Plain-float types are converted to an owned
-// fp32 copy; Q4_x and Q8_0 are also repacked for the 16-row kernels.
+// Wraps tensor data for matmul. Plain-float types are copied as they are
+// (Weight::owned); Q4_x and Q8_0 are also repacked for the 16-row kernels.
 Weight make_weight(GgmlType type, int64_t rows, int64_t cols, const uint8_t* data);
 
 // Wraps tensor data as it is in the file, for row lookups (the token
@@ -128,7 +131,7 @@ inline bool file_layout_kernel(GgmlType type) {
   return type == GgmlType::Q4_0 || type == GgmlType::Q4_1 || type == GgmlType::Q8_0;
 }
 // The other quantized types exist only repacked, on every CPU.
-inline bool only_repacked(GgmlType type) { return !widened_at_load(type) && !file_layout_kernel(type); }
+inline bool only_repacked(GgmlType type) { return !plain_float(type) && !file_layout_kernel(type); }
 // The layout a quantized type repacks into.
 PackLayout pack_layout(GgmlType type);
 // Weight::packed from rows of any quantized type, through block32().

@@ -11,10 +11,7 @@ std::vector<float> dequantize(const Weight& w) {
   std::vector<float> out(size_t(w.rows) * size_t(w.cols));
   for (int64_t r = 0; r < w.rows; ++r) {
     float* row = out.data() + size_t(r) * size_t(w.cols);
-    if (!w.owned.empty())
-      std::copy_n(w.owned.data() + size_t(r) * size_t(w.cols), size_t(w.cols), row);
-    else
-      dequantize_row(w.type, w.data + size_t(r) * w.row_bytes, row, size_t(w.cols));
+    dequantize_row(w.type, w.data + size_t(r) * w.row_bytes, row, size_t(w.cols));
   }
   return out;
 }

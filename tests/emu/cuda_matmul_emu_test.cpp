@@ -51,7 +51,7 @@ TEST(CudaMatmulEmulated, QuantizesAndMultipliesAsTheCpuDoes) {
 }
 
 // Float matrices as the file has them (F32, F16, BF16) times float
-// activations: the CPU's matmul of the widened matrix (dot_f32_lanes' order)
+// activations: the CPU's matmul of the same matrix (its dots' order)
 // bit for bit, rows of any length (a partial last group of 32 columns),
 // 1 and 9 tokens (a partial 8-token tile, idle warps in the last block).
 TEST(CudaMatmulEmulated, FloatMatricesAsTheCpuDoes) {
@@ -69,7 +69,9 @@ TEST(CudaMatmulEmulated, FloatMatricesAsTheCpuDoes) {
         }
       }
       const Weight w = make_weight(t, rows, cols, data.data());
-      ASSERT_EQ(w.type, GgmlType::F32);
+      ASSERT_EQ(w.type, t);
+      std::vector<float> values(size_t(rows) * size_t(cols));
+      dequantize_row(t, data.data(), values.data(), values.size());
       const int kind = t == GgmlType::F32 ? cuda::kernels::kF32 : t == GgmlType::F16 ? cuda::kernels::kF16
                                                                                        : cuda::kernels::kBF16;
       for (int n_tok : {1, 9}) {
@@ -88,7 +90,7 @@ TEST(CudaMatmulEmulated, FloatMatricesAsTheCpuDoes) {
           for (int r = 0; r < rows; ++r) {
             double s = 0;
             for (int c = 0; c < cols; ++c)
-              s += double(w.owned[size_t(r) * size_t(cols) + size_t(c)]) * double(x[size_t(tk) * size_t(cols) + size_t(c)]);
+              s += double(values[size_t(r) * size_t(cols) + size_t(c)]) * double(x[size_t(tk) * size_t(cols) + size_t(c)]);
             ASSERT_NEAR(got[size_t(tk) * size_t(rows) + size_t(r)], s, 1e-4 * (1 + std::fabs(s)));
           }
       }
