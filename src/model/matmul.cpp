@@ -472,59 +472,85 @@ inline float value(const uint8_t* row, int64_t c) {
   }
 }
 
-// The dots of one row with NT token rows (x[t * ldx ...]), into
-// out[t * ldo]: the row's values are loaded (and widened) once for the NT.
-// Three tokens' 12 accumulators and the row's 4 vectors fill AVX2's 16
-// registers (the activations are the fmas' memory operands).
-template <GgmlType T, int NT>
-inline void dots(const uint8_t* row, const float* x, int64_t ldx, int64_t n, float* out, int64_t ldo) {
-  __m256 acc[NT][4];
-  for (int t = 0; t < NT; ++t)
-    for (int q = 0; q < 4; ++q) acc[t][q] = _mm256_setzero_ps();
-  int64_t c = 0;
-  for (; c + 32 <= n; c += 32) {
-    __m256 w[4];
-    for (int q = 0; q < 4; ++q) w[q] = load8<T>(row, c + 8 * q);
-    for (int t = 0; t < NT; ++t)
-      for (int q = 0; q < 4; ++q) acc[t][q] = _mm256_fmadd_ps(w[q], _mm256_loadu_ps(x + t * ldx + c + 8 * q), acc[t][q]);
-  }
-  for (int t = 0; t < NT; ++t) {
-    if (c < n) {  // a partial group of 32 columns: lane by lane, then the halves
-      alignas(32) float a[32];
-      for (int q = 0; q < 4; ++q) _mm256_store_ps(a + 8 * q, acc[t][q]);
-      for (int j = 0; c + j < n; ++j) a[j] = std::fma(value<T>(row, c + j), x[t * ldx + c + j], a[j]);
-      for (int h = 16; h >= 1; h /= 2)
-        for (int j = 0; j < h; ++j) a[j] += a[j + h];
-      out[t * ldo] = a[0];
-      continue;
+// RB rows (`rows` on, row_bytes apart; nr of them real) times TB token rows
+// (x, ldx apart; nt real), into y[t * ldy + i]. Each lane group q of the 32
+// (columns 8q..8q+7 of every 32) adds up apart from the others, so a pass
+// over one group holds RB x TB accumulators, a vector each (3 x 4: 12 of
+// AVX2's 16 registers, beside the 3 rows' values, widened once for the 4
+// tokens, and a token's 8 activations); then each dot's four groups are
+// finished as one: a partial last group lane by lane, and the halves.
+template <GgmlType T, int RB, int TB>
+void float_block(const uint8_t* rows, size_t row_bytes, int nr, const float* x, int64_t ldx, int nt, int64_t n,
+                 float* y, int64_t ldy) {
+  const uint8_t* w[RB];
+  const float* xs[TB];
+  for (int i = 0; i < RB; ++i) w[i] = rows + size_t(i < nr ? i : 0) * row_bytes;  // missing rows: row 0 again
+  for (int t = 0; t < TB; ++t) xs[t] = x + (t < nt ? t : 0) * ldx;
+  const int64_t full = n / 32 * 32;
+  __m256 sums[4][RB][TB];
+  for (int q = 0; q < 4; ++q) {
+    __m256 acc[RB][TB];
+    for (int i = 0; i < RB; ++i)
+      for (int t = 0; t < TB; ++t) acc[i][t] = _mm256_setzero_ps();
+    for (int64_t c = 8 * q; c < full; c += 32) {
+      __m256 wv[RB];
+      for (int i = 0; i < RB; ++i) wv[i] = load8<T>(w[i], c);
+      for (int t = 0; t < TB; ++t) {
+        const __m256 xv = _mm256_loadu_ps(xs[t] + c);
+        for (int i = 0; i < RB; ++i) acc[i][t] = _mm256_fmadd_ps(wv[i], xv, acc[i][t]);
+      }
     }
-    // The halves on the vectors: lanes j and j + 16 are vectors q and q + 2,
-    // j and j + 8 vectors 0 and 1, then within one: 4, 2, 1.
-    const __m256 v = _mm256_add_ps(_mm256_add_ps(acc[t][0], acc[t][2]), _mm256_add_ps(acc[t][1], acc[t][3]));
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    out[t * ldo] = _mm_cvtss_f32(s);
+    for (int i = 0; i < RB; ++i)
+      for (int t = 0; t < TB; ++t) sums[q][i][t] = acc[i][t];
   }
+  for (int i = 0; i < nr; ++i)
+    for (int t = 0; t < nt; ++t) {
+      if (full < n) {  // a partial group of 32 columns: lane by lane, then the halves
+        alignas(32) float a[32];
+        for (int q = 0; q < 4; ++q) _mm256_store_ps(a + 8 * q, sums[q][i][t]);
+        for (int j = 0; full + j < n; ++j) a[j] = std::fma(value<T>(w[i], full + j), xs[t][full + j], a[j]);
+        for (int h = 16; h >= 1; h /= 2)
+          for (int j = 0; j < h; ++j) a[j] += a[j + h];
+        y[t * ldy + i] = a[0];
+        continue;
+      }
+      // The halves on the vectors: lanes j and j + 16 are groups q and
+      // q + 2, j and j + 8 groups 0 and 1, then within one: 4, 2, 1.
+      const __m256 v = _mm256_add_ps(_mm256_add_ps(sums[0][i][t], sums[2][i][t]),
+                                     _mm256_add_ps(sums[1][i][t], sums[3][i][t]));
+      __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+      s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+      s = _mm_add_ss(s, _mm_movehdup_ps(s));
+      y[t * ldy + i] = _mm_cvtss_f32(s);
+    }
 }
 
 // Token rows per pass over the rows: a tile's activations (128 KiB) stay in
 // L2 while the rows stream past them.
-int64_t float_token_tile(int64_t cols) { return std::max<int64_t>(2, (int64_t(128) << 10) / (cols * 4) / 2 * 2); }
+int64_t float_token_tile(int64_t cols) { return std::max<int64_t>(4, (int64_t(128) << 10) / (cols * 4) / 4 * 4); }
 
+// One token (decode): 8 rows a block, 8 accumulators to cover the fma's
+// latency. More: blocks of 3 rows by 4 tokens, over token tiles.
 template <GgmlType T>
 void matmul_float_t(const Weight& w, const float* x, int n_tok, float* y) {
-  const int64_t rows = w.rows, cols = w.cols, tile = float_token_tile(cols);
-  const int64_t tiles = (n_tok + tile - 1) / tile;
+  const int64_t rows = w.rows, cols = w.cols;
+  if (n_tok == 1) {
+    const int64_t blocks = (rows + 7) / 8;
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < blocks; ++b)
+      float_block<T, 8, 1>(w.data + size_t(8 * b) * w.row_bytes, w.row_bytes, int(std::min<int64_t>(8, rows - 8 * b)),
+                           x, cols, 1, cols, y + 8 * b, rows);
+    return;
+  }
+  const int64_t tile = float_token_tile(cols), tiles = (n_tok + tile - 1) / tile, blocks = (rows + 2) / 3;
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t k = 0; k < tiles; ++k)
-    for (int64_t r = 0; r < rows; ++r) {
-      const uint8_t* row = w.data + size_t(r) * w.row_bytes;
-      int64_t t = k * tile;
-      const int64_t end = std::min<int64_t>(n_tok, t + tile);
-      for (; t + 3 <= end; t += 3) dots<T, 3>(row, x + t * cols, cols, cols, y + t * rows + r, rows);
-      if (t + 2 <= end) dots<T, 2>(row, x + t * cols, cols, cols, y + t * rows + r, rows), t += 2;
-      if (t < end) dots<T, 1>(row, x + t * cols, cols, cols, y + t * rows + r, rows);
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t r = 3 * b, end = std::min<int64_t>(n_tok, (k + 1) * tile);
+      const int nr = int(std::min<int64_t>(3, rows - r));
+      for (int64_t t = k * tile; t < end; t += 4)
+        float_block<T, 3, 4>(w.data + size_t(r) * w.row_bytes, w.row_bytes, nr, x + t * cols, cols,
+                             int(std::min<int64_t>(4, end - t)), cols, y + t * rows + r, rows);
     }
 }
 
