@@ -96,21 +96,26 @@ class Console(unittest.TestCase):
         cached = int(second.find_element(By.CLASS_NAME, "usage").get_attribute("data-cached"))
         self.assertGreaterEqual(cached, 64)
 
-        def shared_nodes(d):
-            nodes = d.find_elements(By.CSS_SELECTOR, "#tree li.node.shared")
-            return nodes if nodes else False
-        nodes = WebDriverWait(d, 15).until(shared_nodes)
-        root = nodes[0]
-        self.assertGreaterEqual(int(root.get_attribute("data-uses")), 2)
-        self.assertGreaterEqual(int(root.get_attribute("data-tokens")), 64)
-        self.assertIn(root.get_attribute("data-state"), ("cached", "live"))
-        self.assertIn("bookstore", root.find_element(By.CSS_SELECTOR, ".box").get_attribute("title"))
+        # The tree is drawn anew at each poll, so an element found once may be
+        # gone by the next read: the first shared node is read whole in one
+        # script (a StaleElementReferenceException failed a CI run).
+        def shared_root(d):
+            return d.execute_script("""
+                const n = document.querySelector('#tree li.node.shared');
+                if (!n) return null;
+                const box = n.querySelector('.box');
+                return {uses: Number(n.getAttribute('data-uses')), tokens: Number(n.getAttribute('data-tokens')),
+                        state: n.getAttribute('data-state'), title: box ? box.getAttribute('title') || '' : '',
+                        on_disk: Number(n.getAttribute('data-on-disk') || 0),
+                        disk_mark: n.querySelector('.box > .disk-mark') !== null};""")
+        root = WebDriverWait(d, 15).until(shared_root)
+        self.assertGreaterEqual(root["uses"], 2, root)
+        self.assertGreaterEqual(root["tokens"], 64, root)
+        self.assertIn(root["state"], ("cached", "live"))
+        self.assertIn("bookstore", root["title"])
         # A second reader had the shared prefix written to the disk tier: marked.
-        def on_disk(d):
-            n = d.find_elements(By.CSS_SELECTOR, "#tree li.node.shared")
-            return n and int(n[0].get_attribute("data-on-disk")) >= 1 and n[0]
-        marked = WebDriverWait(d, 15).until(on_disk)
-        self.assertTrue(marked.find_elements(By.CSS_SELECTOR, ".box > .disk-mark"))
+        marked = WebDriverWait(d, 15).until(lambda d: (r := shared_root(d)) and r["on_disk"] >= 1 and r)
+        self.assertTrue(marked["disk_mark"], marked)
         self.assertRegex(d.find_element(By.ID, "disk").text, r"^\d+ chunks? · [0-9.]+ MiB$")
         hit = d.find_element(By.ID, "cache-hit").text
         self.assertRegex(hit, r"^\d+%$")
