@@ -472,13 +472,35 @@ inline float value(const uint8_t* row, int64_t c) {
   }
 }
 
+// A dot's end: its lane groups g0..g3 (lane j of group q is lane 8q + j of
+// the 32), columns [full, n) lane by lane, then the halves 16, 8, 4, 2, 1.
+template <GgmlType T>
+inline float finish_lanes(__m256 g0, __m256 g1, __m256 g2, __m256 g3, const uint8_t* row, const float* x,
+                          int64_t full, int64_t n) {
+  if (full < n) {  // a partial group of 32 columns
+    alignas(32) float a[32];
+    _mm256_store_ps(a, g0), _mm256_store_ps(a + 8, g1), _mm256_store_ps(a + 16, g2), _mm256_store_ps(a + 24, g3);
+    for (int j = 0; full + j < n; ++j) a[j] = std::fma(value<T>(row, full + j), x[full + j], a[j]);
+    for (int h = 16; h >= 1; h /= 2)
+      for (int j = 0; j < h; ++j) a[j] += a[j + h];
+    return a[0];
+  }
+  // On the vectors: lanes j and j + 16 are groups q and q + 2, j and j + 8
+  // groups 0 and 1, then within one: 4, 2, 1.
+  const __m256 v = _mm256_add_ps(_mm256_add_ps(g0, g2), _mm256_add_ps(g1, g3));
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
 // RB rows (`rows` on, row_bytes apart; nr of them real) times TB token rows
 // (x, ldx apart; nt real), into y[t * ldy + i]. Each lane group q of the 32
 // (columns 8q..8q+7 of every 32) adds up apart from the others, so a pass
 // over one group holds RB x TB accumulators, a vector each (3 x 4: 12 of
 // AVX2's 16 registers, beside the 3 rows' values, widened once for the 4
 // tokens, and a token's 8 activations); then each dot's four groups are
-// finished as one: a partial last group lane by lane, and the halves.
+// finished as one (finish_lanes).
 template <GgmlType T, int RB, int TB>
 void float_block(const uint8_t* rows, size_t row_bytes, int nr, const float* x, int64_t ldx, int nt, int64_t n,
                  float* y, int64_t ldy) {
@@ -504,42 +526,42 @@ void float_block(const uint8_t* rows, size_t row_bytes, int nr, const float* x, 
       for (int t = 0; t < TB; ++t) sums[q][i][t] = acc[i][t];
   }
   for (int i = 0; i < nr; ++i)
-    for (int t = 0; t < nt; ++t) {
-      if (full < n) {  // a partial group of 32 columns: lane by lane, then the halves
-        alignas(32) float a[32];
-        for (int q = 0; q < 4; ++q) _mm256_store_ps(a + 8 * q, sums[q][i][t]);
-        for (int j = 0; full + j < n; ++j) a[j] = std::fma(value<T>(w[i], full + j), xs[t][full + j], a[j]);
-        for (int h = 16; h >= 1; h /= 2)
-          for (int j = 0; j < h; ++j) a[j] += a[j + h];
-        y[t * ldy + i] = a[0];
-        continue;
-      }
-      // The halves on the vectors: lanes j and j + 16 are groups q and
-      // q + 2, j and j + 8 groups 0 and 1, then within one: 4, 2, 1.
-      const __m256 v = _mm256_add_ps(_mm256_add_ps(sums[0][i][t], sums[2][i][t]),
-                                     _mm256_add_ps(sums[1][i][t], sums[3][i][t]));
-      __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-      s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-      s = _mm_add_ss(s, _mm_movehdup_ps(s));
-      y[t * ldy + i] = _mm_cvtss_f32(s);
+    for (int t = 0; t < nt; ++t)
+      y[t * ldy + i] = finish_lanes<T>(sums[0][i][t], sums[1][i][t], sums[2][i][t], sums[3][i][t], w[i], xs[t], full, n);
+}
+
+// One token (decode, bound by reading the rows): RB rows at a time, each
+// streamed once in column order with its 32 lanes as 4 vectors (4 x RB
+// independent chains).
+template <GgmlType T, int RB>
+void float_rows(const uint8_t* rows, size_t row_bytes, int nr, const float* x, int64_t n, float* y) {
+  const uint8_t* w[RB];
+  for (int i = 0; i < RB; ++i) w[i] = rows + size_t(i < nr ? i : 0) * row_bytes;  // missing rows: row 0 again
+  __m256 acc[RB][4];
+  for (int i = 0; i < RB; ++i)
+    for (int q = 0; q < 4; ++q) acc[i][q] = _mm256_setzero_ps();
+  const int64_t full = n / 32 * 32;
+  for (int64_t c = 0; c < full; c += 32)
+    for (int q = 0; q < 4; ++q) {
+      const __m256 xv = _mm256_loadu_ps(x + c + 8 * q);
+      for (int i = 0; i < RB; ++i) acc[i][q] = _mm256_fmadd_ps(load8<T>(w[i], c + 8 * q), xv, acc[i][q]);
     }
+  for (int i = 0; i < nr; ++i) y[i] = finish_lanes<T>(acc[i][0], acc[i][1], acc[i][2], acc[i][3], w[i], x, full, n);
 }
 
 // Token rows per pass over the rows: a tile's activations (128 KiB) stay in
 // L2 while the rows stream past them.
 int64_t float_token_tile(int64_t cols) { return std::max<int64_t>(4, (int64_t(128) << 10) / (cols * 4) / 4 * 4); }
 
-// One token (decode): 8 rows a block, 8 accumulators to cover the fma's
-// latency. More: blocks of 3 rows by 4 tokens, over token tiles.
+// One token: a row at a time (float_rows; two rows at a time ran the 113 MB
+// head at 0.56x on Zen 3). More: blocks of 3 rows by 4 tokens, over token
+// tiles.
 template <GgmlType T>
 void matmul_float_t(const Weight& w, const float* x, int n_tok, float* y) {
   const int64_t rows = w.rows, cols = w.cols;
   if (n_tok == 1) {
-    const int64_t blocks = (rows + 7) / 8;
 #pragma omp parallel for schedule(static)
-    for (int64_t b = 0; b < blocks; ++b)
-      float_block<T, 8, 1>(w.data + size_t(8 * b) * w.row_bytes, w.row_bytes, int(std::min<int64_t>(8, rows - 8 * b)),
-                           x, cols, 1, cols, y + 8 * b, rows);
+    for (int64_t r = 0; r < rows; ++r) float_rows<T, 1>(w.data + size_t(r) * w.row_bytes, w.row_bytes, 1, x, cols, y + r);
     return;
   }
   const int64_t tile = float_token_tile(cols), tiles = (n_tok + tile - 1) / tile, blocks = (rows + 2) / 3;
