@@ -27,7 +27,7 @@ bool matmul_supports(GgmlType type) {
   return !plain_float(type);  // every layout of pack_layout.h
 }
 
-bool float_matrix(GgmlType type) { return type == GgmlType::F32 || type == GgmlType::F16 || type == GgmlType::BF16; }
+bool float_matrix(GgmlType type) { return plain_float(type); }
 
 DeviceMatrix::DeviceMatrix(GgmlType type, int64_t rows, int64_t cols, const uint8_t* data)
     : float_kind_(type == GgmlType::F32 ? kernels::kF32 : type == GgmlType::F16 ? kernels::kF16 : kernels::kBF16),

@@ -29,7 +29,7 @@ namespace cs::cuda {
 // Whether the device matmul reads this type's layout.
 bool matmul_supports(GgmlType type);
 
-// Whether a type is a float matrix's (float_matmul's).
+// Whether a type is a float matrix's (float_matmul's): plain_float's types.
 bool float_matrix(GgmlType type);
 
 // A weight matrix on the device, in its CPU layout.

@@ -304,7 +304,7 @@ __global__ void __launch_bounds__(128) kmatmul_kernel(const uint32_t* __restrict
 // (each x value read once for all the rows), lane j adding the products of
 // columns j, j + 32, ... by fma in column order (each element widened
 // exactly to fp32), then the lanes' sums added by halves (16, 8, 4, 2, 1):
-// the CPU's float dots' steps (model/matmul.cpp, dots), so a row's result is the CPU's
+// the CPU's float kernels' steps (model/matmul.cpp, finish_lanes), so a row's result is the CPU's
 // and never depends on the batch around it.
 constexpr int kFloatRows = 8, kFloatTokens = 8;
 

@@ -20,7 +20,7 @@ void matmul(int layout, const uint32_t* words, int64_t rows, int64_t nb, const v
 // Float matrices as the file has them: kind 0 F32, 1 F16, 2 BF16.
 enum FloatKind : int { kF32 = 0, kF16 = 1, kBF16 = 2 };
 // y[t * rows + r] = the dot of W's row r (rows x cols) and x's row t, each in
-// the CPU's order (model/matmul.cpp, dots) over the exact fp32
+// the CPU's order (model/matmul.cpp, finish_lanes) over the exact fp32
 // values of W's elements.
 void float_matmul(int kind, const void* w, int64_t rows, int64_t cols, const float* x, int n_tok, float* y);
 

@@ -530,30 +530,23 @@ void float_block(const uint8_t* rows, size_t row_bytes, int nr, const float* x, 
       y[t * ldy + i] = finish_lanes<T>(sums[0][i][t], sums[1][i][t], sums[2][i][t], sums[3][i][t], w[i], xs[t], full, n);
 }
 
-// One token (decode, bound by reading the rows): RB rows at a time, each
-// streamed once in column order with its 32 lanes as 4 vectors (4 x RB
-// independent chains).
-template <GgmlType T, int RB>
-void float_rows(const uint8_t* rows, size_t row_bytes, int nr, const float* x, int64_t n, float* y) {
-  const uint8_t* w[RB];
-  for (int i = 0; i < RB; ++i) w[i] = rows + size_t(i < nr ? i : 0) * row_bytes;  // missing rows: row 0 again
-  __m256 acc[RB][4];
-  for (int i = 0; i < RB; ++i)
-    for (int q = 0; q < 4; ++q) acc[i][q] = _mm256_setzero_ps();
+// One token (decode, bound by reading the row): the row streamed once in
+// column order, its 32 lanes as 4 vectors (4 independent chains).
+template <GgmlType T>
+float float_row(const uint8_t* row, const float* x, int64_t n) {
+  __m256 acc[4];
+  for (int q = 0; q < 4; ++q) acc[q] = _mm256_setzero_ps();
   const int64_t full = n / 32 * 32;
   for (int64_t c = 0; c < full; c += 32)
-    for (int q = 0; q < 4; ++q) {
-      const __m256 xv = _mm256_loadu_ps(x + c + 8 * q);
-      for (int i = 0; i < RB; ++i) acc[i][q] = _mm256_fmadd_ps(load8<T>(w[i], c + 8 * q), xv, acc[i][q]);
-    }
-  for (int i = 0; i < nr; ++i) y[i] = finish_lanes<T>(acc[i][0], acc[i][1], acc[i][2], acc[i][3], w[i], x, full, n);
+    for (int q = 0; q < 4; ++q) acc[q] = _mm256_fmadd_ps(load8<T>(row, c + 8 * q), _mm256_loadu_ps(x + c + 8 * q), acc[q]);
+  return finish_lanes<T>(acc[0], acc[1], acc[2], acc[3], row, x, full, n);
 }
 
 // Token rows per pass over the rows: a tile's activations (128 KiB) stay in
 // L2 while the rows stream past them.
 int64_t float_token_tile(int64_t cols) { return std::max<int64_t>(4, (int64_t(128) << 10) / (cols * 4) / 4 * 4); }
 
-// One token: a row at a time (float_rows; two rows at a time ran the 113 MB
+// One token: a row at a time (float_row; two rows at a time ran the 113 MB
 // head at 0.56x on Zen 3). More: blocks of 3 rows by 4 tokens, over token
 // tiles.
 template <GgmlType T>
@@ -561,7 +554,7 @@ void matmul_float_t(const Weight& w, const float* x, int n_tok, float* y) {
   const int64_t rows = w.rows, cols = w.cols;
   if (n_tok == 1) {
 #pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) float_rows<T, 1>(w.data + size_t(r) * w.row_bytes, w.row_bytes, 1, x, cols, y + r);
+    for (int64_t r = 0; r < rows; ++r) y[r] = float_row<T>(w.data + size_t(r) * w.row_bytes, x, cols);
     return;
   }
   const int64_t tile = float_token_tile(cols), tiles = (n_tok + tile - 1) / tile, blocks = (rows + 2) / 3;
