@@ -26,7 +26,7 @@ if [ "${1:-}" = "--sanitize" ]; then
     ctest --output-on-failure -L unit -j2
   tsan="$root/build-tsan"
   [ -f "$tsan/build.ninja" ] || cmake -S "$root" -B "$tsan" -G Ninja -DCHUNKSERVE_TSAN=ON "${san_flags[@]}" >/dev/null
-  ninja -C "$tsan" --quiet unit_tests chunkserve
+  ninja -C "$tsan" --quiet thread_tests chunkserve
   cd "$tsan"
   export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$root/tests/tsan.supp"
   ctest --output-on-failure -L threads
