@@ -99,9 +99,10 @@ def raw(url, method, path, body=None, headers=None):
         return r.status, dict(r.getheaders()), text
 
 
-# Tests that spend minutes under ThreadSanitizer encoding a Prompt Cache
-# schema on one thread and add no concurrency the others lack: the sanitizer
-# run sets CHUNKSERVE_TSAN_LIGHT=1 and skips them (the release run has them).
+# Tests that spend minutes under ThreadSanitizer on one thread's work
+# (encoding a Prompt Cache schema, decoding long answers) and add no
+# concurrency the others lack: the sanitizer run sets CHUNKSERVE_TSAN_LIGHT=1
+# and skips them (the release run has them).
 def heavy_under_tsan_because(reason):
     return unittest.skipIf(os.environ.get("CHUNKSERVE_TSAN_LIGHT") == "1",
                            reason + ": minutes under ThreadSanitizer; the release run covers it")

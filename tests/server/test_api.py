@@ -16,7 +16,7 @@ import unittest
 
 import openai
 
-from harness import ServedTest, Server, heavy_under_tsan, raw
+from harness import ServedTest, Server, heavy_under_tsan, heavy_under_tsan_because, raw
 
 BINARY = MODEL = None
 MODEL_ID = "SmolLM2-135M-Instruct.Q4_1"
@@ -193,6 +193,9 @@ class Api(ServedTest):
         self.assertLessEqual(after["chunkserve:kv_cache_usage_perc"], 1)
         self.assertIn('chunkserve:kv_chunks{state="cached"}', after)
 
+    # Its counters reach /metrics and the tree view in the engine's stats
+    # snapshot, which test_metrics_follow_requests reads under the sanitizer.
+    @heavy_under_tsan_because("decodes three 80-token answers with drafts")
     def test_speculation_keeps_the_tokens_and_reports_predictions(self):
         code = "\n".join(f"def f{i}(x):\n    return x * {i} + {i}" for i in range(12))
         ask = lambda **kw: self.client.chat.completions.create(
