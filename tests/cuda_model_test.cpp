@@ -132,8 +132,17 @@ TEST(CudaModel, PerplexityIsTheCpusWithinHalfAPercent) {
   PerplexityOptions o;
   o.n_ctx = 128;
   o.max_windows = 8;
-  const double c = perplexity(cpu_model(), tokens, o).ppl(), g = perplexity(gpu_model(), tokens, o).ppl();
-  std::printf("perplexity: CPU %.4f, GPU %.4f (ratio %.5f)\n", c, g, g / c);
+  // Each window's running perplexity, to show where the two part.
+  std::vector<double> running[2];
+  int side = 0;
+  o.progress = [&](int, int, double ppl) { running[side].push_back(ppl); };
+  const double c = perplexity(cpu_model(), tokens, o).ppl();
+  side = 1;
+  const double g = perplexity(gpu_model(), tokens, o).ppl();
+  std::printf("perplexity: CPU %.4f, GPU %.4f (ratio %.5f); running, window by window:\n", c, g, g / c);
+  for (size_t i = 0; i < running[0].size() && i < running[1].size(); ++i)
+    std::printf("  %zu: CPU %.4f GPU %.4f (%.5f)\n", i + 1, running[0][i], running[1][i],
+                running[1][i] / running[0][i]);
   EXPECT_NEAR(g / c, 1.0, 0.005);
 }
 
