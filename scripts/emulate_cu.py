@@ -3,7 +3,8 @@
 tests/emu (a thread per lane: tests/emu/cuda_emu.h). Each launch
 `launch("what", kernel, grid, block, args...)` (base/cuda.h's) becomes the
 emulator's `emu::launch(...)`, CUDA's headers go, base/cuda.h becomes the emulator's,
-the one inline PTX statement (if any) becomes the call ASM_CALL, and the
+the one inline PTX statement (if any) becomes the call ASM_CALL, `#pragma
+unroll` lines go, and the
 file's namespace NS gets the suffix `_emu` (so the real kernels' symbols, in
 the library, are never replaced), unless NS ends in `=`: then the kernels keep
 their names and replace the library's (tests/emu's fake device).
@@ -23,6 +24,7 @@ s = open(src).read()
 for h in ('cuda_runtime.h', 'cuda_fp16.h', 'cuda_bf16.h'):
     s = s.replace('#include <%s>\n' % h, '')
 s = s.replace('#include "base/cuda.h"\n', '#include "emu/cuda_emu.h"\n')
+s = re.sub(r'^[ \t]*#pragma unroll.*\n', '', s, flags=re.M)  # nvcc's hint; the host compiler warns
 asm = re.compile(r'asm volatile\((?:.|\n)*?\);')
 found = len(asm.findall(s))
 if found != (1 if asm_call else 0):

@@ -6,6 +6,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 
 #include "base/cuda.h"
 #include "model/cuda_matmul_kernels.h"
@@ -107,10 +109,167 @@ __device__ __forceinline__ float mx_scale(uint32_t e) {
   return __uint_as_float(e < 2 ? 0x00200000u << e : (e - 1) << 23);
 }
 
-// A warp's share of both kernels: lane (g, t) = (lane / 4, lane % 4) feeds
-// token tok0 + g's activations (B) and holds the outputs of rows g and g + 8
-// for tokens tok0 + 2t and tok0 + 2t + 1 (C: acc[0], acc[1] row g; acc[2],
-// acc[3] row g + 8), summed block by block with the CPU kernels' steps.
+// The K layouts (model/pack_layout.h): per super-block of 8 blocks the rows'
+// fp32 d (and the negated dmin), per block their int8 factors (sc of the
+// block or of its first half, then mn or the second half's sc), the nibbles
+// as kQ4's at word 8, the high bits in planes at word 72. A value is fed to
+// the mma as q - offset (Q6_K: -32..31), exact; Q6_K's halves (a scale per
+// 16 values) take one mma each, the other half's registers zero.
+template <int L>
+struct KShape {
+  static constexpr int kPlanes = L == kQ6K ? 2 : L == kQ5K ? 1 : 0;
+  static constexpr bool kHalves = L == kQ6K, kMins = L != kQ6K;
+  static constexpr int kHeader = kMins ? 32 : 16, kBlock = 72 + 16 * kPlanes, kSuper = kHeader + 8 * kBlock;
+};
+template <int L>
+inline constexpr bool kKLayout = L == kQ4K || L == kQ5K || L == kQ6K;
+// Int32 dots per block and row: one per half where a half has its own scale.
+template <int L>
+inline constexpr int kDots = kHalves<L> || L == kQ6K ? 2 : 1;
+// The words a block's float steps read besides its dots (fold): the generic
+// layouts' scales and minimums at the block's start; a K layout's
+// super-block header (32 words: d, then -dmin where it has minimums) and the
+// block's 8 words of int8 factors, kept as 32 + 8.
+template <int L>
+inline constexpr int kStepWords = kKLayout<L>    ? 40
+                                  : L == kQ8HalfMin ? 64
+                                  : L == kMx        ? 4
+                                  : L == kQ8 || L == kIq4 ? 16
+                                                    : 32;  // kQ4, kQ8Min, kQ8Half
+
+// A 16-row group's words, and where block b's values and step words are.
+template <int L>
+__device__ __forceinline__ const uint32_t* group_words(const uint32_t* words, int64_t group, int64_t nb) {
+  if constexpr (kKLayout<L>) return words + group * (nb / 8) * KShape<L>::kSuper;
+  else return words + group * nb * kBlockWords<L>;
+}
+template <int L>
+__device__ __forceinline__ const uint32_t* block_words(const uint32_t* gw, int64_t b) {
+  if constexpr (kKLayout<L>) return gw + (b / 8) * KShape<L>::kSuper + KShape<L>::kHeader + (b % 8) * KShape<L>::kBlock;
+  else return gw + b * kBlockWords<L>;
+}
+// Step word i (< kStepWords) of block b.
+template <int L>
+__device__ __forceinline__ uint32_t step_word(const uint32_t* gw, int64_t b, int i) {
+  if constexpr (kKLayout<L>)
+    return i < 32 ? (i < KShape<L>::kHeader ? gw[(b / 8) * KShape<L>::kSuper + i] : 0u) : block_words<L>(gw, b)[i - 32];
+  else return block_words<L>(gw, b)[i];
+}
+
+// A lane's words of block b, loaded before any is used (so that the loads
+// of several blocks are in flight together): lane (g, t) feeds rows g and
+// g + 8 with values 4t..4t+3 and 16+4t..16+4t+3. K layouts: the nibble
+// words of vectors t / 2 and 2 + t / 2 (low nibbles for even t, high for
+// odd) for both rows, then their plane words (Q5_K: one per row; Q6_K: one
+// per row and vector pair).
+template <int L>
+inline constexpr int kRawWords = L == kQ6K ? 8 : L == kQ5K ? 6 : 4;
+template <int L>
+struct Raw {
+  uint32_t q[kRawWords<L>];
+};
+template <int L>
+__device__ __forceinline__ Raw<L> raw_words(const uint32_t* gw, int64_t b, int g, int t) {
+  const uint32_t* wb = block_words<L>(gw, b);
+  Raw<L> x;
+  if constexpr (kKLayout<L>) {
+    const int k0 = t >> 1;
+    x.q[0] = wb[8 + 16 * k0 + g], x.q[1] = wb[8 + 16 * k0 + g + 8];
+    x.q[2] = wb[8 + 16 * (2 + k0) + g], x.q[3] = wb[8 + 16 * (2 + k0) + g + 8];
+    if constexpr (L == kQ5K) x.q[4] = wb[72 + g], x.q[5] = wb[72 + g + 8];
+    if constexpr (L == kQ6K) x.q[4] = wb[72 + g], x.q[5] = wb[72 + g + 8], x.q[6] = wb[88 + g], x.q[7] = wb[88 + g + 8];
+  } else if constexpr (kNibbles<L>) {
+    const int k0 = kNibblesAt<L> + 16 * (t >> 1), k2 = kNibblesAt<L> + 16 * (2 + (t >> 1));
+    x.q[0] = wb[k0 + g], x.q[1] = wb[k0 + g + 8], x.q[2] = wb[k2 + g], x.q[3] = wb[k2 + g + 8];
+  } else {
+    constexpr int v = kValuesAt<L>;
+    x.q[0] = wb[v + 16 * t + g], x.q[1] = wb[v + 16 * t + g + 8];
+    x.q[2] = wb[v + 16 * (4 + t) + g], x.q[3] = wb[v + 16 * (4 + t) + g + 8];
+  }
+  return x;
+}
+
+// A K layout's four values (nibbles of nib, low when hi == 0) with their
+// plane bits (plane >> shift), less the offset, as 4 bytes.
+template <int L>
+__device__ __forceinline__ uint32_t k_values(uint32_t nib, uint32_t plane, int hi, int shift) {
+  uint32_t q = (nib >> (4 * hi)) & 0x0F0F0F0Fu;
+  if constexpr (L == kQ5K) q |= ((plane >> shift) & 0x01010101u) << 4;
+  if constexpr (L == kQ6K) q = __vsub4(q | (((plane >> shift) & 0x03030303u) << 4), 0x20202020u);
+  return q;
+}
+
+// Block b's exact int32 dots of the group's 16 rows and 8 tokens from the
+// lane's words, one m16n8k32 s8 mma per dot (per half where the layout
+// scales halves apart, the other half's registers zero). Lane (g, t) feeds
+// token g's B fragment (b0, b1) and gets c[h][0], c[h][1] (row g, tokens 2t,
+// 2t + 1) and c[h][2], c[h][3] (row g + 8).
+template <int L>
+__device__ __forceinline__ void block_dots(const Raw<L>& x, int t, uint32_t b0, uint32_t b1, int (&c)[kDots<L>][4]) {
+  uint32_t a[4];
+  if constexpr (kKLayout<L>) {
+    const int k0 = t >> 1, hi = t & 1;
+    // Plane bits of vector k: Q5_K's at bit 2k + hi of the row's word;
+    // Q6_K's at 4 (k % 2) + 2 hi of the word of its pair k / 2.
+    const int s0 = L == kQ5K ? 2 * k0 + hi : 4 * k0 + 2 * hi, s2 = L == kQ5K ? 2 * (2 + k0) + hi : s0;
+    const uint32_t p0 = kRawWords<L> > 4 ? x.q[kRawWords<L> > 4 ? 4 : 0] : 0u;
+    const uint32_t p1 = kRawWords<L> > 4 ? x.q[kRawWords<L> > 4 ? 5 : 0] : 0u;
+    const uint32_t p2 = L == kQ6K ? x.q[L == kQ6K ? 6 : 0] : p0, p3 = L == kQ6K ? x.q[L == kQ6K ? 7 : 0] : p1;
+    a[0] = k_values<L>(x.q[0], p0, hi, s0), a[1] = k_values<L>(x.q[1], p1, hi, s0);
+    a[2] = k_values<L>(x.q[2], p2, hi, s2), a[3] = k_values<L>(x.q[3], p3, hi, s2);
+  } else if constexpr (kNibbles<L>) {
+    // Values 4t..4t+3: vector t / 2's low (t even) or high nibbles.
+    const int sh = 4 * (t & 1);
+    for (int i = 0; i < 4; ++i) a[i] = (x.q[i] >> sh) & 0x0F0F0F0Fu;
+    if constexpr (L != kQ4)
+      for (uint32_t& v : a) v = grid_values<L>(v);
+  } else {
+    // Signed q from q + 128.
+    for (int i = 0; i < 4; ++i) a[i] = x.q[i] ^ 0x80808080u;
+  }
+  if constexpr (kDots<L> == 2) {
+    mma_s8(c[0], a[0], a[1], 0u, 0u, b0, b1);
+    mma_s8(c[kDots<L> - 1], 0u, 0u, a[2], a[3], b0, b1);
+  } else {
+    mma_s8(c[0], a[0], a[1], a[2], a[3], b0, b1);
+  }
+}
+
+// One row's float steps for one block and token (a: the token's block), in
+// the CPU kernels' order (model/qdot_avx512.cpp): acc = fma(dot, scale * dx,
+// acc) per dot, then the minimums' fma(m, the activations' weight, acc): fp16
+// s (kQ4, as llama.cpp's Q4_1) or fp32 d * sum (the other layouts; half h's
+// sum where the layout has a minimum per half). K layouts: scale = d * sc,
+// the minimum -dmin * mn. `w(i)` reads the block's step word i (kStepWords).
+template <int L, class W>
+__device__ __forceinline__ float fold(float acc, int c0, int c1, const W& w, int r, const Q8& a) {
+  if constexpr (kKLayout<L>) {
+    const auto f = [&](int i) { return float(static_cast<signed char>((w(32 + i / 4) >> (8 * (i % 4))) & 0xffu)); };
+    const float d = __uint_as_float(w(r));
+    acc = fmaf(__int2float_rn(c0), __fmul_rn(__fmul_rn(d, f(r)), a.d), acc);
+    if constexpr (KShape<L>::kHalves) acc = fmaf(__int2float_rn(c1), __fmul_rn(__fmul_rn(d, f(16 + r)), a.d), acc);
+    if constexpr (KShape<L>::kMins) acc = fmaf(__fmul_rn(__uint_as_float(w(16 + r)), f(16 + r)), a.ds, acc);
+  } else if constexpr (kHalves<L>) {
+    acc = fmaf(__int2float_rn(c0), __fmul_rn(__uint_as_float(w(r)), a.d), acc);
+    acc = fmaf(__int2float_rn(c1), __fmul_rn(__uint_as_float(w(16 + r)), a.d), acc);
+    if constexpr (L == kQ8HalfMin) {
+      acc = fmaf(__uint_as_float(w(32 + r)), __fmul_rn(a.d, __int2float_rn(a.sum_lo)), acc);
+      acc = fmaf(__uint_as_float(w(48 + r)), __fmul_rn(a.d, __int2float_rn(a.sum - a.sum_lo)), acc);
+    }
+  } else if constexpr (L == kMx) {
+    // The rows' E8M0 exponents, row r at byte r of words 0..3.
+    acc = fmaf(__int2float_rn(c0), __fmul_rn(mx_scale((w(r / 4) >> (8 * (r % 4))) & 0xffu), a.d), acc);
+  } else {
+    acc = fmaf(__int2float_rn(c0), __fmul_rn(__uint_as_float(w(r)), a.d), acc);
+    if constexpr (L == kQ4 || L == kQ8Min) acc = fmaf(__uint_as_float(w(16 + r)), L == kQ4 ? a.s : a.ds, acc);
+  }
+  return acc;
+}
+
+// A warp's share of the tile kernel: lane (g, t) = (lane / 4, lane % 4)
+// feeds token tok0 + g's activations (B) and holds the outputs of rows g and
+// g + 8 for tokens tok0 + 2t and tok0 + 2t + 1 (acc[0], acc[1] row g; acc[2],
+// acc[3] row g + 8), summed block by block with fold's steps.
 struct WarpTile {
   int g, t, tok0, n_tok;
   int64_t nb;
@@ -134,32 +293,6 @@ struct WarpTile {
     b0 = *reinterpret_cast<const uint32_t*>(ab[b].qs + 4 * t);
     b1 = *reinterpret_cast<const uint32_t*>(ab[b].qs + 16 + 4 * t);
   }
-  // acc = fma(dot, scale * dx, acc), scales s0 (row g) and s1 (row g + 8).
-  __device__ void add_dots(const int (&c)[4], float s0, float s1, int64_t b) {
-    const float ad0 = a0[b].d, ad1 = a1[b].d;
-    acc[0] = fmaf(__int2float_rn(c[0]), __fmul_rn(s0, ad0), acc[0]);
-    acc[1] = fmaf(__int2float_rn(c[1]), __fmul_rn(s0, ad1), acc[1]);
-    acc[2] = fmaf(__int2float_rn(c[2]), __fmul_rn(s1, ad0), acc[2]);
-    acc[3] = fmaf(__int2float_rn(c[3]), __fmul_rn(s1, ad1), acc[3]);
-  }
-  // acc = fma(m, the activations' weight, acc): fp16 s (kQ4, as llama.cpp's
-  // Q4_1) or fp32 d * sum (the other layouts; half h's sum where the layout
-  // has a minimum per half: min_weights).
-  __device__ void add_mins(float m0, float m1, int64_t b, bool fp16_s) {
-    const float w0 = fp16_s ? a0[b].s : a0[b].ds, w1 = fp16_s ? a1[b].s : a1[b].ds;
-    acc[0] = fmaf(m0, w0, acc[0]);
-    acc[1] = fmaf(m0, w1, acc[1]);
-    acc[2] = fmaf(m1, w0, acc[2]);
-    acc[3] = fmaf(m1, w1, acc[3]);
-  }
-  __device__ void add_half_mins(float m0, float m1, int64_t b, int h) {
-    const int s0 = h == 0 ? a0[b].sum_lo : a0[b].sum - a0[b].sum_lo, s1 = h == 0 ? a1[b].sum_lo : a1[b].sum - a1[b].sum_lo;
-    const float w0 = __fmul_rn(a0[b].d, __int2float_rn(s0)), w1 = __fmul_rn(a1[b].d, __int2float_rn(s1));
-    acc[0] = fmaf(m0, w0, acc[0]);
-    acc[1] = fmaf(m0, w1, acc[1]);
-    acc[2] = fmaf(m1, w0, acc[2]);
-    acc[3] = fmaf(m1, w1, acc[3]);
-  }
   __device__ void store(float* y, int64_t rows) const {
     const int64_t r0 = int64_t(blockIdx.x) * 16 + g, r1 = r0 + 8;
     const int tc0 = tok0 + 2 * t, tc1 = tc0 + 1;
@@ -174,130 +307,128 @@ struct WarpTile {
   }
 };
 
-// One warp per (group of 16 rows, tile of 8 tokens); per block of 32 values
-// in order, one m16n8k32 s8 mma gives the 16 x 8 exact int32 dots. Lane
-// (g, t) feeds rows g and g + 8, values 4t..4t+3 and 16+4t..16+4t+3 (A);
-// WarpTile does the rest.
+// One warp per (group of 16 rows, tile of 8 tokens), block after block: the
+// mma's dots, then fold's steps for the lane's 4 outputs. For prefill's many
+// tokens, and batches on matrices of many groups (matmul_as; a warp's tile
+// shares its group's words with the CTA's other warps).
 template <int L>
-__global__ void __launch_bounds__(128) matmul_kernel(const uint32_t* __restrict__ words, int64_t rows, int64_t nb,
-                                                     const Q8* __restrict__ acts, int n_tok, float* __restrict__ y) {
-  constexpr int kWords = kBlockWords<L>;
+__global__ void __launch_bounds__(128) tile_kernel(const uint32_t* __restrict__ words, int64_t rows, int64_t nb,
+                                                   const Q8* __restrict__ acts, int n_tok, float* __restrict__ y) {
   WarpTile tile(acts, nb, n_tok);
   if (tile.idle()) return;
-  const int g = tile.g, t = tile.t;
-  const uint32_t* w = words + int64_t(blockIdx.x) * nb * kWords;
+  const uint32_t* gw = group_words<L>(words, blockIdx.x, nb);
   for (int64_t b = 0; b < nb; ++b) {
-    const uint32_t* wb = w + b * kWords;
-    uint32_t a[4];
-    if constexpr (kNibbles<L>) {
-      // Values 4t..4t+3: vector t / 2's low (t even) or high nibbles.
-      const int sh = 4 * (t & 1), k0 = kNibblesAt<L> + 16 * (t >> 1), k2 = kNibblesAt<L> + 16 * (2 + (t >> 1));
-      a[0] = (wb[k0 + g] >> sh) & 0x0F0F0F0Fu;
-      a[1] = (wb[k0 + g + 8] >> sh) & 0x0F0F0F0Fu;
-      a[2] = (wb[k2 + g] >> sh) & 0x0F0F0F0Fu;
-      a[3] = (wb[k2 + g + 8] >> sh) & 0x0F0F0F0Fu;
-      if constexpr (L != kQ4)
-        for (uint32_t& v : a) v = grid_values<L>(v);
-    } else {
-      // Signed q from q + 128.
-      constexpr int v = kValuesAt<L>;
-      a[0] = wb[v + 16 * t + g] ^ 0x80808080u;
-      a[1] = wb[v + 16 * t + g + 8] ^ 0x80808080u;
-      a[2] = wb[v + 16 * (4 + t) + g] ^ 0x80808080u;
-      a[3] = wb[v + 16 * (4 + t) + g + 8] ^ 0x80808080u;
-    }
     uint32_t b0, b1;
     tile.activations(b, b0, b1);
-    if constexpr (kHalves<L>) {
-      // Each half of 16 values its own mma (the other half's registers
-      // zero) and scale: word 16h + r; then the minimums, word 32 + 16h + r.
-      int c0[4], c1[4];
-      mma_s8(c0, a[0], a[1], 0u, 0u, b0, b1);
-      mma_s8(c1, 0u, 0u, a[2], a[3], b0, b1);
-      tile.add_dots(c0, __uint_as_float(wb[g]), __uint_as_float(wb[g + 8]), b);
-      tile.add_dots(c1, __uint_as_float(wb[16 + g]), __uint_as_float(wb[16 + g + 8]), b);
-      if constexpr (L == kQ8HalfMin)
-        for (int h = 0; h < 2; ++h)
-          tile.add_half_mins(__uint_as_float(wb[32 + 16 * h + g]), __uint_as_float(wb[32 + 16 * h + g + 8]), b, h);
-      continue;
-    }
-    int c[4];
-    mma_s8(c, a[0], a[1], a[2], a[3], b0, b1);
-    if constexpr (L == kMx) {
-      // The rows' E8M0 exponents, row r at byte r of words 0..3.
-      const uint8_t* e = reinterpret_cast<const uint8_t*>(wb);
-      tile.add_dots(c, mx_scale(e[g]), mx_scale(e[g + 8]), b);
-      continue;
-    }
-    tile.add_dots(c, __uint_as_float(wb[g]), __uint_as_float(wb[g + 8]), b);
-    // The minimums: word 16 + r.
-    if constexpr (L == kQ4 || L == kQ8Min)
-      tile.add_mins(__uint_as_float(wb[16 + g]), __uint_as_float(wb[16 + g + 8]), b, L == kQ4);
+    int c[kDots<L>][4];
+    block_dots<L>(raw_words<L>(gw, b, tile.g, tile.t), tile.t, b0, b1, c);
+    const auto w = [&](int i) { return step_word<L>(gw, b, i); };
+    for (int j = 0; j < 4; ++j)
+      tile.acc[j] =
+          fold<L>(tile.acc[j], c[0][j], c[kDots<L> - 1][j], w, tile.g + 8 * (j >> 1), (j & 1 ? tile.a1 : tile.a0)[b]);
   }
   tile.store(y, rows);
 }
 
-// The K layouts (model/pack_layout.h): per super-block of 8 blocks the rows'
-// fp32 d (and the negated dmin), per block their int8 factors (sc of the
-// block or of its first half, then mn or the second half's sc), the nibbles
-// as kQ4's at word 8, the high bits in planes at word 72. A value is fed to
-// the mma as q - offset (Q6_K: -32..31), exact; Q6_K's halves (a scale per
-// 16 values) take one mma each, the other half's registers zero.
+// Decode's few tokens: a row's steps are a chain through its blocks in
+// order, but its dots are not, so the CTA of a 16-row group splits them.
+// kProducers warps take a chunk of blocks at once (each kChunk / kProducers
+// blocks, their words loaded a chunk ahead, so that a chunk's loads are in
+// flight while the one before is worked), putting each block's dots and step
+// words in shared memory; meanwhile kFolders warps (a thread per row and
+// token) run fold's chain through the chunk before, double-buffered. One warp
+// walking all of a group's blocks (tile_kernel) waited on memory at every
+// block: 3x slower on the H200 (docs/benchmarks.md).
+constexpr int kProducers = 8, kFolders = 4, kSplitTokens = 8;
+// Up to 8 tokens, and up to a batch of 32 sequences' decode where the matrix
+// has few groups (no more than the H100's and H200's 132 SMs): there the tile
+// kernel has too few warps for a long row; with many groups it has enough,
+// and the split kernel's 8-token slices each reading the group cost more
+// (H200: a 2048 x 8192 Q4_K matrix at 32 tokens 1.23x faster split, 8192 x
+// 2048 0.42x). Prefill's many tokens keep the tile kernel.
+constexpr int kSplitMost = 32, kFewGroups = 128;
 template <int L>
-struct KShape {
-  static constexpr int kPlanes = L == kQ6K ? 2 : L == kQ5K ? 1 : 0;
-  static constexpr bool kHalves = L == kQ6K, kMins = L != kQ6K;
-  static constexpr int kHeader = kMins ? 32 : 16, kBlock = 72 + 16 * kPlanes, kSuper = kHeader + 8 * kBlock;
-};
+inline constexpr int kChunk = 32 / kDots<L>;
 
-// Row r's four values of nibble vector k (low nibbles when hi == 0, high
-// when 1), with their plane bits, less the offset, as 4 bytes.
 template <int L>
-__device__ __forceinline__ uint32_t k_values(const uint32_t* w, int r, int k, int hi) {
-  uint32_t q = (w[8 + 16 * k + r] >> (4 * hi)) & 0x0F0F0F0Fu;
-  if constexpr (L == kQ5K) q |= ((w[72 + r] >> (2 * k + hi)) & 0x01010101u) << 4;
-  if constexpr (L == kQ6K) {
-    q |= ((w[72 + 16 * (k / 2) + r] >> (4 * (k % 2) + 2 * hi)) & 0x03030303u) << 4;
-    q = __vsub4(q, 0x20202020u);
-  }
-  return q;
-}
-
-// As matmul_kernel, on a K layout: per block, the dots (per half for Q6_K),
-// then kx16's float steps: scale = d * sc, acc = fma(dot, scale * dx, acc)
-// half by half, then fma(-dmin * mn, d * sum, acc).
-template <int L>
-__global__ void __launch_bounds__(128) kmatmul_kernel(const uint32_t* __restrict__ words, int64_t rows, int64_t nb,
-                                                      const Q8* __restrict__ acts, int n_tok, float* __restrict__ y) {
-  using S = KShape<L>;
-  WarpTile tile(acts, nb, n_tok);
-  if (tile.idle()) return;
-  const int g = tile.g, t = tile.t;
-  const uint32_t* gw = words + int64_t(blockIdx.x) * (nb / 8) * S::kSuper;
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint32_t* sup = gw + (b / 8) * S::kSuper;
-    const uint32_t* wb = sup + S::kHeader + (b % 8) * S::kBlock;
-    const int k0 = t >> 1, hi = t & 1;
-    const uint32_t x0 = k_values<L>(wb, g, k0, hi), x1 = k_values<L>(wb, g + 8, k0, hi);
-    const uint32_t x2 = k_values<L>(wb, g, 2 + k0, hi), x3 = k_values<L>(wb, g + 8, 2 + k0, hi);
-    uint32_t b0, b1;
-    tile.activations(b, b0, b1);
-    int c[2][4];
-    if constexpr (S::kHalves) {
-      mma_s8(c[0], x0, x1, 0u, 0u, b0, b1);
-      mma_s8(c[1], 0u, 0u, x2, x3, b0, b1);
-    } else {
-      mma_s8(c[0], x0, x1, x2, x3, b0, b1);
+__global__ void __launch_bounds__(32 * (kProducers + kFolders))
+    split_kernel(const uint32_t* __restrict__ words, int64_t rows, int64_t nb, const Q8* __restrict__ acts, int n_tok,
+                 float* __restrict__ y) {
+  constexpr int C = kChunk<L>, D = kDots<L>, S = kStepWords<L>;
+  // This CTA's 8 tokens (grid.y: 8 at a time; a matrix's words are read
+  // from memory once and from L2 for the rest).
+  acts += int64_t(blockIdx.y) * kSplitTokens * nb;
+  y += int64_t(blockIdx.y) * kSplitTokens * rows;
+  n_tok = min(kSplitTokens, n_tok - int(blockIdx.y) * kSplitTokens);
+  __shared__ int dots[2][C][D][kSplitTokens][16];
+  __shared__ uint32_t steps[2][C][S];
+  const uint32_t* gw = group_words<L>(words, blockIdx.x, nb);
+  const int warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31), g = lane >> 2, t = lane & 3;
+  const bool feed = g < n_tok;
+  const Q8* ab = acts + (feed ? g : 0) * nb;
+  const int f = int(threadIdx.x) - 32 * kProducers, r = f & 15, k = f >> 4;
+  const bool folds = f >= 0 && k < n_tok;
+  const Q8* ak = acts + (folds ? k : 0) * nb;
+  const int64_t chunks = (nb + C - 1) / C;
+  float acc = 0.0f;
+  // A producer's blocks of chunk i: its words, B fragments and step words,
+  // loaded for chunk i + 1 before chunk i's are used (a chunk ahead).
+  constexpr int kPer = C / kProducers, kSteps = (S + 31) / 32;
+  struct Loaded {
+    Raw<L> raw[kPer];
+    uint32_t b0[kPer], b1[kPer], step[kPer][kSteps];
+  };
+  const auto load = [&](int64_t i, Loaded& x) {
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int64_t b = i * C + j * kProducers + warp;
+      if (b >= nb) continue;
+      x.raw[j] = raw_words<L>(gw, b, g, t);
+      x.b0[j] = feed ? *reinterpret_cast<const uint32_t*>(ab[b].qs + 4 * t) : 0u;
+      x.b1[j] = feed ? *reinterpret_cast<const uint32_t*>(ab[b].qs + 16 + 4 * t) : 0u;
+#pragma unroll
+      for (int s = 0; s < kSteps; ++s)
+        if (lane + 32 * s < S) x.step[j][s] = step_word<L>(gw, b, lane + 32 * s);
     }
-    const auto* f = reinterpret_cast<const signed char*>(wb);
-    const float d0 = __uint_as_float(sup[g]), d1 = __uint_as_float(sup[g + 8]);
-    for (int h = 0; h < (S::kHalves ? 2 : 1); ++h)
-      tile.add_dots(c[h], __fmul_rn(d0, float(f[16 * h + g])), __fmul_rn(d1, float(f[16 * h + g + 8])), b);
-    if constexpr (S::kMins)
-      tile.add_mins(__fmul_rn(__uint_as_float(sup[16 + g]), float(f[16 + g])),
-                    __fmul_rn(__uint_as_float(sup[16 + g + 8]), float(f[16 + g + 8])), b, false);
+  };
+  Loaded cur, next;
+  if (warp < kProducers) load(0, cur);
+  for (int64_t i = 0; i <= chunks; ++i) {
+    if (warp < kProducers) {
+      if (i < chunks) {
+        if (i + 1 < chunks) load(i + 1, next);
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) {
+          const int e = j * kProducers + warp;
+          if (i * C + e >= nb) continue;
+          int c[D][4];
+          block_dots<L>(cur.raw[j], t, cur.b0[j], cur.b1[j], c);
+#pragma unroll
+          for (int s = 0; s < kSteps; ++s)
+            if (lane + 32 * s < S) steps[i & 1][e][lane + 32 * s] = cur.step[j][s];
+          for (int h = 0; h < D; ++h) {
+            dots[i & 1][e][h][2 * t][g] = c[h][0];
+            dots[i & 1][e][h][2 * t + 1][g] = c[h][1];
+            dots[i & 1][e][h][2 * t][g + 8] = c[h][2];
+            dots[i & 1][e][h][2 * t + 1][g + 8] = c[h][3];
+          }
+        }
+        cur = next;
+      }
+    } else if (folds && i > 0) {
+      const int64_t b0 = (i - 1) * C;
+      const int n = nb - b0 < C ? int(nb - b0) : C;
+      const int buf = int((i - 1) & 1);
+#pragma unroll 8
+      for (int e = 0; e < n; ++e) {
+        const auto w = [&](int x) { return steps[buf][e][x]; };
+        acc = fold<L>(acc, dots[buf][e][0][k][r], dots[buf][e][D - 1][k][r], w, r, ak[b0 + e]);
+      }
+    }
+    __syncthreads();
   }
-  tile.store(y, rows);
+  const int64_t row = int64_t(blockIdx.x) * 16 + r;
+  if (folds && row < rows) y[int64_t(k) * rows + row] = acc;
 }
 
 // Float matrices: a warp per kFloatRows rows and up to kFloatTokens tokens
@@ -370,22 +501,47 @@ void quantize_q8(const float* x, int64_t blocks, void* acts) {
   launch("quantizing activations", quantize_kernel, unsigned(ctas), kThreads, x, blocks, static_cast<Q8*>(acts));
 }
 
+namespace {
+
+// CHUNKSERVE_CUDA_MATMUL=tile runs every product on tile_kernel: the A/B of
+// the split kernel in one process (docs/benchmarks.md).
+bool split_decode() {
+  static const bool on = [] {
+    const char* e = std::getenv("CHUNKSERVE_CUDA_MATMUL");
+    return !(e && std::string_view(e) == "tile");
+  }();
+  return on;
+}
+
+template <int L>
+void matmul_as(const uint32_t* words, int64_t rows, int64_t nb, const Q8* a, int n_tok, float* y) {
+  const unsigned groups = unsigned((rows + 15) / 16);
+  if (split_decode() && (n_tok <= kSplitTokens || (n_tok <= kSplitMost && groups <= kFewGroups))) {
+    const dim3 grid(groups, unsigned((n_tok + kSplitTokens - 1) / kSplitTokens));
+    launch("the quantized matmul", split_kernel<L>, grid, 32 * (kProducers + kFolders), words, rows, nb, a, n_tok, y);
+    return;
+  }
+  const int tiles = (n_tok + 7) / 8, warps = std::min(4, tiles);
+  const dim3 grid(groups, unsigned((tiles + warps - 1) / warps));
+  launch("the quantized matmul", tile_kernel<L>, grid, 32 * warps, words, rows, nb, a, n_tok, y);
+}
+
+}  // namespace
+
 void matmul(int layout, const uint32_t* words, int64_t rows, int64_t nb, const void* acts, int n_tok, float* y) {
   if (rows <= 0 || n_tok <= 0) return;
-  const int tiles = (n_tok + 7) / 8, warps = std::min(4, tiles);
-  const dim3 grid(unsigned((rows + 15) / 16), unsigned((tiles + warps - 1) / warps));
   const auto* a = static_cast<const Q8*>(acts);
-  auto* kernel = layout == kQ4          ? matmul_kernel<kQ4>
-                 : layout == kQ8        ? matmul_kernel<kQ8>
-                 : layout == kQ8Min     ? matmul_kernel<kQ8Min>
-                 : layout == kQ8Half    ? matmul_kernel<kQ8Half>
-                 : layout == kQ8HalfMin ? matmul_kernel<kQ8HalfMin>
-                 : layout == kMx        ? matmul_kernel<kMx>
-                 : layout == kIq4       ? matmul_kernel<kIq4>
-                 : layout == kQ4K       ? kmatmul_kernel<kQ4K>
-                 : layout == kQ5K       ? kmatmul_kernel<kQ5K>
-                                        : kmatmul_kernel<kQ6K>;
-  launch("the quantized matmul", kernel, grid, 32 * warps, words, rows, nb, a, n_tok, y);
+  auto* run = layout == kQ4          ? matmul_as<kQ4>
+              : layout == kQ8        ? matmul_as<kQ8>
+              : layout == kQ8Min     ? matmul_as<kQ8Min>
+              : layout == kQ8Half    ? matmul_as<kQ8Half>
+              : layout == kQ8HalfMin ? matmul_as<kQ8HalfMin>
+              : layout == kMx        ? matmul_as<kMx>
+              : layout == kIq4       ? matmul_as<kIq4>
+              : layout == kQ4K       ? matmul_as<kQ4K>
+              : layout == kQ5K       ? matmul_as<kQ5K>
+                                     : matmul_as<kQ6K>;
+  run(words, rows, nb, a, n_tok, y);
 }
 
 }  // namespace cs::cuda::kernels

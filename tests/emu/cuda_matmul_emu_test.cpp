@@ -1,13 +1,15 @@
 // model/cuda_matmul_kernels.cu run by the CPU emulator (tests/emu/cuda_emu.h:
 // a thread per lane, the m16n8k32 mma from PTX's fragment layout) against
 // the CPU's quantize_q8 and matmul, bit for bit: every layout, a partial
-// 16-row group, 1 to 20 tokens (partial 8-token tiles, idle warps).
+// 16-row group, 1 to 40 tokens (the split kernel up to 32, then the tile
+// kernel's partial 8-token tiles and idle warps).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "base/cpu.h"
@@ -27,12 +29,16 @@ TEST(CudaMatmulEmulated, QuantizesAndMultipliesAsTheCpuDoes) {
   for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q4_K,
                      GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::IQ4_NL,
                      GgmlType::IQ4_XS, GgmlType::MXFP4})
-    for (auto [rows, cols] : {std::pair{37, 256}, std::pair{64, 512}}) {
+    // 37 x 256: the split kernel's 8-token slices, the last partial (9
+    // tokens), the tile kernel's partial 8-token tiles and idle warps (40);
+    // 21 x 1280: the split kernel's chunks (40 blocks: a partial last chunk
+    // of 32 or of 16) with 1 token and with all 8 of its folders.
+    for (auto [rows, cols, toks] : {std::tuple{37, 256, std::vector{9, 40}}, std::tuple{21, 1280, std::vector{1, 8}}}) {
       const std::vector<uint8_t> data = random_matrix(t, rows, cols, rng);
       const Weight w = make_weight(t, rows, cols, data.data());
       ASSERT_FALSE(w.packed.empty());
       const int64_t nb = cols / 32;
-      for (int n_tok : {1, 9, 20}) {
+      for (int n_tok : toks) {
         SCOPED_TRACE(std::string(type_info(uint32_t(t))->name) + " " + std::to_string(rows) + "x" +
                      std::to_string(cols) + ", " + std::to_string(n_tok) + " tokens");
         const std::vector<float> x = activations(n_tok, cols, rng);
