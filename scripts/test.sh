@@ -35,10 +35,21 @@ if [ "${1:-}" = "--sanitize" ]; then
   # structured-output tests (their server paths are test_api's; long prompts
   # take minutes each under the sanitizer; their parsers run under ASan above).
   # test_scaleout: the engine thread hands KV events to the publisher thread.
+  # Each server computes on one thread, so the three files run at once (the
+  # release run's ctest -j2 loads the machine as much); their logs follow in
+  # turn, and any failure fails the run.
+  logs=$(mktemp -d)
+  pids=()
   for t in test_api test_hardening test_scaleout; do
     CHUNKSERVE_TSAN_LIGHT=1 CHUNKSERVE_SERVER_ARGS="--threads 1" python3 "$root/tests/server/$t.py" "$tsan/chunkserve" \
-      "$root/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+      "$root/models/SmolLM2-135M-Instruct.Q4_1.gguf" > "$logs/$t.log" 2>&1 &
+    pids+=($!)
   done
+  failed=0
+  for i in 0 1 2; do wait "${pids[$i]}" || failed=1; done
+  for t in test_api test_hardening test_scaleout; do echo "== $t (ThreadSanitizer)"; cat "$logs/$t.log"; done
+  rm -rf "$logs"
+  [ $failed = 0 ] || { echo "a server test failed under ThreadSanitizer" >&2; exit 1; }
   unset TSAN_OPTIONS
   "$root/scripts/fuzz.sh" 24  # 10 targets: 4 minutes in all
 else

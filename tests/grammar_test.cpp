@@ -400,7 +400,8 @@ TEST(Grammar, LimitsAreCheckedBeforeCompiling) {
 // (within the limits; 15 s to compile in the process on this project's
 // hosts) is stopped at its CPU budget, or when the client goes away; a
 // memory budget too small fails as such; a bad regex gives the compiler's
-// own message; a spec compiled once comes from the cache after.
+// own message (each error typed: GrammarFailure, /metrics' outcome); a spec
+// compiled once comes from the cache after.
 TEST(GrammarBudget, CompilesInAChildWithinItsBudget) {
   const GrammarVocab vocab(tiny_vocab());
   std::mt19937 rng(1);
@@ -411,10 +412,12 @@ TEST(GrammarBudget, CompilesInAChildWithinItsBudget) {
     heavy += '"';
   }
   heavy += "]}";
+  GrammarFailure why = GrammarFailure::kInvalid;  // the last error's
   auto error = [&](const GrammarSpec& spec, const ProcessBudget& b) -> std::string {
     try {
       Grammar::compile(vocab, spec, b);
     } catch (const GrammarError& e) {
+      why = e.why();
       return e.what();
     }
     return "";
@@ -423,12 +426,14 @@ TEST(GrammarBudget, CompilesInAChildWithinItsBudget) {
   b.cpu_seconds = 1;
   b.wall_seconds = 600;  // the CPU limit decides, however busy the machine (the child runs niced)
   EXPECT_EQ(error({GrammarKind::kJsonSchema, heavy}, b), "the constraint did not compile within its budget of 1 s of CPU time");
+  EXPECT_EQ(why, GrammarFailure::kOverBudget);
   // The client goes away 200 ms in: stopped then (the compile alone takes
   // seconds, and would end in an answer, not this message).
   ProcessBudget gone;
   auto t0 = std::chrono::steady_clock::now();
   gone.cancelled = [&] { return std::chrono::steady_clock::now() - t0 > std::chrono::milliseconds(200); };
   EXPECT_EQ(error({GrammarKind::kJsonSchema, heavy}, gone), "the compile was stopped: the client went away");
+  EXPECT_EQ(why, GrammarFailure::kCancelled);
   // 1 MiB of memory beyond what the process has mapped is not enough for it
   // (sanitizer builds set no such limit: compile_process.h).
   if (address_space_limited()) {
@@ -438,9 +443,11 @@ TEST(GrammarBudget, CompilesInAChildWithinItsBudget) {
     const std::string oom = error({GrammarKind::kJsonSchema, heavy}, tiny);
     EXPECT_NE(oom.find("budget"), std::string::npos) << oom;
     EXPECT_NE(oom.find("MiB"), std::string::npos) << oom;
+    EXPECT_EQ(why, GrammarFailure::kOverBudget);
   }
   // The compiler's own words come back from the child.
   EXPECT_EQ(error({GrammarKind::kRegex, "(unclosed"}, {}), "Regex parsing error at position 10: The parenthesis is not closed.");
+  EXPECT_EQ(why, GrammarFailure::kInvalid);
   // Compiled in the child, the grammar works as one compiled here does; the
   // second time it comes from the cache.
   const GrammarSpec ok{GrammarKind::kRegex, "[0-9]{3}"};

@@ -101,7 +101,7 @@ std::string run_in_child(const std::function<std::string()>& work, const Process
     const int err = errno;
     ::close(fds[0]);
     ::close(fds[1]);
-    throw GrammarError(std::string("cannot start the compile: ") + std::strerror(err));
+    throw GrammarError(std::string("cannot start the compile: ") + std::strerror(err), GrammarFailure::kCompilerFailed);
   }
   if (pid == 0) {
     ::close(fds[0]);
@@ -139,23 +139,28 @@ std::string run_in_child(const std::function<std::string()>& work, const Process
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  if (stop == Stop::kCancelled) throw GrammarError("the compile was stopped: the client went away");
+  if (stop == Stop::kCancelled)
+    throw GrammarError("the compile was stopped: the client went away", GrammarFailure::kCancelled);
   if (stop == Stop::kWall)
     throw GrammarError("the constraint did not compile within its budget of " + seconds(b.wall_seconds) +
-                       " (wall-clock time)");
+                           " (wall-clock time)",
+                       GrammarFailure::kOverBudget);
   if (WIFSIGNALED(status)) {
     const int sig = WTERMSIG(status);
     if (sig == SIGXCPU || sig == SIGKILL)
       throw GrammarError("the constraint did not compile within its budget of " + seconds(b.cpu_seconds) +
-                         " of CPU time");
+                             " of CPU time",
+                         GrammarFailure::kOverBudget);
     throw GrammarError(std::string("the grammar compiler failed on this constraint (") + strsignal(sig) +
-                       "); its budget: " + seconds(b.cpu_seconds) + " of CPU time, " +
-                       std::to_string(b.memory_bytes >> 20) + " MiB");
+                           "); its budget: " + seconds(b.cpu_seconds) + " of CPU time, " +
+                           std::to_string(b.memory_bytes >> 20) + " MiB",
+                       GrammarFailure::kCompilerFailed);
   }
-  if (got.empty()) throw GrammarError("the grammar compiler ended without an answer");
+  if (got.empty()) throw GrammarError("the grammar compiler ended without an answer", GrammarFailure::kCompilerFailed);
   if (got[0] == 'M')
     throw GrammarError("the constraint did not compile within its budget of " + std::to_string(b.memory_bytes >> 20) +
-                       " MiB of memory");
+                           " MiB of memory",
+                       GrammarFailure::kOverBudget);
   if (got[0] == 'E') throw GrammarError(got.substr(1));
   return got.substr(1);
 }

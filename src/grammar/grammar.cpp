@@ -248,7 +248,7 @@ std::shared_ptr<const Grammar> Grammar::compile(const GrammarVocab& vocab, const
       budget);
   auto back = xgrammar::CompiledGrammar::DeserializeJSON(json, v.info);
   if (!std::holds_alternative<xgrammar::CompiledGrammar>(back))
-    throw GrammarError("the compiled constraint did not come back from its compiler");
+    throw GrammarError("the compiled constraint did not come back from its compiler", GrammarFailure::kCompilerFailed);
   auto g = finish(vocab, spec, std::move(std::get<xgrammar::CompiledGrammar>(back)));
   std::lock_guard lock(v.cache_mu);
   auto& slot = v.cache[key];

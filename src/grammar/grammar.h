@@ -58,11 +58,21 @@ struct GrammarSpec {
   std::optional<JsonFrame> frame;  // kJsonSchema only
 };
 
+// Why a constraint did not compile: the client's constraint is wrong (most
+// errors), over the compile's budget, stopped because the client left, or
+// the compiler itself failed. Counted by outcome at /metrics.
+enum class GrammarFailure { kInvalid, kOverBudget, kCancelled, kCompilerFailed };
+
 // A schema, regex or grammar that does not compile: the message says why
 // (the engine's own words, with the path inside a schema where it gives one).
 class GrammarError : public Error {
  public:
-  explicit GrammarError(const std::string& what) : Error(what) {}
+  explicit GrammarError(const std::string& what, GrammarFailure why = GrammarFailure::kInvalid)
+      : Error(what), why_(why) {}
+  GrammarFailure why() const { return why_; }
+
+ private:
+  GrammarFailure why_;
 };
 
 class GrammarVocab {

@@ -140,6 +140,11 @@ std::string prometheus_text(const EngineStats& s, const HttpCounts& http, const 
   w.head(p + "pml_requests_total", "counter", "Prompt Cache prompts served, with their modules from the cache or not.");
   for (const auto& [kind, n] : http.pml_requests)
     w.out << p << "pml_requests_total{" << inner << ",cache=\"" << escape(kind) << "\"} " << n << '\n';
+  w.head(p + "constraints_total", "counter",
+         "Requests' structured-output constraints by outcome: ready (compiled, or from the cache), invalid, "
+         "over_budget, cancelled (the client left while it compiled), failed (the compiler).");
+  for (const auto& [outcome, n] : http.constraints)
+    w.out << p << "constraints_total{" << inner << ",outcome=\"" << escape(outcome) << "\"} " << n << '\n';
   w.metric(p + "kv_held_prefixes", "gauge", "Prefixes held from eviction for a while (cache_control breakpoints).",
            s.held_prefixes);
   w.metric(p + "kv_held_chunks", "gauge", "Distinct KV chunks the held prefixes keep (times kv_chunk_bytes: their bytes).",

@@ -17,6 +17,7 @@ namespace cs {
 struct HttpCounts {
   std::map<std::pair<std::string, int>, uint64_t> responses;
   std::map<std::string, uint64_t> pml_requests;  // Prompt Cache prompts: "cached" or "(no cache)"
+  std::map<std::string, uint64_t> constraints;   // requests' constraints by outcome (server.cpp constrain)
   ResponseStoreStats stored_responses;            // the Responses API's stored responses
 };
 

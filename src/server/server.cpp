@@ -322,9 +322,18 @@ void Server::Impl::constrain(ApiRequest& r, const HttpExchange& ex) {
   budget.wall_seconds = 3 * opt.grammar_cpu_seconds;  // the compiler runs niced beside the engine
   budget.memory_bytes = opt.grammar_memory_bytes;
   budget.cancelled = [&ex] { return ex.client_gone(); };
+  const auto count = [&](const char* outcome) {
+    std::lock_guard lock(mu);
+    ++http_counts.constraints[outcome];
+  };
   try {
     r.engine.grammar = engine.compile_grammar(*r.constraint, budget);
+    count("ready");
   } catch (const GrammarError& e) {
+    count(e.why() == GrammarFailure::kOverBudget      ? "over_budget"
+          : e.why() == GrammarFailure::kCancelled     ? "cancelled"
+          : e.why() == GrammarFailure::kCompilerFailed ? "failed"
+                                                       : "invalid");
     const bool schema = r.constraint->kind == GrammarKind::kJsonSchema || r.constraint->kind == GrammarKind::kAnyJson;
     const bool regex = r.constraint->kind == GrammarKind::kRegex;
     throw ApiError{400, r.constraint_param + ": " + e.what(), "invalid_request_error", r.constraint_param,
