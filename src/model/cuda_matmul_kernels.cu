@@ -212,11 +212,11 @@ __device__ __forceinline__ void block_dots(const Raw<L>& x, int t, uint32_t b0, 
     // Plane bits of vector k: Q5_K's at bit 2k + hi of the row's word;
     // Q6_K's at 4 (k % 2) + 2 hi of the word of its pair k / 2.
     const int s0 = L == kQ5K ? 2 * k0 + hi : 4 * k0 + 2 * hi, s2 = L == kQ5K ? 2 * (2 + k0) + hi : s0;
-    const uint32_t p0 = kRawWords<L> > 4 ? x.q[kRawWords<L> > 4 ? 4 : 0] : 0u;
-    const uint32_t p1 = kRawWords<L> > 4 ? x.q[kRawWords<L> > 4 ? 5 : 0] : 0u;
-    const uint32_t p2 = L == kQ6K ? x.q[L == kQ6K ? 6 : 0] : p0, p3 = L == kQ6K ? x.q[L == kQ6K ? 7 : 0] : p1;
-    a[0] = k_values<L>(x.q[0], p0, hi, s0), a[1] = k_values<L>(x.q[1], p1, hi, s0);
-    a[2] = k_values<L>(x.q[2], p2, hi, s2), a[3] = k_values<L>(x.q[3], p3, hi, s2);
+    // Each value word's plane word (Q4_K has none; Q5_K one per row).
+    uint32_t p[4] = {0u, 0u, 0u, 0u};
+    if constexpr (L == kQ5K) p[0] = p[2] = x.q[4], p[1] = p[3] = x.q[5];
+    if constexpr (L == kQ6K) p[0] = x.q[4], p[1] = x.q[5], p[2] = x.q[6], p[3] = x.q[7];
+    for (int i = 0; i < 4; ++i) a[i] = k_values<L>(x.q[i], p[i], hi, i < 2 ? s0 : s2);
   } else if constexpr (kNibbles<L>) {
     // Values 4t..4t+3: vector t / 2's low (t even) or high nibbles.
     const int sh = 4 * (t & 1);
@@ -233,6 +233,13 @@ __device__ __forceinline__ void block_dots(const Raw<L>& x, int t, uint32_t b0, 
   } else {
     mma_s8(c[0], a[0], a[1], a[2], a[3], b0, b1);
   }
+}
+
+// Block b's B fragment of a token's activations (ab): its values 4t..4t+3
+// and 16+4t..16+4t+3; zero where the lane feeds no token.
+__device__ __forceinline__ void b_fragment(const Q8* ab, int64_t b, int t, bool feed, uint32_t& b0, uint32_t& b1) {
+  b0 = feed ? *reinterpret_cast<const uint32_t*>(ab[b].qs + 4 * t) : 0u;
+  b1 = feed ? *reinterpret_cast<const uint32_t*>(ab[b].qs + 16 + 4 * t) : 0u;
 }
 
 // One row's float steps for one block and token (a: the token's block), in
@@ -286,13 +293,7 @@ struct WarpTile {
     a1 = acts + int64_t(min(tok0 + 2 * t + 1, n_tok - 1)) * nb;
   }
   __device__ bool idle() const { return tok0 >= n_tok; }
-  // Block b's B fragment: token g's values 4t..4t+3 and 16+4t..16+4t+3.
-  __device__ void activations(int64_t b, uint32_t& b0, uint32_t& b1) const {
-    b0 = b1 = 0;
-    if (!feed) return;
-    b0 = *reinterpret_cast<const uint32_t*>(ab[b].qs + 4 * t);
-    b1 = *reinterpret_cast<const uint32_t*>(ab[b].qs + 16 + 4 * t);
-  }
+  __device__ void activations(int64_t b, uint32_t& b0, uint32_t& b1) const { b_fragment(ab, b, t, feed, b0, b1); }
   __device__ void store(float* y, int64_t rows) const {
     const int64_t r0 = int64_t(blockIdx.x) * 16 + g, r1 = r0 + 8;
     const int tc0 = tok0 + 2 * t, tc1 = tc0 + 1;
@@ -384,8 +385,7 @@ __global__ void __launch_bounds__(32 * (kProducers + kFolders))
       const int64_t b = i * C + j * kProducers + warp;
       if (b >= nb) continue;
       x.raw[j] = raw_words<L>(gw, b, g, t);
-      x.b0[j] = feed ? *reinterpret_cast<const uint32_t*>(ab[b].qs + 4 * t) : 0u;
-      x.b1[j] = feed ? *reinterpret_cast<const uint32_t*>(ab[b].qs + 16 + 4 * t) : 0u;
+      b_fragment(ab, b, t, feed, x.b0[j], x.b1[j]);
 #pragma unroll
       for (int s = 0; s < kSteps; ++s)
         if (lane + 32 * s < S) x.step[j][s] = step_word<L>(gw, b, lane + 32 * s);

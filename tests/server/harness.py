@@ -102,9 +102,12 @@ def raw(url, method, path, body=None, headers=None):
 # Tests that spend minutes under ThreadSanitizer on one thread's work
 # (encoding a Prompt Cache schema, decoding long answers) and add no
 # concurrency the others lack: the sanitizer run sets CHUNKSERVE_TSAN_LIGHT=1
-# and skips them (the release run has them).
+# and skips them (the release run has them); TSAN_LIGHT says so to others.
+TSAN_LIGHT = os.environ.get("CHUNKSERVE_TSAN_LIGHT") == "1"
+
+
 def heavy_under_tsan_because(reason):
-    return unittest.skipIf(os.environ.get("CHUNKSERVE_TSAN_LIGHT") == "1",
+    return unittest.skipIf(TSAN_LIGHT,
                            reason + ": minutes under ThreadSanitizer; the release run covers it")
 
 

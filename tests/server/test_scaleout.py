@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 import openai
 import zmq
 
-from harness import Server, ServedTest, heavy_under_tsan_because, raw, wait_until
+from harness import TSAN_LIGHT, Server, ServedTest, heavy_under_tsan_because, raw, wait_until
 from kv_events_client import KvEventSubscriber
 
 MODEL_ID = "SmolLM2-135M-Instruct.Q4_1"
@@ -162,9 +162,6 @@ class KeyProtectsRouterEndpoints(unittest.TestCase):
 # Under ThreadSanitizer (whose instrumented kernels prefill a few tokens a
 # second) the KV-event tests' prompts are a third as long and their pool half
 # as large: the engine-to-publisher handoff they check is the same.
-TSAN_LIGHT = os.environ.get("CHUNKSERVE_TSAN_LIGHT") == "1"
-
-
 class KvEvents(unittest.TestCase):
     """A small pool (16 MiB: 11 chunks, 704 tokens; 8 MiB under ThreadSanitizer) so that a light workload evicts."""
 
