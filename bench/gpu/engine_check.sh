@@ -4,7 +4,8 @@
 #   cmake --build build && ../shared/device/pack.sh .dev build/chunkserve \
 #     build/tests/unit_tests build/tests/model_tests && strip .dev/chunkserve .dev/*_tests
 #   .dev/llama/: llama-quantize and its libraries (build_llama_cpp.sh's bin/);
-#   .dev/vocab/: ggml-vocab-llama-bpe.gguf; .dev/whl/: PyPI's gguf wheel
+#   .dev/vocab/: ggml-vocab-llama-bpe.gguf (or .xz); .dev/whl/: PyPI's gguf wheel
+#   (bench/gpu/make_model.sh makes the files there)
 # There:  bench/gpu/engine_check.sh OUT_DIR [1b]
 # 1. the GPU tests of the layer steps, the head, the forward pass, the KV on
 #    the device and the engine there (unit_tests CudaOps.*, CudaMatmul.*,
@@ -33,17 +34,8 @@ status=${PIPESTATUS[0]}
 echo "unit tests: exit $status"
 
 models=/tmp/models
-mkdir -p "$models" "$root/tests/data/vocab"
-cp -n "$dev"/vocab/* "$root/tests/data/vocab/" 2>/dev/null
-python3 -m pip install -q --no-index --no-deps --target /tmp/site "$dev"/whl/*.whl 2>&1 | tail -2
-quant() {  # F16 file -> Q4_K_M file
-  LD_LIBRARY_PATH=$dev/llama "$dev/llama/llama-quantize" "$1" "$2" Q4_K_M 16 >> "$out/make.log" 2>&1
-}
 small=$models/llama3-small-Q4_K_M.gguf
-if [ ! -f "$small" ]; then
-  PYTHONPATH=/tmp/site timeout 120 python3 "$root/bench/peers/make_synthetic.py" llama3 "$models/small-F16.gguf" \
-    > "$out/make.log" 2>&1 && quant "$models/small-F16.gguf" "$small" || tail -5 "$out/make.log"
-fi
+timeout 150 "$root/bench/gpu/make_model.sh" llama3 "$small" "$out/make.log"
 
 CS_GPU_TEST_MODEL=$small timeout 240 "$dev/model_tests" --gtest_filter='CudaModel.*' 2>&1 | tee "$out/model.log"
 st=${PIPESTATUS[0]}
@@ -70,10 +62,7 @@ done
 
 if [ "$big" = 1b ]; then
   model=$models/llama3-1b-Q4_K_M.gguf
-  if [ ! -f "$model" ]; then
-    PYTHONPATH=/tmp/site timeout 150 python3 "$root/bench/peers/make_synthetic.py" llama3-1b "$models/1b-F16.gguf" \
-      >> "$out/make.log" 2>&1 && quant "$models/1b-F16.gguf" "$model" && rm -f "$models/1b-F16.gguf"
-  fi
+  timeout 180 "$root/bench/gpu/make_model.sh" llama3-1b "$model" "$out/make.log"
   for g in on off on; do
     timeout 90 "$dev/chunkserve" bench model -m "$model" --device cuda --cuda-graphs $g -r 3 2>&1 |
       tee -a "$out/bench_model_1b.md"

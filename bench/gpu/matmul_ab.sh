@@ -3,7 +3,8 @@
 # GPU machine (../shared/device/README.md), alternating rounds: the same
 # binary, the tile kernel by CHUNKSERVE_CUDA_MATMUL=tile (every product on
 # it). Prepared here as engine_check.sh's header says (.dev/ with chunkserve,
-# llama-quantize, the llama-bpe vocabulary and PyPI's gguf wheel). There:
+# llama-quantize, the llama-bpe vocabulary and PyPI's gguf wheel, for
+# make_model.sh). There:
 #   bench/gpu/matmul_ab.sh OUT_DIR [ROUNDS]
 # 1. `bench matmul --device cuda` on a 1B-class layer's shapes (2048 x 8192,
 #    8192 x 2048, 2048 x 2048) for Q4_K, Q6_K and Q4_1 at 1-128 tokens;
@@ -17,19 +18,12 @@ rounds=${2:-2}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 dev=$root/.dev
 export LD_LIBRARY_PATH=$dev/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-mkdir -p "$out" /tmp/models "$root/tests/data/vocab"
+mkdir -p "$out"
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader | tee "$out/gpu.txt"
-for f in "$dev"/vocab/*; do case $f in *.xz) xz -dc "$f" > "$root/tests/data/vocab/$(basename "$f" .xz)" ;;
-  *) cp -n "$f" "$root/tests/data/vocab/" ;; esac; done
-python3 -m pip install -q --no-index --no-deps --target /tmp/site "$dev"/whl/*.whl 2>&1 | tail -2
-model() {  # preset, out file: F16 by make_synthetic.py, then Q4_K_M
-  [ -f "$2" ] && return
-  PYTHONPATH=/tmp/site python3 "$root/bench/peers/make_synthetic.py" "$1" "$2.f16" >> "$out/make.log" 2>&1 &&
-    LD_LIBRARY_PATH=$dev/llama "$dev/llama/llama-quantize" "$2.f16" "$2" Q4_K_M 16 >> "$out/make.log" 2>&1
-  rm -f "$2.f16"
-}
 small=/tmp/models/llama3-small-Q4_K_M.gguf big=/tmp/models/llama3-1b-Q4_K_M.gguf
-model llama3 "$small" & model llama3-1b "$big"; wait
+"$root/bench/gpu/make_model.sh" llama3 "$small" "$out/make.log" &
+"$root/bench/gpu/make_model.sh" llama3-1b "$big" "$out/make.log"
+wait
 for r in $(seq "$rounds"); do
   for k in tile split; do
     for t in Q4_K Q6_K Q4_1; do

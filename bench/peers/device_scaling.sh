@@ -18,20 +18,10 @@ dev=$root/.dev
 mkdir -p "$out"
 export LD_LIBRARY_PATH=$dev/lib
 lscpu | grep -E "Model name|^CPU\(s\)|Thread|NUMA node|L3" | tee "$out/cpu.txt"
-models=/tmp/models
-mkdir -p "$models" "$root/tests/data/vocab"
-cp -n "$dev"/vocab/* "$root/tests/data/vocab/"
-python3 -m pip install -q --no-index --no-deps --target /tmp/site "$dev"/whl/*.whl 2>&1 | tail -2
-model=$models/llama3-1b-Q4_K_M.gguf
-if [ ! -f "$model" ]; then
-  t0=$(date +%s)
-  PYTHONPATH=/tmp/site python3 "$root/bench/peers/make_synthetic.py" llama3-1b "$models/llama3-1b-F16.gguf" > "$out/make.log" 2>&1 ||
-    { tail -5 "$out/make.log"; exit 1; }
-  LD_LIBRARY_PATH=$dev/llama "$dev/llama/llama-quantize" "$models/llama3-1b-F16.gguf" "$model" Q4_K_M 16 \
-    >> "$out/make.log" 2>&1 || { tail -5 "$out/make.log"; exit 1; }
-  rm -f "$models/llama3-1b-F16.gguf"
-  echo "model made in $(( $(date +%s) - t0 )) s: $(du -h "$model" | cut -f1)"
-fi
+model=/tmp/models/llama3-1b-Q4_K_M.gguf
+t0=$(date +%s)
+"$root/bench/gpu/make_model.sh" llama3-1b "$model" "$out/make.log" || exit 1
+echo "model made in $(( $(date +%s) - t0 )) s: $(du -h "$model" | cut -f1)"
 MODEL=$model CHUNKSERVE=$dev/chunkserve LLAMA_BIN=$dev/llama "$root/bench/peers/scaling.sh" "$out" 2>&1 | tee "$out/scaling.md"
 if [ -n "${EXTRA_ENV:-}" ]; then
   read -r -a extra <<< "$EXTRA_ENV"
