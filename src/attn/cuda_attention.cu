@@ -396,6 +396,12 @@ __global__ void __launch_bounds__(128 * RG) attn_tiles(const Params p) {
       }
     }
   }
+  // Launched behind the other tile launch (programmatic dependent launch),
+  // this grid may finish before that one does, and the stream lets the next
+  // kernel start when this grid finishes: its merges, or the layer's next
+  // step, reading both grids' rows. So a grid does not finish before its
+  // predecessor has (a no-op where this launch was not programmatic).
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
 }
 
 // One (task, KV head)'s parts merged by one warp, its lanes holding D / 32
@@ -677,8 +683,8 @@ void CudaAttention::run(const DeviceKvMemory& kv, int layer, const float* q, flo
   const int nm = int(plan.merge_task.size());
   if (nm > 0 && !m.opt.no_merge) {
     // Behind a single tile launch the merges may start early and wait in the
-    // kernel (griddepcontrol.wait); behind two they wait for both in the
-    // stream, since the second tile launch never waits for the first.
+    // kernel (griddepcontrol.wait); behind two they wait in the stream for
+    // the second, which ends only after the first (attn_tiles' last wait).
     const dim3 grid(unsigned((nm + 3) / 4), unsigned(nkv));
     const bool early = (m.n_big > 0) != (m.n_small > 0);
     const int32_t *mt = a + m.merge_task, *mb = a + m.merge_begin, *ms = a + m.merge_slot;

@@ -157,7 +157,8 @@ void launch(const char* what, void (*kernel)(P...), const G& grid, const B& bloc
 }
 // With dynamic shared memory, and `after_previous`: may start while the
 // previous launch runs (programmatic dependent launch; the kernel waits for
-// its inputs with griddepcontrol.wait).
+// its inputs with griddepcontrol.wait, and before it ends, since the next
+// launch waits only for this one's end, not its predecessor's).
 template <class G, class B, class... P, class... A>
 void launch_ex(const char* what, void (*kernel)(P...), const G& grid, const B& block, size_t smem,
                bool after_previous, A&&... args) {
