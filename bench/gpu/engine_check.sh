@@ -37,6 +37,8 @@ models=/tmp/models
 small=$models/llama3-small-Q4_K_M.gguf
 timeout 150 "$root/bench/gpu/make_model.sh" llama3 "$small" "$out/make.log"
 
+# The perplexity test alone first (a fresh process), then all of them.
+CS_GPU_TEST_MODEL=$small timeout 60 "$dev/model_tests" --gtest_filter='CudaModel.Perplexity*' 2>&1 | tee "$out/model_ppl.log"
 CS_GPU_TEST_MODEL=$small timeout 240 "$dev/model_tests" --gtest_filter='CudaModel.*' 2>&1 | tee "$out/model.log"
 st=${PIPESTATUS[0]}
 echo "model tests: exit $st"
