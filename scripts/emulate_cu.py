@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Rewrites a .cu file of simple kernels as C++ that runs on the CPU, for
-tests/emu (a thread per lane: tests/emu/cuda_emu.h). Each launch
+tests/emu (a fiber per lane: tests/emu/cuda_emu.h). Each launch
 `launch("what", kernel, grid, block, args...)` (base/cuda.h's) becomes the
 emulator's `emu::launch(...)`, CUDA's headers go, base/cuda.h becomes the emulator's,
 the one inline PTX statement (if any) becomes the call ASM_CALL, `#pragma

@@ -6,7 +6,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
 PACKAGES=(cmake ninja-build g++ pkg-config python3 python3-pip libgtest-dev libgmock-dev
-          libbenchmark-dev nlohmann-json3-dev libcli11-dev libpcre2-dev libboost-dev libpugixml-dev libssl-dev
+          libbenchmark-dev nlohmann-json3-dev libcli11-dev libpcre2-dev libboost-dev libboost-context-dev libpugixml-dev libssl-dev
           libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libxxhash-dev ccache
           chromium chromium-driver)
 missing=()

@@ -1,24 +1,32 @@
 // A CUDA emulator for simple kernels, enough to run model/cuda_ops_kernels.cu
 // and model/cuda_matmul_kernels.cu on the CPU (scripts/emulate_cu.py rewrites
-// their launches and inline PTX): every thread of a block runs on a thread of
-// its own (kept from launch to launch), blocks one after another; a warp's shuffles and mma meet at a barrier
-// of its 32 lanes, __syncthreads at one of the block, and __shared__ memory
-// is a static (blocks never overlap). ops_math.h's steps
-// take their host branch (std::fma and friends round as the _rn intrinsics
-// do). So the kernels' indexing, their lanes' sums and their branches are
-// checked against the CPU's operations bit for bit on any machine; what only
-// a GPU shows (timing, memory faults, the device's own intrinsics) is the
-// GPU tests' (tests/cuda_ops_test.cpp).
+// their launches and inline PTX): every thread of a block is a fiber of its
+// own (Boost.Context) on the calling thread, blocks one after another; a
+// warp's shuffles and mma meet at a barrier of its 32 lanes, __syncthreads at
+// one of the block, and __shared__ memory is a static (blocks never overlap).
+// A lane that waits at a barrier hands the thread to the next lane, so a
+// launch runs on one core whatever else the machine runs (a thread per lane
+// made each barrier hundreds of wake-ups, and slowed many-fold whenever
+// another process took a core), and in one order every time. ops_math.h's
+// steps take their host branch (std::fma and friends round as the _rn
+// intrinsics do). So the kernels' indexing, their lanes' sums and their
+// branches are checked against the CPU's operations bit for bit on any
+// machine; what only a GPU shows (timing, memory faults, the device's own
+// intrinsics) is the GPU tests' (tests/cuda_ops_test.cpp).
 #pragma once
 #include <algorithm>
-#include <barrier>
+#include <boost/context/fiber.hpp>
+#include <boost/context/stack_context.hpp>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <functional>
 #include <memory>
+#include <new>
 #include <span>
-#include <thread>
+#include <stdexcept>
 #include <tuple>
 #include <type_traits>
 #include <vector>
@@ -41,25 +49,44 @@ struct dim3 {
 inline thread_local dim3 threadIdx, blockIdx;
 inline dim3 blockDim, gridDim;
 
+// A barrier of `expected` lanes. The last to arrive goes on at once; the
+// others yield until it has come (lanes are fibers: see Lanes below).
+struct Barrier {
+  int expected = 0, arrived = 0;
+  unsigned generation = 0;
+};
+void yield_lane();
+inline thread_local uint64_t arrivals = 0;  // every arrival so far: progress, for Lanes' deadlock check
+inline void arrive_and_wait(Barrier& b) {
+  const unsigned g = b.generation;
+  ++arrivals;
+  if (++b.arrived == b.expected) {
+    b.arrived = 0;
+    ++b.generation;
+    return;
+  }
+  while (b.generation == g) yield_lane();
+}
+
 struct Warp {
-  std::barrier<> meet{32};
+  Barrier meet{32};
   double lane[32];
   uint32_t frag[32][6];  // mma: each lane's A and B registers
 };
 inline thread_local Warp* this_warp;
-inline thread_local std::barrier<>* this_block;
+inline thread_local Barrier* this_block;
 
 // A launch runs its first block's lanes one after another on the calling
 // thread (most kernels never synchronize: then every block does). A lane that
 // meets another (a shuffle, the mma, __syncthreads) throws NeedsLanes there,
-// and the launch starts over with a thread per lane. That is sound for a
+// and the launch starts over with a fiber per lane. That is sound for a
 // kernel whose lanes synchronize before they write anything, as every kernel
 // emulated here does (the sums, maxima and the mma come before the stores).
 struct NeedsLanes {};
 inline thread_local bool one_by_one = false;
-inline void meet(std::barrier<>& b) {
+inline void meet(Barrier& b) {
   if (one_by_one) throw NeedsLanes{};
-  b.arrive_and_wait();
+  arrive_and_wait(b);
 }
 
 // Every lane puts its value, all meet, each reads lane `src_of(its lane)`.
@@ -70,10 +97,10 @@ T exchange(T v, Src src_of) {
   const int l = int(threadIdx.x & 31);
   if (one_by_one) throw NeedsLanes{};
   std::memcpy(&w.lane[l], &v, sizeof(T));
-  w.meet.arrive_and_wait();
+  arrive_and_wait(w.meet);
   T out;
   std::memcpy(&out, &w.lane[src_of(l)], sizeof(T));
-  w.meet.arrive_and_wait();
+  arrive_and_wait(w.meet);
   return out;
 }
 template <class T>
@@ -102,7 +129,7 @@ inline void mma_m16n8k32_s8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, 
   if (one_by_one) throw NeedsLanes{};
   const uint32_t mine[6] = {a0, a1, a2, a3, b0, b1};
   std::memcpy(w.frag[lane], mine, sizeof mine);
-  w.meet.arrive_and_wait();
+  arrive_and_wait(w.meet);
   auto byte = [](uint32_t v, int i) { return int(int8_t(uint8_t(v >> (8 * i)))); };
   int A[16][32], B[32][8];
   for (int l = 0; l < 32; ++l) {
@@ -114,7 +141,7 @@ inline void mma_m16n8k32_s8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, 
       B[4 * t + i][g] = byte(f[4], i), B[16 + 4 * t + i][g] = byte(f[5], i);
     }
   }
-  w.meet.arrive_and_wait();
+  arrive_and_wait(w.meet);
   const int g = lane >> 2, t = lane & 3;
   auto dot = [&](int r, int col) {
     int s = 0;
@@ -161,53 +188,90 @@ inline uint32_t __byte_perm(uint32_t x, uint32_t y, uint32_t s) {
 }
 inline int min(int a, int b) { return std::min(a, b); }
 
-// The lanes: threads kept from launch to launch (starting a std::thread per
-// lane per block cost most of the emulator's time). A block's turn: the
-// caller sets `run`, every worker meets at `start`, those below the block's
-// size run their lane, and all meet at `done`.
+// The lanes of one block: a fiber each, on the calling thread, resumed in
+// turn (first to last, then last to first) until every one has returned. A
+// lane runs until it waits at a barrier (yield_lane) or ends. Their stacks
+// are kept from block to block.
 class Lanes {
  public:
-  // Runs lane(t) for t < n, each on its own thread, concurrently.
+  static constexpr size_t kStack = size_t(256) << 10;
+
+  // Runs lane(t) for t < n until all return; an exception in a lane ends the
+  // block and is rethrown here.
   void run(unsigned n, const std::function<void(unsigned)>& lane) {
-    if (n > workers_.size()) grow(n);
-    lane_ = &lane, n_ = n;
-    start_->arrive_and_wait();
-    done_->arrive_and_wait();
+    while (stacks_.size() < n) stacks_.push_back(std::make_unique<Stack>());
+    std::vector<State> st(n);
+    for (unsigned t = 0; t < n; ++t) {
+      st[t].fiber = boost::context::fiber(std::allocator_arg, Alloc{stacks_[t].get()},
+                                          [this, t, &lane, &st](boost::context::fiber&& back) {
+                                            st[t].back = std::move(back);
+                                            try {
+                                              lane(t);
+                                            } catch (const boost::context::detail::forced_unwind&) {
+                                              throw;
+                                            } catch (...) {
+                                              st[t].error = std::current_exception();
+                                            }
+                                            st[t].done = true;
+                                            return std::move(st[t].back);
+                                          });
+    }
+    unsigned live = n;
+    for (bool up = true; live > 0; up = !up) {
+      const uint64_t before = arrivals;
+      const unsigned live_before = live;
+      // Every other round from the last lane to the first: a lane that reads
+      // what another writes without a barrier between them reads it unwritten
+      // in one of the two orders.
+      for (unsigned i = 0; i < n; ++i) {
+        const unsigned t = up ? i : n - 1 - i;
+        if (st[t].done) continue;
+        current_ = &st[t];
+        on_resume(t);
+        st[t].fiber = std::move(st[t].fiber).resume();
+        current_ = nullptr;
+        if (st[t].done) {
+          --live;
+          if (st[t].error) std::rethrow_exception(st[t].error);  // the other lanes' fibers unwind as st goes
+        }
+      }
+      if (live > 0 && live == live_before && arrivals == before)
+        throw std::logic_error("emulator: every lane of a block waits at a barrier no other lane reaches");
+    }
   }
-  ~Lanes() { stop(); }
+  // Set by the launch: what a lane's globals (threadIdx, its warp) are.
+  std::function<void(unsigned)> on_resume;
+  // Back to the scheduler, from inside a lane.
+  void yield() { current_->back = std::move(current_->back).resume(); }
 
  private:
-  void stop() {
-    if (workers_.empty()) return;
-    quit_ = true;
-    start_->arrive_and_wait();
-    for (auto& w : workers_) w.join();
-    workers_.clear();
-    quit_ = false;
-  }
-  void grow(unsigned n) {
-    stop();
-    start_ = std::make_unique<std::barrier<>>(ptrdiff_t(n) + 1);
-    done_ = std::make_unique<std::barrier<>>(ptrdiff_t(n) + 1);
-    for (unsigned t = 0; t < n; ++t)
-      workers_.emplace_back([this, t] {
-        for (;;) {
-          start_->arrive_and_wait();
-          if (quit_) return;
-          if (t < n_) (*lane_)(t);
-          done_->arrive_and_wait();
-        }
-      });
-  }
-  std::vector<std::thread> workers_;
-  std::unique_ptr<std::barrier<>> start_, done_;
-  const std::function<void(unsigned)>* lane_ = nullptr;
-  unsigned n_ = 0;
-  bool quit_ = false;
+  struct Stack {
+    void* base = std::malloc(kStack);
+    ~Stack() { std::free(base); }
+  };
+  struct Alloc {  // Boost.Context's stack allocator: one of ours, never freed by it
+    Stack* s;
+    boost::context::stack_context allocate() {
+      if (!s->base) throw std::bad_alloc();
+      boost::context::stack_context c;
+      c.size = kStack;
+      c.sp = static_cast<char*>(s->base) + kStack;
+      return c;
+    }
+    void deallocate(boost::context::stack_context&) noexcept {}
+  };
+  struct State {
+    boost::context::fiber fiber, back;
+    bool done = false;
+    std::exception_ptr error;
+  };
+  std::vector<std::unique_ptr<Stack>> stacks_;
+  State* current_ = nullptr;
 };
+inline thread_local Lanes lanes;
+inline void yield_lane() { lanes.yield(); }
 
 inline void emu_launch(dim3 grid, dim3 block, const std::function<void()>& kernel) {
-  static Lanes lanes;
   gridDim = grid, blockDim = block;
   const unsigned blocks = grid.x * grid.y;
   auto at = [&](unsigned b, unsigned t) { threadIdx = dim3(t), blockIdx = dim3(b % grid.x, b / grid.x); };
@@ -220,15 +284,15 @@ inline void emu_launch(dim3 grid, dim3 block, const std::function<void()>& kerne
   } catch (const NeedsLanes&) {
     one_by_one = false;
   }
-  std::vector<std::unique_ptr<Warp>> warps((block.x + 31) / 32);
+  std::vector<Warp> warps((block.x + 31) / 32);
   for (unsigned b = 0; b < blocks; ++b) {
-    for (auto& w : warps) w = std::make_unique<Warp>();
-    std::barrier<> all(block.x);
-    lanes.run(block.x, [&](unsigned t) {
+    for (Warp& w : warps) w.meet = Barrier{32};
+    Barrier all{int(block.x)};
+    lanes.on_resume = [&](unsigned t) {
       at(b, t);
-      this_warp = warps[t / 32].get(), this_block = &all;
-      kernel();
-    });
+      this_warp = &warps[t / 32], this_block = &all;
+    };
+    lanes.run(block.x, [&](unsigned) { kernel(); });
   }
 }
 inline void check_launch(const char*) {}  // nothing is pending on a CPU

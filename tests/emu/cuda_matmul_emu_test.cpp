@@ -1,5 +1,5 @@
 // model/cuda_matmul_kernels.cu run by the CPU emulator (tests/emu/cuda_emu.h:
-// a thread per lane, the m16n8k32 mma from PTX's fragment layout) against
+// a fiber per lane, the m16n8k32 mma from PTX's fragment layout) against
 // the CPU's quantize_q8 and matmul, bit for bit: every layout, a partial
 // 16-row group, 1 to 40 tokens (the split kernel up to 32, then the tile
 // kernel's partial 8-token tiles and idle warps).
