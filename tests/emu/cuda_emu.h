@@ -1,6 +1,7 @@
-// A CUDA emulator for simple kernels, enough to run model/cuda_ops_kernels.cu
-// and model/cuda_matmul_kernels.cu on the CPU (scripts/emulate_cu.py rewrites
-// their launches and inline PTX): every thread of a block is a fiber of its
+// A CUDA emulator, enough to run model/cuda_ops_kernels.cu,
+// model/cuda_matmul_kernels.cu, attn/cuda_attention.cu and
+// kv/device_kv_memory.cu on the CPU (scripts/emulate_cu.py rewrites their
+// launches, shared memory and inline PTX): every thread of a block is a fiber of its
 // own (Boost.Context) on the calling thread, blocks one after another; a
 // warp's shuffles and mma meet at a barrier of its 32 lanes, __syncthreads at
 // one of the block, and __shared__ memory is a static (blocks never overlap).
@@ -11,8 +12,11 @@
 // steps take their host branch (std::fma and friends round as the _rn
 // intrinsics do). So the kernels' indexing, their lanes' sums and their
 // branches are checked against the CPU's operations bit for bit on any
-// machine; what only a GPU shows (timing, memory faults, the device's own
-// intrinsics) is the GPU tests' (tests/cuda_ops_test.cpp).
+// machine, and the attention's against the CPU reference within its
+// tolerance (the tensor cores' sums are taken in double here, their order
+// being the hardware's own); what only a GPU shows (timing, races with
+// asynchronous copies, memory faults, the device's own intrinsics) is the
+// GPU tests' (tests/cuda_ops_test.cpp, cuda_attention_test.cpp).
 #pragma once
 #include <algorithm>
 #include <boost/context/fiber.hpp>
@@ -151,6 +155,100 @@ inline void mma_m16n8k32_s8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, 
   c[0] = dot(g, 2 * t), c[1] = dot(g, 2 * t + 1), c[2] = dot(g + 8, 2 * t), c[3] = dot(g + 8, 2 * t + 1);
 }
 
+// A warp's vote: every lane's flag, all meet, each gets the same answer.
+inline bool vote(bool mine, bool all) {
+  Warp& w = *this_warp;
+  const int l = int(threadIdx.x & 31);
+  if (one_by_one) throw NeedsLanes{};
+  w.lane[l] = mine ? 1 : 0;
+  arrive_and_wait(w.meet);
+  bool r = all;
+  for (int i = 0; i < 32; ++i) r = all ? r && w.lane[i] != 0 : r || w.lane[i] != 0;
+  arrive_and_wait(w.meet);
+  return r;
+}
+inline bool __any_sync(unsigned, bool p) { return vote(p, false); }
+inline bool __all_sync(unsigned, bool p) { return vote(p, true); }
+
+// cp.async.cg.shared.global with src-size: `src_bytes` bytes (0 or 16) copied
+// at once, the rest of the 16 zero-filled. The wait and commit are no-ops:
+// the copy is done when issued, and a kernel overwrites a stage only after
+// the barrier behind every read of it, as it must on a GPU too.
+inline void cp_async16(void* dst, const void* src, int src_bytes) {
+  std::memset(dst, 0, 16);
+  if (src_bytes > 0) std::memcpy(dst, src, size_t(std::min(src_bytes, 16)));
+}
+
+// ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16: lane 8j + i gives the
+// address of row i of 8x8 matrix j (8 16-bit elements); lane 4g + t gets in
+// r[j] matrix j's row g, columns 2t and 2t + 1 (the low half first), or
+// with .trans its column g, rows 2t and 2t + 1.
+inline void ldmatrix_x4(uint32_t* r, const void* p, bool trans) {
+  Warp& w = *this_warp;
+  const int l = int(threadIdx.x & 31);
+  if (one_by_one) throw NeedsLanes{};
+  std::memcpy(&w.lane[l], &p, sizeof p);
+  arrive_and_wait(w.meet);
+  const int g = l >> 2, t = l & 3;
+  auto elem = [&](int j, int row, int col) {
+    const uint8_t* rp;
+    std::memcpy(&rp, &w.lane[8 * j + row], sizeof rp);
+    uint16_t e;
+    std::memcpy(&e, rp + 2 * col, 2);
+    return uint32_t(e);
+  };
+  for (int j = 0; j < 4; ++j)
+    r[j] = trans ? elem(j, 2 * t, g) | elem(j, 2 * t + 1, g) << 16 : elem(j, g, 2 * t) | elem(j, g, 2 * t + 1) << 16;
+  arrive_and_wait(w.meet);
+}
+
+// mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32, D = A B + D,
+// from PTX's fragment layout (lane = 4 g + t): a[0] holds A's row g, columns
+// 2t and 2t + 1, a[1] row g + 8, a[2] and a[3] the same rows at columns
+// 8 + 2t..; b0 holds B's column g, rows 2t and 2t + 1, b1 rows 8 + 2t..; d[0],
+// d[1] are row g, columns 2t and 2t + 1, d[2], d[3] row g + 8. The products
+// are exact in float; their sum, which the hardware's order leaves open, is
+// taken in double and rounded once.
+template <bool kBf16>
+void mma_m16n8k16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  Warp& w = *this_warp;
+  const int lane = int(threadIdx.x & 31);
+  if (one_by_one) throw NeedsLanes{};
+  const uint32_t mine[6] = {a[0], a[1], a[2], a[3], b0, b1};
+  std::memcpy(w.frag[lane], mine, sizeof mine);
+  arrive_and_wait(w.meet);
+  auto f = [](uint32_t v, int hi) {
+    const uint16_t h = uint16_t(v >> (16 * hi));
+    return kBf16 ? cs::bf16_to_f32(h) : cs::f16_to_f32(h);
+  };
+  float A[16][16], B[16][8];
+  for (int l = 0; l < 32; ++l) {
+    const int g = l >> 2, t = l & 3;
+    const uint32_t* fr = w.frag[l];
+    for (int i = 0; i < 2; ++i) {
+      A[g][2 * t + i] = f(fr[0], i), A[g + 8][2 * t + i] = f(fr[1], i);
+      A[g][8 + 2 * t + i] = f(fr[2], i), A[g + 8][8 + 2 * t + i] = f(fr[3], i);
+      B[2 * t + i][g] = f(fr[4], i), B[8 + 2 * t + i][g] = f(fr[5], i);
+    }
+  }
+  arrive_and_wait(w.meet);
+  const int g = lane >> 2, t = lane & 3;
+  auto dot = [&](int row, int col, float c) {
+    double s = c;
+    for (int k = 0; k < 16; ++k) s += double(A[row][k]) * double(B[k][col]);
+    return float(s);
+  };
+  d[0] = dot(g, 2 * t, d[0]), d[1] = dot(g, 2 * t + 1, d[1]);
+  d[2] = dot(g + 8, 2 * t, d[2]), d[3] = dot(g + 8, 2 * t + 1, d[3]);
+}
+
+// ex2.approx.ftz.f32: 2^x, results below 2^-126 flushed to zero (the
+// device's approximation errs by a couple of ulps; this is exact).
+inline float ex2_approx_ftz(float x) {
+  const float y = std::exp2(x);
+  return y < 0x1p-126f ? 0.0f : y;
+}
+
 // The device intrinsics the kernels use, in their rounding (nearest even).
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fadd_rn(float a, float b) { return a + b; }
@@ -168,6 +266,41 @@ struct __half {
 };
 inline __half __float2half_rn(float f) { return {cs::f32_to_f16(f)}; }
 inline float __half2float(__half h) { return cs::f16_to_f32(h.bits); }
+struct __nv_bfloat16 {
+  uint16_t bits;
+};
+inline __nv_bfloat16 __float2bfloat16_rn(float f) { return {cs::f32_to_bf16(f)}; }
+struct __half2 {
+  __half x, y;
+};
+struct __nv_bfloat162 {
+  __nv_bfloat16 x, y;
+};
+inline __half2 __floats2half2_rn(float lo, float hi) { return {__float2half_rn(lo), __float2half_rn(hi)}; }
+inline __nv_bfloat162 __floats2bfloat162_rn(float lo, float hi) {
+  return {__float2bfloat16_rn(lo), __float2bfloat16_rn(hi)};
+}
+struct alignas(16) int4 {
+  int x, y, z, w;
+};
+struct alignas(16) uint4 {
+  uint32_t x, y, z, w;
+};
+struct float2 {
+  float x, y;
+};
+struct alignas(16) float4 {
+  float x, y, z, w;
+};
+inline int4 make_int4(int x, int y, int z, int w) { return {x, y, z, w}; }
+inline uint4 make_uint4(uint32_t x, uint32_t y, uint32_t z, uint32_t w) { return {x, y, z, w}; }
+inline float2 make_float2(float x, float y) { return {x, y}; }
+template <class T>
+T __ldcg(const T* p) {
+  return *p;
+}
+inline size_t __cvta_generic_to_shared(const void* p) { return reinterpret_cast<size_t>(p); }
+inline int max(int a, int b) { return std::max(a, b); }
 inline uint32_t __vsub4(uint32_t a, uint32_t b) {  // per byte, mod 256
   uint32_t r = 0;
   for (int i = 0; i < 4; ++i) r |= uint32_t(uint8_t((a >> (8 * i)) - (b >> (8 * i)))) << (8 * i);
@@ -297,32 +430,78 @@ inline void emu_launch(dim3 grid, dim3 block, const std::function<void()>& kerne
 }
 inline void check_launch(const char*) {}  // nothing is pending on a CPU
 
-// base/cuda.h's launch(): the launch runs at once, or, where a fake device
-// has set `submit` (tests/emu/fake_device.cpp), goes to its launch queue as
-// a closure holding the arguments by value, with their bytes (the queue
-// compares launches by them).
-using Submit = void (*)(const char* what, const void* func, dim3 grid, dim3 block,
-                        std::span<const void* const> values, std::span<const uint32_t> sizes,
+// A launch's dynamic shared memory (extern __shared__, rewritten by
+// emulate_cu.py to this): `smem` bytes, 0xff-filled (NaN floats) at each
+// launch, as a block's shared memory starts undefined.
+inline thread_local std::vector<uint8_t> dyn_smem_bytes;
+inline thread_local uint8_t* dyn_smem = nullptr;
+inline uint8_t* dynamic_smem() { return dyn_smem; }
+
+// The CUDA runtime calls the emulated files make themselves: memory from the
+// heap (0xff-filled, as device memory starts undefined), up to the emulated
+// device's kEmulatedMemory at once per allocation; attributes accepted.
+inline constexpr size_t kEmulatedMemory = size_t(1) << 34;
+enum cudaError_t { cudaSuccess = 0, cudaErrorMemoryAllocation = 2 };
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+inline cudaError_t cudaGetLastError() { return cudaSuccess; }
+inline const char* cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "out of memory"; }
+template <class F>
+cudaError_t cudaFuncSetAttribute(F*, cudaFuncAttribute, int) {
+  return cudaSuccess;
+}
+inline cudaError_t cudaMalloc(void** p, size_t bytes) {
+  *p = bytes > kEmulatedMemory ? nullptr : std::malloc(bytes);
+  if (!*p) return cudaErrorMemoryAllocation;
+  std::memset(*p, 0xff, bytes);
+  return cudaSuccess;
+}
+inline cudaError_t cudaMemset(void* p, int value, size_t bytes) {
+  std::memset(p, value, bytes);
+  return cudaSuccess;
+}
+inline cudaError_t cudaFree(void* p) {
+  std::free(p);
+  return cudaSuccess;
+}
+
+// base/cuda.h's launch() and launch_ex(): the launch runs at once, or, where
+// a fake device has set `submit` (tests/emu/fake_device.cpp), goes to its
+// launch queue as a closure holding the arguments by value, with their bytes
+// (the queue compares launches by them), its shared memory and whether it
+// may start early.
+using Submit = void (*)(const char* what, const void* func, dim3 grid, dim3 block, uint32_t smem,
+                        bool after_previous, std::span<const void* const> values, std::span<const uint32_t> sizes,
                         std::span<const uint32_t> aligns, std::function<void()> run);
 inline Submit submit = nullptr;
 
 template <class G, class B, class... P, class... A>
-void launch(const char* what, void (*kernel)(P...), const G& grid, const B& block, A&&... args) {
+void launch_ex(const char* what, void (*kernel)(P...), const G& grid, const B& block, size_t smem,
+               bool after_previous, A&&... args) {
   static_assert(sizeof...(P) == sizeof...(A), "a kernel's arguments, one for each parameter");
   const std::tuple<std::remove_cvref_t<P>...> vals(static_cast<std::remove_cvref_t<P>>(std::forward<A>(args))...);
   const dim3 g(grid), b(block);
-  std::function<void()> run = [vals, kernel, g, b] { emu_launch(g, b, [&] { std::apply(kernel, vals); }); };
+  std::function<void()> run = [vals, kernel, g, b, smem] {
+    if (smem) {
+      dyn_smem_bytes.assign(smem + 128, 0xff);
+      dyn_smem = dyn_smem_bytes.data() + (128 - reinterpret_cast<uintptr_t>(dyn_smem_bytes.data()) % 128);
+    }
+    emu_launch(g, b, [&] { std::apply(kernel, vals); });
+  };
   if (!submit) return run();
   std::apply(
       [&](const auto&... v) {
         const void* values[] = {static_cast<const void*>(&v)..., nullptr};
         const uint32_t sizes[] = {uint32_t(sizeof(v))..., 0};
         const uint32_t aligns[] = {uint32_t(alignof(std::remove_cvref_t<decltype(v)>))..., 1};
-        submit(what, reinterpret_cast<const void*>(kernel), g, b, std::span<const void* const>(values, sizeof...(P)),
-               std::span<const uint32_t>(sizes, sizeof...(P)), std::span<const uint32_t>(aligns, sizeof...(P)),
-               std::move(run));
+        submit(what, reinterpret_cast<const void*>(kernel), g, b, uint32_t(smem), after_previous,
+               std::span<const void* const>(values, sizeof...(P)), std::span<const uint32_t>(sizes, sizeof...(P)),
+               std::span<const uint32_t>(aligns, sizeof...(P)), std::move(run));
       },
       vals);
+}
+template <class G, class B, class... P, class... A>
+void launch(const char* what, void (*kernel)(P...), const G& grid, const B& block, A&&... args) {
+  launch_ex(what, kernel, grid, block, 0, false, std::forward<A>(args)...);
 }
 
 }  // namespace cs::emu

@@ -46,10 +46,11 @@ class FakeExecutor final : public LaunchExecutor {
   void destroy(void* graph) override { delete static_cast<Graph*>(graph); }
 };
 
-void submit(const char* what, const void* func, emu::dim3 grid, emu::dim3 block, std::span<const void* const> values,
-            std::span<const uint32_t> sizes, std::span<const uint32_t> aligns, std::function<void()> run) {
+void submit(const char* what, const void* func, emu::dim3 grid, emu::dim3 block, uint32_t smem, bool after_previous,
+            std::span<const void* const> values, std::span<const uint32_t> sizes, std::span<const uint32_t> aligns,
+            std::function<void()> run) {
   Launch l;
-  l.what = what, l.func = func;
+  l.what = what, l.func = func, l.smem = smem, l.after_previous = after_previous;
   l.grid = {grid.x, grid.y, grid.z}, l.block = {block.x, block.y, block.z};
   l.emulated = std::move(run);
   detail::record(std::move(l), values.data(), sizes.data(), aligns.data(), values.size());
@@ -65,7 +66,7 @@ LaunchExecutor& launch_executor() {
 
 bool built_with_cuda() { return true; }
 bool device_available(std::string*) { return true; }
-constexpr size_t kMemory = size_t(1) << 34;
+constexpr size_t kMemory = emu::kEmulatedMemory;
 DeviceInfo device_info() { return {"emulated on the CPU", 1, 9, 0, kMemory, size_t(1) << 20, 1 << 17}; }
 
 namespace {
