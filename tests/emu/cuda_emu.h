@@ -19,6 +19,7 @@
 // GPU tests' (tests/cuda_ops_test.cpp, cuda_attention_test.cpp).
 #pragma once
 #include <algorithm>
+#include <array>
 #include <boost/context/fiber.hpp>
 #include <boost/context/stack_context.hpp>
 #include <cmath>
@@ -121,31 +122,40 @@ T __shfl_sync(unsigned, T v, int src) {
 }
 inline void __syncthreads() { meet(*this_block); }
 
-// mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 with a zero accumulator,
-// from PTX's fragment layout (lane = 4 g + t): A's a0 holds row g, columns
-// 4t..4t+3 (a byte each), a1 row g + 8, a2 and a3 the same rows at columns
-// 16 + 4t..; B's b0 holds column g, rows 4t..4t+3, b1 rows 16 + 4t..; C's
-// c0, c1 are row g, columns 2t and 2t + 1, c2, c3 row g + 8.
-inline void mma_m16n8k32_s8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                            uint32_t b1) {
+// An m16n8kK mma's operands, K = 8E for registers of E elements: every lane
+// posts its A and B registers, all meet, each reads the warp's whole A
+// (16 x K) and B (K x 8) from PTX's fragment layout (lane = 4 g + t): a0
+// holds row g, columns Et..Et+E-1, a1 row g + 8, a2 and a3 the same rows at
+// columns K/2 + Et..; b0 holds column g, rows Et.., b1 rows K/2 + Et..; then
+// all meet again (the registers may be posted anew).
+template <int E, class T, class Elem>
+void gather_fragments(const std::array<uint32_t, 6>& mine, T (&A)[16][8 * E], T (&B)[8 * E][8], Elem elem) {
+  constexpr int H = 4 * E;
   Warp& w = *this_warp;
-  const int lane = int(threadIdx.x & 31);
   if (one_by_one) throw NeedsLanes{};
-  const uint32_t mine[6] = {a0, a1, a2, a3, b0, b1};
-  std::memcpy(w.frag[lane], mine, sizeof mine);
+  std::memcpy(w.frag[threadIdx.x & 31], mine.data(), sizeof(w.frag[0]));
   arrive_and_wait(w.meet);
-  auto byte = [](uint32_t v, int i) { return int(int8_t(uint8_t(v >> (8 * i)))); };
-  int A[16][32], B[32][8];
   for (int l = 0; l < 32; ++l) {
     const int g = l >> 2, t = l & 3;
     const uint32_t* f = w.frag[l];
-    for (int i = 0; i < 4; ++i) {
-      A[g][4 * t + i] = byte(f[0], i), A[g + 8][4 * t + i] = byte(f[1], i);
-      A[g][16 + 4 * t + i] = byte(f[2], i), A[g + 8][16 + 4 * t + i] = byte(f[3], i);
-      B[4 * t + i][g] = byte(f[4], i), B[16 + 4 * t + i][g] = byte(f[5], i);
+    for (int i = 0; i < E; ++i) {
+      A[g][E * t + i] = elem(f[0], i), A[g + 8][E * t + i] = elem(f[1], i);
+      A[g][H + E * t + i] = elem(f[2], i), A[g + 8][H + E * t + i] = elem(f[3], i);
+      B[E * t + i][g] = elem(f[4], i), B[H + E * t + i][g] = elem(f[5], i);
     }
   }
   arrive_and_wait(w.meet);
+}
+
+// mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 with a zero accumulator:
+// A and B a byte an element (gather_fragments); C's c0, c1 are row g,
+// columns 2t and 2t + 1, c2, c3 row g + 8.
+inline void mma_m16n8k32_s8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                            uint32_t b1) {
+  const int lane = int(threadIdx.x & 31);
+  int A[16][32], B[32][8];
+  gather_fragments<4>({a0, a1, a2, a3, b0, b1}, A, B,
+                      [](uint32_t v, int i) { return int(int8_t(uint8_t(v >> (8 * i)))); });
   const int g = lane >> 2, t = lane & 3;
   auto dot = [&](int r, int col) {
     int s = 0;
@@ -202,36 +212,19 @@ inline void ldmatrix_x4(uint32_t* r, const void* p, bool trans) {
   arrive_and_wait(w.meet);
 }
 
-// mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32, D = A B + D,
-// from PTX's fragment layout (lane = 4 g + t): a[0] holds A's row g, columns
-// 2t and 2t + 1, a[1] row g + 8, a[2] and a[3] the same rows at columns
-// 8 + 2t..; b0 holds B's column g, rows 2t and 2t + 1, b1 rows 8 + 2t..; d[0],
-// d[1] are row g, columns 2t and 2t + 1, d[2], d[3] row g + 8. The products
-// are exact in float; their sum, which the hardware's order leaves open, is
-// taken in double and rounded once.
+// mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32, D = A B + D:
+// A and B two halves a register (gather_fragments); d[0], d[1] are row g,
+// columns 2t and 2t + 1, d[2], d[3] row g + 8. The products are exact in
+// float; their sum, whose order the hardware leaves open, is taken in double
+// and rounded once.
 template <bool kBf16>
 void mma_m16n8k16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
-  Warp& w = *this_warp;
   const int lane = int(threadIdx.x & 31);
-  if (one_by_one) throw NeedsLanes{};
-  const uint32_t mine[6] = {a[0], a[1], a[2], a[3], b0, b1};
-  std::memcpy(w.frag[lane], mine, sizeof mine);
-  arrive_and_wait(w.meet);
-  auto f = [](uint32_t v, int hi) {
-    const uint16_t h = uint16_t(v >> (16 * hi));
-    return kBf16 ? cs::bf16_to_f32(h) : cs::f16_to_f32(h);
-  };
   float A[16][16], B[16][8];
-  for (int l = 0; l < 32; ++l) {
-    const int g = l >> 2, t = l & 3;
-    const uint32_t* fr = w.frag[l];
-    for (int i = 0; i < 2; ++i) {
-      A[g][2 * t + i] = f(fr[0], i), A[g + 8][2 * t + i] = f(fr[1], i);
-      A[g][8 + 2 * t + i] = f(fr[2], i), A[g + 8][8 + 2 * t + i] = f(fr[3], i);
-      B[2 * t + i][g] = f(fr[4], i), B[8 + 2 * t + i][g] = f(fr[5], i);
-    }
-  }
-  arrive_and_wait(w.meet);
+  gather_fragments<2>({a[0], a[1], a[2], a[3], b0, b1}, A, B, [](uint32_t v, int i) {
+    const uint16_t h = uint16_t(v >> (16 * i));
+    return kBf16 ? cs::bf16_to_f32(h) : cs::f16_to_f32(h);
+  });
   const int g = lane >> 2, t = lane & 3;
   auto dot = [&](int row, int col, float c) {
     double s = c;
