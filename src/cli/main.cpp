@@ -20,7 +20,7 @@ void set_threads(int n) { omp_set_num_threads(thread_cap(n)); }
 }  // namespace cs
 
 int main(int argc, char** argv) {
-  CLI::App app{"chunkserve: CPU LLM inference for workloads that share prompt prefixes"};
+  CLI::App app{"chunkserve: LLM inference on CPUs and NVIDIA GPUs for workloads that share prompt prefixes"};
   app.require_subcommand(1);
   cs::Action generate = cs::add_generate_command(app);
   cs::Action serve = cs::add_serve_command(app);
