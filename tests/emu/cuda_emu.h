@@ -94,19 +94,30 @@ inline void meet(Barrier& b) {
   arrive_and_wait(b);
 }
 
+// A warp's collective step: every lane posts `mine`, all meet, each computes
+// read(at) (at(i): lane i's posted value), and all meet again (the slots may
+// be posted anew). Shuffles, votes and ldmatrix are this.
+template <class T, class Read>
+auto warp_meet(T mine, Read read) {
+  static_assert(sizeof(T) <= sizeof(double));
+  Warp& w = *this_warp;
+  if (one_by_one) throw NeedsLanes{};
+  std::memcpy(&w.lane[threadIdx.x & 31], &mine, sizeof(T));
+  arrive_and_wait(w.meet);
+  const auto out = read([&w](int i) {
+    T v;
+    std::memcpy(&v, &w.lane[i], sizeof(T));
+    return v;
+  });
+  arrive_and_wait(w.meet);
+  return out;
+}
+
 // Every lane puts its value, all meet, each reads lane `src_of(its lane)`.
 template <class T, class Src>
 T exchange(T v, Src src_of) {
-  static_assert(sizeof(T) <= sizeof(double));
-  Warp& w = *this_warp;
   const int l = int(threadIdx.x & 31);
-  if (one_by_one) throw NeedsLanes{};
-  std::memcpy(&w.lane[l], &v, sizeof(T));
-  arrive_and_wait(w.meet);
-  T out;
-  std::memcpy(&out, &w.lane[src_of(l)], sizeof(T));
-  arrive_and_wait(w.meet);
-  return out;
+  return warp_meet(v, [&](auto at) { return at(src_of(l)); });
 }
 template <class T>
 T __shfl_xor_sync(unsigned, T v, int o) {
@@ -167,15 +178,11 @@ inline void mma_m16n8k32_s8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, 
 
 // A warp's vote: every lane's flag, all meet, each gets the same answer.
 inline bool vote(bool mine, bool all) {
-  Warp& w = *this_warp;
-  const int l = int(threadIdx.x & 31);
-  if (one_by_one) throw NeedsLanes{};
-  w.lane[l] = mine ? 1 : 0;
-  arrive_and_wait(w.meet);
-  bool r = all;
-  for (int i = 0; i < 32; ++i) r = all ? r && w.lane[i] != 0 : r || w.lane[i] != 0;
-  arrive_and_wait(w.meet);
-  return r;
+  return warp_meet(mine, [all](auto at) {
+    bool r = all;
+    for (int i = 0; i < 32; ++i) r = all ? r && at(i) : r || at(i);
+    return r;
+  });
 }
 inline bool __any_sync(unsigned, bool p) { return vote(p, false); }
 inline bool __all_sync(unsigned, bool p) { return vote(p, true); }
@@ -194,22 +201,17 @@ inline void cp_async16(void* dst, const void* src, int src_bytes) {
 // r[j] matrix j's row g, columns 2t and 2t + 1 (the low half first), or
 // with .trans its column g, rows 2t and 2t + 1.
 inline void ldmatrix_x4(uint32_t* r, const void* p, bool trans) {
-  Warp& w = *this_warp;
-  const int l = int(threadIdx.x & 31);
-  if (one_by_one) throw NeedsLanes{};
-  std::memcpy(&w.lane[l], &p, sizeof p);
-  arrive_and_wait(w.meet);
-  const int g = l >> 2, t = l & 3;
-  auto elem = [&](int j, int row, int col) {
-    const uint8_t* rp;
-    std::memcpy(&rp, &w.lane[8 * j + row], sizeof rp);
-    uint16_t e;
-    std::memcpy(&e, rp + 2 * col, 2);
-    return uint32_t(e);
-  };
-  for (int j = 0; j < 4; ++j)
-    r[j] = trans ? elem(j, 2 * t, g) | elem(j, 2 * t + 1, g) << 16 : elem(j, g, 2 * t) | elem(j, g, 2 * t + 1) << 16;
-  arrive_and_wait(w.meet);
+  const int l = int(threadIdx.x & 31), g = l >> 2, t = l & 3;
+  warp_meet(static_cast<const uint8_t*>(p), [&](auto at) {
+    auto elem = [&](int j, int row, int col) {
+      uint16_t e;
+      std::memcpy(&e, at(8 * j + row) + 2 * col, 2);
+      return uint32_t(e);
+    };
+    for (int j = 0; j < 4; ++j)
+      r[j] = trans ? elem(j, 2 * t, g) | elem(j, 2 * t + 1, g) << 16 : elem(j, g, 2 * t) | elem(j, g, 2 * t + 1) << 16;
+    return 0;
+  });
 }
 
 // mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32, D = A B + D:
