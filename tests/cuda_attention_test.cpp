@@ -225,7 +225,7 @@ TEST(DeviceKvMemory, MoreThanTheDeviceHoldsIsAClearError) {
     FAIL() << "allocated more than the device holds";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kNoRoom);
-    EXPECT_NE(std::string(e.what()).find("cannot allocate"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("the KV pool (--kv-memory): cannot allocate"), std::string::npos) << e.what();
   }
 }
 

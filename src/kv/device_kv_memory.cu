@@ -12,13 +12,6 @@
 namespace cs {
 namespace {
 
-void check(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return;
-  cudaGetLastError();
-  throw Error(std::string("CUDA KV memory: ") + what + ": " + cudaGetErrorString(e),
-              e == cudaErrorMemoryAllocation ? ErrorKind::kNoRoom : ErrorKind::kInternal);
-}
-
 template <class T>
 __device__ T to_kv(float x);
 template <>
@@ -65,29 +58,13 @@ DeviceKvMemory::DeviceKvMemory(KvLayout layout, int capacity) : layout_(layout),
   if (layout.type != KvType::kF16 && layout.type != KvType::kBF16)
     throw Error("CUDA KV memory: the KV type must be f16 or bf16");
   const size_t bytes = size_t(capacity) * layout.chunk_bytes();
-  if (bytes) {
-    void* p = nullptr;
-    const cudaError_t e = cudaMalloc(&p, bytes);
-    if (e == cudaErrorMemoryAllocation) {
-      cudaGetLastError();
-      throw Error(cuda::no_room_message("the KV pool (--kv-memory)", bytes), ErrorKind::kNoRoom);
-    }
-    if (e != cudaSuccess) {
-      cudaGetLastError();
-      throw Error(std::string("CUDA KV memory: cannot allocate it on the device (") + cudaGetErrorString(e) + ")");
-    }
-    base_ = static_cast<uint8_t*>(p);
-    check(cudaMemset(base_, 0, bytes), "cudaMemset");
-  }
-}
-
-DeviceKvMemory::~DeviceKvMemory() {
-  if (!base_) return;
   try {
-    cuda::flush();  // launches recorded before may write it
-  } catch (...) {  // the error stays the device's
+    pool_ = cuda::Buffer(bytes);
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::kNoRoom) throw;
+    throw Error(cuda::no_room_message("the KV pool (--kv-memory)", bytes), ErrorKind::kNoRoom);
   }
-  cudaFree(base_);
+  cuda::memset_device(pool_.get(), 0, bytes);
 }
 
 void DeviceKvMemory::write_rows(int layer, const int32_t* slots, int n, const float* k, const float* v) {
@@ -97,7 +74,7 @@ void DeviceKvMemory::write_rows(int layer, const int32_t* slots, int n, const fl
   const dim3 grid(unsigned(n), unsigned(L.n_kv_heads));
   const int threads = L.head_dim < 128 ? L.head_dim : 128;
   auto* kernel = L.type == KvType::kF16 ? scatter_rows<__half> : scatter_rows<__nv_bfloat16>;
-  cuda::launch("write_rows", kernel, grid, threads, base_, L.chunk_bytes(), layer_off, L.block_bytes(), L.chunk_size,
+  cuda::launch("write_rows", kernel, grid, threads, pool_.get(), L.chunk_bytes(), layer_off, L.block_bytes(), L.chunk_size,
                L.head_dim, L.n_kv_heads, slots, k, v);
 }
 
@@ -115,21 +92,21 @@ void DeviceKvMemory::write_host_rows(int layer, const int32_t* slots, int n, con
 void DeviceKvMemory::copy_prefix(ChunkId src, ChunkId dst, int n) {
   if (n <= 0) return;
   const KvLayout& L = layout_;
-  cuda::launch("copy_prefix", copy_prefix_kernel, dim3(unsigned(L.n_layers * L.n_kv_heads), 2), 256, base_,
+  cuda::launch("copy_prefix", copy_prefix_kernel, dim3(unsigned(L.n_layers * L.n_kv_heads), 2), 256, pool_.get(),
                L.chunk_bytes(), L.block_bytes(), L.chunk_size, L.head_dim, src, dst, n);
 }
 
 void DeviceKvMemory::read_chunk(ChunkId id, uint8_t* host) const {
-  cuda::to_host(host, base_ + size_t(id) * layout_.chunk_bytes(), layout_.chunk_bytes());
+  cuda::to_host(host, base() + size_t(id) * layout_.chunk_bytes(), layout_.chunk_bytes());
 }
 
 void DeviceKvMemory::write_chunk(ChunkId id, const uint8_t* host) {
-  cuda::to_device(base_ + size_t(id) * layout_.chunk_bytes(), host, layout_.chunk_bytes());
+  cuda::to_device(pool_.as<uint8_t>() + size_t(id) * layout_.chunk_bytes(), host, layout_.chunk_bytes());
 }
 
 void DeviceKvMemory::upload(const ChunkPool& pool, int n) {
   if (n > capacity_) throw Error("CUDA KV memory: upload of more chunks than it holds");
-  cuda::to_device(base_, pool.data(0), size_t(n) * layout_.chunk_bytes());
+  cuda::to_device(pool_.get(), pool.data(0), size_t(n) * layout_.chunk_bytes());
 }
 
 }  // namespace cs

@@ -5,8 +5,7 @@
 // ErrorKind::kNoRoom when the device lacks the memory: at start, never
 // mid-run. Calls run on the default stream, in order.
 #pragma once
-#include <memory>
-
+#include "base/cuda.h"
 #include "kv/kv_memory.h"
 
 namespace cs {
@@ -14,7 +13,6 @@ namespace cs {
 class DeviceKvMemory final : public KvMemory {
  public:
   DeviceKvMemory(KvLayout layout, int capacity);
-  ~DeviceKvMemory() override;
   DeviceKvMemory(const DeviceKvMemory&) = delete;
   DeviceKvMemory& operator=(const DeviceKvMemory&) = delete;
 
@@ -29,14 +27,14 @@ class DeviceKvMemory final : public KvMemory {
   void write_chunk(ChunkId id, const uint8_t* host) override;
 
   // The device address of chunk 0; chunk i at base() + i * chunk_bytes.
-  const uint8_t* base() const { return base_; }
+  const uint8_t* base() const { return pool_.as<uint8_t>(); }
   // Copies chunks [0, n) of a host pool of the same layout in (tests, benchmarks).
   void upload(const ChunkPool& pool, int n);
 
  private:
   KvLayout layout_;
   int capacity_ = 0;
-  uint8_t* base_ = nullptr;
+  cuda::Buffer pool_;  // freed after the launches recorded before (base/cuda.h)
 };
 
 }  // namespace cs

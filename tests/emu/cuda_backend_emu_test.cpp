@@ -146,7 +146,7 @@ TEST(CudaBackendEmulated, DecodeStepsReplayedAsGraphsAreTheSame) {
 // start (Engine::Impl::reserve_device_step): serving requests of every size
 // up to it makes no buffer, and a device without room for it fails at start,
 // saying what to lower. The tokens are the CPU engine's. (The KV in host
-// memory: an f32 KV; the fake device has no KV pool.)
+// memory: an f32 KV, which the device does not hold.)
 TEST(CudaBackendEmulated, EngineHasItsLargestStepsMemoryAtStart) {
   if (cpu_isa() < Isa::kAvx2) GTEST_SKIP() << "the device matmul gives the AVX2 and AVX-512 kernels' bits";
   test::TinyModelShape shape = test::tiny_arch_shape("llama3");

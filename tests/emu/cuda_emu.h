@@ -432,30 +432,16 @@ inline thread_local std::vector<uint8_t> dyn_smem_bytes;
 inline thread_local uint8_t* dyn_smem = nullptr;
 inline uint8_t* dynamic_smem() { return dyn_smem; }
 
-// The CUDA runtime calls the emulated files make themselves: memory from the
-// heap (0xff-filled, as device memory starts undefined), up to the emulated
-// device's kEmulatedMemory at once per allocation; attributes accepted.
+// The CUDA runtime calls the emulated files make themselves: attributes
+// accepted. (Their memory is base/cuda.h's Buffer, the fake device's:
+// tests/emu/fake_device.cpp, up to kEmulatedMemory or its set limit.)
 inline constexpr size_t kEmulatedMemory = size_t(1) << 34;
-enum cudaError_t { cudaSuccess = 0, cudaErrorMemoryAllocation = 2 };
+enum cudaError_t { cudaSuccess = 0 };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
-inline const char* cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "out of memory"; }
+inline const char* cudaGetErrorString(cudaError_t) { return "no error"; }
 template <class F>
 cudaError_t cudaFuncSetAttribute(F*, cudaFuncAttribute, int) {
-  return cudaSuccess;
-}
-inline cudaError_t cudaMalloc(void** p, size_t bytes) {
-  *p = bytes > kEmulatedMemory ? nullptr : std::malloc(bytes);
-  if (!*p) return cudaErrorMemoryAllocation;
-  std::memset(*p, 0xff, bytes);
-  return cudaSuccess;
-}
-inline cudaError_t cudaMemset(void* p, int value, size_t bytes) {
-  std::memset(p, value, bytes);
-  return cudaSuccess;
-}
-inline cudaError_t cudaFree(void* p) {
-  std::free(p);
   return cudaSuccess;
 }
 

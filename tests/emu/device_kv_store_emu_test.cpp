@@ -14,8 +14,11 @@
 #include <vector>
 
 #include "base/cuda.h"
+#include "base/error.h"
 #include "cache/contiguous_kv.h"
 #include "cache/prefix_kv.h"
+#include "emu/fake_device.h"
+#include "kv/device_kv_memory.h"
 
 namespace cs {
 namespace {
@@ -59,6 +62,35 @@ TEST(DeviceKvStore, AttendsAsTheContiguousCacheDoes) {
         }
       }
     }
+}
+
+// The pool is the device's memory like any buffer (base/cuda.h's Buffer):
+// counted while it lives, zeroed at start (a chunk's unwritten tail holds
+// finite values), given back when it goes, and a device without room for it
+// is a kNoRoom error at construction that names --kv-memory.
+TEST(DeviceKvMemory, ThePoolIsDeviceMemoryAndTooLargeAPoolSaysSo) {
+  const KvLayout L{2, 2, 64, 64, KvType::kF16};
+  const size_t before = cuda::fake::memory_in_use();
+  {
+    DeviceKvMemory kv(L, 10);
+    EXPECT_EQ(cuda::fake::memory_in_use(), before + 10 * L.chunk_bytes());
+    std::vector<uint8_t> chunk(L.chunk_bytes(), 0xab);
+    kv.read_chunk(9, chunk.data());
+    EXPECT_EQ(chunk, std::vector<uint8_t>(L.chunk_bytes(), 0));
+  }
+  EXPECT_EQ(cuda::fake::memory_in_use(), before);
+  cuda::fake::set_memory_limit(before + 5 * L.chunk_bytes());
+  try {
+    DeviceKvMemory kv(L, 10);
+    ADD_FAILURE() << "a pool of 10 chunks where 5 fit";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kNoRoom);
+    const std::string m = e.what();
+    EXPECT_NE(m.find("CUDA: the KV pool (--kv-memory): cannot allocate 1 MiB on the device ("), std::string::npos) << m;
+    EXPECT_NE(m.find("free of"), std::string::npos) << m;
+  }
+  cuda::fake::set_memory_limit(0);
+  EXPECT_EQ(cuda::fake::memory_in_use(), before);
 }
 
 }  // namespace
