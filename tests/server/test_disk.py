@@ -24,7 +24,9 @@ from harness import Server, raw, wait_until
 CHUNK = 64
 
 
-def system_prompt(topic, rules=60):
+# 29 rules: 488 tokens, 7 full chunks and 40 tokens, so a prompt and its 8
+# answer tokens fill no further chunk (test_restart counts the chunks).
+def system_prompt(topic, rules=29):
     return f"You are the assistant for {topic}. " + " ".join(
         f"Rule {i}: answer questions about {topic} item {i} briefly and exactly." for i in range(rules))
 
@@ -103,8 +105,8 @@ class DiskTier(unittest.TestCase):
             self.assertEqual(s.stop(), 0)
 
     def test_evicted_prompts_come_back_from_disk(self):
-        # 24 MiB: 16 chunks of SmolLM2's 1.5 MB, a prompt and a half.
-        s = self.serve(memory="24M")
+        # 12 MiB: 8 chunks of SmolLM2's 1.5 MB, about one prompt (488 tokens).
+        s = self.serve(memory="12M")
         try:
             for i, p in enumerate(PROMPTS):
                 self.assertEqual(complete(s.url, p)[0], self.ref[i])
@@ -118,7 +120,7 @@ class DiskTier(unittest.TestCase):
             self.assertEqual(s.stop(), 0)
 
     def test_kill_during_writes_loses_nothing_committed(self):
-        s = self.serve(memory="24M")
+        s = self.serve(memory="12M")
         stop = threading.Event()
         errors = []
 
@@ -197,7 +199,7 @@ class DiskTier(unittest.TestCase):
             signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
             resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
 
-        s = Server(self.binary, self.model, "--kv-disk", self.dir, "--kv-memory", "24M", preexec=small_files)
+        s = Server(self.binary, self.model, "--kv-disk", self.dir, "--kv-memory", "12M", preexec=small_files)
         try:
             for i, p in enumerate(PROMPTS[:3]):
                 self.assertEqual(complete(s.url, p)[0], self.ref[i])
@@ -213,7 +215,7 @@ class DiskTier(unittest.TestCase):
     def test_a_directory_it_cannot_write_leaves_serving_as_it_was(self):
         not_a_dir = os.path.join(self.dir, "file")
         open(not_a_dir, "w").close()
-        s = Server(self.binary, self.model, "--kv-disk", not_a_dir, "--kv-memory", "24M")
+        s = Server(self.binary, self.model, "--kv-disk", not_a_dir, "--kv-memory", "12M")
         try:
             self.assertTrue(s.wait_for_log(r"kv-disk: cannot use .*writing to the disk tier is off, serving goes on", 120))
             for i, p in enumerate(PROMPTS[:3]):
@@ -238,7 +240,7 @@ class DiskTier(unittest.TestCase):
                     f.write(data)
             shutil.rmtree(os.path.join(self.dir, root))
             os.symlink(victim, os.path.join(self.dir, root))
-            s = self.serve(memory="24M")
+            s = self.serve(memory="12M")
             try:
                 self.assertTrue(s.wait_for_log(r"kv-disk: .* is a symbolic link or not a directory; it is not used", 120))
                 for i, p in enumerate(PROMPTS[:3]):
@@ -254,14 +256,14 @@ class DiskTier(unittest.TestCase):
             shutil.rmtree(victim, ignore_errors=True)
 
     def test_two_servers_on_one_directory_keep_one_size(self):
-        # Two servers of 24M each on one directory wrote 48M together. Now the first holds the directory;
+        # Two servers of 12M each on one directory wrote 24M together. Now the first holds the directory;
         # the second serves what it finds there and writes nothing, so the tier stays within one size.
-        a = self.serve("--kv-disk-size", "24M", memory="24M")
+        a = self.serve("--kv-disk-size", "12M", memory="12M")
         try:
             for p in PROMPTS:
                 complete(a.url, p)
             wait_until(lambda: metric(a.url, "kv_disk_files") and metric(a.url, "kv_disk_files") > 0, 60)
-            b = self.serve("--kv-disk-size", "24M", memory="24M")
+            b = self.serve("--kv-disk-size", "12M", memory="12M")
             try:
                 self.assertTrue(b.wait_for_log(r"kv-disk: .* is another server's \(locked\)", 120))
                 for i, p in enumerate(PROMPTS):
@@ -273,7 +275,7 @@ class DiskTier(unittest.TestCase):
         finally:
             self.assertEqual(a.stop(), 0)
         total = sum(os.path.getsize(f) for f in self.files(".kv"))
-        self.assertLessEqual(total, 24 << 20)
+        self.assertLessEqual(total, 12 << 20)
 
 
 if __name__ == "__main__":
