@@ -91,6 +91,17 @@ TEST(CudaOps, EachStepIsTheCpusBitForBit) {
     cpu->add(Tensor{host.data(), n, cols}, Tensor{ys.data(), n, cols});
     gpu->add(dx.t, dy.t);
     expect_same_bits(dx.values(), host, "add");
+    // add_rmsnorm, its out the addend (as the forward pass has it), whole
+    // rows and per head.
+    for (const int g : {cols, head}) {
+      std::vector<float> hx = xs, hy = ys;
+      DevTensor ex(xs, n, cols), ey(ys, n, cols);
+      const Tensor tx{hx.data(), n, cols}, ty{hy.data(), n, cols};
+      cpu->add_rmsnorm(tx, ty, std::span(w).first(size_t(g)), 1e-5f, ty);
+      gpu->add_rmsnorm(ex.t, ey.t, std::span(w).first(size_t(g)), 1e-5f, ey.t);
+      expect_same_bits(ex.values(), hx, "add_rmsnorm's sums");
+      expect_same_bits(ey.values(), hy, "add_rmsnorm's norm");
+    }
   }
   // The activations, with the edges of ops_test's scalar-step test.
   std::vector<float> g = normal(size_t(n) * cols, 5, 6.0f);

@@ -138,6 +138,18 @@ TEST(CpuOps, EachOperationIsItsPlainLoop) {
     ASSERT_EQ(biased[i], xs[i] + b[i % cols]);
     ASSERT_EQ(scaled[i], xs[i] * 0.125f);
   }
+  // add_rmsnorm: the residual's sums, then their norm (whole rows and per
+  // head), with out the addend as the forward pass has it.
+  for (const int g : {cols, head}) {
+    std::vector<float> res = xs, addend = ys;
+    ops->add_rmsnorm(Tensor{res.data(), n, cols}, Tensor{addend.data(), n, cols}, std::span(w).first(size_t(g)), 1e-5f,
+                     Tensor{addend.data(), n, cols});
+    EXPECT_EQ(res, sum);
+    for (int t = 0; t < n; ++t)
+      for (int h = 0; h < cols / g; ++h)
+        rmsnorm(sum.data() + size_t(t) * cols + h * g, w.data(), g, 1e-5f, expect.data() + size_t(t) * cols + h * g);
+    EXPECT_EQ(addend, expect) << "groups of " << g;
+  }
 
   std::vector<float> gate = xs;
   ops->gated_ffn(FfnAct::kSilu, Tensor{gate.data(), n, cols}, y);
@@ -415,7 +427,9 @@ TEST(OpProfile, AProfiledPassIsTheSamePassTimed) {
   EXPECT_EQ(calls(ProfOp::kHead), 1u);
   EXPECT_EQ(calls(ProfOp::kNorm), uint64_t(2 * L + 1));
   EXPECT_EQ(calls(ProfOp::kRope), uint64_t(2 * L + 1));  // q and k per layer, and the angle tables
-  EXPECT_EQ(calls(ProfOp::kElementwise), uint64_t(3 * L + 1));  // two residuals and the FFN per layer, the row copy
+  // The FFN per layer, the last layer's residual and the row copy (the other
+  // residuals are fused with the norms after them: add_rmsnorm).
+  EXPECT_EQ(calls(ProfOp::kElementwise), uint64_t(L + 2));
   EXPECT_EQ(calls(ProfOp::kPlan), 1u);
   EXPECT_EQ(calls(ProfOp::kKvStore), uint64_t(L));
   EXPECT_EQ(calls(ProfOp::kAttention), uint64_t(L));

@@ -88,6 +88,17 @@ class CpuOps final : public LayerOps {
     });
   }
 
+  void add_rmsnorm(Tensor x, Tensor y, std::span<const float> w, float eps, Tensor out) override {
+    const int g = int(w.size());
+    per_token(x.rows, [&](int t) {
+      float* a = x.row(t);
+      const float* b = y.row(t);
+      for (int i = 0; i < x.cols; ++i) a[i] += b[i];
+      float* o = out.row(t);
+      for (int j = 0; j < x.cols; j += g) cs::rmsnorm(a + j, w.data(), g, eps, o + j);
+    });
+  }
+
   void rope(Tensor x, int head_dim, const RopeTable& table) override {
     per_token(x.rows, [&](int t) { cs::rope(x.row(t), x.cols / head_dim, head_dim, table, t); });
   }

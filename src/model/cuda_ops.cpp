@@ -95,6 +95,10 @@ class CudaOps final : public LayerOps {
     cuda::ops::rmsnorm(x.data, x.rows, x.cols, vec(w), int(w.size()), eps, out.data);
   }
 
+  void add_rmsnorm(Tensor x, Tensor y, std::span<const float> w, float eps, Tensor out) override {
+    cuda::ops::add_rmsnorm(x.data, y.data, x.rows, x.cols, vec(w), int(w.size()), eps, out.data);
+  }
+
   void rope(Tensor x, int head_dim, const RopeTable& table) override {
     const Angles& a = angles(table);
     cuda::ops::rope(x.data, x.rows, x.cols, head_dim, a.cos.as<float>(), a.sin.as<float>(), table.half,

@@ -16,10 +16,17 @@ constexpr int kThreads = 256;
 
 unsigned blocks_for(size_t n, int per = kThreads) { return unsigned((n + size_t(per) - 1) / size_t(per)); }
 
+// The norm's scale from lane l's sum of the squares of values l, l + 32, ...
+// (doubles, in order): the butterfly adds the lanes as fp::sum_lanes does
+// (every lane ends with lane 0's sum).
+__device__ float norm_scale(double s, int group, float eps) {
+  for (int k = 16; k >= 1; k >>= 1) s = fp::dadd(s, __shfl_xor_sync(kAll, s, k));
+  s = __shfl_sync(kAll, s, 0);
+  return fp::rms_scale(s, group, eps);
+}
+
 // A warp per group of `group` values: lane l sums the squares of values l,
-// l + 32, ... in order (doubles), the butterfly adds the lanes as
-// fp::sum_lanes does (every lane ends with lane 0's sum), then each lane
-// writes its values.
+// l + 32, ..., then writes those values normed.
 __global__ void rmsnorm_kernel(const float* x, int64_t groups, int group, const float* w, float eps, float* out) {
   const int lane = threadIdx.x & 31;
   const int64_t g = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
@@ -27,11 +34,35 @@ __global__ void rmsnorm_kernel(const float* x, int64_t groups, int group, const 
   const float* in = x + g * group;
   double s = 0.0;
   for (int i = lane; i < group; i += 32) s = fp::dadd(s, double(fp::mul(in[i], in[i])));
-  for (int o = 16; o >= 1; o >>= 1) s = fp::dadd(s, __shfl_xor_sync(kAll, s, o));
-  s = __shfl_sync(kAll, s, 0);
-  const float sc = fp::rms_scale(s, group, eps);
+  const float sc = norm_scale(s, group, eps);
   float* o = out + g * group;
   for (int i = lane; i < group; i += 32) o[i] = fp::norm_value(in[i], sc, w[i]);
+}
+
+// rmsnorm_kernel on x + y, writing the sums to x as well. Nothing is written
+// before the lanes meet (the sums are formed twice, the second time to
+// write them): each index's reads come before its writes, by the same lane,
+// so out may be y; and the emulator (tests/emu/cuda_emu.h) may start a
+// kernel over once its first lane meets the others.
+__global__ void add_rmsnorm_kernel(float* x, const float* y, int64_t groups, int group, const float* w, float eps,
+                                   float* out) {
+  const int lane = threadIdx.x & 31;
+  const int64_t g = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  if (g >= groups) return;  // the whole warp
+  float* in = x + g * group;
+  const float* add = y + g * group;
+  double s = 0.0;
+  for (int i = lane; i < group; i += 32) {
+    const float v = fp::add(in[i], add[i]);
+    s = fp::dadd(s, double(fp::mul(v, v)));
+  }
+  const float sc = norm_scale(s, group, eps);
+  float* o = out + g * group;
+  for (int i = lane; i < group; i += 32) {
+    const float v = fp::add(in[i], add[i]);
+    in[i] = v;
+    o[i] = fp::norm_value(v, sc, w[i]);
+  }
 }
 
 // A thread per (row, head, pair).
@@ -143,6 +174,13 @@ void rmsnorm(const float* x, int rows, int cols, const float* w, int group, floa
   const int64_t groups = int64_t(rows) * (cols / group);
   if (groups <= 0) return;
   launch("rmsnorm", rmsnorm_kernel, blocks_for(size_t(groups) * 32), kThreads, x, groups, group, w, eps, out);
+}
+
+void add_rmsnorm(float* x, const float* y, int rows, int cols, const float* w, int group, float eps, float* out) {
+  const int64_t groups = int64_t(rows) * (cols / group);
+  if (groups <= 0) return;
+  launch("add_rmsnorm", add_rmsnorm_kernel, blocks_for(size_t(groups) * 32), kThreads, x, y, groups, group, w, eps,
+         out);
 }
 
 void rope(float* x, int rows, int cols, int head_dim, const float* cos, const float* sin, int half, bool adjacent) {

@@ -12,6 +12,9 @@ namespace cs::cuda::ops {
 // out = x / rms * w over each group of `group` values of every row (the whole
 // row, or each head); a warp per group, ops_math.h's 32 lanes. out may be x.
 void rmsnorm(const float* x, int rows, int cols, const float* w, int group, float eps, float* out);
+// x += y, then rmsnorm's out from the sums, in one kernel: each lane adds
+// the values it then squares and writes. out may be y, not x.
+void add_rmsnorm(float* x, const float* y, int rows, int cols, const float* w, int group, float eps, float* out);
 // Rotates every head of row t by row t's angles (cos/sin: [row][half]); the
 // partner of dimension i is i + 1 (adjacent pairs, stride 2) or i + half.
 void rope(float* x, int rows, int cols, int head_dim, const float* cos, const float* sin, int half, bool adjacent);

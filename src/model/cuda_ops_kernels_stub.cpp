@@ -9,6 +9,7 @@ namespace {
 [[noreturn]] void no_cuda() { throw Error("this build has no CUDA code"); }
 }  // namespace
 
+void add_rmsnorm(float*, const float*, int, int, const float*, int, float, float*) { no_cuda(); }
 void rmsnorm(const float*, int, int, const float*, int, float, float*) { no_cuda(); }
 void rope(float*, int, int, int, const float*, const float*, int, bool) { no_cuda(); }
 void add_bias(float*, int, int, const float*) { no_cuda(); }

@@ -41,6 +41,14 @@ class LayerOps {
   virtual void add_bias(Tensor x, std::span<const float> b) = 0;  // x.row(t) += b
   virtual void scale(Tensor x, float s) = 0;                      // x *= s
   virtual void add(Tensor x, Tensor y) = 0;                       // x += y (the residual)
+  // add(x, y), then rmsnorm(x, w, eps, out): the residual add and the next
+  // block's norm in one pass over the rows (one kernel on a device, where a
+  // token's step is hundreds of launches); the same bits as the two calls.
+  // out may be y, not x.
+  virtual void add_rmsnorm(Tensor x, Tensor y, std::span<const float> w, float eps, Tensor out) {
+    add(x, y);
+    rmsnorm(x, w, eps, out);
+  }
   // gate = act(gate) * up: SwiGLU, GeGLU or gpt-oss's clamped SwiGLU.
   virtual void gated_ffn(FfnAct act, Tensor gate, Tensor up) = 0;
   // out.row(i) = x.row(rows[i]).

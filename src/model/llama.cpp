@@ -145,10 +145,12 @@ void LlamaModel::forward(const Batch& batch, KvStore& kv, Workspace& ws, std::ve
   ops.stage(std::span(tables, c.any_window() ? 2 : 1), rows);
 
   ops.embed(tok_embd_, batch.tokens, c.embd_scale, x);
+  // Each residual add is fused with the norm that reads its sum (the next
+  // block's input): add_rmsnorm, the same bits as add then rmsnorm.
+  ops.rmsnorm(x, layers_[0].attn_norm, c.rms_eps, xb);
   for (int l = 0; l < c.n_layers; ++l) {
     const LlamaLayer& L = layers_[size_t(l)];
     const int window = c.window_of(l);
-    ops.rmsnorm(x, L.attn_norm, c.rms_eps, xb);
     attention_inputs(ops, L, xb, q, k, v, window ? ws.rope_swa : ws.rope);
     const float* sinks = L.sinks.empty() ? nullptr : L.sinks.data();
     if (dev && !kv.on_device()) {
@@ -171,9 +173,7 @@ void LlamaModel::forward(const Batch& batch, KvStore& kv, Workspace& ws, std::ve
     ops.matmul(L.wo, att, xb);
     if (!L.bo.empty()) ops.add_bias(xb, L.bo);
     if (!L.attn_post_norm.empty()) ops.rmsnorm(xb, L.attn_post_norm, c.rms_eps, xb);
-    ops.add(x, xb);
-
-    ops.rmsnorm(x, L.ffn_norm, c.rms_eps, xb);
+    ops.add_rmsnorm(x, xb, L.ffn_norm, c.rms_eps, xb);
     if (c.moe()) {
       moe_ffn(ops, L, xb, ws);
     } else {
@@ -184,7 +184,8 @@ void LlamaModel::forward(const Batch& batch, KvStore& kv, Workspace& ws, std::ve
       ops.matmul(L.w_down, gate, xb);
     }
     if (!L.ffn_post_norm.empty()) ops.rmsnorm(xb, L.ffn_post_norm, c.rms_eps, xb);
-    ops.add(x, xb);
+    if (l + 1 < c.n_layers) ops.add_rmsnorm(x, xb, layers_[size_t(l) + 1].attn_norm, c.rms_eps, xb);
+    else ops.add(x, xb);
   }
   const Tensor head_in = ops.shape(ws.head_in, int(rows.size()), c.n_embd);
   ops.copy_staged_rows(x, rows, head_in);

@@ -68,6 +68,11 @@ void ProfilingOps::rmsnorm(Tensor x, std::span<const float> w, float eps, Tensor
   in_.rmsnorm(x, w, eps, out);
   in_.finish();
 }
+void ProfilingOps::add_rmsnorm(Tensor x, Tensor y, std::span<const float> w, float eps, Tensor out) {
+  ProfScope s(&p_, ProfOp::kNorm);
+  in_.add_rmsnorm(x, y, w, eps, out);
+  in_.finish();
+}
 void ProfilingOps::rope(Tensor x, int head_dim, const RopeTable& table) {
   ProfScope s(&p_, ProfOp::kRope);
   in_.rope(x, head_dim, table);

@@ -19,7 +19,7 @@ enum class ProfOp : uint8_t {
   kEmbed,
   kMatmul,       // every weight matmul but the head
   kHead,         // the output head (matmul_head)
-  kNorm,         // rmsnorm, whole rows or per head
+  kNorm,         // rmsnorm, whole rows or per head (with the residual add before it, where fused)
   kRope,
   kElementwise,  // bias, scale, residual add, the FFN's activation, row copies; experts' routing and sums
   kPlan,         // the KV store's begin_batch: room for the batch and the attention plan
@@ -77,6 +77,7 @@ class ProfilingOps final : public LayerOps {
   void add_bias(Tensor x, std::span<const float> b) override;
   void scale(Tensor x, float s) override;
   void add(Tensor x, Tensor y) override;
+  void add_rmsnorm(Tensor x, Tensor y, std::span<const float> w, float eps, Tensor out) override;
   void gated_ffn(FfnAct act, Tensor gate, Tensor up) override;
   void copy_rows(Tensor x, std::span<const int> rows, Tensor out) override;
   void copy_staged_rows(Tensor x, std::span<const int> head_rows, Tensor out) override;

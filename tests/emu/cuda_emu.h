@@ -399,6 +399,12 @@ class Lanes {
 inline thread_local Lanes lanes;
 inline void yield_lane() { lanes.yield(); }
 
+// First every thread alone, one after another (fast); a thread that meets
+// others (a shuffle, a vote, a barrier) throws NeedsLanes, and the launch
+// starts over with fibers. Starting over repeats what that first thread
+// wrote before it met the others: a kernel must write nothing before its
+// lanes first meet that a second run would not write the same (x += y
+// there is applied twice; cuda_ops_kernels.cu's add_rmsnorm_kernel).
 inline void emu_launch(dim3 grid, dim3 block, const std::function<void()>& kernel) {
   gridDim = grid, blockDim = block;
   const unsigned blocks = grid.x * grid.y;

@@ -57,6 +57,13 @@ TEST(CudaOpsEmulated, EachStepIsTheCpusBitForBit) {
     cpu->add(on(h), on(ys));
     emu::add(d.data(), ys.data(), d.size());
     expect_same_bits(d, h, "add");
+    for (const int g : {cols, head}) {
+      std::vector<float> hx = xs, hy = ys, dx = xs, dy = ys;
+      cpu->add_rmsnorm(on(hx), on(hy), std::span(w).first(size_t(g)), 1e-5f, on(hy));
+      emu::add_rmsnorm(dx.data(), dy.data(), n, cols, w.data(), g, 1e-5f, dy.data());
+      expect_same_bits(dx, hx, "add_rmsnorm's sums, groups of " + std::to_string(g));
+      expect_same_bits(dy, hy, "add_rmsnorm's norm, groups of " + std::to_string(g));
+    }
   }
   std::vector<float> g = normal(size_t(n) * cols, 5, 6.0f);
   const float nan = std::numeric_limits<float>::quiet_NaN();
