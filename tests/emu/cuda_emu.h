@@ -87,6 +87,8 @@ inline thread_local Barrier* this_block;
 // and the launch starts over with a fiber per lane. That is sound for a
 // kernel whose lanes synchronize before they write anything, as every kernel
 // emulated here does (the sums, maxima and the mma come before the stores).
+// An in-place write before the first meeting is applied twice (x += y gave
+// x + 2y: cuda_ops_kernels.cu's add_rmsnorm_kernel writes after it).
 struct NeedsLanes {};
 inline thread_local bool one_by_one = false;
 inline void meet(Barrier& b) {
@@ -399,12 +401,7 @@ class Lanes {
 inline thread_local Lanes lanes;
 inline void yield_lane() { lanes.yield(); }
 
-// First every thread alone, one after another (fast); a thread that meets
-// others (a shuffle, a vote, a barrier) throws NeedsLanes, and the launch
-// starts over with fibers. Starting over repeats what that first thread
-// wrote before it met the others: a kernel must write nothing before its
-// lanes first meet that a second run would not write the same (x += y
-// there is applied twice; cuda_ops_kernels.cu's add_rmsnorm_kernel).
+// One lane after another until one meets the others, then fibers (above).
 inline void emu_launch(dim3 grid, dim3 block, const std::function<void()>& kernel) {
   gridDim = grid, blockDim = block;
   const unsigned blocks = grid.x * grid.y;
