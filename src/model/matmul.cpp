@@ -583,7 +583,12 @@ constexpr int kTokTile = 64;
 
 // y = W x over quantized activations (n_tok rows of nb blocks): one
 // parallel region over the row tiles of every weight, fewer fork/joins per
-// layer, which is what a small model's decode step is made of.
+// layer, which is what a small model's decode step is made of. Guided, not
+// static: threads on a shared machine (a VM's cores, a busy neighbour) run
+// at unequal speeds, and with equal shares the region waits for the slowest;
+// guided hands out shrinking runs of tiles to whichever thread is free
+// (docs/benchmarks.md, thread scaling). A tile's bits do not depend on the
+// thread that computes it.
 void dot_tiles(std::span<const Weight* const> ws, const BlockQ8* acts, int nb, int n_tok,
                std::span<float* const> ys) {
   const TileDot dot;
@@ -591,7 +596,7 @@ void dot_tiles(std::span<const Weight* const> ws, const BlockQ8* acts, int nb, i
   const size_t nw = ws.size();
   for (size_t i = 0; i < nw; ++i) tiles_before[i + 1] = tiles_before[i] + (ws[i]->rows + kRowTile - 1) / kRowTile;
   const int64_t n_tiles = tiles_before[nw];
-#pragma omp parallel for schedule(static) collapse(2)
+#pragma omp parallel for schedule(guided) collapse(2)
   for (int t0 = 0; t0 < n_tok; t0 += kTokTile) {
     for (int64_t tile = 0; tile < n_tiles; ++tile) {
       size_t i = 0;
