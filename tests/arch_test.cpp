@@ -244,12 +244,8 @@ TEST_P(Arch, PromptsEvictedToDiskComeBackWithTheSameTokens) {
   fs::remove_all(dir);
 }
 
-INSTANTIATE_TEST_SUITE_P(Tiny, Arch, testing::Values("llama3", "qwen2", "qwen3", "gemma3", "qwen3moe", "gpt-oss"),
-                         [](const auto& info) {
-                           std::string s = info.param;
-                           std::replace(s.begin(), s.end(), '-', '_');
-                           return s;
-                         });
+INSTANTIATE_TEST_SUITE_P(Tiny, Arch, testing::ValuesIn(test::kTinyArchs),
+                         [](const auto& info) { return test::arch_test_name(info.param); });
 
 // What the loader refuses, each with its reason.
 std::string load_error(test::TinyModelShape shape, const std::string& name) {

@@ -160,47 +160,40 @@ class SpeculationArch : public testing::TestWithParam<const char*> {};
 
 TEST_P(SpeculationArch, TokensAreTheSameWithDraftsOrWithout) {
   const char* arch = GetParam();
-  {
-    for (AttnMode mode : {AttnMode::kTpp, AttnMode::kPerSequence, AttnMode::kRelay, AttnMode::kNone})
-      for (float temperature : {0.0f, 0.9f}) {
-        const std::string what = std::string(arch) + " mode " + std::to_string(int(mode)) + " t " +
-                                 std::to_string(temperature);
-        SCOPED_TRACE(what);
-        const LlamaModel& m = model(arch);
-        std::vector<Result> ref;
-        {
-          Engine off(m, options(mode, false));
-          ref = test::run_each(off, requests(3, 40, temperature));
-        }
-        std::vector<Request> reqs = requests(3, 40, temperature);
-        for (size_t i = 0; i < reqs.size(); ++i)
-          if (i != 1) reqs[i].prediction = edited(ref[i].completions[0].tokens);  // request 1: its own text only
-        Engine on(m, options(mode, true));
-        const std::vector<Result> alone = test::run_each(on, reqs);
-        const std::vector<Result> batched = test::run_all(on, reqs);
-        test::expect_same_tokens(ref, alone, what + " alone");
-        test::expect_same_tokens(ref, batched, what + " batched");
-        for (const std::vector<Result>* rs : {&alone, &batched}) {
-          const Usage& u = (*rs)[0].usage;
-          EXPECT_GT(u.accepted_draft_tokens, 5);                 // the prediction's unchanged runs
-          EXPECT_LT(u.accepted_draft_tokens, u.drafted_tokens);  // ... not its changes
-          EXPECT_EQ(u.accepted_prediction_tokens + u.rejected_prediction_tokens, 40);
-          EXPECT_EQ(int((*rs)[0].completions[0].tokens.size()), 40);
-        }
-        const EngineStats s = on.stats();
-        EXPECT_GT(s.draft_accepted[int(DraftSource::kPrediction)], 0u);
-        EXPECT_GE(s.drafted[int(DraftSource::kPrediction)], s.draft_accepted[int(DraftSource::kPrediction)]);
+  for (AttnMode mode : {AttnMode::kTpp, AttnMode::kPerSequence, AttnMode::kRelay, AttnMode::kNone})
+    for (float temperature : {0.0f, 0.9f}) {
+      const std::string what = std::string(arch) + " mode " + std::to_string(int(mode)) + " t " +
+                               std::to_string(temperature);
+      SCOPED_TRACE(what);
+      const LlamaModel& m = model(arch);
+      std::vector<Result> ref;
+      {
+        Engine off(m, options(mode, false));
+        ref = test::run_each(off, requests(3, 40, temperature));
       }
-  }
+      std::vector<Request> reqs = requests(3, 40, temperature);
+      for (size_t i = 0; i < reqs.size(); ++i)
+        if (i != 1) reqs[i].prediction = edited(ref[i].completions[0].tokens);  // request 1: its own text only
+      Engine on(m, options(mode, true));
+      const std::vector<Result> alone = test::run_each(on, reqs);
+      const std::vector<Result> batched = test::run_all(on, reqs);
+      test::expect_same_tokens(ref, alone, what + " alone");
+      test::expect_same_tokens(ref, batched, what + " batched");
+      for (const std::vector<Result>* rs : {&alone, &batched}) {
+        const Usage& u = (*rs)[0].usage;
+        EXPECT_GT(u.accepted_draft_tokens, 5);                 // the prediction's unchanged runs
+        EXPECT_LT(u.accepted_draft_tokens, u.drafted_tokens);  // ... not its changes
+        EXPECT_EQ(u.accepted_prediction_tokens + u.rejected_prediction_tokens, 40);
+        EXPECT_EQ(int((*rs)[0].completions[0].tokens.size()), 40);
+      }
+      const EngineStats s = on.stats();
+      EXPECT_GT(s.draft_accepted[int(DraftSource::kPrediction)], 0u);
+      EXPECT_GE(s.drafted[int(DraftSource::kPrediction)], s.draft_accepted[int(DraftSource::kPrediction)]);
+    }
 }
 
-INSTANTIATE_TEST_SUITE_P(Tiny, SpeculationArch,
-                         testing::Values("llama3", "qwen2", "qwen3", "gemma3", "qwen3moe", "gpt-oss"),
-                         [](const auto& info) {
-                           std::string s = info.param;
-                           std::replace(s.begin(), s.end(), '-', '_');
-                           return s;
-                         });
+INSTANTIATE_TEST_SUITE_P(Tiny, SpeculationArch, testing::ValuesIn(test::kTinyArchs),
+                         [](const auto& info) { return test::arch_test_name(info.param); });
 
 // A request asked again: its drafts come from what the tree kept of the
 // first answer, and are all taken.

@@ -36,6 +36,12 @@ TinyModelShape tiny_arch_shape(const std::string& variant) {
   return s;
 }
 
+std::string arch_test_name(const char* arch) {
+  std::string s = arch;
+  std::replace(s.begin(), s.end(), '-', '_');
+  return s;
+}
+
 std::string tiny_model(const std::string& name, TinyModelShape s) {
   GgufWriter w;
   const std::string a = std::string(s.arch) + ".";

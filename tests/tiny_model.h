@@ -40,6 +40,10 @@ struct TinyModelShape {
 // the output, the router and the experts; 8 experts of 64, 4 per token,
 // weighed by a softmax over the chosen; clamped SwiGLU).
 TinyModelShape tiny_arch_shape(const std::string& variant);
+// Every variant tiny_arch_shape makes, for tests run once per architecture.
+inline constexpr const char* kTinyArchs[] = {"llama3", "qwen2", "qwen3", "gemma3", "qwen3moe", "gpt-oss"};
+// An architecture's name as a GoogleTest name ("gpt-oss" -> "gpt_oss").
+std::string arch_test_name(const char* arch);
 
 // Writes the model under the test temp dir (once per name); returns its path.
 std::string tiny_model(const std::string& name = "tiny", TinyModelShape shape = {});

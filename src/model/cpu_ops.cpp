@@ -56,6 +56,16 @@ void route_row(MoeGating gating, const float* logits, int n, int k, int32_t* ids
   for (int j = 0; j < k; ++j) weights[j] = p[size_t(ids[j])] / chosen;
 }
 
+// A row's norm over each group of w.size() values (the whole row, or each head).
+void norm_row(const float* in, int cols, std::span<const float> w, float eps, float* out) {
+  const int g = int(w.size());
+  for (int j = 0; j < cols; j += g) rmsnorm(in + j, w.data(), g, eps, out + j);
+}
+
+void add_row(float* a, const float* b, int cols) {
+  for (int i = 0; i < cols; ++i) a[i] += b[i];
+}
+
 class CpuOps final : public LayerOps {
  public:
   void embed(const Weight& table, std::span<const int32_t> tokens, float scale, Tensor x) override {
@@ -80,22 +90,13 @@ class CpuOps final : public LayerOps {
   }
 
   void rmsnorm(Tensor x, std::span<const float> w, float eps, Tensor out) override {
-    const int g = int(w.size());
-    per_token(x.rows, [&](int t) {
-      const float* in = x.row(t);
-      float* o = out.row(t);
-      for (int j = 0; j < x.cols; j += g) cs::rmsnorm(in + j, w.data(), g, eps, o + j);
-    });
+    per_token(x.rows, [&](int t) { norm_row(x.row(t), x.cols, w, eps, out.row(t)); });
   }
 
   void add_rmsnorm(Tensor x, Tensor y, std::span<const float> w, float eps, Tensor out) override {
-    const int g = int(w.size());
     per_token(x.rows, [&](int t) {
-      float* a = x.row(t);
-      const float* b = y.row(t);
-      for (int i = 0; i < x.cols; ++i) a[i] += b[i];
-      float* o = out.row(t);
-      for (int j = 0; j < x.cols; j += g) cs::rmsnorm(a + j, w.data(), g, eps, o + j);
+      add_row(x.row(t), y.row(t), x.cols);
+      norm_row(x.row(t), x.cols, w, eps, out.row(t));
     });
   }
 
@@ -113,11 +114,7 @@ class CpuOps final : public LayerOps {
   }
 
   void add(Tensor x, Tensor y) override {
-    per_token(x.rows, [&](int t) {
-      float* a = x.row(t);
-      const float* b = y.row(t);
-      for (int i = 0; i < x.cols; ++i) a[i] += b[i];
-    });
+    per_token(x.rows, [&](int t) { add_row(x.row(t), y.row(t), x.cols); });
   }
 
   void gated_ffn(FfnAct act, Tensor gate, Tensor up) override {
