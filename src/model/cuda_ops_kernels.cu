@@ -42,8 +42,7 @@ __global__ void rmsnorm_kernel(const float* x, int64_t groups, int group, const 
 // rmsnorm_kernel on x + y, writing the sums to x as well. Nothing is written
 // before the lanes meet (the sums are formed twice, the second time to
 // write them): each index's reads come before its writes, by the same lane,
-// so out may be y; and the emulator (tests/emu/cuda_emu.h) may start a
-// kernel over once its first lane meets the others.
+// so out may be y.
 __global__ void add_rmsnorm_kernel(float* x, const float* y, int64_t groups, int group, const float* w, float eps,
                                    float* out) {
   const int lane = threadIdx.x & 31;

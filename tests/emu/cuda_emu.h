@@ -32,6 +32,7 @@
 #include <new>
 #include <span>
 #include <stdexcept>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <vector>
@@ -81,14 +82,14 @@ struct Warp {
 inline thread_local Warp* this_warp;
 inline thread_local Barrier* this_block;
 
-// A launch runs its first block's lanes one after another on the calling
-// thread (most kernels never synchronize: then every block does). A lane that
-// meets another (a shuffle, the mma, __syncthreads) throws NeedsLanes there,
-// and the launch starts over with a fiber per lane. That is sound for a
-// kernel whose lanes synchronize before they write anything, as every kernel
-// emulated here does (the sums, maxima and the mma come before the stores).
-// An in-place write before the first meeting is applied twice (x += y gave
-// x + 2y: cuda_ops_kernels.cu's add_rmsnorm_kernel writes after it).
+// A launch runs its first block with a fiber per lane (Lanes below). Most
+// kernels never synchronize: where block 0's lanes never met, the other
+// blocks run a lane after another on the calling thread, much faster. A lane
+// that meets another there (a shuffle, the mma, __syncthreads) throws
+// NeedsLanes, and the launch fails: the lanes run before it, and its own
+// steps so far, have written what running the block again would write twice
+// (an in-place x += y gave x + 2y when launches started over). Kernels whose
+// lanes meet in some blocks only are not emulated.
 struct NeedsLanes {};
 inline thread_local bool one_by_one = false;
 inline void meet(Barrier& b) {
@@ -401,22 +402,14 @@ class Lanes {
 inline thread_local Lanes lanes;
 inline void yield_lane() { lanes.yield(); }
 
-// One lane after another until one meets the others, then fibers (above).
+// Block 0 by fibers, then the others by fibers where its lanes met, else one
+// lane after another (above).
 inline void emu_launch(dim3 grid, dim3 block, const std::function<void()>& kernel) {
   gridDim = grid, blockDim = block;
   const unsigned blocks = grid.x * grid.y;
   auto at = [&](unsigned b, unsigned t) { threadIdx = dim3(t), blockIdx = dim3(b % grid.x, b / grid.x); };
-  try {
-    one_by_one = true;
-    for (unsigned b = 0; b < blocks; ++b)
-      for (unsigned t = 0; t < block.x; ++t) at(b, t), kernel();
-    one_by_one = false;
-    return;
-  } catch (const NeedsLanes&) {
-    one_by_one = false;
-  }
   std::vector<Warp> warps((block.x + 31) / 32);
-  for (unsigned b = 0; b < blocks; ++b) {
+  const auto by_fibers = [&](unsigned b) {
     for (Warp& w : warps) w.meet = Barrier{32};
     Barrier all{int(block.x)};
     lanes.on_resume = [&](unsigned t) {
@@ -424,7 +417,28 @@ inline void emu_launch(dim3 grid, dim3 block, const std::function<void()>& kerne
       this_warp = &warps[t / 32], this_block = &all;
     };
     lanes.run(block.x, [&](unsigned) { kernel(); });
+  };
+  if (blocks == 0) return;
+  const uint64_t before = arrivals;
+  by_fibers(0);
+  if (arrivals != before) {
+    for (unsigned b = 1; b < blocks; ++b) by_fibers(b);
+    return;
   }
+  struct OneByOne {
+    OneByOne() { one_by_one = true; }
+    ~OneByOne() { one_by_one = false; }
+  } mode;
+  for (unsigned b = 1; b < blocks; ++b)
+    for (unsigned t = 0; t < block.x; ++t) {
+      try {
+        at(b, t), kernel();
+      } catch (const NeedsLanes&) {
+        throw std::logic_error("emulator: lane " + std::to_string(t) + " of block " + std::to_string(b) +
+                               " meets other lanes where block 0's never did; the emulator runs such blocks a "
+                               "lane after another and cannot run one again without writing twice");
+      }
+    }
 }
 inline void check_launch(const char*) {}  // nothing is pending on a CPU
 
