@@ -56,22 +56,42 @@ if [ ${#stale[@]} -gt 0 ]; then
     'o="$0/$(echo "$1" | tr / _).o"; '"${cxx[*]} ${flags[*]@Q}"' -c "$root/$1" -o "$o"' "$objdir" {}
 fi
 for t in "${targets[@]}"; do
-  bin="$out/fuzz_$t"
   objs=("$(obj_of "tests/fuzz/fuzz_$t.cpp")")
   for s in ${sources[$t]}; do objs+=("$(obj_of "$s")"); done
   clang++ -fsanitize=fuzzer,address,undefined "${objs[@]}" -lpcre2-8 -lpugixml -lxxhash \
-    "$root/.deps/xgrammar/lib/libxgrammar.a" -o "$bin"
+    "$root/.deps/xgrammar/lib/libxgrammar.a" -o "$out/fuzz_$t"
   corpus="$out/corpus_$t"
   mkdir -p "$corpus"
   cp -n "$root/tests/fuzz/corpus/$t/"* "$corpus/" 2>/dev/null || true
   # The real chat templates fetched for the tests seed the template fuzzer too.
   [ "$t" = jinja ] && cp -n "$root/tests/data/templates/"*.jinja "$corpus/" 2>/dev/null || true
-  echo "fuzz: $t for ${secs}s"
+done
+# One fuzzer per core at a time (each is one process on one thread), each
+# for the full SECONDS; their summaries are printed in target order.
+fuzz_one() {
+  local t=$1
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    "$bin" "$corpus" -max_total_time="$secs" -timeout=10 -rss_limit_mb=4096 -max_len=65536 \
-    -artifact_prefix="$out/crash_${t}_" -print_final_stats=1 2>&1 | grep -E "stat::number_of_executed_units|stat::peak_rss|ERROR|SUMMARY|Test unit written|#[0-9]+ *DONE" || true
+    "$out/fuzz_$t" "$out/corpus_$t" -max_total_time="$secs" -timeout=10 -rss_limit_mb=4096 -max_len=65536 \
+    -artifact_prefix="$out/crash_${t}_" -print_final_stats=1 2>&1 |
+    grep -E "stat::number_of_executed_units|stat::peak_rss|ERROR|SUMMARY|Test unit written|#[0-9]+ *DONE" || true
+}
+at_once=$(nproc)
+logs=$(mktemp -d)
+running=0
+for t in "${targets[@]}"; do
+  if [ "$running" -ge "$at_once" ]; then wait -n || true; running=$((running - 1)); fi
+  fuzz_one "$t" > "$logs/$t.log" &
+  running=$((running + 1))
+done
+wait
+failed=0
+for t in "${targets[@]}"; do
+  echo "fuzz: $t for ${secs}s"
+  cat "$logs/$t.log"
   if ls "$out"/crash_"${t}"_* >/dev/null 2>&1; then
     echo "fuzz: $t found a failing input: $(ls "$out"/crash_"${t}"_*)" >&2
-    exit 1
+    failed=1
   fi
 done
+rm -rf "$logs"
+exit $failed
