@@ -22,7 +22,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 0: spec = {cs::GrammarKind::kJsonSchema, text}; break;
     case 1: spec = {cs::GrammarKind::kRegex, text}; break;
     case 2: spec = {cs::GrammarKind::kEbnf, text}; break;
-    default: spec = {cs::GrammarKind::kJsonSchema, text, cs::JsonFrame{"[", "<c>", "</c>", ",", "]", data[0] % 8 < 4 ? 1 : 0}};
+    default: spec = {cs::GrammarKind::kJsonSchema, text, cs::JsonFrame{"[", "<c>", "</c>", ",", "]", data[0] % 8 < 4 ? 1 : 0, {}}};
   }
   try {
     const auto g = cs::Grammar::compile(vocab, spec);
