@@ -2,6 +2,7 @@
 // 2 MB or more are 2 MB aligned and asked to live on transparent huge pages
 // (the host's THP mode is usually `madvise`, so only asked memory gets them),
 // smaller ones are 64-byte aligned so that vectors start on a cache line.
+// The large ones follow --numa's policy (base/numa.h).
 // With 4 KB pages a stream of weights crosses a page every 4 KB, and the
 // hardware prefetchers, which stop at page boundaries, restart on each: the
 // repacked weights of a decode step read at a fraction of the bandwidth.
@@ -14,7 +15,7 @@ namespace cs {
 constexpr size_t kHugePage = size_t(2) << 20;
 
 // Aligned as above; the size is rounded up to the alignment. Throws
-// std::bad_alloc. Free with std::free.
+// std::bad_alloc. Free with free_hinted.
 void* allocate_hinted(size_t bytes);
 
 // A std::allocator on allocate_hinted, for the vectors of weights.

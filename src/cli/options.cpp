@@ -10,12 +10,16 @@
 #include <sstream>
 
 #include "base/cuda.h"
+#include "base/numa.h"
 #include "cli/commands.h"
 #include "model/cuda_ops.h"
 #include "model/llama.h"
 
 namespace cs {
 namespace {
+
+// --numa, applied as a model loads (load_model).
+NumaPolicy g_numa = NumaPolicy::kOff;
 
 std::string num(double v) {
   std::ostringstream s;
@@ -154,9 +158,15 @@ void add_device_option(CLI::App& cmd, std::string& device) {
          "With --device cuda: a step's kernel launches replayed as CUDA graphs (on, the default) or launched one by "
          "one (off)")
       ->check(CLI::IsMember({"on", "off"}));
+  cmd.add_option_function<std::string>(
+         "--numa", [](const std::string& v) { g_numa = numa_policy_named(v); },
+         "Where the weights' and the KV pool's pages live on a machine of several NUMA nodes: off (the default: "
+         "where first written) or interleave (page by page over every node; docs/deploy.md)")
+      ->check(CLI::IsMember({"off", "interleave"}));
 }
 
 std::unique_ptr<LlamaModel> load_model(const std::string& path, const std::string& device) {
+  set_numa_policy(g_numa);  // before the weights are repacked
   return LlamaModel::load(model_path(path), device == "cuda" ? cuda_backend() : cpu_backend());
 }
 

@@ -43,8 +43,9 @@ std::string read_text_file(const std::string& path, const char* what);
 std::unique_ptr<LlamaModel> load_chat_model(const std::string& path, const std::string& template_file,
                                             const std::string& device = "cpu");
 // --device cpu|cuda: where the model's layers run (default cpu; cuda:
-// model/cuda_ops.h, the GPU's result equal to the CPU's bit for bit), and
-// --cuda-graphs on|off (base/launch_queue.h).
+// model/cuda_ops.h, the GPU's result equal to the CPU's bit for bit),
+// --cuda-graphs on|off (base/launch_queue.h), and --numa off|interleave
+// (base/numa.h; set as load_model starts).
 void add_device_option(CLI::App& cmd, std::string& device);
 // The model at `path` (the default model when empty) on `device`; a device
 // that is not usable is an Error naming why.

@@ -1,5 +1,7 @@
 #include "server/worker_info.h"
 
+#include "base/numa.h"
+
 namespace cs {
 
 using json = nlohmann::json;
@@ -37,6 +39,7 @@ json server_info(const Engine& e, const WorkerIdentity& w) {
           {"threads", s.threads},
           {"device", e.model().backend().name()},
           {"kv_device", e.kv_device()},
+          {"numa", {{"policy", numa_policy_name(numa_policy())}, {"nodes", numa_nodes()}}},
           {"prefix_caching", o.prefix_caching()},
           {"kv_events", kv_events},
           {"vllm_config",

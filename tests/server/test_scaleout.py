@@ -45,6 +45,19 @@ def prompt(family, n_words, tail=""):
 no_new_threads = heavy_under_tsan_because("no threads beyond test_api's")
 
 
+def online_nodes():
+    """The NUMA nodes the kernel lists as online ("0", "0-1,4"), as a list."""
+    try:
+        text = open("/sys/devices/system/node/online").read().strip()
+    except OSError:
+        return [0]
+    nodes = []
+    for part in filter(None, text.split(",")):
+        lo, _, hi = part.partition("-")
+        nodes += range(int(lo), int(hi or lo) + 1)
+    return nodes or [0]
+
+
 @no_new_threads
 class WorkerEndpoints(ServedTest):
     server_args = ("--max-batch", "4", "--kv-events", f"tcp://127.0.0.1:{free_port()}", "--kv-event-block-size", "32")
@@ -73,6 +86,7 @@ class WorkerEndpoints(ServedTest):
             self.assertEqual(info["max_batch"], 4)
             self.assertEqual(info["device"], "cpu")
             self.assertEqual(info["kv_device"], "cpu")
+            self.assertEqual(info["numa"], {"policy": "off", "nodes": online_nodes()})
             self.assertTrue(info["prefix_caching"])
             # Where vLLM's routers read them.
             cfg = info["vllm_config"]
