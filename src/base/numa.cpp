@@ -26,9 +26,9 @@ std::vector<int> parse_numa_nodes(const std::string& text) {
   std::stringstream in(text);
   std::string part;
   while (std::getline(in, part, ',')) {
-    if (part.empty() || part == "\n") continue;
     char* end = nullptr;
     const long lo = std::strtol(part.c_str(), &end, 10);
+    if (end == part.c_str()) continue;  // no number (an empty part, the line's end)
     long hi = lo;
     if (*end == '-') hi = std::strtol(end + 1, &end, 10);
     for (long n = lo; n <= hi && n >= 0 && n < 4096; ++n) nodes.push_back(int(n));
