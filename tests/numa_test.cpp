@@ -21,6 +21,7 @@ TEST(Numa, NodeListsAreReadInTheKernelsFormat) {
   EXPECT_EQ(parse_numa_nodes("0-3"), (std::vector<int>{0, 1, 2, 3}));
   EXPECT_EQ(parse_numa_nodes("0-1,4-5\n"), (std::vector<int>{0, 1, 4, 5}));
   EXPECT_EQ(parse_numa_nodes("2,7"), (std::vector<int>{2, 7}));
+  EXPECT_EQ(parse_numa_nodes("0,\n"), std::vector<int>{0});
   EXPECT_TRUE(parse_numa_nodes("").empty());
   const std::vector<int> online = numa_nodes();
   ASSERT_FALSE(online.empty());
