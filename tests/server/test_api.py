@@ -375,7 +375,7 @@ class Api(ServedTest):
         conn = http.client.HTTPConnection(host, int(port), timeout=60)
         conn.request("POST", "/v1/completions", json.dumps(
             {"model": MODEL_ID, "prompt": "1, 2, 3, 4,", "max_tokens": 4000, "stream": True,
-             "temperature": 0}), {"Content-Type": "application/json"})  # counts on: runs until cancelled
+             "temperature": 0, "ignore_eos": True}), {"Content-Type": "application/json"})  # runs until cancelled
         r = conn.getresponse()
         self.assertEqual(r.status, 200)
         r.fp.readline()  # the first event
@@ -456,7 +456,10 @@ class Limits(unittest.TestCase):
             # A long stream holds the only running slot; the next request
             # waits; the one after finds the queue full.
             client = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0)
-            long = client.completions.create(model=MODEL_ID, prompt="Count:", max_tokens=4000, stream=True)
+            # ignore_eos: a sampled stream that met end-of-text would free the
+            # slot, and the request this test expects refused would run.
+            long = client.completions.create(model=MODEL_ID, prompt="Count:", max_tokens=4000, stream=True,
+                                             extra_body={"ignore_eos": True})
             next(iter(long))
             body = json.dumps({"model": MODEL_ID, "prompt": "hi", "max_tokens": 2})
             waiting = []
@@ -465,6 +468,7 @@ class Limits(unittest.TestCase):
             deadline = time.time() + 60
             while metrics(s.url)["chunkserve:num_requests_waiting"] < 1 and time.time() < deadline:
                 time.sleep(0.05)
+            self.assertEqual(metrics(s.url)["chunkserve:num_requests_waiting"], 1)
             code, headers, j = raw(s.url, "POST", "/v1/completions", body)
             self.assertEqual(code, 429, j)
             self.assertEqual(headers.get("Retry-After"), "1")

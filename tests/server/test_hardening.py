@@ -484,7 +484,7 @@ class Server1(unittest.TestCase):
         before = metric(self.server.url, "chunkserve:requests_cancelled_total")
         s = socket.create_connection(host_port(self.server.url), timeout=30)
         body = json.dumps({"model": MODEL_ID, "prompt": "1, 2, 3, 4,", "max_tokens": 4000,
-                           "temperature": 0}).encode()  # not streamed: counts on until cancelled
+                           "temperature": 0, "ignore_eos": True}).encode()  # not streamed: runs until cancelled
         s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                   b"Content-Length: %d\r\n\r\n" % len(body) + body)
         time.sleep(0.5)
