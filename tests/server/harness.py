@@ -23,6 +23,12 @@ class Server:
         # A small KV pool: it is touched at start-up, and tests start many servers.
         if "--kv-memory" not in args:
             extra += ["--kv-memory", "384M"]
+        # A constraint compiles in a child at the lowest priority within 3x
+        # its CPU budget in wall time; on a CI host whose two cores run two
+        # tests, the default's 30 s went by (a CI mimic, 2026-11-28). Time must not
+        # decide a test: a generous budget, unless the test sets its own.
+        if "--grammar-budget" not in args:
+            extra += ["--grammar-budget", "120"]
         cmd = [binary, "serve", "-m", model, "--port", "0", *args, *extra]
         self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})},
                                      preexec_fn=preexec)
