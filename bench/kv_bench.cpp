@@ -160,13 +160,20 @@ void BM_OutputHead(benchmark::State& state) {
   std::vector<BlockQ8> scratch;
   HeadScratch head;
   const float margin = state.range(1) == 1 ? kHeadMargin : INFINITY;
+  const size_t cols = size_t(w.cols);
+  const int64_t n_tiles = (w.rows + kPackRows - 1) / kPackRows;
+  int64_t call = 0, refined = 0;
   for (auto _ : state) {
-    if (state.range(1)) matmul_refined(w, hidden.data(), n, margin, y.data(), head);
-    else matmul(w, hidden.data(), n, y.data(), scratch);
+    // Fewer than 32 rows: each call the next n of the sentence's positions.
+    const float* x = hidden.data() + size_t(call++ % (32 / n)) * size_t(n) * cols;
+    if (state.range(1)) matmul_refined(w, x, n, margin, y.data(), head), refined += head.level2_pairs;
+    else matmul(w, x, n, y.data(), scratch);
     benchmark::DoNotOptimize(y.data());
   }
+  // The share of (tile, row) pairs whose level two was computed.
+  state.counters["level2"] = double(refined) / double(std::max<int64_t>(call, 1) * n_tiles * n);
 }
-BENCHMARK(BM_OutputHead)->ArgsProduct({{1, 32}, {0, 1, 2}})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_OutputHead)->ArgsProduct({{1, 4, 32}, {0, 1, 2}})->Unit(benchmark::kMicrosecond);
 
 // The workload chunkserve is built for, end to end: one decode step of the
 // default model for 32 sequences that share a 2048-token system prompt and

@@ -11,6 +11,7 @@
 #include "base/f16.h"
 #include "model/ggml_types.h"
 #include "model/matmul.h"
+#include "omp_threads.h"
 
 namespace cs {
 namespace {
@@ -701,6 +702,60 @@ TEST(Matmul, RefinedHeadIsCloserToTheExactProduct) {
       }
     }
   set_isa_for_testing(best);
+}
+
+// Up to kStackedRows rows, matmul_refined computes a tile's level two in the
+// same pass where its level one comes near the running top, and adds it where
+// the final top says (see refine_few_rows): each row's result must be the
+// many-rows path's (level one everywhere, level two on the tiles selected
+// after it), bit for bit, at any margin and thread count. On one thread the
+// tiles it refines for a row at margin 0 are exactly those that reach a new
+// running top.
+TEST(Matmul, RefinedHeadOfFewRowsIsTheManyRowsPathsBitForBit) {
+  SavedOmpThreads saved;
+  std::mt19937 rng(47);
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
+    const int rows = 1000, cols = 512, n_all = kStackedRows + 1;  // 63 tiles, the last partial
+    const auto data = random_rows(t, rows, cols, rng);
+    const Weight w = make_weight(t, rows, cols, data.data());
+    std::vector<float> x(size_t(n_all) * cols);
+    std::normal_distribution<float> nd;
+    for (size_t i = 0; i < x.size(); ++i) x[i] = nd(rng) * (i % 37 == 0 ? 30.0f : 1.0f);
+    std::vector<BlockQ8> scratch;
+    std::vector<float> plain(size_t(n_all) * rows);
+    matmul(w, x.data(), n_all, plain.data(), scratch);
+    const auto [lo, hi] = std::minmax_element(plain.begin(), plain.begin() + rows);
+    const float spread = *hi - *lo;
+    const char* name = type_info(uint32_t(t))->name;
+    for (const float margin : {0.0f, 0.05f * spread, 0.3f * spread, INFINITY}) {
+      HeadScratch head;
+      std::vector<float> many(plain.size()), few(plain.size());
+      matmul_refined(w, x.data(), n_all, margin, many.data(), head);  // more than kStackedRows: the other path
+      for (int threads : {1, 2})
+        for (int n = 1; n <= kStackedRows; ++n)
+          for (int first = 0; first + n <= n_all; first += n) {
+            omp_set_num_threads(threads);
+            matmul_refined(w, x.data() + size_t(first) * cols, n, margin, few.data(), head);
+            EXPECT_EQ(std::memcmp(few.data(), many.data() + size_t(first) * rows, size_t(n) * rows * sizeof(float)), 0)
+                << name << " margin " << margin << ", " << threads << " threads, rows " << first << " to " << first + n;
+            EXPECT_GE(head.level2_pairs, n);  // each row's first tile at least
+            EXPECT_LE(head.level2_pairs, n * ((rows + kPackRows - 1) / kPackRows));
+          }
+    }
+    // One thread, one row, margin 0: the tiles in order, refined where level
+    // one's maximum reaches the largest before it.
+    omp_set_num_threads(1);
+    HeadScratch head;
+    std::vector<float> y(rows);
+    matmul_refined(w, x.data(), 1, 0.0f, y.data(), head);
+    int64_t records = 0;
+    float running = -INFINITY;
+    for (int r0 = 0; r0 < rows; r0 += kPackRows) {
+      const float mx = *std::max_element(plain.begin() + r0, plain.begin() + std::min(rows, r0 + kPackRows));
+      if (mx >= running) ++records, running = mx;
+    }
+    EXPECT_EQ(head.level2_pairs, records) << name;
+  }
 }
 
 }  // namespace

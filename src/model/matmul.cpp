@@ -3,8 +3,10 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 
 #include "base/cpu.h"
 #include "base/error.h"
@@ -644,24 +646,22 @@ void quantize_two_levels(const float* x, int n_tok, size_t cols, HeadScratch& h)
   }
 }
 
-// For each tile of outputs, the rows whose output there is within `margin`
-// of that row's top (h.tile_rows, h.tile_count).
-void select_tiles(const float* y, int n_tok, size_t rows, float margin, HeadScratch& h) {
-  const int64_t n_tiles = int64_t((rows + kRowTile - 1) / kRowTile);
-  h.tile_max.resize(size_t(n_tok) * size_t(n_tiles));
-  h.floor.resize(size_t(n_tok));
-#pragma omp parallel for schedule(static) if (n_tok > 1)
-  for (int t = 0; t < n_tok; ++t) {
-    const float* yt = y + size_t(t) * rows;
-    float* m = h.tile_max.data() + size_t(t) * size_t(n_tiles);
-    // Vectorised maxima (a 262144-token head has 16384 tiles per row).
-    for (int64_t tile = 0; tile < n_tiles; ++tile) {
-      const size_t r0 = size_t(tile) * kRowTile, r1 = std::min(rows, r0 + kRowTile);
-      float mx = yt[r0];
+// The largest of a tile's outputs (rows r0 to r1 of one row of y); NaN
+// outputs are passed over, as the comparison leaves them.
+inline float tile_max_of(const float* yt, size_t r0, size_t r1) {
+  float mx = yt[r0];
 #pragma omp simd reduction(max : mx)
-      for (size_t r = r0; r < r1; ++r) mx = yt[r] > mx ? yt[r] : mx;
-      m[tile] = mx;
-    }
+  for (size_t r = r0; r < r1; ++r) mx = yt[r] > mx ? yt[r] : mx;
+  return mx;
+}
+
+// For each tile of outputs, the rows whose output there is within `margin`
+// of that row's top (h.tile_rows, h.tile_count), from the tiles' maxima
+// (h.tile_max, row by row).
+void select_from_maxima(int n_tok, int64_t n_tiles, float margin, HeadScratch& h) {
+  h.floor.resize(size_t(n_tok));
+  for (int t = 0; t < n_tok; ++t) {
+    const float* m = h.tile_max.data() + size_t(t) * size_t(n_tiles);
     float top = m[0];
 #pragma omp simd reduction(max : top)
     for (int64_t tile = 0; tile < n_tiles; ++tile) top = m[tile] > top ? m[tile] : top;
@@ -675,6 +675,86 @@ void select_tiles(const float* y, int n_tok, size_t rows, float margin, HeadScra
         h.tile_rows[size_t(tile) * size_t(n_tok) + size_t(h.tile_count[size_t(tile)]++)] = t;
 }
 
+void select_tiles(const float* y, int n_tok, size_t rows, float margin, HeadScratch& h) {
+  const int64_t n_tiles = int64_t((rows + kRowTile - 1) / kRowTile);
+  h.tile_max.resize(size_t(n_tok) * size_t(n_tiles));
+#pragma omp parallel for schedule(static) if (n_tok > 1)
+  for (int t = 0; t < n_tok; ++t)
+    for (int64_t tile = 0; tile < n_tiles; ++tile)  // vectorised maxima (a 262144-token head has 16384 tiles)
+      h.tile_max[size_t(t) * size_t(n_tiles) + size_t(tile)] =
+          tile_max_of(y + size_t(t) * rows, size_t(tile) * kRowTile, std::min(rows, size_t(tile + 1) * kRowTile));
+  select_from_maxima(n_tok, n_tiles, margin, h);
+}
+
+// A float's atomic maximum (NaN is never stored); returns the maximum now.
+float raise_to(std::atomic<float>& top, float v) {
+  float cur = top.load(std::memory_order_relaxed);
+  while (v > cur && !top.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
+  }
+  return v > cur ? v : cur;
+}
+
+// Few rows (n_tok <= kStackedRows): one pass over the weights, each tile's
+// level one and then, while its weights are still in cache, level two for the
+// rows whose level one there comes within `margin` of that row's largest
+// output found so far. That running largest never exceeds the final one, so
+// every (tile, row) the final selection (on level one's tile maxima, as for
+// many rows) picks has its level two; those refined early, before a row's top
+// was found, are computed for nothing and not added. Which those are depends
+// on the threads' timing; the result does not. On a peaked row most tiles
+// skip level two; on a flat one (random weights) most take it, as the stacked
+// pass of 2n rows this replaced did everywhere.
+void refine_few_rows(const Weight& w, int n_tok, float margin, float* y, HeadScratch& h) {
+  const size_t rows = size_t(w.rows), n = size_t(n_tok);
+  const int nb = int(w.cols / kQBlock);
+  const int64_t n_tiles = int64_t((rows + kRowTile - 1) / kRowTile);
+  h.tile_max.resize(n * size_t(n_tiles));
+  h.out.resize(n * rows);
+  h.has_level2.assign(size_t(n_tiles) * n, 0);
+  std::atomic<float> top[kStackedRows];
+  for (auto& a : top) a.store(-INFINITY, std::memory_order_relaxed);
+  const TileDot dot;
+  // Level two of rows [a, b) on one tile (consecutive activation rows: one call).
+  auto level2 = [&](size_t tile, int a, int b) {
+    dot(w, int64_t(tile) * kRowTile, h.level2.data() + size_t(a) * size_t(nb), nb, b - a,
+        h.out.data() + size_t(a) * rows + tile * kRowTile);
+    std::fill_n(h.has_level2.begin() + int64_t(tile * n) + a, b - a, uint8_t(1));
+  };
+#pragma omp parallel for schedule(guided)
+  for (int64_t tile = 0; tile < n_tiles; ++tile) {
+    const size_t r0 = size_t(tile) * kRowTile, r1 = std::min(rows, r0 + kRowTile);
+    dot(w, int64_t(r0), h.level1.data(), nb, n_tok, y + r0);
+    bool near[kStackedRows];
+    for (size_t t = 0; t < n; ++t) {
+      const float mx = tile_max_of(y + t * rows, r0, r1);
+      h.tile_max[t * size_t(n_tiles) + size_t(tile)] = mx;
+      near[t] = mx >= raise_to(top[t], mx) - margin;
+    }
+    for (int a = 0; a < n_tok;) {
+      if (!near[a]) {
+        ++a;
+        continue;
+      }
+      int b = a + 1;
+      while (b < n_tok && near[b]) ++b;
+      level2(size_t(tile), a, b);
+      a = b;
+    }
+  }
+  select_from_maxima(n_tok, n_tiles, margin, h);
+  h.level2_pairs = std::count(h.has_level2.begin(), h.has_level2.end(), uint8_t(1));
+  for (int64_t tile = 0; tile < n_tiles; ++tile) {
+    const size_t r0 = size_t(tile) * kRowTile, r1 = std::min(rows, r0 + kRowTile);
+    for (int i = 0; i < h.tile_count[size_t(tile)]; ++i) {
+      const int t = h.tile_rows[size_t(tile) * n + size_t(i)];
+      // Never taken unless a NaN among the outputs broke the bound above:
+      // level two computed here gives the same bits.
+      if (!h.has_level2[size_t(tile) * n + size_t(t)]) level2(size_t(tile), t, t + 1);
+      for (size_t r = r0; r < r1; ++r) y[size_t(t) * rows + r] += h.out[size_t(t) * rows + r];
+    }
+  }
+}
+
 }  // namespace
 
 void matmul_refined(const Weight& w, const float* x, int n_tok, float margin, float* y, HeadScratch& h) {
@@ -683,25 +763,7 @@ void matmul_refined(const Weight& w, const float* x, int n_tok, float margin, fl
   const int nb = int(cols / kQBlock);
   quantize_two_levels(x, n_tok, cols, h);
   const Weight* ws[] = {&w};
-  if (n_tok <= kStackedRows) {
-    // Few rows: the pass is bound by reading the weights, so both levels go
-    // through one pass (as 2n rows) at a cost that does not depend on how
-    // many tiles are selected, and level two is kept where they are.
-    h.stacked.assign(h.level1.begin(), h.level1.end());
-    h.stacked.insert(h.stacked.end(), h.level2.begin(), h.level2.end());
-    h.out.resize(2 * size_t(n_tok) * rows);
-    float* both[] = {h.out.data()};
-    dot_tiles(ws, h.stacked.data(), nb, 2 * n_tok, both);
-    std::copy_n(h.out.data(), size_t(n_tok) * rows, y);
-    select_tiles(y, n_tok, rows, margin, h);
-    for (size_t tile = 0; tile < h.tile_count.size(); ++tile)
-      for (int i = 0; i < h.tile_count[tile]; ++i) {
-        const size_t t = size_t(h.tile_rows[tile * size_t(n_tok) + size_t(i)]);
-        for (size_t r = tile * kRowTile; r < std::min(rows, (tile + 1) * kRowTile); ++r)
-          y[t * rows + r] += h.out[(size_t(n_tok) + t) * rows + r];
-      }
-    return;
-  }
+  if (n_tok <= kStackedRows) return refine_few_rows(w, n_tok, margin, y, h);
   // Many rows: level one for every output, then level two only on the
   // selected (tile, row) pairs, each tile once for the rows that select it.
   float* ys[] = {y};
@@ -709,6 +771,7 @@ void matmul_refined(const Weight& w, const float* x, int n_tok, float margin, fl
   select_tiles(y, n_tok, rows, margin, h);
   const TileDot dot;
   const int64_t n_tiles = int64_t(h.tile_count.size());
+  h.level2_pairs = std::accumulate(h.tile_count.begin(), h.tile_count.end(), int64_t(0));
 #pragma omp parallel
   {
     std::vector<BlockQ8> acts;

@@ -71,12 +71,16 @@ void matmul(const Weight& w, const float* x, int n_tok, float* y, std::vector<Bl
 
 // Scratch of matmul_refined, reused between calls.
 struct HeadScratch {
-  std::vector<BlockQ8> level1, level2, stacked;
+  std::vector<BlockQ8> level1, level2;
   std::vector<float> residual, tile_max, floor, out;
   std::vector<int> tile_rows, tile_count;  // the rows that select each tile
+  std::vector<uint8_t> has_level2;         // few rows: (tile, row) whose level two the pass computed
+  int64_t level2_pairs = 0;                // of the last call: (tile, row) pairs whose level two was computed
 };
 
-// matmul_refined runs both levels in one pass up to this many rows.
+// Up to this many rows, matmul_refined reads the weights once: a row's level
+// two on a tile is computed beside its level one where that comes near the
+// row's running top. More rows: level one everywhere, then level two tile by tile.
 constexpr int kStackedRows = 4;
 
 // matmul(), then the outputs that matter refined: each activation row is
