@@ -702,55 +702,73 @@ float raise_to(std::atomic<float>& top, float v) {
 // many rows) picks has its level two; those refined early, before a row's top
 // was found, are computed for nothing and not added. Which those are depends
 // on the threads' timing; the result does not. On a peaked row most tiles
-// skip level two; on a flat one (random weights) most take it, as the stacked
-// pass of 2n rows this replaced did everywhere.
+// skip level two. On a flat one (random weights) most need it, and a second
+// kernel call per tile would decode its weights twice: a thread whose last
+// tile needed level two for most rows runs the next one's both levels as 2n
+// rows of one call, as the stacked pass this replaced did everywhere (a row's
+// bits do not depend on the rows beside it).
 void refine_few_rows(const Weight& w, int n_tok, float margin, float* y, HeadScratch& h) {
   const size_t rows = size_t(w.rows), n = size_t(n_tok);
   const int nb = int(w.cols / kQBlock);
   const int64_t n_tiles = int64_t((rows + kRowTile - 1) / kRowTile);
+  // Activations: level one's n rows, then level two's; outputs likewise.
+  h.stacked.assign(h.level1.begin(), h.level1.end());
+  h.stacked.insert(h.stacked.end(), h.level2.begin(), h.level2.end());
+  h.out.resize(2 * n * rows);
   h.tile_max.resize(n * size_t(n_tiles));
-  h.out.resize(n * rows);
   h.has_level2.assign(size_t(n_tiles) * n, 0);
   std::atomic<float> top[kStackedRows];
   for (auto& a : top) a.store(-INFINITY, std::memory_order_relaxed);
   const TileDot dot;
-  // Level two of rows [a, b) on one tile (consecutive activation rows: one call).
-  auto level2 = [&](size_t tile, int a, int b) {
-    dot(w, int64_t(tile) * kRowTile, h.level2.data() + size_t(a) * size_t(nb), nb, b - a,
-        h.out.data() + size_t(a) * rows + tile * kRowTile);
-    std::fill_n(h.has_level2.begin() + int64_t(tile * n) + a, b - a, uint8_t(1));
+  // Activation rows [a, b) of the stacked 2n on one tile, in one call.
+  auto rows_of = [&](size_t tile, size_t a, size_t b) {
+    dot(w, int64_t(tile) * kRowTile, h.stacked.data() + a * size_t(nb), nb, int(b - a),
+        h.out.data() + a * rows + tile * kRowTile);
   };
-#pragma omp parallel for schedule(guided)
-  for (int64_t tile = 0; tile < n_tiles; ++tile) {
-    const size_t r0 = size_t(tile) * kRowTile, r1 = std::min(rows, r0 + kRowTile);
-    dot(w, int64_t(r0), h.level1.data(), nb, n_tok, y + r0);
-    bool near[kStackedRows];
-    for (size_t t = 0; t < n; ++t) {
-      const float mx = tile_max_of(y + t * rows, r0, r1);
-      h.tile_max[t * size_t(n_tiles) + size_t(tile)] = mx;
-      near[t] = mx >= raise_to(top[t], mx) - margin;
-    }
-    for (int a = 0; a < n_tok;) {
-      if (!near[a]) {
-        ++a;
-        continue;
+#pragma omp parallel
+  {
+    bool stack = false;  // most rows of this thread's last tile needed level two
+#pragma omp for schedule(guided)
+    for (int64_t tile = 0; tile < n_tiles; ++tile) {
+      const size_t r0 = size_t(tile) * kRowTile, r1 = std::min(rows, r0 + kRowTile);
+      uint8_t* has = h.has_level2.data() + size_t(tile) * n;
+      rows_of(size_t(tile), 0, stack ? 2 * n : n);
+      if (stack) std::fill_n(has, n, uint8_t(1));
+      bool near[kStackedRows];
+      size_t n_near = 0;
+      for (size_t t = 0; t < n; ++t) {
+        const float mx = tile_max_of(h.out.data() + t * rows, r0, r1);
+        h.tile_max[t * size_t(n_tiles) + size_t(tile)] = mx;
+        near[t] = mx >= raise_to(top[t], mx) - margin;
+        n_near += near[t];
       }
-      int b = a + 1;
-      while (b < n_tok && near[b]) ++b;
-      level2(size_t(tile), a, b);
-      a = b;
+      stack = 2 * n_near >= n + 1;  // most rows near: likely so on the next tile too
+      for (size_t a = 0; a < n;) {  // level two's runs of near rows not yet computed
+        if (!near[a] || has[a]) {
+          ++a;
+          continue;
+        }
+        size_t b = a + 1;
+        while (b < n && near[b] && !has[b]) ++b;
+        rows_of(size_t(tile), n + a, n + b);
+        std::fill(has + a, has + b, uint8_t(1));
+        a = b;
+      }
     }
   }
   select_from_maxima(n_tok, n_tiles, margin, h);
   h.level2_pairs = std::count(h.has_level2.begin(), h.has_level2.end(), uint8_t(1));
+#pragma omp parallel for schedule(static)
   for (int64_t tile = 0; tile < n_tiles; ++tile) {
     const size_t r0 = size_t(tile) * kRowTile, r1 = std::min(rows, r0 + kRowTile);
+    for (size_t t = 0; t < n; ++t) std::copy(h.out.data() + t * rows + r0, h.out.data() + t * rows + r1, y + t * rows + r0);
     for (int i = 0; i < h.tile_count[size_t(tile)]; ++i) {
-      const int t = h.tile_rows[size_t(tile) * n + size_t(i)];
+      const size_t t = size_t(h.tile_rows[size_t(tile) * n + size_t(i)]);
       // Never taken unless a NaN among the outputs broke the bound above:
       // level two computed here gives the same bits.
-      if (!h.has_level2[size_t(tile) * n + size_t(t)]) level2(size_t(tile), t, t + 1);
-      for (size_t r = r0; r < r1; ++r) y[size_t(t) * rows + r] += h.out[size_t(t) * rows + r];
+      if (!h.has_level2[size_t(tile) * n + t]) rows_of(size_t(tile), n + t, n + t + 1);
+      const float* l2 = h.out.data() + (n + t) * rows;
+      for (size_t r = r0; r < r1; ++r) y[t * rows + r] += l2[r];
     }
   }
 }

@@ -71,7 +71,7 @@ void matmul(const Weight& w, const float* x, int n_tok, float* y, std::vector<Bl
 
 // Scratch of matmul_refined, reused between calls.
 struct HeadScratch {
-  std::vector<BlockQ8> level1, level2;
+  std::vector<BlockQ8> level1, level2, stacked;
   std::vector<float> residual, tile_max, floor, out;
   std::vector<int> tile_rows, tile_count;  // the rows that select each tile
   std::vector<uint8_t> has_level2;         // few rows: (tile, row) whose level two the pass computed
