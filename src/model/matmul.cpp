@@ -646,8 +646,8 @@ void quantize_two_levels(const float* x, int n_tok, size_t cols, HeadScratch& h)
   }
 }
 
-// The largest of a tile's outputs (rows r0 to r1 of one row of y); NaN
-// outputs are passed over, as the comparison leaves them.
+// The largest of a tile's outputs (rows r0 to r1 of one row of y); a NaN
+// after the first output is passed over, as the comparison leaves it.
 inline float tile_max_of(const float* yt, size_t r0, size_t r1) {
   float mx = yt[r0];
 #pragma omp simd reduction(max : mx)
@@ -780,10 +780,10 @@ void matmul_refined(const Weight& w, const float* x, int n_tok, float margin, fl
   const size_t cols = size_t(w.cols), rows = size_t(w.rows);
   const int nb = int(cols / kQBlock);
   quantize_two_levels(x, n_tok, cols, h);
-  const Weight* ws[] = {&w};
   if (n_tok <= kStackedRows) return refine_few_rows(w, n_tok, margin, y, h);
   // Many rows: level one for every output, then level two only on the
   // selected (tile, row) pairs, each tile once for the rows that select it.
+  const Weight* ws[] = {&w};
   float* ys[] = {y};
   dot_tiles(ws, h.level1.data(), nb, n_tok, ys);
   select_tiles(y, n_tok, rows, margin, h);
