@@ -4,6 +4,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -104,6 +105,53 @@ def raw(url, method, path, body=None, headers=None):
     except ValueError:
         return r.status, dict(r.getheaders()), text
 
+
+
+class Stream:
+    """A streamed POST whose events a thread reads as they come, so the
+    server never holds it back for unread events (a paused stream frees its
+    place in the batch). `status` is the HTTP status; `events` the data lines
+    so far; close() hangs up, which cancels the request."""
+
+    def __init__(self, url, path, body):
+        host, port = url.replace("http://", "").split(":")
+        self.conn = http.client.HTTPConnection(host, int(port), timeout=300)
+        self.conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+        self.response = self.conn.getresponse()
+        self.status = self.response.status
+        self.events = []
+        self.changed = threading.Condition()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        try:
+            while True:
+                line = self.response.readline()
+                if not line:
+                    break
+                if line.startswith(b"data: "):
+                    with self.changed:
+                        self.events.append(line[6:].decode().strip())
+                        self.changed.notify_all()
+        except (OSError, ValueError, http.client.HTTPException):
+            pass  # hung up by close()
+
+    def wait_events(self, n, timeout=120):
+        """Whether n events came within `timeout` seconds."""
+        with self.changed:
+            return self.changed.wait_for(lambda: len(self.events) >= n, timeout)
+
+    def close(self):
+        """Hangs up (again: nothing)."""
+        sock = self.conn.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self.reader.join(60)
+        self.conn.close()
 
 # Tests that spend minutes under ThreadSanitizer on one thread's work
 # (encoding a Prompt Cache schema, decoding long answers) and add no

@@ -16,7 +16,7 @@ import unittest
 
 import openai
 
-from harness import ServedTest, Server, heavy_under_tsan, heavy_under_tsan_because, raw
+from harness import ServedTest, Server, Stream, heavy_under_tsan, heavy_under_tsan_because, raw, wait_until
 
 BINARY = MODEL = None
 MODEL_ID = "SmolLM2-135M-Instruct.Q4_1"
@@ -452,32 +452,38 @@ class Limits(unittest.TestCase):
 
     def test_too_many_waiting_is_429(self):
         s = Server(BINARY, MODEL, "--max-batch", "1", "--max-waiting", "1")
+        holder = waiter = None
         try:
             # A long stream holds the only running slot; the next request
-            # waits; the one after finds the queue full.
-            client = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0)
-            # ignore_eos: a sampled stream that met end-of-text would free the
-            # slot, and the request this test expects refused would run.
-            long = client.completions.create(model=MODEL_ID, prompt="Count:", max_tokens=4000, stream=True,
-                                             extra_body={"ignore_eos": True})
-            next(iter(long))
+            # waits; the one after finds the queue full. Nothing may free the
+            # slot meanwhile, so the holder asks for ignore_eos (a sampled
+            # end-of-text would end it), its events are read as they come (a
+            # stream left unread is paused and leaves the batch), and the
+            # waiter asks for far more tokens than the holder (shorter work
+            # waiting takes a long one's place, scheduler.h; the waiter's
+            # 8000 less 64 a second waited stays above the holder's 2000 for
+            # over 90 s).
+            holder = Stream(s.url, "/v1/completions", {"model": MODEL_ID, "prompt": "Count:", "max_tokens": 2000,
+                                                      "stream": True, "ignore_eos": True})
+            self.assertEqual(holder.status, 200)
+            self.assertTrue(holder.wait_events(1))
+            waiter = Stream(s.url, "/v1/completions", {"model": MODEL_ID, "prompt": "hi", "max_tokens": 8000,
+                                                      "stream": True, "temperature": 0, "ignore_eos": True})
+            self.assertTrue(wait_until(lambda: metrics(s.url)["chunkserve:num_requests_waiting"] == 1, 60))
             body = json.dumps({"model": MODEL_ID, "prompt": "hi", "max_tokens": 2})
-            waiting = []
-            t = threading.Thread(target=lambda: waiting.append(raw(s.url, "POST", "/v1/completions", body)))
-            t.start()
-            deadline = time.time() + 60
-            while metrics(s.url)["chunkserve:num_requests_waiting"] < 1 and time.time() < deadline:
-                time.sleep(0.05)
-            self.assertEqual(metrics(s.url)["chunkserve:num_requests_waiting"], 1)
             code, headers, j = raw(s.url, "POST", "/v1/completions", body)
             self.assertEqual(code, 429, j)
             self.assertEqual(headers.get("Retry-After"), "1")
             self.assertEqual(j["error"]["type"], "rate_limit_error")
             self.assertIn("too many requests are waiting", j["error"]["message"])
-            long.close()  # hangs up: the waiting request runs
-            t.join(120)
-            self.assertEqual(waiting[0][0], 200)
+            self.assertEqual(waiter.events, [])  # still waiting
+            holder.close()  # hangs up: the waiting request runs
+            self.assertTrue(waiter.wait_events(1))
+            self.assertEqual(waiter.status, 200)
         finally:
+            for stream in (holder, waiter):
+                if stream:
+                    stream.close()
             self.assertEqual(s.stop(), 0)
 
     def test_json_log_lines(self):
