@@ -137,25 +137,31 @@ T __shfl_sync(unsigned, T v, int src) {
 inline void __syncthreads() { meet(*this_block); }
 
 // An m16n8kK mma's operands, K = 8E for registers of E elements: every lane
-// posts its A and B registers, all meet, each reads the warp's whole A
-// (16 x K) and B (K x 8) from PTX's fragment layout (lane = 4 g + t): a0
-// holds row g, columns Et..Et+E-1, a1 row g + 8, a2 and a3 the same rows at
-// columns K/2 + Et..; b0 holds column g, rows Et.., b1 rows K/2 + Et..; then
-// all meet again (the registers may be posted anew).
+// posts its A and B registers, all meet, each reads from PTX's fragment
+// layout (lane = 4 g + t) the part of A (16 x K) and B (K x 8) its outputs
+// need: rows g and g + 8 of A, columns 2t and 2t + 1 of B (the rest is left
+// unwritten; decoding the whole of both in every lane made the K-quant
+// matmuls' emulation several times slower). Lane 4g + t' holds in a0 row g,
+// columns Et'..Et'+E-1, a1 row g + 8, a2 and a3 the same rows at columns
+// K/2 + Et'..; in b0 column g, rows Et'.., b1 rows K/2 + Et'..; then all meet
+// again (the registers may be posted anew).
 template <int E, class T, class Elem>
 void gather_fragments(const std::array<uint32_t, 6>& mine, T (&A)[16][8 * E], T (&B)[8 * E][8], Elem elem) {
   constexpr int H = 4 * E;
   Warp& w = *this_warp;
   if (one_by_one) throw NeedsLanes{};
-  std::memcpy(w.frag[threadIdx.x & 31], mine.data(), sizeof(w.frag[0]));
+  const int me = int(threadIdx.x & 31), g = me >> 2, t = me & 3;
+  std::memcpy(w.frag[me], mine.data(), sizeof(w.frag[0]));
   arrive_and_wait(w.meet);
-  for (int l = 0; l < 32; ++l) {
-    const int g = l >> 2, t = l & 3;
-    const uint32_t* f = w.frag[l];
+  for (int tt = 0; tt < 4; ++tt) {
+    const uint32_t* f = w.frag[4 * g + tt];
     for (int i = 0; i < E; ++i) {
-      A[g][E * t + i] = elem(f[0], i), A[g + 8][E * t + i] = elem(f[1], i);
-      A[g][H + E * t + i] = elem(f[2], i), A[g + 8][H + E * t + i] = elem(f[3], i);
-      B[E * t + i][g] = elem(f[4], i), B[H + E * t + i][g] = elem(f[5], i);
+      A[g][E * tt + i] = elem(f[0], i), A[g + 8][E * tt + i] = elem(f[1], i);
+      A[g][H + E * tt + i] = elem(f[2], i), A[g + 8][H + E * tt + i] = elem(f[3], i);
+    }
+    for (int c = 2 * t; c < 2 * t + 2; ++c) {
+      const uint32_t* fb = w.frag[4 * c + tt];
+      for (int i = 0; i < E; ++i) B[E * tt + i][c] = elem(fb[4], i), B[H + E * tt + i][c] = elem(fb[5], i);
     }
   }
   arrive_and_wait(w.meet);
