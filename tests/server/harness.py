@@ -91,10 +91,19 @@ def wait_until(check, timeout=15.0):
         time.sleep(0.05)
 
 
+def host_port(url):
+    """(host, port) of a server's http://HOST:PORT url."""
+    host, port = url.replace("http://", "").split(":")
+    return host, int(port)
+
+
+def connect(url, timeout=300):  # ThreadSanitizer's build is slow
+    return http.client.HTTPConnection(*host_port(url), timeout=timeout)
+
+
 def raw(url, method, path, body=None, headers=None):
     """(status, headers, parsed JSON or text) of one HTTP request (JSON content type unless headers say)."""
-    host, port = url.replace("http://", "").split(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=300)  # ThreadSanitizer's build is slow
+    conn = connect(url)
     data = body.encode() if isinstance(body, str) else body
     conn.request(method, path, body=data, headers={"Content-Type": "application/json", **(headers or {})})
     r = conn.getresponse()
@@ -106,7 +115,6 @@ def raw(url, method, path, body=None, headers=None):
         return r.status, dict(r.getheaders()), text
 
 
-
 class Stream:
     """A streamed POST whose events a thread reads as they come, so the
     server never holds it back for unread events (a paused stream frees its
@@ -114,8 +122,7 @@ class Stream:
     so far; close() hangs up, which cancels the request."""
 
     def __init__(self, url, path, body):
-        host, port = url.replace("http://", "").split(":")
-        self.conn = http.client.HTTPConnection(host, int(port), timeout=300)
+        self.conn = connect(url)
         self.conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
         self.response = self.conn.getresponse()
         self.status = self.response.status
@@ -152,6 +159,7 @@ class Stream:
                 pass
         self.reader.join(60)
         self.conn.close()
+
 
 # Tests that spend minutes under ThreadSanitizer on one thread's work
 # (encoding a Prompt Cache schema, decoding long answers) and add no

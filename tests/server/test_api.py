@@ -3,7 +3,6 @@
 
 Run by CTest: python3 test_api.py BINARY MODEL
 """
-import http.client
 import json
 import os
 import re
@@ -16,7 +15,7 @@ import unittest
 
 import openai
 
-from harness import ServedTest, Server, Stream, heavy_under_tsan, heavy_under_tsan_because, raw, wait_until
+from harness import ServedTest, Server, Stream, connect, heavy_under_tsan, heavy_under_tsan_because, raw, wait_until
 
 BINARY = MODEL = None
 MODEL_ID = "SmolLM2-135M-Instruct.Q4_1"
@@ -376,8 +375,7 @@ class Api(ServedTest):
 
     def test_disconnect_mid_stream_cancels(self):
         before = metrics(self.server.url)
-        host, port = self.server.url.replace("http://", "").split(":")
-        conn = http.client.HTTPConnection(host, int(port), timeout=60)
+        conn = connect(self.server.url, 60)
         conn.request("POST", "/v1/completions", json.dumps(
             {"model": MODEL_ID, "prompt": "1, 2, 3, 4,", "max_tokens": 4000, "stream": True,
              "temperature": 0, "ignore_eos": True}), {"Content-Type": "application/json"})  # runs until cancelled

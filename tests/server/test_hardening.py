@@ -6,7 +6,6 @@ bounded and every server listens on loopback.
 
 Run by CTest: python3 test_hardening.py BINARY MODEL
 """
-import http.client
 import json
 import os
 import re
@@ -21,15 +20,10 @@ import unittest
 
 import openai
 
-from harness import Server, heavy_under_tsan, heavy_under_tsan_because, raw
+from harness import Server, connect, heavy_under_tsan, heavy_under_tsan_because, host_port, raw
 
 BINARY = MODEL = None
 MODEL_ID = "SmolLM2-135M-Instruct.Q4_1"
-
-
-def host_port(url):
-    host, port = url.replace("http://", "").split(":")
-    return host, int(port)
 
 
 def read_to_close(s):
@@ -384,7 +378,7 @@ class Server1(unittest.TestCase):
     # --- connections -----------------------------------------------------------
 
     def test_idle_connection_still_answers(self):
-        conn = http.client.HTTPConnection(*host_port(self.server.url), timeout=30)
+        conn = connect(self.server.url, 30)
         conn.connect()
         time.sleep(3)  # longer than the old 2 s idle close
         conn.request("GET", "/health")
@@ -392,7 +386,7 @@ class Server1(unittest.TestCase):
         conn.close()
 
     def test_many_requests_on_one_connection(self):
-        conn = http.client.HTTPConnection(*host_port(self.server.url), timeout=30)
+        conn = connect(self.server.url, 30)
         for _ in range(20):  # beyond the old keep-alive maximum of 5
             conn.request("GET", "/health")
             r = conn.getresponse()
