@@ -5,6 +5,7 @@
 // near-tie. Skipped without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -123,11 +124,20 @@ TEST(CudaModel, TheEngineOnTheGpuIsExactAcrossModesAndBatches) {
 
 
 // Perplexity with the KV on the GPU (model/sequence_kv.h) against the CPU's
-// on the same text: within 0.5% (the issue's bound). Each window also runs on
-// the GPU with its KV on the host, where the logits must be the CPU's bits,
-// and on the GPU twice, with CUDA graphs and without, where they must be the
-// same bits (no race, no graph or state left by the tests before): so a gap
-// is the GPU's attention's alone, and its window, row and size are printed.
+// on the same text: within 0.5% (the issue's bound), over every row of every
+// 128-token window of the text. Every row, because on a file whose matmuls
+// quantize their inputs to 8 bits any rounding-sized change to the attention
+// moves single logits by tenths of a nat (docs/benchmarks.md, "GPU
+// perplexity"): over one text's second halves (about 500 rows) that alone
+// spreads the ratio by about a third of a percent, over every row (about
+// 5,800) by a tenth, so the bound measures the kernels and not that spread.
+// The first two windows also run on the GPU with their KV on the host, where
+// the logits must be the CPU's bits, and on the GPU twice, with CUDA graphs
+// and without, where they must be the same bits (no race, no graph or state
+// left by the tests before): so a gap is the GPU's attention's alone. Top-1
+// agreement and the CPU's top-two gap where the two part are reported; they
+// part only where the CPU's top two are under a nat apart (its own AVX2 and
+// AVX-512 paths part at up to half a nat on the default model).
 TEST(CudaModel, PerplexityIsTheCpusWithinHalfAPercent) {
   REQUIRE_GPU();
   const LlamaModel &c = cpu_model(), &g = gpu_model();
@@ -135,10 +145,12 @@ TEST(CudaModel, PerplexityIsTheCpusWithinHalfAPercent) {
   std::stringstream text;
   text << f.rdbuf();
   const std::vector<int32_t> tokens = c.tokenizer().encode(text.str(), true);
-  const int n_ctx = 128, first = n_ctx / 2, V = c.config().n_vocab;
-  const auto windows = perplexity_windows(tokens, n_ctx, 8, c.tokenizer().wants_bos() ? c.tokenizer().bos() : -1);
-  ASSERT_EQ(windows.size(), 8u);
-  // The scored rows' logits of one window, from an empty store.
+  const int n_ctx = 128, half = n_ctx / 2, V = c.config().n_vocab;
+  const auto windows = perplexity_windows(tokens, n_ctx, 0, c.tokenizer().wants_bos() ? c.tokenizer().bos() : -1);
+  ASSERT_GE(windows.size(), 30u);
+  // The logits of rows 1 .. n_ctx - 2 of one window (each scores the token
+  // after it; row 0 sees only the BOS, the same in every window).
+  const int first = 1, rows = n_ctx - 1 - first;
   auto scored = [&](const LlamaModel& m, KvStore& kv, const std::vector<int32_t>& w) {
     Workspace ws;
     Batch b;
@@ -147,46 +159,72 @@ TEST(CudaModel, PerplexityIsTheCpusWithinHalfAPercent) {
     m.forward(b, kv, ws, out);
     return out;
   };
-  double nll[2] = {0, 0};
-  int64_t count = 0;
+  double nll[2] = {0, 0}, cpu_half = 0, diff_sum = 0, diff_sq = 0, worst = 0, worst_gap = 0;
+  int64_t count = 0, half_count = 0, differ = 0;
+  size_t worst_window = 0;
+  int worst_row = -1;
   for (size_t wi = 0; wi < windows.size(); ++wi) {
     const auto& w = windows[wi];
-    ContiguousKv kc(c.config().kv_shape(), n_ctx), kh(g.config().kv_shape(), n_ctx);
-    const std::vector<float> lc = scored(c, kc, w), lh = scored(g, kh, w);
-    ASSERT_EQ(lc.size(), size_t(n_ctx - 1 - first) * size_t(V));
-    ASSERT_EQ(std::memcmp(lc.data(), lh.data(), lc.size() * sizeof(float)), 0)
-        << "window " << wi << ": the GPU with its KV on the host is not the CPU";
-    std::vector<float> lg[2];
-    for (int run = 0; run < 2; ++run) {
-      cuda::set_graphs(run == 0);  // as CUDA graphs (from the second window on), then launch by launch
+    ContiguousKv kc(c.config().kv_shape(), n_ctx);
+    const std::vector<float> lc = scored(c, kc, w);
+    ASSERT_EQ(lc.size(), size_t(rows) * size_t(V));
+    std::vector<float> lg;
+    if (wi < 2) {
+      ContiguousKv kh(g.config().kv_shape(), n_ctx);
+      const std::vector<float> lh = scored(g, kh, w);
+      ASSERT_EQ(std::memcmp(lc.data(), lh.data(), lc.size() * sizeof(float)), 0)
+          << "window " << wi << ": the GPU with its KV on the host is not the CPU";
+      std::vector<float> again[2];
+      for (int run = 0; run < 2; ++run) {
+        cuda::set_graphs(run == 0);  // as CUDA graphs (from the second window on), then launch by launch
+        const auto kg = sequence_kv(g, n_ctx, KvType::kF16);
+        again[run] = scored(g, *kg, w);
+      }
+      cuda::set_graphs(true);
+      ASSERT_EQ(std::memcmp(again[0].data(), again[1].data(), lc.size() * sizeof(float)), 0)
+          << "window " << wi << ": two runs on the GPU differ (with CUDA graphs, then without)";
+      lg = std::move(again[0]);
+    } else {
       const auto kg = sequence_kv(g, n_ctx, KvType::kF16);
-      lg[run] = scored(g, *kg, w);
+      lg = scored(g, *kg, w);
     }
-    cuda::set_graphs(true);
-    ASSERT_EQ(std::memcmp(lg[0].data(), lg[1].data(), lc.size() * sizeof(float)), 0)
-        << "window " << wi << ": two runs on the GPU differ (with CUDA graphs, then without)";
-    double wn[2] = {0, 0}, worst = 0;
-    int worst_row = -1;
+    double wn[2] = {0, 0};
     for (int i = first; i < n_ctx - 1; ++i) {
       const size_t at = size_t(i - first) * size_t(V);
-      const std::span<const float> rc(lc.data() + at, size_t(V)), rg(lg[0].data() + at, size_t(V));
+      const std::span<const float> rc(lc.data() + at, size_t(V)), rg(lg.data() + at, size_t(V));
       const double n[2] = {token_nll(rc, w[size_t(i + 1)]), token_nll(rg, w[size_t(i + 1)])};
       for (int k = 0; k < 2; ++k) wn[k] += n[k], nll[k] += n[k];
-      for (int v = 0; v < V; ++v)
-        if (std::fabs(rc[size_t(v)] - rg[size_t(v)]) > worst) worst = std::fabs(rc[size_t(v)] - rg[size_t(v)]), worst_row = i;
+      if (i >= half) cpu_half += n[0], ++half_count;
+      int top = 0;
+      float best = -INFINITY, second = -INFINITY;
+      for (int v = 0; v < V; ++v) {
+        const float x = rc[size_t(v)];
+        if (x > best) second = best, best = x, top = v;
+        else if (x > second) second = x;
+        const double dx = std::fabs(x - rg[size_t(v)]);
+        if (dx > worst) worst = dx, worst_window = wi, worst_row = i;
+      }
+      if (std::max_element(rg.begin(), rg.end()) - rg.begin() != top) ++differ, worst_gap = std::max(worst_gap, double(best - second));
     }
-    count += n_ctx - 1 - first;
-    std::printf("window %zu: mean NLL CPU %.5f GPU %.5f; largest logit difference %.4g at position %d\n", wi + 1,
-                wn[0] / (n_ctx - 1 - first), wn[1] / (n_ctx - 1 - first), worst, worst_row);
+    count += rows;
+    const double d = (wn[1] - wn[0]) / rows;  // this window's mean NLL difference
+    diff_sum += d, diff_sq += d * d;
   }
   const double pc = std::exp(nll[0] / double(count)), pg = std::exp(nll[1] / double(count));
-  std::printf("perplexity: CPU %.4f, GPU %.4f (ratio %.5f)\n", pc, pg, pg / pc);
-  // The same windows and arithmetic as model/perplexity.h's, which the CLI runs.
+  const double W = double(windows.size()), mean = diff_sum / W;
+  const double se = std::sqrt(std::max(0.0, diff_sq / W - mean * mean) / (W - 1));  // of the mean log ratio
+  std::printf("%zu windows, %lld rows: perplexity CPU %.4f, GPU %.4f (ratio %.5f; windows' standard error %.5f)\n",
+              windows.size(), (long long)count, pc, pg, pg / pc, se);
+  std::printf("top-1 differs on %lld rows (%.2f%%), where the CPU's top two are at most %.3f nats apart; "
+              "largest logit difference %.4g (window %zu, position %d)\n",
+              (long long)differ, 100.0 * double(differ) / double(count), worst_gap, worst, worst_window + 1, worst_row);
+  // The second halves alone are what model/perplexity.h (and so the CLI) scores.
   PerplexityOptions o;
   o.n_ctx = n_ctx;
-  o.max_windows = 8;
-  EXPECT_DOUBLE_EQ(perplexity(c, tokens, o).ppl(), pc);
+  EXPECT_NEAR(perplexity(c, tokens, o).ppl() / std::exp(cpu_half / double(half_count)), 1.0, 1e-12);
   EXPECT_NEAR(pg / pc, 1.0, 0.005);
+  EXPECT_LE(double(differ), 0.1 * double(count)) << "the GPU's top-1 differs from the CPU's on over 10% of rows";
+  EXPECT_LT(worst_gap, 1.0) << "the GPU's top-1 differs from the CPU's where the CPU's top two are a nat apart";
 }
 
 }  // namespace

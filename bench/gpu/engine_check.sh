@@ -11,9 +11,10 @@
 #    the device and the engine there (unit_tests CudaOps.*, CudaMatmul.*,
 #    CudaEngine.*: tiny models);
 # 2. a small quantized model made there (make_synthetic.py llama3, Q4_K_M):
-#    model_tests CudaModel.* on it (the GPU's logits are the CPU's bit for bit
-#    with the KV on the host; with it on the GPU every mode and batch gives
-#    the same tokens), and `generate` on both devices;
+#    the perplexity test on it and on its F16 source, then model_tests
+#    CudaModel.* on it (the GPU's logits are the CPU's bit for bit with the
+#    KV on the host; with it on the GPU every mode and batch gives the same
+#    tokens), and `generate` on both devices;
 # 3. `bench model` on both devices, on the GPU with CUDA graphs and without
 #    (and a profile); with `1b`, the 1B-class file of make_1b.sh too (graphs
 #    on, off, on), and `bench engine --pp 4096 --tg 32 --batch 32` on the GPU;
@@ -35,10 +36,16 @@ echo "unit tests: exit $status"
 
 models=/tmp/models
 small=$models/llama3-small-Q4_K_M.gguf
-timeout 150 "$root/bench/gpu/make_model.sh" llama3 "$small" "$out/make.log"
+KEEP_F16=1 timeout 150 "$root/bench/gpu/make_model.sh" llama3 "$small" "$out/make.log"
 
-# The perplexity test alone first (a fresh process), then all of them.
-CS_GPU_TEST_MODEL=$small timeout 60 "$dev/model_tests" --gtest_filter='CudaModel.Perplexity*' 2>&1 | tee "$out/model_ppl.log"
+# The perplexity test alone first (a fresh process), on the F16 file too
+# (no 8-bit activations there to magnify the attention's roundings), then
+# all of them.
+CS_GPU_TEST_MODEL=$small timeout 120 "$dev/model_tests" --gtest_filter='CudaModel.Perplexity*' 2>&1 | tee "$out/model_ppl.log"
+CS_GPU_TEST_MODEL=$small.f16 timeout 120 "$dev/model_tests" --gtest_filter='CudaModel.Perplexity*' 2>&1 | tee "$out/model_ppl_f16.log"
+st=${PIPESTATUS[0]}
+echo "perplexity test, F16 file: exit $st"
+[ "$st" -ne 0 ] && status=$st
 CS_GPU_TEST_MODEL=$small timeout 240 "$dev/model_tests" --gtest_filter='CudaModel.*' 2>&1 | tee "$out/model.log"
 st=${PIPESTATUS[0]}
 echo "model tests: exit $st"
