@@ -3,7 +3,7 @@
 // perplexity is judged (issue 45; docs/benchmarks.md, "GPU perplexity").
 //
 //   ninja -C build perplexity_noise
-//   build/perplexity_noise MODEL [--ctx 128] [--windows 0] [--second-half] [--seeds 10]
+//   build/perplexity_noise MODEL [--ctx 128] [--windows 0] [--second-half] [--seeds 10] [--layer L]
 //
 // Every window of tests/data/perplexity_text.md (as CudaModel's perplexity
 // test tokenizes it) runs once as is and once per variant, each with its KV
@@ -18,7 +18,7 @@
 // Printed per variant: the perplexity ratio to the unchanged run, the rows
 // whose top-1 token differs, and the widest top-two gap (unchanged run's) at
 // such a row. Scored rows: 1 .. ctx - 2 of each window (--second-half: the
-// CLI's ctx / 2 .. ctx - 2).
+// CLI's ctx / 2 .. ctx - 2). --layer L changes the queries of layer L only.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -45,8 +45,11 @@ using Perturb = std::function<void(std::vector<float>&)>;
 // A store that hands its inner store's attention changed queries.
 class PerturbedKv final : public KvStore {
  public:
-  PerturbedKv(KvStore& inner, const KvShape& shape, Perturb perturb)
-      : inner_(inner), width_(size_t(shape.n_heads) * size_t(shape.head_dim)), perturb_(std::move(perturb)) {}
+  PerturbedKv(KvStore& inner, const KvShape& shape, Perturb perturb, int only_layer)
+      : inner_(inner),
+        width_(size_t(shape.n_heads) * size_t(shape.head_dim)),
+        perturb_(std::move(perturb)),
+        only_layer_(only_layer) {}
   void begin_batch(const Batch& b) override {
     rows_ = size_t(b.size());
     inner_.begin_batch(b);
@@ -54,7 +57,7 @@ class PerturbedKv final : public KvStore {
   void store(int layer, const float* k, const float* v) override { inner_.store(layer, k, v); }
   void attend(int layer, const float* q, float* out, int window, const float* sinks) override {
     q_.assign(q, q + rows_ * width_);
-    perturb_(q_);
+    if (only_layer_ < 0 || layer == only_layer_) perturb_(q_);
     inner_.attend(layer, q_.data(), out, window, sinks);
   }
 
@@ -62,6 +65,7 @@ class PerturbedKv final : public KvStore {
   KvStore& inner_;
   size_t width_, rows_ = 0;
   Perturb perturb_;
+  int only_layer_;
   std::vector<float> q_;
 };
 
@@ -73,6 +77,7 @@ struct Row {
 
 struct Setup {
   int n_ctx = 128, max_windows = 0, first = 1;
+  int only_layer = -1;  // -1: change the queries of every layer
 };
 
 std::vector<Row> score(const LlamaModel& m, const std::vector<std::vector<int32_t>>& windows, const Setup& s,
@@ -81,7 +86,7 @@ std::vector<Row> score(const LlamaModel& m, const std::vector<std::vector<int32_
   const size_t V = size_t(m.config().n_vocab);
   for (const auto& w : windows) {
     ContiguousKv kc(m.config().kv_shape(), s.n_ctx);
-    PerturbedKv pk(kc, m.config().kv_shape(), perturb ? perturb : [](std::vector<float>&) {});
+    PerturbedKv pk(kc, m.config().kv_shape(), perturb ? perturb : [](std::vector<float>&) {}, s.only_layer);
     Workspace ws;
     Batch b;
     for (int i = 0; i < s.n_ctx; ++i) b.add(w[size_t(i)], i, 0, i >= s.first && i < s.n_ctx - 1);
@@ -131,7 +136,7 @@ Perturb relative_noise(unsigned seed, float size) {
 
 int run(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: perplexity_noise MODEL [--ctx N] [--windows N] [--second-half] [--seeds N]\n");
+    std::fprintf(stderr, "usage: perplexity_noise MODEL [--ctx N] [--windows N] [--second-half] [--seeds N] [--layer L]\n");
     return 2;
   }
   Setup s;
@@ -141,6 +146,7 @@ int run(int argc, char** argv) {
     if (a == "--ctx" && i + 1 < argc) s.n_ctx = std::atoi(argv[++i]);
     else if (a == "--windows" && i + 1 < argc) s.max_windows = std::atoi(argv[++i]);
     else if (a == "--seeds" && i + 1 < argc) seeds = std::atoi(argv[++i]);
+    else if (a == "--layer" && i + 1 < argc) s.only_layer = std::atoi(argv[++i]);
     else if (a == "--second-half") s.first = -1;
     else {
       std::fprintf(stderr, "unknown argument '%s'\n", a.c_str());
