@@ -34,6 +34,7 @@
 #include "base/cpu.h"
 #include "base/f16.h"
 #include "cache/contiguous_kv.h"
+#include "engine/sampler.h"
 #include "model/llama.h"
 #include "model/perplexity.h"
 
@@ -71,7 +72,7 @@ class PerturbedKv final : public KvStore {
 
 struct Row {
   int top = 0;
-  float gap = 0;  // top-1 logit minus top-2
+  float gap = 0;  // top-1 log-probability minus top-2
   double nll = 0;
 };
 
@@ -94,15 +95,8 @@ std::vector<Row> score(const LlamaModel& m, const std::vector<std::vector<int32_
     m.forward(b, pk, ws, out);
     for (int i = s.first; i < s.n_ctx - 1; ++i) {
       const std::span<const float> r(out.data() + size_t(i - s.first) * V, V);
-      Row row;
-      float second = -INFINITY, best = -INFINITY;
-      for (size_t v = 0; v < V; ++v) {
-        if (r[v] > best) second = best, best = r[v], row.top = int(v);
-        else if (r[v] > second) second = r[v];
-      }
-      row.gap = best - second;
-      row.nll = token_nll(r, w[size_t(i + 1)]);
-      rows.push_back(row);
+      const auto top = top_logprobs(r, 2);
+      rows.push_back(Row{top[0].first, top[0].second - top[1].second, token_nll(r, w[size_t(i + 1)])});
     }
   }
   return rows;
