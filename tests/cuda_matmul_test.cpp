@@ -22,7 +22,8 @@ namespace cs {
 namespace {
 
 // Runs `device(dx, dy)` on x (n_tok rows) copied to the device, and asserts
-// that what it wrote to dy is the CPU's matmul of w by x bit for bit.
+// that what it wrote to dy is the CPU's matmul of w by x bit for bit (a NaN
+// left unwritten never equals it).
 template <class Device>
 void expect_the_cpus_bits(const Weight& w, const std::vector<float>& x, int n_tok, Device device) {
   std::vector<float> want(size_t(n_tok) * size_t(w.rows));
@@ -30,6 +31,7 @@ void expect_the_cpus_bits(const Weight& w, const std::vector<float>& x, int n_to
   matmul(w, x.data(), n_tok, want.data(), scratch);
   const cuda::Buffer dx = upload(x);
   cuda::Buffer dy(want.size() * sizeof(float));
+  cuda::memset_device(dy.get(), 0xff, dy.bytes());  // NaN: an output not written fails, whatever memory held before
   device(dx.as<float>(), dy.as<float>());
   const std::vector<float> got = download<float>(dy, want.size());
   for (size_t i = 0; i < want.size(); ++i)
@@ -71,10 +73,15 @@ TEST(CudaMatmul, EqualsTheCpuBitForBitWhateverTheTokenCount) {
         SCOPED_TRACE(std::string(type_info(uint32_t(t))->name) + " " + std::to_string(rows) + "x" +
                      std::to_string(cols) + " tokens " + std::to_string(n_tok));
         cuda::Buffer dq(size_t(n_tok) * cols / 32 * sizeof(BlockQ8));
-        expect_the_cpus_bits(w, activations(n_tok, cols, rng), n_tok, [&](const float* dx, float* dy) {
-          cuda::quantize_q8(dx, n_tok, cols, dq.as<BlockQ8>());
-          cuda::matmul(dw, dq.as<BlockQ8>(), n_tok, dy);
-        });
+        const std::vector<float> x = activations(n_tok, cols, rng);
+        for (auto kernel : {cuda::MatmulKernel::kAuto, cuda::MatmulKernel::kTile, cuda::MatmulKernel::kSplit,
+                            cuda::MatmulKernel::kStream, cuda::MatmulKernel::kStaged}) {
+          SCOPED_TRACE("kernel " + std::to_string(int(kernel)));
+          expect_the_cpus_bits(w, x, n_tok, [&](const float* dx, float* dy) {
+            cuda::quantize_q8(dx, n_tok, cols, dq.as<BlockQ8>());
+            cuda::matmul(dw, dq.as<BlockQ8>(), n_tok, dy, kernel);
+          });
+        }
       }
     }
 }

@@ -1,17 +1,26 @@
 #!/usr/bin/env bash
-# The device matmul's split kernel against the tile kernel, in one run on the
-# GPU machine (../shared/device/README.md), alternating rounds: the same
-# binary, the tile kernel by CHUNKSERVE_CUDA_MATMUL=tile (every product on
-# it). Prepared here as engine_check.sh's header says (.dev/ with chunkserve,
+# The device matmul's kernels against each other, in one run on the GPU
+# machine (../shared/device/README.md), in turns: tile (prefill's default),
+# split (decode's default), stream and staged (model/cuda_matmul_kernels.cu). Prepared here as
+# engine_check.sh's header says (.dev/ with chunkserve, unit_tests,
 # llama-quantize, the llama-bpe vocabulary and PyPI's gguf wheel, for
-# make_model.sh). There:
+# make_model.sh; model_tests too). There:
 #   bench/gpu/matmul_ab.sh OUT_DIR [ROUNDS]
-# 1. `bench matmul --device cuda` on a 1B-class layer's shapes (2048 x 8192,
-#    8192 x 2048, 2048 x 2048) for Q4_K, Q6_K and Q4_1 at 1-128 tokens;
+# 0. unit_tests CudaMatmul.* (every kernel the CPU's bits), and
+#    compute-sanitizer's racecheck and memcheck over the quantized one; the
+#    small file's logits on the stream and staged kernels the CPU's bit for
+#    bit;
+# 1. `bench matmul --device cuda --kernel tile split stream staged` (timed in
+#    turns, the L2 emptied and the host's queueing hidden before each call)
+#    on a 1B-class layer's shapes (2048 x 8192, 8192 x 2048, 2048 x 2048,
+#    512 x 2048) and its head
+#    (128256 x 2048) for Q4_K, Q6_K and Q4_1 at 1-512 tokens;
 # 2. `bench model` (pp512, tg128) on make_synthetic.py's llama3-1b and
 #    llama3 files (Q4_K_M), and `bench engine --pp 4096 --tg 32 --batch 32`
-#    on the 1B file. OUT/matmul.jsonl, OUT/model.jsonl, OUT/engine.md, and a
-#    summary on stdout.
+#    on the 1B file, each choice by CHUNKSERVE_CUDA_MATMUL: split,tile (the
+#    default: decode's few tokens on split, the rest on tile), stream,staged
+#    and stream (every product on it).
+# OUT/matmul.jsonl, OUT/model.jsonl, OUT/engine.md, and a summary on stdout.
 set -uo pipefail
 out=${1:?usage: matmul_ab.sh OUT_DIR [ROUNDS]}
 rounds=${2:-2}
@@ -22,17 +31,36 @@ mkdir -p "$out"
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader | tee "$out/gpu.txt"
 small=/tmp/models/llama3-small-Q4_K_M.gguf big=/tmp/models/llama3-1b-Q4_K_M.gguf
 "$root/bench/gpu/make_model.sh" llama3 "$small" "$out/make.log" &
-"$root/bench/gpu/make_model.sh" llama3-1b "$big" "$out/make.log"
+"$root/bench/gpu/make_model.sh" llama3-1b "$big" "$out/make.log" &
+
+timeout 120 "$dev/unit_tests" --gtest_filter='CudaMatmul.*' > "$out/unit.log" 2>&1
+echo "CudaMatmul tests: exit $? ($(grep -E '^\[  (PASSED|FAILED)' "$out/unit.log" | tr '\n' ' '))"
+if command -v compute-sanitizer >/dev/null; then
+  for tool in racecheck memcheck; do
+    timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 "$dev/unit_tests" \
+      --gtest_filter='CudaMatmul.EqualsTheCpuBitForBit*' > "$out/$tool.log" 2>&1
+    echo "$tool: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/$tool.log" | tail -1))"
+  done
+fi
 wait
+for k in stream stream,staged; do
+  CHUNKSERVE_CUDA_MATMUL=$k CS_GPU_TEST_MODEL=$small timeout 90 "$dev/model_tests" \
+    --gtest_filter='CudaModel.ForwardLogits*' > "$out/model_$k.log" 2>&1
+  echo "CudaModel.ForwardLogits* with CHUNKSERVE_CUDA_MATMUL=$k: exit $?"
+done
+
+# The matmul's kernels timed in turns within each call (--kernel, several).
+for t in Q4_K Q6_K Q4_1; do
+  for shape in "2048 8192 1 8 32 512" "8192 2048 1 8 32 512" "2048 2048 1 8" "512 2048 1" "128256 2048 1 2"; do
+    set -- $shape
+    timeout 60 "$dev/chunkserve" bench matmul --device cuda --kernel tile split stream staged --type $t --rows $1 \
+      --cols $2 --tokens "${@:3}" -r 20 --json >> "$out/matmul.jsonl"
+  done
+done
+kernels=(split,tile stream,staged stream)
 for r in $(seq "$rounds"); do
-  for k in tile split; do
-    for t in Q4_K Q6_K Q4_1; do
-      for shape in "2048 8192 1 8 32 128" "8192 2048 1 32" "2048 2048 1"; do
-        set -- $shape
-        CHUNKSERVE_CUDA_MATMUL=$k "$dev/chunkserve" bench matmul --device cuda --type $t --rows $1 --cols $2 \
-          --tokens "${@:3}" --json | sed "s/^/{\"kernel\": \"$k\", \"round\": $r} /" >> "$out/matmul.jsonl"
-      done
-    done
+  for i in 0 1 2; do
+    k=${kernels[$(((i + r) % 3))]}  # the order rotates by round
     for m in "$big" "$small"; do
       CHUNKSERVE_CUDA_MATMUL=$k timeout 60 "$dev/chunkserve" bench model -m "$m" --device cuda -r 3 --json |
         sed "s/^/{\"kernel\": \"$k\", \"round\": $r} /" >> "$out/model.jsonl"
@@ -42,14 +70,21 @@ for r in $(seq "$rounds"); do
   done
 done
 python3 - "$out" <<'P'
-import json, sys
+import collections, json, sys
 out = sys.argv[1]
 def pairs(name):
     for line in open(f"{out}/{name}"):
         a, b = line.split("} ", 1)
         yield json.loads(a + "}"), json.loads(b)
-for a, b in pairs("matmul.jsonl"):
-    print(a["kernel"], a["round"], b["type"], b["rows"], "x", b["cols"], b["tokens"], "tokens:", b["us"], "us", b["weight_gbps"], "GB/s")
+us = collections.defaultdict(list)
+for line in open(f"{out}/matmul.jsonl"):
+    b = json.loads(line)
+    us[(b["type"], b["rows"], b["cols"], b["tokens"], b["kernel"])].append((b["us"], b["weight_gbps"]))
+names = ("tile", "split", "stream", "staged")
+print("| type | rows x cols | tokens | " + " | ".join(f"{n} us (GB/s)" for n in names) + " |\n|---|---|---|---|---|---|---|")
+for key in sorted({k[:4] for k in us}):
+    cells = [" / ".join(f"{u:.1f} ({g:.0f})" for u, g in us[key + (k,)]) for k in names]
+    print(f"| {key[0]} | {key[1]} x {key[2]} | {key[3]} | " + " | ".join(cells) + " |")
 for a, b in pairs("model.jsonl"):
     print(a["kernel"], a["round"], b["model"], "pp512", b["pp_tps"], "tg128", b["tg_tps"])
 P

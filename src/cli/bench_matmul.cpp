@@ -4,7 +4,11 @@
 // second and the products' rate. Decode is bound by the weight read, so a
 // one-token call's GB/s against the machine's read roofline (`bench
 // attention` on the CPU; HBM's ~3.3-4.8 TB/s on an H100/H200) says how far
-// the kernel is from it. Random blocks with finite scales: timing only.
+// the kernel is from it. On the GPU each timed call finds the L2 holding
+// none of the matrix (as in a model's step, whose weights are many times
+// the L2) and the device busy while the host queues it, so the time is the
+// kernels' alone (--kernel picks the matmul's kernels, timed in turns). Random blocks with
+// finite scales: timing only.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -30,6 +34,7 @@ namespace {
 
 struct MatmulBenchOptions {
   std::string type = "Q4_K", device = "cpu";
+  std::vector<std::string> kernels = {"auto"};
   int64_t rows = 2048, cols = 2048;
   std::vector<int> tokens = {1, 8, 64, 512};
   int reps = 0, threads = 0;
@@ -87,10 +92,21 @@ int run_bench_matmul(MatmulBenchOptions o) {
   const Weight w = make_weight(type, o.rows, o.cols, data.data());
   const double bytes = w.packed.empty() ? double(w.rows) * double(w.row_bytes) : double(w.packed.size()) * 4.0;
   std::unique_ptr<cuda::DeviceMatrix> dw;
+  std::unique_ptr<cuda::Buffer> flush;  // 4x the L2's size, read before each timed call
+  std::vector<cuda::MatmulKernel> kernels;  // the GPU's, timed in turns
+  for (const std::string& k : o.kernels)
+    kernels.push_back(k == "tile"     ? cuda::MatmulKernel::kTile
+                      : k == "split"  ? cuda::MatmulKernel::kSplit
+                      : k == "stream" ? cuda::MatmulKernel::kStream
+                      : k == "staged" ? cuda::MatmulKernel::kStaged
+                                      : cuda::MatmulKernel::kAuto);
+  if (!gpu) kernels.assign(1, cuda::MatmulKernel::kAuto);
   if (gpu) {
     std::string why;
     if (!cuda::device_available(&why)) throw Error("bench matmul --device cuda: " + why);
     dw = std::make_unique<cuda::DeviceMatrix>(w);
+    flush = std::make_unique<cuda::Buffer>(std::max<size_t>(cuda::device_info().l2_bytes * 4, size_t(64) << 20));
+    cuda::memset_device(flush->get(), 0, flush->bytes());
   }
   const int most = *std::max_element(o.tokens.begin(), o.tokens.end());
   std::vector<float> x(size_t(most) * size_t(o.cols));
@@ -105,37 +121,46 @@ int run_bench_matmul(MatmulBenchOptions o) {
     dy = cuda::Buffer(size_t(most) * size_t(o.rows) * sizeof(float));
   }
   if (!o.json)
-    std::printf("%s %lld x %lld (%.1f MB as the kernels read it), %s\n\n| tokens | us per call | weights GB/s | TOPS |\n|---|---|---|---|\n",
+    std::printf("%s %lld x %lld (%.1f MB as the kernels read it), %s\n\n| tokens | kernel | us per call | weights GB/s | TOPS |\n|---|---|---|---|---|\n",
                 type_info(uint32_t(type))->name, (long long)o.rows, (long long)o.cols, bytes / 1e6,
                 gpu ? cuda::device_info().name.c_str() : isa_name(cpu_isa()));
   std::vector<float> y(size_t(most) * size_t(o.rows));
   std::vector<BlockQ8> scratch;
   for (int n : o.tokens) {
-    std::vector<double> us;
-    for (int rep = 0; rep < o.reps + 1; ++rep) {  // the first warms up
-      double t;
-      if (gpu) {
-        cuda::Timer timer;
-        timer.start();
-        cuda::quantize_q8(dx.as<float>(), n, o.cols, dq.as<BlockQ8>());
-        cuda::matmul(*dw, dq.as<BlockQ8>(), n, dy.as<float>());
-        timer.stop();
-        t = timer.microseconds();
-      } else {
-        const auto t0 = std::chrono::steady_clock::now();
-        matmul(w, x.data(), n, y.data(), scratch);
-        t = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    // Each rep times every kernel once, their order rotating; the first rep warms up.
+    std::vector<std::vector<double>> us(kernels.size());
+    for (int rep = 0; rep < o.reps + 1; ++rep)
+      for (size_t i = 0; i < kernels.size(); ++i) {
+        const size_t ki = (i + size_t(rep)) % kernels.size();
+        double t;
+        if (gpu) {
+          cuda::Timer timer;
+          cuda::flush_l2(*flush);
+          cuda::spin(100);  // the launches below queued before the device reaches them
+          timer.start();
+          cuda::quantize_q8(dx.as<float>(), n, o.cols, dq.as<BlockQ8>());
+          cuda::matmul(*dw, dq.as<BlockQ8>(), n, dy.as<float>(), kernels[ki]);
+          timer.stop();
+          t = timer.microseconds();
+        } else {
+          const auto t0 = std::chrono::steady_clock::now();
+          matmul(w, x.data(), n, y.data(), scratch);
+          t = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+        }
+        if (rep > 0) us[ki].push_back(t);
       }
-      if (rep > 0) us.push_back(t);
+    for (size_t ki = 0; ki < kernels.size(); ++ki) {
+      const double m = median(us[ki]), gbs = bytes / (m * 1e3);
+      const double tops = 2.0 * double(o.rows) * double(o.cols) * n / (m * 1e6);
+      const char* kname = gpu ? o.kernels[ki].c_str() : "cpu";
+      if (o.json)
+        std::printf("{\"type\": \"%s\", \"device\": \"%s\", \"kernel\": \"%s\", \"rows\": %lld, \"cols\": %lld, "
+                    "\"tokens\": %d, \"us\": %.3f, \"weight_gbps\": %.2f, \"tops\": %.4f}\n",
+                    type_info(uint32_t(type))->name, o.device.c_str(), kname, (long long)o.rows, (long long)o.cols, n,
+                    m, gbs, tops);
+      else
+        std::printf("| %d | %s | %.2f | %.1f | %.3f |\n", n, kname, m, gbs, tops);
     }
-    const double m = median(us), gbs = bytes / (m * 1e3), tops = 2.0 * double(o.rows) * double(o.cols) * n / (m * 1e6);
-    if (o.json)
-      std::printf("{\"type\": \"%s\", \"device\": \"%s\", \"rows\": %lld, \"cols\": %lld, \"tokens\": %d, \"us\": %.3f, "
-                  "\"weight_gbps\": %.2f, \"tops\": %.4f}\n",
-                  type_info(uint32_t(type))->name, o.device.c_str(), (long long)o.rows, (long long)o.cols, n, m, gbs,
-                  tops);
-    else
-      std::printf("| %d | %.2f | %.1f | %.3f |\n", n, m, gbs, tops);
   }
   return 0;
 }
@@ -152,6 +177,9 @@ Action add_bench_matmul_command(CLI::App& bench) {
   c->add_option("--tokens", o->tokens, "Token rows per call (several: one line each)")
       ->check(CLI::Range(1, 65536));
   c->add_option("--device", o->device, "cpu, or cuda (model/cuda_matmul.h)");
+  c->add_option("--kernel", o->kernels,
+                "The GPU's matmul kernels (auto: by the shape; tile, split, stream, staged), several timed in turns")
+      ->check(CLI::IsMember({"auto", "tile", "split", "stream", "staged"}));
   c->add_option("-r,--reps", o->reps, "Timed calls per line (median; default 7, 50 on the GPU)")
       ->check(int_in(0, 100000));
   c->add_option("-t,--threads", o->threads, "CPU threads (0 = all cores)")->check(int_in(0, 4096));

@@ -19,6 +19,9 @@ static_assert(pack_block_words(PackLayout::kQ4) == 96 && pack_block_words(PackLa
               pack_block_words(PackLayout::kQ8Min) == 160 && pack_block_words(PackLayout::kQ8Half) == 160 &&
               pack_block_words(PackLayout::kQ8HalfMin) == 192 && pack_block_words(PackLayout::kMx) == 68 &&
               pack_block_words(PackLayout::kIq4) == 80);  // the kernels' kBlockWords
+static_assert(int(MatmulKernel::kAuto) == kernels::kAuto && int(MatmulKernel::kTile) == kernels::kTile &&
+              int(MatmulKernel::kSplit) == kernels::kSplit && int(MatmulKernel::kStream) == kernels::kStream &&
+              int(MatmulKernel::kStaged) == kernels::kStaged);
 static_assert(sizeof(BlockQ8) == kernels::kBlockBytes && offsetof(BlockQ8, d) == 0 && offsetof(BlockQ8, s) == 4 &&
               offsetof(BlockQ8, sum) == 8 && offsetof(BlockQ8, sum_lo) == 12 && offsetof(BlockQ8, ds) == 16 &&
               offsetof(BlockQ8, qs) == 20);
@@ -58,9 +61,9 @@ void quantize_q8(const float* x, int n_tok, int64_t cols, BlockQ8* acts) {
   kernels::quantize_q8(x, int64_t(n_tok) * (cols / 32), acts);
 }
 
-void matmul(const DeviceMatrix& w, const BlockQ8* acts, int n_tok, float* y) {
+void matmul(const DeviceMatrix& w, const BlockQ8* acts, int n_tok, float* y, MatmulKernel kernel) {
   if (w.floats()) throw Error("CUDA matmul: a float matrix multiplies float activations (float_matmul)");
-  kernels::matmul(int(w.layout()), w.words(), w.rows(), w.cols() / 32, acts, n_tok, y);
+  kernels::matmul(int(w.layout()), w.words(), w.rows(), w.cols() / 32, acts, n_tok, y, int(kernel));
 }
 
 void float_matmul(const DeviceMatrix& w, const float* x, int n_tok, float* y) {

@@ -56,9 +56,16 @@ class DeviceMatrix {
 // floats; cols % 32 == 0), as cs::quantize_q8 makes it. Device pointers.
 void quantize_q8(const float* x, int n_tok, int64_t cols, BlockQ8* acts);
 
+// Which kernel multiplies (model/cuda_matmul_kernels.cu): kAuto chooses by
+// the token count and the matrix's shape, decode's few tokens on one kernel
+// and the rest on another: split and tile unless CHUNKSERVE_CUDA_MATMUL
+// names others ("stream,staged"; one name: every product on it); the others
+// force theirs, for tests and benchmarks. Each gives the same bits.
+enum class MatmulKernel { kAuto = 0, kTile = 1, kSplit = 2, kStream = 3, kStaged = 4 };
+
 // y[t * w.rows() + r] = sum_c W[r][c] x[t][c] from x's blocks (quantize_q8),
 // as cs::matmul computes it on an AVX2 or AVX-512 CPU. Device pointers.
-void matmul(const DeviceMatrix& w, const BlockQ8* acts, int n_tok, float* y);
+void matmul(const DeviceMatrix& w, const BlockQ8* acts, int n_tok, float* y, MatmulKernel kernel = MatmulKernel::kAuto);
 
 // y[t * w.rows() + r] = sum_c W[r][c] x[t][c] for a float matrix, as
 // cs::matmul computes it for the file's F32, F16 or BF16 matrix (exactly:

@@ -7,9 +7,11 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <string>
 #include <string_view>
 
 #include "base/cuda.h"
+#include "base/error.h"
 #include "model/cuda_matmul_kernels.h"
 
 namespace cs::cuda::kernels {
@@ -242,14 +244,15 @@ __device__ __forceinline__ void b_fragment(const Q8* ab, int64_t b, int t, bool 
   b1 = feed ? *reinterpret_cast<const uint32_t*>(ab[b].qs + 16 + 4 * t) : 0u;
 }
 
-// One row's float steps for one block and token (a: the token's block), in
+// One row's float steps for one block and token (a: the token's block, or
+// its head: d, s, sum, sum_lo, ds), in
 // the CPU kernels' order (model/qdot_avx512.cpp): acc = fma(dot, scale * dx,
 // acc) per dot, then the minimums' fma(m, the activations' weight, acc): fp16
 // s (kQ4, as llama.cpp's Q4_1) or fp32 d * sum (the other layouts; half h's
 // sum where the layout has a minimum per half). K layouts: scale = d * sc,
 // the minimum -dmin * mn. `w(i)` reads the block's step word i (kStepWords).
-template <int L, class W>
-__device__ __forceinline__ float fold(float acc, int c0, int c1, const W& w, int r, const Q8& a) {
+template <int L, class W, class A>
+__device__ __forceinline__ float fold(float acc, int c0, int c1, const W& w, int r, const A& a) {
   if constexpr (kKLayout<L>) {
     const auto f = [&](int i) { return float(static_cast<signed char>((w(32 + i / 4) >> (8 * (i % 4))) & 0xffu)); };
     const float d = __uint_as_float(w(r));
@@ -294,6 +297,18 @@ struct WarpTile {
   }
   __device__ bool idle() const { return tok0 >= n_tok; }
   __device__ void activations(int64_t b, uint32_t& b0, uint32_t& b1) const { b_fragment(ab, b, t, feed, b0, b1); }
+  // Block b's dots and float steps, its words those of block `at` of gw
+  // (the group's words, or a chunk of them in shared memory).
+  template <int L>
+  __device__ void add_block(const uint32_t* gw, int64_t at, int64_t b) {
+    uint32_t b0, b1;
+    activations(b, b0, b1);
+    int c[kDots<L>][4];
+    block_dots<L>(raw_words<L>(gw, at, g, t), t, b0, b1, c);
+    const auto w = [&](int i) { return step_word<L>(gw, at, i); };
+    for (int j = 0; j < 4; ++j)
+      acc[j] = fold<L>(acc[j], c[0][j], c[kDots<L> - 1][j], w, g + 8 * (j >> 1), (j & 1 ? a1 : a0)[b]);
+  }
   __device__ void store(float* y, int64_t rows) const {
     const int64_t r0 = int64_t(blockIdx.x) * 16 + g, r1 = r0 + 8;
     const int tc0 = tok0 + 2 * t, tc1 = tc0 + 1;
@@ -318,16 +333,7 @@ __global__ void __launch_bounds__(128) tile_kernel(const uint32_t* __restrict__ 
   WarpTile tile(acts, nb, n_tok);
   if (tile.idle()) return;
   const uint32_t* gw = group_words<L>(words, blockIdx.x, nb);
-  for (int64_t b = 0; b < nb; ++b) {
-    uint32_t b0, b1;
-    tile.activations(b, b0, b1);
-    int c[kDots<L>][4];
-    block_dots<L>(raw_words<L>(gw, b, tile.g, tile.t), tile.t, b0, b1, c);
-    const auto w = [&](int i) { return step_word<L>(gw, b, i); };
-    for (int j = 0; j < 4; ++j)
-      tile.acc[j] =
-          fold<L>(tile.acc[j], c[0][j], c[kDots<L> - 1][j], w, tile.g + 8 * (j >> 1), (j & 1 ? tile.a1 : tile.a0)[b]);
-  }
+  for (int64_t b = 0; b < nb; ++b) tile.add_block<L>(gw, b, b);
   tile.store(y, rows);
 }
 
@@ -431,6 +437,218 @@ __global__ void __launch_bounds__(32 * (kProducers + kFolders))
   if (folds && row < rows) y[int64_t(k) * rows + row] = acc;
 }
 
+// The stream and staged kernels' rings, below: slots of one chunk each. A
+// chunk's words are contiguous in every layout (a K layout's chunk is whole
+// super-blocks; the others' blocks are consecutive): span_words of `blocks`
+// blocks from a chunk's start, kUnitWords of a whole chunk.
+template <int L>
+__host__ __device__ constexpr int64_t span_words(int64_t blocks) {
+  if constexpr (kKLayout<L>) return blocks / 8 * KShape<L>::kSuper;
+  else return blocks * kBlockWords<L>;
+}
+template <int L>
+inline constexpr int kUnitWords = int(span_words<L>(kChunk<L>));
+// Slots: as many as ~64 KiB holds, 3 to 8 (two stream CTAs an SM with
+// their dots, or three staged ones, then fit the H100's and H200's 228 KiB).
+template <int L>
+inline constexpr int kStages = std::clamp(65536 / (4 * kUnitWords<L>), 3, 8);
+constexpr int kStreamThreads = 32 * (kProducers + kFolders);
+
+// A Q8 block's head (its first five words), as fold reads it.
+struct Head {
+  float d, s;
+  int sum, sum_lo;
+  float ds;
+};
+
+// cp.async.cg of 16 bytes (src_bytes of them read, the rest zero) into
+// shared memory, and its groups' commit and wait.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(unsigned(__cvta_generic_to_shared(dst))),
+               "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// Decode's few tokens, streamed. The split kernel's CTA holds one chunk of
+// its group's words in flight while it works the chunk before, one CTA an
+// SM (its registers), and a matrix of more groups than SMs runs in waves,
+// each starting from an empty pipe. Here a CTA is persistent (grid: two per
+// SM, or one per item where fewer) and walks its items (a 16-row group and
+// an 8-token slice: items c, c + grid, ..., so that the CTAs at work at
+// once read neighbouring groups, each group's slices together) chunk after
+// chunk as one stream of units (chunks), copied by cp.async into a ring of
+// kStages slots, kStages - 2 units ahead of the one being worked. Each unit is then the split kernel's
+// chunk: kProducers warps take its blocks' dots by the mma (their
+// activations, B fragments and the heads fold reads, loaded from L2 a unit
+// ahead) into shared memory; kFolders warps run fold's chain through the
+// unit before, reading its step words from its slot, which no copy refills
+// until the barrier after. So each row's float steps are the split kernel's
+// and the CPU's, in block order; only where the bytes wait differs.
+template <int L>
+__global__ void __launch_bounds__(kStreamThreads, 2)
+    stream_kernel(const uint32_t* __restrict__ words, int64_t rows, int64_t nb, const Q8* __restrict__ acts, int n_tok,
+                  float* __restrict__ y) {
+  constexpr int C = kChunk<L>, D = kDots<L>, U = kUnitWords<L>, S = kStages<L>, kPer = C / kProducers;
+  extern __shared__ __align__(16) uint32_t ring[];  // S slots of U words
+  __shared__ int dots[2][C][D][kSplitTokens][16];
+  __shared__ Head heads[2][C][kSplitTokens];
+  // (Counts in 32 bits, the units' indexing being done per unit by every
+  // thread: a matrix's items and chunks are far fewer than 2^31.)
+  const int slices = (n_tok + kSplitTokens - 1) / kSplitTokens;
+  const int items = int((rows + 15) / 16) * slices, chunks = int((nb + C - 1) / C);
+  const int first = int(blockIdx.x), step = int(gridDim.x);
+  const int units = first < items ? ((items - 1 - first) / step + 1) * chunks : 0;
+  const int warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31), g = lane >> 2, t = lane & 3;
+  const int f = int(threadIdx.x) - 32 * kProducers, r = f & 15, k = f >> 4;
+  // Unit u: item first + (u / chunks) * step, chunk u % chunks; of the
+  // item, group item / slices and tokens 8 (item % slices) on.
+  struct Unit {
+    int group, chunk, tok0, n_tok, blocks;
+  };
+  const auto unit = [&](int u) {
+    const int item = first + (u / chunks) * step;
+    Unit x;
+    x.group = item / slices, x.chunk = u % chunks;
+    x.tok0 = (item - x.group * slices) * kSplitTokens;
+    x.n_tok = min(kSplitTokens, n_tok - x.tok0);
+    x.blocks = nb - int64_t(x.chunk) * C < C ? int(nb - int64_t(x.chunk) * C) : C;
+    return x;
+  };
+  // Unit u's words into slot u % S, by every thread; a group committed
+  // whether or not (past the last unit) it copies anything.
+  const auto issue = [&](int u) {
+    if (u < units) {
+      const Unit x = unit(u);
+      const uint32_t* src = group_words<L>(words, x.group, nb) + span_words<L>(int64_t(x.chunk) * C);
+      const int n = int(span_words<L>(x.blocks) / 4);
+      uint32_t* dst = ring + (u % S) * U;
+      for (int p = int(threadIdx.x); p < n; p += kStreamThreads) cp_async16(dst + 4 * p, src + 4 * p, 16);
+    }
+    cp_async_commit();
+  };
+  // A producer's activations for its blocks of unit u (token g of the
+  // unit's slice): B fragments, and head words t and 4 for fold.
+  struct Ahead {
+    uint32_t b0[kPer], b1[kPer], h[kPer], h4[kPer];
+  };
+  const auto load = [&](int u, Ahead& a) {
+    if (u >= units) return;
+    const Unit x = unit(u);
+    const bool feed = g < x.n_tok;
+    const Q8* ab = acts + int64_t(x.tok0 + (feed ? g : 0)) * nb;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int e = j * kProducers + warp;
+      if (e >= x.blocks) continue;
+      const int64_t b = int64_t(x.chunk) * C + e;
+      b_fragment(ab, b, t, feed, a.b0[j], a.b1[j]);
+      const uint32_t* hw = reinterpret_cast<const uint32_t*>(ab + b);
+      a.h[j] = hw[t], a.h4[j] = hw[4];
+    }
+  };
+  for (int u = 0; u < S - 2; ++u) issue(u);
+  Ahead cur, next;
+  if (warp < kProducers) load(0, cur);
+  float acc = 0.0f;
+  for (int u = 0; u <= units; ++u) {
+    cp_async_wait<S - 3>();  // unit u's copies, this thread's
+    __syncthreads();         // everyone's; and unit u - 2's slot and dots read
+    issue(u + S - 2);
+    if (warp < kProducers) {
+      if (u < units) {
+        load(u + 1, next);
+        const Unit x = unit(u);
+        const uint32_t* slot = ring + (u % S) * U;
+        const int buf = u & 1;
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) {
+          const int e = j * kProducers + warp;
+          if (e >= x.blocks) continue;
+          int c[D][4];
+          block_dots<L>(raw_words<L>(slot, e, g, t), t, cur.b0[j], cur.b1[j], c);
+          for (int h = 0; h < D; ++h) {
+            dots[buf][e][h][2 * t][g] = c[h][0];
+            dots[buf][e][h][2 * t + 1][g] = c[h][1];
+            dots[buf][e][h][2 * t][g + 8] = c[h][2];
+            dots[buf][e][h][2 * t + 1][g + 8] = c[h][3];
+          }
+          Head& hd = heads[buf][e][g];  // word t of the four lanes, and 4
+          const uint32_t v = cur.h[j];
+          if (t == 0) hd.d = __uint_as_float(v), hd.ds = __uint_as_float(cur.h4[j]);
+          else if (t == 1) hd.s = __uint_as_float(v);
+          else if (t == 2) hd.sum = int(v);
+          else hd.sum_lo = int(v);
+        }
+        cur = next;
+      }
+    } else if (u > 0) {
+      const Unit x = unit(u - 1);
+      if (k < x.n_tok) {
+        const uint32_t* slot = ring + ((u - 1) % S) * U;
+        const int buf = (u - 1) & 1;
+        if (x.chunk == 0) acc = 0.0f;
+#pragma unroll 8
+        for (int e = 0; e < x.blocks; ++e) {
+          const auto w = [&](int i) { return step_word<L>(slot, e, i); };
+          acc = fold<L>(acc, dots[buf][e][0][k][r], dots[buf][e][D - 1][k][r], w, r, heads[buf][e][k]);
+        }
+        const int64_t row = int64_t(x.group) * 16 + r;
+        if (x.chunk == chunks - 1 && row < rows) y[int64_t(x.tok0 + k) * rows + row] = acc;
+      }
+    }
+  }
+}
+
+// Prefill's many tokens, staged: tile_kernel's warps (a warp per 8 tokens,
+// each lane's 4 outputs summed block by block with fold's steps, so its
+// float steps and the CPU's), kStagedWarps of them on one group, fed from
+// shared memory. tile_kernel's warp loads each block's words and then waits
+// on them, at every block; here the CTA copies its group's chunks by
+// cp.async into a ring of kStages slots, kStages - 1 chunks ahead, and its
+// warps read a chunk's words from its slot while the next chunks are on
+// their way. The activations come from L2 (a group's CTAs read its words
+// once from memory and share them there too).
+constexpr int kStagedWarps = 8;
+
+template <int L>
+__global__ void __launch_bounds__(32 * kStagedWarps, 3)
+    staged_kernel(const uint32_t* __restrict__ words, int64_t rows, int64_t nb, const Q8* __restrict__ acts, int n_tok,
+                  float* __restrict__ y) {
+  constexpr int C = kChunk<L>, U = kUnitWords<L>, S = kStages<L>;
+  extern __shared__ __align__(16) uint32_t ring[];  // S slots of U words
+  WarpTile tile(acts, nb, n_tok);
+  const uint32_t* gw = group_words<L>(words, blockIdx.x, nb);
+  const int chunks = int((nb + C - 1) / C);
+  const auto blocks = [&](int i) { return nb - int64_t(i) * C < C ? int(nb - int64_t(i) * C) : C; };
+  // Chunk i's words into slot i % S, by every thread (idle warps too); a
+  // group committed whether or not (past the last chunk) it copies anything.
+  const auto issue = [&](int i) {
+    if (i < chunks) {
+      const uint32_t* src = gw + span_words<L>(int64_t(i) * C);
+      const int n = int(span_words<L>(blocks(i)) / 4);
+      uint32_t* dst = ring + (i % S) * U;
+      for (int p = int(threadIdx.x); p < n; p += int(blockDim.x)) cp_async16(dst + 4 * p, src + 4 * p, 16);
+    }
+    cp_async_commit();
+  };
+  for (int i = 0; i < S - 1; ++i) issue(i);
+  for (int i = 0; i < chunks; ++i) {
+    cp_async_wait<S - 2>();  // chunk i's copies, this thread's
+    __syncthreads();         // everyone's; and chunk i - 1's slot read
+    issue(i + S - 1);
+    if (tile.idle()) continue;
+    const uint32_t* slot = ring + (i % S) * U;
+    const int n = blocks(i);
+#pragma unroll 4
+    for (int e = 0; e < n; ++e) tile.add_block<L>(slot, e, int64_t(i) * C + e);
+  }
+  if (!tile.idle()) tile.store(y, rows);
+}
+
 // Float matrices: a warp per kFloatRows rows and up to kFloatTokens tokens
 // (each x value read once for all the rows), lane j adding the products of
 // columns j, j + 32, ... by fma in column order (each element widened
@@ -503,32 +721,98 @@ void quantize_q8(const float* x, int64_t blocks, void* acts) {
 
 namespace {
 
-// CHUNKSERVE_CUDA_MATMUL=tile runs every product on tile_kernel: the A/B of
-// the split kernel in one process (docs/benchmarks.md).
-bool split_decode() {
-  static const bool on = [] {
+// CHUNKSERVE_CUDA_MATMUL: the kernels kAuto runs, for the A/B of one
+// binary (docs/benchmarks.md): "FEW,MANY" names the kernel of decode's few
+// tokens (up to kSplitTokens, or kSplitMost on a matrix of at most
+// kFewGroups groups) and the one of the rest (prefill), each tile, split,
+// stream or staged; one name alone runs every product on that kernel.
+// Unset: split,tile, the fastest measured so far.
+struct Choice {
+  int few = kSplit, many = kTile;
+};
+int kernel_named(std::string_view v) {
+  return v == "tile" ? kTile : v == "split" ? kSplit : v == "stream" ? kStream : v == "staged" ? kStaged : -1;
+}
+Choice choice() {
+  static const Choice c = [] {
+    Choice x;
     const char* e = std::getenv("CHUNKSERVE_CUDA_MATMUL");
-    return !(e && std::string_view(e) == "tile");
+    if (!e) return x;
+    const std::string_view v = e;
+    const size_t comma = v.find(',');
+    const int few = kernel_named(v.substr(0, comma));
+    const int many = comma == std::string_view::npos ? few : kernel_named(v.substr(comma + 1));
+    if (few < 0 || many < 0)
+      throw Error("CHUNKSERVE_CUDA_MATMUL: '" + std::string(v) +
+                  "' is not a kernel (tile, split, stream, staged) or two of them, few tokens' then many's");
+    x.few = few, x.many = many;
+    return x;
   }();
-  return on;
+  return c;
+}
+
+int sm_count() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      throw Error("CUDA matmul: cannot read the device's number of multiprocessors");
+    return v;
+  }();
+  return n;
+}
+
+// Raises a kernel's dynamic shared memory limit to `bytes`, once.
+template <class K>
+void allow_smem(K* kernel, int bytes, const char* what) {
+  const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    throw Error(std::string("CUDA matmul: cannot configure the ") + what + ": " + cudaGetErrorString(e));
+  }
 }
 
 template <int L>
-void matmul_as(const uint32_t* words, int64_t rows, int64_t nb, const Q8* a, int n_tok, float* y) {
+void matmul_as(const uint32_t* words, int64_t rows, int64_t nb, const Q8* a, int n_tok, float* y, int kernel) {
   const unsigned groups = unsigned((rows + 15) / 16);
-  if (split_decode() && (n_tok <= kSplitTokens || (n_tok <= kSplitMost && groups <= kFewGroups))) {
+  if (kernel == kAuto) {
+    const Choice c = choice();
+    const bool few = n_tok <= kSplitTokens || (n_tok <= kSplitMost && groups <= kFewGroups);
+    kernel = few ? c.few : c.many;
+  }
+  constexpr int ring = kStages<L> * kUnitWords<L> * 4;  // the stream and staged kernels' slots, bytes
+  if (kernel == kStream) {
+    static const bool configured = (allow_smem(stream_kernel<L>, ring, "stream kernel"), true);
+    (void)configured;
+    const int64_t items = int64_t(groups) * ((n_tok + kSplitTokens - 1) / kSplitTokens);
+    const unsigned grid = unsigned(std::min<int64_t>(items, 2 * int64_t(sm_count())));
+    launch_ex("the quantized matmul", stream_kernel<L>, grid, kStreamThreads, size_t(ring), false, words, rows, nb,
+              a, n_tok, y);
+    return;
+  }
+  if (kernel == kSplit) {
     const dim3 grid(groups, unsigned((n_tok + kSplitTokens - 1) / kSplitTokens));
     launch("the quantized matmul", split_kernel<L>, grid, 32 * (kProducers + kFolders), words, rows, nb, a, n_tok, y);
     return;
   }
-  const int tiles = (n_tok + 7) / 8, warps = std::min(4, tiles);
+  const int tiles = (n_tok + 7) / 8;
+  if (kernel == kStaged) {
+    static const bool configured = (allow_smem(staged_kernel<L>, ring, "staged kernel"), true);
+    (void)configured;
+    const int warps = std::min(kStagedWarps, tiles);
+    const dim3 grid(groups, unsigned((tiles + warps - 1) / warps));
+    launch_ex("the quantized matmul", staged_kernel<L>, grid, 32 * warps, size_t(ring), false, words, rows, nb, a,
+              n_tok, y);
+    return;
+  }
+  const int warps = std::min(4, tiles);
   const dim3 grid(groups, unsigned((tiles + warps - 1) / warps));
   launch("the quantized matmul", tile_kernel<L>, grid, 32 * warps, words, rows, nb, a, n_tok, y);
 }
 
 }  // namespace
 
-void matmul(int layout, const uint32_t* words, int64_t rows, int64_t nb, const void* acts, int n_tok, float* y) {
+void matmul(int layout, const uint32_t* words, int64_t rows, int64_t nb, const void* acts, int n_tok, float* y,
+            int kernel) {
   if (rows <= 0 || n_tok <= 0) return;
   const auto* a = static_cast<const Q8*>(acts);
   auto* run = layout == kQ4          ? matmul_as<kQ4>
@@ -541,7 +825,7 @@ void matmul(int layout, const uint32_t* words, int64_t rows, int64_t nb, const v
               : layout == kQ4K       ? matmul_as<kQ4K>
               : layout == kQ5K       ? matmul_as<kQ5K>
                                      : matmul_as<kQ6K>;
-  run(words, rows, nb, a, n_tok, y);
+  run(words, rows, nb, a, n_tok, y, kernel);
 }
 
 }  // namespace cs::cuda::kernels

@@ -15,7 +15,14 @@ enum Layout : int {
 constexpr int kBlockBytes = 52;
 
 void quantize_q8(const float* x, int64_t blocks, void* acts);
-void matmul(int layout, const uint32_t* words, int64_t rows, int64_t nb, const void* acts, int n_tok, float* y);
+
+// Which kernel runs a quantized product (model/cuda_matmul_kernels.cu):
+// kAuto chooses by the token count and the matrix's shape, or as
+// CHUNKSERVE_CUDA_MATMUL says (model/cuda_matmul.h); the others force one,
+// whatever the shape (tests, A/B).
+enum MatmulKernel : int { kAuto = 0, kTile = 1, kSplit = 2, kStream = 3, kStaged = 4 };
+void matmul(int layout, const uint32_t* words, int64_t rows, int64_t nb, const void* acts, int n_tok, float* y,
+            int kernel = kAuto);
 
 // Float matrices as the file has them: kind 0 F32, 1 F16, 2 BF16.
 enum FloatKind : int { kF32 = 0, kF16 = 1, kBF16 = 2 };

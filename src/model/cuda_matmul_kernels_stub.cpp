@@ -6,7 +6,7 @@
 namespace cs::cuda::kernels {
 
 void quantize_q8(const float*, int64_t, void*) { throw Error("CUDA matmul: this chunkserve was built without CUDA"); }
-void matmul(int, const uint32_t*, int64_t, int64_t, const void*, int, float*) {
+void matmul(int, const uint32_t*, int64_t, int64_t, const void*, int, float*, int) {
   throw Error("CUDA matmul: this chunkserve was built without CUDA");
 }
 void float_matmul(int, const void*, int64_t, int64_t, const float*, int, float*) {

@@ -42,7 +42,7 @@
 #define __host__
 #define __forceinline__ inline
 #define __shared__ static
-#define __launch_bounds__(n)
+#define __launch_bounds__(...)
 
 #include "base/f16.h"
 
@@ -465,6 +465,18 @@ inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 inline const char* cudaGetErrorString(cudaError_t) { return "no error"; }
 template <class F>
 cudaError_t cudaFuncSetAttribute(F*, cudaFuncAttribute, int) {
+  return cudaSuccess;
+}
+// Two multiprocessors: a kernel sized by them (the matmul's stream kernel,
+// two CTAs each) gives its CTAs several items at small sizes already.
+inline constexpr int kEmulatedSms = 2;
+enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16 };
+inline cudaError_t cudaGetDevice(int* d) {
+  *d = 0;
+  return cudaSuccess;
+}
+inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr, int) {
+  *v = kEmulatedSms;
   return cudaSuccess;
 }
 

@@ -1,8 +1,8 @@
 // model/cuda_matmul_kernels.cu run by the CPU emulator (tests/emu/cuda_emu.h:
 // a fiber per lane, the m16n8k32 mma from PTX's fragment layout) against
 // the CPU's quantize_q8 and matmul, bit for bit: every layout, a partial
-// 16-row group, 1 to 40 tokens (the split kernel up to 32, then the tile
-// kernel's partial 8-token tiles and idle warps).
+// 16-row group, 1 to 40 tokens, by each kernel (tile, split, stream,
+// staged) and by the one the shape chooses.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -29,11 +29,16 @@ TEST(CudaMatmulEmulated, QuantizesAndMultipliesAsTheCpuDoes) {
   for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q4_K,
                      GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::IQ4_NL,
                      GgmlType::IQ4_XS, GgmlType::MXFP4})
-    // 37 x 256: the split kernel's 8-token slices, the last partial (9
-    // tokens), the tile kernel's partial 8-token tiles and idle warps (40);
-    // 21 x 1280: the split kernel's chunks (40 blocks: a partial last chunk
-    // of 32 or of 16) with 1 token and with all 8 of its folders.
-    for (auto [rows, cols, toks] : {std::tuple{37, 256, std::vector{9, 40}}, std::tuple{21, 1280, std::vector{1, 8}}}) {
+    // 37 x 256: the 8-token slices, the last partial (9 tokens), the tile
+    // kernel's partial 8-token tiles and idle warps (40), the stream
+    // kernel's CTAs (4 on the emulator's 2 SMs) taking 2 of 6 and 4 of 15
+    // items, slices of one group and groups apart; 21 x 1280: chunks (40
+    // blocks: a partial last chunk of 32 or of 16, whole super-blocks) with
+    // 1 token, with all 8 folders, and with 70 (the staged kernel's second
+    // CTA of a group: one warp at work, seven idle but copying); 17 x 10240:
+    // 10 or 20 chunks a group, so that each ring's slots are refilled.
+    for (auto [rows, cols, toks] : {std::tuple{37, 256, std::vector{9, 40}}, std::tuple{21, 1280, std::vector{1, 8, 70}},
+                                    std::tuple{17, 10240, std::vector{1, 9}}}) {
       const std::vector<uint8_t> data = random_matrix(t, rows, cols, rng);
       const Weight w = make_weight(t, rows, cols, data.data());
       ASSERT_FALSE(w.packed.empty());
@@ -49,9 +54,13 @@ TEST(CudaMatmulEmulated, QuantizesAndMultipliesAsTheCpuDoes) {
         std::vector<float> want(size_t(n_tok) * size_t(rows)), got(want.size(), NAN);
         std::vector<BlockQ8> scratch;
         matmul(w, x.data(), n_tok, want.data(), scratch);
-        emu::matmul(int(pack_layout(t)), w.packed.data(), rows, nb, got_q.data(), n_tok, got.data());
-        for (size_t i = 0; i < want.size(); ++i)
-          ASSERT_EQ(std::memcmp(&got[i], &want[i], 4), 0) << "at " << i << ": " << got[i] << " vs " << want[i];
+        for (int kernel : {emu::kAuto, emu::kTile, emu::kSplit, emu::kStream, emu::kStaged}) {
+          SCOPED_TRACE("kernel " + std::to_string(kernel));
+          std::fill(got.begin(), got.end(), NAN);
+          emu::matmul(int(pack_layout(t)), w.packed.data(), rows, nb, got_q.data(), n_tok, got.data(), kernel);
+          for (size_t i = 0; i < want.size(); ++i)
+            ASSERT_EQ(std::memcmp(&got[i], &want[i], 4), 0) << "at " << i << ": " << got[i] << " vs " << want[i];
+        }
       }
     }
 }
