@@ -19,8 +19,10 @@
 #    llama3 files (Q4_K_M), and `bench engine --pp 4096 --tg 32 --batch 32`
 #    on the 1B file, each choice by CHUNKSERVE_CUDA_MATMUL: split,tile (the
 #    default: decode's few tokens on split, the rest on tile), stream,staged
-#    and stream (every product on it).
-# OUT/matmul.jsonl, OUT/model.jsonl, OUT/engine.md, and a summary on stdout.
+#    and stream (every product on it);
+# 3. their profiles (`--profile`) under split,tile and stream,staged.
+# OUT/matmul.jsonl, OUT/model.jsonl, OUT/engine.md, OUT/profile.md, and a
+# summary on stdout.
 set -uo pipefail
 out=${1:?usage: matmul_ab.sh OUT_DIR [ROUNDS]}
 rounds=${2:-2}
@@ -68,6 +70,16 @@ for r in $(seq "$rounds"); do
     CHUNKSERVE_CUDA_MATMUL=$k timeout 60 "$dev/chunkserve" bench engine -m "$big" --device cuda --pp 4096 --tg 32 \
       --batch 32 2>&1 | tail -1 | sed "s/^/$k $r /" >> "$out/engine.md"
   done
+done
+# Where a step's time goes (--profile: each operation synchronized, no
+# graphs), under the default and under stream,staged: the 1B file's single
+# sequence and the shared-prompt batch.
+for k in split,tile stream,staged; do
+  echo "## $k" >> "$out/profile.md"
+  CHUNKSERVE_CUDA_MATMUL=$k timeout 60 "$dev/chunkserve" bench model -m "$big" --device cuda --cuda-graphs off \
+    -r 1 --profile >> "$out/profile.md" 2>&1
+  CHUNKSERVE_CUDA_MATMUL=$k timeout 90 "$dev/chunkserve" bench engine -m "$big" --device cuda --pp 4096 --tg 32 \
+    --batch 32 --cuda-graphs off --profile >> "$out/profile.md" 2>&1
 done
 python3 - "$out" <<'P'
 import collections, json, sys
