@@ -98,6 +98,8 @@ for key in sorted({k[:4] for k in us}):
     cells = [" / ".join(f"{u:.1f} ({g:.0f})" for u, g in us[key + (k,)]) for k in names]
     print(f"| {key[0]} | {key[1]} x {key[2]} | {key[3]} | " + " | ".join(cells) + " |")
 for a, b in pairs("model.jsonl"):
-    print(a["kernel"], a["round"], b["model"], "pp512", b["pp_tps"], "tg128", b["tg_tps"])
+    busy = b.get("tg_device_ms_per_token", 0)
+    print(a["kernel"], a["round"], b["model"], "pp512", b["pp_tps"], "tg128", b["tg_tps"],
+          f"(device {busy:.3f} of {1e3 / b['tg_tps']:.3f} ms a token)")
 P
 cat "$out/engine.md"

@@ -1,6 +1,8 @@
 // base/cuda.h on the CUDA runtime.
 #include <cuda_runtime.h>
 
+#include <cstddef>
+#include <utility>
 #include <vector>
 
 #include "base/cuda.h"
@@ -65,8 +67,11 @@ class RuntimeExecutor final : public LaunchExecutor {
  public:
   ~RuntimeExecutor() override {
     if (stream_) cudaStreamDestroy(stream_);
+    for (auto [a, b] : timed_) cudaEventDestroy(a), cudaEventDestroy(b);
+    for (cudaEvent_t e : spare_) cudaEventDestroy(e);
   }
   void launch(const Launch* ls, size_t n, const uint8_t* arena) override {
+    const Timed t(*this);
     for (size_t i = 0; i < n; ++i) check(launch_on(ls[i], arena, 0), ls[i].what);
   }
   void* build(const Launch* ls, size_t n, const uint8_t* arena) override {
@@ -90,12 +95,63 @@ class RuntimeExecutor final : public LaunchExecutor {
     if (e != cudaSuccess) cudaGetLastError();
     return e == cudaSuccess;
   }
-  void replay(void* graph) override { check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), 0), "cudaGraphLaunch"); }
+  void replay(void* graph) override {
+    const Timed t(*this);
+    check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), 0), "cudaGraphLaunch");
+  }
   void destroy(void* graph) override {
     if (graph) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph));
   }
+  void set_timing(bool on) override { timing_ = on; }
+  double busy_us() override {
+    resolve(timed_.size());
+    return busy_us_;
+  }
 
  private:
+  // A send between two events, when timing is on.
+  struct Timed {
+    RuntimeExecutor& x;
+    cudaEvent_t end = nullptr;
+    explicit Timed(RuntimeExecutor& e) : x(e) {
+      if (!x.timing_) return;
+      if (x.timed_.size() >= 4096) x.resolve(2048);  // long done: bounded when busy_us is never asked
+      cudaEvent_t start = x.event();
+      end = x.event();
+      check(cudaEventRecord(start, 0), "cudaEventRecord");
+      x.timed_.push_back({start, end});
+    }
+    ~Timed() {
+      if (end) cudaEventRecord(end, 0);
+    }
+  };
+  cudaEvent_t event() {
+    if (!spare_.empty()) {
+      cudaEvent_t e = spare_.back();
+      spare_.pop_back();
+      return e;
+    }
+    cudaEvent_t e = nullptr;
+    check(cudaEventCreate(&e), "cudaEventCreate");
+    return e;
+  }
+  // Adds the first n timed sends' device time, waiting for them.
+  void resolve(size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+      auto [a, b] = timed_[i];
+      float ms = 0;
+      check(cudaEventSynchronize(b), "cudaEventSynchronize");
+      check(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime");
+      busy_us_ += double(ms) * 1e3;
+      spare_.push_back(a), spare_.push_back(b);
+    }
+    timed_.erase(timed_.begin(), timed_.begin() + std::ptrdiff_t(n));
+  }
+  bool timing_ = false;
+  double busy_us_ = 0;
+  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> timed_;
+  std::vector<cudaEvent_t> spare_;
+
   // nullptr where capture fails (the launches then go one by one, and any
   // error of theirs shows there).
   cudaGraph_t capture(const Launch* ls, size_t n, const uint8_t* arena) {

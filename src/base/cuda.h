@@ -123,6 +123,13 @@ void set_graphs(bool on);
 bool graphs();
 // The calling thread's launch counts.
 LaunchStats launch_stats();
+// The device's time in the calling thread's sends (graphs replayed, kernels
+// launched; copies not included), timed from set_send_timing(true) on, in
+// microseconds; 0 where nothing is timed. A step's wall time less this is
+// what it spends outside kernels (the host's work, copies, launch gaps
+// between sends).
+void set_send_timing(bool on);
+double device_busy_us();
 
 namespace detail {
 void record(Launch l, const void* const* values, const uint32_t* sizes, const uint32_t* aligns, size_t n);

@@ -202,5 +202,7 @@ void flush() { launch_queue().flush(); }
 void set_graphs(bool on) { graphs_on = on; }
 bool graphs() { return graphs_on; }
 LaunchStats launch_stats() { return launch_queue().stats(); }
+void set_send_timing(bool on) { launch_executor().set_timing(on); }
+double device_busy_us() { return launch_executor().busy_us(); }
 
 }  // namespace cs::cuda

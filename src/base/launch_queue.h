@@ -74,6 +74,11 @@ class LaunchExecutor {
   virtual bool update(void* graph, const Launch* ls, size_t n, const uint8_t* arena) = 0;
   virtual void replay(void* graph) = 0;
   virtual void destroy(void* graph) = 0;
+  // With timing on, what launch() and replay() send is timed on the device
+  // (events around it); busy_us: the device's time in them so far, waiting
+  // for the last. Executors that cannot time keep 0.
+  virtual void set_timing(bool) {}
+  virtual double busy_us() { return 0; }
 };
 
 struct LaunchStats {

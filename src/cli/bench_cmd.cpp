@@ -79,7 +79,9 @@ int run_bench_model(const BenchOptions& o) {
   std::vector<double> pp, tg;
   OpProfile pp_prof, tg_prof;
   cuda::LaunchStats tg_launch;  // decode's kernel launches and how they went (a device model)
+  double tg_busy_us = 0;        // ... and the device's time in them
   const bool on_device = model->backend().on_device();
+  if (on_device) cuda::set_send_timing(true);
   const int D = o.depth;
   for (int rep = 0; rep < o.reps + 1; ++rep) {  // the first run warms up
     {
@@ -100,6 +102,7 @@ int run_bench_model(const BenchOptions& o) {
       fill_context(*model, kv, ws, logits, D);
       if (o.profile && rep) ws.profile = &tg_prof;
       const cuda::LaunchStats before = on_device ? cuda::launch_stats() : cuda::LaunchStats{};
+      const double busy_before = on_device ? cuda::device_busy_us() : 0.0;
       const auto t0 = std::chrono::steady_clock::now();
       for (int i = 0; i < o.n_gen; ++i) {
         Batch b;
@@ -107,7 +110,7 @@ int run_bench_model(const BenchOptions& o) {
         model->forward(b, kv, ws, logits);
       }
       if (rep) tg.push_back(o.n_gen / seconds_since(t0));
-      if (rep && on_device) tg_launch += cuda::launch_stats() - before;
+      if (rep && on_device) tg_launch += cuda::launch_stats() - before, tg_busy_us += cuda::device_busy_us() - busy_before;
       ws.profile = nullptr;
     }
   }
@@ -120,6 +123,7 @@ int run_bench_model(const BenchOptions& o) {
     if (on_device)
       prof += ", \"cuda_graphs\": " + std::string(cuda::graphs() ? "true" : "false") +
               ", \"tg_launches_per_token\": " + std::to_string(double(tg_launch.launches) / tg_steps) +
+              ", \"tg_device_ms_per_token\": " + std::to_string(tg_busy_us / 1e3 / tg_steps) +
               ", \"tg_flushes\": {\"direct\": " + std::to_string(tg_launch.direct) +
               ", \"replays\": " + std::to_string(tg_launch.replays) + ", \"updates\": " +
               std::to_string(tg_launch.updates) + ", \"builds\": " + std::to_string(tg_launch.builds) + "}";
@@ -141,6 +145,12 @@ int run_bench_model(const BenchOptions& o) {
           double(tg_launch.launches) / tg_steps, double(tg_launch.flushes) / tg_steps,
           (unsigned long long)tg_launch.replays, (unsigned long long)tg_launch.updates,
           (unsigned long long)tg_launch.builds, (unsigned long long)tg_launch.direct, cuda::graphs() ? "on" : "off");
+    if (on_device && tg_busy_us > 0) {
+      const double wall_ms = 1e3 / median(tg), busy_ms = tg_busy_us / 1e3 / tg_steps;
+      std::printf("the device ran its sends %.3f ms a token of %.3f (median): %.0f%% of a token outside them (the "
+                  "host's step, copies, sampling, gaps between sends)\n",
+                  busy_ms, wall_ms, 100.0 * std::max(0.0, 1.0 - busy_ms / wall_ms));
+    }
     if (o.profile) print_profile(pp_prof, pp_steps, tg_prof, tg_steps);
   }
   return 0;
