@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -111,6 +112,68 @@ TEST(CudaMatmul, FloatMatricesEqualTheCpuBitForBit) {
                              [&](const float* dx, float* dy) { cuda::float_matmul(dw, dx, n_tok, dy); });
       }
     }
+}
+
+// Several matrices of one layout times the same activations, in as few
+// launches as the kernels take (6: one of 4, one of 2): each output the
+// CPU's product of its own matrix, by every kernel; matrices of another
+// layout or row length are refused by name.
+TEST(CudaMatmul, SeveralMatricesInOneLaunchAreEachTheCpus) {
+  REQUIRE_GPU();
+  if (cpu_isa() < Isa::kAvx2) GTEST_SKIP() << "the CPU reference is the AVX2 / AVX-512 kernels' bits";
+  std::mt19937 rng(13);
+  const int cols = 2048;
+  for (GgmlType t : {GgmlType::Q4_1, GgmlType::Q4_K, GgmlType::Q6_K}) {
+    const std::vector<int> rows = {2048, 512, 512, 37, 8192, 16};
+    std::vector<Weight> ws;
+    std::vector<std::unique_ptr<cuda::DeviceMatrix>> dws;
+    std::vector<std::vector<uint8_t>> data;
+    for (int r : rows) {
+      data.push_back(random_matrix(t, r, cols, rng));
+      ws.push_back(make_weight(t, r, cols, data.back().data()));
+      dws.push_back(std::make_unique<cuda::DeviceMatrix>(ws.back()));
+    }
+    std::vector<const cuda::DeviceMatrix*> mats;
+    for (const auto& d : dws) mats.push_back(d.get());
+    for (int n_tok : {1, 9, 40}) {
+      SCOPED_TRACE(std::string(type_info(uint32_t(t))->name) + ", " + std::to_string(n_tok) + " tokens");
+      const std::vector<float> x = activations(n_tok, cols, rng);
+      const cuda::Buffer dx = upload(x);
+      cuda::Buffer dq(size_t(n_tok) * cols / 32 * sizeof(BlockQ8));
+      cuda::quantize_q8(dx.as<float>(), n_tok, cols, dq.as<BlockQ8>());
+      std::vector<cuda::Buffer> dys;
+      std::vector<float*> ys;
+      for (int r : rows) {
+        dys.emplace_back(size_t(n_tok) * size_t(r) * sizeof(float));
+        ys.push_back(dys.back().as<float>());
+      }
+      for (auto kernel : {cuda::MatmulKernel::kAuto, cuda::MatmulKernel::kTile, cuda::MatmulKernel::kSplit,
+                          cuda::MatmulKernel::kStream, cuda::MatmulKernel::kStaged}) {
+        SCOPED_TRACE("kernel " + std::to_string(int(kernel)));
+        for (auto& d : dys) cuda::memset_device(d.get(), 0xff, d.bytes());
+        cuda::matmul_many(mats, dq.as<BlockQ8>(), n_tok, ys, kernel);
+        for (size_t i = 0; i < ws.size(); ++i) {
+          std::vector<float> want(size_t(n_tok) * size_t(rows[i]));
+          std::vector<BlockQ8> scratch;
+          matmul(ws[i], x.data(), n_tok, want.data(), scratch);
+          const std::vector<float> got = download<float>(dys[i], want.size());
+          for (size_t j = 0; j < want.size(); ++j) ASSERT_EQ(got[j], want[j]) << "matrix " << i << " at " << j;
+        }
+      }
+    }
+  }
+  const auto a = random_matrix(GgmlType::Q4_K, 16, 256, rng), b = random_matrix(GgmlType::Q6_K, 16, 256, rng);
+  const cuda::DeviceMatrix da(make_weight(GgmlType::Q4_K, 16, 256, a.data())),
+      db(make_weight(GgmlType::Q6_K, 16, 256, b.data()));
+  const cuda::DeviceMatrix* two[] = {&da, &db};
+  cuda::Buffer dq(256 / 32 * sizeof(BlockQ8)), dy(2 * 16 * sizeof(float));
+  float* ys[] = {dy.as<float>(), dy.as<float>() + 16};
+  try {
+    cuda::matmul_many(two, dq.as<BlockQ8>(), 1, ys);
+    FAIL() << "a Q4_K and a Q6_K matrix were multiplied in one launch";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("share their layout"), std::string::npos) << e.what();
+  }
 }
 
 TEST(CudaMatmul, UnsupportedTypesAreAClearError) {

@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "base/error.h"
 #include "model/cuda_matmul_kernels.h"
@@ -64,6 +65,22 @@ void quantize_q8(const float* x, int n_tok, int64_t cols, BlockQ8* acts) {
 void matmul(const DeviceMatrix& w, const BlockQ8* acts, int n_tok, float* y, MatmulKernel kernel) {
   if (w.floats()) throw Error("CUDA matmul: a float matrix multiplies float activations (float_matmul)");
   kernels::matmul(int(w.layout()), w.words(), w.rows(), w.cols() / 32, acts, n_tok, y, int(kernel));
+}
+
+void matmul_many(std::span<const DeviceMatrix* const> ws, const BlockQ8* acts, int n_tok, std::span<float* const> ys,
+                 MatmulKernel kernel) {
+  if (ws.size() != ys.size()) throw Error("CUDA matmul: one output for each matrix");
+  if (ws.empty()) return;
+  std::vector<const uint32_t*> words;
+  std::vector<int64_t> rows;
+  for (const DeviceMatrix* w : ws) {
+    if (w->floats()) throw Error("CUDA matmul: a float matrix multiplies float activations (float_matmul)");
+    if (w->layout() != ws[0]->layout() || w->cols() != ws[0]->cols())
+      throw Error("CUDA matmul: matrices multiplied together share their layout and row length");
+    words.push_back(w->words()), rows.push_back(w->rows());
+  }
+  kernels::matmul_many(int(ws[0]->layout()), int(ws.size()), words.data(), rows.data(), ws[0]->cols() / 32, acts,
+                       n_tok, ys.data(), int(kernel));
 }
 
 void float_matmul(const DeviceMatrix& w, const float* x, int n_tok, float* y) {

@@ -19,6 +19,7 @@
 // order (float_matmul). In a build without CUDA every call throws.
 #pragma once
 #include <cstdint>
+#include <span>
 
 #include "base/cuda.h"
 #include "model/ggml_types.h"
@@ -66,6 +67,12 @@ enum class MatmulKernel { kAuto = 0, kTile = 1, kSplit = 2, kStream = 3, kStaged
 // y[t * w.rows() + r] = sum_c W[r][c] x[t][c] from x's blocks (quantize_q8),
 // as cs::matmul computes it on an AVX2 or AVX-512 CPU. Device pointers.
 void matmul(const DeviceMatrix& w, const BlockQ8* acts, int n_tok, float* y, MatmulKernel kernel = MatmulKernel::kAuto);
+
+// matmul for several matrices of one layout and row length, times the same
+// activations, in as few launches as the kernels take (ys[i] from *ws[i]);
+// each ys[i] is what matmul gives for ws[i].
+void matmul_many(std::span<const DeviceMatrix* const> ws, const BlockQ8* acts, int n_tok, std::span<float* const> ys,
+                 MatmulKernel kernel = MatmulKernel::kAuto);
 
 // y[t * w.rows() + r] = sum_c W[r][c] x[t][c] for a float matrix, as
 // cs::matmul computes it for the file's F32, F16 or BF16 matrix (exactly:

@@ -276,6 +276,36 @@ __device__ __forceinline__ float fold(float acc, int c0, int c1, const W& w, int
   return acc;
 }
 
+// The matrices of one launch: up to kMaxMats of one layout and row length,
+// multiplied by the same activations (a layer's q, k and v; its gate and
+// up), their 16-row groups numbered one after another across them (end[i]:
+// the groups of matrices 0..i). One launch where there were several, and
+// the small ones (k, v) fill multiprocessors beside the large.
+struct Mats {
+  const uint32_t* words[kMaxMats];
+  float* y[kMaxMats];
+  int64_t rows[kMaxMats];
+  int end[kMaxMats];
+  int n;
+};
+// Where global group G is: its matrix's group `group`, words, y and rows.
+struct Located {
+  const uint32_t* gw;
+  float* y;
+  int64_t rows, group;
+};
+template <int L>
+__device__ __forceinline__ Located locate(const Mats& m, int G, int64_t nb) {
+  const uint32_t* w = m.words[0];
+  float* y = m.y[0];
+  int64_t rows = m.rows[0];
+  int before = 0;
+#pragma unroll
+  for (int j = 1; j < kMaxMats; ++j)  // constant indices: the parameters stay where they are
+    if (j < m.n && G >= m.end[j - 1]) w = m.words[j], y = m.y[j], rows = m.rows[j], before = m.end[j - 1];
+  return {group_words<L>(w, G - before, nb), y, rows, G - before};
+}
+
 // A warp's share of the tile kernel: lane (g, t) = (lane / 4, lane % 4)
 // feeds token tok0 + g's activations (B) and holds the outputs of rows g and
 // g + 8 for tokens tok0 + 2t and tok0 + 2t + 1 (acc[0], acc[1] row g; acc[2],
@@ -309,8 +339,8 @@ struct WarpTile {
     for (int j = 0; j < 4; ++j)
       acc[j] = fold<L>(acc[j], c[0][j], c[kDots<L> - 1][j], w, g + 8 * (j >> 1), (j & 1 ? a1 : a0)[b]);
   }
-  __device__ void store(float* y, int64_t rows) const {
-    const int64_t r0 = int64_t(blockIdx.x) * 16 + g, r1 = r0 + 8;
+  __device__ void store(float* y, int64_t rows, int64_t group) const {
+    const int64_t r0 = group * 16 + g, r1 = r0 + 8;
     const int tc0 = tok0 + 2 * t, tc1 = tc0 + 1;
     if (tc0 < n_tok) {
       if (r0 < rows) y[int64_t(tc0) * rows + r0] = acc[0];
@@ -328,13 +358,12 @@ struct WarpTile {
 // tokens, and batches on matrices of many groups (matmul_as; a warp's tile
 // shares its group's words with the CTA's other warps).
 template <int L>
-__global__ void __launch_bounds__(128) tile_kernel(const uint32_t* __restrict__ words, int64_t rows, int64_t nb,
-                                                   const Q8* __restrict__ acts, int n_tok, float* __restrict__ y) {
+__global__ void __launch_bounds__(128) tile_kernel(const Mats m, int64_t nb, const Q8* __restrict__ acts, int n_tok) {
   WarpTile tile(acts, nb, n_tok);
   if (tile.idle()) return;
-  const uint32_t* gw = group_words<L>(words, blockIdx.x, nb);
-  for (int64_t b = 0; b < nb; ++b) tile.add_block<L>(gw, b, b);
-  tile.store(y, rows);
+  const Located at = locate<L>(m, int(blockIdx.x), nb);
+  for (int64_t b = 0; b < nb; ++b) tile.add_block<L>(at.gw, b, b);
+  tile.store(at.y, at.rows, at.group);
 }
 
 // Decode's few tokens: a row's steps are a chain through its blocks in
@@ -359,17 +388,17 @@ inline constexpr int kChunk = 32 / kDots<L>;
 
 template <int L>
 __global__ void __launch_bounds__(32 * (kProducers + kFolders))
-    split_kernel(const uint32_t* __restrict__ words, int64_t rows, int64_t nb, const Q8* __restrict__ acts, int n_tok,
-                 float* __restrict__ y) {
+    split_kernel(const Mats m, int64_t nb, const Q8* __restrict__ acts, int n_tok) {
   constexpr int C = kChunk<L>, D = kDots<L>, S = kStepWords<L>;
   // This CTA's 8 tokens (grid.y: 8 at a time; a matrix's words are read
   // from memory once and from L2 for the rest).
+  const Located at = locate<L>(m, int(blockIdx.x), nb);
   acts += int64_t(blockIdx.y) * kSplitTokens * nb;
-  y += int64_t(blockIdx.y) * kSplitTokens * rows;
+  float* const y = at.y + int64_t(blockIdx.y) * kSplitTokens * at.rows;
   n_tok = min(kSplitTokens, n_tok - int(blockIdx.y) * kSplitTokens);
   __shared__ int dots[2][C][D][kSplitTokens][16];
   __shared__ uint32_t steps[2][C][S];
-  const uint32_t* gw = group_words<L>(words, blockIdx.x, nb);
+  const uint32_t* gw = at.gw;
   const int warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31), g = lane >> 2, t = lane & 3;
   const bool feed = g < n_tok;
   const Q8* ab = acts + (feed ? g : 0) * nb;
@@ -433,8 +462,8 @@ __global__ void __launch_bounds__(32 * (kProducers + kFolders))
     }
     __syncthreads();
   }
-  const int64_t row = int64_t(blockIdx.x) * 16 + r;
-  if (folds && row < rows) y[int64_t(k) * rows + row] = acc;
+  const int64_t row = at.group * 16 + r;
+  if (folds && row < at.rows) y[int64_t(k) * at.rows + row] = acc;
 }
 
 // The stream and staged kernels' rings, below: slots of one chunk each. A
@@ -490,8 +519,7 @@ __device__ __forceinline__ void cp_async_wait() {
 // and the CPU's, in block order; only where the bytes wait differs.
 template <int L>
 __global__ void __launch_bounds__(kStreamThreads, 2)
-    stream_kernel(const uint32_t* __restrict__ words, int64_t rows, int64_t nb, const Q8* __restrict__ acts, int n_tok,
-                  float* __restrict__ y) {
+    stream_kernel(const Mats m, int64_t nb, const Q8* __restrict__ acts, int n_tok) {
   constexpr int C = kChunk<L>, D = kDots<L>, U = kUnitWords<L>, S = kStages<L>, kPer = C / kProducers;
   extern __shared__ __align__(16) uint32_t ring[];  // S slots of U words
   __shared__ int dots[2][C][D][kSplitTokens][16];
@@ -499,7 +527,7 @@ __global__ void __launch_bounds__(kStreamThreads, 2)
   // (Counts in 32 bits, the units' indexing being done per unit by every
   // thread: a matrix's items and chunks are far fewer than 2^31.)
   const int slices = (n_tok + kSplitTokens - 1) / kSplitTokens;
-  const int items = int((rows + 15) / 16) * slices, chunks = int((nb + C - 1) / C);
+  const int items = m.end[m.n - 1] * slices, chunks = int((nb + C - 1) / C);
   const int first = int(blockIdx.x), step = int(gridDim.x);
   const int units = first < items ? ((items - 1 - first) / step + 1) * chunks : 0;
   const int warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31), g = lane >> 2, t = lane & 3;
@@ -523,7 +551,7 @@ __global__ void __launch_bounds__(kStreamThreads, 2)
   const auto issue = [&](int u) {
     if (u < units) {
       const Unit x = unit(u);
-      const uint32_t* src = group_words<L>(words, x.group, nb) + span_words<L>(int64_t(x.chunk) * C);
+      const uint32_t* src = locate<L>(m, x.group, nb).gw + span_words<L>(int64_t(x.chunk) * C);
       const int n = int(span_words<L>(x.blocks) / 4);
       uint32_t* dst = ring + (u % S) * U;
       for (int p = int(threadIdx.x); p < n; p += kStreamThreads) cp_async16(dst + 4 * p, src + 4 * p, 16);
@@ -596,8 +624,11 @@ __global__ void __launch_bounds__(kStreamThreads, 2)
           const auto w = [&](int i) { return step_word<L>(slot, e, i); };
           acc = fold<L>(acc, dots[buf][e][0][k][r], dots[buf][e][D - 1][k][r], w, r, heads[buf][e][k]);
         }
-        const int64_t row = int64_t(x.group) * 16 + r;
-        if (x.chunk == chunks - 1 && row < rows) y[int64_t(x.tok0 + k) * rows + row] = acc;
+        if (x.chunk == chunks - 1) {
+          const Located at = locate<L>(m, x.group, nb);
+          const int64_t row = at.group * 16 + r;
+          if (row < at.rows) at.y[int64_t(x.tok0 + k) * at.rows + row] = acc;
+        }
       }
     }
   }
@@ -616,12 +647,12 @@ constexpr int kStagedWarps = 8;
 
 template <int L>
 __global__ void __launch_bounds__(32 * kStagedWarps, 3)
-    staged_kernel(const uint32_t* __restrict__ words, int64_t rows, int64_t nb, const Q8* __restrict__ acts, int n_tok,
-                  float* __restrict__ y) {
+    staged_kernel(const Mats m, int64_t nb, const Q8* __restrict__ acts, int n_tok) {
   constexpr int C = kChunk<L>, U = kUnitWords<L>, S = kStages<L>;
   extern __shared__ __align__(16) uint32_t ring[];  // S slots of U words
   WarpTile tile(acts, nb, n_tok);
-  const uint32_t* gw = group_words<L>(words, blockIdx.x, nb);
+  const Located at = locate<L>(m, int(blockIdx.x), nb);
+  const uint32_t* gw = at.gw;
   const int chunks = int((nb + C - 1) / C);
   const auto blocks = [&](int i) { return nb - int64_t(i) * C < C ? int(nb - int64_t(i) * C) : C; };
   // Chunk i's words into slot i % S, by every thread (idle warps too); a
@@ -646,7 +677,7 @@ __global__ void __launch_bounds__(32 * kStagedWarps, 3)
 #pragma unroll 4
     for (int e = 0; e < n; ++e) tile.add_block<L>(slot, e, int64_t(i) * C + e);
   }
-  if (!tile.idle()) tile.store(y, rows);
+  if (!tile.idle()) tile.store(at.y, at.rows, at.group);
 }
 
 // Float matrices: a warp per kFloatRows rows and up to kFloatTokens tokens
@@ -772,11 +803,14 @@ void allow_smem(K* kernel, int bytes, const char* what) {
 }
 
 template <int L>
-void matmul_as(const uint32_t* words, int64_t rows, int64_t nb, const Q8* a, int n_tok, float* y, int kernel) {
-  const unsigned groups = unsigned((rows + 15) / 16);
+void matmul_as(const Mats& m, int64_t nb, const Q8* a, int n_tok, int kernel) {
+  const unsigned groups = unsigned(m.end[m.n - 1]);
   if (kernel == kAuto) {
+    // The rule as measured on one matrix at a time: by the largest here.
+    int most = m.end[0];
+    for (int i = 1; i < m.n; ++i) most = std::max(most, m.end[i] - m.end[i - 1]);
     const Choice c = choice();
-    const bool few = n_tok <= kSplitTokens || (n_tok <= kSplitMost && groups <= kFewGroups);
+    const bool few = n_tok <= kSplitTokens || (n_tok <= kSplitMost && most <= kFewGroups);
     kernel = few ? c.few : c.many;
   }
   constexpr int ring = kStages<L> * kUnitWords<L> * 4;  // the stream and staged kernels' slots, bytes
@@ -785,13 +819,12 @@ void matmul_as(const uint32_t* words, int64_t rows, int64_t nb, const Q8* a, int
     (void)configured;
     const int64_t items = int64_t(groups) * ((n_tok + kSplitTokens - 1) / kSplitTokens);
     const unsigned grid = unsigned(std::min<int64_t>(items, 2 * int64_t(sm_count())));
-    launch_ex("the quantized matmul", stream_kernel<L>, grid, kStreamThreads, size_t(ring), false, words, rows, nb,
-              a, n_tok, y);
+    launch_ex("the quantized matmul", stream_kernel<L>, grid, kStreamThreads, size_t(ring), false, m, nb, a, n_tok);
     return;
   }
   if (kernel == kSplit) {
     const dim3 grid(groups, unsigned((n_tok + kSplitTokens - 1) / kSplitTokens));
-    launch("the quantized matmul", split_kernel<L>, grid, 32 * (kProducers + kFolders), words, rows, nb, a, n_tok, y);
+    launch("the quantized matmul", split_kernel<L>, grid, 32 * (kProducers + kFolders), m, nb, a, n_tok);
     return;
   }
   const int tiles = (n_tok + 7) / 8;
@@ -800,32 +833,46 @@ void matmul_as(const uint32_t* words, int64_t rows, int64_t nb, const Q8* a, int
     (void)configured;
     const int warps = std::min(kStagedWarps, tiles);
     const dim3 grid(groups, unsigned((tiles + warps - 1) / warps));
-    launch_ex("the quantized matmul", staged_kernel<L>, grid, 32 * warps, size_t(ring), false, words, rows, nb, a,
-              n_tok, y);
+    launch_ex("the quantized matmul", staged_kernel<L>, grid, 32 * warps, size_t(ring), false, m, nb, a, n_tok);
     return;
   }
   const int warps = std::min(4, tiles);
   const dim3 grid(groups, unsigned((tiles + warps - 1) / warps));
-  launch("the quantized matmul", tile_kernel<L>, grid, 32 * warps, words, rows, nb, a, n_tok, y);
+  launch("the quantized matmul", tile_kernel<L>, grid, 32 * warps, m, nb, a, n_tok);
 }
 
 }  // namespace
 
+void matmul_many(int layout, int n, const uint32_t* const* words, const int64_t* rows, int64_t nb, const void* acts,
+                 int n_tok, float* const* y, int kernel) {
+  if (n_tok <= 0) return;
+  for (int first = 0; first < n; first += kMaxMats) {
+    Mats m{};
+    for (int i = first; i < n && m.n < kMaxMats; ++i) {
+      if (rows[i] <= 0) continue;
+      m.words[m.n] = words[i], m.y[m.n] = y[i], m.rows[m.n] = rows[i];
+      m.end[m.n] = (m.n ? m.end[m.n - 1] : 0) + int((rows[i] + 15) / 16);
+      ++m.n;
+    }
+    if (m.n == 0) continue;
+    const auto* a = static_cast<const Q8*>(acts);
+    auto* run = layout == kQ4          ? matmul_as<kQ4>
+                : layout == kQ8        ? matmul_as<kQ8>
+                : layout == kQ8Min     ? matmul_as<kQ8Min>
+                : layout == kQ8Half    ? matmul_as<kQ8Half>
+                : layout == kQ8HalfMin ? matmul_as<kQ8HalfMin>
+                : layout == kMx        ? matmul_as<kMx>
+                : layout == kIq4       ? matmul_as<kIq4>
+                : layout == kQ4K       ? matmul_as<kQ4K>
+                : layout == kQ5K       ? matmul_as<kQ5K>
+                                       : matmul_as<kQ6K>;
+    run(m, nb, a, n_tok, kernel);
+  }
+}
+
 void matmul(int layout, const uint32_t* words, int64_t rows, int64_t nb, const void* acts, int n_tok, float* y,
             int kernel) {
-  if (rows <= 0 || n_tok <= 0) return;
-  const auto* a = static_cast<const Q8*>(acts);
-  auto* run = layout == kQ4          ? matmul_as<kQ4>
-              : layout == kQ8        ? matmul_as<kQ8>
-              : layout == kQ8Min     ? matmul_as<kQ8Min>
-              : layout == kQ8Half    ? matmul_as<kQ8Half>
-              : layout == kQ8HalfMin ? matmul_as<kQ8HalfMin>
-              : layout == kMx        ? matmul_as<kMx>
-              : layout == kIq4       ? matmul_as<kIq4>
-              : layout == kQ4K       ? matmul_as<kQ4K>
-              : layout == kQ5K       ? matmul_as<kQ5K>
-                                     : matmul_as<kQ6K>;
-  run(words, rows, nb, a, n_tok, y, kernel);
+  matmul_many(layout, 1, &words, &rows, nb, acts, n_tok, &y, kernel);
 }
 
 }  // namespace cs::cuda::kernels

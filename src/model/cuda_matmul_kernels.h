@@ -23,6 +23,12 @@ void quantize_q8(const float* x, int64_t blocks, void* acts);
 enum MatmulKernel : int { kAuto = 0, kTile = 1, kSplit = 2, kStream = 3, kStaged = 4 };
 void matmul(int layout, const uint32_t* words, int64_t rows, int64_t nb, const void* acts, int n_tok, float* y,
             int kernel = kAuto);
+// Several matrices of one layout and row length times the same activations
+// (y[i] from words[i], rows[i] rows), each product the one matmul gives, up
+// to kMaxMats of them a launch.
+constexpr int kMaxMats = 4;
+void matmul_many(int layout, int n, const uint32_t* const* words, const int64_t* rows, int64_t nb, const void* acts,
+                 int n_tok, float* const* y, int kernel = kAuto);
 
 // Float matrices as the file has them: kind 0 F32, 1 F16, 2 BF16.
 enum FloatKind : int { kF32 = 0, kF16 = 1, kBF16 = 2 };

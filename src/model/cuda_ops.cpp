@@ -42,10 +42,14 @@ class CudaOps final : public LayerOps {
   }
 
   // The input quantized once on the device for every quantized weight
-  // there; float weights take it as it is; the rest on the host.
+  // there, and the weights of one layout multiplied in one launch (a
+  // layer's q, k and v; its gate and up); float weights take the input as
+  // it is; the rest on the host.
   void matmul(std::span<const Weight* const> ws, Tensor x, std::span<const Tensor> ys) override {
     bool quantized = false;
+    std::vector<bool> done(ws.size(), false);
     for (size_t i = 0; i < ws.size(); ++i) {
+      if (done[i]) continue;
       if (!on_gpu(*ws[i])) {
         host_matmul(*ws[i], x, ys[i]);
         continue;
@@ -55,7 +59,14 @@ class CudaOps final : public LayerOps {
         continue;
       }
       if (!quantized) quantize(x, acts_), quantized = true;
-      cuda::matmul(*ws[i]->device, acts_.as<BlockQ8>(), x.rows, ys[i].data);
+      std::vector<const cuda::DeviceMatrix*> same;
+      std::vector<float*> out;
+      for (size_t j = i; j < ws.size(); ++j)
+        if (!done[j] && on_gpu(*ws[j]) && !ws[j]->device->floats() &&
+            ws[j]->device->layout() == ws[i]->device->layout()) {
+          same.push_back(ws[j]->device.get()), out.push_back(ys[j].data), done[j] = true;
+        }
+      cuda::matmul_many(same, acts_.as<BlockQ8>(), x.rows, out);
     }
   }
 

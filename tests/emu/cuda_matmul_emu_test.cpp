@@ -65,6 +65,51 @@ TEST(CudaMatmulEmulated, QuantizesAndMultipliesAsTheCpuDoes) {
     }
 }
 
+// Several matrices of one layout times the same activations in one launch
+// (a layer's q, k and v): each y the CPU's product of its own matrix, bit
+// for bit, by every kernel; 6 matrices go as a launch of 4 and one of 2.
+TEST(CudaMatmulEmulated, SeveralMatricesInOneLaunchAreEachTheCpus) {
+  if (cpu_isa() < Isa::kAvx2) GTEST_SKIP() << "the device matmul gives the AVX2 and AVX-512 kernels' bits";
+  std::mt19937 rng(3);
+  const int cols = 512;
+  const int64_t nb = cols / 32;
+  for (GgmlType t : {GgmlType::Q4_1, GgmlType::Q4_K, GgmlType::Q6_K}) {
+    const std::vector<int64_t> rows = {37, 16, 5, 40, 21, 3};
+    std::vector<Weight> ws;
+    std::vector<std::vector<uint8_t>> data;
+    for (int64_t r : rows) {
+      data.push_back(random_matrix(t, int(r), cols, rng));
+      ws.push_back(make_weight(t, int(r), cols, data.back().data()));
+    }
+    for (int n_tok : {1, 9}) {
+      SCOPED_TRACE(std::string(type_info(uint32_t(t))->name) + ", " + std::to_string(n_tok) + " tokens");
+      const std::vector<float> x = activations(n_tok, cols, rng);
+      std::vector<BlockQ8> q(size_t(n_tok) * size_t(nb));
+      quantize_q8(x.data(), x.size(), q.data());
+      for (int kernel : {emu::kAuto, emu::kTile, emu::kSplit, emu::kStream, emu::kStaged}) {
+        SCOPED_TRACE("kernel " + std::to_string(kernel));
+        std::vector<std::vector<float>> got;
+        std::vector<const uint32_t*> words;
+        std::vector<float*> ys;
+        for (size_t i = 0; i < ws.size(); ++i) {
+          got.emplace_back(size_t(n_tok) * size_t(rows[i]), NAN);
+          words.push_back(ws[i].packed.data());
+        }
+        for (auto& g : got) ys.push_back(g.data());
+        emu::matmul_many(int(pack_layout(t)), int(ws.size()), words.data(), rows.data(), nb, q.data(), n_tok,
+                         ys.data(), kernel);
+        for (size_t i = 0; i < ws.size(); ++i) {
+          std::vector<float> want(got[i].size());
+          std::vector<BlockQ8> scratch;
+          matmul(ws[i], x.data(), n_tok, want.data(), scratch);
+          for (size_t j = 0; j < want.size(); ++j)
+            ASSERT_EQ(std::memcmp(&got[i][j], &want[j], 4), 0) << "matrix " << i << " at " << j;
+        }
+      }
+    }
+  }
+}
+
 // Float matrices as the file has them (F32, F16, BF16) times float
 // activations: the CPU's matmul of the same matrix (its dots' order)
 // bit for bit, rows of any length (a partial last group of 32 columns),
