@@ -17,15 +17,8 @@
 namespace cs::cuda::kernels {
 namespace {
 
-struct Q8 {
-  float d, s;
-  int sum, sum_lo;
-  float ds;
-  signed char qs[32];
-};
+#include "model/q8_block.inc"
 static_assert(sizeof(Q8) == kBlockBytes, "BlockQ8's layout");
-
-constexpr unsigned kAll = 0xffffffffu;
 
 // c = the exact int32 product of a 16 x 32 s8 tile (A, row-major) and a
 // 32 x 8 one (B): PTX's m16n8k32 fragments, c's input zero.
@@ -38,34 +31,12 @@ __device__ __forceinline__ void mma_s8(int (&c)[4], uint32_t a0, uint32_t a1, ui
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(0));
 }
 
-
-// One warp per block of 32 values, lane i holding value i: quantize_q8's
-// steps (d = amax / 127, q = round-to-even(x * (127 / amax)), d kept in fp16,
-// s = fp16(d * sum) with the unrounded d, ds = fp16 d * sum in fp32).
+// One warp per block of 32 values, lane i holding value i.
 __global__ void quantize_kernel(const float* __restrict__ x, int64_t blocks, Q8* __restrict__ out) {
   const int lane = threadIdx.x & 31;
   const int64_t b = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   if (b >= blocks) return;  // the whole warp: b is the same for its lanes
-  const float v = x[b * 32 + lane];
-  float amax = fabsf(v);
-  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(kAll, amax, o));
-  const float d = __fdiv_rn(amax, 127.0f);
-  const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
-  const int q = __float2int_rn(__fmul_rn(v, id));
-  int sum = q, lo = lane < 16 ? q : 0;
-  for (int o = 16; o > 0; o >>= 1) {
-    sum += __shfl_xor_sync(kAll, sum, o);
-    lo += __shfl_xor_sync(kAll, lo, o);
-  }
-  out[b].qs[lane] = static_cast<signed char>(q);
-  if (lane == 0) {
-    const float d16 = __half2float(__float2half_rn(d));
-    out[b].d = d16;
-    out[b].sum = sum;
-    out[b].sum_lo = lo;
-    out[b].ds = __fmul_rn(d16, float(sum));
-    out[b].s = __half2float(__float2half_rn(__fmul_rn(d, float(sum))));
-  }
+  quantize_block(x[b * 32 + lane], lane, out + b);
 }
 
 // Words per block of each layout (model/pack_layout.h, pack_block_words).

@@ -23,13 +23,20 @@ bool on_gpu(const Weight& w) { return w.device != nullptr; }
 class CudaOps final : public LayerOps {
  public:
   bool on_device() const override { return true; }
-  Tensor shape(TensorBuf& buf, int rows, int cols) override { return buf.shape_on_device(rows, cols); }
+  Tensor shape(TensorBuf& buf, int rows, int cols) override {
+    forget();  // a buffer made anew may take a freed one's address
+    return buf.shape_on_device(rows, cols);
+  }
   void to_host(Tensor src, float* dst) override { cuda::to_host(dst, src.data, src.size() * sizeof(float)); }
-  void to_device(const float* src, Tensor dst) override { cuda::to_device(dst.data, src, dst.size() * sizeof(float)); }
+  void to_device(const float* src, Tensor dst) override {
+    forget();
+    cuda::to_device(dst.data, src, dst.size() * sizeof(float));
+  }
   void finish() override { cuda::synchronize(); }
 
   // The file's rows dequantized on the host (the CPU's bits), then copied over.
   void embed(const Weight& table, std::span<const int32_t> tokens, float scale, Tensor x) override {
+    forget();
     host_a_.resize(x.size());
     cpu_->embed(table, tokens, scale, Tensor{host_a_.data(), x.rows, x.cols});
     to_device(host_a_.data(), x);
@@ -42,11 +49,12 @@ class CudaOps final : public LayerOps {
   }
 
   // The input quantized once on the device for every quantized weight
-  // there, and the weights of one layout multiplied in one launch (a
+  // there (or not at all where the step that wrote it quantized it too:
+  // held_), and the weights of one layout multiplied in one launch (a
   // layer's q, k and v; its gate and up); float weights take the input as
   // it is; the rest on the host.
   void matmul(std::span<const Weight* const> ws, Tensor x, std::span<const Tensor> ys) override {
-    bool quantized = false;
+    bool quantized = held_.data == x.data && held_.rows == x.rows && held_.cols == x.cols;
     std::vector<bool> done(ws.size(), false);
     for (size_t i = 0; i < ws.size(); ++i) {
       if (done[i]) continue;
@@ -58,7 +66,7 @@ class CudaOps final : public LayerOps {
         cuda::float_matmul(*ws[i]->device, x.data, x.rows, ys[i].data);
         continue;
       }
-      if (!quantized) quantize(x, acts_), quantized = true;
+      if (!quantized) forget(), quantize(x, acts_), quantized = true;
       std::vector<const cuda::DeviceMatrix*> same;
       std::vector<float*> out;
       for (size_t j = i; j < ws.size(); ++j)
@@ -68,12 +76,17 @@ class CudaOps final : public LayerOps {
         }
       cuda::matmul_many(same, acts_.as<BlockQ8>(), x.rows, out);
     }
+    for (const Tensor& y : ys)  // an output written over the held tensor
+      if (held_.data && y.data < held_.data + size_t(held_.rows) * size_t(held_.cols) &&
+          held_.data < y.data + y.size())
+        forget();
   }
 
   // matmul_refined's two levels: x = d1 q1 + d2 q2; both products in one
   // pass (2n token rows: the weights are read once), then level two added
   // on the tiles of 16 outputs near each row's top.
   void matmul_head(const Weight& w, Tensor x, float margin, Tensor y) override {
+    forget();  // acts_ takes the head's two levels
     if (on_gpu(w) && w.device->floats()) {  // the CPU's head multiplies a float matrix plainly too
       cuda::float_matmul(*w.device, x.data, x.rows, y.data);
       return;
@@ -102,21 +115,27 @@ class CudaOps final : public LayerOps {
     cuda::ops::head_refine(y1, y1 + y.size(), y.rows, y.cols, margin, floor_.as<float>(), y.data);
   }
 
+  // A norm over whole rows also quantizes what it writes (the next matmul's
+  // input); a norm per head does not.
   void rmsnorm(Tensor x, std::span<const float> w, float eps, Tensor out) override {
-    cuda::ops::rmsnorm(x.data, x.rows, x.cols, vec(w), int(w.size()), eps, out.data);
+    void* q8 = size_t(out.cols) == w.size() ? quantize_as_written(out) : (forget(), nullptr);
+    cuda::ops::rmsnorm(x.data, x.rows, x.cols, vec(w), int(w.size()), eps, out.data, q8);
   }
 
   void add_rmsnorm(Tensor x, Tensor y, std::span<const float> w, float eps, Tensor out) override {
-    cuda::ops::add_rmsnorm(x.data, y.data, x.rows, x.cols, vec(w), int(w.size()), eps, out.data);
+    void* q8 = size_t(out.cols) == w.size() ? quantize_as_written(out) : (forget(), nullptr);
+    cuda::ops::add_rmsnorm(x.data, y.data, x.rows, x.cols, vec(w), int(w.size()), eps, out.data, q8);
   }
 
   void rope(Tensor x, int head_dim, const RopeTable& table) override {
+    forget();
     const Angles& a = angles(table);
     cuda::ops::rope(x.data, x.rows, x.cols, head_dim, a.cos.as<float>(), a.sin.as<float>(), table.half,
                     table.style == RopeStyle::kAdjacent);
   }
 
   void stage(std::span<const RopeTable* const> tables, std::span<const int> head_rows) override {
+    forget();
     for (const RopeTable* t : tables) angles(*t);
     staged_rows_ = head_rows.size();
     if (head_rows.empty()) return;
@@ -124,15 +143,26 @@ class CudaOps final : public LayerOps {
     cuda::to_device(head_rows_.get(), head_rows.data(), head_rows.size() * sizeof(int32_t));
   }
 
-  void add_bias(Tensor x, std::span<const float> b) override { cuda::ops::add_bias(x.data, x.rows, x.cols, vec(b)); }
-  void scale(Tensor x, float s) override { cuda::ops::scale(x.data, x.size(), s); }
-  void add(Tensor x, Tensor y) override { cuda::ops::add(x.data, y.data, x.size()); }
+  void add_bias(Tensor x, std::span<const float> b) override {
+    forget();
+    cuda::ops::add_bias(x.data, x.rows, x.cols, vec(b));
+  }
+  void scale(Tensor x, float s) override {
+    forget();
+    cuda::ops::scale(x.data, x.size(), s);
+  }
+  void add(Tensor x, Tensor y) override {
+    forget();
+    cuda::ops::add(x.data, y.data, x.size());
+  }
+  // Quantizes what it writes too (the down matrix's input).
   void gated_ffn(FfnAct act, Tensor gate, Tensor up) override {
     static_assert(int(FfnAct::kSilu) == 0 && int(FfnAct::kGeluTanh) == 1 && int(FfnAct::kSwigluOai) == 2);
-    cuda::ops::gated(int(act), gate.data, up.data, gate.size());
+    cuda::ops::gated(int(act), gate.data, up.data, gate.size(), quantize_as_written(gate));
   }
 
   void copy_rows(Tensor x, std::span<const int> rows, Tensor out) override {
+    forget();
     if (rows.empty()) return;
     static_assert(sizeof(int) == sizeof(int32_t));
     rows_.reserve(rows.size() * sizeof(int32_t));
@@ -141,6 +171,7 @@ class CudaOps final : public LayerOps {
   }
 
   void copy_staged_rows(Tensor x, std::span<const int> head_rows, Tensor out) override {
+    forget();
     if (head_rows.empty()) return;
     if (head_rows.size() != staged_rows_) throw Error("copy_staged_rows: not the rows this step staged");
     cuda::gather_rows(x.data, x.cols, head_rows_.as<int32_t>(), int(head_rows.size()), out.data);
@@ -162,6 +193,7 @@ class CudaOps final : public LayerOps {
     cpu_->route(gating, Tensor{host_a_.data(), logits.rows, logits.cols}, k, ids, weights);
   }
   void combine(Tensor src, std::span<const int> slots, std::span<const float> w, int k, Tensor out) override {
+    forget();
     if (out.rows == 0) return;
     rows_.reserve(slots.size() * sizeof(int32_t));
     weights_.reserve(w.size() * sizeof(float));
@@ -193,6 +225,22 @@ class CudaOps final : public LayerOps {
     cuda::quantize_q8(x.data, x.rows, x.cols, acts.as<BlockQ8>());
   }
 
+  // acts_ as the blocks of `out`, which the step about to be launched
+  // quantizes as it writes it (nullptr, and nothing held, where its rows do
+  // not quantize). Held until any other step runs: each of this class's
+  // steps but the matmuls forgets it first, and a matmul whose output
+  // overlaps it forgets it after. (The forward pass writes tensors outside
+  // this class only in the KV store's attention, which no matmul follows
+  // before a step of this class.)
+  void* quantize_as_written(Tensor out) {
+    forget();
+    if (out.cols % 32 || out.rows == 0) return nullptr;
+    acts_.reserve(size_t(out.rows) * size_t(out.cols / 32) * sizeof(BlockQ8));
+    held_ = {out.data, out.rows, out.cols};
+    return acts_.get();
+  }
+  void forget() { held_ = {}; }
+
   // A matrix the device does not read: x's rows to the host, the CPU's
   // matmul, y's rows back.
   void host_matmul(const Weight& w, Tensor x, Tensor y) {
@@ -214,6 +262,11 @@ class CudaOps final : public LayerOps {
 
   std::unique_ptr<LayerOps> cpu_ = cpu_backend().ops();
   cuda::Buffer acts_, residual_, both_, floor_, rows_, weights_, head_rows_;
+  // Whose blocks acts_ holds (quantize_as_written), or none.
+  struct Held {
+    const float* data = nullptr;
+    int rows = 0, cols = 0;
+  } held_;
   size_t staged_rows_ = 0;  // how many head_rows_ holds
   std::map<std::pair<const float*, size_t>, cuda::Buffer> vecs_;
   std::map<const RopeTable*, Angles> angles_;

@@ -1,5 +1,6 @@
 // The device steps of model/cuda_ops_kernels.h, each value by
 // model/ops_math.h's functions: the CPU's float steps, so the same bits.
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -10,6 +11,8 @@
 
 namespace cs::cuda::ops {
 namespace {
+
+#include "model/q8_block.inc"
 
 constexpr unsigned kAll = 0xffffffffu;
 constexpr int kThreads = 256;
@@ -26,8 +29,12 @@ __device__ float norm_scale(double s, int group, float eps) {
 }
 
 // A warp per group of `group` values: lane l sums the squares of values l,
-// l + 32, ..., then writes those values normed.
-__global__ void rmsnorm_kernel(const float* x, int64_t groups, int group, const float* w, float eps, float* out) {
+// l + 32, ..., then writes those values normed, and where q is given (group
+// a multiple of 32) their blocks of 32 quantized as quantize_q8 does, into
+// q's blocks of the group (the next matmul's input, without a launch of its
+// own).
+__global__ void rmsnorm_kernel(const float* x, int64_t groups, int group, const float* w, float eps, float* out,
+                               Q8* q) {
   const int lane = threadIdx.x & 31;
   const int64_t g = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   if (g >= groups) return;  // the whole warp
@@ -36,15 +43,19 @@ __global__ void rmsnorm_kernel(const float* x, int64_t groups, int group, const 
   for (int i = lane; i < group; i += 32) s = fp::dadd(s, double(fp::mul(in[i], in[i])));
   const float sc = norm_scale(s, group, eps);
   float* o = out + g * group;
-  for (int i = lane; i < group; i += 32) o[i] = fp::norm_value(in[i], sc, w[i]);
+  for (int i = lane; i < group; i += 32) {
+    const float v = fp::norm_value(in[i], sc, w[i]);
+    o[i] = v;
+    if (q) quantize_block(v, lane, q + (g * group + i) / 32);
+  }
 }
 
-// rmsnorm_kernel on x + y, writing the sums to x as well. Nothing is written
+// rmsnorm_kernel on x + y (q too), writing the sums to x as well. Nothing is written
 // before the lanes meet (the sums are formed twice, the second time to
 // write them): each index's reads come before its writes, by the same lane,
 // so out may be y.
 __global__ void add_rmsnorm_kernel(float* x, const float* y, int64_t groups, int group, const float* w, float eps,
-                                   float* out) {
+                                   float* out, Q8* q) {
   const int lane = threadIdx.x & 31;
   const int64_t g = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   if (g >= groups) return;  // the whole warp
@@ -60,7 +71,9 @@ __global__ void add_rmsnorm_kernel(float* x, const float* y, int64_t groups, int
   for (int i = lane; i < group; i += 32) {
     const float v = fp::add(in[i], add[i]);
     in[i] = v;
-    o[i] = fp::norm_value(v, sc, w[i]);
+    const float n = fp::norm_value(v, sc, w[i]);
+    o[i] = n;
+    if (q) quantize_block(n, lane, q + (g * group + i) / 32);
   }
 }
 
@@ -95,12 +108,16 @@ __global__ void add_kernel(float* x, const float* y, int64_t n) {
   if (i < n) x[i] = fp::add(x[i], y[i]);
 }
 
+// Where q is given (n a multiple of 32), each warp's 32 values, a block, also
+// quantized into q as quantize_q8 does.
 template <int Act>
-__global__ void gated_kernel(float* gate, const float* up, int64_t n) {
+__global__ void gated_kernel(float* gate, const float* up, int64_t n, Q8* q) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
+  if (i >= n) return;  // with q, whole warps
   const float g = gate[i], u = up[i];
-  gate[i] = Act == 0 ? fp::swiglu(g, u) : Act == 1 ? fp::geglu(g, u) : fp::swiglu_oai(g, u);
+  const float v = Act == 0 ? fp::swiglu(g, u) : Act == 1 ? fp::geglu(g, u) : fp::swiglu_oai(g, u);
+  gate[i] = v;
+  if (q) quantize_block(v, int(threadIdx.x & 31), q + (i >> 5));
 }
 
 __global__ void combine_kernel(const float* src, int cols, const int32_t* slots, const float* w, int k, int64_t n,
@@ -112,14 +129,6 @@ __global__ void combine_kernel(const float* src, int cols, const int32_t* slots,
   for (int j = 0; j < k; ++j) o = fp::add(o, fp::mul(w[t * k + j], src[int64_t(slots[t * k + j]) * cols + c]));
   out[i] = o;
 }
-
-// cs::BlockQ8's bytes (model/cuda_matmul_kernels.h checks the layout).
-struct Q8 {
-  float d, s;
-  int sum, sum_lo;
-  float ds;
-  signed char qs[32];
-};
 
 __global__ void residual_kernel(const float* x, int64_t n, const Q8* l1, float* r) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -169,17 +178,21 @@ __global__ void refine_kernel(const float* y1, const float* y2, int n_tok, int64
 
 }  // namespace
 
-void rmsnorm(const float* x, int rows, int cols, const float* w, int group, float eps, float* out) {
+void rmsnorm(const float* x, int rows, int cols, const float* w, int group, float eps, float* out, void* q8) {
   const int64_t groups = int64_t(rows) * (cols / group);
   if (groups <= 0) return;
-  launch("rmsnorm", rmsnorm_kernel, blocks_for(size_t(groups) * 32), kThreads, x, groups, group, w, eps, out);
+  if (group % 32) q8 = nullptr;
+  launch("rmsnorm", rmsnorm_kernel, blocks_for(size_t(groups) * 32), kThreads, x, groups, group, w, eps, out,
+         static_cast<Q8*>(q8));
 }
 
-void add_rmsnorm(float* x, const float* y, int rows, int cols, const float* w, int group, float eps, float* out) {
+void add_rmsnorm(float* x, const float* y, int rows, int cols, const float* w, int group, float eps, float* out,
+                 void* q8) {
   const int64_t groups = int64_t(rows) * (cols / group);
   if (groups <= 0) return;
+  if (group % 32) q8 = nullptr;
   launch("add_rmsnorm", add_rmsnorm_kernel, blocks_for(size_t(groups) * 32), kThreads, x, y, groups, group, w, eps,
-         out);
+         out, static_cast<Q8*>(q8));
 }
 
 void rope(float* x, int rows, int cols, int head_dim, const float* cos, const float* sin, int half, bool adjacent) {
@@ -204,10 +217,11 @@ void add(float* x, const float* y, size_t n) {
   launch("add", add_kernel, blocks_for(n), kThreads, x, y, int64_t(n));
 }
 
-void gated(int act, float* gate, const float* up, size_t n) {
+void gated(int act, float* gate, const float* up, size_t n, void* q8) {
   if (n == 0) return;
+  if (n % 32) q8 = nullptr;
   auto* kernel = act == 0 ? gated_kernel<0> : act == 1 ? gated_kernel<1> : gated_kernel<2>;
-  launch("the gated FFN's activation", kernel, blocks_for(n), kThreads, gate, up, int64_t(n));
+  launch("the gated FFN's activation", kernel, blocks_for(n), kThreads, gate, up, int64_t(n), static_cast<Q8*>(q8));
 
 }
 

@@ -11,18 +11,23 @@ namespace cs::cuda::ops {
 
 // out = x / rms * w over each group of `group` values of every row (the whole
 // row, or each head); a warp per group, ops_math.h's 32 lanes. out may be x.
-void rmsnorm(const float* x, int rows, int cols, const float* w, int group, float eps, float* out);
-// x += y, then rmsnorm's out from the sums, in one kernel: each lane adds
-// the values it then squares and writes. out may be y, not x.
-void add_rmsnorm(float* x, const float* y, int rows, int cols, const float* w, int group, float eps, float* out);
+// With q8 (and group a multiple of 32): out's blocks of 32 also quantized
+// into q8 (rows * cols / 32 cs::BlockQ8), as quantize_q8 makes them.
+void rmsnorm(const float* x, int rows, int cols, const float* w, int group, float eps, float* out,
+             void* q8 = nullptr);
+// x += y, then rmsnorm's out (and q8) from the sums, in one kernel: each
+// lane adds the values it then squares and writes. out may be y, not x.
+void add_rmsnorm(float* x, const float* y, int rows, int cols, const float* w, int group, float eps, float* out,
+                 void* q8 = nullptr);
 // Rotates every head of row t by row t's angles (cos/sin: [row][half]); the
 // partner of dimension i is i + 1 (adjacent pairs, stride 2) or i + half.
 void rope(float* x, int rows, int cols, int head_dim, const float* cos, const float* sin, int half, bool adjacent);
 void add_bias(float* x, int rows, int cols, const float* b);  // x.row(t) += b
 void scale(float* x, size_t n, float s);                      // x *= s
 void add(float* x, const float* y, size_t n);                 // x += y
-// gate = act(gate, up): 0 SwiGLU, 1 GeGLU, 2 gpt-oss's SwiGLU (FfnAct's order).
-void gated(int act, float* gate, const float* up, size_t n);
+// gate = act(gate, up): 0 SwiGLU, 1 GeGLU, 2 gpt-oss's SwiGLU (FfnAct's
+// order); with q8 (n a multiple of 32), gate's blocks of 32 also quantized.
+void gated(int act, float* gate, const float* up, size_t n, void* q8 = nullptr);
 
 // out.row(t) = the sum over j < k, in j order from 0, of w[t * k + j] *
 // src.row(slots[t * k + j]) (a mixture's weighed expert outputs): each term

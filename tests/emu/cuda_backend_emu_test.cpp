@@ -10,12 +10,15 @@
 
 #include <cstdio>
 #include <cstring>
+#include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "base/cpu.h"
 #include "base/cuda.h"
 #include "base/error.h"
+#include "cuda_helpers.h"
 #include "cache/contiguous_kv.h"
 #include "emu/fake_device.h"
 #include "engine/engine.h"
@@ -64,6 +67,69 @@ TEST(CudaBackendEmulated, EveryArchitecturesForwardPassIsTheCpus) {
       for (size_t i = 0; i < a.size(); ++i)
         ASSERT_EQ(std::memcmp(&a[i], &b[i], 4), 0) << "logit " << i << ": " << a[i] << " vs " << b[i];
     }
+}
+
+// A norm over whole rows and the gated FFN quantize what they write, and the
+// next matmuls of that tensor take those blocks instead of quantizing it
+// again, only until another step writes it (or anything else runs): every
+// product below is the CPU's, bit for bit, after each kind of write.
+TEST(CudaBackendEmulated, AStepsQuantizedOutputServesOnlyUntilTheNextStep) {
+  if (cpu_isa() < Isa::kAvx2) GTEST_SKIP() << "the device matmul gives the AVX2 and AVX-512 kernels' bits";
+  const auto cpu = cpu_backend().ops(), gpu = cuda_backend().ops();
+  const int n = 3, cols = 64, rows = 48;
+  std::mt19937 rng(5);
+  const std::vector<uint8_t> a = random_matrix(GgmlType::Q8_0, rows, cols, rng),
+                             d = random_matrix(GgmlType::Q8_0, cols, rows, rng);
+  const Weight ca = cpu_backend().matrix(GgmlType::Q8_0, rows, cols, a.data()),
+               ga = cuda_backend().matrix(GgmlType::Q8_0, rows, cols, a.data()),
+               cd = cpu_backend().matrix(GgmlType::Q8_0, cols, rows, d.data()),
+               gd = cuda_backend().matrix(GgmlType::Q8_0, cols, rows, d.data());
+  ASSERT_NE(ga.device, nullptr);
+  const std::vector<float> w = normal(cols, 6), b = normal(cols, 7), fresh = normal(size_t(n) * cols, 8);
+  // The same steps on both backends, each side's tensors its own.
+  struct Side {
+    LayerOps& ops;
+    const Weight &a, &d;
+    TensorBuf bx, by, bo, bg, bu, bz;
+    Tensor x, y, o, g, u, z;
+  };
+  std::vector<float> xs = normal(size_t(n) * cols, 1), ys = normal(size_t(n) * cols, 2),
+                     gs = normal(size_t(n) * rows, 3), us = normal(size_t(n) * rows, 4);
+  auto make = [&](LayerOps& ops, const Weight& wa, const Weight& wd) {
+    auto s = std::make_unique<Side>(Side{ops, wa, wd, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}});
+    s->x = ops.shape(s->bx, n, cols), s->y = ops.shape(s->by, n, cols), s->o = ops.shape(s->bo, n, rows);
+    s->g = ops.shape(s->bg, n, rows), s->u = ops.shape(s->bu, n, rows), s->z = ops.shape(s->bz, n, cols);
+    ops.to_device(xs.data(), s->x), ops.to_device(ys.data(), s->y);
+    ops.to_device(gs.data(), s->g), ops.to_device(us.data(), s->u);
+    return s;
+  };
+  const auto c = make(*cpu, ca, cd), gp = make(*gpu, ga, gd);
+  auto expect_same = [&](const char* what, Tensor Side::*t) {
+    std::vector<float> want(((*c).*t).size()), got(want.size());
+    c->ops.to_host((*c).*t, want.data()), gp->ops.to_host((*gp).*t, got.data());
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_EQ(std::memcmp(&got[i], &want[i], 4), 0) << what << " at " << i << ": " << got[i] << " vs " << want[i];
+  };
+  for (Side* s : {c.get(), gp.get()}) s->ops.add_rmsnorm(s->x, s->y, w, 1e-5f, s->y);
+  for (Side* s : {c.get(), gp.get()}) s->ops.matmul(s->a, s->y, s->o);
+  expect_same("the matmul after add_rmsnorm", &Side::o);
+  for (Side* s : {c.get(), gp.get()}) s->ops.add_bias(s->y, b), s->ops.matmul(s->a, s->y, s->o);
+  expect_same("after add_bias wrote the norm's output", &Side::o);
+  for (Side* s : {c.get(), gp.get()}) s->ops.rmsnorm(s->y, w, 1e-5f, s->y), s->ops.to_device(fresh.data(), s->y);
+  for (Side* s : {c.get(), gp.get()}) s->ops.matmul(s->a, s->y, s->o);
+  expect_same("after new values were copied over the norm's output", &Side::o);
+  for (Side* s : {c.get(), gp.get()}) s->ops.rmsnorm(s->y, w, 1e-5f, s->y), s->ops.scale(s->y, 0.37f);
+  for (Side* s : {c.get(), gp.get()}) s->ops.matmul(s->a, s->y, s->o);
+  expect_same("after scale", &Side::o);
+  for (Side* s : {c.get(), gp.get()}) s->ops.rmsnorm(s->x, w, 1e-5f, s->y), s->ops.add(s->y, s->x);
+  for (Side* s : {c.get(), gp.get()}) s->ops.matmul(s->a, s->y, s->o);
+  expect_same("after add", &Side::o);
+  for (Side* s : {c.get(), gp.get()}) s->ops.gated_ffn(FfnAct::kSilu, s->g, s->u), s->ops.matmul(s->d, s->g, s->z);
+  expect_same("the matmul after the gated FFN", &Side::z);
+  const std::vector<float> half(rows, 0.5f);
+  for (Side* s : {c.get(), gp.get()}) s->ops.gated_ffn(FfnAct::kSilu, s->g, s->u), s->ops.add_bias(s->g, half);
+  for (Side* s : {c.get(), gp.get()}) s->ops.matmul(s->d, s->g, s->z);
+  expect_same("after add_bias wrote the gated FFN's output", &Side::z);
 }
 
 // The head's rows go over with the step's stage() and are gathered from

@@ -4,7 +4,9 @@
 // machine, GPU or not (the GPU's own run: tests/cuda_ops_test.cpp).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -28,6 +30,25 @@ void expect_same_bits(const std::vector<float>& got, const std::vector<float>& w
     ASSERT_EQ(std::memcmp(&got[i], &want[i], 4), 0) << what << " at " << i << ": " << got[i] << " vs " << want[i];
 }
 
+// The blocks a step quantized as it wrote `written` are quantize_q8's of
+// it: every block of finite values (a NaN or an infinity makes the CPU's
+// vector maximum and the device's fmaxf part, as with the matmul's own
+// quantize kernel, whose steps these are).
+void expect_quantized(const std::vector<BlockQ8>& got, const std::vector<float>& written, const std::string& what) {
+  std::vector<BlockQ8> want(written.size() / 32);
+  quantize_q8(written.data(), written.size(), want.data());
+  ASSERT_EQ(got.size(), want.size()) << what;
+  size_t compared = 0;
+  for (size_t b = 0; b < want.size(); ++b) {
+    if (!std::all_of(written.begin() + std::ptrdiff_t(32 * b), written.begin() + std::ptrdiff_t(32 * b + 32),
+                     [](float v) { return std::isfinite(v); }))
+      continue;
+    ASSERT_EQ(std::memcmp(&got[b], &want[b], sizeof(BlockQ8)), 0) << what << ": block " << b;
+    ++compared;
+  }
+  EXPECT_GE(compared + 1, want.size()) << what << ": at most the edge values' block left out";
+}
+
 TEST(CudaOpsEmulated, EachStepIsTheCpusBitForBit) {
   const auto cpu = cpu_backend().ops();
   const int n = 5, cols = 576, head = 64;
@@ -38,12 +59,14 @@ TEST(CudaOpsEmulated, EachStepIsTheCpusBitForBit) {
   auto on = [&](std::vector<float>& v) { return Tensor{v.data(), hx.rows, hx.cols}; };
   {
     std::vector<float> h = xs, d = xs;
+    std::vector<BlockQ8> q(size_t(n) * cols / 32);
     cpu->rmsnorm(on(h), w, 1e-5f, on(h));
-    emu::rmsnorm(d.data(), n, cols, w.data(), cols, 1e-5f, d.data());
+    emu::rmsnorm(d.data(), n, cols, w.data(), cols, 1e-5f, d.data(), q.data());
     expect_same_bits(d, h, "rmsnorm over rows");
+    expect_quantized(q, h, "rmsnorm over rows, quantized");
     h = xs, d = xs;
     cpu->rmsnorm(on(h), std::span(w).first(head), 1e-6f, on(h));
-    emu::rmsnorm(d.data(), n, cols, w.data(), head, 1e-6f, d.data());
+    emu::rmsnorm(d.data(), n, cols, w.data(), head, 1e-6f, d.data(), nullptr);
     expect_same_bits(d, h, "rmsnorm over heads");
     h = xs, d = xs;
     cpu->add_bias(on(h), b);
@@ -59,10 +82,12 @@ TEST(CudaOpsEmulated, EachStepIsTheCpusBitForBit) {
     expect_same_bits(d, h, "add");
     for (const int g : {cols, head}) {
       std::vector<float> hx = xs, hy = ys, dx = xs, dy = ys;
+      std::vector<BlockQ8> q(size_t(n) * cols / 32);
       cpu->add_rmsnorm(on(hx), on(hy), std::span(w).first(size_t(g)), 1e-5f, on(hy));
-      emu::add_rmsnorm(dx.data(), dy.data(), n, cols, w.data(), g, 1e-5f, dy.data());
+      emu::add_rmsnorm(dx.data(), dy.data(), n, cols, w.data(), g, 1e-5f, dy.data(), q.data());
       expect_same_bits(dx, hx, "add_rmsnorm's sums, groups of " + std::to_string(g));
       expect_same_bits(dy, hy, "add_rmsnorm's norm, groups of " + std::to_string(g));
+      expect_quantized(q, hy, "add_rmsnorm's norm quantized, groups of " + std::to_string(g));
     }
   }
   std::vector<float> g = normal(size_t(n) * cols, 5, 6.0f);
@@ -71,9 +96,11 @@ TEST(CudaOpsEmulated, EachStepIsTheCpusBitForBit) {
   for (size_t i = 0; i < std::size(edge); ++i) g[i] = edge[i], ys[i + 20] = edge[i];
   for (FfnAct act : {FfnAct::kSilu, FfnAct::kGeluTanh, FfnAct::kSwigluOai}) {
     std::vector<float> h = g, d = g;
+    std::vector<BlockQ8> q(g.size() / 32);
     cpu->gated_ffn(act, on(h), on(ys));
-    emu::gated(int(act), d.data(), ys.data(), d.size());
+    emu::gated(int(act), d.data(), ys.data(), d.size(), q.data());
     expect_same_bits(d, h, "gated_ffn " + std::to_string(int(act)));
+    expect_quantized(q, h, "gated_ffn " + std::to_string(int(act)) + ", quantized");
   }
   std::vector<int32_t> pos(n);
   for (int t = 0; t < n; ++t) pos[size_t(t)] = t * 977;
