@@ -171,9 +171,9 @@ TEST(CudaBackendEmulated, DecodeStepsReplayedAsGraphsAreTheSame) {
   test::TinyModelShape shape = test::tiny_arch_shape("llama3");
   shape.matrix_type = 8;
   const auto m = LlamaModel::load(test::tiny_model("emu_llama3_q8", shape), cuda_backend());
-  std::vector<uint64_t> step_flushes;  // each decode step's flush points
+  std::vector<uint64_t> step_flushes, step_launches;  // each decode step's flush points and kernel launches
   auto decode = [&] {
-    step_flushes.clear();
+    step_flushes.clear(), step_launches.clear();
     ContiguousKv kv(m->config().kv_shape(), 128);
     Workspace ws;
     std::vector<float> logits, all;
@@ -186,6 +186,7 @@ TEST(CudaBackendEmulated, DecodeStepsReplayedAsGraphsAreTheSame) {
       const cuda::LaunchStats at = cuda::launch_stats();
       m->forward(step, kv, ws, logits);
       step_flushes.push_back((cuda::launch_stats() - at).flushes);
+      step_launches.push_back((cuda::launch_stats() - at).launches);
       all.insert(all.end(), logits.begin(), logits.end());
     }
     return all;
@@ -206,6 +207,14 @@ TEST(CudaBackendEmulated, DecodeStepsReplayedAsGraphsAreTheSame) {
   // logits, nowhere else: its small inputs (tokens, RoPE angles, the head's
   // rows) went over before its first launch (LayerOps::stage).
   for (uint64_t f : step_flushes) EXPECT_EQ(f, uint64_t(shape.n_layers) + 1);
+  // Its launches (the KV on the host): the first norm; per layer q, k and v
+  // in one matmul (the norm quantized its output), two RoPEs, the output
+  // matrix's quantize and matmul, a norm, gate and up in one matmul, the
+  // gated FFN (quantizing), down, the residual's norm (or the last add);
+  // then the head's rows gathered and normed, its two levels quantized
+  // (quantize, residual, quantize, sums), its matmul, its row maxima and
+  // refinement.
+  for (uint64_t l : step_launches) EXPECT_EQ(l, 1 + 10 * uint64_t(shape.n_layers) + 9);
 }
 
 // An engine on the device has its largest step's device memory from the
