@@ -101,15 +101,11 @@ class CudaOps final : public LayerOps {
     const int64_t blocks = int64_t(x.rows) * (x.cols / 32);
     const size_t level = size_t(blocks) * sizeof(BlockQ8);
     acts_.reserve(2 * level);
-    residual_.reserve(x.size() * sizeof(float));
     both_.reserve(2 * y.size() * sizeof(float));
     floor_.reserve(size_t(x.rows) * sizeof(float));
     auto* l1 = acts_.as<BlockQ8>();
     auto* l2 = l1 + blocks;
-    cuda::quantize_q8(x.data, x.rows, x.cols, l1);
-    cuda::ops::head_residual(x.data, blocks, l1, residual_.as<float>());
-    cuda::quantize_q8(residual_.as<float>(), x.rows, x.cols, l2);
-    cuda::ops::head_level2_sums(x.data, blocks, l1, l2);
+    cuda::ops::head_levels(x.data, blocks, l1, l2);
     float* y1 = both_.as<float>();
     cuda::matmul(*w.device, l1, 2 * x.rows, y1);  // level one's rows, then level two's
     cuda::ops::head_refine(y1, y1 + y.size(), y.rows, y.cols, margin, floor_.as<float>(), y.data);
@@ -261,7 +257,7 @@ class CudaOps final : public LayerOps {
   }
 
   std::unique_ptr<LayerOps> cpu_ = cpu_backend().ops();
-  cuda::Buffer acts_, residual_, both_, floor_, rows_, weights_, head_rows_;
+  cuda::Buffer acts_, both_, floor_, rows_, weights_, head_rows_;
   // Whose blocks acts_ holds (quantize_as_written), or none.
   struct Held {
     const float* data = nullptr;

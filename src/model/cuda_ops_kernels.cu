@@ -130,19 +130,22 @@ __global__ void combine_kernel(const float* src, int cols, const int32_t* slots,
   out[i] = o;
 }
 
-__global__ void residual_kernel(const float* x, int64_t n, const Q8* l1, float* r) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const Q8& b = l1[i >> 5];
-  r[i] = fp::fma(-b.d, float(b.qs[i & 31]), x[i]);
-}
-
-__global__ void level2_sums_kernel(const float* x, int64_t blocks, const Q8* l1, Q8* l2) {
-  const int64_t b = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (b >= blocks) return;
-  float sum = 0.0f;
-  for (int i = 0; i < 32; ++i) sum = fp::add(sum, x[b * 32 + i]);
-  l2[b].s = fp::sub(sum, l1[b].s);
+// The head's two levels of x's blocks (model/matmul.cpp,
+// quantize_two_levels), a warp per block: level one quantize_q8's; level two
+// quantize_q8's of the residual x - d q (rounded once, fma), its s then the
+// block's sum in order less level one's s.
+__global__ void head_levels_kernel(const float* x, int64_t blocks, Q8* l1, Q8* l2) {
+  const int lane = threadIdx.x & 31;
+  const int64_t b = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  if (b >= blocks) return;  // the whole warp
+  const float v = x[b * 32 + lane];
+  const Quantized one = quantize_block(v, lane, l1 + b);
+  quantize_block(fp::fma(-one.d, float(one.q), v), lane, l2 + b);
+  if (lane == 0) {  // after its own writes of both blocks' s
+    float sum = 0.0f;
+    for (int i = 0; i < 32; ++i) sum = fp::add(sum, x[b * 32 + i]);
+    l2[b].s = fp::sub(sum, l1[b].s);
+  }
 }
 
 // floor[t] = max over row t of y1, minus margin; a block per row.
@@ -231,16 +234,10 @@ void combine(const float* src, int cols, const int32_t* slots, const float* w, i
   launch("combine", combine_kernel, blocks_for(n), kThreads, src, cols, slots, w, k, int64_t(n), out);
 }
 
-void head_residual(const float* x, int64_t blocks, const void* level1, float* residual) {
+void head_levels(const float* x, int64_t blocks, void* level1, void* level2) {
   if (blocks <= 0) return;
-  launch("the head's residual", residual_kernel, blocks_for(size_t(blocks) * 32), kThreads, x, blocks * 32, static_cast<const Q8*>(level1),
-                                                                   residual);
-}
-
-void head_level2_sums(const float* x, int64_t blocks, const void* level1, void* level2) {
-  if (blocks <= 0) return;
-  launch("the head's level-two sums", level2_sums_kernel, blocks_for(size_t(blocks)), kThreads, x, blocks, static_cast<const Q8*>(level1),
-                                                               static_cast<Q8*>(level2));
+  launch("the head's two levels", head_levels_kernel, blocks_for(size_t(blocks) * 32), kThreads, x, blocks,
+         static_cast<Q8*>(level1), static_cast<Q8*>(level2));
 }
 
 void head_refine(const float* y1, const float* y2, int n_tok, int64_t rows, float margin, float* floor, float* y) {

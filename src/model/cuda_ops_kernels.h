@@ -34,11 +34,11 @@ void gated(int act, float* gate, const float* up, size_t n, void* q8 = nullptr);
 // one product, then one sum, as the CPU's combine.
 void combine(const float* src, int cols, const int32_t* slots, const float* w, int k, int rows, float* out);
 
-// The output head's second level (model/matmul.cpp, quantize_two_levels):
-// residual = x - d q of level one, rounded once (fma).
-void head_residual(const float* x, int64_t blocks, const void* level1, float* residual);
-// level2[b].s = (x's block b summed in order) - level1[b].s.
-void head_level2_sums(const float* x, int64_t blocks, const void* level1, void* level2);
+// The output head's two levels of x's `blocks` blocks of 32 (model/matmul.cpp,
+// quantize_two_levels), in one kernel: level1 = quantize_q8(x), level2 =
+// quantize_q8(x - d q of level one, rounded once) with its s = (the block
+// summed in order) - level1's s. cs::BlockQ8s.
+void head_levels(const float* x, int64_t blocks, void* level1, void* level2);
 // y[t][r] = y1[t][r], plus y2[t][r] where r's tile of 16 outputs holds one
 // within `margin` of row t's largest y1 (matmul_refined's selection). floor:
 // n_tok floats of scratch. y may be y1.

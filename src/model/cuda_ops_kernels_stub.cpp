@@ -17,8 +17,7 @@ void scale(float*, size_t, float) { no_cuda(); }
 void add(float*, const float*, size_t) { no_cuda(); }
 void gated(int, float*, const float*, size_t, void*) { no_cuda(); }
 void combine(const float*, int, const int32_t*, const float*, int, int, float*) { no_cuda(); }
-void head_residual(const float*, int64_t, const void*, float*) { no_cuda(); }
-void head_level2_sums(const float*, int64_t, const void*, void*) { no_cuda(); }
+void head_levels(const float*, int64_t, void*, void*) { no_cuda(); }
 void head_refine(const float*, const float*, int, int64_t, float, float*, float*) { no_cuda(); }
 
 }  // namespace cs::cuda::ops

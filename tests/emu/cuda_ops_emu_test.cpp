@@ -155,12 +155,22 @@ TEST(CudaOpsEmulated, TheRefinedHeadIsTheCpusBitForBit) {
       const std::vector<float> x = normal(size_t(n_tok) * cols, 7 + unsigned(n_tok), 2.0f);
       std::vector<float> want(size_t(n_tok) * rows);
       cpu->matmul_head(w, Tensor{const_cast<float*>(x.data()), n_tok, cols}, 8.0f, Tensor{want.data(), n_tok, rows});
-      std::vector<BlockQ8> l1(size_t(n_tok) * nb), l2(l1.size());
-      quantize_q8(x.data(), x.size(), l1.data());
+      std::vector<BlockQ8> l1(size_t(n_tok) * nb), l2(l1.size()), want1(l1.size()), want2(l1.size());
+      emu::head_levels(x.data(), int64_t(l1.size()), l1.data(), l2.data());
+      // The two levels by their definition: x's blocks; the residual x - d q
+      // (one rounding) quantized, its s the block's sum in order less level one's.
+      quantize_q8(x.data(), x.size(), want1.data());
       std::vector<float> residual(x.size());
-      emu::head_residual(x.data(), int64_t(l1.size()), l1.data(), residual.data());
-      quantize_q8(residual.data(), residual.size(), l2.data());
-      emu::head_level2_sums(x.data(), int64_t(l1.size()), l1.data(), l2.data());
+      for (size_t i = 0; i < x.size(); ++i)
+        residual[i] = std::fma(-want1[i / 32].d, float(want1[i / 32].qs[i % 32]), x[i]);
+      quantize_q8(residual.data(), residual.size(), want2.data());
+      for (size_t b = 0; b < want2.size(); ++b) {
+        float sum = 0.0f;
+        for (size_t i = 0; i < 32; ++i) sum += x[b * 32 + i];
+        want2[b].s = sum - want1[b].s;
+      }
+      ASSERT_EQ(std::memcmp(l1.data(), want1.data(), l1.size() * sizeof(BlockQ8)), 0) << "level one";
+      ASSERT_EQ(std::memcmp(l2.data(), want2.data(), l2.size() * sizeof(BlockQ8)), 0) << "level two";
       std::vector<float> y1(size_t(n_tok) * rows), y2(y1.size());
       for (int r0 = 0; r0 < rows; r0 += 16) {
         const uint32_t* group = w.packed.data() + size_t(r0 / 16) * group_words;
