@@ -124,6 +124,13 @@ TEST(CudaOps, EachStepIsTheCpusBitForBit) {
     RopeTable table;
     table.build(pos.data(), n, p);
     both("rope", [&](LayerOps& o, Tensor x) { o.rope(x, head, table); });
+    // Queries and keys in one launch (keys of fewer heads, as with GQA).
+    std::vector<float> hq = xs, hk(ys.begin(), ys.begin() + std::ptrdiff_t(n * 2 * head));
+    DevTensor dq(hq, n, cols), dk(hk, n, 2 * head);
+    cpu->rope_qk(Tensor{hq.data(), n, cols}, Tensor{hk.data(), n, 2 * head}, head, table);
+    gpu->rope_qk(dq.t, dk.t, head, table);
+    expect_same_bits(dq.values(), hq, "rope_qk's queries");
+    expect_same_bits(dk.values(), hk, "rope_qk's keys");
   }
   // Row copies.
   const std::vector<int> rows = {36, 0, 7, 7};

@@ -426,7 +426,7 @@ TEST(OpProfile, AProfiledPassIsTheSamePassTimed) {
   EXPECT_EQ(calls(ProfOp::kMatmul), uint64_t(4 * L));  // q/k/v together, o, gate/up together, down
   EXPECT_EQ(calls(ProfOp::kHead), 1u);
   EXPECT_EQ(calls(ProfOp::kNorm), uint64_t(2 * L + 1));
-  EXPECT_EQ(calls(ProfOp::kRope), uint64_t(2 * L + 1));  // q and k per layer, and the angle tables
+  EXPECT_EQ(calls(ProfOp::kRope), uint64_t(L + 1));  // q and k per layer in one call, and the angle tables
   // The FFN per layer, the last layer's residual and the row copy (the other
   // residuals are fused with the norms after them: add_rmsnorm).
   EXPECT_EQ(calls(ProfOp::kElementwise), uint64_t(L + 2));

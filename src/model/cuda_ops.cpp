@@ -126,8 +126,15 @@ class CudaOps final : public LayerOps {
   void rope(Tensor x, int head_dim, const RopeTable& table) override {
     forget();
     const Angles& a = angles(table);
-    cuda::ops::rope(x.data, x.rows, x.cols, head_dim, a.cos.as<float>(), a.sin.as<float>(), table.half,
+    cuda::ops::rope(x.data, x.cols, nullptr, 0, x.rows, head_dim, a.cos.as<float>(), a.sin.as<float>(), table.half,
                     table.style == RopeStyle::kAdjacent);
+  }
+  void rope_qk(Tensor q, Tensor k, int head_dim, const RopeTable& table) override {
+    forget();
+    if (q.rows != k.rows) throw Error("rope_qk: queries and keys of different token counts");
+    const Angles& a = angles(table);
+    cuda::ops::rope(q.data, q.cols, k.data, k.cols, q.rows, head_dim, a.cos.as<float>(), a.sin.as<float>(),
+                    table.half, table.style == RopeStyle::kAdjacent);
   }
 
   void stage(std::span<const RopeTable* const> tables, std::span<const int> head_rows) override {

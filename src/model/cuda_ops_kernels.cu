@@ -77,12 +77,17 @@ __global__ void add_rmsnorm_kernel(float* x, const float* y, int64_t groups, int
   }
 }
 
-// A thread per (row, head, pair).
-__global__ void rope_kernel(float* x, int rows, int cols, int head_dim, const float* cos, const float* sin, int half,
-                            bool adjacent) {
+// A thread per (row, head, pair) of x, then of y (cols_y 0: x alone; a
+// layer's q and k go in one launch).
+__global__ void rope_kernel(float* x, int cols, float* y, int cols_y, int rows, int head_dim, const float* cos,
+                            const float* sin, int half, bool adjacent) {
+  int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t in_x = int64_t(rows) * (cols / head_dim) * half;
+  if (i >= in_x) {
+    i -= in_x, x = y, cols = cols_y;
+    if (i >= int64_t(rows) * (cols / head_dim) * half) return;
+  }
   const int heads = cols / head_dim;
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= int64_t(rows) * heads * half) return;
   const int pair = int(i % half);
   const int64_t rh = i / half;
   const int row = int(rh / heads), h = int(rh % heads);
@@ -198,10 +203,12 @@ void add_rmsnorm(float* x, const float* y, int rows, int cols, const float* w, i
          out, static_cast<Q8*>(q8));
 }
 
-void rope(float* x, int rows, int cols, int head_dim, const float* cos, const float* sin, int half, bool adjacent) {
-  const size_t n = size_t(rows) * size_t(cols / head_dim) * size_t(half);
+void rope(float* x, int cols, float* y, int cols_y, int rows, int head_dim, const float* cos, const float* sin, int half,
+          bool adjacent) {
+  const size_t n = size_t(rows) * size_t(cols / head_dim + (y ? cols_y / head_dim : 0)) * size_t(half);
   if (n == 0) return;
-  launch("rope", rope_kernel, blocks_for(n), kThreads, x, rows, cols, head_dim, cos, sin, half, adjacent);
+  launch("rope", rope_kernel, blocks_for(n), kThreads, x, cols, y, y ? cols_y : 0, rows, head_dim, cos, sin, half,
+         adjacent);
 }
 
 void add_bias(float* x, int rows, int cols, const float* b) {

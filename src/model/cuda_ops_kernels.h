@@ -19,9 +19,11 @@ void rmsnorm(const float* x, int rows, int cols, const float* w, int group, floa
 // lane adds the values it then squares and writes. out may be y, not x.
 void add_rmsnorm(float* x, const float* y, int rows, int cols, const float* w, int group, float eps, float* out,
                  void* q8 = nullptr);
-// Rotates every head of row t by row t's angles (cos/sin: [row][half]); the
-// partner of dimension i is i + 1 (adjacent pairs, stride 2) or i + half.
-void rope(float* x, int rows, int cols, int head_dim, const float* cos, const float* sin, int half, bool adjacent);
+// Rotates every head of row t of x (rows x cols), and of y (rows x cols_y)
+// where given, by row t's angles (cos/sin: [row][half]); the partner of
+// dimension i is i + 1 (adjacent pairs, stride 2) or i + half.
+void rope(float* x, int cols, float* y, int cols_y, int rows, int head_dim, const float* cos, const float* sin, int half,
+          bool adjacent);
 void add_bias(float* x, int rows, int cols, const float* b);  // x.row(t) += b
 void scale(float* x, size_t n, float s);                      // x *= s
 void add(float* x, const float* y, size_t n);                 // x += y

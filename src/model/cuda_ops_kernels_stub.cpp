@@ -11,7 +11,7 @@ namespace {
 
 void add_rmsnorm(float*, const float*, int, int, const float*, int, float, float*, void*) { no_cuda(); }
 void rmsnorm(const float*, int, int, const float*, int, float, float*, void*) { no_cuda(); }
-void rope(float*, int, int, int, const float*, const float*, int, bool) { no_cuda(); }
+void rope(float*, int, float*, int, int, int, const float*, const float*, int, bool) { no_cuda(); }
 void add_bias(float*, int, int, const float*) { no_cuda(); }
 void scale(float*, size_t, float) { no_cuda(); }
 void add(float*, const float*, size_t) { no_cuda(); }

@@ -38,6 +38,11 @@ class LayerOps {
   virtual void rmsnorm(Tensor x, std::span<const float> w, float eps, Tensor out) = 0;
   // Rotates every head (head_dim values) of row t by the table's angles for token t.
   virtual void rope(Tensor x, int head_dim, const RopeTable& table) = 0;
+  // rope(q), rope(k): a layer's queries and keys (one launch on a device).
+  virtual void rope_qk(Tensor q, Tensor k, int head_dim, const RopeTable& table) {
+    rope(q, head_dim, table);
+    rope(k, head_dim, table);
+  }
   virtual void add_bias(Tensor x, std::span<const float> b) = 0;  // x.row(t) += b
   virtual void scale(Tensor x, float s) = 0;                      // x *= s
   virtual void add(Tensor x, Tensor y) = 0;                       // x += y (the residual)

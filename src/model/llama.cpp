@@ -26,8 +26,7 @@ void LlamaModel::attention_inputs(LayerOps& ops, const LlamaLayer& L, Tensor xb,
     ops.rmsnorm(q, L.q_norm, c.rms_eps, q);
     ops.rmsnorm(k, L.k_norm, c.rms_eps, k);
   }
-  ops.rope(q, c.head_dim, rope);
-  ops.rope(k, c.head_dim, rope);
+  ops.rope_qk(q, k, c.head_dim, rope);
   if (c.q_scale != 1.0f) ops.scale(q, c.q_scale);
 }
 

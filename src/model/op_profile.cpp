@@ -78,6 +78,11 @@ void ProfilingOps::rope(Tensor x, int head_dim, const RopeTable& table) {
   in_.rope(x, head_dim, table);
   in_.finish();
 }
+void ProfilingOps::rope_qk(Tensor q, Tensor k, int head_dim, const RopeTable& table) {
+  ProfScope s(&p_, ProfOp::kRope);
+  in_.rope_qk(q, k, head_dim, table);
+  in_.finish();
+}
 void ProfilingOps::add_bias(Tensor x, std::span<const float> b) {
   ProfScope s(&p_, ProfOp::kElementwise);
   in_.add_bias(x, b);

@@ -74,6 +74,7 @@ class ProfilingOps final : public LayerOps {
   void matmul_head(const Weight& w, Tensor x, float margin, Tensor y) override;
   void rmsnorm(Tensor x, std::span<const float> w, float eps, Tensor out) override;
   void rope(Tensor x, int head_dim, const RopeTable& table) override;
+  void rope_qk(Tensor q, Tensor k, int head_dim, const RopeTable& table) override;
   void add_bias(Tensor x, std::span<const float> b) override;
   void scale(Tensor x, float s) override;
   void add(Tensor x, Tensor y) override;

@@ -208,12 +208,12 @@ TEST(CudaBackendEmulated, DecodeStepsReplayedAsGraphsAreTheSame) {
   // rows) went over before its first launch (LayerOps::stage).
   for (uint64_t f : step_flushes) EXPECT_EQ(f, uint64_t(shape.n_layers) + 1);
   // Its launches (the KV on the host): the first norm; per layer q, k and v
-  // in one matmul (the norm quantized its output), two RoPEs, the output
-  // matrix's quantize and matmul, a norm, gate and up in one matmul, the
-  // gated FFN (quantizing), down, the residual's norm (or the last add);
+  // in one matmul (the norm quantized its output), RoPE of q and k, the
+  // output matrix's quantize and matmul, a norm, gate and up in one matmul,
+  // the gated FFN (quantizing), down, the residual's norm (or the last add);
   // then the head's rows gathered and normed, its two levels quantized (one
   // kernel), its matmul, its row maxima and refinement.
-  for (uint64_t l : step_launches) EXPECT_EQ(l, 1 + 10 * uint64_t(shape.n_layers) + 6);
+  for (uint64_t l : step_launches) EXPECT_EQ(l, 1 + 9 * uint64_t(shape.n_layers) + 6);
 }
 
 // An engine on the device has its largest step's device memory from the

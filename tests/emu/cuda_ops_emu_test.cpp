@@ -112,9 +112,16 @@ TEST(CudaOpsEmulated, EachStepIsTheCpusBitForBit) {
       table.build(pos.data(), n, p);
       std::vector<float> h = xs, d = xs;
       cpu->rope(on(h), head, table);
-      emu::rope(d.data(), n, cols, head, table.cos_.data(), table.sin_.data(), table.half,
+      emu::rope(d.data(), cols, nullptr, 0, n, head, table.cos_.data(), table.sin_.data(), table.half,
                 style == RopeStyle::kAdjacent);
       expect_same_bits(d, h, "rope " + std::to_string(rot));
+      // Queries and keys in one launch (keys of fewer heads: GQA).
+      std::vector<float> hq = xs, hk(ys.begin(), ys.begin() + std::ptrdiff_t(n * 2 * head)), dq = hq, dk = hk;
+      cpu->rope_qk(on(hq), Tensor{hk.data(), n, 2 * head}, head, table);
+      emu::rope(dq.data(), cols, dk.data(), 2 * head, n, head, table.cos_.data(), table.sin_.data(), table.half,
+                style == RopeStyle::kAdjacent);
+      expect_same_bits(dq, hq, "rope_qk's queries " + std::to_string(rot));
+      expect_same_bits(dk, hk, "rope_qk's keys " + std::to_string(rot));
     }
 }
 
