@@ -6,7 +6,8 @@
 # llama-quantize, the llama-bpe vocabulary and PyPI's gguf wheel, for
 # make_model.sh; model_tests too). There:
 #   bench/gpu/matmul_ab.sh OUT_DIR [ROUNDS]
-# 0. unit_tests CudaMatmul.* (every kernel the CPU's bits), and
+# 0. unit_tests CudaMatmul.* (every kernel the CPU's bits) and CudaOps.*
+#    (the layer steps, their quantizing norms, the forward passes), and
 #    compute-sanitizer's racecheck and memcheck over the quantized one; the
 #    small file's logits on the stream and staged kernels the CPU's bit for
 #    bit;
@@ -35,8 +36,8 @@ small=/tmp/models/llama3-small-Q4_K_M.gguf big=/tmp/models/llama3-1b-Q4_K_M.gguf
 "$root/bench/gpu/make_model.sh" llama3 "$small" "$out/make.log" &
 "$root/bench/gpu/make_model.sh" llama3-1b "$big" "$out/make.log" &
 
-timeout 120 "$dev/unit_tests" --gtest_filter='CudaMatmul.*' > "$out/unit.log" 2>&1
-echo "CudaMatmul tests: exit $? ($(grep -E '^\[  (PASSED|FAILED)' "$out/unit.log" | tr '\n' ' '))"
+timeout 150 "$dev/unit_tests" --gtest_filter='CudaMatmul.*:CudaOps.*' > "$out/unit.log" 2>&1
+echo "CudaMatmul and CudaOps tests: exit $? ($(grep -E '^\[  (PASSED|FAILED)' "$out/unit.log" | tr '\n' ' '))"
 if command -v compute-sanitizer >/dev/null; then
   for tool in racecheck memcheck; do
     timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 "$dev/unit_tests" \
