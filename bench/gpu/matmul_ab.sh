@@ -8,7 +8,7 @@
 #   bench/gpu/matmul_ab.sh OUT_DIR [ROUNDS]
 # 0. unit_tests CudaMatmul.* (every kernel the CPU's bits) and CudaOps.*
 #    (the layer steps, their quantizing norms, the forward passes), and
-#    compute-sanitizer's racecheck and memcheck over the quantized one; the
+#    compute-sanitizer's racecheck and memcheck over each kernel; the
 #    small file's logits on the stream and staged kernels the CPU's bit for
 #    bit;
 # 1. `bench matmul --device cuda --kernel tile split stream staged` (timed in
@@ -38,11 +38,16 @@ small=/tmp/models/llama3-small-Q4_K_M.gguf big=/tmp/models/llama3-1b-Q4_K_M.gguf
 
 timeout 150 "$dev/unit_tests" --gtest_filter='CudaMatmul.*:CudaOps.*' > "$out/unit.log" 2>&1
 echo "CudaMatmul and CudaOps tests: exit $? ($(grep -E '^\[  (PASSED|FAILED)' "$out/unit.log" | tr '\n' ' '))"
+# The sanitizers on a few launches of each kernel whose rings wrap (8192
+# columns: 8-16 chunks a group against at most 8 slots), several items a CTA.
 if command -v compute-sanitizer >/dev/null; then
   for tool in racecheck memcheck; do
-    timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 "$dev/unit_tests" \
-      --gtest_filter='CudaMatmul.EqualsTheCpuBitForBit*' > "$out/$tool.log" 2>&1
-    echo "$tool: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/$tool.log" | tail -1))"
+    for t in Q4_K Q6_K Q4_1; do
+      timeout 60 compute-sanitizer --tool $tool --error-exitcode 9 "$dev/chunkserve" bench matmul --device cuda \
+        --kernel tile split stream staged --type $t --rows 600 --cols 8192 --tokens 1 9 70 -r 1 --warm-l2 \
+        >> "$out/$tool.log" 2>&1
+      echo "$tool $t: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/$tool.log" | tail -1))"
+    done
   done
 fi
 wait
