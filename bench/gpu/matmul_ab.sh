@@ -5,7 +5,8 @@
 # engine_check.sh's header says (.dev/ with chunkserve, unit_tests,
 # llama-quantize, the llama-bpe vocabulary and PyPI's gguf wheel, for
 # make_model.sh; model_tests too). There:
-#   bench/gpu/matmul_ab.sh OUT_DIR [ROUNDS]
+#   bench/gpu/matmul_ab.sh OUT_DIR [ROUNDS]     (ROUNDS of step 2, default 1:
+#                                              about 8 minutes in all, by estimate)
 # 0. unit_tests CudaMatmul.* (every kernel the CPU's bits) and CudaOps.*
 #    (the layer steps, their quantizing norms, the forward passes), and
 #    compute-sanitizer's racecheck and memcheck over each kernel; the
@@ -26,7 +27,7 @@
 # summary on stdout.
 set -uo pipefail
 out=${1:?usage: matmul_ab.sh OUT_DIR [ROUNDS]}
-rounds=${2:-2}
+rounds=${2:-1}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 dev=$root/.dev
 export LD_LIBRARY_PATH=$dev/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
