@@ -215,15 +215,15 @@ __device__ __forceinline__ void b_fragment(const Q8* ab, int64_t b, int t, bool 
   b1 = feed ? *reinterpret_cast<const uint32_t*>(ab[b].qs + 16 + 4 * t) : 0u;
 }
 
-// One row's float steps for one block and token (a: the token's block, or
-// its head: d, s, sum, sum_lo, ds), in
+// One row's float steps for one block and token (a: the token's block's
+// scalars), in
 // the CPU kernels' order (model/qdot_avx512.cpp): acc = fma(dot, scale * dx,
 // acc) per dot, then the minimums' fma(m, the activations' weight, acc): fp16
 // s (kQ4, as llama.cpp's Q4_1) or fp32 d * sum (the other layouts; half h's
 // sum where the layout has a minimum per half). K layouts: scale = d * sc,
 // the minimum -dmin * mn. `w(i)` reads the block's step word i (kStepWords).
-template <int L, class W, class A>
-__device__ __forceinline__ float fold(float acc, int c0, int c1, const W& w, int r, const A& a) {
+template <int L, class W>
+__device__ __forceinline__ float fold(float acc, int c0, int c1, const W& w, int r, const Q8Head& a) {
   if constexpr (kKLayout<L>) {
     const auto f = [&](int i) { return float(static_cast<signed char>((w(32 + i / 4) >> (8 * (i % 4))) & 0xffu)); };
     const float d = __uint_as_float(w(r));
@@ -357,6 +357,19 @@ constexpr int kSplitMost = 32, kFewGroups = 128;
 template <int L>
 inline constexpr int kChunk = 32 / kDots<L>;
 
+// Block e's dots c (lane (g, t): rows g and g + 8, tokens 2t and 2t + 1)
+// into the chunk's shared dots, [e][half][token][row].
+template <int C, int D>
+__device__ __forceinline__ void put_dots(int (&dots)[C][D][kSplitTokens][16], int e, const int (&c)[D][4], int g,
+                                         int t) {
+  for (int h = 0; h < D; ++h) {
+    dots[e][h][2 * t][g] = c[h][0];
+    dots[e][h][2 * t + 1][g] = c[h][1];
+    dots[e][h][2 * t][g + 8] = c[h][2];
+    dots[e][h][2 * t + 1][g + 8] = c[h][3];
+  }
+}
+
 template <int L>
 __global__ void __launch_bounds__(32 * (kProducers + kFolders))
     split_kernel(const Mats m, int64_t nb, const Q8* __restrict__ acts, int n_tok) {
@@ -412,12 +425,7 @@ __global__ void __launch_bounds__(32 * (kProducers + kFolders))
 #pragma unroll
           for (int s = 0; s < kSteps; ++s)
             if (lane + 32 * s < S) steps[i & 1][e][lane + 32 * s] = cur.step[j][s];
-          for (int h = 0; h < D; ++h) {
-            dots[i & 1][e][h][2 * t][g] = c[h][0];
-            dots[i & 1][e][h][2 * t + 1][g] = c[h][1];
-            dots[i & 1][e][h][2 * t][g + 8] = c[h][2];
-            dots[i & 1][e][h][2 * t + 1][g + 8] = c[h][3];
-          }
+          put_dots(dots[i & 1], e, c, g, t);
         }
         cur = next;
       }
@@ -448,18 +456,17 @@ __host__ __device__ constexpr int64_t span_words(int64_t blocks) {
 }
 template <int L>
 inline constexpr int kUnitWords = int(span_words<L>(kChunk<L>));
+// The blocks of chunk i of a row of nb blocks (the last may be short).
+template <int L>
+__device__ __forceinline__ int chunk_blocks(int64_t nb, int i) {
+  const int64_t left = nb - int64_t(i) * kChunk<L>;
+  return left < kChunk<L> ? int(left) : kChunk<L>;
+}
 // Slots: as many as ~64 KiB holds, 3 to 8 (two stream CTAs an SM with
 // their dots, or three staged ones, then fit the H100's and H200's 228 KiB).
 template <int L>
 inline constexpr int kStages = std::clamp(65536 / (4 * kUnitWords<L>), 3, 8);
 constexpr int kStreamThreads = 32 * (kProducers + kFolders);
-
-// A Q8 block's head (its first five words), as fold reads it.
-struct Head {
-  float d, s;
-  int sum, sum_lo;
-  float ds;
-};
 
 // cp.async.cg of 16 bytes (src_bytes of them read, the rest zero) into
 // shared memory, and its groups' commit and wait.
@@ -472,6 +479,20 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
+
+// Chunk i of a group's words (gw) into a ring slot, by the CTA's threads,
+// then a group committed (one each call, whether or not it copied: a past
+// the last chunk, i >= 0 with copy false, commits an empty one).
+template <int L>
+__device__ __forceinline__ void copy_chunk(const uint32_t* gw, int64_t nb, int i, bool copy, uint32_t* slot) {
+  if (copy) {
+    const uint32_t* src = gw + span_words<L>(int64_t(i) * kChunk<L>);
+    const int n = int(span_words<L>(chunk_blocks<L>(nb, i)) / 4);
+    for (int p = int(threadIdx.x); p < n; p += int(blockDim.x)) cp_async16(slot + 4 * p, src + 4 * p, 16);
+  }
+  cp_async_commit();
+}
+
 
 // Decode's few tokens, streamed. The split kernel's CTA holds one chunk of
 // its group's words in flight while it works the chunk before, one CTA an
@@ -494,7 +515,7 @@ __global__ void __launch_bounds__(kStreamThreads, 2)
   constexpr int C = kChunk<L>, D = kDots<L>, U = kUnitWords<L>, S = kStages<L>, kPer = C / kProducers;
   extern __shared__ __align__(16) uint32_t ring[];  // S slots of U words
   __shared__ int dots[2][C][D][kSplitTokens][16];
-  __shared__ Head heads[2][C][kSplitTokens];
+  __shared__ Q8Head heads[2][C][kSplitTokens];
   // (Counts in 32 bits, the units' indexing being done per unit by every
   // thread: a matrix's items and chunks are far fewer than 2^31.)
   const int slices = (n_tok + kSplitTokens - 1) / kSplitTokens;
@@ -514,20 +535,14 @@ __global__ void __launch_bounds__(kStreamThreads, 2)
     x.group = item / slices, x.chunk = u % chunks;
     x.tok0 = (item - x.group * slices) * kSplitTokens;
     x.n_tok = min(kSplitTokens, n_tok - x.tok0);
-    x.blocks = nb - int64_t(x.chunk) * C < C ? int(nb - int64_t(x.chunk) * C) : C;
+    x.blocks = chunk_blocks<L>(nb, x.chunk);
     return x;
   };
   // Unit u's words into slot u % S, by every thread; a group committed
   // whether or not (past the last unit) it copies anything.
   const auto issue = [&](int u) {
-    if (u < units) {
-      const Unit x = unit(u);
-      const uint32_t* src = locate<L>(m, x.group, nb).gw + span_words<L>(int64_t(x.chunk) * C);
-      const int n = int(span_words<L>(x.blocks) / 4);
-      uint32_t* dst = ring + (u % S) * U;
-      for (int p = int(threadIdx.x); p < n; p += kStreamThreads) cp_async16(dst + 4 * p, src + 4 * p, 16);
-    }
-    cp_async_commit();
+    const Unit x = u < units ? unit(u) : Unit{};
+    copy_chunk<L>(u < units ? locate<L>(m, x.group, nb).gw : nullptr, nb, x.chunk, u < units, ring + (u % S) * U);
   };
   // A producer's activations for its blocks of unit u (token g of the
   // unit's slice): B fragments, and head words t and 4 for fold.
@@ -569,13 +584,8 @@ __global__ void __launch_bounds__(kStreamThreads, 2)
           if (e >= x.blocks) continue;
           int c[D][4];
           block_dots<L>(raw_words<L>(slot, e, g, t), t, cur.b0[j], cur.b1[j], c);
-          for (int h = 0; h < D; ++h) {
-            dots[buf][e][h][2 * t][g] = c[h][0];
-            dots[buf][e][h][2 * t + 1][g] = c[h][1];
-            dots[buf][e][h][2 * t][g + 8] = c[h][2];
-            dots[buf][e][h][2 * t + 1][g + 8] = c[h][3];
-          }
-          Head& hd = heads[buf][e][g];  // word t of the four lanes, and 4
+          put_dots(dots[buf], e, c, g, t);
+          Q8Head& hd = heads[buf][e][g];  // word t of the four lanes, and 4
           const uint32_t v = cur.h[j];
           if (t == 0) hd.d = __uint_as_float(v), hd.ds = __uint_as_float(cur.h4[j]);
           else if (t == 1) hd.s = __uint_as_float(v);
@@ -625,18 +635,8 @@ __global__ void __launch_bounds__(32 * kStagedWarps, 3)
   const Located at = locate<L>(m, int(blockIdx.x), nb);
   const uint32_t* gw = at.gw;
   const int chunks = int((nb + C - 1) / C);
-  const auto blocks = [&](int i) { return nb - int64_t(i) * C < C ? int(nb - int64_t(i) * C) : C; };
-  // Chunk i's words into slot i % S, by every thread (idle warps too); a
-  // group committed whether or not (past the last chunk) it copies anything.
-  const auto issue = [&](int i) {
-    if (i < chunks) {
-      const uint32_t* src = gw + span_words<L>(int64_t(i) * C);
-      const int n = int(span_words<L>(blocks(i)) / 4);
-      uint32_t* dst = ring + (i % S) * U;
-      for (int p = int(threadIdx.x); p < n; p += int(blockDim.x)) cp_async16(dst + 4 * p, src + 4 * p, 16);
-    }
-    cp_async_commit();
-  };
+  // Chunk i's words into slot i % S, by every thread (idle warps too).
+  const auto issue = [&](int i) { copy_chunk<L>(gw, nb, i, i < chunks, ring + (i % S) * U); };
   for (int i = 0; i < S - 1; ++i) issue(i);
   for (int i = 0; i < chunks; ++i) {
     cp_async_wait<S - 2>();  // chunk i's copies, this thread's
@@ -644,7 +644,7 @@ __global__ void __launch_bounds__(32 * kStagedWarps, 3)
     issue(i + S - 1);
     if (tile.idle()) continue;
     const uint32_t* slot = ring + (i % S) * U;
-    const int n = blocks(i);
+    const int n = chunk_blocks<L>(nb, i);
 #pragma unroll 4
     for (int e = 0; e < n; ++e) tile.add_block<L>(slot, e, int64_t(i) * C + e);
   }
