@@ -1,8 +1,8 @@
 #include "model/cuda_matmul.h"
 
 #include <cstddef>
+#include <algorithm>
 #include <string>
-#include <vector>
 
 #include "base/error.h"
 #include "model/cuda_matmul_kernels.h"
@@ -70,17 +70,21 @@ void matmul(const DeviceMatrix& w, const BlockQ8* acts, int n_tok, float* y, Mat
 void matmul_many(std::span<const DeviceMatrix* const> ws, const BlockQ8* acts, int n_tok, std::span<float* const> ys,
                  MatmulKernel kernel) {
   if (ws.size() != ys.size()) throw Error("CUDA matmul: one output for each matrix");
-  if (ws.empty()) return;
-  std::vector<const uint32_t*> words;
-  std::vector<int64_t> rows;
   for (const DeviceMatrix* w : ws) {
     if (w->floats()) throw Error("CUDA matmul: a float matrix multiplies float activations (float_matmul)");
     if (w->layout() != ws[0]->layout() || w->cols() != ws[0]->cols())
       throw Error("CUDA matmul: matrices multiplied together share their layout and row length");
-    words.push_back(w->words()), rows.push_back(w->rows());
   }
-  kernels::matmul_many(int(ws[0]->layout()), int(ws.size()), words.data(), rows.data(), ws[0]->cols() / 32, acts,
-                       n_tok, ys.data(), int(kernel));
+  // A launch's worth at a time, on the stack (a layer's step calls this a
+  // few times a token).
+  for (size_t first = 0; first < ws.size(); first += kernels::kMaxMats) {
+    const size_t n = std::min(ws.size() - first, size_t(kernels::kMaxMats));
+    const uint32_t* words[kernels::kMaxMats];
+    int64_t rows[kernels::kMaxMats];
+    for (size_t i = 0; i < n; ++i) words[i] = ws[first + i]->words(), rows[i] = ws[first + i]->rows();
+    kernels::matmul_many(int(ws[0]->layout()), int(n), words, rows, ws[0]->cols() / 32, acts, n_tok,
+                         ys.data() + first, int(kernel));
+  }
 }
 
 void float_matmul(const DeviceMatrix& w, const float* x, int n_tok, float* y) {

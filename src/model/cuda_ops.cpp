@@ -55,9 +55,9 @@ class CudaOps final : public LayerOps {
   // it is; the rest on the host.
   void matmul(std::span<const Weight* const> ws, Tensor x, std::span<const Tensor> ys) override {
     bool quantized = held_.data == x.data && held_.rows == x.rows && held_.cols == x.cols;
-    std::vector<bool> done(ws.size(), false);
+    done_.assign(ws.size(), 0);
     for (size_t i = 0; i < ws.size(); ++i) {
-      if (done[i]) continue;
+      if (done_[i]) continue;
       if (!on_gpu(*ws[i])) {
         host_matmul(*ws[i], x, ys[i]);
         continue;
@@ -67,14 +67,13 @@ class CudaOps final : public LayerOps {
         continue;
       }
       if (!quantized) forget(), quantize(x, acts_), quantized = true;
-      std::vector<const cuda::DeviceMatrix*> same;
-      std::vector<float*> out;
+      same_.clear(), out_.clear();
       for (size_t j = i; j < ws.size(); ++j)
-        if (!done[j] && on_gpu(*ws[j]) && !ws[j]->device->floats() &&
+        if (!done_[j] && on_gpu(*ws[j]) && !ws[j]->device->floats() &&
             ws[j]->device->layout() == ws[i]->device->layout()) {
-          same.push_back(ws[j]->device.get()), out.push_back(ys[j].data), done[j] = true;
+          same_.push_back(ws[j]->device.get()), out_.push_back(ys[j].data), done_[j] = 1;
         }
-      cuda::matmul_many(same, acts_.as<BlockQ8>(), x.rows, out);
+      cuda::matmul_many(same_, acts_.as<BlockQ8>(), x.rows, out_);
     }
     for (const Tensor& y : ys)  // an output written over the held tensor
       if (held_.data && y.data < held_.data + size_t(held_.rows) * size_t(held_.cols) &&
@@ -274,6 +273,10 @@ class CudaOps final : public LayerOps {
   std::map<std::pair<const float*, size_t>, cuda::Buffer> vecs_;
   std::map<const RopeTable*, Angles> angles_;
   std::vector<float> host_a_, host_b_;
+  // matmul()'s grouping of its weights by layout (kept: no allocation a call).
+  std::vector<char> done_;
+  std::vector<const cuda::DeviceMatrix*> same_;
+  std::vector<float*> out_;
 };
 
 class CudaBackend final : public Backend {
