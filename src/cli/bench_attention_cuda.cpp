@@ -32,6 +32,7 @@
 #include "base/error.h"
 #include "base/f16.h"
 #include "cli/bench_attention_cuda.h"
+#include "cli/cold_call.h"
 #include "cli/bench_tree.h"
 #include "kv/device_kv_memory.h"
 
@@ -42,19 +43,6 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
-
-// Before each timed call: a read of 4x the L2's size (L2 then holds clean
-// lines of that buffer: a call finds there only what it brings itself, and
-// writes back no one else's dirty lines), then the device kept busy while the
-// host queues the timed call, so no launch gap falls inside its interval.
-struct Flusher {
-  cuda::Buffer buf;
-  explicit Flusher(size_t l2) : buf(std::max<size_t>(l2 * 4, 64 << 20)) { cuda::memset_device(buf.get(), 0, buf.bytes()); }
-  void operator()() {
-    cuda::flush_l2(buf);
-    cuda::spin(200);
-  }
-};
 
 // Medians (us) of calls timed against each other: a warm-up each, then
 // `reps` rounds, each call once per round, the order rotating.

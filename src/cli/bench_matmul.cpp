@@ -24,6 +24,7 @@
 #include "base/cuda.h"
 #include "base/error.h"
 #include "base/f16.h"
+#include "cli/cold_call.h"
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "model/cuda_matmul.h"
@@ -92,7 +93,7 @@ int run_bench_matmul(MatmulBenchOptions o) {
   const Weight w = make_weight(type, o.rows, o.cols, data.data());
   const double bytes = w.packed.empty() ? double(w.rows) * double(w.row_bytes) : double(w.packed.size()) * 4.0;
   std::unique_ptr<cuda::DeviceMatrix> dw;
-  std::unique_ptr<cuda::Buffer> flush;  // 4x the L2's size, read before each timed call
+  std::unique_ptr<Flusher> flush;  // before each timed call (not with --warm-l2)
   std::vector<cuda::MatmulKernel> kernels;  // the GPU's, timed in turns
   for (const std::string& k : o.kernels)
     kernels.push_back(k == "tile"     ? cuda::MatmulKernel::kTile
@@ -105,10 +106,7 @@ int run_bench_matmul(MatmulBenchOptions o) {
     std::string why;
     if (!cuda::device_available(&why)) throw Error("bench matmul --device cuda: " + why);
     dw = std::make_unique<cuda::DeviceMatrix>(w);
-    if (!o.warm_l2) {
-      flush = std::make_unique<cuda::Buffer>(std::max<size_t>(cuda::device_info().l2_bytes * 4, size_t(64) << 20));
-      cuda::memset_device(flush->get(), 0, flush->bytes());
-    }
+    if (!o.warm_l2) flush = std::make_unique<Flusher>(cuda::device_info().l2_bytes);
   }
   const int most = *std::max_element(o.tokens.begin(), o.tokens.end());
   std::vector<float> x(size_t(most) * size_t(o.cols));
@@ -137,8 +135,8 @@ int run_bench_matmul(MatmulBenchOptions o) {
         double t;
         if (gpu) {
           cuda::Timer timer;
-          if (flush) cuda::flush_l2(*flush);
-          cuda::spin(100);  // the launches below queued before the device reaches them
+          if (flush) (*flush)();
+          else cuda::spin(200);  // the launches below queued before the device reaches them
           timer.start();
           cuda::quantize_q8(dx.as<float>(), n, o.cols, dq.as<BlockQ8>());
           cuda::matmul(*dw, dq.as<BlockQ8>(), n, dy.as<float>(), kernels[ki]);
