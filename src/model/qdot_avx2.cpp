@@ -49,7 +49,7 @@ void q4x8(const uint32_t* group, int half, int nb, int n_rows, const cs::BlockQ8
   const __m256i low = _mm256_set1_epi8(0x0f);
   for (int b = 0; b < nb; ++b) {
     const uint32_t* w = group + size_t(b) * cs::kPackBlockWords + 8 * half;
-    prefetch_ahead(w, cs::kPackBlockWords);
+    prefetch_ahead<T>(w, cs::kPackBlockWords);
     __m256i s16[NH][T];
     for (int h = 0; h < NH; ++h)
       for (int t = 0; t < T; ++t) s16[h][t] = _mm256_setzero_si256();
@@ -94,7 +94,7 @@ void q8x8(const uint32_t* group, int half, int nb, int n_rows, const cs::BlockQ8
   const __m256i bias = _mm256_set1_epi8(char(0x80)), ones = _mm256_set1_epi16(1);
   for (int b = 0; b < nb; ++b) {
     const uint32_t* w = group + size_t(b) * cs::pack_block_words(L) + 8 * half;
-    prefetch_ahead(w, cs::pack_block_words(L));
+    prefetch_ahead<T>(w, cs::pack_block_words(L));
     __m256i isum[NH][T][kHalves];
     for (int h = 0; h < NH; ++h)
       for (int t = 0; t < T; ++t)
@@ -165,7 +165,7 @@ void kx8(const uint32_t* group, int half, int nb, int n_rows, const cs::BlockQ8*
   for (int b = 0; b < nb; ++b) {
     const uint32_t* sup = group + size_t(b / 8) * cs::k_super_words(L);
     const uint32_t* w = sup + cs::k_header_words(L) + (b % 8) * cs::k_block_words(L);
-    prefetch_ahead(w, cs::k_block_words(L));
+    prefetch_ahead<T>(w, cs::k_block_words(L));
     __m256i planes[NH][kPlaneVecs];
     for (int h = 0; h < NH; ++h)
       for (int p = 0; p < kl.planes; ++p)
@@ -227,7 +227,7 @@ void mx8(const uint32_t* group, int half, int nb, int n_rows, const cs::BlockQ8*
   const __m256i one = _mm256_set1_epi32(1), two = _mm256_set1_epi32(2), sub = _mm256_set1_epi32(0x00200000);
   for (int b = 0; b < nb; ++b) {
     const uint32_t* w = group + size_t(b) * cs::kMxBlockWords;
-    prefetch_ahead(w, cs::kMxBlockWords);
+    prefetch_ahead<T>(w, cs::kMxBlockWords);
     __m256i isum[NH][T];
     for (int t = 0; t < T; ++t)
       for (int h = 0; h < NH; ++h) isum[h][t] = _mm256_set1_epi32(-cs::kMxBias * acts[size_t(t) * nb + b].sum);
@@ -277,7 +277,7 @@ void iq8(const uint32_t* group, int half, int nb, int n_rows, const cs::BlockQ8*
       _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(cs::kIq4Values)));
   for (int b = 0; b < nb; ++b) {
     const uint32_t* w = group + size_t(b) * cs::kIq4BlockWords;
-    prefetch_ahead(w, cs::kIq4BlockWords);
+    prefetch_ahead<T>(w, cs::kIq4BlockWords);
     __m256i isum[NH][T];
     for (int h = 0; h < NH; ++h)
       for (int t = 0; t < T; ++t) isum[h][t] = _mm256_setzero_si256();

@@ -28,7 +28,7 @@ void q4x16(const uint32_t* group, int nb, int n_rows, const cs::BlockQ8* acts, f
   const __m512i low = _mm512_set1_epi8(0x0f);
   for (int b = 0; b < nb; ++b) {
     const uint32_t* w = group + size_t(b) * cs::kPackBlockWords;
-    prefetch_ahead(w, cs::kPackBlockWords);
+    prefetch_ahead<T>(w, cs::kPackBlockWords);
     __m512i isum[T];
     for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
     for (int k = 0; k < 4; ++k) {
@@ -63,7 +63,7 @@ void q8x16(const uint32_t* group, int nb, int n_rows, const cs::BlockQ8* acts, f
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (int b = 0; b < nb; ++b) {
     const uint32_t* w = group + size_t(b) * cs::pack_block_words(L);
-    prefetch_ahead(w, cs::pack_block_words(L));
+    prefetch_ahead<T>(w, cs::pack_block_words(L));
     __m512i isum[T][kHalves];
     for (int t = 0; t < T; ++t) {
       const cs::BlockQ8& a = acts[size_t(t) * nb + b];
@@ -128,7 +128,7 @@ void lut16(const uint32_t* group, int nb, int n_rows, const cs::BlockQ8* acts, f
   const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(Lut::table())));
   for (int b = 0; b < nb; ++b) {
     const uint32_t* w = group + size_t(b) * Lut::kWords;
-    prefetch_ahead(w, Lut::kWords);
+    prefetch_ahead<T>(w, Lut::kWords);
     __m512i isum[T];
     for (int t = 0; t < T; ++t) isum[t] = _mm512_set1_epi32(-Lut::kBias * acts[size_t(t) * nb + b].sum);
     for (int k = 0; k < 4; ++k) {
@@ -173,7 +173,7 @@ void kx16(const uint32_t* group, int nb, int n_rows, const cs::BlockQ8* acts, fl
   for (int b = 0; b < nb; ++b) {
     const uint32_t* sup = group + size_t(b / 8) * cs::k_super_words(L);
     const uint32_t* w = sup + cs::k_header_words(L) + (b % 8) * cs::k_block_words(L);
-    prefetch_ahead(w, cs::k_block_words(L));
+    prefetch_ahead<T>(w, cs::k_block_words(L));
     const __m512 d = _mm512_loadu_ps(reinterpret_cast<const float*>(sup));
     __m512 scale[2], mins;
     for (int h = 0; h < kHalves; ++h)
