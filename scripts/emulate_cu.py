@@ -6,7 +6,9 @@
 lines go, `extern __shared__` arrays become the launch's dynamic shared
 memory, and each inline PTX statement becomes the emulator's call given for
 its instruction (PTX=CALL: the statement whose PTX text starts with PTX; every
-statement needs one, and every one given must be used).
+statement needs one, and every one given must be used). A `#include "X.inc"`
+of a file under src/ is copied in first, so the PTX of device steps that
+kernels files share (base/cp_async.inc) is rewritten with the file's own.
 
 NS names the file's namespace:
   NS      (cs::cuda::NS) gets the suffix `_emu`, so the real kernels' symbols,
@@ -38,6 +40,8 @@ keep = ns.endswith('=')
 ns = ns.rstrip('=')
 emu_ns = ns if keep else ns + '_emu'
 s = open(src).read()
+src_root = src[:src.rindex('/src/') + len('/src/')]
+s = re.sub(r'^#include "([\w/]+\.inc)"\n', lambda m: open(src_root + m.group(1)).read(), s, flags=re.M)
 for h in ('cuda_runtime.h', 'cuda_fp16.h', 'cuda_bf16.h'):
     s = s.replace('#include <%s>\n' % h, '')
 if whole_file:

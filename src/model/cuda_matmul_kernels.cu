@@ -468,17 +468,7 @@ template <int L>
 inline constexpr int kStages = std::clamp(65536 / (4 * kUnitWords<L>), 3, 8);
 constexpr int kStreamThreads = 32 * (kProducers + kFolders);
 
-// cp.async.cg of 16 bytes (src_bytes of them read, the rest zero) into
-// shared memory, and its groups' commit and wait.
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(unsigned(__cvta_generic_to_shared(dst))),
-               "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
+#include "base/cp_async.inc"
 
 // Chunk i of a group's words (gw) into a ring slot, by the CTA's threads,
 // then a group committed (one each call, whether or not it copied: a past
