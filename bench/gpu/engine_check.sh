@@ -41,11 +41,13 @@ KEEP_F16=1 timeout 150 "$root/bench/gpu/make_model.sh" llama3 "$small" "$out/mak
 # The perplexity test alone first (a fresh process), on the F16 file too
 # (no 8-bit activations there to magnify the attention's roundings), then
 # all of them.
-CS_GPU_TEST_MODEL=$small timeout 120 "$dev/model_tests" --gtest_filter='CudaModel.Perplexity*' 2>&1 | tee "$out/model_ppl.log"
-CS_GPU_TEST_MODEL=$small.f16 timeout 120 "$dev/model_tests" --gtest_filter='CudaModel.Perplexity*' 2>&1 | tee "$out/model_ppl_f16.log"
-st=${PIPESTATUS[0]}
-echo "perplexity test, F16 file: exit $st"
-[ "$st" -ne 0 ] && status=$st
+for f in "$small" "$small.f16"; do
+  log="$out/model_ppl$([ "$f" = "$small" ] || echo _f16).log"
+  CS_GPU_TEST_MODEL=$f timeout 120 "$dev/model_tests" --gtest_filter='CudaModel.Perplexity*' 2>&1 | tee "$log"
+  st=${PIPESTATUS[0]}
+  echo "perplexity test, $(basename "$f"): exit $st"
+  [ "$st" -ne 0 ] && status=$st
+done
 CS_GPU_TEST_MODEL=$small timeout 240 "$dev/model_tests" --gtest_filter='CudaModel.*' 2>&1 | tee "$out/model.log"
 st=${PIPESTATUS[0]}
 echo "model tests: exit $st"
