@@ -64,10 +64,11 @@ constexpr char plane_mask(int planes) { return planes == 1 ? 0x10 : 0x30; }
 // Asks for a block of the weights ahead of block w (block_words words each)
 // into L1. The hardware prefetchers alone leave a decode step's stream of
 // repacked weights below the read bandwidth it reaches with this
-// (docs/kernels.md). One token (T), which streams the weights once, asks for
-// the block about kStreamAheadBytes ahead: 4 blocks (1.1-2 KB: the layouts'
-// blocks run from 272 to 512 bytes) left a core's stream short of what 4 KB
-// reaches (docs/benchmarks.md, "Prefetch distance"). More tokens run a
+// (docs/kernels.md). One or two tokens (T), which stream the weights once
+// (a decode step; the head's two levels on flat logits), ask for the block
+// about kStreamAheadBytes ahead: 4 blocks (1.1-2 KB: the layouts' blocks run
+// from 272 to 512 bytes) left a core's stream short of what 4 KB reaches
+// (docs/benchmarks.md, "Prefetch distance"). More tokens run a
 // group's blocks once per tile of tokens, from cache after the first, and
 // are compute-bound: they keep 4 blocks (4 KB showed them no gain within
 // this host's noise). Prefetches past the end of a group are harmless.
@@ -75,7 +76,7 @@ constexpr int kPrefetchBlocks = 4, kStreamAheadBytes = 4096;
 template <int T>
 inline void prefetch_ahead(const uint32_t* w, int block_words) {
   const int bytes = 4 * block_words;
-  const int blocks = T == 1 ? (kStreamAheadBytes + bytes - 1) / bytes : kPrefetchBlocks;
+  const int blocks = T <= 2 ? (kStreamAheadBytes + bytes - 1) / bytes : kPrefetchBlocks;
   const char* ahead = reinterpret_cast<const char*>(w + blocks * block_words);
   for (int i = 0; i < bytes; i += 64) _mm_prefetch(ahead + i, _MM_HINT_T0);
 }
