@@ -10,7 +10,9 @@
 # There:  bench/peers/device_scaling.sh OUT   (THREADS, REPS, ... as scaling.sh)
 # EXTRA_ENV="VAR=VALUE ..." also times 16-thread pp/tg with those variables
 # (e.g. OpenMP's OMP_PROC_BIND=close OMP_PLACES=cores) beside the default,
-# alternating, 2 rounds: OUT/extra.jsonl.
+# alternating, 2 rounds: OUT/extra.jsonl. BASELINE=.dev/chunkserve_before
+# (another build of chunkserve, packed beside the first: an earlier commit)
+# likewise times that binary beside .dev/chunkserve: OUT/baseline.jsonl.
 set -uo pipefail
 out=${1:?usage: device_scaling.sh OUT_DIR}
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -23,13 +25,20 @@ t0=$(date +%s)
 "$root/bench/gpu/make_model.sh" llama3-1b "$model" "$out/make.log" || exit 1
 echo "model made in $(( $(date +%s) - t0 )) s: $(du -h "$model" | cut -f1)"
 MODEL=$model CHUNKSERVE=$dev/chunkserve LLAMA_BIN=$dev/llama "$root/bench/peers/scaling.sh" "$out" 2>&1 | tee "$out/scaling.md"
-if [ -n "${EXTRA_ENV:-}" ]; then
-  read -r -a extra <<< "$EXTRA_ENV"
+# 16-thread pp512 and tg128 of a variant beside the default, alternating, 2
+# rounds, one JSON line each into $1; $2 names the variant, $3 its
+# environment, $4 its binary.
+beside() {
+  local file=$1 r variant env bin
+  shift
   for r in 1 2; do
-    for variant in default extra; do
-      if [ $variant = extra ]; then env=("${extra[@]}"); else env=(); fi
-      echo "{\"variant\": \"$variant\", \"env\": \"${env[*]}\", \"round\": $r, \"result\": $(env "${env[@]}" \
-        "$dev/chunkserve" bench model -m "$model" -t 16 -p 512 -n 128 -r 3 --profile --json)}" >> "$out/extra.jsonl"
+    for variant in default "$1"; do
+      if [ "$variant" = default ]; then env=(); bin=$dev/chunkserve; else read -r -a env <<< "$2"; bin=$3; fi
+      echo "{\"variant\": \"$variant\", \"env\": \"${env[*]}\", \"binary\": \"$(basename "$bin")\", \"round\": $r, \"result\": $(env "${env[@]}" \
+        "$bin" bench model -m "$model" -t 16 -p 512 -n 128 -r 3 --profile --json)}" >> "$file"
     done
   done
-fi
+}
+[ -n "${EXTRA_ENV:-}" ] && beside "$out/extra.jsonl" extra "$EXTRA_ENV" "$dev/chunkserve"
+[ -n "${BASELINE:-}" ] && beside "$out/baseline.jsonl" baseline "" "$BASELINE"
+exit 0
