@@ -32,8 +32,8 @@
 #include "base/error.h"
 #include "base/f16.h"
 #include "cli/bench_attention_cuda.h"
-#include "cli/cold_call.h"
 #include "cli/bench_tree.h"
+#include "cli/cold_call.h"
 #include "kv/device_kv_memory.h"
 
 namespace cs {

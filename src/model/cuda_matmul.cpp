@@ -1,7 +1,7 @@
 #include "model/cuda_matmul.h"
 
-#include <cstddef>
 #include <algorithm>
+#include <cstddef>
 #include <string>
 
 #include "base/error.h"

@@ -471,18 +471,15 @@ constexpr int kStreamThreads = 32 * (kProducers + kFolders);
 #include "base/cp_async.inc"
 
 // Chunk i of a group's words (gw) into a ring slot, by the CTA's threads,
-// then a group committed (one each call, whether or not it copied: a past
-// the last chunk, i >= 0 with copy false, commits an empty one).
+// then its group committed. The rings count one group a chunk, so past the
+// last chunk the callers commit an empty group instead.
 template <int L>
-__device__ __forceinline__ void copy_chunk(const uint32_t* gw, int64_t nb, int i, bool copy, uint32_t* slot) {
-  if (copy) {
-    const uint32_t* src = gw + span_words<L>(int64_t(i) * kChunk<L>);
-    const int n = int(span_words<L>(chunk_blocks<L>(nb, i)) / 4);
-    for (int p = int(threadIdx.x); p < n; p += int(blockDim.x)) cp_async16(slot + 4 * p, src + 4 * p, 16);
-  }
+__device__ __forceinline__ void copy_chunk(const uint32_t* gw, int64_t nb, int i, uint32_t* slot) {
+  const uint32_t* src = gw + span_words<L>(int64_t(i) * kChunk<L>);
+  const int n = int(span_words<L>(chunk_blocks<L>(nb, i)) / 4);
+  for (int p = int(threadIdx.x); p < n; p += int(blockDim.x)) cp_async16(slot + 4 * p, src + 4 * p, 16);
   cp_async_commit();
 }
-
 
 // Decode's few tokens, streamed. The split kernel's CTA holds one chunk of
 // its group's words in flight while it works the chunk before, one CTA an
@@ -531,8 +528,9 @@ __global__ void __launch_bounds__(kStreamThreads, 2)
   // Unit u's words into slot u % S, by every thread; a group committed
   // whether or not (past the last unit) it copies anything.
   const auto issue = [&](int u) {
-    const Unit x = u < units ? unit(u) : Unit{};
-    copy_chunk<L>(u < units ? locate<L>(m, x.group, nb).gw : nullptr, nb, x.chunk, u < units, ring + (u % S) * U);
+    if (u >= units) return cp_async_commit();
+    const Unit x = unit(u);
+    copy_chunk<L>(locate<L>(m, x.group, nb).gw, nb, x.chunk, ring + (u % S) * U);
   };
   // A producer's activations for its blocks of unit u (token g of the
   // unit's slice): B fragments, and head words t and 4 for fold.
@@ -626,7 +624,10 @@ __global__ void __launch_bounds__(32 * kStagedWarps, 3)
   const uint32_t* gw = at.gw;
   const int chunks = int((nb + C - 1) / C);
   // Chunk i's words into slot i % S, by every thread (idle warps too).
-  const auto issue = [&](int i) { copy_chunk<L>(gw, nb, i, i < chunks, ring + (i % S) * U); };
+  const auto issue = [&](int i) {
+    if (i >= chunks) return cp_async_commit();
+    copy_chunk<L>(gw, nb, i, ring + (i % S) * U);
+  };
   for (int i = 0; i < S - 1; ++i) issue(i);
   for (int i = 0; i < chunks; ++i) {
     cp_async_wait<S - 2>();  // chunk i's copies, this thread's
