@@ -213,8 +213,14 @@ TEST_P(GrammarWalks, RegexAndEbnfOutputsMatch) {
 // and with arguments valid against that tool's schema, and nothing else.
 TEST_P(GrammarWalks, RequiredToolCallsAreValidInEveryFormat) {
   const GrammarVocab vocab(tok());
+  // lookup's parameters are kSchema with its address as pydantic writes a
+  // nested model: a reference into the parameters' own $defs, which the
+  // call's schema must still resolve.
+  nlohmann::ordered_json lookup = nlohmann::ordered_json::parse(kSchema);
+  lookup["$defs"]["Address"] = lookup["properties"]["address"];
+  lookup["properties"]["address"] = {{"$ref", "#/$defs/Address"}};
   const nlohmann::ordered_json tools = nlohmann::ordered_json::parse(std::string(R"([
-    {"type": "function", "function": {"name": "lookup", "parameters": )") + kSchema + R"(}},
+    {"type": "function", "function": {"name": "lookup", "parameters": )") + lookup.dump() + R"(}},
     {"type": "function", "function": {"name": "now", "parameters": {"type": "object",
       "properties": {"tz": {"enum": ["utc", "local"]}}, "additionalProperties": false}}}])");
   for (const ToolFormat f : {ToolFormat::kHermes, ToolFormat::kLlama3, ToolFormat::kMistral, ToolFormat::kHarmony})
@@ -321,6 +327,10 @@ TEST(Grammar, ErrorMessagesNameTheProblem) {
             "at /type: type \"frobnicate\" is not a JSON type (string, number, integer, boolean, object, array, null)");
   EXPECT_EQ(error(GrammarKind::kJsonSchema, R"({"$ref": "#/$defs/missing"})"),
             "at /$ref: $ref \"#/$defs/missing\" leads nowhere in this schema");
+  // A keyword the engine would drop is refused before it could be (schema_check.h).
+  EXPECT_EQ(error(GrammarKind::kJsonSchema, R"({"type": "array", "items": {"type": "integer"}, "uniqueItems": true})"),
+            "at /uniqueItems: uniqueItems (items that all differ) is not supported (the grammar engine cannot enforce "
+            "it, so output could break the schema; docs/serving.md lists what it enforces)");
   EXPECT_EQ(error(GrammarKind::kRegex, "(unclosed"), "Regex parsing error at position 10: The parenthesis is not closed.");
   EXPECT_EQ(error(GrammarKind::kEbnf, "root ::= undefined_rule"),
             "EBNF parser error at line 1, column 10: Rule \"undefined_rule\" is not defined");

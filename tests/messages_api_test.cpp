@@ -170,6 +170,15 @@ TEST_F(Messages, MistakesAre400sNamingTheField) {
        "messages[0].content[3].cache_control", "at most 4 cache_control marks are allowed in a request"},
       {R"("messages": [{"role": "user", "content": "x"}], "tool_choice": {"type": "tool"}})", "tool_choice.name", ""},
       {R"("messages": [{"role": "assistant", "content": "x"}]})", "messages", ""},
+      // A tool's schema in this API's names (the chat request's tools[0].function.parameters).
+      {R"("messages": [{"role": "user", "content": "x"}], "tools": [{"name": "f", "input_schema": {"type": "obj"}}]})",
+       "tools[0].input_schema",
+       R"(tools[0].input_schema: at /type: type "obj" is not a JSON type (string, number, integer, boolean, object, array, null))"},
+      {R"("messages": [{"role": "user", "content": "x"}], "tool_choice": {"type": "any"},
+          "tools": [{"name": "f", "input_schema": {"type": "object", "not": {}}}]})",
+       "tools[0].input_schema",
+       "tools[0].input_schema: at /not: not is not supported (the grammar engine cannot enforce it, so output could "
+       "break the schema; docs/serving.md lists what it enforces)"},
   };
   for (const Case& c : cases) {
     const ApiError got = error(head + c.body);

@@ -156,9 +156,9 @@ TEST(ToolCalls, TheGrammarFramesEachFormat) {
   EXPECT_EQ(one.frame->case_before.size(), 1u);
 }
 
-std::string schema_error(const std::string& schema) {
+std::string schema_error(const std::string& schema, SchemaUse use = SchemaUse::kConstraint) {
   try {
-    check_schema(schema);
+    check_schema(schema, use);
   } catch (const GrammarError& e) {
     return e.what();
   }
@@ -185,6 +185,95 @@ TEST(ToolCalls, SchemaMistakesNameTheirPlace) {
   EXPECT_EQ(schema_error(R"({"properties": {"a": 3}})"), "at /properties/a: a schema must be an object or a boolean, not number");
   EXPECT_EQ(schema_error(R"({"required": "a"})"), "at /required: required must be a list of property names");
   EXPECT_EQ(schema_error("{"), "the schema is not valid JSON");
+}
+
+// What the grammar engine (xgrammar 0.2.8) would drop from a schema that
+// constrains output, each seen to let invalid output through before it was
+// refused: the keyword, where it is, why, and what to do.
+TEST(ToolCalls, KeywordsTheEngineWouldDropAreRefused) {
+  const std::string tail =
+      " (the grammar engine cannot enforce it, so output could break the schema; docs/serving.md lists what it "
+      "enforces)";
+  const std::pair<const char*, std::string> refused[] = {
+      {R"({"type": "integer", "not": {"const": 0}})", "at /not: not is not supported"},
+      {R"({"type": "object", "properties": {"n": {"type": "integer"}}, "if": {"required": ["n"]}, "then": {}})",
+       "at /if: if is not supported"},
+      {R"({"type": "object", "dependentRequired": {"a": ["b"]}})", "at /dependentRequired: dependentRequired is not supported"},
+      {R"({"type": "array", "contains": {"type": "integer"}})", "at /contains: contains is not supported"},
+      {R"({"type": "object", "properties": {"tags": {"type": "array", "uniqueItems": true}}})",
+       "at /properties/tags/uniqueItems: uniqueItems (items that all differ) is not supported"},
+      {R"({"allOf": [{"type": "object", "required": ["a"]}, {"type": "object", "required": ["b"]}]})",
+       "at /allOf: an allOf of 2 schemas is compiled as any JSON; merge them into one schema"},
+      {R"({"type": "object", "properties": {"a": {"type": "integer"}}, "anyOf": [{"type": "object"}]})",
+       "at /type: type beside anyOf is ignored (only anyOf is compiled here); move it into each of anyOf's schemas"},
+      {R"({"$defs": {"s": {"type": "string"}}, "$ref": "#/$defs/s", "maxLength": 2})",
+       "at /maxLength: maxLength beside $ref is ignored (only $ref is compiled here); move it into the schema referred to"},
+      {R"({"enum": ["a", "bb"], "minLength": 2})",
+       "at /minLength: minLength beside enum is ignored (only enum is compiled here); keep only the values it allows"},
+      {R"({"type": "string", "enum": ["x", 1]})",
+       "at /type: enum's value 1 is not of type \"string\", yet the engine compiles enum alone and would allow it; drop "
+       "the value or the type"},
+      {R"({"type": "number", "multipleOf": 0.5})",
+       "at /multipleOf: multipleOf of a number is not supported (of an integer it is)"},
+      {R"({"type": "integer", "multipleOf": 0.5})",
+       "at /multipleOf: multipleOf 0.5 of an integer is not supported (a whole multiple is)"},
+      {R"({"type": "string", "pattern": "[a-z]+", "maxLength": 2})",
+       "at /maxLength: maxLength beside pattern is ignored (only the pattern is compiled); write the length into a pattern"},
+      {R"({"type": ["string", "null"], "format": "email", "minLength": 5})",
+       "at /minLength: minLength beside format \"email\" is ignored (only the pattern is compiled); write the length "
+       "into a pattern"},
+      {R"({"minLength": 5})",
+       "at /minLength: minLength in a schema without \"type\" is ignored (any JSON is compiled); add the type it is for"},
+      {R"({"anyOf": [{"required": ["a"]}, {"type": "null"}]})",
+       "at /anyOf/0/required: required in a schema without \"type\" is ignored (any JSON is compiled); add the type it "
+       "is for"},
+  };
+  for (const auto& [schema, message] : refused) {
+    SCOPED_TRACE(schema);
+    EXPECT_EQ(schema_error(schema), message + tail);
+    EXPECT_EQ(schema_error(schema, SchemaUse::kDescription), "") << "a schema that only describes is not refused";
+  }
+  // What the engine does enforce, as clients write it.
+  for (const char* ok : {
+           R"({"type": "string", "enum": ["a", "b"]})",
+           R"({"type": ["integer", "null"], "enum": [1, 2.0, null]})",
+           R"({"type": "string", "const": "x", "description": "fixed"})",
+           R"({"allOf": [{"$ref": "#/$defs/a"}], "description": "one schema", "$defs": {"a": {"type": "integer"}}})",
+           R"({"$ref": "#/$defs/a", "title": "A", "default": 1, "$defs": {"a": {"type": "integer"}}})",
+           R"({"anyOf": [{"type": "string"}, {"type": "null"}], "default": null})",
+           R"({"type": "integer", "multipleOf": 3, "minimum": 0})",
+           R"({"type": "string", "format": "password", "minLength": 8})",
+           R"({"type": "string", "pattern": "^[a-z]{1,2}$", "minimum": 3})",
+           R"({"type": "array", "items": {"type": "integer"}, "uniqueItems": false, "minItems": 1})",
+           R"({"properties": {"a": {"type": "integer"}}, "required": ["a"]})",
+           R"({"items": {"type": "string"}, "maxItems": 2})",
+           R"({"description": "any JSON", "format": "anything"})",
+       }) {
+    SCOPED_TRACE(ok);
+    EXPECT_EQ(schema_error(ok), "");
+  }
+}
+
+// A tool's parameters that refer into their own $defs (pydantic's nested
+// models) keep resolving inside the call's schema: they move to its $defs,
+// their references rebased; data values keep their text.
+TEST(ToolCalls, ReferencesInsideParametersStillResolve) {
+  const ojson tools = ojson::parse(R"([
+    {"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+      "properties": {"a": {"$ref": "#/$defs/A"}, "b": {"const": {"$ref": "#/x"}}}, "$defs": {"A": {"type": "integer"}}}}},
+    {"type": "function", "function": {"name": "g", "parameters": {"$ref": "#/$defs/G", "$defs": {"G": {"type": "object",
+      "properties": {"self": {"anyOf": [{"$ref": "#"}, {"type": "null"}]}}}}}}}])");
+  const GrammarSpec spec = tool_call_grammar(tools, ToolFormat::kHermes, {ToolChoice::Kind::kRequired, ""}, true);
+  EXPECT_EQ(spec.text,
+            R"({"anyOf":[{"type":"object","properties":{"name":{"const":"f"},"arguments":{"$ref":"#/$defs/tool_0"}},"required":["name","arguments"],"additionalProperties":false},)"
+            R"({"type":"object","properties":{"name":{"const":"g"},"arguments":{"$ref":"#/$defs/tool_1"}},"required":["name","arguments"],"additionalProperties":false}],)"
+            R"("$defs":{"tool_0":{"type":"object","properties":{"a":{"$ref":"#/$defs/tool_0/$defs/A"},"b":{"const":{"$ref":"#/x"}}},"$defs":{"A":{"type":"integer"}}},)"
+            R"("tool_1":{"$ref":"#/$defs/tool_1/$defs/G","$defs":{"G":{"type":"object","properties":{"self":{"anyOf":[{"$ref":"#/$defs/tool_1"},{"type":"null"}]}}}}}}})");
+  EXPECT_EQ(schema_error(spec.text), "");
+  // Without references the parameters stay in place (TheGrammarFramesEachFormat).
+  const GrammarSpec named = tool_call_grammar(tools, ToolFormat::kHermes, {ToolChoice::Kind::kNamed, "f"}, true);
+  EXPECT_EQ(schema_error(named.text), "");
+  EXPECT_NE(named.text.find(R"("arguments":{"$ref":"#/$defs/tool_0"})"), std::string::npos) << named.text;
 }
 
 // Requests through the API parser, over the GPT-2 test vocabulary (its
@@ -268,6 +357,14 @@ TEST_F(ChatRequests, BadConstraintsAre400sNamingTheField) {
       {R"(, "tools": [{"function": {"name": "f"}}], "tool_choice": "required", "regex": "x")", "regex",
        "regex cannot be combined with a tool_choice that demands a call"},
       {R"(, "functions": [])", "functions", "functions is not supported (use tools)"},
+      // A demanded call's arguments are sampled under its schema: one the
+      // engine would not enforce whole is refused, naming the tool.
+      {R"(, "tools": [{"function": {"name": "f", "parameters": {"type": "object", "properties": {"s": {"type": "array",
+           "uniqueItems": true}}}}}], "tool_choice": "required")",
+       "tools[0].function.parameters",
+       "tools[0].function.parameters: at /properties/s/uniqueItems: uniqueItems (items that all differ) is not "
+       "supported (the grammar engine cannot enforce it, so output could break the schema; docs/serving.md lists what "
+       "it enforces)"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.extra);
@@ -287,6 +384,14 @@ TEST_F(ChatRequests, ATemplateWithToolsRendersThemItself) {
   ASSERT_TRUE(r.constraint);
   EXPECT_EQ(r.constraint->frame->before, "<tool_call>");
   EXPECT_EQ(r.constraint_param, "tools");
+  // Unconstrained (tool_choice auto), a schema only describes the tool: what
+  // the engine could not enforce is no reason to refuse it.
+  const std::string loose =
+      R"(, "tools": [{"function": {"name": "f", "parameters": {"type": "array", "uniqueItems": true}}},
+                     {"function": {"name": "g"}}])";
+  EXPECT_FALSE(parse(body(loose), "Qwen-Qwen2.5-7B-Instruct").constraint);
+  EXPECT_TRUE(parse(body(loose + R"(, "tool_choice": {"type": "function", "function": {"name": "g"}})"),
+                    "Qwen-Qwen2.5-7B-Instruct").constraint);
 }
 
 TEST_F(ChatRequests, OtherwiseTheGenericFormatDescribesThem) {

@@ -184,12 +184,12 @@ xgrammar::CompiledGrammar compile_with(xgrammar::GrammarCompiler& c, const Gramm
 void check_before_compiling(const GrammarSpec& spec) {
   check_limits(spec);
   if (spec.kind != GrammarKind::kJsonSchema) return;
-  if (!spec.frame || spec.frame->case_before.empty()) return check_schema(spec.text);
+  if (!spec.frame || spec.frame->case_before.empty()) return check_schema(spec.text, SchemaUse::kConstraint);
   // Per-case frames: an array of schemas, one per case, each checked.
   const nlohmann::json list = nlohmann::json::parse(spec.text, nullptr, false);
   if (!list.is_array() || list.size() != spec.frame->case_before.size() || list.empty())
     throw GrammarError("a framed choice needs one schema per case");
-  for (const nlohmann::json& s : list) check_schema(s.dump());
+  for (const nlohmann::json& s : list) check_schema(s.dump(), SchemaUse::kConstraint);
 }
 
 // The cache's key: everything that makes one spec's grammar another's.

@@ -3,6 +3,9 @@
 #include <xgrammar/xgrammar.h>
 
 #include <algorithm>
+#include <cmath>
+#include <span>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -17,9 +20,47 @@ namespace {
 
 using json = nlohmann::json;
 
+// Keywords that assert something of an instance (JSON Schema 2020-12's
+// validation and applicator vocabularies, less those the engine never
+// enforces, which Walk::enforced names first).
+constexpr const char* kAssertions[] = {
+    "type", "enum", "const", "multipleOf", "maximum", "exclusiveMaximum", "minimum", "exclusiveMinimum",
+    "maxLength", "minLength", "pattern", "maxItems", "minItems", "maxProperties", "minProperties", "required",
+    "properties", "patternProperties", "additionalProperties", "propertyNames", "items", "prefixItems",
+    "unevaluatedItems", "unevaluatedProperties", "allOf", "anyOf", "oneOf", "$ref"};
+
+// A type's keywords: in a schema without "type" the engine compiles them as
+// any JSON, unless properties or items make it an object or an array.
+constexpr const char* kTypeKeywords[] = {
+    "minLength", "maxLength", "pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
+    "minItems", "maxItems", "required", "minProperties", "maxProperties", "propertyNames", "patternProperties"};
+
+// The formats the engine compiles as a regular expression (xgrammar 0.2.8's
+// JSONFormatToRegexPattern), which then stands in for minLength/maxLength.
+constexpr const char* kRegexFormats[] = {"date", "date-time", "duration", "email", "hostname", "ipv4", "ipv6",
+                                         "json-pointer", "relative-json-pointer", "time", "uri", "uri-reference",
+                                         "uri-template", "uuid"};
+
+bool one_of(const std::string& s, std::span<const char* const> set) {
+  return std::any_of(set.begin(), set.end(), [&](const char* k) { return s == k; });
+}
+
+// Whether a JSON value is an instance of a type name (an integer: any number
+// without a fraction, as JSON Schema counts 1.0).
+bool of_type(const json& v, const std::string& t) {
+  if (t == "integer") return v.is_number_integer() || (v.is_number_float() && std::trunc(v.get<double>()) == v.get<double>());
+  if (t == "number") return v.is_number();
+  if (t == "string") return v.is_string();
+  if (t == "boolean") return v.is_boolean();
+  if (t == "null") return v.is_null();
+  if (t == "object") return v.is_object();
+  if (t == "array") return v.is_array();
+  return false;
+}
+
 class Walk {
  public:
-  explicit Walk(const json& root) : root_(root) {}
+  Walk(const json& root, SchemaUse use) : root_(root), use_(use) {}
 
   // `depth`: subschemas above this one (grammar/limits.h bounds it, and the
   // schemas in all, before the compiler, which recurses as this does).
@@ -33,22 +74,6 @@ class Walk {
     if (s.is_boolean()) return;
     if (!s.is_object()) fail(at, "a schema must be an object or a boolean, not " + std::string(s.type_name()));
     if (const json* t = get(s, "type")) type(*t, at + "/type");
-    for (const char* k : {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
-      if (const json* p = get(s, k)) {
-        if (!p->is_object()) fail(at + "/" + k, std::string(k) + " must be an object of schemas");
-        if (int(p->size()) > kMaxProperties)
-          fail(at + "/" + k, std::string(k) + " has " + std::to_string(p->size()) + " entries; at most " +
-                                 std::to_string(kMaxProperties) + " are compiled");
-        for (const auto& [name, sub] : p->items()) schema(sub, at + "/" + k + "/" + pointer_escape(name), depth + 1);
-      }
-    for (const char* k : {"additionalProperties", "items", "not", "contains", "propertyNames", "unevaluatedProperties",
-                          "unevaluatedItems", "if", "then", "else"})
-      if (const json* p = get(s, k)) schema(*p, at + "/" + k, depth + 1);
-    for (const char* k : {"anyOf", "oneOf", "allOf", "prefixItems"})
-      if (const json* p = get(s, k)) {
-        if (!p->is_array() || p->empty()) fail(at + "/" + k, std::string(k) + " must be a non-empty list of schemas");
-        for (size_t i = 0; i < p->size(); ++i) schema((*p)[i], at + "/" + k + "/" + std::to_string(i), depth + 1);
-      }
     if (const json* r = get(s, "required")) {
       if (!r->is_array()) fail(at + "/required", "required must be a list of property names");
       for (const json& n : *r)
@@ -66,6 +91,25 @@ class Walk {
     bounds(s, at, "exclusiveMinimum", "exclusiveMaximum");
     if (const json* p = get(s, "pattern")) pattern(*p, at + "/pattern");
     if (const json* r = get(s, "$ref")) ref(*r, at + "/$ref");
+    // This schema's own keywords, then its subschemas: `not` is named rather
+    // than what is inside it.
+    if (use_ == SchemaUse::kConstraint) enforced(s, at);
+    for (const char* k : {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
+      if (const json* p = get(s, k)) {
+        if (!p->is_object()) fail(at + "/" + k, std::string(k) + " must be an object of schemas");
+        if (int(p->size()) > kMaxProperties)
+          fail(at + "/" + k, std::string(k) + " has " + std::to_string(p->size()) + " entries; at most " +
+                                 std::to_string(kMaxProperties) + " are compiled");
+        for (const auto& [name, sub] : p->items()) schema(sub, at + "/" + k + "/" + pointer_escape(name), depth + 1);
+      }
+    for (const char* k : {"additionalProperties", "items", "not", "contains", "propertyNames", "unevaluatedProperties",
+                          "unevaluatedItems", "if", "then", "else"})
+      if (const json* p = get(s, k)) schema(*p, at + "/" + k, depth + 1);
+    for (const char* k : {"anyOf", "oneOf", "allOf", "prefixItems"})
+      if (const json* p = get(s, k)) {
+        if (!p->is_array() || p->empty()) fail(at + "/" + k, std::string(k) + " must be a non-empty list of schemas");
+        for (size_t i = 0; i < p->size(); ++i) schema((*p)[i], at + "/" + k + "/" + std::to_string(i), depth + 1);
+      }
   }
 
  private:
@@ -146,19 +190,102 @@ class Walk {
     }
   }
 
+  // What the engine would compile this object schema as, refused where that
+  // is looser than the schema (schema_check.h). The engine compiles the first
+  // of $ref, const, enum, anyOf, oneOf, allOf that the schema has and nothing
+  // beside it; else the type(s) with their keywords; else an object for
+  // properties, an array for items; else any JSON.
+  void enforced(const json& s, const std::string& at) const {
+    const auto drop = [&](const std::string& k, const std::string& why) {
+      fail(at + "/" + k, why + " (the grammar engine cannot enforce it, so output could break the schema; "
+                               "docs/serving.md lists what it enforces)");
+    };
+    for (const char* k : {"not", "if", "dependentRequired", "dependentSchemas", "dependencies", "contains",
+                          "minContains", "maxContains"})
+      if (s.contains(k)) drop(k, std::string(k) + " is not supported");
+    if (const json* u = get(s, "uniqueItems"); u && *u == true)
+      drop("uniqueItems", "uniqueItems (items that all differ) is not supported");
+    std::string branch;
+    for (const char* k : {"$ref", "const", "enum", "anyOf", "oneOf", "allOf"})
+      if (s.contains(k)) {
+        branch = k;
+        break;
+      }
+    if (!branch.empty()) {
+      if (branch == "allOf" && s["allOf"].size() > 1)
+        drop("allOf", "an allOf of " + std::to_string(s["allOf"].size()) +
+                          " schemas is compiled as any JSON; merge them into one schema");
+      for (const char* k : kAssertions) {
+        if (k == branch || !s.contains(k)) continue;
+        if (std::string_view(k) == "type" && (branch == "enum" || branch == "const")) {
+          if (const json* v = value_off_type(s, branch))
+            drop("type", branch + "'s value " + v->dump() + " is not of type " + s["type"].dump() +
+                             ", yet the engine compiles " + branch + " alone and would allow it; drop the value or the type");
+          continue;
+        }
+        drop(k, std::string(k) + " beside " + branch + " is ignored (only " + branch +
+                    " is compiled here); " +
+                    (branch == "$ref"                       ? std::string("move it into the schema referred to")
+                     : branch == "enum" || branch == "const" ? "keep only the values it allows"
+                                                             : "move it into each of " + branch + "'s schemas"));
+      }
+      return;
+    }
+    if (const json* t = get(s, "type")) {
+      const auto is = [&](const char* name) {
+        return *t == name || (t->is_array() && std::find(t->begin(), t->end(), name) != t->end());
+      };
+      if (const json* m = get(s, "multipleOf")) {
+        if (is("number")) drop("multipleOf", "multipleOf of a number is not supported (of an integer it is)");
+        if (is("integer") && !of_type(*m, "integer"))
+          drop("multipleOf", "multipleOf " + m->dump() + " of an integer is not supported (a whole multiple is)");
+      }
+      const json* f = get(s, "format");
+      const bool regex_format = f && f->is_string() && one_of(f->get<std::string>(), kRegexFormats);
+      if (is("string") && (s.contains("pattern") || regex_format))
+        for (const char* k : {"minLength", "maxLength"})
+          if (s.contains(k))
+            drop(k, std::string(k) + " beside " + (s.contains("pattern") ? "pattern" : "format " + f->dump()) +
+                        " is ignored (only the pattern is compiled); write the length into a pattern");
+      return;
+    }
+    for (const char* k : {"properties", "additionalProperties", "unevaluatedProperties", "items", "prefixItems",
+                          "unevaluatedItems"})
+      if (s.contains(k)) return;
+    for (const char* k : kTypeKeywords)
+      if (s.contains(k))
+        drop(k, std::string(k) + " in a schema without \"type\" is ignored (any JSON is compiled); add the type it "
+                                 "is for");
+  }
+
+  // The first value of the enum (or the const) that is not of the schema's
+  // type(s), or null.
+  static const json* value_off_type(const json& s, const std::string& branch) {
+    const json& t = s["type"];
+    const auto fits = [&](const json& v) {
+      if (t.is_string()) return of_type(v, t.get<std::string>());
+      return std::any_of(t.begin(), t.end(), [&](const json& x) { return x.is_string() && of_type(v, x.get<std::string>()); });
+    };
+    if (branch == "const") return fits(s["const"]) ? nullptr : &s["const"];
+    for (const json& v : s["enum"])
+      if (!fits(v)) return &v;
+    return nullptr;
+  }
+
   const json& root_;
+  SchemaUse use_;
   int nodes_ = 0;
 };
 
 }  // namespace
 
-void check_schema(const std::string& schema_text) {
+void check_schema(const std::string& schema_text, SchemaUse use) {
   if (json_nesting(schema_text) > kMaxJsonNesting)
     throw GrammarError("the schema nests deeper than " + std::to_string(kMaxJsonNesting) + " levels of JSON; at most " +
                        std::to_string(kMaxSchemaDepth) + " levels of subschemas are compiled");
   const json root = json::parse(schema_text, nullptr, false);
   if (root.is_discarded()) throw GrammarError("the schema is not valid JSON");
-  Walk(root).schema(root, "");
+  Walk(root, use).schema(root, "");
 }
 
 }  // namespace cs

@@ -221,7 +221,7 @@ json parse_tools(const json& tools) {
         throw invalid(at + ".function.parameters", at + ".function.parameters must be a JSON schema (an object)",
                       "invalid_type");
       try {
-        check_schema(p->dump());
+        check_schema(p->dump(), SchemaUse::kDescription);
       } catch (const GrammarError& e) {
         throw invalid(at + ".function.parameters", at + ".function.parameters: " + e.what(), "invalid_schema");
       }
@@ -625,6 +625,20 @@ ApiRequest parse_chat_json(const json& j, const ApiLimits& lim, const std::strin
   if (choice.kind == ToolChoice::Kind::kRequired || choice.kind == ToolChoice::Kind::kNamed) {
     if (out.constraint)
       throw invalid(out.constraint_param, out.constraint_param + " cannot be combined with a tool_choice that demands a call");
+    // The call's arguments will be sampled under these schemas: each must be
+    // one the grammar engine enforces whole (grammar/schema_check.h), named
+    // here by its tool rather than inside the call's wrapping schema.
+    for (size_t i = 0; i < tools.size(); ++i) {
+      const json& fn = tools[i]["function"];
+      if (!fn.contains("parameters") || (choice.kind == ToolChoice::Kind::kNamed && fn["name"] != choice.name))
+        continue;
+      const std::string at = "tools[" + std::to_string(i) + "].function.parameters";
+      try {
+        check_schema(fn["parameters"].dump(), SchemaUse::kConstraint);
+      } catch (const GrammarError& e) {
+        throw invalid(at, at + ": " + e.what(), "invalid_schema");
+      }
+    }
     out.constraint = tool_call_grammar(tools, syntax.format, choice, parallel);
     out.constraint_param = "tools";
   }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <climits>
 #include <optional>
+#include <regex>
 
 #include "server/api_json.h"
 
@@ -348,6 +349,30 @@ int MessagesRequest::cached_prefix() const {
   return n;
 }
 
+namespace {
+
+// A chat request's error in the Messages API's names: a tool's
+// "tools[0].function.parameters" is its "tools[0].input_schema" here.
+ApiError in_messages_names(ApiError e) {
+  static const std::regex kTool(R"(tools\[(\d+)\]\.function\.(parameters|name))");
+  const auto rename = [](const std::string& s) {
+    std::string out;
+    std::sregex_iterator it(s.begin(), s.end(), kTool), end;
+    size_t at = 0;
+    for (; it != end; ++it) {
+      out += s.substr(at, size_t(it->position()) - at);
+      out += "tools[" + (*it)[1].str() + "]." + ((*it)[2] == "parameters" ? "input_schema" : "name");
+      at = size_t(it->position() + it->length());
+    }
+    return out + s.substr(at);
+  };
+  e.message = rename(e.message);
+  e.param = rename(e.param);
+  return e;
+}
+
+}  // namespace
+
 MessagesRequest parse_messages_request(const std::string& body, const ApiLimits& lim) {
   const json j = api::parse_object(body);
   MessagesRequest out;
@@ -355,7 +380,11 @@ MessagesRequest parse_messages_request(const std::string& body, const ApiLimits&
   int marks = 0;
   json chat = to_chat(j, false, prefill, marks);
   apply_thinking(j, chat, lim);
-  out.chat = parse_chat_json(chat, lim, prefill);
+  try {
+    out.chat = parse_chat_json(chat, lim, prefill);
+  } catch (const ApiError& e) {
+    throw in_messages_names(e);
+  }
   if (const json* th = field(j, "thinking"); th && type_of(*th) == "enabled")
     set_thought_budget(out.chat, int((*th)["budget_tokens"].get<long long>()), lim);
   // Each mark's prefix: the tokens the prompt shares with its cut body's.

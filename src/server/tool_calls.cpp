@@ -247,26 +247,67 @@ GrammarSpec harmony_grammar(const ojson& tools, const ToolChoice& choice) {
   return spec;
 }
 
+// Whether a schema has a "$ref" anywhere.
+bool has_ref(const ojson& s) {
+  if (s.is_object() && s.contains("$ref")) return true;
+  if (s.is_structured())
+    for (const ojson& v : s) if (has_ref(v)) return true;
+  return false;
+}
+
+// A schema's references ("#/$defs/Item", "#") pointed at where the schema
+// now sits inside another (`base`, a JSON pointer). Values (enum, const,
+// default, examples) are data and keep their text.
+ojson rebase_refs(const ojson& s, const std::string& base) {
+  if (s.is_array()) {
+    ojson out = ojson::array();
+    for (const ojson& v : s) out.push_back(rebase_refs(v, base));
+    return out;
+  }
+  if (!s.is_object()) return s;
+  ojson out = ojson::object();
+  for (const auto& [k, v] : s.items()) {
+    if (k == "$ref" && v.is_string() && v.get<std::string>().starts_with("#"))
+      out[k] = "#" + base + v.get<std::string>().substr(1);
+    else if (k == "enum" || k == "const" || k == "default" || k == "examples")
+      out[k] = v;
+    else
+      out[k] = rebase_refs(v, base);
+  }
+  return out;
+}
+
 }  // namespace
 
 GrammarSpec tool_call_grammar(const ojson& tools, ToolFormat f, const ToolChoice& choice, bool parallel) {
   if (f == ToolFormat::kHarmony) return harmony_grammar(tools, choice);
   const char* args_key = f == ToolFormat::kLlama3 ? "parameters" : "arguments";
-  ojson cases = ojson::array();
+  ojson cases = ojson::array(), defs = ojson::object();
   for (const ojson& t : tools) {
     const ojson& fn = t["function"];
     const std::string name = fn["name"].get<std::string>();
     if (choice.kind == ToolChoice::Kind::kNamed && name != choice.name) continue;
-    const ojson params = fn.contains("parameters") && fn["parameters"].is_object() ? fn["parameters"]
-                                                                                     : ojson{{"type", "object"}};
+    ojson params = fn.contains("parameters") && fn["parameters"].is_object() ? fn["parameters"]
+                                                                               : ojson{{"type", "object"}};
+    // References inside the parameters ("#/$defs/Item", as pydantic writes
+    // nested models) are resolved from the root of the call's schema, where
+    // the parameters are no longer: the parameters go to the root's $defs,
+    // their references rebased there, and the call refers to them.
+    if (has_ref(params)) {
+      const std::string key = "tool_" + std::to_string(cases.size());
+      defs[key] = rebase_refs(params, "/$defs/" + key);
+      params = {{"$ref", "#/$defs/" + key}};
+    }
     cases.push_back({{"type", "object"},
                      {"properties", {{"name", {{"const", name}}}, {args_key, params}}},
                      {"required", {"name", args_key}},
                      {"additionalProperties", false}});
   }
+  ojson root = cases.size() == 1 ? cases[0] : ojson{{"anyOf", cases}};
+  if (!defs.empty()) root["$defs"] = defs;
   GrammarSpec spec;
   spec.kind = GrammarKind::kJsonSchema;
-  spec.text = (cases.size() == 1 ? cases[0] : ojson{{"anyOf", cases}}).dump();
+  spec.text = root.dump();
   JsonFrame frame;
   frame.max_items = parallel && f != ToolFormat::kLlama3 ? 0 : 1;
   switch (f) {

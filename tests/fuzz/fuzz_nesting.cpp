@@ -67,7 +67,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         break;
       default:
         cs::check_limits({cs::GrammarKind::kJsonSchema, nested});
-        cs::check_schema(nested);
+        cs::check_schema(nested, cs::SchemaUse::kConstraint);
         break;
     }
   } catch (const cs::ApiError&) {
