@@ -197,6 +197,20 @@ class Structured(ServedTest):
         self.assertEqual(len(r.choices[0].message.tool_calls), 1)
         check_calls(self, r.choices[0].message, ["add"])
 
+    def test_a_tools_nested_models_resolve(self):
+        # pydantic writes a nested model as a $ref into the parameters' own
+        # $defs; a demanded call's schema must still resolve it.
+        params = Nested.model_json_schema()
+        self.assertIn("$defs", params)
+        tools = [{"type": "function", "function": {"name": "register", "parameters": params}}] + TOOLS[:1]
+        for choice in ("required", {"type": "function", "function": {"name": "register"}}):
+            r = self.chat("Register Ada at 1 Main St, 12345.", tools=tools, tool_choice=choice,
+                          parallel_tool_calls=False, seed=9, max_tokens=120)
+            self.assertEqual(r.choices[0].finish_reason, "tool_calls", r.choices[0].message)
+            for call in r.choices[0].message.tool_calls:
+                schema = params if call.function.name == "register" else SCHEMAS[call.function.name]
+                jsonschema.validate(json.loads(call.function.arguments), schema)
+
     def test_auto_and_none(self):
         r = self.chat("What's the weather in Paris?", tools=TOOLS, seed=9, max_tokens=60)
         m = r.choices[0].message
@@ -267,6 +281,16 @@ class Structured(ServedTest):
             "name": "f", "parameters": {"type": "object", "properties": {"q": {"type": "string", "pattern": "(["}}}}}]})
         self.assertEqual(e["param"], "tools[0].function.parameters")
         self.assertIn("at /properties/q/pattern: pattern", e["message"])
+        # What the grammar engine would not enforce is refused, not answered
+        # with JSON that may break it.
+        e = self.error({"model": MODEL_ID, "messages": msgs, "response_format": {"type": "json_schema", "json_schema": {
+            "name": "a", "schema": {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}}}})
+        self.assertEqual((e["param"], e["code"]), ("response_format", "invalid_schema"))
+        self.assertTrue(e["message"].startswith("response_format: at /uniqueItems: uniqueItems (items that all differ) "
+                                                "is not supported"), e["message"])
+        e = self.error({"model": MODEL_ID, "messages": msgs, "tool_choice": "required", "tools": [
+            {"type": "function", "function": {"name": "f", "parameters": {"allOf": [{"type": "object"}] * 2}}}]})
+        self.assertEqual((e["param"], e["code"]), ("tools[0].function.parameters", "invalid_schema"))
         e = self.error({"model": MODEL_ID, "messages": msgs, "regex": "[a-"})
         self.assertEqual((e["param"], e["code"]), ("regex", "invalid_regex"))
         # SmolLM2's vocabulary has no usable token for the byte 0x06: nothing could be sampled.
