@@ -152,6 +152,11 @@ TEST_F(Responses, MistakesAre400sNamingTheField) {
       {R"({"model": "m", "input": "x", "max_output_tokens": 100000})", "max_output_tokens", "context_length_exceeded"},
       {R"({"model": "m", "input": "x", "text": {"format": {"type": "xml"}}})", "text.format.type", "invalid_value"},
       {R"({"model": "m", "input": "x", "store": "yes"})", "store", "invalid_type"},
+      // The chat route's names become this API's: the conversation is input,
+      // a tool's schema its own field.
+      {R"({"model": "m", "input": []})", "input", "invalid_value"},
+      {R"({"model": "m", "input": "x", "tools": [{"type": "function", "name": "f", "parameters": {"type": "obj"}}]})",
+       "tools[0].parameters", "invalid_schema"},
   };
   for (const Case& c : cases) {
     const ApiError e = error(c.body);
@@ -160,6 +165,14 @@ TEST_F(Responses, MistakesAre400sNamingTheField) {
     EXPECT_EQ(e.code, c.code) << c.body;
   }
   EXPECT_EQ(error(R"({"model": "other", "input": "x"})").status, 404);
+  EXPECT_EQ(error(R"({"model": "m", "input": []})").message, "input must not be empty");
+  EXPECT_EQ(error(R"({"model": "m", "input": "x", "tools": [{"type": "function", "name": "f", "parameters": {"type": "obj"}}]})")
+                .message.substr(0, 31),
+            "tools[0].parameters: at /type: ");
+  // A schema is compiled (and refused) after parsing, under text.format.
+  EXPECT_EQ(parse(R"({"model": "m", "input": "x", "text": {"format": {"type": "json_schema", "name": "s",
+                      "schema": {"type": "object"}}}})").chat.constraint_param,
+            "text.format");
 }
 
 Result result(const std::string& text, FinishReason reason) {

@@ -251,8 +251,20 @@ ResponsesRequest parse_responses_request(const std::string& body, const ApiLimit
     // The chat route's names for the Responses API's own.
     if (e.param == "max_tokens") e.param = "max_output_tokens", e.message.replace(e.message.find("max_tokens"), 10, "max_output_tokens");
     if (e.param == "reasoning_effort") e.param = "reasoning.effort", e.message.replace(0, 16, "reasoning.effort");
+    if (e.param == "messages") {  // the conversation as a whole: empty, or longer than the context
+      e.param = "input";
+      if (e.message.starts_with("messages")) e.message.replace(0, 8, "input");
+    }
+    // tools[i].function.parameters: a Responses tool holds its fields itself.
+    for (std::string* s : {&e.param, &e.message})
+      if (s->starts_with("tools[")) {
+        const size_t f = s->find("].function.");
+        if (f != std::string::npos && f < s->find(' ')) s->erase(f + 1, 9);
+      }
     throw;
   }
+  // A schema that does not compile is refused later, under this name.
+  if (out.chat.constraint_param == "response_format") out.chat.constraint_param = "text.format";
 
   json& echo = out.echo;
   echo["instructions"] = field(j, "instructions") ? j["instructions"] : json(nullptr);
