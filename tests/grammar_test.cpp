@@ -10,7 +10,12 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <filesystem>
 #include <random>
+#include <thread>
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
@@ -412,6 +417,57 @@ TEST(Grammar, LimitsAreCheckedBeforeCompiling) {
 // memory budget too small fails as such; a bad regex gives the compiler's
 // own message (each error typed: GrammarFailure, /metrics' outcome); a spec
 // compiled once comes from the cache after.
+// Budgeted compiles' children run a few at a time (compile_process.h):
+// while one holds the only place, a second waits its wall budget and is
+// refused as busy without starting; once the first has ended, it runs.
+TEST(GrammarBudget, ChildrenRunAFewAtATime) {
+  char dir[] = "/tmp/cs_children_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string started = std::string(dir) + "/started", go = std::string(dir) + "/go",
+                    second = std::string(dir) + "/second";
+  const auto touch = [](const std::string& path) { ::close(::open(path.c_str(), O_CREAT | O_WRONLY, 0600)); };
+  const auto exists = [](const std::string& path) { return ::access(path.c_str(), F_OK) == 0; };
+  ProcessBudget one;
+  one.max_children = 1;
+  one.wall_seconds = 600;
+  std::string first_answer;
+  std::thread first([&] {
+    first_answer = run_in_child(
+        [&] {
+          touch(started);
+          while (!exists(go)) ::usleep(1000);  // holds its place until the test says
+          return std::string("first");
+        },
+        one);
+  });
+  while (!exists(started)) ::usleep(1000);
+  ProcessBudget brief = one;
+  brief.wall_seconds = 0.1;  // a wait of twice that
+  const auto run_second = [&] {
+    return run_in_child(
+        [&] {
+          touch(second);
+          return std::string("second");
+        },
+        brief);
+  };
+  try {
+    run_second();
+    ADD_FAILURE() << "a second child ran beside the first";
+  } catch (const GrammarError& e) {
+    EXPECT_EQ(e.why(), GrammarFailure::kBusy);
+    EXPECT_STREQ(e.what(), "the server is compiling as many constraints as it runs at once (1) and none ended within "
+                           "0.2 s; retry later");
+  }
+  EXPECT_FALSE(exists(second)) << "refused before it started";
+  touch(go);
+  first.join();
+  EXPECT_EQ(first_answer, "first");
+  EXPECT_EQ(run_second(), "second");
+  std::filesystem::remove_all(dir);
+  EXPECT_GE(default_children(size_t(1) << 30), 1);
+}
+
 TEST(GrammarBudget, CompilesInAChildWithinItsBudget) {
   const GrammarVocab vocab(tiny_vocab());
   std::mt19937 rng(1);

@@ -8,12 +8,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <new>
 
+#include "base/threads.h"
 #include "grammar/grammar.h"
 
 namespace cs {
@@ -92,7 +96,72 @@ std::string seconds(double s) {
 
 bool address_space_limited() { return !kSanitizerShadow; }
 
+namespace {
+
+// The places for children (run_in_child's header): taken for a child's life.
+class ChildSlots {
+ public:
+  // Waits for a place, polling `cancelled` every 20 ms, up to twice the wall
+  // budget; throws GrammarError (kCancelled, kBusy) when it gives up.
+  void take(const ProcessBudget& b) {
+    const int limit = b.max_children > 0 ? b.max_children : default_children(b.memory_bytes);
+    std::unique_lock lock(mu_);
+    // Twice the wall budget: a child that started just before may take all of its own.
+    const double wait = 2 * b.wall_seconds;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(wait);
+    while (running_ >= limit) {
+      if (b.cancelled && b.cancelled())
+        throw GrammarError("the compile was stopped: the client went away", GrammarFailure::kCancelled);
+      if (std::chrono::steady_clock::now() >= until)
+        throw GrammarError("the server is compiling as many constraints as it runs at once (" + std::to_string(limit) +
+                               ") and none ended within " + seconds(wait) + "; retry later",
+                           GrammarFailure::kBusy);
+      freed_.wait_for(lock, std::chrono::milliseconds(20));
+    }
+    ++running_;
+  }
+  void give_back() {
+    {
+      std::lock_guard lock(mu_);
+      --running_;
+    }
+    freed_.notify_one();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable freed_;
+  int running_ = 0;
+};
+
+ChildSlots& child_slots() {
+  static ChildSlots slots;
+  return slots;
+}
+
+std::string run_child(const std::function<std::string()>& work, const ProcessBudget& b);
+
+}  // namespace
+
+int default_children(size_t memory_bytes) {
+  const double ram = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGESIZE));
+  const int by_memory = memory_bytes > 0 && ram > 0 ? int(ram / 2 / double(memory_bytes)) : cores_available();
+  return std::max(1, std::min(cores_available(), by_memory));
+}
+
 std::string run_in_child(const std::function<std::string()>& work, const ProcessBudget& b) {
+  ChildSlots& slots = child_slots();
+  slots.take(b);
+  struct Give {
+    ChildSlots& s;
+    ~Give() { s.give_back(); }
+  } give{slots};
+  return run_child(work, b);
+}
+
+namespace {
+
+std::string run_child(const std::function<std::string()>& work, const ProcessBudget& b) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) throw GrammarError(std::string("cannot start the compile: ") + std::strerror(errno));
   const pid_t parent = ::getpid();
@@ -164,5 +233,7 @@ std::string run_in_child(const std::function<std::string()>& work, const Process
   if (got[0] == 'E') throw GrammarError(got.substr(1));
   return got.substr(1);
 }
+
+}  // namespace
 
 }  // namespace cs

@@ -9,6 +9,13 @@
 // The child runs `work` on a copy of the process as it was at the fork: it
 // may read any state the caller can see, and nothing it does comes back but
 // the string it returns.
+//
+// Children run a few at a time, process-wide (max_children): each may take
+// memory_bytes and a core, and a client could otherwise start one per
+// connection, each compiling a different schema, until the machine's memory
+// is gone. A call waits for a free place up to twice its wall-clock budget
+// (a child that started just before may take all of its own; then the call
+// is refused as busy), and the wait is not counted in the compile's.
 #pragma once
 #include <cstddef>
 #include <functional>
@@ -21,12 +28,20 @@ struct ProcessBudget {
   double wall_seconds = 30;               // from start to answer (the child is niced)
   size_t memory_bytes = size_t(1) << 30;  // address space beyond the process's own at the fork
   std::function<bool()> cancelled;        // polled every 20 ms; true: give up (the client is gone)
+  // Children at once, process-wide, that this call waits below (0:
+  // default_children(memory_bytes)).
+  int max_children = 0;
 };
+
+// Children at once by default: the cores this process may use, and no more
+// than would take half the machine's memory at `memory_bytes` each; at least 1.
+int default_children(size_t memory_bytes);
 
 // The string `work` returns in the child. Throws GrammarError naming what
 // went wrong: `work`'s own exception message; the CPU time, memory or wall
 // time spent ("... within its budget of 10 s of CPU time"); cancelled; the
-// child's crash (its signal).
+// child's crash (its signal); busy (no place for a child within the wall
+// budget: GrammarFailure::kBusy).
 std::string run_in_child(const std::function<std::string()>& work, const ProcessBudget& budget);
 
 // Whether the child's address space is limited (memory_bytes applies). Not in

@@ -59,9 +59,10 @@ struct GrammarSpec {
 };
 
 // Why a constraint did not compile: the client's constraint is wrong (most
-// errors), over the compile's budget, stopped because the client left, or
-// the compiler itself failed. Counted by outcome at /metrics.
-enum class GrammarFailure { kInvalid, kOverBudget, kCancelled, kCompilerFailed };
+// errors), over the compile's budget, stopped because the client left, the
+// compiler itself failed, or no compile could start (as many as the machine
+// allows were running throughout the wait). Counted by outcome at /metrics.
+enum class GrammarFailure { kInvalid, kOverBudget, kCancelled, kCompilerFailed, kBusy };
 
 // A schema, regex or grammar that does not compile: the message says why
 // (the engine's own words, with the path inside a schema where it gives one).

@@ -142,7 +142,8 @@ std::string prometheus_text(const EngineStats& s, const HttpCounts& http, const 
     w.out << p << "pml_requests_total{" << inner << ",cache=\"" << escape(kind) << "\"} " << n << '\n';
   w.head(p + "constraints_total", "counter",
          "Requests' structured-output constraints by outcome: ready (compiled, or from the cache), invalid, "
-         "over_budget, cancelled (the client left while it compiled), failed (the compiler).");
+         "over_budget, cancelled (the client left while it compiled), failed (the compiler), busy (no compile could "
+         "start: as many as the server runs at once ran throughout the wait; a 503).");
   for (const auto& [outcome, n] : http.constraints)
     w.out << p << "constraints_total{" << inner << ",outcome=\"" << escape(outcome) << "\"} " << n << '\n';
   w.metric(p + "kv_held_prefixes", "gauge", "Prefixes held from eviction for a while (cache_control breakpoints).",

@@ -166,7 +166,7 @@ struct Server::Impl {
   void metrics(const HttpRequest&, HttpResponse&, HttpExchange&, Outcome&);
   void flush_cache(const HttpRequest&, HttpResponse&, HttpExchange&, Outcome&);
   void pml_prompt(ApiRequest& r);
-  void constrain(ApiRequest& r, const HttpExchange& ex);
+  void constrain(ApiRequest& r, HttpResponse& res, const HttpExchange& ex);
   void log(const std::string& route, int status, const std::string& id, const Result* r);
   // The label a path is logged and counted under: a route's name, or
   // "(other)", so that no request can add labels to /metrics at will.
@@ -316,7 +316,7 @@ void Server::Impl::pml_prompt(ApiRequest& r) {
 // the result, so an agent's repeated schema compiles once). A schema or
 // grammar that does not compile, or not within the budget, is the client's
 // mistake: a 400 with the reason.
-void Server::Impl::constrain(ApiRequest& r, const HttpExchange& ex) {
+void Server::Impl::constrain(ApiRequest& r, HttpResponse& res, const HttpExchange& ex) {
   ProcessBudget budget;
   budget.cpu_seconds = opt.grammar_cpu_seconds;
   budget.wall_seconds = 3 * opt.grammar_cpu_seconds;  // the compiler runs niced beside the engine
@@ -333,7 +333,12 @@ void Server::Impl::constrain(ApiRequest& r, const HttpExchange& ex) {
     count(e.why() == GrammarFailure::kOverBudget      ? "over_budget"
           : e.why() == GrammarFailure::kCancelled     ? "cancelled"
           : e.why() == GrammarFailure::kCompilerFailed ? "failed"
+          : e.why() == GrammarFailure::kBusy           ? "busy"
                                                        : "invalid");
+    if (e.why() == GrammarFailure::kBusy) {  // the server's state, not the constraint's fault
+      res.headers.emplace_back("Retry-After", "5");
+      throw ApiError{503, r.constraint_param + ": " + e.what(), "server_error", r.constraint_param, "compiles_busy"};
+    }
     const bool schema = r.constraint->kind == GrammarKind::kJsonSchema || r.constraint->kind == GrammarKind::kAnyJson;
     const bool regex = r.constraint->kind == GrammarKind::kRegex;
     throw ApiError{400, r.constraint_param + ": " + e.what(), "invalid_request_error", r.constraint_param,
@@ -344,7 +349,7 @@ void Server::Impl::constrain(ApiRequest& r, const HttpExchange& ex) {
 // The request's constraint compiled and the request queued; a refusal is
 // the client's error (or a 429/503).
 RequestHandle Server::Impl::submit(ApiRequest& ar, HttpResponse& res, const HttpExchange& ex) {
-  if (ar.constraint) constrain(ar, ex);
+  if (ar.constraint) constrain(ar, res, ex);
   try {
     return engine.submit(ar.engine);
   } catch (const RequestError& e) {
