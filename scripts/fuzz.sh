@@ -26,7 +26,7 @@ declare -A sources=(
   [responses]="${common[*]} ${text[*]} ${jinja[*]} src/model/chat_template.cpp src/server/api_request.cpp src/server/reasoning.cpp src/server/responses_api.cpp src/server/response_store.cpp src/server/tool_calls.cpp src/grammar/messages.cpp src/grammar/schema_check.cpp src/grammar/limits.cpp src/engine/validate.cpp src/pml/parse.cpp src/pml/src_files.cpp"
   [pml]="src/pml/parse.cpp src/pml/src_files.cpp src/pml/layout.cpp src/pml/assemble.cpp"
   [jinja]="${jinja[*]}"
-  [grammar]="${common[*]} ${text[*]} src/grammar/grammar.cpp src/grammar/messages.cpp src/grammar/schema_check.cpp src/grammar/limits.cpp src/grammar/compile_process.cpp"
+  [grammar]="${common[*]} ${text[*]} src/grammar/grammar.cpp src/grammar/messages.cpp src/grammar/schema_check.cpp src/grammar/limits.cpp src/grammar/compile_process.cpp src/base/threads.cpp"
   [kvfile]="src/kv/kv_file.cpp"
   [nesting]="${common[*]} ${text[*]} ${jinja[*]} src/model/chat_template.cpp src/server/api_request.cpp src/server/reasoning.cpp src/server/tool_calls.cpp src/grammar/messages.cpp src/grammar/schema_check.cpp src/grammar/limits.cpp src/engine/validate.cpp src/pml/parse.cpp src/pml/src_files.cpp"
 )
