@@ -224,6 +224,14 @@ TEST(ToolCalls, KeywordsTheEngineWouldDropAreRefused) {
        "into a pattern"},
       {R"({"minLength": 5})",
        "at /minLength: minLength in a schema without \"type\" is ignored (any JSON is compiled); add the type it is for"},
+      {R"({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a", "b"]})",
+       "at /required: required names \"b\", which properties does not define; define it there"},
+      {R"({"properties": {}, "required": ["b"], "additionalProperties": false})",
+       "at /required: required names \"b\", which properties does not define; define it there"},
+      {R"({"$dynamicRef": "#node"})", "at /$dynamicRef: $dynamicRef is not supported"},
+      {R"({"type": "object", "propertyNames": {"pattern": "^[a-c]$", "maxLength": 1}})",
+       "at /propertyNames/maxLength: maxLength beside pattern is ignored (only the pattern is compiled); write the "
+       "length into a pattern"},
       {R"({"anyOf": [{"required": ["a"]}, {"type": "null"}]})",
        "at /anyOf/0/required: required in a schema without \"type\" is ignored (any JSON is compiled); add the type it "
        "is for"},
@@ -248,6 +256,8 @@ TEST(ToolCalls, KeywordsTheEngineWouldDropAreRefused) {
            R"({"properties": {"a": {"type": "integer"}}, "required": ["a"]})",
            R"({"items": {"type": "string"}, "maxItems": 2})",
            R"({"description": "any JSON", "format": "anything"})",
+           R"({"type": "object", "propertyNames": {"pattern": "^[a-c]$"}, "minProperties": 1})",
+           R"({"type": "object", "properties": {"a": {}}, "required": ["a"], "additionalProperties": {"type": "integer"}})",
        }) {
     SCOPED_TRACE(ok);
     EXPECT_EQ(schema_error(ok), "");

@@ -64,7 +64,9 @@ class Walk {
 
   // `depth`: subschemas above this one (grammar/limits.h bounds it, and the
   // schemas in all, before the compiler, which recurses as this does).
-  void schema(const json& s, const std::string& at, int depth = 0) {
+  // `names`: the schema is a propertyNames', which the engine reads as a
+  // string's without "type".
+  void schema(const json& s, const std::string& at, int depth = 0, bool names = false) {
     if (depth > kMaxSchemaDepth)
       fail(at, "the schema nests subschemas more than " + std::to_string(kMaxSchemaDepth) + " levels deep; at most " +
                    std::to_string(kMaxSchemaDepth) + " are compiled");
@@ -93,7 +95,7 @@ class Walk {
     if (const json* r = get(s, "$ref")) ref(*r, at + "/$ref");
     // This schema's own keywords, then its subschemas: `not` is named rather
     // than what is inside it.
-    if (use_ == SchemaUse::kConstraint) enforced(s, at);
+    if (use_ == SchemaUse::kConstraint) enforced(s, at, names);
     for (const char* k : {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
       if (const json* p = get(s, k)) {
         if (!p->is_object()) fail(at + "/" + k, std::string(k) + " must be an object of schemas");
@@ -104,7 +106,7 @@ class Walk {
       }
     for (const char* k : {"additionalProperties", "items", "not", "contains", "propertyNames", "unevaluatedProperties",
                           "unevaluatedItems", "if", "then", "else"})
-      if (const json* p = get(s, k)) schema(*p, at + "/" + k, depth + 1);
+      if (const json* p = get(s, k)) schema(*p, at + "/" + k, depth + 1, std::string_view(k) == "propertyNames");
     for (const char* k : {"anyOf", "oneOf", "allOf", "prefixItems"})
       if (const json* p = get(s, k)) {
         if (!p->is_array() || p->empty()) fail(at + "/" + k, std::string(k) + " must be a non-empty list of schemas");
@@ -195,13 +197,13 @@ class Walk {
   // of $ref, const, enum, anyOf, oneOf, allOf that the schema has and nothing
   // beside it; else the type(s) with their keywords; else an object for
   // properties, an array for items; else any JSON.
-  void enforced(const json& s, const std::string& at) const {
+  void enforced(const json& s, const std::string& at, bool names) const {
     const auto drop = [&](const std::string& k, const std::string& why) {
       fail(at + "/" + k, why + " (the grammar engine cannot enforce it, so output could break the schema; "
                                "docs/serving.md lists what it enforces)");
     };
     for (const char* k : {"not", "if", "dependentRequired", "dependentSchemas", "dependencies", "contains",
-                          "minContains", "maxContains"})
+                          "minContains", "maxContains", "$dynamicRef", "$recursiveRef"})
       if (s.contains(k)) drop(k, std::string(k) + " is not supported");
     if (const json* u = get(s, "uniqueItems"); u && *u == true)
       drop("uniqueItems", "uniqueItems (items that all differ) is not supported");
@@ -231,7 +233,20 @@ class Walk {
       }
       return;
     }
-    if (const json* t = get(s, "type")) {
+    // A required name that properties does not define is not required by
+    // the engine (which writes only the properties it knows as required).
+    const auto required_defined = [&] {
+      if (const json* r = get(s, "required")) {
+        const json* p = get(s, "properties");
+        for (const json& n : *r)
+          if (!p || !p->is_object() || !p->contains(n.get<std::string>()))
+            drop("required", "required names " + n.dump() + ", which properties does not define; define it there");
+      }
+    };
+    const json string_type = "string";
+    const json* t = get(s, "type");
+    if (!t && names) t = &string_type;  // a property name is a string
+    if (t) {
       const auto is = [&](const char* name) {
         return *t == name || (t->is_array() && std::find(t->begin(), t->end(), name) != t->end());
       };
@@ -240,6 +255,7 @@ class Walk {
         if (is("integer") && !of_type(*m, "integer"))
           drop("multipleOf", "multipleOf " + m->dump() + " of an integer is not supported (a whole multiple is)");
       }
+      if (is("object")) required_defined();
       const json* f = get(s, "format");
       const bool regex_format = f && f->is_string() && one_of(f->get<std::string>(), kRegexFormats);
       if (is("string") && (s.contains("pattern") || regex_format))
@@ -249,8 +265,9 @@ class Walk {
                         " is ignored (only the pattern is compiled); write the length into a pattern");
       return;
     }
-    for (const char* k : {"properties", "additionalProperties", "unevaluatedProperties", "items", "prefixItems",
-                          "unevaluatedItems"})
+    for (const char* k : {"properties", "additionalProperties", "unevaluatedProperties"})
+      if (s.contains(k)) return required_defined();  // compiled as an object
+    for (const char* k : {"items", "prefixItems", "unevaluatedItems"})
       if (s.contains(k)) return;
     for (const char* k : kTypeKeywords)
       if (s.contains(k))
