@@ -10,6 +10,7 @@
 #include <random>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <unordered_set>
 
 namespace cs {
 
@@ -204,6 +205,7 @@ bool function_name(const std::string& s) {
 json parse_tools(const json& tools) {
   if (!tools.is_array()) throw invalid("tools", "tools must be a list", "invalid_type");
   json out = json::array();
+  std::unordered_set<std::string> names;  // not each name against every earlier one: the client sizes the list
   for (size_t i = 0; i < tools.size(); ++i) {
     const std::string at = "tools[" + std::to_string(i) + "]";
     const json& t = tools[i];
@@ -213,9 +215,8 @@ json parse_tools(const json& tools) {
     const json* name = Fields(*fn).get("name");
     if (!name || !name->is_string() || !function_name(name->get<std::string>()))
       throw invalid(at + ".function.name", at + ".function.name must be 1 to 64 letters, digits, _ or -");
-    for (const json& prev : out)
-      if (prev["function"]["name"] == *name)
-        throw invalid(at + ".function.name", "two tools are named '" + name->get<std::string>() + "'");
+    if (!names.insert(name->get<std::string>()).second)
+      throw invalid(at + ".function.name", "two tools are named '" + name->get<std::string>() + "'");
     if (const json* p = Fields(*fn).get("parameters")) {
       if (!p->is_object())
         throw invalid(at + ".function.parameters", at + ".function.parameters must be a JSON schema (an object)",
