@@ -251,7 +251,8 @@ GrammarSpec harmony_grammar(const ojson& tools, const ToolChoice& choice) {
 bool has_ref(const ojson& s) {
   if (s.is_object() && s.contains("$ref")) return true;
   if (s.is_structured())
-    for (const ojson& v : s) if (has_ref(v)) return true;
+    for (const ojson& v : s)
+      if (has_ref(v)) return true;
   return false;
 }
 
