@@ -92,12 +92,6 @@ std::string seconds(double s) {
   return buf;
 }
 
-}  // namespace
-
-bool address_space_limited() { return !kSanitizerShadow; }
-
-namespace {
-
 // The places for children (run_in_child's header): taken for a child's life.
 class ChildSlots {
  public:
@@ -139,9 +133,9 @@ ChildSlots& child_slots() {
   return slots;
 }
 
-std::string run_child(const std::function<std::string()>& work, const ProcessBudget& b);
-
 }  // namespace
+
+bool address_space_limited() { return !kSanitizerShadow; }
 
 int default_children(size_t memory_bytes) {
   const double ram = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGESIZE));
@@ -152,16 +146,10 @@ int default_children(size_t memory_bytes) {
 std::string run_in_child(const std::function<std::string()>& work, const ProcessBudget& b) {
   ChildSlots& slots = child_slots();
   slots.take(b);
-  struct Give {
+  struct Give {  // the place back however this returns
     ChildSlots& s;
     ~Give() { s.give_back(); }
   } give{slots};
-  return run_child(work, b);
-}
-
-namespace {
-
-std::string run_child(const std::function<std::string()>& work, const ProcessBudget& b) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) throw GrammarError(std::string("cannot start the compile: ") + std::strerror(errno));
   const pid_t parent = ::getpid();
@@ -233,7 +221,5 @@ std::string run_child(const std::function<std::string()>& work, const ProcessBud
   if (got[0] == 'E') throw GrammarError(got.substr(1));
   return got.substr(1);
 }
-
-}  // namespace
 
 }  // namespace cs

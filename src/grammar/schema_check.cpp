@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <span>
 #include <string_view>
 
 #include <nlohmann/json.hpp>
@@ -41,8 +40,12 @@ constexpr const char* kRegexFormats[] = {"date", "date-time", "duration", "email
                                          "json-pointer", "relative-json-pointer", "time", "uri", "uri-reference",
                                          "uri-template", "uuid"};
 
-bool one_of(const std::string& s, std::span<const char* const> set) {
-  return std::any_of(set.begin(), set.end(), [&](const char* k) { return s == k; });
+// Whether a schema's "type" (a name or a list of names) has a name for which
+// `pred` holds.
+template <class Pred>
+bool any_type(const json& t, Pred pred) {
+  if (t.is_string()) return pred(t.get<std::string>());
+  return std::any_of(t.begin(), t.end(), [&](const json& x) { return x.is_string() && pred(x.get<std::string>()); });
 }
 
 // Whether a JSON value is an instance of a type name (an integer: any number
@@ -247,9 +250,7 @@ class Walk {
     const json* t = get(s, "type");
     if (!t && names) t = &string_type;  // a property name is a string
     if (t) {
-      const auto is = [&](const char* name) {
-        return *t == name || (t->is_array() && std::find(t->begin(), t->end(), name) != t->end());
-      };
+      const auto is = [&](const char* name) { return any_type(*t, [&](const std::string& n) { return n == name; }); };
       if (const json* m = get(s, "multipleOf")) {
         if (is("number")) drop("multipleOf", "multipleOf of a number is not supported (of an integer it is)");
         if (is("integer") && !of_type(*m, "integer"))
@@ -257,7 +258,8 @@ class Walk {
       }
       if (is("object")) required_defined();
       const json* f = get(s, "format");
-      const bool regex_format = f && f->is_string() && one_of(f->get<std::string>(), kRegexFormats);
+      const bool regex_format = f && f->is_string() && std::ranges::find(kRegexFormats, f->get<std::string>()) !=
+                                                            std::end(kRegexFormats);
       if (is("string") && (s.contains("pattern") || regex_format))
         for (const char* k : {"minLength", "maxLength"})
           if (s.contains(k))
@@ -278,11 +280,7 @@ class Walk {
   // The first value of the enum (or the const) that is not of the schema's
   // type(s), or null.
   static const json* value_off_type(const json& s, const std::string& branch) {
-    const json& t = s["type"];
-    const auto fits = [&](const json& v) {
-      if (t.is_string()) return of_type(v, t.get<std::string>());
-      return std::any_of(t.begin(), t.end(), [&](const json& x) { return x.is_string() && of_type(v, x.get<std::string>()); });
-    };
+    const auto fits = [&](const json& v) { return any_type(s["type"], [&](const std::string& n) { return of_type(v, n); }); };
     if (branch == "const") return fits(s["const"]) ? nullptr : &s["const"];
     for (const json& v : s["enum"])
       if (!fits(v)) return &v;

@@ -18,6 +18,11 @@ struct ApiError {
 // The error object as JSON text.
 std::string error_json(const ApiError& e);
 
+// The error with `from` replaced by `to` in its param and message: another
+// API's name for a field of the chat request it was parsed as (the Messages
+// API's "].input_schema" for "].function.parameters").
+ApiError renamed(ApiError e, const std::string& from, const std::string& to);
+
 // The route's answer to an engine's status, by its generic code: not found
 // 404, exists or in use 409 (codes `<thing>_not_found`, `_exists`,
 // `_in_use`: the route names what it is about), stopped 503, internal 500,

@@ -27,6 +27,13 @@ std::string error_json(const ApiError& e) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+ApiError renamed(ApiError e, const std::string& from, const std::string& to) {
+  for (std::string* s : {&e.param, &e.message})
+    for (size_t at = s->find(from); at != std::string::npos; at = s->find(from, at + to.size()))
+      s->replace(at, from.size(), to);
+  return e;
+}
+
 ApiError api_error_of(const Status& s, const std::string& param, const std::string& thing, const std::string& invalid) {
   const std::string text = s.text();
   switch (s.code) {
@@ -217,16 +224,9 @@ json parse_tools(const json& tools) {
       throw invalid(at + ".function.name", at + ".function.name must be 1 to 64 letters, digits, _ or -");
     if (!names.insert(name->get<std::string>()).second)
       throw invalid(at + ".function.name", "two tools are named '" + name->get<std::string>() + "'");
-    if (const json* p = Fields(*fn).get("parameters")) {
-      if (!p->is_object())
-        throw invalid(at + ".function.parameters", at + ".function.parameters must be a JSON schema (an object)",
-                      "invalid_type");
-      try {
-        check_schema(p->dump(), SchemaUse::kDescription);
-      } catch (const GrammarError& e) {
-        throw invalid(at + ".function.parameters", at + ".function.parameters: " + e.what(), "invalid_schema");
-      }
-    }
+    if (const json* p = Fields(*fn).get("parameters"); p && !p->is_object())
+      throw invalid(at + ".function.parameters", at + ".function.parameters must be a JSON schema (an object)",
+                    "invalid_type");
     if (const json* d = Fields(*fn).get("description"); d && !d->is_string())
       throw invalid(at + ".function.description", at + ".function.description must be a string", "invalid_type");
     json clean = {{"type", "function"}, {"function", json::object()}};
@@ -235,6 +235,25 @@ json parse_tools(const json& tools) {
     out.push_back(std::move(clean));
   }
   return out;
+}
+
+// Each tool's parameters checked once: as a constraint where the choice
+// demands a call of it (the call's arguments are sampled under that schema,
+// which the grammar engine must enforce whole: grammar/schema_check.h), else
+// as the description of a tool the model may call.
+void check_tool_schemas(const json& tools, const ToolChoice& choice) {
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const json& fn = tools[i]["function"];
+    if (!fn.contains("parameters")) continue;
+    const bool demanded = choice.kind == ToolChoice::Kind::kRequired ||
+                          (choice.kind == ToolChoice::Kind::kNamed && fn["name"] == choice.name);
+    const std::string at = "tools[" + std::to_string(i) + "].function.parameters";
+    try {
+      check_schema(fn["parameters"].dump(), demanded ? SchemaUse::kConstraint : SchemaUse::kDescription);
+    } catch (const GrammarError& e) {
+      throw invalid(at, at + ": " + e.what(), "invalid_schema");
+    }
+  }
 }
 
 // tool_choice: "none" | "auto" | "required" | {"type": "function", "function": {"name"}}.
@@ -612,6 +631,7 @@ ApiRequest parse_chat_json(const json& j, const ApiLimits& lim, const std::strin
   if (const auto b = f.integer("thinking_budget", 0, 1 << 24)) budget = int(*b);
   const json tools = f.get("tools") ? parse_tools(*f.get("tools")) : json::array();
   const ToolChoice choice = parse_tool_choice(f.get("tool_choice"), tools);
+  check_tool_schemas(tools, choice);
   const bool parallel = f.boolean("parallel_tool_calls").value_or(true);
   const ToolSyntax& syntax = lim.tools;
   if (!syntax.template_takes_tools) in.messages = generic_history(in.messages);
@@ -626,20 +646,6 @@ ApiRequest parse_chat_json(const json& j, const ApiLimits& lim, const std::strin
   if (choice.kind == ToolChoice::Kind::kRequired || choice.kind == ToolChoice::Kind::kNamed) {
     if (out.constraint)
       throw invalid(out.constraint_param, out.constraint_param + " cannot be combined with a tool_choice that demands a call");
-    // The call's arguments will be sampled under these schemas: each must be
-    // one the grammar engine enforces whole (grammar/schema_check.h), named
-    // here by its tool rather than inside the call's wrapping schema.
-    for (size_t i = 0; i < tools.size(); ++i) {
-      const json& fn = tools[i]["function"];
-      if (!fn.contains("parameters") || (choice.kind == ToolChoice::Kind::kNamed && fn["name"] != choice.name))
-        continue;
-      const std::string at = "tools[" + std::to_string(i) + "].function.parameters";
-      try {
-        check_schema(fn["parameters"].dump(), SchemaUse::kConstraint);
-      } catch (const GrammarError& e) {
-        throw invalid(at, at + ": " + e.what(), "invalid_schema");
-      }
-    }
     out.constraint = tool_call_grammar(tools, syntax.format, choice, parallel);
     out.constraint_param = "tools";
   }

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <climits>
 #include <optional>
-#include <regex>
 
 #include "server/api_json.h"
 
@@ -349,30 +348,6 @@ int MessagesRequest::cached_prefix() const {
   return n;
 }
 
-namespace {
-
-// A chat request's error in the Messages API's names: a tool's
-// "tools[0].function.parameters" is its "tools[0].input_schema" here.
-ApiError in_messages_names(ApiError e) {
-  static const std::regex kTool(R"(tools\[(\d+)\]\.function\.(parameters|name))");
-  const auto rename = [](const std::string& s) {
-    std::string out;
-    std::sregex_iterator it(s.begin(), s.end(), kTool), end;
-    size_t at = 0;
-    for (; it != end; ++it) {
-      out += s.substr(at, size_t(it->position()) - at);
-      out += "tools[" + (*it)[1].str() + "]." + ((*it)[2] == "parameters" ? "input_schema" : "name");
-      at = size_t(it->position() + it->length());
-    }
-    return out + s.substr(at);
-  };
-  e.message = rename(e.message);
-  e.param = rename(e.param);
-  return e;
-}
-
-}  // namespace
-
 MessagesRequest parse_messages_request(const std::string& body, const ApiLimits& lim) {
   const json j = api::parse_object(body);
   MessagesRequest out;
@@ -382,8 +357,8 @@ MessagesRequest parse_messages_request(const std::string& body, const ApiLimits&
   apply_thinking(j, chat, lim);
   try {
     out.chat = parse_chat_json(chat, lim, prefill);
-  } catch (const ApiError& e) {
-    throw in_messages_names(e);
+  } catch (const ApiError& e) {  // a tool's fields in this API's names
+    throw renamed(renamed(e, "].function.parameters", "].input_schema"), "].function.name", "].name");
   }
   if (const json* th = field(j, "thinking"); th && type_of(*th) == "enabled")
     set_thought_budget(out.chat, int((*th)["budget_tokens"].get<long long>()), lim);

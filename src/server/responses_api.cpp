@@ -256,12 +256,7 @@ ResponsesRequest parse_responses_request(const std::string& body, const ApiLimit
       if (e.message.starts_with("messages")) e.message.replace(0, 8, "input");
     }
     // tools[i].function.parameters: a Responses tool holds its fields itself.
-    for (std::string* s : {&e.param, &e.message})
-      if (s->starts_with("tools[")) {
-        const size_t f = s->find("].function.");
-        if (f != std::string::npos && f < s->find(' ')) s->erase(f + 1, 9);
-      }
-    throw;
+    throw renamed(e, "].function.", "].");
   }
   // A schema that does not compile is refused later, under this name.
   if (out.chat.constraint_param == "response_format") out.chat.constraint_param = "text.format";
