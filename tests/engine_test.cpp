@@ -296,6 +296,40 @@ TEST(Engine, AThoughtEndsAtItsBudget) {
   EXPECT_EQ(e.submit(r).wait().completions[0].tokens, unbounded);
 }
 
+// A close the reply has begun itself is not cut by the budget's: while the
+// thought ends with the close's first characters the forced close waits (a
+// second close would leave them in the thought), and comes after the first
+// token where it no longer does.
+TEST(Engine, AThoughtsBudgetWaitsForACloseTheReplyBegan) {
+  Engine e(tiny(), opts(AttnMode::kTpp));
+  Request free_run = shared_prompts(1, 40, 12)[0];
+  const std::vector<int32_t> unbounded = e.submit(free_run).wait().completions[0].tokens;
+  auto text_of = [&](int n) {
+    Request r = free_run;
+    r.max_tokens = n;
+    return e.submit(r).wait().completions[0].text;
+  };
+  const std::string t3 = text_of(3), t4 = text_of(4), t5 = text_of(5);
+  ASSERT_TRUE(t4.starts_with(t3) && t4.size() > t3.size());
+  Request r = free_run;
+  r.think_budget = 4;
+  r.think_open = true;
+  r.think_end = {7, 8, 9};
+  r.think_stop = t4.substr(t3.size()) + "\x01";  // the 4th token's text begins it
+  for (size_t from = t5.size() + 1 - r.think_stop.size(); from < t5.size(); ++from)
+    ASSERT_FALSE(r.think_stop.starts_with(t5.substr(from))) << "the 5th token must not go on with the close";
+  const std::vector<int32_t> got = e.submit(r).wait().completions[0].tokens;
+  ASSERT_EQ(got.size(), 12u);
+  // The close comes after the 5th token, or later where the 5th token's
+  // bytes are not yet whole characters (the text it tracks lags them: here
+  // the 5th token is the first byte of a two-byte character).
+  const size_t close = size_t(std::search(got.begin(), got.end(), r.think_end.begin(), r.think_end.end()) - got.begin());
+  EXPECT_GE(close, 5u);
+  EXPECT_LE(close, 8u);
+  EXPECT_EQ(std::vector<int32_t>(got.begin(), got.begin() + long(close)),
+            std::vector<int32_t>(unbounded.begin(), unbounded.begin() + long(close)));
+}
+
 TEST(Engine, ShutdownCancelsWhatIsLeft) {
   auto e = std::make_unique<Engine>(tiny(), opts(AttnMode::kTpp));
   Request r = shared_prompts(1, 50, 100000)[0];

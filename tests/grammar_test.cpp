@@ -294,6 +294,28 @@ TEST(Grammar, MaskedLogitsAreMinusInfinity) {
   EXPECT_EQ(logits, (std::vector<float>{-INFINITY, 2, -INFINITY, 4, -INFINITY}));
 }
 
+// allows() tests a run of tokens and leaves the matcher where it was, whether
+// the grammar takes all of them, some or none (the thought's close is forced
+// only where the constraint takes it whole).
+TEST(Grammar, AllowsTestsTokensWithoutTakingThem) {
+  const Tokenizer& tok = tiny_vocab();
+  const GrammarVocab vocab(tok);
+  GrammarMatcher m(Grammar::compile(vocab, {GrammarKind::kEbnf, "root ::= \"abc\""}));
+  const int32_t a = *tok.find("<0x61>"), b = *tok.find("<0x62>"), c = *tok.find("<0x63>");
+  EXPECT_TRUE(m.allows(std::vector<int32_t>{a, b, c}));
+  EXPECT_FALSE(m.allows(std::vector<int32_t>{a, c}));
+  EXPECT_FALSE(m.allows(std::vector<int32_t>{b}));
+  EXPECT_TRUE(m.allows(std::vector<int32_t>{}));
+  EXPECT_TRUE(m.accept(a));  // still at the start
+  EXPECT_FALSE(m.allows(std::vector<int32_t>{a}));
+  EXPECT_TRUE(m.allows(std::vector<int32_t>{b, c, tok.eos()}));
+  EXPECT_FALSE(m.terminated());
+  EXPECT_TRUE(m.accept(b));
+  EXPECT_TRUE(m.accept(c));
+  EXPECT_TRUE(m.accept(tok.eos()));
+  EXPECT_TRUE(m.terminated());
+}
+
 // What does not compile is a GrammarError with the engine's reason.
 TEST(Grammar, BadSpecsAreTypedErrors) {
   const GrammarVocab vocab(tiny_vocab());

@@ -140,5 +140,22 @@ TEST(Sampler, PresenceAndFrequencyPenaltiesCountGeneratedTokens) {
   EXPECT_EQ(n.sample(kLogits, gen2, 0), 2);
 }
 
+// The top k best first, the lowest id first on ties; tokens a constraint
+// masked (-inf) are not listed, so fewer than k come back where fewer are
+// possible (they had been listed with a null logprob and no text).
+TEST(Sampler, TopLogprobsListOnlyPossibleTokens) {
+  const std::vector<float> logits = {-INFINITY, 1.0f, -INFINITY, 1.0f, 0.0f};
+  const double lse = std::log(2 * std::exp(1.0) + 1.0);
+  const auto top = top_logprobs(logits, 4);
+  ASSERT_EQ(top.size(), 3u);
+  EXPECT_EQ(top[0].first, 1);
+  EXPECT_EQ(top[1].first, 3);
+  EXPECT_EQ(top[2].first, 4);
+  EXPECT_FLOAT_EQ(top[0].second, float(1.0 - lse));
+  EXPECT_FLOAT_EQ(top[2].second, float(-lse));
+  EXPECT_EQ(top_logprobs(logits, 2).size(), 2u);
+  EXPECT_TRUE(top_logprobs(logits, 0).empty());
+}
+
 }  // namespace
 }  // namespace cs

@@ -37,7 +37,9 @@ std::vector<std::pair<int32_t, float>> top_logprobs(std::span<const float> logit
   });
   const double lse = log_sum_exp(logits);
   std::vector<std::pair<int32_t, float>> out;
-  for (int i = 0; i < k; ++i) out.emplace_back(ids[size_t(i)], float(double(logits[size_t(ids[size_t(i)])]) - lse));
+  // Tokens a constraint forbids (-inf) have no probability to list.
+  for (int i = 0; i < k && std::isfinite(logits[size_t(ids[size_t(i)])]); ++i)
+    out.emplace_back(ids[size_t(i)], float(double(logits[size_t(ids[size_t(i)])]) - lse));
   return out;
 }
 

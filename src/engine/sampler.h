@@ -44,7 +44,8 @@ int32_t argmax(std::span<const float> v);
 // log softmax(logits)[token], computed in double.
 float token_logprob(std::span<const float> logits, int32_t token);
 // The k most likely tokens and their log probabilities, best first (the
-// lowest id first on ties).
+// lowest id first on ties); fewer where fewer than k are possible (a
+// constraint's mask leaves the rest at -inf).
 std::vector<std::pair<int32_t, float>> top_logprobs(std::span<const float> logits, int k);
 
 }  // namespace cs

@@ -1,5 +1,8 @@
 #include "engine/sequence.h"
 
+#include <algorithm>
+#include <string_view>
+
 namespace cs {
 namespace {
 
@@ -64,9 +67,12 @@ void Sequence::draw(std::span<const float> raw) {
   if (!forced_.empty()) {  // the thought's close, its budget spent
     drawn_ = forced_.front();
     forced_.erase(forced_.begin());
+    // track_thought forced it only where the grammar allows all of it.
     if (grammar_) (void)grammar_->accept(*drawn_);
+    drawn_forced_ = true;
     return;
   }
+  drawn_forced_ = false;
   const std::span<const float> logits = constrain(raw);
   if (grammar_ && !mask_any(mask_)) {
     // The grammar went where no token of the vocabulary continues it.
@@ -91,8 +97,9 @@ bool Sequence::sample(std::span<const float> raw, const Tokenizer& tok, int n_ct
                                      " generated tokens (the text so far cannot be continued token by token)");
     return true;
   }
-  // What the draw saw: the masked logits under a grammar.
-  const std::span<const float> logits = grammar_ ? std::span<const float>(masked_) : raw;
+  // What the draw saw: the masked logits under a grammar (a forced token's
+  // draw saw no mask: its logprob is the model's own).
+  const std::span<const float> logits = grammar_ && !drawn_forced_ ? std::span<const float>(masked_) : raw;
   if (!r.first_token) {
     r.first_token = true;
     r.building.timings.ttft_s = seconds(Clock::now() - r.submitted);
@@ -152,7 +159,7 @@ void Sequence::track_thought(const std::string& text) {
     const std::string_view rest = b == std::string::npos ? std::string_view() : std::string_view(text).substr(b);
     if (rest.starts_with(kOpen)) {
       thought_ = Thought::kIn;
-      thought_scan_ = b + kOpen.size();
+      thought_begin_ = thought_scan_ = b + kOpen.size();
       return;  // the opening token is not the thought's
     }
     if (!rest.empty() && !kOpen.starts_with(rest)) thought_ = Thought::kPast;
@@ -163,11 +170,18 @@ void Sequence::track_thought(const std::string& text) {
     thought_ = Thought::kPast;
     return;
   }
-  thought_scan_ = text.size() >= kClose.size() ? text.size() - kClose.size() + 1 : 0;
-  if (++thought_tokens_ >= req_->req.think_budget) {
-    forced_ = req_->req.think_end;
-    thought_ = Thought::kPast;
-  }
+  thought_scan_ = std::max(thought_begin_, text.size() >= kClose.size() ? text.size() - kClose.size() + 1 : 0);
+  if (++thought_tokens_ < req_->req.think_budget) return;
+  // The budget is spent. The close waits while the reply is writing one
+  // itself (the thought ends with the close's first characters: a second
+  // close would leave them in the thought) and while the constraint would
+  // not take it (forced tokens it refuses would break what it promises); it
+  // comes after the first token where neither holds.
+  for (size_t from = thought_scan_; from < text.size(); ++from)
+    if (kClose.starts_with(std::string_view(text).substr(from))) return;
+  if (grammar_ && !grammar_->allows(req_->req.think_end)) return;
+  forced_ = req_->req.think_end;
+  thought_ = Thought::kPast;
 }
 
 void Sequence::finish(FinishReason reason, const std::string& message) {

@@ -115,6 +115,7 @@ class Sequence {
   std::vector<uint32_t> mask_;
   std::vector<float> masked_;
   std::optional<int32_t> drawn_;  // draw() ran for the coming sample()
+  bool drawn_forced_ = false;     // and gave a token of the thought's close
   TextStream text_;
   bool stopped_ = false;
   bool sampled_any_ = false;
@@ -124,6 +125,7 @@ class Sequence {
   // close still to give instead of samples.
   enum class Thought { kOff, kStart, kIn, kPast } thought_ = Thought::kOff;
   int thought_tokens_ = 0;
+  size_t thought_begin_ = 0;  // where the thought's text starts in the reply's
   size_t thought_scan_ = 0;
   std::vector<int32_t> forced_;
   void track_thought(const std::string& text);

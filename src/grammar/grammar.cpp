@@ -299,6 +299,13 @@ bool GrammarMatcher::accept(int32_t token) {
   return impl_->matcher.AcceptToken(token);
 }
 
+bool GrammarMatcher::allows(std::span<const int32_t> tokens) {
+  int taken = 0;
+  while (size_t(taken) < tokens.size() && accept(tokens[size_t(taken)])) ++taken;
+  if (taken > 0) impl_->matcher.Rollback(taken);
+  return size_t(taken) == tokens.size();
+}
+
 bool GrammarMatcher::terminated() const { return impl_->matcher.IsTerminated(); }
 
 int GrammarMatcher::mask_words() const { return (impl_->grammar->impl_->vocab_size + 31) / 32; }

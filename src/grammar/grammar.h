@@ -135,6 +135,9 @@ class GrammarMatcher {
   // Advances past `token`; false (and no change) when the grammar does not
   // allow it here.
   bool accept(int32_t token);
+  // Whether the grammar allows these tokens next, in order (the state is
+  // left as it was).
+  bool allows(std::span<const int32_t> tokens);
   // An end-of-generation token was accepted: the output is complete.
   bool terminated() const;
   // Words of the mask fill_mask writes.

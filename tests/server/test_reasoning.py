@@ -118,14 +118,33 @@ class ChannelsTest(unittest.TestCase):
                 final = s.get_final_message()
             self.assertEqual([(b.type, getattr(b, "thinking", None) or getattr(b, "text", None)) for b in final.content],
                              [("thinking", m.reasoning_content), ("text", m.content)])
-            # A budget of 3 tokens: the engine ends the analysis message and
-            # opens the final one (the constraint allows the close).
+            # A budget of one token under a regex that lets the thought end
+            # after any letter: the engine ends the analysis message and opens
+            # the final one after the unbounded run's first thought token.
+            short = form.replace("{4,30}<", "{1,30}<")
+            free = oai.chat.completions.create(model=MODEL_ID, messages=msgs, max_tokens=120, logprobs=True,
+                                               extra_body={"regex": short, "temperature": 0})
+            tokens = [t.token for t in free.choices[0].logprobs.content]
+            opened = next(i for i in range(len(tokens))
+                          if "".join(tokens[:i + 1]) == "<|channel|>analysis<|message|>")
             cut = oai.chat.completions.create(model=MODEL_ID, messages=msgs, max_tokens=120,
-                                              extra_body={"regex": form, "temperature": 0, "thinking_budget": 3})
+                                              extra_body={"regex": short, "temperature": 0, "thinking_budget": 1})
             c = cut.choices[0].message
-            self.assertTrue(m.reasoning_content.startswith(c.reasoning_content))
-            self.assertLess(len(c.reasoning_content), len(m.reasoning_content))
+            self.assertEqual(c.reasoning_content, tokens[opened + 1])
+            self.assertTrue(free.choices[0].message.reasoning_content.startswith(c.reasoning_content))
             self.assertRegex(c.content, r"^[A-Z][a-z ]{2,30}$")
+            # Under the first regex a thought of one token may not end (it
+            # needs 4 letters): the close waits for the first token after
+            # which the constraint allows it, and the reply stays valid (the
+            # close forced at once broke the regex; a close the reply had
+            # begun itself, "<", was left in the thought).
+            for budget in (1, 2, 3):
+                late = oai.chat.completions.create(model=MODEL_ID, messages=msgs, max_tokens=120,
+                                                   extra_body={"regex": form, "temperature": 0,
+                                                               "thinking_budget": budget}).choices[0].message
+                self.assertRegex(late.reasoning_content, r"^[a-z ]{4,30}$")
+                self.assertTrue(m.reasoning_content.startswith(late.reasoning_content), late.reasoning_content)
+                self.assertRegex(late.content, r"^[A-Z][a-z ]{2,30}$")
         finally:
             self.assertEqual(server.stop(), 0)
 
