@@ -500,10 +500,16 @@ void HttpServer::stop() {
     m->cv.notify_all();
     // Stop accepting and close the connections between requests; those in
     // a handler close when it is done.
-    asio::post(m->ioc, [m] {
-      beast::error_code ec;
-      m->acceptor.close(ec);
-      m->close_connections(true);
+    // The posted handlers hold the Impl weakly: one that run() never gets to
+    // (it returned first, or never ran) must not keep alive the Impl whose
+    // io_context holds it (a cycle LeakSanitizer reports at exit).
+    std::weak_ptr<Impl> weak = m;
+    asio::post(m->ioc, [weak] {
+      if (std::shared_ptr<Impl> m = weak.lock()) {
+        beast::error_code ec;
+        m->acceptor.close(ec);
+        m->close_connections(true);
+      }
     });
     // run() starts no worker after `stopping` was set, so this is all of them.
     std::vector<std::thread> workers;
@@ -516,7 +522,9 @@ void HttpServer::stop() {
     std::lock_guard lock(m->mu);
     m->work.reset();
     // Close what is left; with nothing pending, run() returns.
-    asio::post(m->ioc, [m] { m->close_connections(false); });
+    asio::post(m->ioc, [weak] {
+      if (std::shared_ptr<Impl> m = weak.lock()) m->close_connections(false);
+    });
   });
 }
 
