@@ -10,6 +10,7 @@
 #include <mutex>
 #include <thread>
 
+#include "engine/text_stream.h"
 #include "engine_helpers.h"
 #include "tiny_model.h"
 
@@ -513,3 +514,13 @@ TEST(Engine, AProfiledEngineCountsItsStepsAndGivesTheSameTokens) {
 
 }  // namespace
 }  // namespace cs
+
+TEST(TextStream, BegunLengthIsTheLongestProperPrefixOfTheMarkerAtTheEnd) {
+  EXPECT_EQ(cs::begun_length("french<", "<|end|>"), 1u);
+  EXPECT_EQ(cs::begun_length("french<|en", "<|end|>"), 4u);
+  EXPECT_EQ(cs::begun_length("french<|end|>", "<|end|>"), 0u);  // whole: not begun, ended
+  EXPECT_EQ(cs::begun_length("french", "<|end|>"), 0u);
+  EXPECT_EQ(cs::begun_length("aa", "aab"), 2u);
+  EXPECT_EQ(cs::begun_length("a", ""), 0u);
+  EXPECT_EQ(cs::begun_length("", "<|end|>"), 0u);
+}

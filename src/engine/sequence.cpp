@@ -177,8 +177,7 @@ void Sequence::track_thought(const std::string& text) {
   // close would leave them in the thought) and while the constraint would
   // not take it (forced tokens it refuses would break what it promises); it
   // comes after the first token where neither holds.
-  for (size_t from = thought_scan_; from < text.size(); ++from)
-    if (kClose.starts_with(std::string_view(text).substr(from))) return;
+  if (begun_length(std::string_view(text).substr(thought_begin_), kClose) > 0) return;
   if (grammar_ && !grammar_->allows(req_->req.think_end)) return;
   forced_ = req_->req.think_end;
   thought_ = Thought::kPast;

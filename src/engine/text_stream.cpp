@@ -12,16 +12,18 @@ namespace {
 // stop string that may still complete.
 size_t safe_length(const std::string& text, const std::vector<std::string>& stops) {
   size_t keep = text.size();
-  for (const auto& s : stops)
-    for (size_t k = std::min(s.size() - 1, text.size()); k > 0; --k)
-      if (text.compare(text.size() - k, k, s, 0, k) == 0) {
-        keep = std::min(keep, text.size() - k);
-        break;
-      }
+  for (const auto& s : stops) keep = std::min(keep, text.size() - begun_length(text, s));
   return keep;
 }
 
 }  // namespace
+
+size_t begun_length(std::string_view text, std::string_view marker) {
+  if (marker.empty()) return 0;
+  for (size_t k = std::min(marker.size() - 1, text.size()); k > 0; --k)
+    if (text.substr(text.size() - k) == marker.substr(0, k)) return k;
+  return 0;
+}
 
 TextStream::TextStream(const Tokenizer& tok, std::vector<std::string> stop) : tok_(&tok) {
   for (auto& s : stop)

@@ -3,11 +3,16 @@
 // become one is held back until it cannot). One per completion.
 #pragma once
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "model/tokenizer.h"
 
 namespace cs {
+
+// Length of the longest proper prefix of `marker` that `text` ends with (0:
+// none): the text that may still become the marker.
+size_t begun_length(std::string_view text, std::string_view marker);
 
 class TextStream {
  public:
