@@ -607,5 +607,95 @@ TEST(GrammarEngine, MaxTokensCutsAValidPrefix) {
   EXPECT_TRUE(std::string("xyz").compare(0, std::min<size_t>(3, t.size()), t, 0, std::min<size_t>(3, t.size())) == 0) << t;
 }
 
+// A grammar of the answer (Request::grammar_after_thought) in a thought the
+// prompt opened: the thought's tokens are the unconstrained run's, and the
+// grammar starts where the thought ends, whether the budget forces the close
+// or the reply writes it. A token that would write the close and go on past
+// it is not drawn (the grammar would not see its tail); the same requests
+// batched get the tokens they get alone.
+TEST(GrammarEngine, AGrammarOfTheAnswerWaitsForThePromptsThought) {
+  static std::unique_ptr<LlamaModel> m = LlamaModel::load(test::tiny_model());
+  const Tokenizer& tok = m->tokenizer();
+  Engine e(*m, test::engine_options(AttnMode::kTpp, 8, 2));
+  const std::string pattern = "(the|a) (cat|dog) [0-9]{2,4}";
+  Request base;
+  base.prompt = tok.encode("the cat sat on the mat", false, true);
+  base.max_tokens = 40;
+  base.sampling.temperature = 0;
+  const std::vector<int32_t> free = e.submit(base).wait().completions[0].tokens;
+  ASSERT_GE(free.size(), 12u);
+  auto text_of = [&](std::span<const int32_t> ids) {
+    std::string t;
+    for (int32_t id : ids) t += tok.piece(id);
+    return t;
+  };
+  // Token k whose text first writes `close` there (and nowhere before).
+  auto first_written_at = [&](const std::string& close) -> size_t {
+    const std::string t = text_of(free);
+    const size_t at = t.find(close);
+    size_t end = 0;
+    for (size_t k = 0; k < free.size(); ++k)
+      if ((end += tok.piece(free[k]).size()) >= at + close.size()) return at == std::string::npos ? free.size() : k;
+    return free.size();
+  };
+  Request waits = base;
+  waits.max_tokens = 64;  // room for the answer after the thought
+  waits.grammar = e.compile_grammar({GrammarKind::kRegex, pattern});
+  waits.grammar_after_thought = true;
+  waits.think_open = true;
+  waits.think_stop = "\x01\x02";  // never written
+  waits.think_end = tok.encode("||", false, false);
+  std::vector<Request> reqs;
+  // 1. The budget closes the thought after 5 tokens; the answer follows it.
+  Request budget = waits;
+  budget.think_budget = 5;
+  reqs.push_back(budget);
+  // 2. The reply writes the close: the text of the first token (from the
+  // 4th) of two or more bytes, found nowhere before it (this random model
+  // writes bytes mostly).
+  size_t k = 3;
+  while (k + 2 < free.size() && (tok.piece(free[k]).size() < 2 || first_written_at(tok.piece(free[k])) != k)) ++k;
+  ASSERT_LT(k + 2, free.size()) << "a token whose text is written first there";
+  Request written = waits;
+  written.think_stop = tok.piece(free[k]);
+  reqs.push_back(written);
+  // 3. A close that token k would write and go past (its text less its last
+  // character, not a newline): token k is not drawn there.
+  Request overrun = waits;
+  overrun.think_stop = written.think_stop.substr(0, written.think_stop.size() - 1);
+  ASSERT_NE(written.think_stop.back(), '\n');
+  ASSERT_EQ(first_written_at(overrun.think_stop), k);
+  reqs.push_back(overrun);
+  const std::vector<Result> alone = test::run_each(e, reqs);
+  test::expect_same_tokens(test::run_all(e, reqs), alone, "grammars of the answer, batched vs alone");
+
+  const Completion& b = alone[0].completions[0];
+  ASSERT_GE(b.tokens.size(), 5 + budget.think_end.size());
+  EXPECT_EQ(std::vector<int32_t>(b.tokens.begin(), b.tokens.begin() + 5), std::vector<int32_t>(free.begin(), free.begin() + 5));
+  EXPECT_EQ(std::vector<int32_t>(b.tokens.begin() + 5, b.tokens.begin() + 5 + long(budget.think_end.size())), budget.think_end);
+  EXPECT_EQ(b.reason, FinishReason::kStop);
+  EXPECT_TRUE(full_match(text_of(std::span(b.tokens).subspan(5 + budget.think_end.size())), pattern)) << b.text;
+
+  const Completion& w = alone[1].completions[0];
+  ASSERT_GT(w.tokens.size(), k + 1);
+  EXPECT_EQ(std::vector<int32_t>(w.tokens.begin(), w.tokens.begin() + long(k) + 1),
+            std::vector<int32_t>(free.begin(), free.begin() + long(k) + 1));
+  EXPECT_EQ(w.reason, FinishReason::kStop);
+  EXPECT_TRUE(full_match(text_of(std::span(w.tokens).subspan(k + 1)), pattern)) << w.text;
+
+  {
+    const Completion& o = alone[2].completions[0];
+    ASSERT_GT(o.tokens.size(), k);
+    EXPECT_EQ(std::vector<int32_t>(o.tokens.begin(), o.tokens.begin() + long(k)),
+              std::vector<int32_t>(free.begin(), free.begin() + long(k)));
+    EXPECT_NE(o.tokens[k], free[k]);
+    const std::string t = text_of(o.tokens);
+    const size_t at = t.find(overrun.think_stop);
+    if (at != std::string::npos) {  // a later close, then the answer alone
+      EXPECT_TRUE(full_match(t.substr(at + overrun.think_stop.size()), pattern)) << t;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace cs

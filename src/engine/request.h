@@ -47,6 +47,13 @@ struct Request {
   // only from those the grammar allows next; end of generation only where it
   // may end. Null: unconstrained.
   std::shared_ptr<const Grammar> grammar;
+  // The grammar describes the answer, not the thought (JSON: a schema, a
+  // tool call). In a thought the prompt opened (think_open), it waits: the
+  // thought is free text that may not end the reply or go on past its close
+  // in the token that writes it; the grammar starts where the thought ends
+  // (think_stop written, or think_end forced by the budget, -1 for none).
+  // Without it a grammar sees the whole reply, thought and markup included.
+  bool grammar_after_thought = false;
   // Speculative decoding (engine/draft.h): -1 as the engine's options say,
   // 0 off, 1 on; and the text the client expects (OpenAI's Predicted
   // Outputs), tokenized, drafted from first.

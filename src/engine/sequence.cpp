@@ -1,6 +1,7 @@
 #include "engine/sequence.h"
 
 #include <algorithm>
+#include <limits>
 #include <string_view>
 
 namespace cs {
@@ -29,6 +30,7 @@ const char* finish_reason_name(FinishReason r) {
 Sequence::Sequence(SeqId id, std::shared_ptr<RequestState> req, int index, const Tokenizer& tok)
     : id_(id),
       req_(std::move(req)),
+      tok_(&tok),
       index_(index),
       tokens_(req_->req.prompt),
       positions_(req_->req.positions),
@@ -38,8 +40,10 @@ Sequence::Sequence(SeqId id, std::shared_ptr<RequestState> req, int index, const
     positions_.resize(tokens_.size());
     for (size_t i = 0; i < positions_.size(); ++i) positions_[i] = int32_t(i);
   }
-  if (req_->req.grammar) grammar_.emplace(req_->req.grammar);
-  if (req_->req.think_budget >= 0) thought_ = req_->req.think_open ? Thought::kIn : Thought::kStart;
+  const Request& q = req_->req;
+  if (q.grammar) grammar_.emplace(q.grammar);
+  waits_for_answer_ = q.grammar && q.grammar_after_thought && q.think_open;
+  if (q.think_budget >= 0 || waits_for_answer_) thought_ = q.think_open ? Thought::kIn : Thought::kStart;
 }
 
 // The logits with every token the grammar does not allow next at -inf
@@ -67,12 +71,17 @@ void Sequence::draw(std::span<const float> raw) {
   if (!forced_.empty()) {  // the thought's close, its budget spent
     drawn_ = forced_.front();
     forced_.erase(forced_.begin());
-    // track_thought forced it only where the grammar allows all of it.
-    if (grammar_) (void)grammar_->accept(*drawn_);
+    // track_thought forced it only where the grammar allows all of it (a
+    // grammar of the answer begins after it).
+    if (grammar_ && !waits_for_answer_) (void)grammar_->accept(*drawn_);
     drawn_forced_ = true;
     return;
   }
   drawn_forced_ = false;
+  if (grammar_waits()) {
+    drawn_ = draw_thought(raw);
+    return;
+  }
   const std::span<const float> logits = constrain(raw);
   if (grammar_ && !mask_any(mask_)) {
     // The grammar went where no token of the vocabulary continues it.
@@ -83,6 +92,37 @@ void Sequence::draw(std::span<const float> raw) {
   // The mask allowed it, so the grammar takes it.
   if (grammar_) (void)grammar_->accept(id);
   drawn_ = id;
+}
+
+// A token of the thought a grammar of the answer waits behind: any but an
+// end of generation (the answer must follow) or one that writes the close
+// with more than newlines after it (text the grammar would not see; the
+// answer's leading newlines are dropped). The masked logits are what the
+// draw saw (sample()'s logprobs); a refused draw is drawn again without it.
+int32_t Sequence::draw_thought(std::span<const float> raw) {
+  constexpr float kNever = -std::numeric_limits<float>::infinity();
+  masked_.assign(raw.begin(), raw.end());
+  for (int32_t e : tok_->end_ids())
+    if (e >= 0 && size_t(e) < masked_.size()) masked_[size_t(e)] = kNever;
+  for (size_t tries = 0; tries < masked_.size(); ++tries) {
+    const int32_t id = sampler_.sample(masked_, tokens_, req_->req.prompt.size());
+    if (id < 0 || size_t(id) >= masked_.size() || masked_[size_t(id)] == kNever) return -1;  // nothing left
+    if (!overruns_close(id)) return id;
+    masked_[size_t(id)] = kNever;
+  }
+  return -1;
+}
+
+bool Sequence::overruns_close(int32_t token) const {
+  const std::string_view close = req_->req.think_stop;
+  if (close.empty()) return false;
+  // The close cannot be in the thought yet: it may begin in its last
+  // characters and end in the token, or lie in the token.
+  const std::string_view thought = std::string_view(reply_).substr(thought_begin_);
+  const size_t keep = std::min(thought.size(), close.size() - 1);
+  const std::string text = std::string(thought.substr(thought.size() - keep)) + tok_->piece(token);
+  const size_t at = text.find(close);
+  return at != std::string::npos && text.find_first_not_of('\n', at + close.size()) != std::string::npos;
 }
 
 bool Sequence::sample(std::span<const float> raw, const Tokenizer& tok, int n_ctx) {
@@ -134,7 +174,10 @@ bool Sequence::sample(std::span<const float> raw, const Tokenizer& tok, int n_ct
   bool stopped = false;
   ev.text = text_.push(id, &stopped);
   out.text += ev.text;
-  if (thought_ != Thought::kOff) track_thought(out.text);
+  if (thought_ == Thought::kStart || thought_ == Thought::kIn) {
+    reply_ += tok.piece(id);
+    track_thought(reply_);
+  }
   r.emit(std::move(ev));
   if (stopped) {
     stopped_ = true;
@@ -171,14 +214,15 @@ void Sequence::track_thought(const std::string& text) {
     return;
   }
   thought_scan_ = std::max(thought_begin_, text.size() >= kClose.size() ? text.size() - kClose.size() + 1 : 0);
-  if (++thought_tokens_ < req_->req.think_budget) return;
+  ++thought_tokens_;
+  if (req_->req.think_budget < 0 || thought_tokens_ < req_->req.think_budget) return;
   // The budget is spent. The close waits while the reply is writing one
   // itself (the thought ends with the close's first characters: a second
   // close would leave them in the thought) and while the constraint would
   // not take it (forced tokens it refuses would break what it promises); it
   // comes after the first token where neither holds.
   if (begun_length(std::string_view(text).substr(thought_begin_), kClose) > 0) return;
-  if (grammar_ && !grammar_->allows(req_->req.think_end)) return;
+  if (grammar_ && !waits_for_answer_ && !grammar_->allows(req_->req.think_end)) return;
   forced_ = req_->req.think_end;
   thought_ = Thought::kPast;
 }

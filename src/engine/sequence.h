@@ -103,9 +103,15 @@ class Sequence {
 
  private:
   std::span<const float> constrain(std::span<const float> logits);
+  // A grammar of the answer waits while the prompt's thought goes on
+  // (Request::grammar_after_thought); draw_thought draws its tokens.
+  bool grammar_waits() const { return waits_for_answer_ && thought_ == Thought::kIn; }
+  int32_t draw_thought(std::span<const float> raw);
+  bool overruns_close(int32_t token) const;
 
   SeqId id_;
   std::shared_ptr<RequestState> req_;
+  const Tokenizer* tok_;
   int index_;
   std::vector<int32_t> tokens_;
   std::vector<int32_t> positions_;
@@ -119,11 +125,14 @@ class Sequence {
   TextStream text_;
   bool stopped_ = false;
   bool sampled_any_ = false;
-  // The thought's budget (Request::think_budget): where the reply is (not
-  // counted, may open a thought, in one, past it or closing it), the
-  // thought's tokens so far, where "</think>" is looked for next, and the
-  // close still to give instead of samples.
+  // The thought's budget (Request::think_budget) and a grammar that waits
+  // for the answer: where the reply is (not tracked, may open a thought, in
+  // one, past it), the reply's text as its tokens wrote it (the stream's may
+  // hold some back), the thought's tokens so far, where "</think>" is looked
+  // for next, and the close still to give instead of samples.
   enum class Thought { kOff, kStart, kIn, kPast } thought_ = Thought::kOff;
+  bool waits_for_answer_ = false;
+  std::string reply_;
   int thought_tokens_ = 0;
   size_t thought_begin_ = 0;  // where the thought's text starts in the reply's
   size_t thought_scan_ = 0;

@@ -571,8 +571,13 @@ ApiRequest parse_chat_request(const std::string& body, const ApiLimits& lim) {
 }
 
 void set_thought_budget(ApiRequest& r, int budget, const ApiLimits& lim) {
-  if (!r.reasoning || budget < 0) return;
-  r.engine.think_budget = budget;
+  if (!r.reasoning) return;
+  // A JSON constraint (a schema, any JSON, a demanded tool call) is the
+  // answer's: after a thought the prompt opened, not inside it (a regex or
+  // a grammar may spell out the thought's markup, so it sees the reply whole).
+  r.engine.grammar_after_thought =
+      r.constraint && (r.constraint->kind == GrammarKind::kJsonSchema || r.constraint->kind == GrammarKind::kAnyJson);
+  if (budget >= 0) r.engine.think_budget = budget;
   r.engine.think_open = r.in_thought;
   if (r.channels) {
     r.engine.think_start = kChannelsOpen;

@@ -176,6 +176,77 @@ class BudgetTest(unittest.TestCase):
             self.assertEqual(server.stop(), 0)
 
 
+class AnswerConstraintTest(unittest.TestCase):
+    """A JSON constraint (response_format, a demanded tool call) is the
+    answer's: in a thought the prompt opened (DeepSeek-R1's template) the
+    thought is free text, the constraint starts after it, and the content is
+    the constrained JSON (before, the JSON was written as the thought and the
+    content came back empty)."""
+
+    SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
+                                               "age": {"type": "integer", "minimum": 0}},
+              "required": ["name", "age"], "additionalProperties": False}
+    TOOLS = [{"type": "function", "function": {"name": "hours", "parameters": {
+        "type": "object", "properties": {"day": {"type": "string", "enum": ["mon", "sun"]}}, "required": ["day"]}}}]
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server(ReasoningTest.binary, ReasoningTest.model, "--chat-template",
+                            os.path.join(os.path.dirname(ReasoningTest.template), "llama-cpp-deepseek-r1.jinja"))
+        cls.oai = openai.OpenAI(base_url=cls.server.url + "/v1", api_key="unused", max_retries=0)
+
+    @classmethod
+    def tearDownClass(cls):
+        assert cls.server.stop() == 0
+
+    def ask(self, **extra):
+        return self.oai.chat.completions.create(
+            model=MODEL_ID, messages=[{"role": "user", "content": "Name someone and give their age."}],
+            max_tokens=80, temperature=0, **extra)
+
+    def test_response_format_constrains_the_answer(self):
+        free = self.ask().choices[0].message.reasoning_content
+        fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": self.SCHEMA}}
+        r = self.ask(response_format=fmt, extra_body={"thinking_budget": 8})
+        c = r.choices[0]
+        self.assertEqual(c.finish_reason, "stop")
+        self.assertTrue(c.message.reasoning_content)
+        self.assertTrue(free.startswith(c.message.reasoning_content.rstrip("\n")), c.message.reasoning_content)
+        value = json.loads(c.message.content)
+        self.assertEqual(set(value), {"name", "age"})
+        self.assertIsInstance(value["age"], int)
+        # Streamed, the same thought and answer.
+        thought = answer = ""
+        for chunk in self.ask(response_format=fmt, extra_body={"thinking_budget": 8}, stream=True):
+            d = chunk.choices[0].delta
+            thought += getattr(d, "reasoning_content", None) or ""
+            answer += d.content or ""
+        self.assertEqual((thought, answer), (c.message.reasoning_content, c.message.content))
+        # Any JSON object (json_object) the same way.
+        j = self.ask(response_format={"type": "json_object"}, extra_body={"thinking_budget": 3}).choices[0].message
+        self.assertIsInstance(json.loads(j.content), dict)
+        # Without a budget the thought runs free: the model never closes it in
+        # 80 tokens, so the reply is all thought and says so (length).
+        long = self.ask(response_format=fmt).choices[0]
+        self.assertEqual((long.finish_reason, long.message.content), ("length", ""))
+        self.assertEqual(long.message.reasoning_content, free)
+
+    def test_a_demanded_call_comes_after_the_thought(self):
+        for choice in ("required", {"type": "function", "function": {"name": "hours"}}):
+            c = self.ask(tools=self.TOOLS, tool_choice=choice, extra_body={"thinking_budget": 6}).choices[0]
+            self.assertEqual(c.finish_reason, "tool_calls", c.message)
+            self.assertTrue(c.message.reasoning_content)
+            self.assertEqual([t.function.name for t in c.message.tool_calls], ["hours"])
+            self.assertIn(json.loads(c.message.tool_calls[0].function.arguments)["day"], ("mon", "sun"))
+
+    def test_a_regex_still_sees_the_whole_reply(self):
+        # chunkserve's regex may spell out the thought's markup, so it is not
+        # the answer's: here it ends the thought itself.
+        m = self.ask(extra_body={"regex": r"[a-z ]{3,20}\n</think>\n\n[A-Z][a-z]{2,10}"}).choices[0].message
+        self.assertRegex(m.reasoning_content, r"^[a-z ]{3,20}$")
+        self.assertRegex(m.content, r"^[A-Z][a-z]{2,10}$")
+
+
 if __name__ == "__main__":
     ReasoningTest.binary, ReasoningTest.model, templates = sys.argv[1], sys.argv[2], sys.argv[3]
     ReasoningTest.template = os.path.join(templates, "Qwen-Qwen3-0.6B.jinja")
