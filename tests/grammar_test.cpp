@@ -611,9 +611,11 @@ TEST(GrammarEngine, MaxTokensCutsAValidPrefix) {
 // prompt opened: the thought's tokens are the unconstrained run's, and the
 // grammar starts where the thought ends, whether the budget forces the close
 // or the reply writes it. A token that would write the close and go on past
-// it is not drawn (the grammar would not see its tail); the same requests
-// batched get the tokens they get alone.
-TEST(GrammarEngine, AGrammarOfTheAnswerWaitsForThePromptsThought) {
+// it is not drawn (the grammar would not see its tail). Where the reply may
+// open the thought itself, it may, and then the grammar waits the same way;
+// a reply that does not is the grammar's from its first token. The same
+// requests batched get the tokens they get alone.
+TEST(GrammarEngine, AGrammarOfTheAnswerWaitsForTheThought) {
   static std::unique_ptr<LlamaModel> m = LlamaModel::load(test::tiny_model());
   const Tokenizer& tok = m->tokenizer();
   Engine e(*m, test::engine_options(AttnMode::kTpp, 8, 2));
@@ -666,6 +668,14 @@ TEST(GrammarEngine, AGrammarOfTheAnswerWaitsForThePromptsThought) {
   ASSERT_NE(written.think_stop.back(), '\n');
   ASSERT_EQ(first_written_at(overrun.think_stop), k);
   reqs.push_back(overrun);
+  // 4. The reply may open the thought itself (think_start: the free run's
+  // first two tokens' text): its first tokens may be the grammar's or the
+  // opening's; here it opens, thinks for its budget, and answers.
+  Request opened = waits;
+  opened.think_open = false;
+  opened.think_start = tok.piece(free[0]) + tok.piece(free[1]);
+  opened.think_budget = 3;
+  reqs.push_back(opened);
   const std::vector<Result> alone = test::run_each(e, reqs);
   test::expect_same_tokens(test::run_all(e, reqs), alone, "grammars of the answer, batched vs alone");
 
@@ -695,6 +705,41 @@ TEST(GrammarEngine, AGrammarOfTheAnswerWaitsForThePromptsThought) {
       EXPECT_TRUE(full_match(t.substr(at + overrun.think_stop.size()), pattern)) << t;
     }
   }
+
+  const Completion& o = alone[3].completions[0];
+  ASSERT_GE(o.tokens.size(), 5 + opened.think_end.size());
+  EXPECT_EQ(std::vector<int32_t>(o.tokens.begin(), o.tokens.begin() + 5), std::vector<int32_t>(free.begin(), free.begin() + 5));
+  EXPECT_EQ(std::vector<int32_t>(o.tokens.begin() + 5, o.tokens.begin() + 5 + long(opened.think_end.size())),
+            opened.think_end);
+  EXPECT_EQ(o.reason, FinishReason::kStop);
+  EXPECT_TRUE(full_match(text_of(std::span(o.tokens).subspan(5 + opened.think_end.size())), pattern)) << o.text;
+
+
+  // 5. Openings the reply may or may not write (this random model likes some
+  // control bytes): one it writes is a thought, then the answer; one it does
+  // not leaves the reply the grammar's from its first token, the same tokens
+  // as the constraint over the whole reply.
+  Request whole = base;
+  whole.max_tokens = waits.max_tokens;
+  whole.grammar = waits.grammar;
+  const std::vector<int32_t> plain = e.submit(whole).wait().completions[0].tokens;
+  int not_written = 0;
+  for (char c : std::string("\x01\x05\x10\x7f~`|#")) {
+    Request maybe = opened;
+    maybe.think_start = std::string(1, c) + "\x02\x03";
+    const Completion got = e.submit(maybe).wait().completions[0];
+    const std::string t = text_of(got.tokens);
+    SCOPED_TRACE(int(c));
+    if (t.starts_with(maybe.think_start)) {
+      const size_t at = t.find("||");
+      ASSERT_NE(at, std::string::npos) << t;
+      EXPECT_TRUE(full_match(t.substr(at + 2), pattern)) << t;
+    } else {
+      ++not_written;
+      EXPECT_EQ(got.tokens, plain);
+    }
+  }
+  EXPECT_GT(not_written, 0);
 }
 
 }  // namespace

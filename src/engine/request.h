@@ -48,11 +48,13 @@ struct Request {
   // may end. Null: unconstrained.
   std::shared_ptr<const Grammar> grammar;
   // The grammar describes the answer, not the thought (JSON: a schema, a
-  // tool call). In a thought the prompt opened (think_open), it waits: the
-  // thought is free text that may not end the reply or go on past its close
-  // in the token that writes it; the grammar starts where the thought ends
-  // (think_stop written, or think_end forced by the budget, -1 for none).
-  // Without it a grammar sees the whole reply, thought and markup included.
+  // tool call). In a thought (opened by the prompt, think_open, or by
+  // think_start, which the reply's first tokens may write instead of the
+  // grammar's) it waits: the thought is free text that may not end the reply
+  // or go on past its close in the token that writes it; the grammar starts
+  // afresh where the thought ends (think_stop written, or think_end forced by
+  // the budget, -1 for none). Without it a grammar sees the whole reply,
+  // thought and markup included.
   bool grammar_after_thought = false;
   // Speculative decoding (engine/draft.h): -1 as the engine's options say,
   // 0 off, 1 on; and the text the client expects (OpenAI's Predicted

@@ -42,8 +42,8 @@ Sequence::Sequence(SeqId id, std::shared_ptr<RequestState> req, int index, const
   }
   const Request& q = req_->req;
   if (q.grammar) grammar_.emplace(q.grammar);
-  waits_for_answer_ = q.grammar && q.grammar_after_thought && q.think_open;
-  if (q.think_budget >= 0 || waits_for_answer_) thought_ = q.think_open ? Thought::kIn : Thought::kStart;
+  answer_grammar_ = q.grammar && q.grammar_after_thought;
+  if (q.think_budget >= 0 || answer_grammar_) thought_ = q.think_open ? Thought::kIn : Thought::kStart;
 }
 
 // The logits with every token the grammar does not allow next at -inf
@@ -51,7 +51,11 @@ Sequence::Sequence(SeqId id, std::shared_ptr<RequestState> req, int index, const
 std::span<const float> Sequence::constrain(std::span<const float> logits) {
   if (!grammar_) return logits;
   mask_.resize(size_t(grammar_->mask_words()));
-  grammar_->fill_mask(mask_);
+  if (grammar_alive_)
+    grammar_->fill_mask(mask_);
+  else
+    std::fill(mask_.begin(), mask_.end(), 0u);
+  if (may_open()) allow_opening(mask_);
   masked_.assign(logits.begin(), logits.end());
   apply_mask(masked_, mask_);
   return masked_;
@@ -73,7 +77,7 @@ void Sequence::draw(std::span<const float> raw) {
     forced_.erase(forced_.begin());
     // track_thought forced it only where the grammar allows all of it (a
     // grammar of the answer begins after it).
-    if (grammar_ && !waits_for_answer_) (void)grammar_->accept(*drawn_);
+    if (grammar_ && !answer_grammar_) (void)grammar_->accept(*drawn_);
     drawn_forced_ = true;
     return;
   }
@@ -89,9 +93,24 @@ void Sequence::draw(std::span<const float> raw) {
     return;
   }
   const int32_t id = sampler_.sample(logits, tokens_, req_->req.prompt.size());
-  // The mask allowed it, so the grammar takes it.
-  if (grammar_) (void)grammar_->accept(id);
+  // The mask allowed it, so the grammar takes it; where the reply may open
+  // a thought, a token only the opening allows leaves the grammar behind
+  // (track_thought starts it afresh once the thought is open).
+  if (grammar_ && grammar_alive_) grammar_alive_ = grammar_->accept(id) || !may_open();
   drawn_ = id;
+}
+
+// The tokens that go on writing the thought's opening (think_start) from
+// the reply so far: the rest of it, or the whole of it and more.
+void Sequence::allow_opening(std::span<uint32_t> bits) const {
+  const std::string_view open = req_->req.think_start;
+  if (!open.starts_with(reply_)) return;
+  const std::string_view rest = open.substr(reply_.size());
+  for (int32_t t = 0; t < tok_->vocab_size() && size_t(t) / 32 < bits.size(); ++t) {
+    const std::string p = tok_->piece(t);
+    if (!p.empty() && (rest.starts_with(p) || std::string_view(p).starts_with(rest)))
+      bits[size_t(t) / 32] |= 1u << (uint32_t(t) % 32);
+  }
 }
 
 // A token of the thought a grammar of the answer waits behind: any but an
@@ -203,6 +222,10 @@ void Sequence::track_thought(const std::string& text) {
     if (rest.starts_with(kOpen)) {
       thought_ = Thought::kIn;
       thought_begin_ = thought_scan_ = b + kOpen.size();
+      if (answer_grammar_) {  // the grammar waits for the answer, from its start
+        grammar_.emplace(req_->req.grammar);
+        grammar_alive_ = true;
+      }
       return;  // the opening token is not the thought's
     }
     if (!rest.empty() && !kOpen.starts_with(rest)) thought_ = Thought::kPast;
@@ -222,7 +245,7 @@ void Sequence::track_thought(const std::string& text) {
   // not take it (forced tokens it refuses would break what it promises); it
   // comes after the first token where neither holds.
   if (begun_length(std::string_view(text).substr(thought_begin_), kClose) > 0) return;
-  if (grammar_ && !waits_for_answer_ && !grammar_->allows(req_->req.think_end)) return;
+  if (grammar_ && !answer_grammar_ && !grammar_->allows(req_->req.think_end)) return;
   forced_ = req_->req.think_end;
   thought_ = Thought::kPast;
 }

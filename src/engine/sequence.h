@@ -103,11 +103,14 @@ class Sequence {
 
  private:
   std::span<const float> constrain(std::span<const float> logits);
-  // A grammar of the answer waits while the prompt's thought goes on
-  // (Request::grammar_after_thought); draw_thought draws its tokens.
-  bool grammar_waits() const { return waits_for_answer_ && thought_ == Thought::kIn; }
+  // A grammar of the answer (Request::grammar_after_thought) waits while a
+  // thought goes on; draw_thought draws its tokens. Where the reply may open
+  // the thought, its first tokens may be the grammar's or the opening's.
+  bool grammar_waits() const { return answer_grammar_ && thought_ == Thought::kIn; }
+  bool may_open() const { return answer_grammar_ && thought_ == Thought::kStart; }
   int32_t draw_thought(std::span<const float> raw);
   bool overruns_close(int32_t token) const;
+  void allow_opening(std::span<uint32_t> bits) const;
 
   SeqId id_;
   std::shared_ptr<RequestState> req_;
@@ -131,7 +134,8 @@ class Sequence {
   // hold some back), the thought's tokens so far, where "</think>" is looked
   // for next, and the close still to give instead of samples.
   enum class Thought { kOff, kStart, kIn, kPast } thought_ = Thought::kOff;
-  bool waits_for_answer_ = false;
+  bool answer_grammar_ = false;
+  bool grammar_alive_ = true;  // may_open(): the reply so far is the grammar's too
   std::string reply_;
   int thought_tokens_ = 0;
   size_t thought_begin_ = 0;  // where the thought's text starts in the reply's

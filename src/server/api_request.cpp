@@ -573,10 +573,13 @@ ApiRequest parse_chat_request(const std::string& body, const ApiLimits& lim) {
 void set_thought_budget(ApiRequest& r, int budget, const ApiLimits& lim) {
   if (!r.reasoning) return;
   // A JSON constraint (a schema, any JSON, a demanded tool call) is the
-  // answer's: after a thought the prompt opened, not inside it (a regex or
-  // a grammar may spell out the thought's markup, so it sees the reply whole).
+  // answer's: after the thought, not inside it (a regex or a grammar may
+  // spell out the thought's markup, so it sees the reply whole). Harmony's
+  // answer is a channel of its own, which the constraint's text begins
+  // (a tool call's header) or does without, so there it holds from the start.
   r.engine.grammar_after_thought =
-      r.constraint && (r.constraint->kind == GrammarKind::kJsonSchema || r.constraint->kind == GrammarKind::kAnyJson);
+      r.constraint && (r.constraint->kind == GrammarKind::kJsonSchema || r.constraint->kind == GrammarKind::kAnyJson) &&
+      !r.channels;
   if (budget >= 0) r.engine.think_budget = budget;
   r.engine.think_open = r.in_thought;
   if (r.channels) {
