@@ -34,7 +34,8 @@ class Tokenizer;
 enum class GrammarKind { kJsonSchema, kAnyJson, kRegex, kEbnf };
 
 // JSON (a schema's, or any) is compact: no whitespace between tokens, so a
-// small model cannot pad its output with newlines until max_tokens.
+// small model cannot pad its output with newlines until max_tokens (inside
+// a value of any type the engine's own rule allows a space after ',' and ':').
 // A schema's JSON framed by literal text: open, then one or more items (at
 // most max_items; 0 = no limit) each `before` JSON `after`, joined by
 // `between`, then close. Tool calls are this: Hermes' <tool_call>{...}
