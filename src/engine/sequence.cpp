@@ -48,13 +48,20 @@ Sequence::Sequence(SeqId id, std::shared_ptr<RequestState> req, int index, const
 
 // The logits with every token the grammar does not allow next at -inf
 // (sampling, temperature and logprobs all see the masked distribution).
+// A grammar of the answer that waits behind a thought allows any token but
+// an end of generation there (the answer must follow).
 std::span<const float> Sequence::constrain(std::span<const float> logits) {
   if (!grammar_) return logits;
   mask_.resize(size_t(grammar_->mask_words()));
-  if (grammar_alive_)
+  if (grammar_waits()) {
+    std::fill(mask_.begin(), mask_.end(), ~0u);
+    for (size_t t = logits.size(); t < mask_.size() * 32; ++t) forbid(int32_t(t));  // past the vocabulary
+    for (int32_t e : tok_->end_ids()) forbid(e);
+  } else if (grammar_alive_) {
     grammar_->fill_mask(mask_);
-  else
+  } else {
     std::fill(mask_.begin(), mask_.end(), 0u);
+  }
   if (may_open()) allow_opening(mask_);
   masked_.assign(logits.begin(), logits.end());
   apply_mask(masked_, mask_);
@@ -82,21 +89,29 @@ void Sequence::draw(std::span<const float> raw) {
     return;
   }
   drawn_forced_ = false;
-  if (grammar_waits()) {
-    drawn_ = draw_thought(raw);
-    return;
-  }
   const std::span<const float> logits = constrain(raw);
-  if (grammar_ && !mask_any(mask_)) {
-    // The grammar went where no token of the vocabulary continues it.
-    drawn_ = -1;
-    return;
+  int32_t id = -1;
+  // A thought's token that writes the close and goes on past it with more
+  // than newlines (text the waiting grammar would not see; the answer's
+  // leading newlines are dropped) is drawn again without it, so the masked
+  // logits stay what the draw saw (sample()'s logprobs).
+  for (;;) {
+    if (id >= 0) {
+      forbid(id);
+      masked_[size_t(id)] = -std::numeric_limits<float>::infinity();
+    }
+    if (grammar_ && !mask_any(mask_)) {
+      // The grammar went where no token of the vocabulary continues it.
+      drawn_ = -1;
+      return;
+    }
+    id = sampler_.sample(logits, tokens_, req_->req.prompt.size());
+    if (!grammar_waits() || !overruns_close(id)) break;
   }
-  const int32_t id = sampler_.sample(logits, tokens_, req_->req.prompt.size());
-  // The mask allowed it, so the grammar takes it; where the reply may open
-  // a thought, a token only the opening allows leaves the grammar behind
-  // (track_thought starts it afresh once the thought is open).
-  if (grammar_ && grammar_alive_) grammar_alive_ = grammar_->accept(id) || !may_open();
+  // The mask allowed it, so the grammar takes it (not while it waits); where
+  // the reply may open a thought, a token only the opening allows leaves the
+  // grammar behind (track_thought starts it afresh once the thought is open).
+  if (grammar_ && grammar_alive_ && !grammar_waits()) grammar_alive_ = grammar_->accept(id) || !may_open();
   drawn_ = id;
 }
 
@@ -111,25 +126,6 @@ void Sequence::allow_opening(std::span<uint32_t> bits) const {
     if (!p.empty() && (rest.starts_with(p) || std::string_view(p).starts_with(rest)))
       bits[size_t(t) / 32] |= 1u << (uint32_t(t) % 32);
   }
-}
-
-// A token of the thought a grammar of the answer waits behind: any but an
-// end of generation (the answer must follow) or one that writes the close
-// with more than newlines after it (text the grammar would not see; the
-// answer's leading newlines are dropped). The masked logits are what the
-// draw saw (sample()'s logprobs); a refused draw is drawn again without it.
-int32_t Sequence::draw_thought(std::span<const float> raw) {
-  constexpr float kNever = -std::numeric_limits<float>::infinity();
-  masked_.assign(raw.begin(), raw.end());
-  for (int32_t e : tok_->end_ids())
-    if (e >= 0 && size_t(e) < masked_.size()) masked_[size_t(e)] = kNever;
-  for (size_t tries = 0; tries < masked_.size(); ++tries) {
-    const int32_t id = sampler_.sample(masked_, tokens_, req_->req.prompt.size());
-    if (id < 0 || size_t(id) >= masked_.size() || masked_[size_t(id)] == kNever) return -1;  // nothing left
-    if (!overruns_close(id)) return id;
-    masked_[size_t(id)] = kNever;
-  }
-  return -1;
 }
 
 bool Sequence::overruns_close(int32_t token) const {

@@ -104,13 +104,15 @@ class Sequence {
  private:
   std::span<const float> constrain(std::span<const float> logits);
   // A grammar of the answer (Request::grammar_after_thought) waits while a
-  // thought goes on; draw_thought draws its tokens. Where the reply may open
-  // the thought, its first tokens may be the grammar's or the opening's.
+  // thought goes on. Where the reply may open the thought, its first tokens
+  // may be the grammar's or the opening's.
   bool grammar_waits() const { return answer_grammar_ && thought_ == Thought::kIn; }
   bool may_open() const { return answer_grammar_ && thought_ == Thought::kStart; }
-  int32_t draw_thought(std::span<const float> raw);
   bool overruns_close(int32_t token) const;
   void allow_opening(std::span<uint32_t> bits) const;
+  void forbid(int32_t token) {
+    if (token >= 0 && size_t(token) / 32 < mask_.size()) mask_[size_t(token) / 32] &= ~(1u << (uint32_t(token) % 32));
+  }
 
   SeqId id_;
   std::shared_ptr<RequestState> req_;

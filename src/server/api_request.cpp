@@ -570,7 +570,7 @@ ApiRequest parse_chat_request(const std::string& body, const ApiLimits& lim) {
   return parse_chat_json(parse_body(body), lim);
 }
 
-void set_thought_budget(ApiRequest& r, int budget, const ApiLimits& lim) {
+void set_thought(ApiRequest& r, int budget, const ApiLimits& lim) {
   if (!r.reasoning) return;
   // A JSON constraint (a schema, any JSON, a demanded tool call) is the
   // answer's: after the thought, not inside it (a regex or a grammar may
@@ -581,6 +581,7 @@ void set_thought_budget(ApiRequest& r, int budget, const ApiLimits& lim) {
       r.constraint && (r.constraint->kind == GrammarKind::kJsonSchema || r.constraint->kind == GrammarKind::kAnyJson) &&
       !r.channels;
   if (budget >= 0) r.engine.think_budget = budget;
+  if (r.engine.think_budget < 0 && !r.engine.grammar_after_thought) return;  // nothing watches the thought
   r.engine.think_open = r.in_thought;
   if (r.channels) {
     r.engine.think_start = kChannelsOpen;
@@ -665,10 +666,10 @@ ApiRequest parse_chat_json(const json& j, const ApiLimits& lim, const std::strin
     if (template_thinks(lim.chat->source())) {
       out.reasoning = true;
       out.in_thought = opens_thought(prompt.text());
-      set_thought_budget(out, budget, lim);
+      set_thought(out, budget, lim);
     } else if (template_has_channels(lim.chat->source())) {
       out.reasoning = out.channels = true;
-      set_thought_budget(out, budget, lim);
+      set_thought(out, budget, lim);
     }
   } catch (const jinja::TemplateError& e) {
     throw invalid("messages", "the model's chat template refused the conversation: " + e.message() +

@@ -68,10 +68,12 @@ ApiRequest parse_completion_request(const std::string& body, const ApiLimits& li
 // last position); throws ApiError.
 void check_context(ApiRequest& r, const ApiLimits& limits);
 ApiRequest parse_chat_request(const std::string& body, const ApiLimits& limits);
-// A thinking template's thought bounded to `budget` tokens (-1: none): at
-// the budget the engine closes it in the templates' way (reasoning.h's
-// kThoughtClose, as markup). Nothing for a template that does not think.
-void set_thought_budget(ApiRequest& r, int budget, const ApiLimits& limits);
+// A thinking template's thought as the engine watches it: bounded to
+// `budget` tokens (-1: none; at the budget the engine closes it in the
+// templates' way, reasoning.h's kThoughtClose, as markup), and a JSON
+// constraint (call it after the constraint is known) made the answer's
+// (Request::grammar_after_thought). Nothing for a template that does not think.
+void set_thought(ApiRequest& r, int budget, const ApiLimits& limits);
 // The same from a parsed body (other APIs map theirs to it:
 // server/messages_api.h); continue_text: the start of the reply, after the
 // generation prompt, which the model continues (content, not markup).

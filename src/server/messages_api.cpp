@@ -361,7 +361,7 @@ MessagesRequest parse_messages_request(const std::string& body, const ApiLimits&
     throw renamed(renamed(e, "].function.parameters", "].input_schema"), "].function.name", "].name");
   }
   if (const json* th = field(j, "thinking"); th && type_of(*th) == "enabled")
-    set_thought_budget(out.chat, int((*th)["budget_tokens"].get<long long>()), lim);
+    set_thought(out.chat, int((*th)["budget_tokens"].get<long long>()), lim);
   // Each mark's prefix: the tokens the prompt shares with its cut body's.
   const std::vector<int32_t>& prompt = out.chat.engine.prompt;
   ApiLimits any_length = lim;
