@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "omp_threads.h"
+
 namespace cs {
 namespace {
 
@@ -67,6 +69,43 @@ TEST(Plan, APinnedGroupIsAPartOfItsOwn) {
   EXPECT_EQ(p.part(0, 0), std::make_pair(0, 1));
   EXPECT_EQ(p.part(0, 1), std::make_pair(1, 2));
   EXPECT_EQ(p.parts_of(1), 1);
+}
+
+// Three sequences under one prefix (chunk 0); the last two share a deeper
+// one (chunk 1) too, then a chunk of their own each: chunk 1's run is nested
+// in chunk 0's, in the same part of the walk, so it goes on from chunk 0's
+// states (a wave later) and chunk 0's piece is not merged again for them.
+TEST(Plan, ANestedRunContinuesTheWiderOne) {
+  auto ctx = std::make_shared<KernelContext>();
+  ctx->seqs = {10, 11, 12};
+  ctx->chunks = {0, 3, 0, 1, 4, 0, 1, 5};
+  ctx->chunk_begin = {0, 2, 5, 8};
+  ctx->private_from = {1, 2, 2};
+  ctx->shared = {{0, {0, 1, 2}, {0, 0, 0}}, {1, {1, 2}, {1, 1}}};
+  PlanInput in{KvLayout{1, 4, 64, 64, KvType::kF16}, ctx, {70, 134, 131},
+               {64, 6, 64, 64, 6, 64, 64, 3}, std::vector<uint64_t>(8, 0)};
+  // Two threads: the four KV heads give them enough items, so no run is
+  // split by its readers.
+  SavedOmpThreads saved;
+  omp_set_num_threads(2);
+  const AttnPlan p = plan_attention(std::move(in), {}, 4);
+  const ChunkFirstWork& w = p.tpp;
+  ASSERT_EQ(w.n_runs(), 2);
+  ASSERT_EQ(w.n_waves(), 2);
+  EXPECT_EQ(std::vector<int>(w.wave(0).begin(), w.wave(0).end()), std::vector<int>{0});
+  EXPECT_EQ(std::vector<int>(w.wave(1).begin(), w.wave(1).end()), std::vector<int>{1});
+  ASSERT_EQ(w.pieces_of_seq(0).size(), 1u);
+  EXPECT_FALSE(w.pieces_of_seq(0)[0].continued);  // sequence 0 reads only the wide run
+  for (int i : {1, 2}) {
+    const auto mine = w.pieces_of_seq(i);
+    ASSERT_EQ(mine.size(), 2u);
+    EXPECT_TRUE(mine[0].continued);
+    EXPECT_EQ(mine[0].parent, -1);
+    EXPECT_EQ(mine[1].parent, mine[0].piece);
+    EXPECT_EQ(mine[1].parent_row0, mine[0].row0);
+    EXPECT_EQ(std::make_pair(mine[1].d0, mine[1].d1), std::make_pair(1, 2));
+    EXPECT_FALSE(mine[1].continued);
+  }
 }
 
 }  // namespace

@@ -23,8 +23,20 @@ std::vector<std::vector<int32_t>> prompts() {
       "sentence. The store opens at nine, closes at six, sells new and used books, orders any "
       "title within three days, and offers a ten percent discount to students and teachers. "
       "Gift cards never expire. Returns are accepted within thirty days with a receipt.<|im_end|>\n";
+  // Two questions with a long common start: below the prefix every
+  // sequence shares, a deeper one only these two share (a conversation's
+  // earlier turns, say), whole chunks of it in the same part of the walk:
+  // nested runs, which two-phase partition chains (attn/plan.h).
+  const std::string story =
+      "I am planning a reading club for my neighbours. We meet every other Thursday evening, we are "
+      "about twelve people, most of us retired, and we like long historical novels, travel writing and "
+      "the occasional detective story. We would like to buy our books together from one shop, ideally "
+      "one close to the library, since several of us do not drive any more and the buses stop there. "
+      "Last year we read eleven books together and ordered them from three different shops. ";
   std::vector<std::vector<int32_t>> out;
-  for (const char* q : {"When do you open?", "Can teachers get a discount?", "Do gift cards expire?"})
+  for (const std::string& q : std::vector<std::string>{"When do you open?", "Can teachers get a discount?", "Do gift cards expire?",
+                        "Do gift cards expire?",  // the same prompt twice (n > 1 choices share it whole)
+                        story + "Can you order twelve copies of one title?", story + "Is there a room we could use?"})
     out.push_back(tok.encode(system + "<|im_start|>user\n" + q + "<|im_end|>\n<|im_start|>assistant\n", true));
   out.push_back(tok.encode("Once upon a time", false));  // shares nothing
   return out;

@@ -97,6 +97,14 @@ struct RowSet {
     l.assign(from.l.size(), 0.0f);
   }
 
+  // Rows [row, row + n) take the states of `from`'s rows [from_row, ...):
+  // a chained piece's readers go on with the fold of the piece they continue.
+  void take_states(const RowSet& from, int from_row, int row, int n) {
+    std::copy_n(from.o.begin() + ptrdiff_t(from_row) * d, size_t(n) * size_t(d), o.begin() + ptrdiff_t(row) * d);
+    std::copy_n(from.m.begin() + from_row, n, m.begin() + row);
+    std::copy_n(from.l.begin() + from_row, n, l.begin() + row);
+  }
+
   // this <- this (+) rows [first, first + rows()) of `from`, row by row: how
   // every path joins a walk's parts, and phase two a saved piece.
   void merge_rows(const RowSet& from, int first = 0) {
@@ -373,12 +381,14 @@ namespace {
 
 // Phase one: each (segment, KV head) is a small GEMM over its chunks, one
 // walk (so each chunk's successor is prefetched across pieces) that starts a
-// fresh state at every piece; the states are kept for phase two. They live in
+// fresh state at every piece, or the states of the pieces its first piece
+// continues (ReaderPiece::parent, folded in an earlier wave); the states are
+// kept for phase two. They live in
 // the caller's workspace from call to call: their buffers (1 MB for Table 3's
 // cell) were otherwise allocated, faulted in and zeroed by the OS every call.
 std::span<RowSet> chunk_first(const AttnProblem& p, const ChunkFirstWork& work) {
   const std::vector<RunPiece>& pieces = work.pieces;
-  const int kvh = p.plan->layout.n_kv_heads;
+  const int kvh = p.plan->layout.n_kv_heads, group = p.plan->n_heads / kvh;
   std::vector<RowSet>& kept = kept_rows(p.ws->partial);
   if (kept.size() < pieces.size() * size_t(kvh)) kept.resize(pieces.size() * size_t(kvh));
   const std::span<RowSet> partial(kept.data(), pieces.size() * size_t(kvh));
@@ -388,9 +398,13 @@ std::span<RowSet> chunk_first(const AttnProblem& p, const ChunkFirstWork& work) 
 #pragma omp parallel
   {
     std::vector<Fold> walk;
+    for (int v = 0; v < work.n_waves(); ++v) {
+      const std::span<const int> runs = work.wave(v);
+      // The loop's closing barrier: a wave's states are whole before the next reads them.
 #pragma omp for schedule(dynamic) collapse(2)
-    for (size_t s = 0; s < n_runs; ++s)
+      for (size_t x = 0; x < runs.size(); ++x)
       for (int h = 0; h < kvh; ++h) {
+        const size_t s = size_t(runs[x]);
         walk.clear();
         RowSet& head = partial[size_t(first_piece[s]) * size_t(kvh) + size_t(h)];
         // Each reader's keys counted from where the run starts in it, so one
@@ -401,6 +415,11 @@ std::span<RowSet> chunk_first(const AttnProblem& p, const ChunkFirstWork& work) 
         std::vector<int> shift(seqs.size());
         for (size_t k = 0; k < seqs.size(); ++k) shift[k] = p.plan->chunk_start[size_t(cb[size_t(seqs[k])] + depth[k])];
         head.gather(p, seqs, shift, h);
+        for (const int seq : seqs)
+          for (const ReaderPiece& rp : work.pieces_of_seq(seq))
+            if (rp.piece == first_piece[s] && rp.parent >= 0)
+              head.take_states(partial[size_t(rp.parent) * size_t(kvh) + size_t(h)], rp.parent_row0, rp.row0,
+                               p.rows_of(seq) * group);
         const size_t e0 = size_t(cb[size_t(seqs[0])] + depth[0]);
         for (int j = first_piece[s]; j < first_piece[s + 1]; ++j) {
           RowSet& rows = partial[size_t(j) * size_t(kvh) + size_t(h)];
@@ -411,16 +430,18 @@ std::span<RowSet> chunk_first(const AttnProblem& p, const ChunkFirstWork& work) 
         }
         fold_all(p, walk, h);
       }
+    }
   }
   return partial;
 }
 
 // Phase two: per (sequence, KV head), part by part (kPartChunks): the saved
-// states of the pieces that start in the part are merged into its empty
-// state, then its remaining chunks are walked, and the part is merged into
-// the row's state. A TPP piece starts where a part or its run starts, so a
-// row of a single shared run gets each part's bits exactly as
-// attn_per_sequence computes them (relay's one system piece may span parts).
+// states of the pieces that start in the part (a chain's last piece only)
+// are merged into its empty state, then its remaining chunks are walked, and
+// the part is merged into the row's state. A TPP piece starts where a part
+// starts or continues the piece before it, so every row gets each part's
+// bits exactly as attn_per_sequence computes them (relay's one system piece
+// may span parts).
 void sequence_first_phase(const AttnProblem& p, const ChunkFirstWork& work, std::span<const RowSet> partial) {
   const int n = p.n_seqs(), kvh = p.plan->layout.n_kv_heads;
 #pragma omp parallel
@@ -439,7 +460,8 @@ void sequence_first_phase(const AttnProblem& p, const ChunkFirstWork& work, std:
           mine.clear();  // the saved pieces of sequence i that start in this part
           for (const ReaderPiece& rp : work.pieces_of_seq(i)) {
             if (rp.d0 < d0 || rp.d0 >= d1) continue;
-            mine.push_back(&rp);
+            // A continued piece's states went on into the piece after it.
+            if (!rp.continued) mine.push_back(&rp);
             std::fill(done.begin() + rp.d0, done.begin() + rp.d1, 1);
           }
           const auto lo = done.begin() + std::min(d0, int(done.size())), hi = done.begin() + std::min(d1, int(done.size()));

@@ -71,8 +71,9 @@ void attn_per_sequence(const AttnProblem& p);
 // query head of a KV head, against the chunk: one small GEMM), saving partial
 // states; sequence-first over each sequence's remaining chunks, merged with
 // the saved partials (attn_reduce, Eq. 2). With no chunk shared by min_rows
-// rows of two or more sequences it is attn_per_sequence itself; with one
-// shared run per sequence it gives attn_per_sequence's bits.
+// rows of two or more sequences it is attn_per_sequence itself; otherwise it
+// gives attn_per_sequence's bits too (a run nested in a wider one goes on
+// from the wider run's states: ReaderPiece, attn/plan.h).
 void attn_tpp(const AttnProblem& p);
 
 // RelayAttention §3.3 / Appendix A: system attention of all queries against

@@ -67,6 +67,57 @@ std::vector<RunPiece> pieces_of(const AttnPlan& p, const std::vector<SharedRun>&
   return out;
 }
 
+// Chains (ReaderPiece::parent): a reader's piece that starts inside a part
+// of its walk, where another run's piece of the reader ends, continues it.
+// (A piece of the same run never does: a run's pieces are folded in one
+// walk, each from an empty state.)
+void link_chains(const AttnPlan& p, const std::vector<RunPiece>& pieces, std::vector<std::vector<ReaderPiece>>& by_seq) {
+  for (size_t s = 0; s < by_seq.size(); ++s)
+    for (ReaderPiece& b : by_seq[s]) {
+      const size_t e = size_t(p.chunk_begin[s] + b.d0);
+      if (b.d0 == 0 || p.chunk_part[e] != p.chunk_part[e - 1]) continue;  // starts a part
+      for (ReaderPiece& a : by_seq[s])
+        if (a.d1 == b.d0 && pieces[size_t(a.piece)].run != pieces[size_t(b.piece)].run) {
+          b.parent = a.piece;
+          b.parent_row0 = a.row0;
+          a.continued = true;
+          break;
+        }
+    }
+}
+
+// Phase one's waves: a run after every run its pieces continue. Runs from
+// the tree nest (a deeper prefix's readers are a subset of the shallower
+// one's), so the waves are as many as the nesting is deep; should links
+// ever form a cycle, they are dropped and the pieces merged instead (exact
+// to rounding, not to the bit).
+void order_waves(const std::vector<RunPiece>& pieces, std::vector<std::vector<ReaderPiece>>& by_seq, int n_runs,
+                 ChunkFirstWork& w) {
+  std::vector<int> wave(size_t(n_runs), 0);
+  bool changed = true;
+  int rounds = 0;
+  for (; changed && rounds <= n_runs; ++rounds) {
+    changed = false;
+    for (const auto& mine : by_seq)
+      for (const ReaderPiece& b : mine) {
+        if (b.parent < 0) continue;
+        const size_t r = size_t(pieces[size_t(b.piece)].run), a = size_t(pieces[size_t(b.parent)].run);
+        if (wave[r] <= wave[a]) wave[r] = wave[a] + 1, changed = true;
+      }
+  }
+  if (changed) {  // a cycle: no chains
+    std::fill(wave.begin(), wave.end(), 0);
+    for (auto& mine : by_seq)
+      for (ReaderPiece& b : mine) b.parent = -1, b.continued = false;
+  }
+  const int n_waves = n_runs == 0 ? 0 : *std::max_element(wave.begin(), wave.end()) + 1;
+  for (int v = 0; v < n_waves; ++v) {
+    for (int r = 0; r < n_runs; ++r)
+      if (wave[size_t(r)] == v) w.wave_run.push_back(r);
+    w.wave_begin.push_back(int(w.wave_run.size()));
+  }
+}
+
 // The runs and their pieces, flat, with where each reader finds the pieces:
 // its rows in their states and the depths they cover, in piece order.
 ChunkFirstWork flatten(const AttnPlan& p, const std::vector<SharedRun>& runs, std::vector<RunPiece> pieces) {
@@ -90,6 +141,8 @@ ChunkFirstWork flatten(const AttnPlan& p, const std::vector<SharedRun>& runs, st
       row += p.rows_of(s) * group;
     }
   }
+  link_chains(p, pieces, by_seq);
+  order_waves(pieces, by_seq, int(runs.size()), w);
   for (const auto& mine : by_seq) {
     w.seq_piece.insert(w.seq_piece.end(), mine.begin(), mine.end());
     w.seq_piece_begin.push_back(int(w.seq_piece.size()));

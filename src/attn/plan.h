@@ -36,9 +36,18 @@ struct RunPiece {
 };
 
 // A piece as one reader sees it: its rows in the piece's partial state, and
-// the depths [d0, d1) of its chunk list the piece covers.
+// the depths [d0, d1) of its chunk list the piece covers. A piece that starts
+// inside a part, right where another run's piece of the same reader ends
+// (a prefix shared by fewer sequences below one shared by more: n > 1
+// choices, a conversation's turns under a system prompt), continues that
+// piece's fold: its rows start from the parent's final states (`parent`,
+// the parent piece, its rows from `parent_row0`), and the parent, now
+// `continued`, is not merged again. Each part of a walk is then one fold
+// over its chunks in depth order, as attn_per_sequence does it.
 struct ReaderPiece {
   int piece, row0, d0, d1;
+  int parent = -1, parent_row0 = 0;
+  bool continued = false;
 };
 
 // One path's chunk-first work, flat. A run is chunks read by the same
@@ -57,6 +66,9 @@ struct ChunkFirstWork {
   // seq_piece[seq_piece_begin[i] .. seq_piece_begin[i + 1]).
   std::vector<int> seq_piece_begin{0};
   std::vector<ReaderPiece> seq_piece;
+  // Phase one's order: the runs of wave w, wave_run[wave_begin[w] ..
+  // wave_begin[w + 1]), after every run whose pieces theirs continue.
+  std::vector<int> wave_begin{0}, wave_run;
 
   int n_runs() const { return int(reader_begin.size()) - 1; }
   bool empty() const { return n_runs() == 0; }
@@ -64,6 +76,8 @@ struct ChunkFirstWork {
   std::span<const int> depths(int r) const { return span_of(reader_depth, reader_begin, r); }
   std::span<const ChunkId> chunks(int r) const { return span_of(run_chunk, chunk_begin, r); }
   std::span<const ReaderPiece> pieces_of_seq(int i) const { return span_of(seq_piece, seq_piece_begin, i); }
+  int n_waves() const { return int(wave_begin.size()) - 1; }
+  std::span<const int> wave(int w) const { return span_of(wave_run, wave_begin, w); }
 
  private:
   template <class T>
