@@ -287,6 +287,29 @@ TEST(Grammar, DisallowedTokensAreRefused) {
   EXPECT_TRUE(m.terminated());
 }
 
+// Harmony's message markup (gpt-oss's o200k vocabulary) is text to a
+// grammar: a tool call's header takes the control tokens the model was
+// trained to write, as well as the same text spelled in ordinary tokens;
+// the ends of a turn stay ends, and other control tokens stay out.
+TEST(Grammar, HarmonyMarkupIsText) {
+  static const Tokenizer tok = Tokenizer::from_gguf(GgufFile(std::string(CS_VOCAB_DIR) + "/ggml-vocab-o200k.gguf"));
+  const GrammarVocab vocab(tok);
+  GrammarMatcher m(Grammar::compile(vocab, {GrammarKind::kEbnf, R"(root ::= "<|channel|>final<|message|>" [a-z]+)"}));
+  std::vector<uint32_t> bits(size_t(vocab.mask_words()));
+  m.fill_mask(bits);
+  const int32_t channel = *tok.find("<|channel|>"), message = *tok.find("<|message|>");
+  EXPECT_TRUE(mask_allows(bits, channel));
+  EXPECT_TRUE(mask_allows(bits, tok.encode("<", false)[0]));
+  EXPECT_FALSE(mask_allows(bits, *tok.find("<|start|>")));
+  EXPECT_FALSE(mask_allows(bits, *tok.find("<|startoftext|>")));
+  EXPECT_TRUE(m.accept(channel));
+  for (int32_t t : tok.encode("final", false)) EXPECT_TRUE(m.accept(t));
+  EXPECT_TRUE(m.accept(message));
+  for (int32_t t : tok.encode("yes", false)) EXPECT_TRUE(m.accept(t));
+  EXPECT_TRUE(m.accept(*tok.find("<|return|>")));
+  EXPECT_TRUE(m.terminated());
+}
+
 TEST(Grammar, MaskedLogitsAreMinusInfinity) {
   std::vector<float> logits = {1, 2, 3, 4, 5};
   const std::vector<uint32_t> bits = {0b01010};
@@ -676,6 +699,11 @@ TEST(GrammarEngine, AGrammarOfTheAnswerWaitsForTheThought) {
   opened.think_start = tok.piece(free[0]) + tok.piece(free[1]);
   opened.think_budget = 3;
   reqs.push_back(opened);
+  // 5. As 2, with what follows a close the reply writes (harmony's next
+  // message start) forced before the answer.
+  Request resumed = written;
+  resumed.think_resume = tok.encode("##", false, false);
+  reqs.push_back(resumed);
   const std::vector<Result> alone = test::run_each(e, reqs);
   test::expect_same_tokens(test::run_all(e, reqs), alone, "grammars of the answer, batched vs alone");
 
@@ -714,8 +742,16 @@ TEST(GrammarEngine, AGrammarOfTheAnswerWaitsForTheThought) {
   EXPECT_EQ(o.reason, FinishReason::kStop);
   EXPECT_TRUE(full_match(text_of(std::span(o.tokens).subspan(5 + opened.think_end.size())), pattern)) << o.text;
 
+  const Completion& r = alone[4].completions[0];
+  const size_t after = k + 1 + resumed.think_resume.size();
+  ASSERT_GT(r.tokens.size(), after);
+  EXPECT_EQ(std::vector<int32_t>(r.tokens.begin(), r.tokens.begin() + long(k) + 1),
+            std::vector<int32_t>(free.begin(), free.begin() + long(k) + 1));
+  EXPECT_EQ(std::vector<int32_t>(r.tokens.begin() + long(k) + 1, r.tokens.begin() + long(after)), resumed.think_resume);
+  EXPECT_EQ(r.reason, FinishReason::kStop);
+  EXPECT_TRUE(full_match(text_of(std::span(r.tokens).subspan(after)), pattern)) << r.text;
 
-  // 5. Openings the reply may or may not write (this random model likes some
+  // 6. Openings the reply may or may not write (this random model likes some
   // control bytes): one it writes is a thought, then the answer; one it does
   // not leaves the reply the grammar's from its first token, the same tokens
   // as the constraint over the whole reply.

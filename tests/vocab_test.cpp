@@ -81,6 +81,21 @@ TEST(VocabO200k, HarmonyEndsAndSpecials) {
   EXPECT_FALSE(tok.is_end_of_generation(*tok.find("<|end|>")));
   EXPECT_EQ(tok.encode("<|start|>user<|message|>Hi<|end|>", true, true),
             (std::vector<int32_t>{200006, 1428, 200008, 12194, 200007}));
+  // A reply's message markup is text (its channels and calls are parsed
+  // from it); the ends of a turn and other control tokens are not.
+  const std::vector<int32_t> reply = {200005, 35644, 200008, 12194, 200007, 200006, 173781,
+                                      200005, 17196, 200008, 12194, 200002};
+  EXPECT_EQ(tok.decode(reply), "<|channel|>analysis<|message|>Hi<|end|><|start|>assistant<|channel|>final<|message|>Hi");
+  EXPECT_EQ(tok.piece(*tok.find("<|constrain|>")), "<|constrain|>");
+  for (const char* hidden : {"<|return|>", "<|call|>", "<|endoftext|>", "<|startoftext|>"})
+    EXPECT_EQ(tok.piece(*tok.find(hidden)), "") << hidden;
+  EXPECT_TRUE(tok.renders_markup(200005));
+  EXPECT_FALSE(tok.renders_markup(200002));
+  // Rendered or not, they stay control tokens to encode: a client's text
+  // that spells one is text.
+  const std::vector<int32_t> as_text = tok.encode("<|channel|>final<|message|>", false);
+  EXPECT_EQ(tok.decode(as_text), "<|channel|>final<|message|>");
+  for (int32_t id : as_text) EXPECT_LT(id, 199998);
 }
 
 INSTANTIATE_TEST_SUITE_P(LlamaCppData, Vocab,

@@ -27,6 +27,9 @@ Presets (F16 matrices, F32 norms, biases and frequency factors):
            heads of 64, attention sinks, YaRN (factor 32 over 4096, as gpt-oss),
            biases on Q/K/V, output, router and experts, 16 experts of 256, 4 per
            token (softmax over the chosen), clamped SwiGLU
+  gpt-oss-tiny  the same at the least size (d 64, 2 layers, 4 experts of 64, 2
+           per token; 51 MB, nearly all the vocabulary's embeddings): for
+           tests of what the o200k vocabulary's harmony markup does in a reply
   gpt-oss-20b-8  gpt-oss-20b's widths, experts and routing with 8 of its 24
            layers: d 2880, 64 heads / 8 K/V heads of 64, 32 experts of 2880,
            4 per token (14.4 GiB as F16; 4.5 GiB at llama-quantize MXFP4_MOE)
@@ -70,6 +73,9 @@ PRESETS = {
     "gpt-oss": dict(arch="gpt-oss", vocab="o200k", d=640, layers=4, heads=8, kv=2, ff=256, base=150000.0,
                     head_dim=64, eps=1e-5, experts=16, used=4, ff_exp=256, yarn=(32.0, 4096), oss=True,
                     window=128),
+    "gpt-oss-tiny": dict(arch="gpt-oss", vocab="o200k", d=64, layers=2, heads=2, kv=1, ff=64, base=150000.0,
+                         head_dim=64, eps=1e-5, experts=4, used=2, ff_exp=64, yarn=(32.0, 4096), oss=True,
+                         window=128),
     "gpt-oss-20b-8": dict(arch="gpt-oss", vocab="o200k", d=2880, layers=8, heads=64, kv=8, ff=2880,
                           base=150000.0, head_dim=64, eps=1e-5, experts=32, used=4, ff_exp=2880,
                           yarn=(32.0, 4096), oss=True, window=128),

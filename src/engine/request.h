@@ -52,10 +52,15 @@ struct Request {
   // think_start, which the reply's first tokens may write instead of the
   // grammar's) it waits: the thought is free text that may not end the reply
   // or go on past its close in the token that writes it; the grammar starts
-  // afresh where the thought ends (think_stop written, or think_end forced by
-  // the budget, -1 for none). Without it a grammar sees the whole reply,
-  // thought and markup included.
+  // afresh where the thought ends (think_stop written, then think_resume
+  // forced; or think_end forced by the budget, -1 for none). Without it a
+  // grammar sees the whole reply, thought and markup included.
   bool grammar_after_thought = false;
+  // What follows a think_stop the reply writes itself before the grammar of
+  // the answer starts (harmony's "<|start|>assistant": the analysis message
+  // ends at <|end|>, and the answer is the next message, whose channel the
+  // grammar spells); empty: nothing.
+  std::vector<int32_t> think_resume;
   // Speculative decoding (engine/draft.h): -1 as the engine's options say,
   // 0 off, 1 on; and the text the client expects (OpenAI's Predicted
   // Outputs), tokenized, drafted from first.

@@ -230,6 +230,7 @@ void Sequence::track_thought(const std::string& text) {
   if (thought_ != Thought::kIn) return;
   if (text.find(kClose, thought_scan_) != std::string::npos) {
     thought_ = Thought::kPast;
+    if (answer_grammar_) forced_ = req_->req.think_resume;  // then the answer's grammar
     return;
   }
   thought_scan_ = std::max(thought_begin_, text.size() >= kClose.size() ? text.size() - kClose.size() + 1 : 0);

@@ -46,8 +46,9 @@ void validate_request(const Request& r, const RequestLimits& lim) {
   if (r.n < 1 || r.n > lim.max_n) throw RequestError("n must be between 1 and " + std::to_string(lim.max_n), "n");
   if (r.logprobs > 20) throw RequestError("logprobs must be at most 20", "logprobs");
   if (r.think_budget < -1) throw RequestError("the thinking budget must not be negative", "thinking");
-  for (int32_t t : r.think_end)
-    if (t < 0 || t >= lim.n_vocab) throw RequestError("the thought's close has a token outside the vocabulary", "thinking");
+  for (const auto* close : {&r.think_end, &r.think_resume})
+    for (int32_t t : *close)
+      if (t < 0 || t >= lim.n_vocab) throw RequestError("the thought's close has a token outside the vocabulary", "thinking");
   check_finite(r.sampling.temperature, 0, 100, "temperature");
   check_finite(r.sampling.top_p, 0, 1, "top_p", true);
   check_finite(r.sampling.repeat_penalty, 0, 100, "repeat_penalty", true);

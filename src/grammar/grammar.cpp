@@ -53,12 +53,16 @@ namespace {
 // The vocabulary as xgrammar reads it: each token's stored text (byte-level
 // BPE's symbols, SentencePiece's pieces), except that control, unknown and
 // unused tokens are empty, which xgrammar takes as never allowed: a grammar
-// matches text, and those tokens are no text.
+// matches text, and those tokens are no text. Markup a reply writes as text
+// (Tokenizer::renders_markup: harmony's <|channel|>, ...) is text to a
+// grammar too, so a tool call's header is spelled the way the model was
+// trained to write it.
 std::vector<std::string> engine_vocab(const Tokenizer& tok) {
   std::vector<std::string> out(size_t(tok.vocab_size()));
   for (int32_t i = 0; i < tok.vocab_size(); ++i) {
     const TokenType t = tok.type(i);
-    if (t != TokenType::kControl && t != TokenType::kUnknown && t != TokenType::kUnused) out[size_t(i)] = tok.token(i);
+    const bool text = t == TokenType::kControl ? tok.renders_markup(i) : t != TokenType::kUnknown && t != TokenType::kUnused;
+    if (text) out[size_t(i)] = tok.token(i);
   }
   return out;
 }
@@ -108,11 +112,12 @@ xgrammar::Grammar framed_cases(const std::string& schemas, const JsonFrame& f) {
   return whole.size() == 1 ? whole[0] : xgrammar::Grammar::Concat(whole);
 }
 
-// The schema's grammar (its rules printed as EBNF, the schema's own rule
-// renamed by xgrammar when another is the root) under a root that frames it.
-xgrammar::Grammar framed(const std::string& schema, const JsonFrame& f) {
-  if (!f.case_before.empty()) return framed_cases(schema, f);
-  const xgrammar::Grammar json = json_schema_grammar(schema);
+// OpenAI's json_object: any object, compact like a schema's.
+constexpr const char* kAnyObject = R"({"type": "object"})";
+
+// The JSON's grammar (its rules printed as EBNF, its own rule renamed by
+// xgrammar when another is the root) under a root that frames it.
+xgrammar::Grammar framed(const xgrammar::Grammar& json, const JsonFrame& f) {
   std::ostringstream ebnf;
   ebnf << json << "\n";
   const std::string item = ebnf_literal(f.before) + " root " + ebnf_literal(f.after);
@@ -161,14 +166,20 @@ xgrammar::CompiledGrammar compile_with(xgrammar::GrammarCompiler& c, const Gramm
   try {
     switch (spec.kind) {
       case GrammarKind::kJsonSchema:
-        if (spec.frame) return c.CompileGrammar(framed(spec.text, *spec.frame));
+        if (spec.frame && !spec.frame->case_before.empty())
+          return c.CompileGrammar(framed_cases(spec.text, *spec.frame));
+        if (spec.frame) return c.CompileGrammar(framed(json_schema_grammar(spec.text), *spec.frame));
         return c.CompileJSONSchema(spec.text, false, std::nullopt, std::make_pair(",", ":"), true);
       case GrammarKind::kRegex: return c.CompileRegex(spec.text);
       case GrammarKind::kEbnf: return c.CompileGrammar(spec.text, "root");
       case GrammarKind::kAnyJson: break;
     }
-    // OpenAI's json_object: any object, compact like a schema's.
-    return c.CompileJSONSchema(R"({"type": "object"})", false, std::nullopt, std::make_pair(",", ":"), false);
+    // Any object: not strict (any properties), unlike a schema's.
+    if (spec.frame)
+      return c.CompileGrammar(framed(xgrammar::Grammar::FromJSONSchema(kAnyObject, false, std::nullopt,
+                                                                        std::make_pair(",", ":"), false),
+                                     *spec.frame));
+    return c.CompileJSONSchema(kAnyObject, false, std::nullopt, std::make_pair(",", ":"), false);
   } catch (const GrammarError&) {
     throw;
   } catch (const std::bad_alloc&) {

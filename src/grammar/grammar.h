@@ -56,7 +56,7 @@ struct GrammarSpec {
       : kind(k), text(std::move(t)), frame(std::move(f)) {}
   GrammarKind kind = GrammarKind::kAnyJson;
   std::string text;  // the schema (JSON), the regex or the EBNF (root rule "root"); unused for kAnyJson
-  std::optional<JsonFrame> frame;  // kJsonSchema only
+  std::optional<JsonFrame> frame;  // kJsonSchema and kAnyJson (without case_before) only
 };
 
 // Why a constraint did not compile: the client's constraint is wrong (most

@@ -155,6 +155,11 @@ Tokenizer::Tokenizer(VocabSpec spec) : spec_(std::move(spec)) {
                            "</s>", "<end_of_turn>", "<|return|>", "<|call|>"})
     if (auto id = find(name)) end_ids_.push_back(*id);
   if (spec_.eos >= 0) end_ids_.push_back(spec_.eos);
+  if (find("<|channel|>"))
+    for (const char* name : {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>", "<|end|>"})
+      if (auto id = find(name); id && spec_.types[size_t(*id)] == TokenType::kControl && !is_end_of_generation(*id))
+        markup_.push_back(*id);
+  std::sort(markup_.begin(), markup_.end());
   for (int b = 0; b < 256; ++b) {
     char name[8];
     std::snprintf(name, sizeof name, "<0x%02X>", b);
@@ -335,12 +340,14 @@ void Tokenizer::encode_spm(std::string_view text, bool at_start, std::vector<int
   }
 }
 
+bool Tokenizer::renders_markup(int32_t id) const { return std::binary_search(markup_.begin(), markup_.end(), id); }
+
 std::string Tokenizer::piece(int32_t id, bool render_special) const {
   if (id < 0 || id >= vocab_size()) return {};
   const std::string& t = spec_.tokens[id];
   switch (spec_.types[id]) {
     case TokenType::kControl:
-      return render_special ? t : std::string();
+      return render_special || renders_markup(id) ? t : std::string();
     case TokenType::kUserDefined:
       return t;
     case TokenType::kByte:

@@ -70,10 +70,18 @@ class Tokenizer {
   // plain content gives the tokens their concatenation gives.
   std::vector<int32_t> encode(std::span<const TextPart> parts, bool add_bos = false) const;
 
-  // Bytes of the tokens. Control tokens are omitted unless render_special.
+  // Bytes of the tokens. Control tokens are omitted unless render_special,
+  // but for the markup a reply is written in (renders_markup).
   std::string decode(std::span<const int32_t> ids, bool render_special = false) const;
   // Bytes of one token (SentencePiece's "▁" as a space).
   std::string piece(int32_t id, bool render_special = false) const;
+  // Control tokens that are text in a reply: harmony's (gpt-oss) message
+  // markup, <|channel|>, <|message|>, <|start|>, <|constrain|> and <|end|>,
+  // which the reply's channels and calls are parsed from (server/
+  // reasoning.h), and constraints spell (llama.cpp renders the first four
+  // likewise). They stay control tokens to encode: text a client sends
+  // never becomes one.
+  bool renders_markup(int32_t id) const;
 
   int32_t vocab_size() const { return int32_t(spec_.tokens.size()); }
   int32_t bos() const { return spec_.bos; }
@@ -106,6 +114,7 @@ class Tokenizer {
   // Ids of special tokens by their text's first byte, longest text first.
   std::array<std::vector<int32_t>, 256> specials_by_byte_;
   std::vector<int32_t> end_ids_;
+  std::vector<int32_t> markup_;    // renders_markup's, ascending
   int32_t byte_tokens_[256];       // SentencePiece <0xXX> ids, -1 if absent
   std::vector<std::unique_ptr<Regex>> pre_;  // applied in order
   bool ignore_merges_ = false;               // a word that is a token is that token

@@ -574,20 +574,35 @@ void set_thought(ApiRequest& r, int budget, const ApiLimits& lim) {
   if (!r.reasoning) return;
   // A JSON constraint (a schema, any JSON, a demanded tool call) is the
   // answer's: after the thought, not inside it (a regex or a grammar may
-  // spell out the thought's markup, so it sees the reply whole). Harmony's
-  // answer is a channel of its own, which the constraint's text begins
-  // (a tool call's header) or does without, so there it holds from the start.
-  r.engine.grammar_after_thought =
-      r.constraint && (r.constraint->kind == GrammarKind::kJsonSchema || r.constraint->kind == GrammarKind::kAnyJson) &&
-      !r.channels;
+  // spell out the thought's markup, so it sees the reply whole).
+  const bool answer =
+      r.constraint && (r.constraint->kind == GrammarKind::kJsonSchema || r.constraint->kind == GrammarKind::kAnyJson);
+  r.engine.grammar_after_thought = answer;
   if (budget >= 0) r.engine.think_budget = budget;
-  if (r.engine.think_budget < 0 && !r.engine.grammar_after_thought) return;  // nothing watches the thought
+  if (r.engine.think_budget < 0 && !answer) return;  // nothing watches the thought
   r.engine.think_open = r.in_thought;
-  if (r.channels) {
-    r.engine.think_start = kChannelsOpen;
-    r.engine.think_stop = kChannelsStop;
+  if (!r.channels) {
+    r.engine.think_end = lim.tokenizer->encode(kThoughtClose, true);
+    return;
   }
-  r.engine.think_end = lim.tokenizer->encode(r.channels ? kChannelsClose : kThoughtClose, true);
+  // Harmony: the thought is an analysis message the reply may open; the
+  // answer is a message of its own. Under a JSON constraint its channel is
+  // the grammar's to spell (a call's header, or the final channel a JSON
+  // answer gets here), so the thought's close stops at the next message's
+  // start, and follows the <|end|> the reply writes itself.
+  r.engine.think_start = kChannelsOpen;
+  r.engine.think_stop = kChannelsStop;
+  if (!answer) {
+    r.engine.think_end = lim.tokenizer->encode(kChannelsClose, true);
+    return;
+  }
+  if (!r.constraint->frame) {
+    JsonFrame final_channel;
+    final_channel.open = kChannelsFinal;
+    r.constraint->frame = std::move(final_channel);
+  }
+  r.engine.think_end = lim.tokenizer->encode(std::string(kChannelsStop) + std::string(kChannelsNext), true);
+  r.engine.think_resume = lim.tokenizer->encode(kChannelsNext, true);
 }
 
 ApiRequest parse_chat_json(const json& j, const ApiLimits& lim, const std::string& continue_text) {

@@ -21,9 +21,11 @@ bool template_has_channels(const std::string& template_source);
 // The close a budget forces (Request::think_end): the way the templates that
 // think write a thought's end ("\n</think>\n\n"), as markup.
 inline constexpr std::string_view kThoughtClose = "\n</think>\n\n";
-// Harmony's: the analysis message ends and the final one begins.
+// Harmony's: the analysis message ends and the final one begins (the next
+// message's start, then the final channel's header).
 inline constexpr std::string_view kChannelsOpen = "<|channel|>analysis<|message|>", kChannelsStop = "<|end|>",
-                                  kChannelsClose = "<|end|><|start|>assistant<|channel|>final<|message|>";
+                                  kChannelsClose = "<|end|><|start|>assistant<|channel|>final<|message|>",
+                                  kChannelsNext = "<|start|>assistant", kChannelsFinal = "<|channel|>final<|message|>";
 // A reasoning effort's budget of thought tokens (minimal 512, low 1024,
 // medium 4096, high 16384, xhigh 32768); -1 for max (none) or another word.
 int effort_budget(std::string_view effort);

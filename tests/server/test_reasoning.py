@@ -247,6 +247,126 @@ class AnswerConstraintTest(unittest.TestCase):
         self.assertRegex(m.content, r"^[A-Z][a-z]{2,10}$")
 
 
+class HarmonyAnswerConstraintTest(unittest.TestCase):
+    """The same with gpt-oss's template (harmony): the reply may open an
+    analysis message (the thought) or go straight to its answer; a JSON
+    answer is the final channel's message and a demanded call the
+    commentary channel's, whichever way the reply starts (before, the
+    constraint held from the reply's first token, so the model could not
+    think first)."""
+
+    SCHEMA = AnswerConstraintTest.SCHEMA
+    TOOLS = [{"type": "function", "function": {"name": "hours", "description": "Opening hours",
+                                               "parameters": AnswerConstraintTest.TOOLS[0]["function"]["parameters"]}}]
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server(ReasoningTest.binary, ReasoningTest.model, "--chat-template",
+                            os.path.join(os.path.dirname(ReasoningTest.template), "openai-gpt-oss-120b.jinja"))
+        cls.oai = openai.OpenAI(base_url=cls.server.url + "/v1", api_key="unused", max_retries=0)
+
+    @classmethod
+    def tearDownClass(cls):
+        assert cls.server.stop() == 0
+
+    def ask(self, question, **extra):
+        return self.oai.chat.completions.create(
+            model=MODEL_ID, messages=[{"role": "user", "content": question}], max_tokens=200, temperature=0,
+            logprobs=True, **extra).choices[0]
+
+    def test_response_format_after_the_analysis(self):
+        fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": self.SCHEMA}}
+        # This model opens an analysis message for the first question and
+        # goes straight to the final channel for the second.
+        for question, thinks in (("Name someone and give their age.", True), ("What is 2+2?", False)):
+            c = self.ask(question, response_format=fmt, extra_body={"thinking_budget": 6})
+            self.assertEqual(c.finish_reason, "stop")
+            self.assertEqual(bool(c.message.reasoning_content), thinks, c.message)
+            value = json.loads(c.message.content)
+            self.assertEqual(set(value), {"name", "age"})
+            text = "".join(t.token for t in c.logprobs.content)
+            header = "<|channel|>final<|message|>"
+            if thinks:
+                header = "<|end|><|start|>assistant" + header
+            self.assertTrue(text.endswith(header + c.message.content), text)
+            # Streamed, the same thought and answer.
+            thought = answer = ""
+            for chunk in self.oai.chat.completions.create(
+                    model=MODEL_ID, messages=[{"role": "user", "content": question}], max_tokens=200, temperature=0,
+                    response_format=fmt, extra_body={"thinking_budget": 6}, stream=True):
+                d = chunk.choices[0].delta
+                thought += getattr(d, "reasoning_content", None) or ""
+                answer += d.content or ""
+            self.assertEqual((thought, answer), (c.message.reasoning_content or "", c.message.content))
+        j = self.ask("Name someone and give their age.", response_format={"type": "json_object"},
+                     extra_body={"thinking_budget": 4}).message
+        self.assertTrue(j.reasoning_content)
+        self.assertIsInstance(json.loads(j.content), dict)
+
+    def test_a_demanded_call_after_the_analysis(self):
+        for choice in ("required", {"type": "function", "function": {"name": "hours"}}):
+            c = self.ask("Who are you?", tools=self.TOOLS, tool_choice=choice, extra_body={"thinking_budget": 5})
+            self.assertEqual(c.finish_reason, "tool_calls", c.message)
+            self.assertTrue(c.message.reasoning_content)
+            self.assertEqual([t.function.name for t in c.message.tool_calls], ["hours"])
+            self.assertIn(json.loads(c.message.tool_calls[0].function.arguments)["day"], ("mon", "sun"))
+
+
+class HarmonyMarkupTest(unittest.TestCase):
+    """gpt-oss's own vocabulary (o200k), where the harmony markup is control
+    tokens, on a tiny random model of its architecture: the markup comes back
+    as text (before, <|channel|> and the rest vanished from replies, so no
+    channel, thought or call could be parsed), and constraints and the
+    budget's close write it as the tokens the model was trained on."""
+
+    @classmethod
+    def setUpClass(cls):
+        import subprocess
+        import tempfile
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        if not os.path.exists(os.path.join(root, "tests", "data", "vocab", "ggml-vocab-o200k.gguf")):
+            raise unittest.SkipTest("no o200k vocabulary (scripts/fetch_vocabs.sh makes it)")
+        cls.dir = tempfile.TemporaryDirectory()
+        cls.model = os.path.join(cls.dir.name, "oss.gguf")
+        subprocess.run([sys.executable, os.path.join(root, "bench", "peers", "make_synthetic.py"), "gpt-oss-tiny",
+                        cls.model], check=True, stdout=subprocess.DEVNULL)
+        cls.server = Server(ReasoningTest.binary, cls.model)
+        cls.oai = openai.OpenAI(base_url=cls.server.url + "/v1", api_key="unused", max_retries=0)
+        _, _, models = raw(cls.server.url, "GET", "/v1/models", None)
+        cls.model_id = models["data"][0]["id"]
+
+    @classmethod
+    def tearDownClass(cls):
+        assert cls.server.stop() == 0
+        cls.dir.cleanup()
+
+    def test_markup_is_text(self):
+        status, _, out = raw(self.server.url, "POST", "/detokenize",
+                             json.dumps({"tokens": [200005, 35644, 200008, 12194, 200007, 200002]}))
+        self.assertEqual((status, out["content"]), (200, "<|channel|>analysis<|message|>Hi<|end|>"))
+        # A client's text that spells the markup stays text.
+        status, _, out = raw(self.server.url, "POST", "/tokenize", json.dumps({"content": "<|channel|>"}))
+        self.assertNotIn(200005, out["tokens"])
+
+    def test_the_budget_closes_the_analysis_in_markup_tokens(self):
+        form = (r"<\|channel\|>analysis<\|message\|>[a-z ]{1,30}<\|end\|><\|start\|>assistant"
+                r"<\|channel\|>final<\|message\|>[A-Za-z ]{1,20}")
+        c = self.oai.chat.completions.create(
+            model=self.model_id, messages=[{"role": "user", "content": "Hi"}], max_tokens=120, temperature=0,
+            logprobs=True, extra_body={"regex": form, "thinking_budget": 2}).choices[0]
+        tokens = [t.token for t in c.logprobs.content]
+        end = tokens.index("<|end|>")
+        self.assertEqual(tokens[end:end + 6],
+                         ["<|end|>", "<|start|>", "assistant", "<|channel|>", "final", "<|message|>"])
+        self.assertEqual(c.message.reasoning_content, "".join(tokens[:end]).split("<|message|>", 1)[1])
+        # This random model spells the opening in ordinary tokens, the last
+        # of which begins the thought; two tokens of thought follow.
+        opened = next(i for i in range(end) if "<|channel|>analysis<|message|>" in "".join(tokens[:i + 1]))
+        self.assertEqual(end - opened - 1, 2, tokens)
+        self.assertRegex(c.message.content, r"^[A-Za-z ]{1,20}$")
+        self.assertEqual(c.message.content, "".join(tokens[end + 6:]))
+
+
 if __name__ == "__main__":
     ReasoningTest.binary, ReasoningTest.model, templates = sys.argv[1], sys.argv[2], sys.argv[3]
     ReasoningTest.template = os.path.join(templates, "Qwen-Qwen3-0.6B.jinja")
