@@ -176,7 +176,23 @@ class BudgetTest(unittest.TestCase):
             self.assertEqual(server.stop(), 0)
 
 
-class AnswerConstraintTest(unittest.TestCase):
+class TemplateServerTest(unittest.TestCase):
+    """One server for the class, with the template TEMPLATE (of the
+    template directory)."""
+    TEMPLATE = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server(ReasoningTest.binary, ReasoningTest.model, "--chat-template",
+                            os.path.join(os.path.dirname(ReasoningTest.template), cls.TEMPLATE))
+        cls.oai = openai.OpenAI(base_url=cls.server.url + "/v1", api_key="unused", max_retries=0)
+
+    @classmethod
+    def tearDownClass(cls):
+        assert cls.server.stop() == 0
+
+
+class AnswerConstraintTest(TemplateServerTest):
     """A JSON constraint (response_format, a demanded tool call) is the
     answer's: in a thought the prompt opened (DeepSeek-R1's template) the
     thought is free text, the constraint starts after it, and the content is
@@ -189,15 +205,7 @@ class AnswerConstraintTest(unittest.TestCase):
     TOOLS = [{"type": "function", "function": {"name": "hours", "parameters": {
         "type": "object", "properties": {"day": {"type": "string", "enum": ["mon", "sun"]}}, "required": ["day"]}}}]
 
-    @classmethod
-    def setUpClass(cls):
-        cls.server = Server(ReasoningTest.binary, ReasoningTest.model, "--chat-template",
-                            os.path.join(os.path.dirname(ReasoningTest.template), "llama-cpp-deepseek-r1.jinja"))
-        cls.oai = openai.OpenAI(base_url=cls.server.url + "/v1", api_key="unused", max_retries=0)
-
-    @classmethod
-    def tearDownClass(cls):
-        assert cls.server.stop() == 0
+    TEMPLATE = "llama-cpp-deepseek-r1.jinja"
 
     def ask(self, **extra):
         return self.oai.chat.completions.create(
@@ -247,7 +255,7 @@ class AnswerConstraintTest(unittest.TestCase):
         self.assertRegex(m.content, r"^[A-Z][a-z]{2,10}$")
 
 
-class HarmonyAnswerConstraintTest(unittest.TestCase):
+class HarmonyAnswerConstraintTest(TemplateServerTest):
     """The same with gpt-oss's template (harmony): the reply may open an
     analysis message (the thought) or go straight to its answer; a JSON
     answer is the final channel's message and a demanded call the
@@ -259,15 +267,7 @@ class HarmonyAnswerConstraintTest(unittest.TestCase):
     TOOLS = [{"type": "function", "function": {"name": "hours", "description": "Opening hours",
                                                "parameters": AnswerConstraintTest.TOOLS[0]["function"]["parameters"]}}]
 
-    @classmethod
-    def setUpClass(cls):
-        cls.server = Server(ReasoningTest.binary, ReasoningTest.model, "--chat-template",
-                            os.path.join(os.path.dirname(ReasoningTest.template), "openai-gpt-oss-120b.jinja"))
-        cls.oai = openai.OpenAI(base_url=cls.server.url + "/v1", api_key="unused", max_retries=0)
-
-    @classmethod
-    def tearDownClass(cls):
-        assert cls.server.stop() == 0
+    TEMPLATE = "openai-gpt-oss-120b.jinja"
 
     def ask(self, question, **extra):
         return self.oai.chat.completions.create(
