@@ -94,6 +94,10 @@ TEST(Plan, ANestedRunContinuesTheWiderOne) {
   ASSERT_EQ(w.n_waves(), 2);
   EXPECT_EQ(std::vector<int>(w.wave(0).begin(), w.wave(0).end()), std::vector<int>{0});
   EXPECT_EQ(std::vector<int>(w.wave(1).begin(), w.wave(1).end()), std::vector<int>{1});
+  EXPECT_TRUE(w.chained_of(0).empty());
+  ASSERT_EQ(w.chained_of(1).size(), 2u);  // sequences 1 and 2 go on from run 0
+  EXPECT_EQ(w.chained_of(1)[0].first, 1);
+  EXPECT_EQ(w.chained_of(1)[1].first, 2);
   ASSERT_EQ(w.pieces_of_seq(0).size(), 1u);
   EXPECT_FALSE(w.pieces_of_seq(0)[0].continued);  // sequence 0 reads only the wide run
   for (int i : {1, 2}) {

@@ -415,11 +415,11 @@ std::span<RowSet> chunk_first(const AttnProblem& p, const ChunkFirstWork& work) 
         std::vector<int> shift(seqs.size());
         for (size_t k = 0; k < seqs.size(); ++k) shift[k] = p.plan->chunk_start[size_t(cb[size_t(seqs[k])] + depth[k])];
         head.gather(p, seqs, shift, h);
-        for (const int seq : seqs)
-          for (const ReaderPiece& rp : work.pieces_of_seq(seq))
-            if (rp.piece == first_piece[s] && rp.parent >= 0)
-              head.take_states(partial[size_t(rp.parent) * size_t(kvh) + size_t(h)], rp.parent_row0, rp.row0,
-                               p.rows_of(seq) * group);
+        for (const auto& [seq, at] : work.chained_of(int(s))) {
+          const ReaderPiece& rp = work.seq_piece[size_t(at)];
+          head.take_states(partial[size_t(rp.parent) * size_t(kvh) + size_t(h)], rp.parent_row0, rp.row0,
+                           p.rows_of(seq) * group);
+        }
         const size_t e0 = size_t(cb[size_t(seqs[0])] + depth[0]);
         for (int j = first_piece[s]; j < first_piece[s + 1]; ++j) {
           RowSet& rows = partial[size_t(j) * size_t(kvh) + size_t(h)];

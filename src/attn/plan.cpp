@@ -143,9 +143,17 @@ ChunkFirstWork flatten(const AttnPlan& p, const std::vector<SharedRun>& runs, st
   }
   link_chains(p, pieces, by_seq);
   order_waves(pieces, by_seq, int(runs.size()), w);
-  for (const auto& mine : by_seq) {
-    w.seq_piece.insert(w.seq_piece.end(), mine.begin(), mine.end());
+  std::vector<std::vector<std::pair<int, int>>> chained(runs.size());
+  for (int s = 0; s < int(by_seq.size()); ++s) {
+    for (const ReaderPiece& rp : by_seq[size_t(s)]) {
+      if (rp.parent >= 0) chained[size_t(pieces[size_t(rp.piece)].run)].push_back({s, int(w.seq_piece.size())});
+      w.seq_piece.push_back(rp);
+    }
     w.seq_piece_begin.push_back(int(w.seq_piece.size()));
+  }
+  for (const auto& of_run : chained) {
+    w.chained.insert(w.chained.end(), of_run.begin(), of_run.end());
+    w.chained_begin.push_back(int(w.chained.size()));
   }
   w.pieces = std::move(pieces);
   return w;

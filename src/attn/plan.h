@@ -69,6 +69,11 @@ struct ChunkFirstWork {
   // Phase one's order: the runs of wave w, wave_run[wave_begin[w] ..
   // wave_begin[w + 1]), after every run whose pieces theirs continue.
   std::vector<int> wave_begin{0}, wave_run;
+  // Per run, the readers whose first piece of it continues another's: (its
+  // sequence, its ReaderPiece's index in seq_piece), at
+  // chained[chained_begin[r] .. chained_begin[r + 1]).
+  std::vector<int> chained_begin{0};
+  std::vector<std::pair<int, int>> chained;
 
   int n_runs() const { return int(reader_begin.size()) - 1; }
   bool empty() const { return n_runs() == 0; }
@@ -78,6 +83,7 @@ struct ChunkFirstWork {
   std::span<const ReaderPiece> pieces_of_seq(int i) const { return span_of(seq_piece, seq_piece_begin, i); }
   int n_waves() const { return int(wave_begin.size()) - 1; }
   std::span<const int> wave(int w) const { return span_of(wave_run, wave_begin, w); }
+  std::span<const std::pair<int, int>> chained_of(int r) const { return span_of(chained, chained_begin, r); }
 
  private:
   template <class T>
