@@ -7,7 +7,9 @@
 // OpenAI's own implementation.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -68,6 +70,44 @@ TEST_P(Vocab, MatchesLlamaCpp) {
                                    << " != " << testing::PrintToString(want[i]);
   }
   EXPECT_EQ(wrong, 0) << "of " << in.size() << " texts";
+}
+
+// tokens_continuing (the sorted pieces' lookups) gives what a scan of the
+// whole vocabulary does, for texts made of its pieces, cut or joined, the
+// thinking templates' openings, bytes at random and the empty text.
+TEST_P(Vocab, TokensContinuingAreTheScans) {
+  const std::string base = std::string(CS_VOCAB_DIR) + "/ggml-vocab-" + GetParam() + ".gguf";
+  std::ifstream probe(base);
+  ASSERT_TRUE(probe.good()) << base << " is missing: run scripts/fetch_vocabs.sh";
+  const Tokenizer tok = Tokenizer::from_gguf(GgufFile(base));
+  std::vector<std::string> pieces(size_t(tok.vocab_size()));
+  for (int32_t t = 0; t < tok.vocab_size(); ++t) pieces[size_t(t)] = tok.piece(t);
+  const auto scan = [&](std::string_view text) {
+    std::vector<int32_t> out;
+    for (int32_t t = 0; t < tok.vocab_size(); ++t) {
+      const std::string_view p = pieces[size_t(t)];
+      if (!p.empty() && (text.starts_with(p) || p.starts_with(text))) out.push_back(t);
+    }
+    return out;
+  };
+  std::vector<std::string> probes = {"", "<think>", "<|channel|>analysis<|message|>", "[THINK]", " ", "\n"};
+  std::mt19937 rng(std::hash<std::string>()(GetParam()));
+  const auto any = [&] { return pieces[std::uniform_int_distribution<size_t>(0, pieces.size() - 1)(rng)]; };
+  for (int i = 0; i < 40; ++i) {
+    const std::string a = any(), b = any();
+    probes.push_back(a);
+    probes.push_back(a + b);
+    probes.push_back(a.substr(0, a.size() / 2));
+    probes.push_back((a + b).substr(a.size() / 2));
+    std::string bytes(size_t(i % 4 + 1), '\0');
+    for (char& c : bytes) c = char(std::uniform_int_distribution<int>(0, 255)(rng));
+    probes.push_back(bytes);
+  }
+  for (const std::string& text : probes) {
+    const std::vector<int32_t> want = scan(text);
+    ASSERT_EQ(tok.tokens_continuing(text), want) << "text '" << text << "'";
+  }
+  EXPECT_EQ(tok.tokens_continuing("").size(), size_t(std::count_if(pieces.begin(), pieces.end(), [](const std::string& p) { return !p.empty(); })));
 }
 
 // gpt-oss's turn ends at <|return|> (its EOS) or at a call's <|call|>, not at

@@ -120,12 +120,8 @@ void Sequence::draw(std::span<const float> raw) {
 void Sequence::allow_opening(std::span<uint32_t> bits) const {
   const std::string_view open = req_->req.think_start;
   if (!open.starts_with(reply_)) return;
-  const std::string_view rest = open.substr(reply_.size());
-  for (int32_t t = 0; t < tok_->vocab_size() && size_t(t) / 32 < bits.size(); ++t) {
-    const std::string p = tok_->piece(t);
-    if (!p.empty() && (rest.starts_with(p) || std::string_view(p).starts_with(rest)))
-      bits[size_t(t) / 32] |= 1u << (uint32_t(t) % 32);
-  }
+  for (int32_t t : tok_->tokens_continuing(open.substr(reply_.size())))
+    if (size_t(t) / 32 < bits.size()) bits[size_t(t) / 32] |= 1u << (uint32_t(t) % 32);
 }
 
 bool Sequence::overruns_close(int32_t token) const {

@@ -1,5 +1,7 @@
 #include "model/tokenizer.h"
 
+#include <mutex>
+
 #include <algorithm>
 #include <cstdio>
 #include <queue>
@@ -123,6 +125,7 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& f) {
   const bool bos_by_default = s.model == "llama" || (s.model == "gpt2" && pre->add_bos);
   s.add_bos = f.get_bool("tokenizer.ggml.add_bos_token", bos_by_default);
   s.chat_template = f.get_string("tokenizer.chat_template", "");
+  s.chat_template_tool_use = f.get_string("tokenizer.chat_template.tool_use", "");
   try {
     return Tokenizer(std::move(s));
   } catch (const Error& e) {
@@ -130,7 +133,7 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& f) {
   }
 }
 
-Tokenizer::Tokenizer(VocabSpec spec) : spec_(std::move(spec)) {
+Tokenizer::Tokenizer(VocabSpec spec) : spec_(std::move(spec)), sorted_(std::make_unique<SortedPieces>()) {
   if (spec_.tokens.empty()) throw Error("empty vocabulary");
   if (spec_.types.empty()) spec_.types.assign(spec_.tokens.size(), TokenType::kNormal);
   token_to_id_.reserve(spec_.tokens.size());
@@ -173,6 +176,12 @@ Tokenizer::Tokenizer(VocabSpec spec) : spec_(std::move(spec)) {
     ignore_merges_ = pre->ignore_merges;
   }
 }
+
+// Every non-empty piece with its token, in byte order (ties by id).
+struct Tokenizer::SortedPieces {
+  std::once_flag built;
+  std::vector<std::pair<std::string, int32_t>> pieces;
+};
 
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
@@ -341,6 +350,31 @@ void Tokenizer::encode_spm(std::string_view text, bool at_start, std::vector<int
 }
 
 bool Tokenizer::renders_markup(int32_t id) const { return std::binary_search(markup_.begin(), markup_.end(), id); }
+
+std::vector<int32_t> Tokenizer::tokens_continuing(std::string_view text) const {
+  std::call_once(sorted_->built, [&] {
+    auto& v = sorted_->pieces;
+    v.reserve(size_t(vocab_size()));
+    for (int32_t t = 0; t < vocab_size(); ++t)
+      if (std::string p = piece(t); !p.empty()) v.emplace_back(std::move(p), t);
+    std::sort(v.begin(), v.end());
+  });
+  const auto& v = sorted_->pieces;
+  const auto below = [](const std::pair<std::string, int32_t>& e, std::string_view s) { return std::string_view(e.first) < s; };
+  std::vector<int32_t> out;
+  // Pieces that are a proper prefix of the text: one exact lookup per length.
+  for (size_t n = 1; n < text.size(); ++n) {
+    const std::string_view head = text.substr(0, n);
+    for (auto it = std::lower_bound(v.begin(), v.end(), head, below); it != v.end() && it->first == head; ++it)
+      out.push_back(it->second);
+  }
+  // Pieces that begin with the whole text (itself included) sort together.
+  for (auto it = std::lower_bound(v.begin(), v.end(), text, below);
+       it != v.end() && std::string_view(it->first).starts_with(text); ++it)
+    out.push_back(it->second);
+  std::sort(out.begin(), out.end());
+  return out;
+}
 
 std::string Tokenizer::piece(int32_t id, bool render_special) const {
   if (id < 0 || id >= vocab_size()) return {};

@@ -40,6 +40,9 @@ struct VocabSpec {
   bool add_bos = false;
   bool add_space_prefix = true;  // llama only
   std::string chat_template;
+  // The file's template for conversations that offer tools
+  // (tokenizer.chat_template.tool_use; "" none).
+  std::string chat_template_tool_use;
 };
 
 // Part of a prompt to encode: `special` parts (a chat template's markup) may
@@ -82,6 +85,12 @@ class Tokenizer {
   // likewise). They stay control tokens to encode: text a client sends
   // never becomes one.
   bool renders_markup(int32_t id) const;
+  // The tokens whose piece() goes on writing `text` from its start: a piece
+  // that is a prefix of it, or that it is a prefix of (empty pieces never).
+  // Ascending. Looked up in the pieces sorted, built on the first call
+  // (a whole-vocabulary scan costs milliseconds with 200k tokens, and a
+  // reply that may open a thought asks at each of its first tokens).
+  std::vector<int32_t> tokens_continuing(std::string_view text) const;
 
   int32_t vocab_size() const { return int32_t(spec_.tokens.size()); }
   int32_t bos() const { return spec_.bos; }
@@ -89,6 +98,7 @@ class Tokenizer {
   bool wants_bos() const { return spec_.add_bos; }
   const std::string& model() const { return spec_.model; }
   const std::string& chat_template() const { return spec_.chat_template; }
+  const std::string& chat_template_tool_use() const { return spec_.chat_template_tool_use; }
   // True for tokens that end generation (EOS, <|endoftext|>, <|im_end|>, ...).
   bool is_end_of_generation(int32_t id) const;
   // Those tokens' ids.
@@ -118,6 +128,8 @@ class Tokenizer {
   int32_t byte_tokens_[256];       // SentencePiece <0xXX> ids, -1 if absent
   std::vector<std::unique_ptr<Regex>> pre_;  // applied in order
   bool ignore_merges_ = false;               // a word that is a token is that token
+  struct SortedPieces;  // tokens_continuing's index, built once
+  std::unique_ptr<SortedPieces> sorted_;
 };
 
 }  // namespace cs

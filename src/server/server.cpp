@@ -22,6 +22,7 @@
 #include "server/api_response.h"
 #include "server/http_server.h"
 #include "server/kv_tree_json.h"
+#include "server/reasoning.h"
 #include "server/messages_api.h"
 #include "server/responses_api.h"
 #include "server/metrics.h"
@@ -127,6 +128,11 @@ struct Server::Impl {
     limits.n_ctx = e.n_ctx();
     limits.max_n = e.options().max_batch;
     limits.tools = tool_syntax(e.model().chat().source());
+    // Where a reply may open a thought, its first tokens ask which tokens
+    // write the opening (Tokenizer::tokens_continuing): its index is built
+    // now, not in the step of the first such request.
+    if (template_thinks(limits.chat->source()) || template_has_channels(limits.chat->source()))
+      (void)tok.tokens_continuing("");
     if (!opt.api_key.empty()) key_digest = digest(opt.api_key);
     routes();
   }
