@@ -18,7 +18,8 @@ inline const Tokenizer& gpt2_tokenizer() {
 // Model "m", a 4096-token context, n up to 4, the template's tool syntax
 // (none without a template).
 inline ApiLimits api_limits(const ChatTemplate* chat) {
-  return {&gpt2_tokenizer(), chat, std::string("m"), 4096, 4, chat ? tool_syntax(chat->source()) : ToolSyntax{}};
+  return {&gpt2_tokenizer(), chat, std::string("m"), 4096, 4, chat ? tool_syntax(chat->source()) : ToolSyntax{}, nullptr,
+          ToolSyntax{}};
 }
 
 }  // namespace cs::test

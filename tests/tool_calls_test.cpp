@@ -404,6 +404,32 @@ TEST_F(ChatRequests, ATemplateWithToolsRendersThemItself) {
                     "Qwen-Qwen2.5-7B-Instruct").constraint);
 }
 
+// A file may name a template for conversations that offer tools
+// (tokenizer.chat_template.tool_use, as Hermes 3's does): those render with
+// it and their calls are in its format; the others keep the file's default.
+TEST_F(ChatRequests, AToolTemplateServesTheConversationsThatOfferTools) {
+  const ChatTemplate chat(ChatTemplate::chatml_source(), "", "<|endoftext|>");
+  const ChatTemplate for_tools(template_source("NousResearch-Hermes-3-Llama-3.1-8B-tool_use"), "", "<|endoftext|>");
+  ApiLimits lim = test::api_limits(&chat);
+  lim.chat_tools = &for_tools;
+  lim.tools_of_chat_tools = tool_syntax(for_tools.source());
+  const auto text = [&](const ApiRequest& r) { return tok().decode(r.engine.prompt); };
+  const ApiRequest offered = parse_chat_request(body(std::string(kTools) + R"(, "tool_choice": "required")"), lim);
+  EXPECT_EQ(text(offered).rfind("<|im_start|>system\nYou are a function calling AI model.", 0), 0u) << text(offered);
+  EXPECT_NE(text(offered).find(R"({"name": "get_weather", "description": "get_weather(city: str))"), std::string::npos);
+  EXPECT_TRUE(offered.tools);
+  EXPECT_EQ(offered.tool_format, ToolFormat::kHermes);
+  ASSERT_TRUE(offered.constraint);
+  EXPECT_EQ(offered.constraint->frame->before, "<tool_call>");
+  // Without tools, or with tool_choice none, the default template: ChatML
+  // and nothing of the tools.
+  for (const std::string& extra : {std::string(), std::string(kTools) + R"(, "tool_choice": "none")"}) {
+    const ApiRequest plain = parse_chat_request(body(extra), lim);
+    EXPECT_EQ(text(plain), "<|im_start|>user\nWeather in Paris?<|im_end|>\n<|im_start|>assistant\n") << extra;
+    EXPECT_FALSE(plain.tools);
+  }
+}
+
 TEST_F(ChatRequests, OtherwiseTheGenericFormatDescribesThem) {
   const std::string p = prompt(body(kTools));
   EXPECT_EQ(p.rfind("<|im_start|>system\nYou can call tools (functions). Their definitions, as JSON:\n<tools>\n"

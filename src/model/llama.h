@@ -113,10 +113,19 @@ class LlamaModel {
   // The chat template: the file's, else ChatML. A file template that does not
   // compile also gives ChatML, and chat_note() says why.
   const ChatTemplate& chat() const { return *chat_; }
-  // One line for the log when chat() is not the file's own template ("" else).
+  // The template of a conversation that offers tools: the file's own for
+  // them where it names one (tokenizer.chat_template.tool_use: Hermes 2 Pro
+  // and 3, Command R ship their tool formats so, and Hugging Face's
+  // apply_chat_template and llama.cpp take it when tools are given), else
+  // chat().
+  const ChatTemplate& chat_for_tools() const { return chat_tools_ ? *chat_tools_ : *chat_; }
+  bool has_tool_template() const { return chat_tools_ != nullptr; }
+  // One line for the log when chat() is not the file's own template, or the
+  // file's template for tools does not compile ("" else).
   const std::string& chat_note() const { return chat_note_; }
-  // Replaces the chat template (--chat-template FILE); throws
-  // jinja::TemplateError when `source` does not compile.
+  // Replaces the chat template, for conversations with tools too
+  // (--chat-template FILE); throws jinja::TemplateError when `source` does
+  // not compile.
   void set_chat_template(const std::string& source);
   const GgufFile& file() const { return *file_; }
   const Backend& backend() const { return *backend_; }
@@ -143,6 +152,7 @@ class LlamaModel {
   std::unique_ptr<GgufFile> file_;
   std::unique_ptr<Tokenizer> tok_;
   std::unique_ptr<ChatTemplate> chat_;
+  std::unique_ptr<ChatTemplate> chat_tools_;  // null: chat_ serves tools too
   std::string chat_note_;
   LlamaConfig cfg_;
   Weight tok_embd_, output_;

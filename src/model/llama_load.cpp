@@ -152,12 +152,22 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path, const Back
     m->chat_note_ = std::string("the model file's chat template does not compile (") + e.what() +
                     "); using ChatML (--chat-template FILE gives another)";
   }
+  if (const std::string& tools = m->tok_->chat_template_tool_use(); !tools.empty()) {
+    try {
+      m->chat_tools_ = std::make_unique<ChatTemplate>(ChatTemplate::for_model(*m->tok_, tools));
+    } catch (const jinja::TemplateError& e) {
+      m->chat_note_ += std::string(m->chat_note_.empty() ? "" : "; ") +
+                       "the model file's chat template for tools (tokenizer.chat_template.tool_use) does not compile (" +
+                       e.what() + "); conversations with tools use the other";
+    }
+  }
   m->load_weights(traits);
   return m;
 }
 
 void LlamaModel::set_chat_template(const std::string& source) {
   chat_ = std::make_unique<ChatTemplate>(ChatTemplate::for_model(*tok_, source));
+  chat_tools_.reset();
   chat_note_.clear();
 }
 

@@ -54,6 +54,9 @@ void read_tokenizer(const GgufFile& f, ModelInfo& m) {
   const std::string tmpl = f.get_string("tokenizer.chat_template", "");
   m.template_line = tmpl.substr(0, tmpl.find('\n'));
   if (m.template_line.size() > 100) m.template_line = m.template_line.substr(0, 100) + "...";
+  const std::string tools = f.get_string("tokenizer.chat_template.tool_use", "");
+  m.tool_template_line = tools.substr(0, tools.find('\n'));
+  if (m.tool_template_line.size() > 100) m.tool_template_line = m.tool_template_line.substr(0, 100) + "...";
 }
 
 // The reasons the loader would give, found without loading.
@@ -139,6 +142,7 @@ std::string format_model_info(const ModelInfo& m) {
   line("chat template", !m.template_line.empty() ? m.template_line
                         : "(none: " + (m.template_fallback.empty() ? std::string("ChatML") : m.template_fallback) +
                               " is used)");
+  if (!m.tool_template_line.empty()) line("tool template", m.tool_template_line + " (tokenizer.chat_template.tool_use: conversations with tools)");
   line("KV cache", human_bytes(m.kv_bytes_per_token) + " per token (fp16)");
   o += "tensor types\n";
   for (const TypeUse& u : m.types) {

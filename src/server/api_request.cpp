@@ -657,9 +657,11 @@ ApiRequest parse_chat_json(const json& j, const ApiLimits& lim, const std::strin
   const ToolChoice choice = parse_tool_choice(f.get("tool_choice"), tools);
   check_tool_schemas(tools, choice);
   const bool parallel = f.boolean("parallel_tool_calls").value_or(true);
-  const ToolSyntax& syntax = lim.tools;
+  const bool offered = choice.kind != ToolChoice::Kind::kNone;
+  const ChatTemplate& chat = offered && lim.chat_tools ? *lim.chat_tools : *lim.chat;
+  const ToolSyntax& syntax = offered && lim.chat_tools ? lim.tools_of_chat_tools : lim.tools;
   if (!syntax.template_takes_tools) in.messages = generic_history(in.messages);
-  if (choice.kind != ToolChoice::Kind::kNone) {
+  if (offered) {
     out.tools = true;
     out.tool_format = syntax.format;
     if (syntax.template_takes_tools)
@@ -675,14 +677,14 @@ ApiRequest parse_chat_json(const json& j, const ApiLimits& lim, const std::strin
   }
   // Special tokens come from the template's markup only, never from a message.
   try {
-    ChatPrompt prompt = lim.chat->render(in);
+    ChatPrompt prompt = chat.render(in);
     prompt.content(continue_text);  // the reply's start: the model goes on from it
     out.engine.prompt = prompt.encode(*lim.tokenizer, true);
-    if (template_thinks(lim.chat->source())) {
+    if (template_thinks(chat.source())) {
       out.reasoning = true;
       out.in_thought = opens_thought(prompt.text());
       set_thought(out, budget, lim);
-    } else if (template_has_channels(lim.chat->source())) {
+    } else if (template_has_channels(chat.source())) {
       out.reasoning = out.channels = true;
       set_thought(out, budget, lim);
     }

@@ -26,6 +26,11 @@ struct ApiLimits {
   int n_ctx = 0;         // context per sequence
   int max_n = 1;         // completions per request
   ToolSyntax tools;      // the chat template's call format
+  // A conversation that offers tools renders with the file's template for
+  // them where it has one (LlamaModel::chat_for_tools), and its calls are
+  // in that template's format. Null: chat and tools.
+  const ChatTemplate* chat_tools = nullptr;
+  ToolSyntax tools_of_chat_tools;
 };
 
 struct ApiRequest {

@@ -5,7 +5,8 @@ whole and streamed: the default model served with Qwen3's real chat template
 route sees a thought and an answer: Chat Completions' reasoning_content,
 Messages' thinking blocks, Responses' reasoning items. chat_template_kwargs
 reach the template (enable_thinking: false closes the thought in the
-prompt; thinking disabled and reasoning effort none do the same).
+prompt; thinking disabled and reasoning effort none do the same). And a
+file's own template for conversations with tools (ToolTemplateTest).
 
 Run by CTest: python3 test_reasoning.py BINARY MODEL TEMPLATE_DIR
 """
@@ -365,6 +366,82 @@ class HarmonyMarkupTest(unittest.TestCase):
         self.assertEqual(end - opened - 1, 2, tokens)
         self.assertRegex(c.message.content, r"^[A-Za-z ]{1,20}$")
         self.assertEqual(c.message.content, "".join(tokens[end + 6:]))
+
+
+
+class ToolTemplateTest(unittest.TestCase):
+    """A file that names a template for conversations with tools
+    (tokenizer.chat_template.tool_use, as Hermes 2 Pro's and 3's and Command
+    R's GGUFs do): a request that offers tools renders with it and its calls
+    are read in its format; the others keep the file's default. The file is
+    the default model's with Hermes 3's tool_use template added by PyPI's
+    gguf (its gguf_new_metadata script, as convert_hf_to_gguf writes named
+    templates)."""
+
+    TOOLS = [{"type": "function", "function": {"name": "hours", "description": "Opening hours", "parameters": {
+        "type": "object", "properties": {"day": {"type": "string", "enum": ["mon", "sun"]}}, "required": ["day"]}}}]
+
+    @classmethod
+    def setUpClass(cls):
+        import subprocess
+        import tempfile
+        import gguf
+        from gguf.scripts import gguf_new_metadata
+        cls.dir = tempfile.TemporaryDirectory()
+        cls.model = os.path.join(cls.dir.name, "tools.gguf")
+        default = gguf.GGUFReader(ReasoningTest.model).fields["tokenizer.chat_template"].contents()
+        with open(os.path.join(os.path.dirname(ReasoningTest.template),
+                               "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja")) as f:
+            tools = f.read()
+        templates = json.dumps([{"name": "default", "template": default}, {"name": "tool_use", "template": tools}])
+        subprocess.run([sys.executable, gguf_new_metadata.__file__, "--force", "--chat-template", templates,
+                        ReasoningTest.model, cls.model], check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        cls.server = Server(ReasoningTest.binary, cls.model)
+        cls.oai = openai.OpenAI(base_url=cls.server.url + "/v1", api_key="unused", max_retries=0)
+        _, _, models = raw(cls.server.url, "GET", "/v1/models", None)
+        cls.model_id = models["data"][0]["id"]
+
+    @classmethod
+    def tearDownClass(cls):
+        assert cls.server.stop() == 0
+        cls.dir.cleanup()
+
+    def ask(self, **extra):
+        return self.oai.chat.completions.create(
+            model=self.model_id, messages=[{"role": "user", "content": "When do you open on Sunday?"}],
+            max_tokens=40, temperature=0, **extra)
+
+    def test_tools_render_with_the_tool_template(self):
+        plain = self.ask()
+        # tool_choice none: the tools are not offered, so the default template.
+        none = self.ask(tools=self.TOOLS, tool_choice="none")
+        self.assertEqual(none.usage.prompt_tokens, plain.usage.prompt_tokens)
+        self.assertEqual(none.choices[0].message.content, plain.choices[0].message.content)
+        # Offered: Hermes 3's system prompt and tool list come first (the
+        # prompt /tokenize gives for the same body, as text).
+        msgs = [{"role": "user", "content": "When do you open on Sunday?"}]
+        _, _, ids = raw(self.server.url, "POST", "/tokenize",
+                        json.dumps({"model": self.model_id, "messages": msgs, "tools": self.TOOLS}))
+        _, _, text = raw(self.server.url, "POST", "/detokenize", json.dumps({"tokens": ids["tokens"]}))
+        self.assertTrue(text["content"].startswith(
+            "system\nYou are a function calling AI model. You are provided with function signatures within "
+            "<tools></tools> XML tags."), text)
+        self.assertIn('{"name": "hours", "description": "hours(day: str) - Opening hours', text["content"])
+        offered = self.ask(tools=self.TOOLS, tool_choice="required")
+        self.assertEqual(offered.usage.prompt_tokens, ids["count"])
+        calls = offered.choices[0].message.tool_calls
+        self.assertEqual(offered.choices[0].finish_reason, "tool_calls")
+        self.assertEqual([c.function.name for c in calls], ["hours"])
+        self.assertIn(json.loads(calls[0].function.arguments)["day"], ("mon", "sun"))
+        self.assertFalse(offered.choices[0].message.content)
+
+    def test_info_names_the_tool_template(self):
+        import subprocess
+        out = subprocess.run([ReasoningTest.binary, "info", "-m", self.model], check=True, capture_output=True,
+                             text=True).stdout
+        self.assertIn("tool template  {%- macro json_to_python_type(json_spec) %} "
+                      "(tokenizer.chat_template.tool_use: conversations with tools)", out)
 
 
 if __name__ == "__main__":
