@@ -411,8 +411,8 @@ TEST_F(ChatRequests, AToolTemplateServesTheConversationsThatOfferTools) {
   const ChatTemplate chat(ChatTemplate::chatml_source(), "", "<|endoftext|>");
   const ChatTemplate for_tools(template_source("NousResearch-Hermes-3-Llama-3.1-8B-tool_use"), "", "<|endoftext|>");
   ApiLimits lim = test::api_limits(&chat);
-  lim.chat_tools = &for_tools;
-  lim.tools_of_chat_tools = tool_syntax(for_tools.source());
+  add_tool_template(lim, for_tools);
+  ASSERT_EQ(lim.chat_tools, &for_tools);
   const auto text = [&](const ApiRequest& r) { return tok().decode(r.engine.prompt); };
   const ApiRequest offered = parse_chat_request(body(std::string(kTools) + R"(, "tool_choice": "required")"), lim);
   EXPECT_EQ(text(offered).rfind("<|im_start|>system\nYou are a function calling AI model.", 0), 0u) << text(offered);
@@ -428,6 +428,48 @@ TEST_F(ChatRequests, AToolTemplateServesTheConversationsThatOfferTools) {
     EXPECT_EQ(text(plain), "<|im_start|>user\nWeather in Paris?<|im_end|>\n<|im_start|>assistant\n") << extra;
     EXPECT_FALSE(plain.tools);
   }
+  // Command R's calls are in a format we do not read: its tools keep the
+  // default template's generic description.
+  const ChatTemplate command_r(template_source("CohereForAI-c4ai-command-r-plus-tool_use"), "", "<|endoftext|>");
+  ApiLimits cr = test::api_limits(&chat);
+  add_tool_template(cr, command_r);
+  EXPECT_EQ(cr.chat_tools, nullptr);
+  EXPECT_NE(text(parse_chat_request(body(kTools), cr)).find("You can call tools"), std::string::npos);
+}
+
+// A tool without description or parameters (OpenAI makes both optional):
+// a template that fails on it in jinja2 (Hermes 3's adds the description to
+// a string) renders it with "" and an empty parameter list; one that takes
+// it as sent renders it as sent (jinja2's prompt).
+TEST_F(ChatRequests, AToolWithoutDescriptionOrParametersRendersEverywhere) {
+  const std::string bare = R"(, "tools": [{"type": "function", "function": {"name": "now"}}])";
+  const std::string hermes = prompt(body(bare), "NousResearch-Hermes-3-Llama-3.1-8B-tool_use");
+  EXPECT_NE(hermes.find(R"(<tools> {"type": "function", "function": {"name": "now", "description": "now() - )"),
+            std::string::npos)
+      << hermes;
+  EXPECT_TRUE(parse(body(bare + R"(, "tool_choice": "required")"), "NousResearch-Hermes-3-Llama-3.1-8B-tool_use").tools);
+  const std::string qwen = prompt(body(bare), "Qwen-Qwen2.5-7B-Instruct");
+  EXPECT_NE(qwen.find("<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"now\"}}\n</tools>"), std::string::npos)
+      << qwen;
+  for (const char* name : {"openai-gpt-oss-120b", "meetkai-functionary-medium-v3.1", "Apertus-8B-Instruct",
+                           "ByteDance-Seed-OSS", "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use", "muse-glimmer",
+                           "Cohere2MoE", "CohereForAI-c4ai-command-r7b-12-2024-tool_use"}) {
+    SCOPED_TRACE(name);
+    EXPECT_NE(prompt(body(bare), name).find("now"), std::string::npos);
+  }
+  // A template that refuses for another reason answers its own error (Command
+  // R+'s takes no `tools`, so it finds none to loop over).
+  const ApiError e = [&] {
+    try {
+      parse(body(bare), "CohereForAI-c4ai-command-r-plus-tool_use");
+    } catch (const ApiError& e) {
+      return e;
+    }
+    return ApiError{};
+  }();
+  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.message, "the model's chat template refused the conversation: 'NoneType' object is not iterable (template line 142)")
+      << e.message;
 }
 
 TEST_F(ChatRequests, OtherwiseTheGenericFormatDescribesThem) {

@@ -556,6 +556,41 @@ json generic_history(const json& msgs) {
 }
 
 // The tools a template takes no tools for: described in the system message.
+// OpenAI makes a tool's description and parameters optional, but templates
+// that add the description to a string or walk the parameters' properties
+// (Hermes 2 Pro's and 3's, gpt-oss's, functionary 3.1's, Apertus', Seed-OSS',
+// Command R's) fail on a tool without them, in jinja2 as here. Such a
+// render is tried once more with "" and an empty parameter list in their
+// place; where the template renders the tools as sent, its prompt is
+// jinja2's. The error is the first render's.
+ChatPrompt render_chat(const ChatTemplate& chat, ChatInput& in) {
+  try {
+    return chat.render(in);
+  } catch (const jinja::TemplateError& e) {
+    if (e.template_kind() != jinja::TemplateErrorKind::kUndefined && e.template_kind() != jinja::TemplateErrorKind::kType)
+      throw;
+    if (!in.tools.is_array()) throw;
+    bool filled = false;
+    for (json& t : in.tools) {
+      const json fn = t["function"];
+      if (fn.contains("description") && fn.contains("parameters")) continue;
+      filled = true;
+      json& out = t["function"] = json::object();
+      out["name"] = fn["name"];
+      out["description"] = fn.contains("description") ? fn["description"] : json("");
+      out["parameters"] = fn.contains("parameters") ? fn["parameters"]
+                                                    : json{{"type", "object"}, {"properties", json::object()}};
+      if (fn.contains("strict")) out["strict"] = fn["strict"];
+    }
+    if (!filled) throw;
+    try {
+      return chat.render(in);
+    } catch (const jinja::TemplateError&) {
+      throw e;
+    }
+  }
+}
+
 void add_generic_tools(json& msgs, const json& tools) {
   const std::string text = generic_tools_text(tools);
   if (!msgs.empty() && msgs[0]["role"] == "system" && msgs[0]["content"].is_string())
@@ -565,6 +600,13 @@ void add_generic_tools(json& msgs, const json& tools) {
 }
 
 }  // namespace
+
+void add_tool_template(ApiLimits& lim, const ChatTemplate& chat_tools) {
+  const ToolSyntax s = tool_syntax(chat_tools.source());
+  if (!s.template_takes_tools) return;
+  lim.chat_tools = &chat_tools;
+  lim.tools_of_chat_tools = s;
+}
 
 ApiRequest parse_chat_request(const std::string& body, const ApiLimits& lim) {
   return parse_chat_json(parse_body(body), lim);
@@ -677,7 +719,7 @@ ApiRequest parse_chat_json(const json& j, const ApiLimits& lim, const std::strin
   }
   // Special tokens come from the template's markup only, never from a message.
   try {
-    ChatPrompt prompt = chat.render(in);
+    ChatPrompt prompt = render_chat(chat, in);
     prompt.content(continue_text);  // the reply's start: the model goes on from it
     out.engine.prompt = prompt.encode(*lim.tokenizer, true);
     if (template_thinks(chat.source())) {

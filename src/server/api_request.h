@@ -33,6 +33,11 @@ struct ApiLimits {
   ToolSyntax tools_of_chat_tools;
 };
 
+// Sets chat_tools to the file's template for tools where its calls are in a
+// format we read; Command R's are not (it would get no tools and fail, where
+// the default template takes their generic description), so it is left out.
+void add_tool_template(ApiLimits& lim, const ChatTemplate& chat_tools);
+
 struct ApiRequest {
   bool chat = false;
   Request engine;              // prompt ids, sampling, max_tokens, stop, n, logprobs

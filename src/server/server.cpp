@@ -128,10 +128,7 @@ struct Server::Impl {
     limits.n_ctx = e.n_ctx();
     limits.max_n = e.options().max_batch;
     limits.tools = tool_syntax(e.model().chat().source());
-    if (e.model().has_tool_template()) {
-      limits.chat_tools = &e.model().chat_for_tools();
-      limits.tools_of_chat_tools = tool_syntax(limits.chat_tools->source());
-    }
+    if (e.model().has_tool_template()) add_tool_template(limits, e.model().chat_for_tools());
     // Where a reply may open a thought, its first tokens ask which tokens
     // write the opening (Tokenizer::tokens_continuing): its index is built
     // now, not in the step of the first such request.
