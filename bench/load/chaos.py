@@ -80,7 +80,11 @@ TOOLS = [{"type": "function", "function": {
     {"type": "function", "function": {"name": "hours", "description": "Opening hours of a day.",
                                       "parameters": {"type": "object", "properties": {
                                           "day": {"type": "string", "enum": ["mon", "tue", "sun"]}},
-                                          "required": ["day"]}}}]
+                                          "required": ["day"]}}},
+         # No description, no parameters (OpenAI allows both left out;
+         # several templates fail on it in jinja2).
+         {"type": "function", "function": {"name": "now"}}]
+TOOL_NAMES = [t["function"]["name"] for t in TOOLS]
 RETRY_STATUSES = (429, 503)
 
 
@@ -386,7 +390,7 @@ class Chaos:
     def tool_request(self):
         rng = self.rng
         choice = rng.choice(["auto", "required", "named", "none"])
-        tc = {"type": "function", "function": {"name": rng.choice(["lookup", "hours"])}} if choice == "named" else choice
+        tc = {"type": "function", "function": {"name": rng.choice(TOOL_NAMES)}} if choice == "named" else choice
         body = self.thought_budget("chat", self.body("chat", rng.randrange(len(QUESTIONS)), 64, None, tools=TOOLS,
                                                      tool_choice=tc))
         if rng.random() < 0.3:
@@ -577,7 +581,7 @@ class Chaos:
             raise Failure("finish_reason tool_calls without calls")
         for c in calls:
             name = c["function"]["name"]
-            if name not in ("lookup", "hours"):
+            if name not in TOOL_NAMES:
                 raise Failure(f"call of an unknown tool {name!r}")
             if req.kind == "tools_named" and name != req.body["tool_choice"]["function"]["name"]:
                 raise Failure(f"named tool_choice answered with {name}")
