@@ -122,7 +122,10 @@ TEST(ToolCalls, AStreamHoldsOnlyWhatMayBeACall) {
   EXPECT_EQ(tool_call_start("Sure.", ToolFormat::kHarmony), 5u);
 }
 
+// A function without parameters has an empty parameter list (OpenAI's
+// words): its demanded call's arguments are {}.
 TEST(ToolCalls, TheGrammarFramesEachFormat) {
+  const std::string kNoParameters = R"({"type":"object","properties":{},"additionalProperties":false})";
   const ojson tools = ojson::parse(R"([
     {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}}}},
     {"type": "function", "function": {"name": "g"}}])");
@@ -130,14 +133,14 @@ TEST(ToolCalls, TheGrammarFramesEachFormat) {
   EXPECT_EQ(hermes.kind, GrammarKind::kJsonSchema);
   EXPECT_EQ(hermes.text,
             R"({"anyOf":[{"type":"object","properties":{"name":{"const":"f"},"arguments":{"type":"object","properties":{"x":{"type":"integer"}}}},"required":["name","arguments"],"additionalProperties":false},)"
-            R"({"type":"object","properties":{"name":{"const":"g"},"arguments":{"type":"object"}},"required":["name","arguments"],"additionalProperties":false}]})");
+            R"({"type":"object","properties":{"name":{"const":"g"},"arguments":)" + kNoParameters + R"(},"required":["name","arguments"],"additionalProperties":false}]})");
   ASSERT_TRUE(hermes.frame);
   EXPECT_EQ(hermes.frame->before, "<tool_call>");
   EXPECT_EQ(hermes.frame->after, "</tool_call>");
   EXPECT_EQ(hermes.frame->max_items, 0);
   const GrammarSpec named = tool_call_grammar(tools, ToolFormat::kLlama3, {ToolChoice::Kind::kNamed, "g"}, true);
   EXPECT_EQ(named.text,
-            R"({"type":"object","properties":{"name":{"const":"g"},"parameters":{"type":"object"}},"required":["name","parameters"],"additionalProperties":false})");
+            R"({"type":"object","properties":{"name":{"const":"g"},"parameters":)" + kNoParameters + R"(},"required":["name","parameters"],"additionalProperties":false})");
   EXPECT_EQ(named.frame->max_items, 1);  // Llama 3's format has one call per reply
   const GrammarSpec mistral = tool_call_grammar(tools, ToolFormat::kMistral, {ToolChoice::Kind::kRequired, ""}, false);
   EXPECT_EQ(mistral.frame->open, "[TOOL_CALLS][");
@@ -146,13 +149,13 @@ TEST(ToolCalls, TheGrammarFramesEachFormat) {
   // Harmony: the header names the function, the body is its parameters
   // alone; one call (the turn ends at <|call|>).
   const GrammarSpec harmony = tool_call_grammar(tools, ToolFormat::kHarmony, {ToolChoice::Kind::kRequired, ""}, true);
-  EXPECT_EQ(harmony.text, R"([{"type":"object","properties":{"x":{"type":"integer"}}},{"type":"object"}])");
+  EXPECT_EQ(harmony.text, R"([{"type":"object","properties":{"x":{"type":"integer"}}},)" + kNoParameters + "]");
   EXPECT_EQ(harmony.frame->case_before,
             (std::vector<std::string>{"<|channel|>commentary to=functions.f <|constrain|>json<|message|>",
                                       "<|channel|>commentary to=functions.g <|constrain|>json<|message|>"}));
   EXPECT_EQ(harmony.frame->after, "<|call|>");
   const GrammarSpec one = tool_call_grammar(tools, ToolFormat::kHarmony, {ToolChoice::Kind::kNamed, "g"}, true);
-  EXPECT_EQ(one.text, R"([{"type":"object"}])");
+  EXPECT_EQ(one.text, "[" + kNoParameters + "]");
   EXPECT_EQ(one.frame->case_before.size(), 1u);
 }
 

@@ -225,6 +225,14 @@ std::string generic_call_text(const std::string& name, const ojson& arguments) {
 
 namespace {
 
+// A function's parameters; left out, an empty parameter list (OpenAI:
+// "omitting parameters defines a function with an empty parameter list"),
+// so a demanded call of it has the arguments {}.
+ojson parameters_of(const ojson& fn) {
+  if (fn.contains("parameters") && fn["parameters"].is_object()) return fn["parameters"];
+  return {{"type", "object"}, {"properties", ojson::object()}, {"additionalProperties", false}};
+}
+
 // Harmony: one message to any allowed function, its header naming it and
 // its body that function's parameters (JsonFrame::case_before).
 GrammarSpec harmony_grammar(const ojson& tools, const ToolChoice& choice) {
@@ -234,8 +242,7 @@ GrammarSpec harmony_grammar(const ojson& tools, const ToolChoice& choice) {
     const ojson& fn = t["function"];
     const std::string name = fn["name"].get<std::string>();
     if (choice.kind == ToolChoice::Kind::kNamed && name != choice.name) continue;
-    schemas.push_back(fn.contains("parameters") && fn["parameters"].is_object() ? fn["parameters"]
-                                                                                 : ojson{{"type", "object"}});
+    schemas.push_back(parameters_of(fn));
     frame.case_before.push_back(std::string(kChannel) + "commentary to=functions." + name + " <|constrain|>json" +
                                 std::string(kMessage));
   }
@@ -288,8 +295,7 @@ GrammarSpec tool_call_grammar(const ojson& tools, ToolFormat f, const ToolChoice
     const ojson& fn = t["function"];
     const std::string name = fn["name"].get<std::string>();
     if (choice.kind == ToolChoice::Kind::kNamed && name != choice.name) continue;
-    ojson params = fn.contains("parameters") && fn["parameters"].is_object() ? fn["parameters"]
-                                                                               : ojson{{"type", "object"}};
+    ojson params = parameters_of(fn);
     // References inside the parameters ("#/$defs/Item", as pydantic writes
     // nested models) are resolved from the root of the call's schema, where
     // the parameters are no longer: the parameters go to the root's $defs,
