@@ -142,7 +142,8 @@ std::string format_model_info(const ModelInfo& m) {
   line("chat template", !m.template_line.empty() ? m.template_line
                         : "(none: " + (m.template_fallback.empty() ? std::string("ChatML") : m.template_fallback) +
                               " is used)");
-  if (!m.tool_template_line.empty()) line("tool template", m.tool_template_line + " (tokenizer.chat_template.tool_use: conversations with tools)");
+  if (!m.tool_template_line.empty())
+    line("tool template", m.tool_template_line + " (tokenizer.chat_template.tool_use: conversations with tools)");
   line("KV cache", human_bytes(m.kv_bytes_per_token) + " per token (fp16)");
   o += "tensor types\n";
   for (const TypeUse& u : m.types) {

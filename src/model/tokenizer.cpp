@@ -1,9 +1,8 @@
 #include "model/tokenizer.h"
 
-#include <mutex>
-
 #include <algorithm>
 #include <cstdio>
+#include <mutex>
 #include <queue>
 #include <tuple>
 

@@ -555,7 +555,6 @@ json generic_history(const json& msgs) {
   return out;
 }
 
-// The tools a template takes no tools for: described in the system message.
 // OpenAI makes a tool's description and parameters optional, but templates
 // that add the description to a string or walk the parameters' properties
 // (Hermes 2 Pro's and 3's, gpt-oss's, functionary 3.1's, Apertus', Seed-OSS',
@@ -591,6 +590,7 @@ ChatPrompt render_chat(const ChatTemplate& chat, ChatInput& in) {
   }
 }
 
+// The tools a template takes no tools for: described in the system message.
 void add_generic_tools(json& msgs, const json& tools) {
   const std::string text = generic_tools_text(tools);
   if (!msgs.empty() && msgs[0]["role"] == "system" && msgs[0]["content"].is_string())

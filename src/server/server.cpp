@@ -22,8 +22,8 @@
 #include "server/api_response.h"
 #include "server/http_server.h"
 #include "server/kv_tree_json.h"
-#include "server/reasoning.h"
 #include "server/messages_api.h"
+#include "server/reasoning.h"
 #include "server/responses_api.h"
 #include "server/metrics.h"
 
