@@ -138,6 +138,54 @@ TEST(VocabO200k, HarmonyEndsAndSpecials) {
   for (int32_t id : as_text) EXPECT_LT(id, 199998);
 }
 
+// Generation ends where the model's turn or message ends: Phi-3's <|end|>
+// (its EOS is <|endoftext|>), Llama 3.1's <|eom_id|> after a built-in
+// tool's call, and the end-of-turn and end-of-message ids a converter wrote
+// (tokenizer.ggml.eot_token_id, eom_token_id). gpt-oss's <|end|> is not one
+// (VocabO200k.HarmonyEndsAndSpecials).
+TEST(VocabEnds, TurnAndMessageEndsEndGeneration) {
+  const Tokenizer phi = Tokenizer::from_gguf(GgufFile(std::string(CS_VOCAB_DIR) + "/ggml-vocab-phi-3.gguf"));
+  EXPECT_EQ(*phi.find("<|end|>"), 32007);
+  EXPECT_TRUE(phi.is_end_of_generation(32007));
+  EXPECT_TRUE(phi.is_end_of_generation(phi.eos()));
+  EXPECT_FALSE(phi.is_end_of_generation(*phi.find("<|assistant|>")));
+  VocabSpec s;
+  s.model = "llama";
+  s.tokens = {"<unk>", "a", "b", "<|eom_id|>", "<turn_end>", "<msg_end>", "</s>"};
+  s.types = {TokenType::kUnknown, TokenType::kNormal, TokenType::kNormal, TokenType::kControl,
+             TokenType::kControl, TokenType::kControl, TokenType::kControl};
+  s.scores.assign(s.tokens.size(), 0.0f);
+  s.unk = 0;
+  s.eos = 6;
+  s.eot = 4;
+  s.eom = 5;
+  const Tokenizer t(std::move(s));
+  EXPECT_EQ(t.end_ids(), (std::vector<int32_t>{3, 4, 5, 6}));
+  EXPECT_FALSE(t.is_end_of_generation(1));
+}
+
+// Where a vocabulary made a thought's or a call's marker a control token,
+// a reply still shows it (its thought and calls are parsed from the text),
+// and a client's text that spells it stays text.
+TEST(VocabMarkup, ControlMarkersOfThoughtsAndCallsAreText) {
+  VocabSpec s;
+  s.model = "llama";
+  s.tokens = {"<unk>", "</s>", "<tool_call>", "</tool_call>", "[TOOL_CALLS]", "<think>", "<|assistant|>"};
+  for (char c = ' '; c <= '~'; ++c) s.tokens.push_back(std::string(1, c));
+  s.types.assign(s.tokens.size(), TokenType::kNormal);
+  for (size_t i = 0; i < 7; ++i) s.types[i] = i == 0 ? TokenType::kUnknown : TokenType::kControl;
+  s.scores.assign(s.tokens.size(), 0.0f);
+  s.unk = 0;
+  s.eos = 1;
+  s.add_space_prefix = false;
+  const Tokenizer t(std::move(s));
+  EXPECT_EQ(t.decode(std::vector<int32_t>{5, 2, 3, 4, 6, 1}), "<think><tool_call></tool_call>[TOOL_CALLS]");
+  for (int32_t id : {2, 3, 4, 5}) EXPECT_TRUE(t.renders_markup(id)) << id;
+  EXPECT_FALSE(t.renders_markup(6));
+  for (int32_t id : t.encode("<tool_call>[TOOL_CALLS]", false)) EXPECT_GE(id, 7);
+  EXPECT_EQ(t.encode("<tool_call>", true), (std::vector<int32_t>{2}));
+}
+
 INSTANTIATE_TEST_SUITE_P(LlamaCppData, Vocab,
                          testing::Values("llama-bpe", "qwen2", "gpt-2", "starcoder", "refact", "deepseek-llm",
                                          "deepseek-coder", "command-r", "falcon", "mpt", "phi-3", "llama-spm", "o200k"),

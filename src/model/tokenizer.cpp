@@ -119,6 +119,8 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& f) {
   s.bos = id("tokenizer.ggml.bos_token_id");
   s.eos = id("tokenizer.ggml.eos_token_id");
   s.unk = id("tokenizer.ggml.unknown_token_id");
+  s.eot = id("tokenizer.ggml.eot_token_id");
+  s.eom = id("tokenizer.ggml.eom_token_id");
   // Without the key: SentencePiece vocabularies start with BOS, byte-level
   // BPE ones only where their pre-tokenizer's family does (Llama 3).
   const bool bos_by_default = s.model == "llama" || (s.model == "gpt2" && pre->add_bos);
@@ -150,17 +152,30 @@ Tokenizer::Tokenizer(VocabSpec spec) : spec_(std::move(spec)), sorted_(std::make
   // Gemma's vocabulary has 6414 of them: look up only those that begin with
   // the byte at hand.
   for (int32_t id : specials) specials_by_byte_[static_cast<unsigned char>(spec_.tokens[id][0])].push_back(id);
-  // Harmony (gpt-oss) ends a turn at <|return|> or, for a tool call, at
-  // <|call|>; its <|end|> closes a message within the turn (analysis before
-  // final), so it is not an end.
-  for (const char* name : {"<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|end_of_text|>",
-                           "</s>", "<end_of_turn>", "<|return|>", "<|call|>"})
-    if (auto id = find(name)) end_ids_.push_back(*id);
-  if (spec_.eos >= 0) end_ids_.push_back(spec_.eos);
-  if (find("<|channel|>"))
-    for (const char* name : {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>", "<|end|>"})
-      if (auto id = find(name); id && spec_.types[size_t(*id)] == TokenType::kControl && !is_end_of_generation(*id))
-        markup_.push_back(*id);
+  // Llama 3.1 ends a message that calls a built-in tool at <|eom_id|>;
+  // Phi-3 and Phi-4 end a turn at <|end|>. Harmony (gpt-oss) ends a turn at
+  // <|return|> or, for a tool call, at <|call|>; its <|end|> closes a
+  // message within the turn (analysis before final), so there it is not an
+  // end.
+  const bool harmony = find("<|channel|>").has_value();
+  for (const char* name : {"<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>", "</s>",
+                           "<end_of_turn>", "<|return|>", "<|call|>", "<|end|>"})
+    if (auto id = find(name); id && !(harmony && std::string_view(name) == "<|end|>")) end_ids_.push_back(*id);
+  for (int32_t id : {spec_.eos, spec_.eot, spec_.eom})
+    if (id >= 0 && id < vocab_size()) end_ids_.push_back(id);
+  std::sort(end_ids_.begin(), end_ids_.end());
+  end_ids_.erase(std::unique(end_ids_.begin(), end_ids_.end()), end_ids_.end());
+  // The markup replies are written in, where the vocabulary made it control
+  // tokens: harmony's messages; thoughts and calls (the reasoning split and
+  // the call parsers read them: server/reasoning.h, server/tool_calls.h).
+  const auto mark = [&](const char* name) {
+    if (auto id = find(name); id && spec_.types[size_t(*id)] == TokenType::kControl && !is_end_of_generation(*id))
+      markup_.push_back(*id);
+  };
+  if (harmony)
+    for (const char* name : {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>", "<|end|>"}) mark(name);
+  for (const char* name : {"<think>", "</think>", "<tool_call>", "</tool_call>", "[TOOL_CALLS]", "<|python_tag|>"})
+    mark(name);
   std::sort(markup_.begin(), markup_.end());
   for (int b = 0; b < 256; ++b) {
     char name[8];

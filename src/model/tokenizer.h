@@ -37,6 +37,9 @@ struct VocabSpec {
   std::vector<float> scores;      // llama only
   std::vector<std::string> merges;  // gpt2 only, "left right", by rank
   int32_t bos = -1, eos = -1, unk = -1;
+  // End of turn and end of message (tokenizer.ggml.eot_token_id and
+  // eom_token_id, where a converter set them): ends of generation too.
+  int32_t eot = -1, eom = -1;
   bool add_bos = false;
   bool add_space_prefix = true;  // llama only
   std::string chat_template;
@@ -82,7 +85,10 @@ class Tokenizer {
   // markup, <|channel|>, <|message|>, <|start|>, <|constrain|> and <|end|>,
   // which the reply's channels and calls are parsed from (server/
   // reasoning.h), and constraints spell (llama.cpp renders the first four
-  // likewise). They stay control tokens to encode: text a client sends
+  // likewise); and, where a vocabulary made them control tokens, the
+  // thoughts' and calls' markers: <think>, </think>, <tool_call>,
+  // </tool_call>, [TOOL_CALLS] and <|python_tag|> (llama.cpp keeps these in
+  // replies too). They stay control tokens to encode: text a client sends
   // never becomes one.
   bool renders_markup(int32_t id) const;
   // The tokens whose piece() goes on writing `text` from its start: a piece
@@ -99,7 +105,8 @@ class Tokenizer {
   const std::string& model() const { return spec_.model; }
   const std::string& chat_template() const { return spec_.chat_template; }
   const std::string& chat_template_tool_use() const { return spec_.chat_template_tool_use; }
-  // True for tokens that end generation (EOS, <|endoftext|>, <|im_end|>, ...).
+  // True for tokens that end generation (EOS, the eot/eom ids, <|endoftext|>,
+  // <|im_end|>, <|eot_id|>, <|eom_id|>, Phi's <|end|>, ...).
   bool is_end_of_generation(int32_t id) const;
   // Those tokens' ids.
   const std::vector<int32_t>& end_ids() const { return end_ids_; }
