@@ -116,6 +116,10 @@ TEST(ToolCalls, AStreamHoldsOnlyWhatMayBeACall) {
   EXPECT_EQ(tool_call_start("  ", ToolFormat::kLlama3), 0u);
   EXPECT_EQ(tool_call_start(" {\"name\"", ToolFormat::kLlama3), 0u);
   EXPECT_EQ(tool_call_start("The answer {", ToolFormat::kLlama3), 12u);
+  // Llama 3.1 may open a call with <|python_tag|> (text in a reply).
+  EXPECT_EQ(tool_call_start("<|python", ToolFormat::kLlama3), 0u);
+  EXPECT_EQ(tool_call_start("<|python_tag|>{\"name\"", ToolFormat::kLlama3), 0u);
+  EXPECT_EQ(tool_call_start("<b>", ToolFormat::kLlama3), 3u);
   EXPECT_EQ(tool_call_start("[{\"name\"", ToolFormat::kMistral), 0u);
   EXPECT_EQ(tool_call_start("ok [TOOL_C", ToolFormat::kMistral), 3u);
   EXPECT_EQ(tool_call_start("Sure <|chan", ToolFormat::kHarmony), 5u);

@@ -175,6 +175,14 @@ size_t opens_with(std::string_view text, char opener) {
   return std::string_view::npos;
 }
 
+// The same for a reply that opens with `marker` (or a beginning of it).
+size_t opens_with(std::string_view text, std::string_view marker) {
+  const size_t first = text.find_first_not_of(" \n\r\t");
+  if (first == std::string_view::npos) return 0;
+  const std::string_view rest = text.substr(first);
+  return rest.starts_with(marker) || marker.starts_with(rest) ? 0 : std::string_view::npos;
+}
+
 }  // namespace
 
 ToolSyntax tool_syntax(const std::string& source) {
@@ -341,7 +349,7 @@ size_t tool_call_start(std::string_view text, ToolFormat f) {
   size_t at = std::string_view::npos;
   switch (f) {
     case ToolFormat::kHermes: at = marker_start(text, kHermesOpen); break;
-    case ToolFormat::kLlama3: at = opens_with(text, '{'); break;
+    case ToolFormat::kLlama3: at = std::min(opens_with(text, '{'), opens_with(text, kPythonTag)); break;
     case ToolFormat::kMistral: at = std::min(marker_start(text, kMistralMarker), opens_with(text, '[')); break;
     case ToolFormat::kHarmony: at = marker_start(text, kChannel); break;
   }
