@@ -313,24 +313,20 @@ class HarmonyAnswerConstraintTest(TemplateServerTest):
             self.assertIn(json.loads(c.message.tool_calls[0].function.arguments)["day"], ("mon", "sun"))
 
 
-class HarmonyMarkupTest(unittest.TestCase):
-    """gpt-oss's own vocabulary (o200k), where the harmony markup is control
-    tokens, on a tiny random model of its architecture: the markup comes back
-    as text (before, <|channel|> and the rest vanished from replies, so no
-    channel, thought or call could be parsed), and constraints and the
-    budget's close write it as the tokens the model was trained on."""
+class MadeModelTest(unittest.TestCase):
+    """One server for the class, on a model file the class makes (make(path))
+    in a directory of its own."""
 
     @classmethod
     def setUpClass(cls):
-        import subprocess
         import tempfile
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        if not os.path.exists(os.path.join(root, "tests", "data", "vocab", "ggml-vocab-o200k.gguf")):
-            raise unittest.SkipTest("no o200k vocabulary (scripts/fetch_vocabs.sh makes it)")
         cls.dir = tempfile.TemporaryDirectory()
-        cls.model = os.path.join(cls.dir.name, "oss.gguf")
-        subprocess.run([sys.executable, os.path.join(root, "bench", "peers", "make_synthetic.py"), "gpt-oss-tiny",
-                        cls.model], check=True, stdout=subprocess.DEVNULL)
+        cls.model = os.path.join(cls.dir.name, "made.gguf")
+        try:
+            cls.make(cls.model)
+        except unittest.SkipTest:
+            cls.dir.cleanup()
+            raise
         cls.server = Server(ReasoningTest.binary, cls.model)
         cls.oai = openai.OpenAI(base_url=cls.server.url + "/v1", api_key="unused", max_retries=0)
         _, _, models = raw(cls.server.url, "GET", "/v1/models", None)
@@ -340,6 +336,23 @@ class HarmonyMarkupTest(unittest.TestCase):
     def tearDownClass(cls):
         assert cls.server.stop() == 0
         cls.dir.cleanup()
+
+
+class HarmonyMarkupTest(MadeModelTest):
+    """gpt-oss's own vocabulary (o200k), where the harmony markup is control
+    tokens, on a tiny random model of its architecture: the markup comes back
+    as text (before, <|channel|> and the rest vanished from replies, so no
+    channel, thought or call could be parsed), and constraints and the
+    budget's close write it as the tokens the model was trained on."""
+
+    @classmethod
+    def make(cls, path):
+        import subprocess
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        if not os.path.exists(os.path.join(root, "tests", "data", "vocab", "ggml-vocab-o200k.gguf")):
+            raise unittest.SkipTest("no o200k vocabulary (scripts/fetch_vocabs.sh makes it)")
+        subprocess.run([sys.executable, os.path.join(root, "bench", "peers", "make_synthetic.py"), "gpt-oss-tiny",
+                        path], check=True, stdout=subprocess.DEVNULL)
 
     def test_markup_is_text(self):
         status, _, out = raw(self.server.url, "POST", "/detokenize",
@@ -369,7 +382,7 @@ class HarmonyMarkupTest(unittest.TestCase):
 
 
 
-class ToolTemplateTest(unittest.TestCase):
+class ToolTemplateTest(MadeModelTest):
     """A file that names a template for conversations with tools
     (tokenizer.chat_template.tool_use, as Hermes 2 Pro's and 3's and Command
     R's GGUFs do): a request that offers tools renders with it and its calls
@@ -382,30 +395,17 @@ class ToolTemplateTest(unittest.TestCase):
         "type": "object", "properties": {"day": {"type": "string", "enum": ["mon", "sun"]}}, "required": ["day"]}}}]
 
     @classmethod
-    def setUpClass(cls):
+    def make(cls, path):
         import subprocess
-        import tempfile
         import gguf
         from gguf.scripts import gguf_new_metadata
-        cls.dir = tempfile.TemporaryDirectory()
-        cls.model = os.path.join(cls.dir.name, "tools.gguf")
         default = gguf.GGUFReader(ReasoningTest.model).fields["tokenizer.chat_template"].contents()
         with open(os.path.join(os.path.dirname(ReasoningTest.template),
                                "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja")) as f:
             tools = f.read()
         templates = json.dumps([{"name": "default", "template": default}, {"name": "tool_use", "template": tools}])
         subprocess.run([sys.executable, gguf_new_metadata.__file__, "--force", "--chat-template", templates,
-                        ReasoningTest.model, cls.model], check=True, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)
-        cls.server = Server(ReasoningTest.binary, cls.model)
-        cls.oai = openai.OpenAI(base_url=cls.server.url + "/v1", api_key="unused", max_retries=0)
-        _, _, models = raw(cls.server.url, "GET", "/v1/models", None)
-        cls.model_id = models["data"][0]["id"]
-
-    @classmethod
-    def tearDownClass(cls):
-        assert cls.server.stop() == 0
-        cls.dir.cleanup()
+                        ReasoningTest.model, path], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def ask(self, **extra):
         return self.oai.chat.completions.create(
