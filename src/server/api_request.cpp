@@ -577,8 +577,7 @@ ChatPrompt render_chat(const ChatTemplate& chat, ChatInput& in) {
       json& out = t["function"] = json::object();
       out["name"] = fn["name"];
       out["description"] = fn.contains("description") ? fn["description"] : json("");
-      out["parameters"] = fn.contains("parameters") ? fn["parameters"]
-                                                    : json{{"type", "object"}, {"properties", json::object()}};
+      out["parameters"] = tool_parameters(fn);
       if (fn.contains("strict")) out["strict"] = fn["strict"];
     }
     if (!filled) throw;

@@ -167,20 +167,13 @@ size_t marker_start(std::string_view text, std::string_view marker) {
   return full != std::string_view::npos ? full : partial_marker(text, marker);
 }
 
-// Where the reply's first visible character would start a call (`opener`),
-// 0 while the reply is still blank.
-size_t opens_with(std::string_view text, char opener) {
-  const size_t first = text.find_first_not_of(" \n\r\t");
-  if (first == std::string_view::npos || text[first] == opener) return 0;
-  return std::string_view::npos;
-}
-
-// The same for a reply that opens with `marker` (or a beginning of it).
-size_t opens_with(std::string_view text, std::string_view marker) {
+// Where the reply's first visible text would start a call (`opener`, or a
+// beginning of it), 0 while the reply is still blank.
+size_t opens_with(std::string_view text, std::string_view opener) {
   const size_t first = text.find_first_not_of(" \n\r\t");
   if (first == std::string_view::npos) return 0;
   const std::string_view rest = text.substr(first);
-  return rest.starts_with(marker) || marker.starts_with(rest) ? 0 : std::string_view::npos;
+  return rest.starts_with(opener) || opener.starts_with(rest) ? 0 : std::string_view::npos;
 }
 
 }  // namespace
@@ -231,15 +224,12 @@ std::string generic_call_text(const std::string& name, const ojson& arguments) {
          std::string(kHermesClose);
 }
 
-namespace {
-
-// A function's parameters; left out, an empty parameter list (OpenAI:
-// "omitting parameters defines a function with an empty parameter list"),
-// so a demanded call of it has the arguments {}.
-ojson parameters_of(const ojson& fn) {
-  if (fn.contains("parameters") && fn["parameters"].is_object()) return fn["parameters"];
+ojson tool_parameters(const ojson& function) {
+  if (function.contains("parameters") && function["parameters"].is_object()) return function["parameters"];
   return {{"type", "object"}, {"properties", ojson::object()}, {"additionalProperties", false}};
 }
+
+namespace {
 
 // Harmony: one message to any allowed function, its header naming it and
 // its body that function's parameters (JsonFrame::case_before).
@@ -250,7 +240,7 @@ GrammarSpec harmony_grammar(const ojson& tools, const ToolChoice& choice) {
     const ojson& fn = t["function"];
     const std::string name = fn["name"].get<std::string>();
     if (choice.kind == ToolChoice::Kind::kNamed && name != choice.name) continue;
-    schemas.push_back(parameters_of(fn));
+    schemas.push_back(tool_parameters(fn));
     frame.case_before.push_back(std::string(kChannel) + "commentary to=functions." + name + " <|constrain|>json" +
                                 std::string(kMessage));
   }
@@ -303,7 +293,7 @@ GrammarSpec tool_call_grammar(const ojson& tools, ToolFormat f, const ToolChoice
     const ojson& fn = t["function"];
     const std::string name = fn["name"].get<std::string>();
     if (choice.kind == ToolChoice::Kind::kNamed && name != choice.name) continue;
-    ojson params = parameters_of(fn);
+    ojson params = tool_parameters(fn);
     // References inside the parameters ("#/$defs/Item", as pydantic writes
     // nested models) are resolved from the root of the call's schema, where
     // the parameters are no longer: the parameters go to the root's $defs,
@@ -349,8 +339,8 @@ size_t tool_call_start(std::string_view text, ToolFormat f) {
   size_t at = std::string_view::npos;
   switch (f) {
     case ToolFormat::kHermes: at = marker_start(text, kHermesOpen); break;
-    case ToolFormat::kLlama3: at = std::min(opens_with(text, '{'), opens_with(text, kPythonTag)); break;
-    case ToolFormat::kMistral: at = std::min(marker_start(text, kMistralMarker), opens_with(text, '[')); break;
+    case ToolFormat::kLlama3: at = std::min(opens_with(text, "{"), opens_with(text, kPythonTag)); break;
+    case ToolFormat::kMistral: at = std::min(marker_start(text, kMistralMarker), opens_with(text, "[")); break;
     case ToolFormat::kHarmony: at = marker_start(text, kChannel); break;
   }
   return at == std::string_view::npos ? text.size() : at;

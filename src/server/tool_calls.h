@@ -50,6 +50,11 @@ std::string generic_tools_text(const nlohmann::ordered_json& tools);
 // A past call as the generic format writes it into an assistant turn.
 std::string generic_call_text(const std::string& name, const nlohmann::ordered_json& arguments);
 
+// A function's parameters (tools[i].function); left out, an empty parameter
+// list, as OpenAI defines it: what a template is shown where it needs them
+// and what a demanded call's arguments must be ({}).
+nlohmann::ordered_json tool_parameters(const nlohmann::ordered_json& function);
+
 // A grammar for the calls the choice demands (kRequired: any of the tools;
 // kNamed: that one): each call's name is one of them and its arguments
 // follow that tool's parameter schema. parallel: one or more calls, else one
