@@ -201,6 +201,12 @@ TEST(Engine, InvalidRequestsAreRefusedWithTheirReason) {
   r = ok;
   r.logprobs = 21;
   expect_refused(e, r, "logprobs must be at most 20", "logprobs");
+  r = ok;
+  r.grammar_triggers = {{"<tool_call>"}};
+  expect_refused(e, r, "a constraint's triggers need the constraint", "grammar");
+  r.grammar = e.compile_grammar({GrammarKind::kRegex, "a+"});
+  r.grammar_triggers = {{""}};
+  expect_refused(e, r, "a constraint's trigger must not be empty", "grammar");
   // The engine goes on serving.
   EXPECT_EQ(e.submit(ok).wait().completions[0].tokens.size() + 0, e.submit(ok).wait().completions[0].tokens.size());
   EXPECT_EQ(e.stats().requests, 2u);

@@ -778,5 +778,143 @@ TEST(GrammarEngine, AGrammarOfTheAnswerWaitsForTheThought) {
   EXPECT_GT(not_written, 0);
 }
 
+// An EBNF literal of ASCII text (bytes below 0x20 escaped).
+std::string ascii_literal(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') out += '\\', out += char(c);
+    else if (c < 0x20) out += "\\x" + std::string(1, "0123456789abcdef"[c >> 4]) + "0123456789abcdef"[c & 15];
+    else out += char(c);
+  }
+  return out + "\"";
+}
+
+bool ascii(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c > 0 && static_cast<unsigned char>(c) < 0x80; });
+}
+
+// A grammar with triggers (Request::grammar_triggers, tool_choice "auto"):
+// the reply is the unconstrained run's until a trigger is written; from
+// there (its first character, or just after it) the grammar constrains the
+// rest. A token that writes the trigger and goes on with text the grammar
+// refuses is drawn again without it; a trigger never written leaves the
+// reply free; one at the start counts only there; one written in a thought
+// is not a trigger, and one in the answer after it is. Batched as alone.
+TEST(GrammarEngine, ATriggeredGrammarWaitsForItsTrigger) {
+  static std::unique_ptr<LlamaModel> m = LlamaModel::load(test::tiny_model());
+  const Tokenizer& tok = m->tokenizer();
+  Engine e(*m, test::engine_options(AttnMode::kTpp, 8, 2));
+  Request base;
+  base.prompt = tok.encode("the cat sat on the mat", false, true);
+  base.max_tokens = 60;
+  base.sampling.temperature = 0;
+  const std::vector<int32_t> free = e.submit(base).wait().completions[0].tokens;
+  ASSERT_GE(free.size(), 20u);
+  auto text_of = [&](std::span<const int32_t> ids) {
+    std::string t;
+    for (int32_t id : ids) t += tok.piece(id);
+    return t;
+  };
+  const std::string free_text = text_of(free);
+  auto offset = [&](size_t k) { return text_of(std::span(free).first(k)).size(); };
+  // Token k (from the 3rd) whose ASCII text of two or more bytes is written
+  // first there: its first byte is a trigger the token goes on past.
+  size_t k = 2;
+  while (k < free.size() && (tok.piece(free[k]).size() < 2 || !ascii(tok.piece(free[k])) ||
+                             free_text.find(tok.piece(free[k]).substr(0, 1)) != offset(k)))
+    ++k;
+  ASSERT_LT(k + 1, free.size()) << "an ASCII token of two bytes whose first is written first there";
+  const std::string piece = tok.piece(free[k]);
+  const std::string tail = R"(("cat" | "dog") " " [0-9] [0-9] [0-9]?)";
+  const std::string tail_re = "(cat|dog) [0-9]{2,3}";
+  Request lazy = base;
+  // 1. The trigger is token k's whole text: the grammar takes it, and the rest.
+  lazy.grammar = e.compile_grammar({GrammarKind::kEbnf, "root ::= " + ascii_literal(piece) + " " + tail});
+  lazy.grammar_triggers = {{piece}};
+  std::vector<Request> reqs = {lazy};
+  // 2. The same grammar after its trigger.
+  Request after = base;
+  after.grammar = e.compile_grammar({GrammarKind::kEbnf, "root ::= " + tail});
+  after.grammar_triggers = {{piece, false, true}};
+  reqs.push_back(after);
+  // 3. The trigger is token k's first byte, which the grammar must be
+  // followed by "cat" or "dog": token k is drawn again.
+  Request refused = base;
+  const std::string first(1, piece[0]);
+  ASSERT_TRUE(piece[1] != 'c' && piece[1] != 'd') << piece;
+  refused.grammar = e.compile_grammar({GrammarKind::kEbnf, "root ::= " + ascii_literal(first) + " " + tail});
+  refused.grammar_triggers = {{first}};
+  reqs.push_back(refused);
+  // 4. Triggers never written, and one written but not at the start.
+  Request never = base;
+  never.grammar = lazy.grammar;
+  never.grammar_triggers = {{"\x01\x02\x03\x04"}, {piece, true}};
+  ASSERT_EQ(free_text.find("\x01\x02\x03\x04"), std::string::npos);
+  ASSERT_NE(free_text.find_first_not_of(" \t\r\n"), offset(k));
+  reqs.push_back(never);
+  const std::vector<Result> alone = test::run_each(e, reqs);
+  test::expect_same_tokens(test::run_all(e, reqs), alone, "triggered grammars, batched vs alone");
+
+  auto expect_prefix = [&](const Completion& c, size_t n) {
+    ASSERT_GE(c.tokens.size(), n);
+    EXPECT_EQ(std::vector<int32_t>(c.tokens.begin(), c.tokens.begin() + long(n)),
+              std::vector<int32_t>(free.begin(), free.begin() + long(n)));
+  };
+  const Completion& l = alone[0].completions[0];
+  expect_prefix(l, k + 1);
+  EXPECT_EQ(l.reason, FinishReason::kStop);
+  EXPECT_TRUE(full_match(text_of(std::span(l.tokens).subspan(k + 1)), tail_re)) << l.text;
+  const Completion& a = alone[1].completions[0];
+  EXPECT_EQ(a.tokens, l.tokens);  // the same constraint from the same place
+  const Completion& r = alone[2].completions[0];
+  expect_prefix(r, k);
+  ASSERT_GT(r.tokens.size(), k);
+  EXPECT_NE(r.tokens[k], free[k]);
+  const std::string rt = text_of(r.tokens);
+  if (rt.find(first, offset(k)) != std::string::npos) {  // written later: the grammar's from there
+    EXPECT_TRUE(full_match(rt.substr(rt.find(first, offset(k))), first + tail_re)) << rt;
+    EXPECT_EQ(r.reason, FinishReason::kStop);
+  }
+  EXPECT_EQ(alone[3].completions[0].tokens, free);
+
+  // 5. In a thought (opened by the prompt; the budget closes it after 6
+  // tokens with "||"): a trigger of the thought's text is none, one of the
+  // answer's is.
+  Request thinks = base;
+  thinks.think_open = true;
+  thinks.think_stop = "\x01\x02";
+  thinks.think_end = tok.encode("||", false, false);
+  thinks.think_budget = 6;
+  const std::vector<int32_t> thought_run = e.submit(thinks).wait().completions[0].tokens;
+  const size_t answer_at = 6 + thinks.think_end.size();
+  ASSERT_GT(thought_run.size(), answer_at + 4);
+  const std::string answer = text_of(std::span(thought_run).subspan(answer_at));
+  Request in_thought = thinks;
+  in_thought.grammar = e.compile_grammar({GrammarKind::kEbnf, "root ::= \"~~~\""});
+  in_thought.grammar_after_thought = true;
+  size_t j = 0;
+  while (j < 6 && (!ascii(tok.piece(thought_run[j])) || answer.find(tok.piece(thought_run[j])) != std::string::npos)) ++j;
+  ASSERT_LT(j, 6u) << "a thought's token whose text the answer does not write";
+  in_thought.grammar_triggers = {{tok.piece(thought_run[j])}};
+  EXPECT_EQ(e.submit(in_thought).wait().completions[0].tokens, thought_run);
+  Request in_answer = in_thought;
+  size_t q = answer_at + 1;
+  const std::string thought_text = text_of(std::span(thought_run).first(answer_at));
+  while (q < thought_run.size() &&
+         (!ascii(tok.piece(thought_run[q])) || text_of(std::span(thought_run).first(q + 1)).find(tok.piece(thought_run[q])) <
+                                                   text_of(std::span(thought_run).first(q)).size()))
+    ++q;
+  ASSERT_LT(q, thought_run.size()) << "an answer's token whose text is written first there";
+  const std::string trig = tok.piece(thought_run[q]);
+  in_answer.grammar = e.compile_grammar({GrammarKind::kEbnf, "root ::= " + ascii_literal(trig) + " \"~~~\""});
+  in_answer.grammar_triggers = {{trig}};
+  const Completion ia = e.submit(in_answer).wait().completions[0];
+  ASSERT_GE(ia.tokens.size(), q + 1);
+  EXPECT_EQ(std::vector<int32_t>(ia.tokens.begin(), ia.tokens.begin() + long(q) + 1),
+            std::vector<int32_t>(thought_run.begin(), thought_run.begin() + long(q) + 1));
+  EXPECT_EQ(text_of(std::span(ia.tokens).subspan(q + 1)), "~~~");
+  EXPECT_EQ(ia.reason, FinishReason::kStop);
+}
+
 }  // namespace
 }  // namespace cs

@@ -56,6 +56,21 @@ struct Request {
   // forced; or think_end forced by the budget, -1 for none). Without it a
   // grammar sees the whole reply, thought and markup included.
   bool grammar_after_thought = false;
+  // A grammar that waits for its trigger (tool_choice "auto": the model may
+  // answer in text or begin a call, and a call it begins follows the
+  // grammar to the reply's end). The reply is free until one of these
+  // texts is written in it, outside a thought; the grammar then constrains
+  // the rest, from the trigger's first character (or from just after it:
+  // `after`). A token that writes the trigger and goes on with text the
+  // grammar refuses is drawn again without it. at_start: only as the
+  // answer's first text, blanks aside. Empty: the grammar applies from the
+  // reply's start.
+  struct Trigger {
+    std::string text;
+    bool at_start = false;
+    bool after = false;
+  };
+  std::vector<Trigger> grammar_triggers;
   // What follows a think_stop the reply writes itself before the grammar of
   // the answer starts (harmony's "<|start|>assistant": the analysis message
   // ends at <|end|>, and the answer is the next message, whose channel the

@@ -41,7 +41,9 @@ Sequence::Sequence(SeqId id, std::shared_ptr<RequestState> req, int index, const
     for (size_t i = 0; i < positions_.size(); ++i) positions_[i] = int32_t(i);
   }
   const Request& q = req_->req;
-  if (q.grammar) grammar_.emplace(q.grammar);
+  lazy_ = q.grammar && !q.grammar_triggers.empty();
+  if (q.grammar && !lazy_) grammar_.emplace(q.grammar);
+  for (const Request::Trigger& t : q.grammar_triggers) trigger_span_ = std::max(trigger_span_, t.text.size());
   answer_grammar_ = q.grammar && q.grammar_after_thought;
   if (q.think_budget >= 0 || answer_grammar_) thought_ = q.think_open ? Thought::kIn : Thought::kStart;
 }
@@ -51,6 +53,7 @@ Sequence::Sequence(SeqId id, std::shared_ptr<RequestState> req, int index, const
 // A grammar of the answer that waits behind a thought allows any token but
 // an end of generation there (the answer must follow).
 std::span<const float> Sequence::constrain(std::span<const float> logits) {
+  use_masked_ = false;
   if (!grammar_) return logits;
   mask_.resize(size_t(grammar_->mask_words()));
   if (grammar_waits()) {
@@ -65,7 +68,41 @@ std::span<const float> Sequence::constrain(std::span<const float> logits) {
   if (may_open()) allow_opening(mask_);
   masked_.assign(logits.begin(), logits.end());
   apply_mask(masked_, mask_);
+  use_masked_ = true;
   return masked_;
+}
+
+// The raw logits as masked_ with every token of the vocabulary allowed, so
+// that a draw without a grammar can forbid one and draw again.
+void Sequence::mask_none(std::span<const float> logits) {
+  mask_.assign((logits.size() + 31) / 32, ~0u);
+  for (size_t t = logits.size(); t < mask_.size() * 32; ++t) forbid(int32_t(t));
+  masked_.assign(logits.begin(), logits.end());
+  use_masked_ = true;
+}
+
+// Whether `token` writes a trigger of the waiting grammar into the answer's
+// text (the earliest, where it writes several): kStarted where the grammar
+// takes the text from there on (it constrains the rest of the reply),
+// kRefused where it does not (the token is drawn again without it).
+Sequence::Triggered Sequence::try_trigger(int32_t token) {
+  const std::string text = answer_text_ + tok_->piece(token);
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  size_t best = std::string::npos, from = 0;
+  for (const Request::Trigger& t : req_->req.grammar_triggers) {
+    size_t at = std::string::npos;
+    if (!t.at_start)
+      at = text.find(t.text, trigger_scan_);
+    else if (first != std::string::npos && text.compare(first, t.text.size(), t.text) == 0)
+      at = first;
+    if (at < best) best = at, from = t.after ? at + t.text.size() : at;
+  }
+  if (best == std::string::npos) return Triggered::kNo;
+  GrammarMatcher m(req_->req.grammar);
+  if (!m.accept_text(text.substr(from))) return Triggered::kRefused;
+  grammar_.emplace(std::move(m));
+  grammar_alive_ = true;
+  return Triggered::kStarted;
 }
 
 std::unique_ptr<Sequence> Sequence::fork(SeqId id, int index, const Tokenizer& tok) const {
@@ -86,27 +123,39 @@ void Sequence::draw(std::span<const float> raw) {
     // grammar of the answer begins after it).
     if (grammar_ && !answer_grammar_) (void)grammar_->accept(*drawn_);
     drawn_forced_ = true;
+    use_masked_ = false;
     return;
   }
   drawn_forced_ = false;
-  const std::span<const float> logits = constrain(raw);
+  std::span<const float> logits = constrain(raw);
   int32_t id = -1;
   // A thought's token that writes the close and goes on past it with more
   // than newlines (text the waiting grammar would not see; the answer's
   // leading newlines are dropped) is drawn again without it, so the masked
-  // logits stay what the draw saw (sample()'s logprobs).
+  // logits stay what the draw saw (sample()'s logprobs). So is one that
+  // writes a waiting grammar's trigger and goes on with text it refuses.
   for (;;) {
     if (id >= 0) {
+      if (!use_masked_) mask_none(raw), logits = masked_;
       forbid(id);
       masked_[size_t(id)] = -std::numeric_limits<float>::infinity();
     }
-    if (grammar_ && !mask_any(mask_)) {
+    if (use_masked_ && !mask_any(mask_)) {
       // The grammar went where no token of the vocabulary continues it.
       drawn_ = -1;
       return;
     }
     id = sampler_.sample(logits, tokens_, req_->req.prompt.size());
-    if (!grammar_waits() || !overruns_close(id)) break;
+    if (grammar_waits() && overruns_close(id)) continue;
+    if (lazy_ && !grammar_ && thought_ != Thought::kIn) {
+      const Triggered t = try_trigger(id);
+      if (t == Triggered::kRefused) continue;
+      if (t == Triggered::kStarted) {  // the grammar has taken the token's text
+        drawn_ = id;
+        return;
+      }
+    }
+    break;
   }
   // The mask allowed it, so the grammar takes it (not while it waits); where
   // the reply may open a thought, a token only the opening allows leaves the
@@ -150,7 +199,7 @@ bool Sequence::sample(std::span<const float> raw, const Tokenizer& tok, int n_ct
   }
   // What the draw saw: the masked logits under a grammar (a forced token's
   // draw saw no mask: its logprob is the model's own).
-  const std::span<const float> logits = grammar_ && !drawn_forced_ ? std::span<const float>(masked_) : raw;
+  const std::span<const float> logits = use_masked_ ? std::span<const float>(masked_) : raw;
   if (!r.first_token) {
     r.first_token = true;
     r.building.timings.ttft_s = seconds(Clock::now() - r.submitted);
@@ -185,6 +234,16 @@ bool Sequence::sample(std::span<const float> raw, const Tokenizer& tok, int n_ct
   bool stopped = false;
   ev.text = text_.push(id, &stopped);
   out.text += ev.text;
+  if (lazy_ && !grammar_) {
+    // The answer's text, where a waiting grammar's triggers are looked for:
+    // not a thought's (nor the close the budget forced).
+    if (thought_ == Thought::kIn) {
+      answer_text_.clear();
+    } else if (!drawn_forced_) {
+      answer_text_ += tok.piece(id);
+    }
+    trigger_scan_ = answer_text_.size() >= trigger_span_ ? answer_text_.size() - trigger_span_ + 1 : 0;
+  }
   if (thought_ == Thought::kStart || thought_ == Thought::kIn) {
     reply_ += tok.piece(id);
     track_thought(reply_);
@@ -214,7 +273,7 @@ void Sequence::track_thought(const std::string& text) {
     if (rest.starts_with(kOpen)) {
       thought_ = Thought::kIn;
       thought_begin_ = thought_scan_ = b + kOpen.size();
-      if (answer_grammar_) {  // the grammar waits for the answer, from its start
+      if (answer_grammar_ && !lazy_) {  // the grammar waits for the answer, from its start
         grammar_.emplace(req_->req.grammar);
         grammar_alive_ = true;
       }

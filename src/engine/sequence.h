@@ -65,7 +65,8 @@ class Sequence {
   void draw(std::span<const float> logits);
   // The token draw() chose for the coming sample() (-1: none allowed), if it ran.
   std::optional<int32_t> drawn() const { return drawn_; }
-  // Whether a grammar constrains it (request().req.grammar).
+  // Whether a grammar constrains it now (request().req.grammar; one with
+  // triggers once a trigger is written).
   bool constrained() const { return grammar_.has_value(); }
   // Ends the completion (flushing held-back text unless it stopped on a stop
   // string) and, when it was the request's last, publishes the result.
@@ -103,6 +104,9 @@ class Sequence {
 
  private:
   std::span<const float> constrain(std::span<const float> logits);
+  void mask_none(std::span<const float> logits);
+  enum class Triggered { kNo, kStarted, kRefused };
+  Triggered try_trigger(int32_t token);
   // A grammar of the answer (Request::grammar_after_thought) waits while a
   // thought goes on. Where the reply may open the thought, its first tokens
   // may be the grammar's or the opening's.
@@ -125,6 +129,14 @@ class Sequence {
   std::optional<GrammarMatcher> grammar_;  // the request's constraint, where it has one
   std::vector<uint32_t> mask_;
   std::vector<float> masked_;
+  bool use_masked_ = false;  // the draw saw masked_, not the raw logits
+  // Request::grammar_triggers: the grammar waits (grammar_ empty) until the
+  // answer's text (the reply's outside a thought) writes one; the longest
+  // trigger's length, and where the next look for one starts.
+  bool lazy_ = false;
+  std::string answer_text_;
+  size_t trigger_span_ = 0;
+  size_t trigger_scan_ = 0;
   std::optional<int32_t> drawn_;  // draw() ran for the coming sample()
   bool drawn_forced_ = false;     // and gave a token of the thought's close
   TextStream text_;

@@ -310,6 +310,11 @@ bool GrammarMatcher::accept(int32_t token) {
   return impl_->matcher.AcceptToken(token);
 }
 
+bool GrammarMatcher::accept_text(const std::string& text) {
+  if (text.empty()) return true;
+  return impl_->matcher.AcceptString(text);
+}
+
 bool GrammarMatcher::allows(std::span<const int32_t> tokens) {
   int taken = 0;
   while (size_t(taken) < tokens.size() && accept(tokens[size_t(taken)])) ++taken;

@@ -136,6 +136,10 @@ class GrammarMatcher {
   // Advances past `token`; false (and no change) when the grammar does not
   // allow it here.
   bool accept(int32_t token);
+  // Advances past `text` (where a constraint starts inside a token's text:
+  // Request::grammar_triggers); false when the grammar does not allow it
+  // here (the state is then the one before any of it).
+  bool accept_text(const std::string& text);
   // Whether the grammar allows these tokens next, in order (the state is
   // left as it was).
   bool allows(std::span<const int32_t> tokens);
