@@ -128,7 +128,10 @@ TEST_F(Messages, ToolsToolChoiceAndTheRestMapToTheEngine) {
                                   limits());
   };
   EXPECT_TRUE(req("").chat.tools);
-  EXPECT_FALSE(req("").chat.constraint);
+  // auto: a call the model begins is constrained from its marker on.
+  ASSERT_TRUE(req("").chat.constraint);
+  EXPECT_FALSE(req("").chat.engine.grammar_triggers.empty());
+  EXPECT_TRUE(req(R"(, "tool_choice": {"type": "any"})").chat.engine.grammar_triggers.empty());
   EXPECT_TRUE(req(R"(, "tool_choice": {"type": "any"})").chat.constraint);
   EXPECT_TRUE(req(R"(, "tool_choice": {"type": "tool", "name": "weather", "disable_parallel_tool_use": true})").chat.constraint);
   EXPECT_FALSE(req(R"(, "tool_choice": {"type": "none"})").chat.tools);

@@ -172,6 +172,30 @@ std::string schema_error(const std::string& schema, SchemaUse use = SchemaUse::k
   return "";
 }
 
+// Where a call begins when the model may or may not make one: the marker
+// of its format (from its first character), or for Llama 3 a reply that
+// opens like a call (after <|python_tag|>, from the JSON's brace).
+TEST(ToolCalls, EachFormatsCallsBeginAtItsTriggers) {
+  auto texts = [](ToolFormat f) {
+    std::vector<std::string> out;
+    for (const Request::Trigger& t : tool_call_triggers(f))
+      out.push_back(t.text + (t.at_start ? " (start)" : "") + (t.after ? " (after)" : ""));
+    return out;
+  };
+  EXPECT_EQ(texts(ToolFormat::kHermes), std::vector<std::string>{"<tool_call>"});
+  EXPECT_EQ(texts(ToolFormat::kMistral), std::vector<std::string>{"[TOOL_CALLS]"});
+  EXPECT_EQ(texts(ToolFormat::kLlama3), (std::vector<std::string>{"{\"name\" (start)", "<|python_tag|> (start) (after)"}));
+  EXPECT_EQ(texts(ToolFormat::kHarmony), std::vector<std::string>{"<|channel|>commentary to="});
+  // Each grammar begins with its trigger (where the trigger is not `after`).
+  const auto tools = nlohmann::ordered_json::parse(R"([{"type": "function", "function": {"name": "f"}}])");
+  ToolChoice any;
+  for (ToolFormat f : {ToolFormat::kHermes, ToolFormat::kMistral, ToolFormat::kHarmony}) {
+    const GrammarSpec g = tool_call_grammar(tools, f, any, true);
+    const std::string start = f == ToolFormat::kHarmony ? g.frame->case_before[0] : g.frame->open + g.frame->before;
+    EXPECT_TRUE(start.starts_with(tool_call_triggers(f)[0].text)) << start;
+  }
+}
+
 TEST(ToolCalls, SchemaMistakesNameTheirPlace) {
   EXPECT_EQ(schema_error(R"({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]})"), "");
   EXPECT_EQ(schema_error(R"({"type": "object", "properties": {"address": {"properties": {"zip": {"type": "strng"}}}}})"),
@@ -374,10 +398,19 @@ TEST_F(ChatRequests, BadConstraintsAre400sNamingTheField) {
       {R"(, "tools": [{"function": {"name": "f"}}], "tool_choice": "required", "regex": "x")", "regex",
        "regex cannot be combined with a tool_choice that demands a call"},
       {R"(, "functions": [])", "functions", "functions is not supported (use tools)"},
+      {R"(, "tools": [{"function": {"name": "f", "strict": "yes"}}])", "tools[0].function.strict",
+       "tools[0].function.strict must be true or false"},
       // A demanded call's arguments are sampled under its schema: one the
       // engine would not enforce whole is refused, naming the tool.
       {R"(, "tools": [{"function": {"name": "f", "parameters": {"type": "object", "properties": {"s": {"type": "array",
            "uniqueItems": true}}}}}], "tool_choice": "required")",
+       "tools[0].function.parameters",
+       "tools[0].function.parameters: at /properties/s/uniqueItems: uniqueItems (items that all differ) is not "
+       "supported (the grammar engine cannot enforce it, so output could break the schema; docs/serving.md lists what "
+       "it enforces)"},
+      // So is a strict tool's under auto: a call of it follows its schema.
+      {R"(, "tools": [{"function": {"name": "f", "strict": true, "parameters": {"type": "object", "properties": {"s":
+           {"type": "array", "uniqueItems": true}}}}}])",
        "tools[0].function.parameters",
        "tools[0].function.parameters: at /properties/s/uniqueItems: uniqueItems (items that all differ) is not "
        "supported (the grammar engine cannot enforce it, so output could break the schema; docs/serving.md lists what "
@@ -401,14 +434,64 @@ TEST_F(ChatRequests, ATemplateWithToolsRendersThemItself) {
   ASSERT_TRUE(r.constraint);
   EXPECT_EQ(r.constraint->frame->before, "<tool_call>");
   EXPECT_EQ(r.constraint_param, "tools");
-  // Unconstrained (tool_choice auto), a schema only describes the tool: what
-  // the engine could not enforce is no reason to refuse it.
+  // Under tool_choice auto the model may answer or call, and a call it
+  // begins is constrained from its marker on (Request::grammar_triggers).
+  // A schema the engine could not enforce whole is no reason to refuse a
+  // tool that is not strict: calls of it take any JSON object.
   const std::string loose =
       R"(, "tools": [{"function": {"name": "f", "parameters": {"type": "array", "uniqueItems": true}}},
                      {"function": {"name": "g"}}])";
-  EXPECT_FALSE(parse(body(loose), "Qwen-Qwen2.5-7B-Instruct").constraint);
-  EXPECT_TRUE(parse(body(loose + R"(, "tool_choice": {"type": "function", "function": {"name": "g"}})"),
-                    "Qwen-Qwen2.5-7B-Instruct").constraint);
+  const ApiRequest a = parse(body(loose), "Qwen-Qwen2.5-7B-Instruct");
+  ASSERT_TRUE(a.constraint);
+  EXPECT_EQ(a.constraint_param, "tools");
+  EXPECT_EQ(a.constraint->text,
+            R"({"anyOf":[{"type":"object","properties":{"name":{"const":"f"},"arguments":{"type":"object",)"
+            R"("additionalProperties":true}},"required":["name","arguments"],"additionalProperties":false},)"
+            R"({"type":"object","properties":{"name":{"const":"g"},"arguments":{"type":"object","properties":{},)"
+            R"("additionalProperties":false}},"required":["name","arguments"],"additionalProperties":false}]})");
+  EXPECT_EQ(a.constraint->frame->before, "<tool_call>");
+  EXPECT_EQ(a.constraint->frame->max_items, 0);
+  ASSERT_EQ(a.engine.grammar_triggers.size(), 1u);
+  EXPECT_EQ(a.engine.grammar_triggers[0].text, "<tool_call>");
+  EXPECT_FALSE(a.engine.grammar_triggers[0].at_start);
+  // A demanded call has no triggers: the grammar is the reply's from its start.
+  const ApiRequest named =
+      parse(body(loose + R"(, "tool_choice": {"type": "function", "function": {"name": "g"}})"), "Qwen-Qwen2.5-7B-Instruct");
+  EXPECT_TRUE(named.constraint);
+  EXPECT_TRUE(named.engine.grammar_triggers.empty());
+  // A response_format is the reply's format: the model may not call then.
+  const ApiRequest formatted = parse(body(std::string(kTools) + R"(, "response_format": {"type": "json_object"})"),
+                                     "Qwen-Qwen2.5-7B-Instruct");
+  EXPECT_EQ(formatted.constraint->kind, GrammarKind::kAnyJson);
+  EXPECT_TRUE(formatted.engine.grammar_triggers.empty());
+  // Nothing is constrained without tools or with tool_choice none.
+  EXPECT_FALSE(parse(body(std::string(kTools) + R"(, "tool_choice": "none")"), "Qwen-Qwen2.5-7B-Instruct").constraint);
+  EXPECT_FALSE(parse(body(""), "Qwen-Qwen2.5-7B-Instruct").constraint);
+}
+
+// Under auto, a thinking model's thought is watched so that a marker it
+// writes there is no call: the grammar waits for the answer (Qwen 3's
+// <think>, harmony's analysis message, after which the next message's start
+// is written as the template writes it).
+TEST_F(ChatRequests, UnderAutoACallIsLookedForAfterTheThought) {
+  const ApiRequest q = parse(body(kTools), "Qwen-Qwen3-0.6B");
+  ASSERT_TRUE(q.reasoning);
+  ASSERT_TRUE(q.constraint);
+  EXPECT_TRUE(q.engine.grammar_after_thought);
+  ASSERT_EQ(q.engine.grammar_triggers.size(), 1u);
+  EXPECT_EQ(q.engine.grammar_triggers[0].text, "<tool_call>");
+  const ApiRequest h = parse(body(kTools), "openai-gpt-oss-120b");
+  ASSERT_TRUE(h.channels);
+  EXPECT_TRUE(h.engine.grammar_after_thought);
+  EXPECT_EQ(h.engine.think_start, "<|channel|>analysis<|message|>");
+  EXPECT_EQ(tok().decode(h.engine.think_resume), "<|start|>assistant");
+  ASSERT_EQ(h.engine.grammar_triggers.size(), 1u);
+  EXPECT_EQ(h.engine.grammar_triggers[0].text, "<|channel|>commentary to=");
+  EXPECT_EQ(h.constraint->frame->case_before[0], "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>");
+  const ApiRequest l = parse(body(kTools), "meta-llama-Llama-3.1-8B-Instruct");
+  EXPECT_FALSE(l.engine.grammar_after_thought);
+  ASSERT_EQ(l.engine.grammar_triggers.size(), 2u);
+  EXPECT_TRUE(l.engine.grammar_triggers[0].at_start);
 }
 
 // A file may name a template for conversations that offer tools

@@ -229,6 +229,8 @@ json parse_tools(const json& tools) {
                     "invalid_type");
     if (const json* d = Fields(*fn).get("description"); d && !d->is_string())
       throw invalid(at + ".function.description", at + ".function.description must be a string", "invalid_type");
+    if (const json* st = Fields(*fn).get("strict"); st && !st->is_boolean() && !st->is_null())
+      throw invalid(at + ".function.strict", at + ".function.strict must be true or false", "invalid_type");
     json clean = {{"type", "function"}, {"function", json::object()}};
     for (const char* k : {"name", "description", "parameters", "strict"})
       if (const json* v = Fields(*fn).get(k)) clean["function"][k] = *v;
@@ -237,23 +239,37 @@ json parse_tools(const json& tools) {
   return out;
 }
 
-// Each tool's parameters checked once: as a constraint where the choice
-// demands a call of it (the call's arguments are sampled under that schema,
-// which the grammar engine must enforce whole: grammar/schema_check.h), else
-// as the description of a tool the model may call.
-void check_tool_schemas(const json& tools, const ToolChoice& choice) {
+// Each tool's parameters checked: as a constraint where the choice demands
+// a call of it or the tool is "strict" (the call's arguments are sampled
+// under that schema, which the grammar engine must enforce whole:
+// grammar/schema_check.h), else as the description of a tool the model may
+// call. Returns the tools as a call the model begins under "auto" is
+// constrained: a tool that is not strict and whose parameters the engine
+// cannot enforce whole takes any JSON object there.
+json check_tool_schemas(const json& tools, const ToolChoice& choice) {
+  json callable = tools;
   for (size_t i = 0; i < tools.size(); ++i) {
     const json& fn = tools[i]["function"];
     if (!fn.contains("parameters")) continue;
+    const bool strict = fn.contains("strict") && fn["strict"] == true;
     const bool demanded = choice.kind == ToolChoice::Kind::kRequired ||
-                          (choice.kind == ToolChoice::Kind::kNamed && fn["name"] == choice.name);
+                          (choice.kind == ToolChoice::Kind::kNamed && fn["name"] == choice.name) ||
+                          (choice.kind == ToolChoice::Kind::kAuto && strict);
     const std::string at = "tools[" + std::to_string(i) + "].function.parameters";
+    const std::string schema = fn["parameters"].dump();
     try {
-      check_schema(fn["parameters"].dump(), demanded ? SchemaUse::kConstraint : SchemaUse::kDescription);
+      check_schema(schema, demanded ? SchemaUse::kConstraint : SchemaUse::kDescription);
     } catch (const GrammarError& e) {
       throw invalid(at, at + ": " + e.what(), "invalid_schema");
     }
+    if (demanded || choice.kind != ToolChoice::Kind::kAuto) continue;
+    try {
+      check_schema(schema, SchemaUse::kConstraint);
+    } catch (const GrammarError&) {
+      callable[i]["function"]["parameters"] = {{"type", "object"}, {"additionalProperties", true}};
+    }
   }
+  return callable;
 }
 
 // tool_choice: "none" | "auto" | "required" | {"type": "function", "function": {"name"}}.
@@ -696,7 +712,7 @@ ApiRequest parse_chat_json(const json& j, const ApiLimits& lim, const std::strin
   if (const auto b = f.integer("thinking_budget", 0, 1 << 24)) budget = int(*b);
   const json tools = f.get("tools") ? parse_tools(*f.get("tools")) : json::array();
   const ToolChoice choice = parse_tool_choice(f.get("tool_choice"), tools);
-  check_tool_schemas(tools, choice);
+  const json callable = check_tool_schemas(tools, choice);
   const bool parallel = f.boolean("parallel_tool_calls").value_or(true);
   const bool offered = choice.kind != ToolChoice::Kind::kNone;
   const ChatTemplate& chat = offered && lim.chat_tools ? *lim.chat_tools : *lim.chat;
@@ -715,6 +731,14 @@ ApiRequest parse_chat_json(const json& j, const ApiLimits& lim, const std::strin
       throw invalid(out.constraint_param, out.constraint_param + " cannot be combined with a tool_choice that demands a call");
     out.constraint = tool_call_grammar(tools, syntax.format, choice, parallel);
     out.constraint_param = "tools";
+  } else if (choice.kind == ToolChoice::Kind::kAuto && !out.constraint) {
+    // The model may answer or call; a call it begins is constrained from
+    // its marker on as a demanded one would be (each names a tool, its
+    // arguments that tool's parameters), so every call it makes parses.
+    // With a response_format the reply is that format's instead.
+    out.constraint = tool_call_grammar(callable, syntax.format, choice, parallel);
+    out.constraint_param = "tools";
+    out.engine.grammar_triggers = tool_call_triggers(syntax.format);
   }
   // Special tokens come from the template's markup only, never from a message.
   try {

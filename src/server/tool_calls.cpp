@@ -325,6 +325,17 @@ GrammarSpec tool_call_grammar(const ojson& tools, ToolFormat f, const ToolChoice
   return spec;
 }
 
+std::vector<Request::Trigger> tool_call_triggers(ToolFormat f) {
+  switch (f) {
+    case ToolFormat::kHermes: return {{std::string(kHermesOpen)}};
+    case ToolFormat::kMistral: return {{std::string(kMistralMarker)}};
+    // The grammar is the call's JSON alone; after the tag, from its brace.
+    case ToolFormat::kLlama3: return {{"{\"name\"", true, false}, {std::string(kPythonTag), true, true}};
+    case ToolFormat::kHarmony: return {{std::string(kChannel) + "commentary to="}};
+  }
+  return {};
+}
+
 ParsedReply parse_tool_calls(std::string_view text, ToolFormat f) {
   switch (f) {
     case ToolFormat::kHermes: return parse_hermes(text);

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/request.h"
 #include "grammar/grammar.h"
 
 namespace cs {
@@ -56,11 +57,19 @@ std::string generic_call_text(const std::string& name, const nlohmann::ordered_j
 nlohmann::ordered_json tool_parameters(const nlohmann::ordered_json& function);
 
 // A grammar for the calls the choice demands (kRequired: any of the tools;
-// kNamed: that one): each call's name is one of them and its arguments
+// kNamed: that one; kAuto: any of them, once the reply begins a call, by
+// tool_call_triggers): each call's name is one of them and its arguments
 // follow that tool's parameter schema. parallel: one or more calls, else one
 // (kHarmony: one, the model's turn ends at its <|call|>).
 GrammarSpec tool_call_grammar(const nlohmann::ordered_json& tools, ToolFormat f, const ToolChoice& choice,
                               bool parallel);
+
+// Where a call begins in a reply that may or may not make one (tool_choice
+// "auto"): the texts from which tool_call_grammar constrains the rest of
+// the reply (Request::grammar_triggers). Hermes: <tool_call>; Mistral:
+// [TOOL_CALLS]; Llama 3: a reply that opens with {"name" or <|python_tag|>;
+// harmony: a message to a recipient (<|channel|>commentary to=).
+std::vector<Request::Trigger> tool_call_triggers(ToolFormat f);
 
 struct ToolCall {
   std::string name;
