@@ -510,6 +510,20 @@ TEST(GrammarBudget, ChildrenRunAFewAtATime) {
   EXPECT_EQ(first_answer, "first");
   EXPECT_EQ(run_second(), "second");
   std::filesystem::remove_all(dir);
+  // A child still running when its wall time is spent, with its CPU time
+  // not (here it sleeps: a niced compile a loaded machine starves does the
+  // same), is the server's load: busy, not over the constraint's budget.
+  ProcessBudget starved;
+  starved.wall_seconds = 0.2;
+  try {
+    run_in_child([] { ::sleep(30); return std::string("late"); }, starved);
+    ADD_FAILURE() << "a child past its wall time answered";
+  } catch (const GrammarError& e) {
+    EXPECT_EQ(e.why(), GrammarFailure::kBusy);
+    EXPECT_TRUE(std::string(e.what()).starts_with("the server was too busy to compile the constraint: it had 0.0 s of "
+                                                  "CPU time in 0.2 s (its budget: 10 s of CPU time); retry later"))
+        << e.what();
+  }
   EXPECT_GE(default_children(size_t(1) << 30), 1);
 }
 

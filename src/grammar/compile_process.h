@@ -38,10 +38,11 @@ struct ProcessBudget {
 int default_children(size_t memory_bytes);
 
 // The string `work` returns in the child. Throws GrammarError naming what
-// went wrong: `work`'s own exception message; the CPU time, memory or wall
-// time spent ("... within its budget of 10 s of CPU time"); cancelled; the
-// child's crash (its signal); busy (no place for a child within the wall
-// budget: GrammarFailure::kBusy).
+// went wrong: `work`'s own exception message; the CPU time or memory spent
+// ("... within its budget of 10 s of CPU time"); cancelled; the child's crash
+// (its signal); busy (GrammarFailure::kBusy: no place for a child within the
+// wall budget, or the wall budget spent before the CPU budget, which only a
+// loaded machine does to a niced child).
 std::string run_in_child(const std::function<std::string()>& work, const ProcessBudget& budget);
 
 // Whether the child's address space is limited (memory_bytes applies). Not in

@@ -321,8 +321,9 @@ void Server::Impl::pml_prompt(ApiRequest& r) {
 // The request's constraint compiled, in a child process under the server's
 // budget and stopped when the client hangs up (the vocabulary's cache keeps
 // the result, so an agent's repeated schema compiles once). A schema or
-// grammar that does not compile, or not within the budget, is the client's
-// mistake: a 400 with the reason.
+// grammar that does not compile, or not within its CPU or memory budget, is
+// the client's mistake: a 400 with the reason; a server too busy to run the
+// compile (no place for it, or its wall time spent first) is a 503.
 void Server::Impl::constrain(ApiRequest& r, HttpResponse& res, const HttpExchange& ex) {
   ProcessBudget budget;
   budget.cpu_seconds = opt.grammar_cpu_seconds;
