@@ -591,6 +591,11 @@ class Chaos:
                 raise Failure(f"tool call arguments are not JSON: {c['function']['arguments'][:200]!r}")
         if demanded and choice["finish_reason"] == "stop":
             raise Failure("a demanded call ended with finish_reason stop")
+        # Under auto a call the model begins is constrained: none is left
+        # unparsed (the default template's calls are <tool_call> blocks).
+        if req.kind == "tools_auto" and not self.args.chat_template and choice["finish_reason"] != "length" and \
+                "<tool_call>" in (choice["message"].get("content") or ""):
+            raise Failure(f"a call begun under auto did not parse: {choice['message']['content'][:200]!r}")
         # A thought the model ended the reply in (never closed) is all thought: not empty.
         if not calls and not (choice["message"].get("content") or "") and choice["finish_reason"] != "length" \
                 and not choice["message"].get("reasoning_content"):
