@@ -207,6 +207,8 @@ TEST(Engine, InvalidRequestsAreRefusedWithTheirReason) {
   r.grammar = e.compile_grammar({GrammarKind::kRegex, "a+"});
   r.grammar_triggers = {{""}};
   expect_refused(e, r, "a constraint's trigger must not be empty", "grammar");
+  r.grammar_triggers = {{"<a>", false, 4}};
+  expect_refused(e, r, "a constraint's trigger skips past its end", "grammar");
   // The engine goes on serving.
   EXPECT_EQ(e.submit(ok).wait().completions[0].tokens.size() + 0, e.submit(ok).wait().completions[0].tokens.size());
   EXPECT_EQ(e.stats().requests, 2u);

@@ -25,6 +25,7 @@
 #include "model/gguf.h"
 #include "model/llama.h"
 #include "model/tokenizer.h"
+#include "server/reasoning.h"
 #include "server/tool_calls.h"
 #include "tiny_model.h"
 
@@ -213,9 +214,12 @@ TEST_P(GrammarWalks, RegexAndEbnfOutputsMatch) {
   }
 }
 
-// tool_choice "required": in each format, every walk that ends is one or
-// more calls (one when not parallel) that parse back, each naming a tool
-// and with arguments valid against that tool's schema, and nothing else.
+// tool_choice "required" (and "auto", from a call's trigger on): in each
+// format, every walk that ends is one or more calls (one when not parallel)
+// that parse back, each naming a tool and with arguments valid against that
+// tool's schema, and nothing else. Harmony's are read through the reasoning
+// split, as the server reads them (under auto a call may name its recipient
+// in the role's header).
 TEST_P(GrammarWalks, RequiredToolCallsAreValidInEveryFormat) {
   const GrammarVocab vocab(tok());
   // lookup's parameters are kSchema with its address as pydantic writes a
@@ -228,16 +232,21 @@ TEST_P(GrammarWalks, RequiredToolCallsAreValidInEveryFormat) {
     {"type": "function", "function": {"name": "lookup", "parameters": )") + lookup.dump() + R"(}},
     {"type": "function", "function": {"name": "now", "parameters": {"type": "object",
       "properties": {"tz": {"enum": ["utc", "local"]}}, "additionalProperties": false}}}])");
+  int role_headers = 0;
+  for (const auto kind : {ToolChoice::Kind::kRequired, ToolChoice::Kind::kAuto})
   for (const ToolFormat f : {ToolFormat::kHermes, ToolFormat::kLlama3, ToolFormat::kMistral, ToolFormat::kHarmony})
     for (const bool parallel : {false, true}) {
-      SCOPED_TRACE(std::string(tool_format_name(f)) + (parallel ? " parallel" : ""));
-      const auto g = Grammar::compile(vocab, tool_call_grammar(tools, f, {ToolChoice::Kind::kRequired, ""}, parallel));
+      SCOPED_TRACE(std::string(tool_format_name(f)) + (parallel ? " parallel" : "") +
+                   (kind == ToolChoice::Kind::kAuto ? " auto" : ""));
+      const auto g = Grammar::compile(vocab, tool_call_grammar(tools, f, {kind, ""}, parallel));
       int ended = 0;
       for (uint32_t seed = 0; seed < 8; ++seed) {
         const Walk w = walk(tok(), vocab, g, 300 + seed, 600);
         if (!w.ended) continue;
         ++ended;
-        const ParsedReply r = parse_tool_calls(w.text, f);
+        role_headers += w.text.starts_with("to=functions.");
+        const ParsedReply r =
+            parse_tool_calls(f == ToolFormat::kHarmony ? split_channels(w.text).content : w.text, f);
         EXPECT_EQ(r.content, "") << w.text;
         ASSERT_GE(r.calls.size(), 1u) << w.text;
         if (!parallel) {
@@ -256,6 +265,7 @@ TEST_P(GrammarWalks, RequiredToolCallsAreValidInEveryFormat) {
       }
       EXPECT_GE(ended, 4) << "walks that reached the end";
     }
+  EXPECT_GT(role_headers, 0) << "auto's harmony calls with the recipient in the role's header";
 }
 
 INSTANTIATE_TEST_SUITE_P(Vocab, GrammarWalks, testing::Values("tiny", "gpt2"));
@@ -849,7 +859,7 @@ TEST(GrammarEngine, ATriggeredGrammarWaitsForItsTrigger) {
   // 2. The same grammar after its trigger.
   Request after = base;
   after.grammar = e.compile_grammar({GrammarKind::kEbnf, "root ::= " + tail});
-  after.grammar_triggers = {{piece, false, true}};
+  after.grammar_triggers = {{piece, false, piece.size()}};
   reqs.push_back(after);
   // 3. The trigger is token k's first byte, which the grammar must be
   // followed by "cat" or "dog": token k is drawn again.

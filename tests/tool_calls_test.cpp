@@ -179,20 +179,30 @@ TEST(ToolCalls, EachFormatsCallsBeginAtItsTriggers) {
   auto texts = [](ToolFormat f) {
     std::vector<std::string> out;
     for (const Request::Trigger& t : tool_call_triggers(f))
-      out.push_back(t.text + (t.at_start ? " (start)" : "") + (t.after ? " (after)" : ""));
+      out.push_back(t.text + (t.at_start ? " (start)" : "") + (t.skip ? " (from " + std::to_string(t.skip) + ")" : ""));
     return out;
   };
   EXPECT_EQ(texts(ToolFormat::kHermes), std::vector<std::string>{"<tool_call>"});
   EXPECT_EQ(texts(ToolFormat::kMistral), std::vector<std::string>{"[TOOL_CALLS]"});
-  EXPECT_EQ(texts(ToolFormat::kLlama3), (std::vector<std::string>{"{\"name\" (start)", "<|python_tag|> (start) (after)"}));
-  EXPECT_EQ(texts(ToolFormat::kHarmony), std::vector<std::string>{"<|channel|>commentary to="});
-  // Each grammar begins with its trigger (where the trigger is not `after`).
+  EXPECT_EQ(texts(ToolFormat::kLlama3), (std::vector<std::string>{"{\"name\" (start)", "<|python_tag|> (start) (from 14)"}));
+  EXPECT_EQ(texts(ToolFormat::kHarmony),
+            (std::vector<std::string>{"<|channel|>commentary to=", "to=functions. (start)",
+                                      "<|start|>assistant to=functions. (from 19)"}));
+  // Each grammar begins with its trigger's text from where it skips to.
   const auto tools = nlohmann::ordered_json::parse(R"([{"type": "function", "function": {"name": "f"}}])");
   ToolChoice any;
-  for (ToolFormat f : {ToolFormat::kHermes, ToolFormat::kMistral, ToolFormat::kHarmony}) {
+  for (ToolFormat f : {ToolFormat::kHermes, ToolFormat::kMistral}) {
     const GrammarSpec g = tool_call_grammar(tools, f, any, true);
-    const std::string start = f == ToolFormat::kHarmony ? g.frame->case_before[0] : g.frame->open + g.frame->before;
-    EXPECT_TRUE(start.starts_with(tool_call_triggers(f)[0].text)) << start;
+    EXPECT_TRUE((g.frame->open + g.frame->before).starts_with(tool_call_triggers(f)[0].text));
+  }
+  // Harmony's under auto: a case per tool and header (the channel's, the role's).
+  const GrammarSpec h = tool_call_grammar(tools, ToolFormat::kHarmony, any, true);
+  EXPECT_EQ(h.frame->case_before, (std::vector<std::string>{"<|channel|>commentary to=functions.f <|constrain|>json<|message|>",
+                                                            "to=functions.f<|channel|>commentary json<|message|>"}));
+  EXPECT_EQ(tool_call_grammar(tools, ToolFormat::kHarmony, {ToolChoice::Kind::kRequired, ""}, true).frame->case_before.size(), 1u);
+  for (const Request::Trigger& t : tool_call_triggers(ToolFormat::kHarmony)) {
+    const std::string from = t.text.substr(t.skip);
+    EXPECT_TRUE(h.frame->case_before[0].starts_with(from) || h.frame->case_before[1].starts_with(from)) << t.text;
   }
 }
 
@@ -485,7 +495,7 @@ TEST_F(ChatRequests, UnderAutoACallIsLookedForAfterTheThought) {
   EXPECT_TRUE(h.engine.grammar_after_thought);
   EXPECT_EQ(h.engine.think_start, "<|channel|>analysis<|message|>");
   EXPECT_EQ(tok().decode(h.engine.think_resume), "<|start|>assistant");
-  ASSERT_EQ(h.engine.grammar_triggers.size(), 1u);
+  ASSERT_EQ(h.engine.grammar_triggers.size(), 3u);
   EXPECT_EQ(h.engine.grammar_triggers[0].text, "<|channel|>commentary to=");
   EXPECT_EQ(h.constraint->frame->case_before[0], "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>");
   const ApiRequest l = parse(body(kTools), "meta-llama-Llama-3.1-8B-Instruct");

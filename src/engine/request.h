@@ -60,15 +60,15 @@ struct Request {
   // answer in text or begin a call, and a call it begins follows the
   // grammar to the reply's end). The reply is free until one of these
   // texts is written in it, outside a thought; the grammar then constrains
-  // the rest, from the trigger's first character (or from just after it:
-  // `after`). A token that writes the trigger and goes on with text the
-  // grammar refuses is drawn again without it. at_start: only as the
-  // answer's first text, blanks aside. Empty: the grammar applies from the
-  // reply's start.
+  // the rest, from `skip` bytes into the trigger (0: its first character;
+  // its size: just after it). A token that writes the trigger and goes on
+  // with text the grammar refuses is drawn again without it. at_start: only
+  // as the answer's first text, blanks aside. Empty: the grammar applies
+  // from the reply's start.
   struct Trigger {
     std::string text;
     bool at_start = false;
-    bool after = false;
+    size_t skip = 0;
   };
   std::vector<Trigger> grammar_triggers;
   // What follows a think_stop the reply writes itself before the grammar of

@@ -95,7 +95,7 @@ Sequence::Triggered Sequence::try_trigger(int32_t token) {
       at = text.find(t.text, trigger_scan_);
     else if (first != std::string::npos && text.compare(first, t.text.size(), t.text) == 0)
       at = first;
-    if (at < best) best = at, from = t.after ? at + t.text.size() : at;
+    if (at < best) best = at, from = at + t.skip;
   }
   if (best == std::string::npos) return Triggered::kNo;
   GrammarMatcher m(req_->req.grammar);

@@ -51,8 +51,10 @@ void validate_request(const Request& r, const RequestLimits& lim) {
       if (t < 0 || t >= lim.n_vocab) throw RequestError("the thought's close has a token outside the vocabulary", "thinking");
   if (!r.grammar_triggers.empty() && !r.grammar)
     throw RequestError("a constraint's triggers need the constraint", "grammar");
-  for (const Request::Trigger& t : r.grammar_triggers)
+  for (const Request::Trigger& t : r.grammar_triggers) {
     if (t.text.empty()) throw RequestError("a constraint's trigger must not be empty", "grammar");
+    if (t.skip > t.text.size()) throw RequestError("a constraint's trigger skips past its end", "grammar");
+  }
   check_finite(r.sampling.temperature, 0, 100, "temperature");
   check_finite(r.sampling.top_p, 0, 1, "top_p", true);
   check_finite(r.sampling.repeat_penalty, 0, 100, "repeat_penalty", true);

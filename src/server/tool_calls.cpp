@@ -15,6 +15,7 @@ namespace {
 constexpr std::string_view kHermesOpen = "<tool_call>", kHermesClose = "</tool_call>";
 constexpr std::string_view kMistralMarker = "[TOOL_CALLS]", kPythonTag = "<|python_tag|>";
 constexpr std::string_view kChannel = "<|channel|>", kMessage = "<|message|>", kCall = "<|call|>";
+constexpr std::string_view kRoleTo = "<|start|>assistant to=functions.";  // a message's role naming its recipient
 
 bool space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
@@ -232,7 +233,10 @@ ojson tool_parameters(const ojson& function) {
 namespace {
 
 // Harmony: one message to any allowed function, its header naming it and
-// its body that function's parameters (JsonFrame::case_before).
+// its body that function's parameters (JsonFrame::case_before). Under auto
+// the call may also name its recipient in the role's header, as the
+// template writes past calls: from "to=" (the role, " to=", is written
+// before the trigger), tool_call_triggers'.
 GrammarSpec harmony_grammar(const ojson& tools, const ToolChoice& choice) {
   ojson schemas = ojson::array();
   JsonFrame frame;
@@ -243,6 +247,9 @@ GrammarSpec harmony_grammar(const ojson& tools, const ToolChoice& choice) {
     schemas.push_back(tool_parameters(fn));
     frame.case_before.push_back(std::string(kChannel) + "commentary to=functions." + name + " <|constrain|>json" +
                                 std::string(kMessage));
+    if (choice.kind != ToolChoice::Kind::kAuto) continue;
+    schemas.push_back(tool_parameters(fn));
+    frame.case_before.push_back("to=functions." + name + std::string(kChannel) + "commentary json" + std::string(kMessage));
   }
   frame.after = kCall;
   GrammarSpec spec;
@@ -330,8 +337,14 @@ std::vector<Request::Trigger> tool_call_triggers(ToolFormat f) {
     case ToolFormat::kHermes: return {{std::string(kHermesOpen)}};
     case ToolFormat::kMistral: return {{std::string(kMistralMarker)}};
     // The grammar is the call's JSON alone; after the tag, from its brace.
-    case ToolFormat::kLlama3: return {{"{\"name\"", true, false}, {std::string(kPythonTag), true, true}};
-    case ToolFormat::kHarmony: return {{std::string(kChannel) + "commentary to="}};
+    case ToolFormat::kLlama3: return {{"{\"name\"", true}, {std::string(kPythonTag), true, kPythonTag.size()}};
+    // In the channel's header; or in the role's, at the answer's start (the
+    // prompt, or the thought's close, wrote "<|start|>assistant") or after
+    // a message the reply wrote, from "to=".
+    case ToolFormat::kHarmony:
+      return {{std::string(kChannel) + "commentary to="},
+              {"to=functions.", true},
+              {std::string(kRoleTo), false, kRoleTo.find("to=")}};
   }
   return {};
 }
