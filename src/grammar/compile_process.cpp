@@ -15,7 +15,9 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <exception>
 #include <new>
+#include <system_error>
 
 #include "base/threads.h"
 #include "grammar/grammar.h"
@@ -58,6 +60,29 @@ size_t address_space() {
   return size_t(pages) * size_t(::sysconf(_SC_PAGESIZE));
 }
 
+// The child's answer pipe, for its terminate handler.
+int child_out = -1;
+
+// Work that runs threads (the grammar compiler's) may end the child with an
+// exception no thread catches, most often memory its budget refused (a
+// thread's stack or a worker's allocation): said as such, not as a crash.
+// Nothing here allocates (the budget may be what ran out).
+[[noreturn]] void child_terminate() {
+  const char* reply = "Ethe grammar compiler stopped on an error it did not report";
+  if (const std::exception_ptr e = std::current_exception()) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::bad_alloc&) {
+      reply = "M";
+    } catch (const std::system_error& s) {
+      if (s.code() == std::errc::resource_unavailable_try_again) reply = "M";
+    } catch (...) {
+    }
+  }
+  write_all(child_out, reply, std::strlen(reply));
+  ::_exit(0);
+}
+
 [[noreturn]] void child(int out, const std::function<std::string()>& work, const ProcessBudget& b, pid_t parent) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != parent) ::_exit(1);  // the parent died before the line above
@@ -72,11 +97,15 @@ size_t address_space() {
     const rlimit as_limit{rlim_t(as), rlim_t(as)};
     ::setrlimit(RLIMIT_AS, &as_limit);
   }
+  child_out = out;
+  std::set_terminate(child_terminate);
   std::string reply;
   try {
     reply = "O" + work();
   } catch (const std::bad_alloc&) {
     reply = "M";
+  } catch (const std::system_error& e) {  // a thread the work could not start
+    reply = e.code() == std::errc::resource_unavailable_try_again ? "M" : std::string("E") + e.what();
   } catch (const std::exception& e) {
     reply = std::string("E") + e.what();
   } catch (...) {

@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <variant>
 
+#include "base/threads.h"
 #include "grammar/compile_process.h"
 #include "grammar/limits.h"
 #include "grammar/messages.h"
@@ -250,10 +251,15 @@ std::shared_ptr<const Grammar> Grammar::compile(const GrammarVocab& vocab, const
     }
   }
   // A compiler of its own in the child: the shared one's lock may have been
-  // held by another thread at the fork.
+  // held by another thread at the fork. It takes the cores the server may
+  // use (a new tool set under tool_choice "auto" is compiled before the
+  // request's first token): the child is niced below the engine, and its
+  // CPU budget counts all its threads. Not under a budget of memory too
+  // small for the threads' stacks.
+  const int threads = budget.memory_bytes >= (size_t(256) << 20) ? cores_available() : 1;
   const std::string json = run_in_child(
       [&] {
-        xgrammar::GrammarCompiler c(v.info, 1, false, -1);
+        xgrammar::GrammarCompiler c(v.info, threads, false, -1);
         return compile_with(c, spec).SerializeJSON();
       },
       budget);
