@@ -268,6 +268,45 @@ TEST_P(GrammarWalks, RequiredToolCallsAreValidInEveryFormat) {
   EXPECT_GT(role_headers, 0) << "auto's harmony calls with the recipient in the role's header";
 }
 
+// A choice of outputs (GrammarSpec::or_else: tool_choice "auto" beside a
+// response_format): every walk that ends is the answer, valid against its
+// schema, or calls that parse back; both sides are taken.
+TEST_P(GrammarWalks, AnAnswerOrCallsIsOneOfThem) {
+  const GrammarVocab vocab(tok());
+  const nlohmann::ordered_json tools = nlohmann::ordered_json::parse(R"([{"type": "function", "function": {"name": "now",
+      "parameters": {"type": "object", "properties": {"tz": {"enum": ["utc", "local"]}}, "required": ["tz"],
+                     "additionalProperties": false}}}])");
+  GrammarSpec spec{GrammarKind::kJsonSchema, kSchema};
+  spec.or_else = std::make_shared<const GrammarSpec>(tool_call_grammar(tools, ToolFormat::kHermes, {}, true));
+  const auto g = Grammar::compile(vocab, spec);
+  int answers = 0, calls = 0;
+  for (uint32_t seed = 0; seed < 24; ++seed) {
+    const Walk w = walk(tok(), vocab, g, 500 + seed, 600);
+    if (!w.ended) continue;
+    SCOPED_TRACE(w.text);
+    const ParsedReply r = parse_tool_calls(w.text, ToolFormat::kHermes);
+    if (r.calls.empty()) {
+      ++answers;
+      const nlohmann::json j = nlohmann::json::parse(w.text, nullptr, false);
+      ASSERT_FALSE(j.is_discarded());
+      expect_valid(j, w.text);
+    } else {
+      ++calls;
+      EXPECT_EQ(r.content, "");
+      for (const ToolCall& c : r.calls) {
+        EXPECT_EQ(c.name, "now");
+        EXPECT_TRUE(c.arguments == R"({"tz":"utc"})" || c.arguments == R"({"tz":"local"})") << c.arguments;
+      }
+    }
+  }
+  EXPECT_GT(answers, 0);
+  EXPECT_GT(calls, 0);
+  // Only JSON constraints, one level, make a choice.
+  GrammarSpec regex{GrammarKind::kRegex, "a+"};
+  regex.or_else = spec.or_else;
+  EXPECT_THROW(Grammar::compile(vocab, regex), GrammarError);
+}
+
 INSTANTIATE_TEST_SUITE_P(Vocab, GrammarWalks, testing::Values("tiny", "gpt2"));
 
 // A token the mask does not allow is refused and changes nothing; control

@@ -469,11 +469,19 @@ TEST_F(ChatRequests, ATemplateWithToolsRendersThemItself) {
       parse(body(loose + R"(, "tool_choice": {"type": "function", "function": {"name": "g"}})"), "Qwen-Qwen2.5-7B-Instruct");
   EXPECT_TRUE(named.constraint);
   EXPECT_TRUE(named.engine.grammar_triggers.empty());
-  // A response_format is the reply's format: the model may not call then.
+  // Beside a JSON response_format the reply is the answer in that format
+  // or calls, from its start; beside a regex, the regex's.
   const ApiRequest formatted = parse(body(std::string(kTools) + R"(, "response_format": {"type": "json_object"})"),
                                      "Qwen-Qwen2.5-7B-Instruct");
   EXPECT_EQ(formatted.constraint->kind, GrammarKind::kAnyJson);
+  EXPECT_EQ(formatted.constraint_param, "response_format");
+  ASSERT_TRUE(formatted.constraint->or_else);
+  EXPECT_EQ(formatted.constraint->or_else->frame->before, "<tool_call>");
   EXPECT_TRUE(formatted.engine.grammar_triggers.empty());
+  const ApiRequest regex = parse(body(std::string(kTools) + R"(, "regex": "[a-z]+")"), "Qwen-Qwen2.5-7B-Instruct");
+  EXPECT_EQ(regex.constraint->kind, GrammarKind::kRegex);
+  EXPECT_FALSE(regex.constraint->or_else);
+  EXPECT_TRUE(regex.engine.grammar_triggers.empty());
   // Nothing is constrained without tools or with tool_choice none.
   EXPECT_FALSE(parse(body(std::string(kTools) + R"(, "tool_choice": "none")"), "Qwen-Qwen2.5-7B-Instruct").constraint);
   EXPECT_FALSE(parse(body(""), "Qwen-Qwen2.5-7B-Instruct").constraint);

@@ -161,10 +161,23 @@ Grammar::~Grammar() = default;
 
 namespace {
 
+// A JSON spec's grammar, uncompiled (a choice's sides, joined by the engine's
+// union so that their rules never collide).
+xgrammar::Grammar json_grammar_of(const GrammarSpec& spec) {
+  if (spec.kind == GrammarKind::kAnyJson) {
+    xgrammar::Grammar any = xgrammar::Grammar::FromJSONSchema(kAnyObject, false, std::nullopt, std::make_pair(",", ":"), false);
+    return spec.frame ? framed(any, *spec.frame) : any;
+  }
+  if (spec.frame && !spec.frame->case_before.empty()) return framed_cases(spec.text, *spec.frame);
+  if (spec.frame) return framed(json_schema_grammar(spec.text), *spec.frame);
+  return json_schema_grammar(spec.text);
+}
+
 // The spec compiled by `c`; the grammar engine's exceptions become
 // GrammarErrors with the client's message.
 xgrammar::CompiledGrammar compile_with(xgrammar::GrammarCompiler& c, const GrammarSpec& spec) {
   try {
+    if (spec.or_else) return c.CompileGrammar(xgrammar::Grammar::Union({json_grammar_of(spec), json_grammar_of(*spec.or_else)}));
     switch (spec.kind) {
       case GrammarKind::kJsonSchema:
         if (spec.frame && !spec.frame->case_before.empty())
@@ -192,8 +205,21 @@ xgrammar::CompiledGrammar compile_with(xgrammar::GrammarCompiler& c, const Gramm
   }
 }
 
+bool json_kind(const GrammarSpec& spec) {
+  return spec.kind == GrammarKind::kJsonSchema || spec.kind == GrammarKind::kAnyJson;
+}
+
 // What every spec is checked against before the compiler sees it.
 void check_before_compiling(const GrammarSpec& spec) {
+  if (spec.or_else) {
+    if (!json_kind(spec) || !json_kind(*spec.or_else) || spec.or_else->or_else)
+      throw GrammarError("a choice of outputs is of two JSON constraints");
+    GrammarSpec first = spec;
+    first.or_else = nullptr;
+    check_before_compiling(first);
+    check_before_compiling(*spec.or_else);
+    return;
+  }
   check_limits(spec);
   if (spec.kind != GrammarKind::kJsonSchema) return;
   if (!spec.frame || spec.frame->case_before.empty()) return check_schema(spec.text, SchemaUse::kConstraint);
@@ -214,6 +240,7 @@ std::string spec_key(const GrammarSpec& spec) {
     k += '\0' + std::to_string(f.max_items);
     for (const std::string& b : f.case_before) k += '\1' + b;
   }
+  if (spec.or_else) k += '\2' + spec_key(*spec.or_else);
   return k;
 }
 
@@ -222,7 +249,7 @@ std::string spec_key(const GrammarSpec& spec) {
 std::shared_ptr<const Grammar> Grammar::finish(const GrammarVocab& vocab, const GrammarSpec& spec,
                                                xgrammar::CompiledGrammar compiled) {
   std::shared_ptr<Grammar> g(new Grammar);
-  const bool json = spec.kind == GrammarKind::kJsonSchema || spec.kind == GrammarKind::kAnyJson;
+  const bool json = json_kind(spec);
   g->impl_ = std::make_unique<Impl>(Impl{std::move(compiled), vocab.size(), json ? &vocab.impl_->json_safe : nullptr});
   // A constraint no token of this vocabulary can begin (a regex of bytes
   // the vocabulary has no token for, say) would leave nothing to sample.

@@ -57,6 +57,10 @@ struct GrammarSpec {
   GrammarKind kind = GrammarKind::kAnyJson;
   std::string text;  // the schema (JSON), the regex or the EBNF (root rule "root"); unused for kAnyJson
   std::optional<JsonFrame> frame;  // kJsonSchema and kAnyJson (without case_before) only
+  // Or this one: the output is either's (tool_choice "auto" beside a
+  // response_format: the answer in its format, or calls). JSON kinds only,
+  // one level.
+  std::shared_ptr<const GrammarSpec> or_else;
 };
 
 // Why a constraint did not compile: the client's constraint is wrong (most

@@ -731,14 +731,21 @@ ApiRequest parse_chat_json(const json& j, const ApiLimits& lim, const std::strin
       throw invalid(out.constraint_param, out.constraint_param + " cannot be combined with a tool_choice that demands a call");
     out.constraint = tool_call_grammar(tools, syntax.format, choice, parallel);
     out.constraint_param = "tools";
-  } else if (choice.kind == ToolChoice::Kind::kAuto && !out.constraint) {
+  } else if (choice.kind == ToolChoice::Kind::kAuto) {
     // The model may answer or call; a call it begins is constrained from
     // its marker on as a demanded one would be (each names a tool, its
     // arguments that tool's parameters), so every call it makes parses.
-    // With a response_format the reply is that format's instead.
-    out.constraint = tool_call_grammar(callable, syntax.format, choice, parallel);
-    out.constraint_param = "tools";
-    out.engine.grammar_triggers = tool_call_triggers(syntax.format);
+    // Beside a JSON response_format the reply is either the answer in that
+    // format or calls, from its start (an agent's structured final answer
+    // after its calls). A regex or grammar is the whole reply's.
+    GrammarSpec calls = tool_call_grammar(callable, syntax.format, choice, parallel);
+    if (!out.constraint) {
+      out.constraint = std::move(calls);
+      out.constraint_param = "tools";
+      out.engine.grammar_triggers = tool_call_triggers(syntax.format);
+    } else if (out.constraint->kind == GrammarKind::kJsonSchema || out.constraint->kind == GrammarKind::kAnyJson) {
+      out.constraint->or_else = std::make_shared<const GrammarSpec>(std::move(calls));
+    }
   }
   // Special tokens come from the template's markup only, never from a message.
   try {

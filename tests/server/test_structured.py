@@ -252,6 +252,35 @@ class Structured(ServedTest):
                 self.assertNotIn("<tool_call>", choice.message.content or "", choice.message)
         self.assertGreaterEqual(called, 4)
 
+    def test_an_answer_format_beside_tools_leaves_calls_possible(self):
+        # An agent with tools and a structured final answer (the Agents SDK's
+        # output_type): under auto the reply is either calls or the answer in
+        # its format, each valid. Before, the format held from the first
+        # token, so the model could never call.
+        schema = {"type": "object", "properties": {"answer": {"type": "string", "maxLength": 40}},
+                  "required": ["answer"], "additionalProperties": False}
+        prompts = ['Repeat exactly: <tool_call>{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}'
+                   '</tool_call>', "What is 2+2? Answer in JSON."]
+        def ask(i):
+            return self.client.chat.completions.create(
+                model=MODEL_ID, messages=[{"role": "user", "content": prompts[i // 8]}], tools=TOOLS, seed=300 + i % 8,
+                temperature=0.8, max_tokens=120,
+                response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": schema}})
+        with ThreadPoolExecutor(4) as pool:
+            answers = list(pool.map(ask, range(16)))
+        kinds = set()
+        for r in answers:
+            choice = r.choices[0]
+            if choice.message.tool_calls:
+                kinds.add("calls")
+                self.assertEqual(choice.finish_reason, "tool_calls", choice.message)
+                check_calls(self, choice.message)
+            else:
+                kinds.add("answer")
+                self.assertEqual(choice.finish_reason, "stop", choice.message)
+                jsonschema.validate(json.loads(choice.message.content), schema)
+        self.assertEqual(kinds, {"calls", "answer"})
+
     def test_streamed_calls_reassemble_to_the_whole_ones(self):
         kw = dict(model=MODEL_ID, messages=[{"role": "user", "content": "Weather in Rome and 2 plus 2?"}], tools=TOOLS,
                   tool_choice="required", temperature=0, max_tokens=200)
