@@ -506,6 +506,15 @@ TEST_F(ChatRequests, UnderAutoACallIsLookedForAfterTheThought) {
   ASSERT_EQ(h.engine.grammar_triggers.size(), 3u);
   EXPECT_EQ(h.engine.grammar_triggers[0].text, "<|channel|>commentary to=");
   EXPECT_EQ(h.constraint->frame->case_before[0], "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>");
+  // Beside a response_format: the final channel's answer, or a call in the
+  // channel's header (the role's is written with the triggers only).
+  const ApiRequest hf = parse(body(std::string(kTools) + R"(, "response_format": {"type": "json_object"})"),
+                              "openai-gpt-oss-120b");
+  EXPECT_EQ(hf.constraint->frame->open, "<|channel|>final<|message|>");
+  ASSERT_TRUE(hf.constraint->or_else);
+  EXPECT_EQ(hf.constraint->or_else->frame->case_before,
+            std::vector<std::string>{"<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"});
+  EXPECT_TRUE(hf.engine.grammar_triggers.empty());
   const ApiRequest l = parse(body(kTools), "meta-llama-Llama-3.1-8B-Instruct");
   EXPECT_FALSE(l.engine.grammar_after_thought);
   ASSERT_EQ(l.engine.grammar_triggers.size(), 2u);

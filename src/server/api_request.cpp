@@ -738,7 +738,10 @@ ApiRequest parse_chat_json(const json& j, const ApiLimits& lim, const std::strin
     // Beside a JSON response_format the reply is either the answer in that
     // format or calls, from its start (an agent's structured final answer
     // after its calls). A regex or grammar is the whole reply's.
-    GrammarSpec calls = tool_call_grammar(callable, syntax.format, choice, parallel);
+    // (Harmony's calls with the recipient in the role's header are the
+    // triggered grammar's: from the reply's start it is the channel's.)
+    const ToolChoice any = out.constraint ? ToolChoice{ToolChoice::Kind::kRequired, ""} : choice;
+    GrammarSpec calls = tool_call_grammar(callable, syntax.format, any, parallel);
     if (!out.constraint) {
       out.constraint = std::move(calls);
       out.constraint_param = "tools";
