@@ -464,11 +464,17 @@ TEST_F(ChatRequests, ATemplateWithToolsRendersThemItself) {
   ASSERT_EQ(a.engine.grammar_triggers.size(), 1u);
   EXPECT_EQ(a.engine.grammar_triggers[0].text, "<tool_call>");
   EXPECT_FALSE(a.engine.grammar_triggers[0].at_start);
+  // Ours, not the client's: dropped where it does not compile in time;
+  // unless a tool is strict.
+  EXPECT_TRUE(a.constraint_optional);
+  EXPECT_FALSE(parse(body(R"(, "tools": [{"function": {"name": "g", "strict": true}}])"), "Qwen-Qwen2.5-7B-Instruct")
+                   .constraint_optional);
   // A demanded call has no triggers: the grammar is the reply's from its start.
   const ApiRequest named =
       parse(body(loose + R"(, "tool_choice": {"type": "function", "function": {"name": "g"}})"), "Qwen-Qwen2.5-7B-Instruct");
   EXPECT_TRUE(named.constraint);
   EXPECT_TRUE(named.engine.grammar_triggers.empty());
+  EXPECT_FALSE(named.constraint_optional);
   // Beside a JSON response_format the reply is the answer in that format
   // or calls, from its start; beside a regex, the regex's.
   const ApiRequest formatted = parse(body(std::string(kTools) + R"(, "response_format": {"type": "json_object"})"),
@@ -478,6 +484,7 @@ TEST_F(ChatRequests, ATemplateWithToolsRendersThemItself) {
   ASSERT_TRUE(formatted.constraint->or_else);
   EXPECT_EQ(formatted.constraint->or_else->frame->before, "<tool_call>");
   EXPECT_TRUE(formatted.engine.grammar_triggers.empty());
+  EXPECT_FALSE(formatted.constraint_optional);
   const ApiRequest regex = parse(body(std::string(kTools) + R"(, "regex": "[a-z]+")"), "Qwen-Qwen2.5-7B-Instruct");
   EXPECT_EQ(regex.constraint->kind, GrammarKind::kRegex);
   EXPECT_FALSE(regex.constraint->or_else);

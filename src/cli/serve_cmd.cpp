@@ -130,7 +130,8 @@ Action add_serve_command(CLI::App& app) {
       ->check(CLI::ExistingDirectory);
   c->add_option("--grammar-budget", o->server.grammar_cpu_seconds,
                 "CPU seconds a request's constraint (schema, regex, grammar, tools) may take to compile, in a child "
-                "process at the lowest priority (3x that in wall time; default 10); over it: a 400")
+                "process at the lowest priority (3x that in wall time; default 10); over it: a 400 (the grammar of the "
+                "calls a model may begin under tool_choice auto, with no tool strict: dropped, within 1x in wall time)")
       ->check(finite_in(0.1, 600));
   c->add_option("--responses-store", o->server.responses_max,
                 "Responses API: responses kept for GET /v1/responses/{id} and previous_response_id, least recently "

@@ -746,6 +746,9 @@ ApiRequest parse_chat_json(const json& j, const ApiLimits& lim, const std::strin
       out.constraint = std::move(calls);
       out.constraint_param = "tools";
       out.engine.grammar_triggers = tool_call_triggers(syntax.format);
+      out.constraint_optional = std::none_of(tools.begin(), tools.end(), [](const json& t) {
+        return t["function"].contains("strict") && t["function"]["strict"] == true;
+      });
     } else if (out.constraint->kind == GrammarKind::kJsonSchema || out.constraint->kind == GrammarKind::kAnyJson) {
       out.constraint->or_else = std::make_shared<const GrammarSpec>(std::move(calls));
     }

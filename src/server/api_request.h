@@ -56,6 +56,11 @@ struct ApiRequest {
   // constraint_param names the field its errors are about.
   std::optional<GrammarSpec> constraint;
   std::string constraint_param;
+  // The constraint is ours, not the client's: the calls a model may begin
+  // under tool_choice "auto" with no tool "strict". One that does not
+  // compile within its budget (its wall time: its CPU budget) is dropped and
+  // the request served without it (its calls parsed from free text).
+  bool constraint_optional = false;
   // Tools offered (tool_choice not "none"): the reply is parsed for calls in
   // tool_format.
   bool tools = false;

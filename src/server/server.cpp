@@ -323,11 +323,15 @@ void Server::Impl::pml_prompt(ApiRequest& r) {
 // the result, so an agent's repeated schema compiles once). A schema or
 // grammar that does not compile, or not within its CPU or memory budget, is
 // the client's mistake: a 400 with the reason; a server too busy to run the
-// compile (no place for it, or its wall time spent first) is a 503.
+// compile (no place for it, or its wall time spent first) is a 503. An
+// optional constraint (ApiRequest::constraint_optional) is dropped instead,
+// within a wall time of its CPU budget: a busy server serves the request as
+// it would have without it rather than refuse it or keep it waiting.
 void Server::Impl::constrain(ApiRequest& r, HttpResponse& res, const HttpExchange& ex) {
   ProcessBudget budget;
   budget.cpu_seconds = opt.grammar_cpu_seconds;
-  budget.wall_seconds = 3 * opt.grammar_cpu_seconds;  // the compiler runs niced beside the engine
+  // The compiler runs niced beside the engine.
+  budget.wall_seconds = (r.constraint_optional ? 1 : 3) * opt.grammar_cpu_seconds;
   budget.memory_bytes = opt.grammar_memory_bytes;
   budget.cancelled = [&ex] { return ex.client_gone(); };
   const auto count = [&](const char* outcome) {
@@ -343,6 +347,14 @@ void Server::Impl::constrain(ApiRequest& r, HttpResponse& res, const HttpExchang
           : e.why() == GrammarFailure::kCompilerFailed ? "failed"
           : e.why() == GrammarFailure::kBusy           ? "busy"
                                                        : "invalid");
+    if (r.constraint_optional && e.why() != GrammarFailure::kCancelled) {
+      count("dropped");
+      r.constraint.reset();
+      r.engine.grammar = nullptr;
+      r.engine.grammar_triggers.clear();
+      r.engine.grammar_after_thought = false;
+      return;
+    }
     if (e.why() == GrammarFailure::kBusy) {  // the server's state, not the constraint's fault
       res.headers.emplace_back("Retry-After", "5");
       throw ApiError{503, r.constraint_param + ": " + e.what(), "server_error", r.constraint_param, "compiles_busy"};

@@ -206,6 +206,25 @@ class Server1(unittest.TestCase):
             self.assertEqual(code, 200, j)
         finally:
             self.assertEqual(s.stop(), 0)
+        # Under tool_choice auto the grammar of the calls the model may begin is the server's own idea:
+        # one that does not compile within its wall time (its CPU budget, 0.1 s here; this one takes
+        # longer) is dropped and the request served as before it existed (its calls parsed from free
+        # text), unless a tool is strict, where the client asked for it.
+        s = Server(BINARY, MODEL, "--grammar-budget", "0.1")
+        try:
+            tool = {"type": "function", "function": {"name": "pick", "parameters": {
+                "type": "object", "properties": {"city": {"type": "string", "maxLength": 30},
+                                                 "unit": {"enum": ["celsius", "fahrenheit"]}}, "required": ["city"]}}}
+            code, _, j = raw(s.url, "POST", "/v1/chat/completions", chat_body("hi", tools=[tool]))
+            self.assertEqual(code, 200, j)
+            self.assertEqual(metric(s.url, "chunkserve:constraints_total", 'outcome="dropped"'), 1)
+            tool["function"]["strict"] = True
+            code, _, j = raw(s.url, "POST", "/v1/chat/completions", chat_body("hi", tools=[tool]))
+            self.assertIn(code, (400, 503), j)
+            self.assertEqual(j["error"]["param"], "tools", j)
+            self.assertEqual(metric(s.url, "chunkserve:constraints_total", 'outcome="dropped"'), 1)
+        finally:
+            self.assertEqual(s.stop(), 0)
         # A client that leaves while its schema compiles (the default budget, 10 s of CPU; this compile
         # takes more): the compile is killed because its client left, not when its budget ran out (the
         # server counts which), and no child process lingers. No wall-clock bound: under a sanitizer on a
