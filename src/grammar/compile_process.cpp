@@ -25,16 +25,28 @@
 namespace cs {
 namespace {
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitizerShadow = true;
+#if defined(__SANITIZE_THREAD__)
+constexpr bool kThreadSanitizer = true;
 #elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kSanitizerShadow = true;
+#if __has_feature(thread_sanitizer)
+constexpr bool kThreadSanitizer = true;
 #else
-constexpr bool kSanitizerShadow = false;
+constexpr bool kThreadSanitizer = false;
 #endif
 #else
-constexpr bool kSanitizerShadow = false;
+constexpr bool kThreadSanitizer = false;
+#endif
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kSanitizerShadow = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kSanitizerShadow = true;
+#else
+constexpr bool kSanitizerShadow = kThreadSanitizer;
+#endif
+#else
+constexpr bool kSanitizerShadow = kThreadSanitizer;
 #endif
 
 // Writes all of s; false when the reader is gone.
@@ -166,6 +178,8 @@ ChildSlots& child_slots() {
 
 bool address_space_limited() { return !kSanitizerShadow; }
 
+bool child_may_start_threads() { return !kThreadSanitizer; }
+
 int default_children(size_t memory_bytes) {
   const double ram = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGESIZE));
   const int by_memory = memory_bytes > 0 && ram > 0 ? int(ram / 2 / double(memory_bytes)) : cores_available();
@@ -253,7 +267,10 @@ std::string run_in_child(const std::function<std::string()>& work, const Process
                            std::to_string(b.memory_bytes >> 20) + " MiB",
                        GrammarFailure::kCompilerFailed);
   }
-  if (got.empty()) throw GrammarError("the grammar compiler ended without an answer", GrammarFailure::kCompilerFailed);
+  if (got.empty())
+    throw GrammarError("the grammar compiler ended without an answer (exit status " +
+                           std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + ")",
+                       GrammarFailure::kCompilerFailed);
   if (got[0] == 'M')
     throw GrammarError("the constraint did not compile within its budget of " + std::to_string(b.memory_bytes >> 20) +
                            " MiB of memory",

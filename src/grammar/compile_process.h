@@ -52,4 +52,9 @@ std::string run_in_child(const std::function<std::string()>& work, const Process
 // allocation failure); the CPU and wall-clock limits still apply there.
 bool address_space_limited();
 
+// Whether work in run_in_child may start threads. Not under ThreadSanitizer,
+// which ends a child of a multi-threaded process that starts one (its
+// die_after_fork), before the child can answer.
+bool child_may_start_threads();
+
 }  // namespace cs

@@ -282,8 +282,9 @@ std::shared_ptr<const Grammar> Grammar::compile(const GrammarVocab& vocab, const
   // use (a new tool set under tool_choice "auto" is compiled before the
   // request's first token): the child is niced below the engine, and its
   // CPU budget counts all its threads. Not under a budget of memory too
-  // small for the threads' stacks.
-  const int threads = budget.memory_bytes >= (size_t(256) << 20) ? cores_available() : 1;
+  // small for the threads' stacks, nor where the child may start none.
+  const int threads =
+      budget.memory_bytes >= (size_t(256) << 20) && child_may_start_threads() ? cores_available() : 1;
   const std::string json = run_in_child(
       [&] {
         xgrammar::GrammarCompiler c(v.info, threads, false, -1);
