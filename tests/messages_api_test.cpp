@@ -4,7 +4,9 @@
 // and streams as exact JSON.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -200,6 +202,57 @@ TEST_F(Messages, MistakesAre400sNamingTheField) {
   EXPECT_STREQ(messages_error_type(401), "authentication_error");
   EXPECT_STREQ(messages_error_type(429), "rate_limit_error");
   EXPECT_STREQ(messages_error_type(500), "api_error");
+}
+
+// Thinking is asked of the template the request renders with: where the
+// file has a template for tools and the request offers tools, that one.
+TEST_F(Messages, ThinkingIsCheckedAgainstTheTemplateTheRequestUses) {
+  const auto source = [](const std::string& name) {
+    std::ifstream f(std::string(CS_TEMPLATE_DIR) + "/" + name + ".jinja");
+    std::stringstream s;
+    s << f.rdbuf();
+    EXPECT_FALSE(s.str().empty()) << name;
+    return s.str();
+  };
+  const ChatTemplate qwen3(source("Qwen-Qwen3-0.6B"), "", "<|im_end|>");
+  const ChatTemplate hermes(source("NousResearch-Hermes-3-Llama-3.1-8B-tool_use"), "", "<|im_end|>");
+  const std::string think = R"({"model": "m", "max_tokens": 2048, "thinking": {"type": "enabled", "budget_tokens": 1024},
+                                "messages": [{"role": "user", "content": "x"}])";
+  const std::string tools = R"(, "tools": [{"name": "f", "input_schema": {"type": "object"}}]})";
+  const auto refused = [](const std::string& body, const ApiLimits& lim) {
+    try {
+      parse_messages_request(body, lim);
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.param, "thinking") << body;
+      EXPECT_EQ(e.message, "thinking is enabled, but this model's chat template does not think (no <think> in it)");
+      try {
+        count_messages_tokens(body, lim);
+      } catch (const ApiError& c) {
+        EXPECT_EQ(c.message, e.message);
+        return true;
+      }
+      ADD_FAILURE() << "count_tokens took " << body;
+      return true;
+    }
+    return false;
+  };
+  // ChatML by default, Qwen3's (which thinks) for tools.
+  ApiLimits plain_then_thinks = test::api_limits(&chat_);
+  add_tool_template(plain_then_thinks, qwen3);
+  ASSERT_EQ(plain_then_thinks.chat_tools, &qwen3);
+  EXPECT_TRUE(refused(think + "}", plain_then_thinks));
+  EXPECT_FALSE(refused(think + tools, plain_then_thinks));
+  EXPECT_TRUE(parse_messages_request(think + tools, plain_then_thinks).chat.reasoning);
+  EXPECT_EQ(count_messages_tokens(think + tools, plain_then_thinks),
+            int(parse_messages_request(think + tools, plain_then_thinks).chat.engine.prompt.size()));
+  // Qwen3's by default, Hermes 3's (which does not think) for tools.
+  ApiLimits thinks_then_plain = test::api_limits(&qwen3);
+  add_tool_template(thinks_then_plain, hermes);
+  ASSERT_EQ(thinks_then_plain.chat_tools, &hermes);
+  EXPECT_FALSE(refused(think + "}", thinks_then_plain));
+  EXPECT_TRUE(refused(think + tools, thinks_then_plain));
+  // tool_choice none renders with the default template.
+  EXPECT_FALSE(refused(think + R"(, "tool_choice": {"type": "none"})" + tools, thinks_then_plain));
 }
 
 TEST_F(Messages, TokensAreCountedBeyondTheContext) {

@@ -271,15 +271,23 @@ json to_chat(const json& j, bool count_only, std::string& prefill, int& marks) {
 namespace {
 
 // thinking: on or off through the template (enable_thinking, as Qwen3's
-// reads it); asked of a template that does not think, a 400.
-void apply_thinking(const json& j, json& chat, const ApiLimits& lim) {
+// reads it); true when enabled.
+bool apply_thinking(const json& j, json& chat) {
   const json* th = field(j, "thinking");
-  if (!th || type_of(*th) == "adaptive") return;
+  if (!th || type_of(*th) == "adaptive") return false;
   const bool on = type_of(*th) == "enabled";
-  if (on && !template_thinks(lim.chat->source()) && !template_has_channels(lim.chat->source()))
+  chat["chat_template_kwargs"] = {{"enable_thinking", on}};
+  return on;
+}
+
+// Thinking enabled of a template that does not think is a 400. The template
+// is the one the request rendered with: the file's template for tools where
+// the request offers tools and the file has one (it may think where the
+// default does not, or the other way round).
+void check_thinks(bool on, const ApiRequest& r) {
+  if (on && !r.reasoning)
     throw invalid("thinking", "thinking is enabled, but this model's chat template does not think (no <think> in it)",
                   "unsupported_parameter");
-  chat["chat_template_kwargs"] = {{"enable_thinking", on}};
 }
 
 std::chrono::seconds ttl_of(const json& block) {
@@ -354,12 +362,13 @@ MessagesRequest parse_messages_request(const std::string& body, const ApiLimits&
   std::string prefill;
   int marks = 0;
   json chat = to_chat(j, false, prefill, marks);
-  apply_thinking(j, chat, lim);
+  const bool thinking = apply_thinking(j, chat);
   try {
     out.chat = parse_chat_json(chat, lim, prefill);
   } catch (const ApiError& e) {  // a tool's fields in this API's names
     throw renamed(renamed(e, "].function.parameters", "].input_schema"), "].function.name", "].name");
   }
+  check_thinks(thinking, out.chat);
   if (const json* th = field(j, "thinking"); th && type_of(*th) == "enabled")
     set_thought(out.chat, int((*th)["budget_tokens"].get<long long>()), lim);
   // Each mark's prefix: the tokens the prompt shares with its cut body's.
@@ -399,10 +408,12 @@ int count_messages_tokens(const std::string& body, const ApiLimits& lim) {
   std::string prefill;
   int marks = 0;
   json chat = to_chat(j, true, prefill, marks);
-  apply_thinking(j, chat, lim);
+  const bool thinking = apply_thinking(j, chat);
   ApiLimits any_length = lim;
   any_length.n_ctx = INT_MAX;
-  return int(parse_chat_json(chat, any_length, prefill).engine.prompt.size());
+  const ApiRequest r = parse_chat_json(chat, any_length, prefill);
+  check_thinks(thinking, r);
+  return int(r.engine.prompt.size());
 }
 
 const char* messages_error_type(int status) {
