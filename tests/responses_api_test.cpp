@@ -164,6 +164,32 @@ TEST_F(Responses, MistakesAre400sNamingTheField) {
     EXPECT_EQ(e.param, c.param) << c.body;
     EXPECT_EQ(e.code, c.code) << c.body;
   }
+  // allowed_tools in this API's shape: the chat route's request, its
+  // mistakes under this API's names.
+  const std::string tools = R"("tools": [{"type": "function", "name": "f"}, {"type": "function", "name": "g"}])";
+  const ResponsesRequest allowed = parse(R"({"model": "m", "input": "x", )" + tools +
+                                         R"(, "tool_choice": {"type": "allowed_tools", "mode": "required",
+                                             "tools": [{"type": "function", "name": "g"}]}})");
+  const ApiRequest chat = parse_chat_request(R"({"model": "m", "messages": [{"role": "user", "content": "x"}],
+      "tools": [{"type": "function", "function": {"name": "f"}}, {"type": "function", "function": {"name": "g"}}],
+      "tool_choice": {"type": "allowed_tools", "allowed_tools": {"mode": "required",
+                      "tools": [{"type": "function", "function": {"name": "g"}}]}}})",
+                                             lim_);
+  EXPECT_EQ(allowed.chat.engine.prompt, chat.engine.prompt);
+  ASSERT_TRUE(allowed.chat.constraint && chat.constraint);
+  EXPECT_EQ(allowed.chat.constraint->text, chat.constraint->text);
+  EXPECT_NE(chat.constraint->text.find(R"("const":"g")"), std::string::npos);
+  EXPECT_EQ(chat.constraint->text.find(R"("const":"f")"), std::string::npos);
+  const ApiError unknown = error(R"({"model": "m", "input": "x", )" + tools +
+                                 R"(, "tool_choice": {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "h"}]}})");
+  EXPECT_EQ(unknown.param, "tool_choice.tools[0]");
+  EXPECT_EQ(unknown.message, "tool_choice.tools[0] names the function 'h', which is not in tools");
+  const ApiError shape = error(R"({"model": "m", "input": "x", )" + tools +
+                               R"(, "tool_choice": {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function"}]}})");
+  EXPECT_EQ(shape.param, "tool_choice.tools[0]");
+  EXPECT_EQ(shape.message, R"(tool_choice.tools[0] must be {"type": "function", "name"})");
+  EXPECT_EQ(error(R"({"model": "m", "input": "x", )" + tools + R"(, "tool_choice": {"type": "allowed_tools", "tools": []}})").param,
+            "tool_choice.mode");
   EXPECT_EQ(error(R"({"model": "other", "input": "x"})").status, 404);
   EXPECT_EQ(error(R"({"model": "m", "input": []})").message, "input must not be empty");
   EXPECT_EQ(error(R"({"model": "m", "input": "x", "tools": [{"type": "function", "name": "f", "parameters": {"type": "obj"}}]})")

@@ -498,6 +498,73 @@ TEST_F(ChatRequests, ATemplateWithToolsRendersThemItself) {
 // writes there is no call: the grammar waits for the answer (Qwen 3's
 // <think>, harmony's analysis message, after which the next message's start
 // is written as the template writes it).
+// tool_choice allowed_tools: every tool stays in the prompt (the same text
+// whatever the subset, so requests that vary it share its prefix), and the
+// calls may name only the allowed ones: under mode auto from the call's
+// marker (the client's restriction: never dropped), under required from the
+// reply's start.
+TEST_F(ChatRequests, AllowedToolsNarrowTheCallsNotThePrompt) {
+  const std::string two =
+      R"(, "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+           "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
+                     {"type": "function", "function": {"name": "get_time"}}])";
+  const std::string qwen = "Qwen-Qwen2.5-7B-Instruct";
+  const auto allowed = [&](const std::string& mode, const std::string& names) {
+    return two + R"(, "tool_choice": {"type": "allowed_tools", "allowed_tools": {"mode": ")" + mode +
+           R"(", "tools": [)" + names + "]}}";
+  };
+  const std::string time = R"({"type": "function", "function": {"name": "get_time"}})";
+  const std::string get_time_only =
+      R"({"type":"object","properties":{"name":{"const":"get_time"},"arguments":{"type":"object",)"
+      R"("properties":{},"additionalProperties":false}},"required":["name","arguments"],"additionalProperties":false})";
+  const ApiRequest all = parse(body(two), qwen);
+  const ApiRequest a = parse(body(allowed("auto", time)), qwen);
+  EXPECT_EQ(a.engine.prompt, all.engine.prompt);
+  ASSERT_TRUE(a.constraint);
+  EXPECT_EQ(a.constraint->text, get_time_only);
+  ASSERT_EQ(a.engine.grammar_triggers.size(), 1u);
+  EXPECT_EQ(a.engine.grammar_triggers[0].text, "<tool_call>");
+  EXPECT_FALSE(a.constraint_optional);
+  EXPECT_TRUE(all.constraint_optional);
+  const ApiRequest r = parse(body(allowed("required", time)), qwen);
+  EXPECT_EQ(r.engine.prompt, all.engine.prompt);
+  ASSERT_TRUE(r.constraint);
+  EXPECT_EQ(r.constraint->text, get_time_only);
+  EXPECT_TRUE(r.engine.grammar_triggers.empty());
+  // Both allowed: the same grammar as tool_choice required.
+  const ApiRequest both = parse(body(allowed("required", time + R"(, {"type": "function", "function": {"name": "get_weather"}})")), qwen);
+  EXPECT_EQ(both.constraint->text, parse(body(two + R"(, "tool_choice": "required")"), qwen).constraint->text);
+  // A tool left out is only described: its schema need not be enforceable.
+  const std::string loose = R"(, "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "array",
+      "uniqueItems": true}}}, {"type": "function", "function": {"name": "g"}}], "tool_choice": {"type": "allowed_tools",
+      "allowed_tools": {"mode": "required", "tools": [{"type": "function", "function": {"name": "g"}}]}})";
+  EXPECT_NO_THROW(parse(body(loose), qwen));
+  struct Case {
+    std::string choice, param, message;
+  } cases[] = {
+      {R"({"type": "allowed_tools"})", "tool_choice.allowed_tools",
+       "tool_choice.allowed_tools must be an object with mode and tools"},
+      {R"({"type": "allowed_tools", "allowed_tools": {"mode": "any", "tools": [{"type": "function", "function": {"name": "get_time"}}]}})",
+       "tool_choice.allowed_tools.mode", "tool_choice.allowed_tools.mode must be auto or required"},
+      {R"({"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": []}})", "tool_choice.allowed_tools.tools",
+       "tool_choice.allowed_tools.tools must be a non-empty list of tools"},
+      {R"({"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": [{"type": "function", "function": {"name": "nope"}}]}})",
+       "tool_choice.allowed_tools.tools[0]",
+       "tool_choice.allowed_tools.tools[0] names the function 'nope', which is not in tools"},
+      {R"({"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": [{"type": "mcp", "server_label": "x"}]}})",
+       "tool_choice.allowed_tools.tools[0]",
+       R"(tool_choice.allowed_tools.tools[0] must be {"type": "function", "function": {"name"}})"},
+  };
+  for (const Case& c : cases) {
+    const ApiError e = error(body(two + R"(, "tool_choice": )" + c.choice));
+    EXPECT_EQ(e.status, 400) << c.choice;
+    EXPECT_EQ(e.param, c.param) << c.choice;
+    EXPECT_EQ(e.message, c.message) << c.choice;
+  }
+  EXPECT_EQ(error(body(R"(, "tool_choice": {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": []}})")).message,
+            "tool_choice allowed_tools needs tools");
+}
+
 TEST_F(ChatRequests, UnderAutoACallIsLookedForAfterTheThought) {
   const ApiRequest q = parse(body(kTools), "Qwen-Qwen3-0.6B");
   ASSERT_TRUE(q.reasoning);

@@ -252,7 +252,7 @@ json check_tool_schemas(const json& tools, const ToolChoice& choice) {
     const json& fn = tools[i]["function"];
     if (!fn.contains("parameters")) continue;
     const bool strict = fn.contains("strict") && fn["strict"] == true;
-    const bool demanded = choice.kind == ToolChoice::Kind::kRequired ||
+    const bool demanded = (choice.kind == ToolChoice::Kind::kRequired && choice.allows(fn["name"])) ||
                           (choice.kind == ToolChoice::Kind::kNamed && fn["name"] == choice.name) ||
                           (choice.kind == ToolChoice::Kind::kAuto && strict);
     const std::string at = "tools[" + std::to_string(i) + "].function.parameters";
@@ -272,11 +272,60 @@ json check_tool_schemas(const json& tools, const ToolChoice& choice) {
   return callable;
 }
 
-// tool_choice: "none" | "auto" | "required" | {"type": "function", "function": {"name"}}.
+bool has_tool(const json& tools, const std::string& name) {
+  return std::any_of(tools.begin(), tools.end(), [&](const json& t) { return t["function"]["name"] == name; });
+}
+
+// OpenAI's {"type": "allowed_tools", "allowed_tools": {"mode": "auto" |
+// "required", "tools": [{"type": "function", "function": {"name"}}, ...]}}.
+ToolChoice parse_allowed_tools(const json& c, const json& tools) {
+  const json* a = Fields(c).get("allowed_tools");
+  if (!a || !a->is_object())
+    throw invalid("tool_choice.allowed_tools", "tool_choice.allowed_tools must be an object with mode and tools",
+                  "invalid_type");
+  const Fields f(*a);
+  ToolChoice choice;
+  const json* mode = f.get("mode");
+  if (mode && *mode == "auto") choice.kind = ToolChoice::Kind::kAuto;
+  else if (mode && *mode == "required") choice.kind = ToolChoice::Kind::kRequired;
+  else throw invalid("tool_choice.allowed_tools.mode", "tool_choice.allowed_tools.mode must be auto or required");
+  const json* list = f.get("tools");
+  if (!list || !list->is_array() || list->empty())
+    throw invalid("tool_choice.allowed_tools.tools", "tool_choice.allowed_tools.tools must be a non-empty list of tools",
+                  "invalid_type");
+  for (size_t i = 0; i < list->size(); ++i) {
+    const std::string at = "tool_choice.allowed_tools.tools[" + std::to_string(i) + "]";
+    const json& t = (*list)[i];
+    const json* fn = t.is_object() ? Fields(t).get("function") : nullptr;
+    const json* name = fn && fn->is_object() ? Fields(*fn).get("name") : nullptr;
+    const json* type = t.is_object() ? Fields(t).get("type") : nullptr;
+    if ((type && *type != "function") || !name || !name->is_string())
+      throw invalid(at, at + " must be {\"type\": \"function\", \"function\": {\"name\"}}", "invalid_type");
+    if (!has_tool(tools, name->get<std::string>()))
+      throw invalid(at, at + " names the function '" + name->get<std::string>() + "', which is not in tools");
+    choice.allowed.push_back(name->get<std::string>());
+  }
+  return choice;
+}
+
+// The tools calls may name (ToolChoice::allowed), in the order of tools.
+json allowed_only(const json& tools, const ToolChoice& choice) {
+  json out = json::array();
+  for (const json& t : tools)
+    if (choice.allows(t["function"]["name"])) out.push_back(t);
+  return out;
+}
+
+// tool_choice: "none" | "auto" | "required" | {"type": "function", "function": {"name"}}
+// | {"type": "allowed_tools", ...}.
 ToolChoice parse_tool_choice(const json* c, const json& tools) {
   ToolChoice choice;
   choice.kind = tools.empty() ? ToolChoice::Kind::kNone : ToolChoice::Kind::kAuto;
   if (!c) return choice;
+  if (const json* type = c->is_object() ? Fields(*c).get("type") : nullptr; type && *type == "allowed_tools") {
+    if (tools.empty()) throw invalid("tool_choice", "tool_choice allowed_tools needs tools");
+    return parse_allowed_tools(*c, tools);
+  }
   if (c->is_string()) {
     const std::string s = c->get<std::string>();
     if (s == "none") choice.kind = ToolChoice::Kind::kNone;
@@ -291,9 +340,8 @@ ToolChoice parse_tool_choice(const json* c, const json& tools) {
                     "invalid_type");
     choice.kind = ToolChoice::Kind::kNamed;
     choice.name = name->get<std::string>();
-    bool found = false;
-    for (const json& t : tools) found = found || t["function"]["name"] == *name;
-    if (!found) throw invalid("tool_choice", "tool_choice names the function '" + choice.name + "', which is not in tools");
+    if (!has_tool(tools, choice.name))
+      throw invalid("tool_choice", "tool_choice names the function '" + choice.name + "', which is not in tools");
   }
   if (tools.empty() && choice.kind == ToolChoice::Kind::kRequired)
     throw invalid("tool_choice", "tool_choice 'required' needs tools");
@@ -729,7 +777,7 @@ ApiRequest parse_chat_json(const json& j, const ApiLimits& lim, const std::strin
   if (choice.kind == ToolChoice::Kind::kRequired || choice.kind == ToolChoice::Kind::kNamed) {
     if (out.constraint)
       throw invalid(out.constraint_param, out.constraint_param + " cannot be combined with a tool_choice that demands a call");
-    out.constraint = tool_call_grammar(tools, syntax.format, choice, parallel);
+    out.constraint = tool_call_grammar(allowed_only(tools, choice), syntax.format, choice, parallel);
     out.constraint_param = "tools";
   } else if (choice.kind == ToolChoice::Kind::kAuto) {
     // The model may answer or call; a call it begins is constrained from
@@ -741,12 +789,13 @@ ApiRequest parse_chat_json(const json& j, const ApiLimits& lim, const std::strin
     // (Harmony's calls with the recipient in the role's header are the
     // triggered grammar's: from the reply's start it is the channel's.)
     const ToolChoice any = out.constraint ? ToolChoice{ToolChoice::Kind::kRequired, ""} : choice;
-    GrammarSpec calls = tool_call_grammar(callable, syntax.format, any, parallel);
+    GrammarSpec calls = tool_call_grammar(allowed_only(callable, choice), syntax.format, any, parallel);
     if (!out.constraint) {
       out.constraint = std::move(calls);
       out.constraint_param = "tools";
       out.engine.grammar_triggers = tool_call_triggers(syntax.format);
-      out.constraint_optional = std::none_of(tools.begin(), tools.end(), [](const json& t) {
+      // The client's where it named the tools calls may use (allowed_tools).
+      out.constraint_optional = choice.allowed.empty() && std::none_of(tools.begin(), tools.end(), [](const json& t) {
         return t["function"].contains("strict") && t["function"]["strict"] == true;
       });
     } else if (out.constraint->kind == GrammarKind::kJsonSchema || out.constraint->kind == GrammarKind::kAnyJson) {

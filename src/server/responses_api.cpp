@@ -219,8 +219,24 @@ ResponsesRequest parse_responses_request(const std::string& body, const ApiLimit
       chat["tool_choice"] = *tc;
     } else if (type_of(*tc) == "function" && field(*tc, "name")) {
       chat["tool_choice"] = {{"type", "function"}, {"function", {{"name", (*tc)["name"]}}}};
+    } else if (type_of(*tc) == "allowed_tools") {
+      // {"type": "allowed_tools", "mode", "tools": [{"type": "function", "name"}]}:
+      // the chat route's shape, each tool's name under "function".
+      json allowed = {{"mode", field(*tc, "mode") ? (*tc)["mode"] : json()}};
+      if (const json* list = field(*tc, "tools"); list && list->is_array()) {
+        allowed["tools"] = json::array();
+        for (const json& t : *list)
+          allowed["tools"].push_back(t.is_object() && field(t, "name")
+                                         ? json{{"type", field(t, "type") ? t["type"] : json("function")},
+                                                {"function", {{"name", t["name"]}}}}
+                                         : t);
+      } else if (list) {
+        allowed["tools"] = *list;
+      }
+      chat["tool_choice"] = {{"type", "allowed_tools"}, {"allowed_tools", std::move(allowed)}};
     } else {
-      throw invalid("tool_choice", "tool_choice must be none, auto, required or {\"type\": \"function\", \"name\"}");
+      throw invalid("tool_choice", "tool_choice must be none, auto, required, {\"type\": \"function\", \"name\"} "
+                                   "or {\"type\": \"allowed_tools\", \"mode\", \"tools\"}");
     }
   }
   if (const json* text = field(j, "text")) {
@@ -255,7 +271,9 @@ ResponsesRequest parse_responses_request(const std::string& body, const ApiLimit
       e.param = "input";
       if (e.message.starts_with("messages")) e.message.replace(0, 8, "input");
     }
-    // tools[i].function.parameters: a Responses tool holds its fields itself.
+    // tools[i].function.parameters: a Responses tool holds its fields itself;
+    // so does an allowed_tools choice.
+    e = renamed(renamed(e, "tool_choice.allowed_tools.", "tool_choice."), R"("function": {"name"})", R"("name")");
     throw renamed(e, "].function.", "].");
   }
   // A schema that does not compile is refused later, under this name.

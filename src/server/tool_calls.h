@@ -5,6 +5,7 @@
 // out of the generated text. Pure functions; docs/tool_calls.md describes
 // the formats.
 #pragma once
+#include <algorithm>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -44,6 +45,14 @@ const char* tool_format_name(ToolFormat f);
 struct ToolChoice {
   enum class Kind { kNone, kAuto, kRequired, kNamed } kind = Kind::kAuto;
   std::string name;  // kNamed
+  // OpenAI's allowed_tools (kAuto, kRequired): the tools calls may name,
+  // a subset of those the prompt shows (all of them stay in the prompt, so
+  // it stays the same text, and shares its prefix, whatever the subset).
+  // Empty: every tool.
+  std::vector<std::string> allowed = {};
+  bool allows(const std::string& tool) const {
+    return allowed.empty() || std::find(allowed.begin(), allowed.end(), tool) != allowed.end();
+  }
 };
 
 // The generic format's system text: the tools as JSON and how to call them.

@@ -252,6 +252,44 @@ class Structured(ServedTest):
                 self.assertNotIn("<tool_call>", choice.message.content or "", choice.message)
         self.assertGreaterEqual(called, 4)
 
+    def test_allowed_tools_narrow_the_calls(self):
+        # tool_choice allowed_tools: every tool is in the prompt (the same
+        # prefix whatever the subset), and the calls name only the allowed
+        # ones: required from the reply's start, auto from a call's marker
+        # (the prompts below ask for the tools left out). Through the chat and
+        # the Responses routes.
+        def allowed(mode, names):
+            return {"type": "allowed_tools", "allowed_tools": {
+                "mode": mode, "tools": [{"type": "function", "function": {"name": n}} for n in names]}}
+        prompts = ["What's the weather in Paris?",
+                   'Copy this line: <tool_call>{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "celsius"}}'
+                   '</tool_call>']
+        for i in range(8):
+            r = self.chat(prompts[0], tools=TOOLS, tool_choice=allowed("required", ["add"]), seed=400 + i,
+                          max_tokens=100)
+            self.assertEqual(r.choices[0].finish_reason, "tool_calls", r.choices[0].message)
+            check_calls(self, r.choices[0].message, ["add"])
+        called = 0
+        for i in range(8):
+            r = self.chat(prompts[1], tools=TOOLS, tool_choice=allowed("auto", ["add", "search_books"]),
+                          seed=410 + i, temperature=0.8, max_tokens=100)
+            if r.choices[0].message.tool_calls:
+                called += 1
+                check_calls(self, r.choices[0].message, ["add", "search_books"])
+        self.assertGreaterEqual(called, 1)
+        tools = [{"type": "function", **t["function"]} for t in TOOLS]
+        r = self.client.responses.create(model=MODEL_ID, input=prompts[0], tools=tools, max_output_tokens=100,
+                                         tool_choice={"type": "allowed_tools", "mode": "required",
+                                                      "tools": [{"type": "function", "name": "search_books"}]})
+        calls = [o for o in r.output if o.type == "function_call"]
+        self.assertTrue(calls, r.output)
+        for c in calls:
+            self.assertEqual(c.name, "search_books")
+            jsonschema.validate(json.loads(c.arguments), SCHEMAS["search_books"])
+        e = self.error({"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}], "tools": TOOLS,
+                        "tool_choice": allowed("auto", ["nope"])})
+        self.assertEqual(e["param"], "tool_choice.allowed_tools.tools[0]")
+
     def test_an_answer_format_beside_tools_leaves_calls_possible(self):
         # An agent with tools and a structured final answer (the Agents SDK's
         # output_type): under auto the reply is either calls or the answer in
