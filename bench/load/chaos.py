@@ -17,7 +17,8 @@ What it holds the server to:
   number, a field dropped) and garbage; every error in its API's own shape;
 - every 200 well formed (its API's object or its events, ending as the API
   ends a stream); a constrained answer that stopped parses and fits its schema;
-  a demanded tool call has JSON arguments;
+  a demanded tool call has JSON arguments, and a call under allowed_tools
+  names a listed tool;
 - clients that hang up mid-stream or before the answer cancel their requests:
   after the load, nothing runs, nothing waits, no KV chunk is held by a
   sequence, and RSS has not grown past --rss-slack;
@@ -389,8 +390,13 @@ class Chaos:
 
     def tool_request(self):
         rng = self.rng
-        choice = rng.choice(["auto", "required", "named", "none"])
+        choice = rng.choice(["auto", "required", "named", "none", "allowed"])
         tc = {"type": "function", "function": {"name": rng.choice(TOOL_NAMES)}} if choice == "named" else choice
+        if choice == "allowed":  # a subset of the tools, under auto or required
+            names = rng.sample(TOOL_NAMES, rng.randint(1, len(TOOL_NAMES)))
+            tc = {"type": "allowed_tools", "allowed_tools": {
+                "mode": rng.choice(["auto", "required"]),
+                "tools": [{"type": "function", "function": {"name": n}} for n in names]}}
         body = self.thought_budget("chat", self.body("chat", rng.randrange(len(QUESTIONS)), 64, None, tools=TOOLS,
                                                      tool_choice=tc))
         if rng.random() < 0.3:
@@ -574,7 +580,8 @@ class Chaos:
     def check_tools(self, req, obj):
         choice = obj["choices"][0]
         calls = choice["message"].get("tool_calls") or []
-        demanded = req.kind in ("tools_required", "tools_named")
+        allowed = req.body["tool_choice"]["allowed_tools"] if req.kind == "tools_allowed" else None
+        demanded = req.kind in ("tools_required", "tools_named") or (allowed and allowed["mode"] == "required")
         if req.kind == "tools_none" and calls:
             raise Failure("tool_choice none answered with calls")
         if demanded and choice["finish_reason"] == "tool_calls" and not calls:
@@ -585,6 +592,8 @@ class Chaos:
                 raise Failure(f"call of an unknown tool {name!r}")
             if req.kind == "tools_named" and name != req.body["tool_choice"]["function"]["name"]:
                 raise Failure(f"named tool_choice answered with {name}")
+            if allowed and name not in [t["function"]["name"] for t in allowed["tools"]]:
+                raise Failure(f"allowed_tools answered with {name}, not one of {allowed['tools']}")
             try:
                 json.loads(c["function"]["arguments"])
             except ValueError:
@@ -593,7 +602,7 @@ class Chaos:
             raise Failure("a demanded call ended with finish_reason stop")
         # Under auto a call the model begins is constrained: none is left
         # unparsed (the default template's calls are <tool_call> blocks).
-        if req.kind == "tools_auto" and not self.args.chat_template and choice["finish_reason"] != "length" and \
+        if req.kind in ("tools_auto", "tools_allowed") and not self.args.chat_template and choice["finish_reason"] != "length" and \
                 "<tool_call>" in (choice["message"].get("content") or ""):
             raise Failure(f"a call begun under auto did not parse: {choice['message']['content'][:200]!r}")
         # A thought the model ended the reply in (never closed) is all thought: not empty.
