@@ -539,6 +539,13 @@ TEST_F(ChatRequests, AllowedToolsNarrowTheCallsNotThePrompt) {
       "uniqueItems": true}}}, {"type": "function", "function": {"name": "g"}}], "tool_choice": {"type": "allowed_tools",
       "allowed_tools": {"mode": "required", "tools": [{"type": "function", "function": {"name": "g"}}]}})";
   EXPECT_NO_THROW(parse(body(loose), qwen));
+  // So is a strict tool's left out (a call of it cannot be made); a strict
+  // one allowed is enforced whole, as under auto.
+  const std::string strict = R"(, "tools": [{"type": "function", "function": {"name": "f", "strict": true, "parameters":
+      {"type": "array", "uniqueItems": true}}}, {"type": "function", "function": {"name": "g"}}], "tool_choice":
+      {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": [{"type": "function", "function": {"name": ")";
+  EXPECT_NO_THROW(parse(body(strict + R"(g"}}]}})"), qwen));
+  EXPECT_EQ(error(body(strict + R"(f"}}]}})")).param, "tools[0].function.parameters");
   struct Case {
     std::string choice, param, message;
   } cases[] = {

@@ -254,7 +254,7 @@ json check_tool_schemas(const json& tools, const ToolChoice& choice) {
     const bool strict = fn.contains("strict") && fn["strict"] == true;
     const bool demanded = (choice.kind == ToolChoice::Kind::kRequired && choice.allows(fn["name"])) ||
                           (choice.kind == ToolChoice::Kind::kNamed && fn["name"] == choice.name) ||
-                          (choice.kind == ToolChoice::Kind::kAuto && strict);
+                          (choice.kind == ToolChoice::Kind::kAuto && strict && choice.allows(fn["name"]));
     const std::string at = "tools[" + std::to_string(i) + "].function.parameters";
     const std::string schema = fn["parameters"].dump();
     try {
