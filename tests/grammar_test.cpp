@@ -6,6 +6,7 @@
 // schema's rules written out here, PCRE2); disallowed tokens are
 // refused; control tokens are never allowed; bad specs are typed errors.
 #include "grammar/grammar.h"
+#include "grammar/compile_later.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -633,6 +634,65 @@ TEST(GrammarBudget, CompilesInAChildWithinItsBudget) {
   a.fill_mask(ma);
   b2.fill_mask(mb);
   EXPECT_EQ(ma, mb);
+}
+
+// An optional constraint's compile (grammar/compile_later.h): its caller
+// waits `patience` at most; a compile still running then goes on, once per
+// spec, at most max_pending at once, and joins the cache; one running when
+// the object ends is stopped.
+TEST(GrammarBudget, AnOptionalCompileGoesOnAfterItsCallerStopsWaiting) {
+  const GrammarVocab vocab(tiny_vocab());
+  std::mt19937 rng(2);
+  const auto enumeration = [&](int n, int len) {
+    std::string s = R"({"enum":[)";
+    for (int i = 0; i < n; ++i) {
+      s += i ? ",\"" : "\"";
+      for (int k = 0; k < len; ++k) s += char('a' + rng() % 26);
+      s += '"';
+    }
+    return s + "]}";
+  };
+  const GrammarSpec slow{GrammarKind::kJsonSchema, enumeration(200, 100)}, other{GrammarKind::kJsonSchema, enumeration(200, 100)},
+      heavy{GrammarKind::kJsonSchema, enumeration(1000, 200)};
+  ProcessBudget b;
+  b.cpu_seconds = 600;
+  b.wall_seconds = 600;
+  {
+    LaterCompiles later(1);
+    // Within its patience: compiled, and cached.
+    const GrammarSpec quick{GrammarKind::kRegex, "[0-9]{3}"};
+    const auto g = later.compile(vocab, quick, b, 600);
+    ASSERT_TRUE(g);
+    EXPECT_EQ(Grammar::cached(vocab, quick), g);
+    // A failure within it is the caller's.
+    try {
+      later.compile(vocab, {GrammarKind::kRegex, "(unclosed"}, b, 600);
+      ADD_FAILURE() << "no error";
+    } catch (const GrammarError& e) {
+      EXPECT_EQ(e.why(), GrammarFailure::kInvalid);
+    }
+    // Not within it: null, and it goes on. Asked again while it runs: the
+    // same compile, not waited for (the first caller waited), so null at
+    // once, whatever the patience.
+    EXPECT_FALSE(later.compile(vocab, slow, b, 0));
+    EXPECT_FALSE(later.compile(vocab, slow, b, 600));
+    // Another while max_pending (1) run: none starts.
+    EXPECT_FALSE(later.compile(vocab, other, b, 0));
+    EXPECT_LE(later.running(), 1);
+    // It ends in the cache (bounded wait: a sanitizer build is slow).
+    for (int i = 0; i < 6000 && !Grammar::cached(vocab, slow); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ASSERT_TRUE(Grammar::cached(vocab, slow));
+    EXPECT_EQ(later.compile(vocab, slow, b, 0), Grammar::cached(vocab, slow));
+    EXPECT_EQ(later.running(), 0);
+    EXPECT_FALSE(Grammar::cached(vocab, other));
+    // One still running when the object ends is stopped (its child killed,
+    // its thread joined): the destructor returns and nothing comes (this
+    // compile takes seconds).
+    EXPECT_FALSE(later.compile(vocab, heavy, b, 0));
+    EXPECT_EQ(later.running(), 1);
+  }
+  EXPECT_FALSE(Grammar::cached(vocab, heavy));
 }
 
 // Through the engine on the tiny model: constrained requests batched with

@@ -107,14 +107,29 @@ Engine::~Engine() {
 }
 
 
+void Engine::init_grammar() const {
+  std::call_once(impl_->grammar_once, [&] {
+    impl_->grammar_vocab = std::make_unique<GrammarVocab>(model_.tokenizer());
+    // Half the places for compiles at most: the rest for the constraints
+    // clients ask for.
+    impl_->later_compiles = std::make_unique<LaterCompiles>(std::max(1, default_children(ProcessBudget{}.memory_bytes) / 2));
+  });
+}
+
 std::shared_ptr<const Grammar> Engine::compile_grammar(const GrammarSpec& spec) const {
-  std::call_once(impl_->grammar_once, [&] { impl_->grammar_vocab = std::make_unique<GrammarVocab>(model_.tokenizer()); });
+  init_grammar();
   return Grammar::compile(*impl_->grammar_vocab, spec);
 }
 
 std::shared_ptr<const Grammar> Engine::compile_grammar(const GrammarSpec& spec, const ProcessBudget& budget) const {
-  std::call_once(impl_->grammar_once, [&] { impl_->grammar_vocab = std::make_unique<GrammarVocab>(model_.tokenizer()); });
+  init_grammar();
   return Grammar::compile(*impl_->grammar_vocab, spec, budget);
+}
+
+std::shared_ptr<const Grammar> Engine::compile_grammar(const GrammarSpec& spec, const ProcessBudget& budget,
+                                                       double patience) const {
+  init_grammar();
+  return impl_->later_compiles->compile(*impl_->grammar_vocab, spec, budget, patience);
 }
 
 RequestHandle Engine::submit(Request r) {

@@ -244,6 +244,11 @@ class Engine {
   // then compiled in a child process under `budget` and cached
   // (Grammar::compile with a budget).
   std::shared_ptr<const Grammar> compile_grammar(const GrammarSpec& spec, const ProcessBudget& budget) const;
+  // The same for an optional constraint, waited for `patience` seconds at
+  // most: null when it is still compiling then (it goes on in the
+  // background and joins the cache: grammar/compile_later.h).
+  std::shared_ptr<const Grammar> compile_grammar(const GrammarSpec& spec, const ProcessBudget& budget,
+                                                 double patience) const;
 
   // What submit() checks requests against (engine/validate.h).
   RequestLimits limits() const;
@@ -258,6 +263,7 @@ class Engine {
 
  private:
   struct Impl;
+  void init_grammar() const;  // the vocabulary's tables and the later compiles, once
   const LlamaModel& model_;
   EngineOptions opt_;
   int n_ctx_ = 0;

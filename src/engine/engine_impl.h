@@ -15,6 +15,7 @@
 
 #include "base/threads.h"
 #include "engine/engine.h"
+#include "grammar/compile_later.h"
 #include "engine/outcome.h"
 #include "engine/request_state.h"
 #include "engine/scheduler.h"
@@ -136,6 +137,10 @@ struct Engine::Impl {
   // needed (compile_grammar, any thread).
   mutable std::once_flag grammar_once;
   mutable std::unique_ptr<GrammarVocab> grammar_vocab;
+  // Compiles of optional constraints that go on after their request stopped
+  // waiting (grammar/compile_later.h). After the vocabulary: destroyed
+  // first, their threads joined while it still exists.
+  mutable std::unique_ptr<LaterCompiles> later_compiles;
 
   std::thread thread;
   // The disk tier, when on. Last: destroyed first (it finishes its writes),

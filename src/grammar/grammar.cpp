@@ -265,6 +265,18 @@ std::shared_ptr<const Grammar> Grammar::compile(const GrammarVocab& vocab, const
   return finish(vocab, spec, compile_with(vocab.impl_->compiler, spec));
 }
 
+std::shared_ptr<const Grammar> Grammar::cached(const GrammarVocab& vocab, const GrammarSpec& spec) {
+  GrammarVocab::Impl& v = *vocab.impl_;
+  const std::string k = spec_key(spec);
+  std::lock_guard lock(v.cache_mu);
+  auto it = v.cache.find(k);
+  if (it == v.cache.end()) return nullptr;
+  it->second.tick = ++v.cache_tick;
+  return it->second.grammar;
+}
+
+std::string Grammar::key(const GrammarSpec& spec) { return spec_key(spec); }
+
 std::shared_ptr<const Grammar> Grammar::compile(const GrammarVocab& vocab, const GrammarSpec& spec,
                                                 const ProcessBudget& budget) {
   check_before_compiling(spec);

@@ -114,6 +114,10 @@ class Grammar {
   // compiled grammars), so a repeated schema compiles once.
   static std::shared_ptr<const Grammar> compile(const GrammarVocab& vocab, const GrammarSpec& spec,
                                                 const ProcessBudget& budget);
+  // The vocabulary's cached grammar for spec, or null; compiles nothing.
+  static std::shared_ptr<const Grammar> cached(const GrammarVocab& vocab, const GrammarSpec& spec);
+  // The cache's key of a spec: equal for specs that compile alike.
+  static std::string key(const GrammarSpec& spec);
   ~Grammar();
   Grammar(const Grammar&) = delete;
   Grammar& operator=(const Grammar&) = delete;

@@ -144,8 +144,10 @@ std::string prometheus_text(const EngineStats& s, const HttpCounts& http, const 
          "Requests' structured-output constraints by outcome: ready (compiled, or from the cache), invalid, "
          "over_budget, cancelled (the client left while it compiled), failed (the compiler), busy (no compile could "
          "start: as many as the server runs at once ran throughout the wait, or its wall time ran out first; a 503), "
-         "dropped (one of the calls a model may begin under tool_choice auto, which the request is served without "
-         "when its compile fails; counted beside the failure's own outcome).");
+         "pending (one of the calls a model may begin under tool_choice auto, still compiling after the second the "
+         "request waits for it: it goes on for the next request with the same tools), dropped (such a constraint, "
+         "which the request is served without when it is pending or its compile fails; counted beside that "
+         "outcome).");
   for (const auto& [outcome, n] : http.constraints)
     w.out << p << "constraints_total{" << inner << ",outcome=\"" << escape(outcome) << "\"} " << n << '\n';
   w.metric(p + "kv_held_prefixes", "gauge", "Prefixes held from eviction for a while (cache_control breakpoints).",

@@ -325,21 +325,42 @@ void Server::Impl::pml_prompt(ApiRequest& r) {
 // the client's mistake: a 400 with the reason; a server too busy to run the
 // compile (no place for it, or its wall time spent first) is a 503. An
 // optional constraint (ApiRequest::constraint_optional) is dropped instead,
-// within a wall time of its CPU budget: a busy server serves the request as
-// it would have without it rather than refuse it or keep it waiting.
+// and waited for a second at most (kOptionalPatience; its CPU budget if
+// less): a busy server serves the request as it would have without it
+// rather than refuse it or keep it waiting, while the compile goes on in
+// the background for the next request with the same tools (outcome
+// "pending").
 void Server::Impl::constrain(ApiRequest& r, HttpResponse& res, const HttpExchange& ex) {
+  constexpr double kOptionalPatience = 1.0;
   ProcessBudget budget;
   budget.cpu_seconds = opt.grammar_cpu_seconds;
   // The compiler runs niced beside the engine.
-  budget.wall_seconds = (r.constraint_optional ? 1 : 3) * opt.grammar_cpu_seconds;
+  budget.wall_seconds = 3 * opt.grammar_cpu_seconds;
   budget.memory_bytes = opt.grammar_memory_bytes;
   budget.cancelled = [&ex] { return ex.client_gone(); };
   const auto count = [&](const char* outcome) {
     std::lock_guard lock(mu);
     ++http_counts.constraints[outcome];
   };
+  const auto drop = [&] {
+    count("dropped");
+    r.constraint.reset();
+    r.engine.grammar = nullptr;
+    r.engine.grammar_triggers.clear();
+    r.engine.grammar_after_thought = false;
+  };
   try {
-    r.engine.grammar = engine.compile_grammar(*r.constraint, budget);
+    if (r.constraint_optional) {
+      r.engine.grammar =
+          engine.compile_grammar(*r.constraint, budget, std::min(kOptionalPatience, opt.grammar_cpu_seconds));
+      if (!r.engine.grammar) {
+        count("pending");
+        drop();
+        return;
+      }
+    } else {
+      r.engine.grammar = engine.compile_grammar(*r.constraint, budget);
+    }
     count("ready");
   } catch (const GrammarError& e) {
     count(e.why() == GrammarFailure::kOverBudget      ? "over_budget"
@@ -348,11 +369,7 @@ void Server::Impl::constrain(ApiRequest& r, HttpResponse& res, const HttpExchang
           : e.why() == GrammarFailure::kBusy           ? "busy"
                                                        : "invalid");
     if (r.constraint_optional && e.why() != GrammarFailure::kCancelled) {
-      count("dropped");
-      r.constraint.reset();
-      r.engine.grammar = nullptr;
-      r.engine.grammar_triggers.clear();
-      r.engine.grammar_after_thought = false;
+      drop();
       return;
     }
     if (e.why() == GrammarFailure::kBusy) {  // the server's state, not the constraint's fault

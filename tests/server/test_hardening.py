@@ -207,9 +207,9 @@ class Server1(unittest.TestCase):
         finally:
             self.assertEqual(s.stop(), 0)
         # Under tool_choice auto the grammar of the calls the model may begin is the server's own idea:
-        # one that does not compile within its wall time (its CPU budget, 0.1 s here) is dropped and the
-        # request served as before it existed (its calls parsed from free text), unless a tool is strict,
-        # where the client asked for it. The tool's counted pattern takes seconds of CPU time, so that no
+        # one that does not compile within a second (its CPU budget where less, 0.1 s here) is dropped and
+        # the request served as before it existed (its calls parsed from free text), unless a tool is
+        # strict, where the client asked for it. The tool's counted pattern takes seconds of CPU time, so that no
         # machine's speed decides which way the compile goes (a plain tool took about 0.1 s, either side).
         s = Server(BINARY, MODEL, "--grammar-budget", "0.1")
         try:
@@ -218,6 +218,9 @@ class Server1(unittest.TestCase):
                 "required": ["city"]}}}
             code, _, j = raw(s.url, "POST", "/v1/chat/completions", chat_body("hi", tools=[tool]))
             self.assertEqual(code, 200, j)
+            # Waited for its CPU budget (0.1 s; a second at most), then served
+            # without it while the compile goes on (here, to its budget).
+            self.assertEqual(metric(s.url, "chunkserve:constraints_total", 'outcome="pending"'), 1)
             self.assertEqual(metric(s.url, "chunkserve:constraints_total", 'outcome="dropped"'), 1)
             tool["function"]["strict"] = True
             code, _, j = raw(s.url, "POST", "/v1/chat/completions", chat_body("hi", tools=[tool]))
