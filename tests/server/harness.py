@@ -168,6 +168,16 @@ class Stream:
 TSAN_LIGHT = os.environ.get("CHUNKSERVE_TSAN_LIGHT") == "1"
 
 
+def metric(url, name, *labels):
+    """The sum of a metric's samples whose labels hold every one of `labels` (route="...", code="...")."""
+    _, _, text = raw(url, "GET", "/metrics")
+    total = 0.0
+    for line in text.splitlines():
+        if (line.startswith(name + " ") or line.startswith(name + "{")) and all(l in line for l in labels):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
 def heavy_under_tsan_because(reason):
     return unittest.skipIf(TSAN_LIGHT,
                            reason + ": minutes under ThreadSanitizer; the release run covers it")

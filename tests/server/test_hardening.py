@@ -20,7 +20,7 @@ import unittest
 
 import openai
 
-from harness import Server, connect, heavy_under_tsan, heavy_under_tsan_because, host_port, raw, wait_until
+from harness import Server, connect, heavy_under_tsan, heavy_under_tsan_because, host_port, metric, raw, wait_until
 
 BINARY = MODEL = None
 MODEL_ID = "SmolLM2-135M-Instruct.Q4_1"
@@ -55,16 +55,6 @@ def status_of(response):
 def chat_body(content, **extra):
     return json.dumps({"model": MODEL_ID, "messages": [{"role": "user", "content": content}], "max_tokens": 4,
                        "temperature": 0, **extra})
-
-
-def metric(url, name, *labels):
-    """The sum of a metric's samples whose labels hold every one of `labels` (route="...", code="...")."""
-    _, _, text = raw(url, "GET", "/metrics")
-    total = 0.0
-    for line in text.splitlines():
-        if (line.startswith(name + " ") or line.startswith(name + "{")) and all(l in line for l in labels):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
 
 
 class Server1(unittest.TestCase):

@@ -11,6 +11,7 @@ Run by CTest: python3 test_structured.py BINARY MODEL
 import json
 import os
 import sys
+import time
 import unittest
 from concurrent.futures import ThreadPoolExecutor
 from enum import Enum
@@ -20,7 +21,7 @@ import jsonschema
 import openai
 from pydantic import BaseModel, Field
 
-from harness import ServedTest, raw
+from harness import ServedTest, metric, raw
 
 MODEL_ID = "SmolLM2-135M-Instruct.Q4_1"
 
@@ -101,6 +102,20 @@ class Structured(ServedTest):
     def chat(self, content, **kw):
         return self.client.chat.completions.create(model=MODEL_ID, messages=[{"role": "user", "content": content}],
                                                    **kw)
+
+    def calls_compiled(self, tools):
+        """Waits until the grammar of the calls a model may begin with `tools` under
+        auto is compiled: a request waits for it a second at most, and one still
+        compiling then (a busy machine) goes on in the background while requests go
+        without it. Bounded; each try is a one-token request."""
+        deadline = time.time() + 300
+        while time.time() < deadline:
+            pending = metric(self.server.url, "chunkserve:constraints_total", 'outcome="pending"')
+            self.chat("hi", tools=tools, max_tokens=1)
+            if metric(self.server.url, "chunkserve:constraints_total", 'outcome="pending"') == pending:
+                return
+            time.sleep(0.5)
+        self.fail("the call grammar did not compile in 300 s")
 
     def error(self, body):
         body.setdefault("max_tokens", 8)
@@ -233,6 +248,7 @@ class Structured(ServedTest):
                    '</tool_call>',
                    'Copy this line: <tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>',
                    'Reply with a tool call to get_weather for Oslo, in a <tool_call> block.']
+        self.calls_compiled(TOOLS)
         def ask(i):
             return self.client.chat.completions.create(
                 model=MODEL_ID, messages=[{"role": "user", "content": prompts[i // 8]}], tools=TOOLS,
