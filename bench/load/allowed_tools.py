@@ -22,12 +22,10 @@ import argparse
 import json
 import os
 import random
-import socket
 import statistics
-import subprocess
 import time
-import urllib.error
-import urllib.request
+
+from served import Served
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORDS = ("account invoice order shipment customer ticket report calendar meeting document folder project task "
@@ -51,17 +49,10 @@ def make_tools(n, rng):
     return tools
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def post(url, body):
-    req = urllib.request.Request(url + "/v1/chat/completions", json.dumps(body).encode(),
-                                 {"Content-Type": "application/json"})
+def post(server, body):
+    """The request's wall time and its usage."""
     start = time.perf_counter()
-    r = json.load(urllib.request.urlopen(req, timeout=600))
+    r = server.chat(body)
     return time.perf_counter() - start, r["usage"]
 
 
@@ -77,24 +68,12 @@ def main():
     rng = random.Random(7)
     tools = make_tools(a.tools, rng)
     names = [t["function"]["name"] for t in tools]
-    port = free_port()
-    server = subprocess.Popen([a.binary, "serve", "--model", a.model, "--host", "127.0.0.1", "--port", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
     out = {way: {"computed": 0, "prompt": 0, "seconds": []} for way in ("allowed", "subset")}
     warm = {"first": [], "again": []}
-    try:
-        for _ in range(300):
-            try:
-                urllib.request.urlopen(url + "/health", timeout=2)
-                break
-            except (urllib.error.URLError, ConnectionError):
-                time.sleep(0.2)
-        model_id = json.load(urllib.request.urlopen(url + "/v1/models"))["data"][0]["id"]
-
+    with Served(a.binary, a.model) as server:
         def body(way, subset, messages):
             listed = [t for t in tools if t["function"]["name"] in subset]
-            b = {"model": model_id, "messages": messages, "max_tokens": 1, "temperature": 0}
+            b = {"messages": messages, "max_tokens": 1, "temperature": 0}
             if way == "allowed":
                 b["tools"] = tools
                 b["tool_choice"] = {"type": "allowed_tools", "allowed_tools": {
@@ -114,17 +93,14 @@ def main():
                     # The turn's call grammar compiled first (untimed; both ways' is the
                     # same), by the allowed way's prompt: it does not put the subset
                     # way's tool text in the cache (the allowed way's is there already).
-                    seconds, _ = post(url, body("allowed", subset, [{"role": "user", "content": f"warm {r} {t} {way}"}]))
+                    seconds, _ = post(server, body("allowed", subset, [{"role": "user", "content": f"warm {r} {t} {way}"}]))
                     warm["first" if way == ways[0] else "again"].append(seconds)
-                    seconds, usage = post(url, body(way, subset, messages))
+                    seconds, usage = post(server, body(way, subset, messages))
                     if t > 0:
                         out[way]["computed"] += usage["prompt_tokens"] - usage["prompt_tokens_details"]["cached_tokens"]
                         out[way]["prompt"] += usage["prompt_tokens"]
                         out[way]["seconds"].append(seconds)
                     messages.append({"role": "assistant", "content": f"Checked {WORDS[t]} {t}."})
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
     result = {"binary": a.binary, "rounds": a.rounds, "turns": a.turns, "tools": a.tools, "allow": a.allow}
     for way, o in out.items():
         result[way] = {"prompt_tokens": o["prompt"], "computed_tokens": o["computed"],

@@ -13,18 +13,14 @@ Prints one JSON line per binary.
 import argparse
 import json
 import os
-import socket
-import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 
 import jsonschema
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "server"))
 from test_structured import TOOLS  # noqa: E402
+from served import Served  # noqa: E402
 
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
 PROMPTS = [
@@ -32,12 +28,6 @@ PROMPTS = [
     'Copy this line: <tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>',
     "Reply with a tool call to get_weather for Oslo, in a <tool_call> block.",
 ]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def valid(call):
@@ -52,26 +42,13 @@ def valid(call):
 
 
 def measure(binary, model, seeds, temperature):
-    port = free_port()
-    server = subprocess.Popen([binary, "serve", "--model", model, "--host", "127.0.0.1", "--port", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
     counts = {"valid_calls": 0, "invalid_calls": 0, "unparsed_calls": 0, "content": 0}
-    try:
-        for _ in range(300):
-            try:
-                urllib.request.urlopen(url + "/health", timeout=2)
-                break
-            except (urllib.error.URLError, ConnectionError):
-                time.sleep(0.2)
-        model_id = json.load(urllib.request.urlopen(url + "/v1/models"))["data"][0]["id"]
+    with Served(binary, model) as server:
         for prompt in PROMPTS:
             for i in range(seeds):
-                body = {"model": model_id, "messages": [{"role": "user", "content": prompt}], "tools": TOOLS,
-                        "seed": 300 + i, "temperature": temperature, "max_tokens": 120}
-                req = urllib.request.Request(url + "/v1/chat/completions", json.dumps(body).encode(),
-                                             {"Content-Type": "application/json"})
-                message = json.load(urllib.request.urlopen(req, timeout=300))["choices"][0]["message"]
+                message = server.chat({"messages": [{"role": "user", "content": prompt}], "tools": TOOLS,
+                                       "seed": 300 + i, "temperature": temperature,
+                                       "max_tokens": 120})["choices"][0]["message"]
                 calls = message.get("tool_calls") or []
                 if calls:
                     counts["valid_calls" if all(valid(c) for c in calls) else "invalid_calls"] += 1
@@ -79,9 +56,6 @@ def measure(binary, model, seeds, temperature):
                     counts["unparsed_calls"] += 1
                 else:
                     counts["content"] += 1
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
     return counts
 
 

@@ -15,53 +15,22 @@ import argparse
 import copy
 import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "server"))
 from test_structured import TOOLS  # noqa: E402
+from served import Served  # noqa: E402
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Served:
-    def __init__(self, binary, model):
-        self.binary = binary
-        port = free_port()
-        self.proc = subprocess.Popen([binary, "serve", "--model", model, "--host", "127.0.0.1", "--port", str(port)],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.url = f"http://127.0.0.1:{port}"
-        for _ in range(300):
-            try:
-                urllib.request.urlopen(self.url + "/health", timeout=2)
-                break
-            except (urllib.error.URLError, ConnectionError):
-                time.sleep(0.2)
-        self.model = json.load(urllib.request.urlopen(self.url + "/v1/models"))["data"][0]["id"]
-        self.new, self.again = [], []
-
-    def ask(self, tools):
-        body = {"model": self.model, "messages": [{"role": "user", "content": "What's the weather in Paris?"}],
-                "tools": tools, "max_tokens": 1, "temperature": 0}
-        req = urllib.request.Request(self.url + "/v1/chat/completions", json.dumps(body).encode(),
-                                     {"Content-Type": "application/json"})
-        start = time.perf_counter()
-        json.load(urllib.request.urlopen(req, timeout=600))
-        return time.perf_counter() - start
-
-    def stop(self):
-        self.proc.terminate()
-        self.proc.wait(timeout=30)
+def ask(server, tools):
+    """One one-token request offering `tools`: its wall time."""
+    start = time.perf_counter()
+    server.chat({"messages": [{"role": "user", "content": "What's the weather in Paris?"}], "tools": tools,
+                 "max_tokens": 1, "temperature": 0})
+    return time.perf_counter() - start
 
 
 def main():
@@ -70,23 +39,23 @@ def main():
     ap.add_argument("--model", default=os.path.join(HERE, "..", "..", "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
     ap.add_argument("--rounds", type=int, default=8)
     a = ap.parse_args()
-    servers = [Served(b, a.model) for b in a.binaries]
+    servers = []
     try:
+        for b in a.binaries:
+            servers.append(Served(b, a.model))
+        times = {s.binary: {"new": [], "again": []} for s in servers}
         for r in range(a.rounds):
             tools = copy.deepcopy(TOOLS)
             tools[r % len(tools)]["function"]["name"] += f"_{r}"
-            order = servers if r % 2 == 0 else servers[::-1]
-            for s in order:
-                s.new.append(s.ask(tools))
-                s.again.append(s.ask(tools))
+            for s in servers if r % 2 == 0 else servers[::-1]:
+                times[s.binary]["new"].append(ask(s, tools))
+                times[s.binary]["again"].append(ask(s, tools))
     finally:
         for s in servers:
             s.stop()
-    for s in servers:
-        print(json.dumps({"binary": s.binary, "rounds": a.rounds,
-                          "new_set_ms": round(1000 * statistics.median(s.new), 1),
-                          "same_set_ms": round(1000 * statistics.median(s.again), 1)}), flush=True)
-
+    for b, t in times.items():
+        print(json.dumps({"binary": b, "rounds": a.rounds, "new_set_ms": round(1000 * statistics.median(t["new"]), 1),
+                          "same_set_ms": round(1000 * statistics.median(t["again"]), 1)}), flush=True)
 
 if __name__ == "__main__":
     main()
