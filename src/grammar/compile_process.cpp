@@ -25,29 +25,25 @@
 namespace cs {
 namespace {
 
-#if defined(__SANITIZE_THREAD__)
-constexpr bool kThreadSanitizer = true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
+// Which sanitizer the build has (GCC defines __SANITIZE_*, clang has
+// __has_feature).
+#if defined(__has_feature)
+#define CS_HAS_FEATURE(x) __has_feature(x)
+#else
+#define CS_HAS_FEATURE(x) 0
+#endif
+#if defined(__SANITIZE_THREAD__) || CS_HAS_FEATURE(thread_sanitizer)
 constexpr bool kThreadSanitizer = true;
 #else
 constexpr bool kThreadSanitizer = false;
 #endif
+#if defined(__SANITIZE_ADDRESS__) || CS_HAS_FEATURE(address_sanitizer)
+constexpr bool kAddressSanitizer = true;
 #else
-constexpr bool kThreadSanitizer = false;
+constexpr bool kAddressSanitizer = false;
 #endif
-
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kSanitizerShadow = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kSanitizerShadow = true;
-#else
-constexpr bool kSanitizerShadow = kThreadSanitizer;
-#endif
-#else
-constexpr bool kSanitizerShadow = kThreadSanitizer;
-#endif
+// Both reserve shadow memory that an address-space limit would refuse.
+constexpr bool kSanitizerShadow = kThreadSanitizer || kAddressSanitizer;
 
 // Writes all of s; false when the reader is gone.
 bool write_all(int fd, const char* p, size_t n) {

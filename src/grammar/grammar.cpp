@@ -265,14 +265,17 @@ std::shared_ptr<const Grammar> Grammar::compile(const GrammarVocab& vocab, const
   return finish(vocab, spec, compile_with(vocab.impl_->compiler, spec));
 }
 
-std::shared_ptr<const Grammar> Grammar::cached(const GrammarVocab& vocab, const GrammarSpec& spec) {
+std::shared_ptr<const Grammar> Grammar::lookup(const GrammarVocab& vocab, const std::string& key) {
   GrammarVocab::Impl& v = *vocab.impl_;
-  const std::string k = spec_key(spec);
   std::lock_guard lock(v.cache_mu);
-  auto it = v.cache.find(k);
+  auto it = v.cache.find(key);
   if (it == v.cache.end()) return nullptr;
   it->second.tick = ++v.cache_tick;
   return it->second.grammar;
+}
+
+std::shared_ptr<const Grammar> Grammar::cached(const GrammarVocab& vocab, const GrammarSpec& spec) {
+  return lookup(vocab, spec_key(spec));
 }
 
 std::string Grammar::key(const GrammarSpec& spec) { return spec_key(spec); }
@@ -282,13 +285,7 @@ std::shared_ptr<const Grammar> Grammar::compile(const GrammarVocab& vocab, const
   check_before_compiling(spec);
   GrammarVocab::Impl& v = *vocab.impl_;
   const std::string key = spec_key(spec);
-  {
-    std::lock_guard lock(v.cache_mu);
-    if (auto it = v.cache.find(key); it != v.cache.end()) {
-      it->second.tick = ++v.cache_tick;
-      return it->second.grammar;
-    }
-  }
+  if (auto g = lookup(vocab, key)) return g;
   // A compiler of its own in the child: the shared one's lock may have been
   // held by another thread at the fork. It takes the cores the server may
   // use (a new tool set under tool_choice "auto" is compiled before the

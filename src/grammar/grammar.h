@@ -126,6 +126,8 @@ class Grammar {
   friend class GrammarMatcher;
   struct Impl;
   Grammar();
+  // The cache's grammar under `key` (Grammar::key), or null; marks it recently used.
+  static std::shared_ptr<const Grammar> lookup(const GrammarVocab& vocab, const std::string& key);
   static std::shared_ptr<const Grammar> finish(const GrammarVocab& vocab, const GrammarSpec& spec,
                                                xgrammar::CompiledGrammar compiled);
   std::unique_ptr<Impl> impl_;
