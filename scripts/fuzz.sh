@@ -2,13 +2,13 @@
 # Builds the libFuzzer targets with clang under ASan+UBSan and runs each for
 # SECONDS (default 60) from its committed seed corpus (copied, so the run's
 # new inputs stay in the build directory). Exits non-zero on any crash.
-#   scripts/fuzz.sh [SECONDS] [TARGET...]     targets: request messages responses tokenizer gguf pml jinja grammar kvfile nesting
+#   scripts/fuzz.sh [SECONDS] [TARGET...]     targets: request messages responses tokenizer gguf pml jinja grammar kvfile nesting calls
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 secs=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(request messages responses tokenizer gguf pml jinja grammar kvfile nesting)
+[ ${#targets[@]} -gt 0 ] || targets=(request messages responses tokenizer gguf pml jinja grammar kvfile nesting calls)
 out="$root/build-fuzz"
 mkdir -p "$out"
 model=${CHUNKSERVE_MODEL:-$root/models/SmolLM2-135M-Instruct.Q4_1.gguf}
@@ -22,12 +22,13 @@ declare -A sources=(
   [gguf]="${common[*]}"
   [tokenizer]="${common[*]} ${text[*]}"
   [request]="${common[*]} ${text[*]} ${jinja[*]} src/model/chat_template.cpp src/server/api_request.cpp src/server/reasoning.cpp src/server/tool_calls.cpp src/grammar/messages.cpp src/grammar/schema_check.cpp src/grammar/limits.cpp src/engine/validate.cpp src/pml/parse.cpp src/pml/src_files.cpp"
-  [messages]="${common[*]} ${text[*]} ${jinja[*]} src/model/chat_template.cpp src/server/api_request.cpp src/server/reasoning.cpp src/server/messages_api.cpp src/server/tool_calls.cpp src/grammar/messages.cpp src/grammar/schema_check.cpp src/grammar/limits.cpp src/engine/validate.cpp src/pml/parse.cpp src/pml/src_files.cpp"
-  [responses]="${common[*]} ${text[*]} ${jinja[*]} src/model/chat_template.cpp src/server/api_request.cpp src/server/reasoning.cpp src/server/responses_api.cpp src/server/response_store.cpp src/server/tool_calls.cpp src/grammar/messages.cpp src/grammar/schema_check.cpp src/grammar/limits.cpp src/engine/validate.cpp src/pml/parse.cpp src/pml/src_files.cpp"
+  [messages]="${common[*]} ${text[*]} ${jinja[*]} src/model/chat_template.cpp src/server/api_request.cpp src/server/reasoning.cpp src/server/messages_api.cpp src/server/tool_calls.cpp src/server/call_stream.cpp src/grammar/messages.cpp src/grammar/schema_check.cpp src/grammar/limits.cpp src/engine/validate.cpp src/pml/parse.cpp src/pml/src_files.cpp"
+  [responses]="${common[*]} ${text[*]} ${jinja[*]} src/model/chat_template.cpp src/server/api_request.cpp src/server/reasoning.cpp src/server/responses_api.cpp src/server/response_store.cpp src/server/tool_calls.cpp src/server/call_stream.cpp src/grammar/messages.cpp src/grammar/schema_check.cpp src/grammar/limits.cpp src/engine/validate.cpp src/pml/parse.cpp src/pml/src_files.cpp"
   [pml]="src/pml/parse.cpp src/pml/src_files.cpp src/pml/layout.cpp src/pml/assemble.cpp"
   [jinja]="${jinja[*]}"
   [grammar]="${common[*]} ${text[*]} src/grammar/grammar.cpp src/grammar/messages.cpp src/grammar/schema_check.cpp src/grammar/limits.cpp src/grammar/compile_process.cpp src/base/threads.cpp"
   [kvfile]="src/kv/kv_file.cpp"
+  [calls]="src/server/call_stream.cpp src/server/tool_calls.cpp src/server/reasoning.cpp src/grammar/grammar.cpp src/grammar/messages.cpp src/grammar/schema_check.cpp src/grammar/limits.cpp src/grammar/compile_process.cpp src/base/threads.cpp ${common[*]} ${text[*]}"
   [nesting]="${common[*]} ${text[*]} ${jinja[*]} src/model/chat_template.cpp src/server/api_request.cpp src/server/reasoning.cpp src/server/tool_calls.cpp src/grammar/messages.cpp src/grammar/schema_check.cpp src/grammar/limits.cpp src/engine/validate.cpp src/pml/parse.cpp src/pml/src_files.cpp"
 )
 # Each source is compiled once into build-fuzz/obj (the targets share most of

@@ -313,7 +313,8 @@ TEST_F(Messages, ACallIsAToolUseBlock) {
   EXPECT_EQ(whole["stop_reason"], "tool_use");
 
   // Streamed in pieces: the text goes out until the call may begin, the call
-  // as one tool_use block at the end.
+  // (written under its grammar: tool_choice auto) as a tool_use block opened
+  // when its name is written, its input in pieces as they are.
   MessagesResponder s(req, "msg_1");
   std::string sse = s.start(30);
   for (size_t i = 0; i < reply.size(); i += 5) {
@@ -323,28 +324,34 @@ TEST_F(Messages, ACallIsAToolUseBlock) {
   }
   sse += s.finish(result(reply, FinishReason::kStop));
   json got = events(sse);
-  std::string text;
-  json kinds = json::array();
+  std::string text, input;
+  int input_deltas = 0;
+  json kinds = json::array(), call_start;
   for (json& e : got) {
-    if (e["event"] == "content_block_delta" && e["data"]["delta"]["type"] == "text_delta")
+    if (e["event"] == "content_block_delta" && e["data"]["delta"]["type"] == "text_delta") {
       text += e["data"]["delta"]["text"].get<std::string>();
-    else
+    } else if (e["event"] == "content_block_delta" && e["data"]["delta"]["type"] == "input_json_delta") {
+      input += e["data"]["delta"]["partial_json"].get<std::string>();
+      ++input_deltas;
+    } else {
       kinds.push_back(e["event"]);
-    if (e["event"] == "content_block_start" && e["data"]["content_block"]["type"] == "tool_use")
+    }
+    if (e["event"] == "content_block_start" && e["data"]["content_block"]["type"] == "tool_use") {
       e["data"]["content_block"].erase("id");
+      call_start = e["data"];
+    }
   }
-  EXPECT_EQ(text, "Let me look.\n");
+  EXPECT_EQ(text, "Let me look.");  // the whole answer's text
   EXPECT_EQ(kinds, json({"message_start", "content_block_start", "content_block_stop", "content_block_start",
-                         "content_block_delta", "content_block_stop", "message_delta", "message_stop"}));
+                         "content_block_stop", "message_delta", "message_stop"}));
   EXPECT_EQ(got[0]["data"]["message"]["usage"],
             json({{"input_tokens", 30}, {"cache_creation_input_tokens", 0}, {"cache_read_input_tokens", 0}, {"output_tokens", 0}}));
   const size_t n = got.size();
-  EXPECT_EQ(got[n - 5]["data"], json({{"type", "content_block_start"},
-                                      {"index", 1},
-                                      {"content_block", {{"type", "tool_use"}, {"name", "weather"}, {"input", json::object()}}}}));
-  EXPECT_EQ(got[n - 4]["data"], json({{"type", "content_block_delta"},
-                                      {"index", 1},
-                                      {"delta", {{"type", "input_json_delta"}, {"partial_json", R"({"city":"Paris"})"}}}}));
+  EXPECT_EQ(call_start, json({{"type", "content_block_start"},
+                              {"index", 1},
+                              {"content_block", {{"type", "tool_use"}, {"name", "weather"}, {"input", json::object()}}}}));
+  EXPECT_EQ(input, R"({"city":"Paris"})");
+  EXPECT_EQ(input_deltas, 4);  // the 5-byte pieces after the arguments' brace: as written, not at the end
   EXPECT_EQ(got[n - 2]["data"],
             json({{"type", "message_delta"},
                   {"delta", {{"stop_reason", "tool_use"}, {"stop_sequence", nullptr}}},

@@ -269,26 +269,33 @@ TEST_F(Responses, AStreamNamesItsItemsAsTheFinalObjectDoes) {
   sse += out.finish(result(reply, FinishReason::kStop));
   const json got = events(sse);
   json types = json::array();
-  std::string text;
+  std::string text, arguments, call_id;
+  int argument_deltas = 0;
   for (const json& e : got) {
-    if (e["type"] == "response.output_text.delta")
+    if (e["type"] == "response.output_text.delta") {
       text += e["delta"].get<std::string>();
-    else
+    } else if (e["type"] == "response.function_call_arguments.delta") {
+      arguments += e["delta"].get<std::string>();
+      ++argument_deltas;
+    } else {
       types.push_back(e["type"]);
+    }
+    if (e["type"] == "response.output_item.added" && e["item"]["type"] == "function_call") call_id = e["item"]["id"];
   }
-  EXPECT_EQ(text, "Let me look.\n");
+  EXPECT_EQ(text, "Let me look.");  // the whole answer's text
   EXPECT_EQ(types, json({"response.created", "response.in_progress", "response.output_item.added",
                          "response.content_part.added", "response.output_text.done", "response.content_part.done",
                          "response.output_item.done", "response.output_item.added",
-                         "response.function_call_arguments.delta", "response.function_call_arguments.done",
-                         "response.output_item.done", "response.completed"}));
+                         "response.function_call_arguments.done", "response.output_item.done", "response.completed"}));
+  EXPECT_EQ(arguments, R"({"city":"Oslo"})");
+  EXPECT_EQ(argument_deltas, 5);  // the 4-byte pieces after the arguments' brace: as written
   const json& final = got.back()["response"];
   EXPECT_EQ(final["status"], "completed");
   ASSERT_EQ(final["output"].size(), 2u);
   EXPECT_EQ(final["output"][0]["id"], got[2]["item"]["id"]);
-  EXPECT_EQ(final["output"][0]["content"][0]["text"], "Let me look.\n");
+  EXPECT_EQ(final["output"][0]["content"][0]["text"], "Let me look.");
   const json& call = final["output"][1];
-  EXPECT_EQ(call["id"], got[got.size() - 5]["item"]["id"]);
+  EXPECT_EQ(call["id"], call_id);
   EXPECT_EQ(call["name"], "weather");
   EXPECT_EQ(call["arguments"], R"({"city":"Oslo"})");
   EXPECT_EQ(call["call_id"].get<std::string>().rfind("call_", 0), 0u);

@@ -15,6 +15,7 @@
 #include "model/chat_template.h"
 #include "model/gguf.h"
 #include "server/api_request.h"
+#include "server/call_stream.h"
 #include "api_fixture.h"
 
 namespace cs {
@@ -108,22 +109,31 @@ TEST(ToolCalls, WhatIsNotACallStaysContent) {
                "<|channel|>commentary<|message|>{}<|call|>", {});
 }
 
+// What a stream sends at once of text whose calls are not constrained: all
+// but what may still be a call (and a run's trailing whitespace).
+std::string sent_now(std::string_view text, ToolFormat f) {
+  CallStream s(f, false);
+  std::string out;
+  for (const CallPiece& p : s.push(text)) out += p.text;
+  return out;
+}
+
 TEST(ToolCalls, AStreamHoldsOnlyWhatMayBeACall) {
-  EXPECT_EQ(tool_call_start("Hello there", ToolFormat::kHermes), 11u);
-  EXPECT_EQ(tool_call_start("Hello <tool", ToolFormat::kHermes), 6u);
-  EXPECT_EQ(tool_call_start("Hello <tool_call>{\"na", ToolFormat::kHermes), 6u);
-  EXPECT_EQ(tool_call_start("a < b", ToolFormat::kHermes), 5u);
-  EXPECT_EQ(tool_call_start("  ", ToolFormat::kLlama3), 0u);
-  EXPECT_EQ(tool_call_start(" {\"name\"", ToolFormat::kLlama3), 0u);
-  EXPECT_EQ(tool_call_start("The answer {", ToolFormat::kLlama3), 12u);
+  EXPECT_EQ(sent_now("Hello there", ToolFormat::kHermes), "Hello there");
+  EXPECT_EQ(sent_now("Hello <tool", ToolFormat::kHermes), "Hello");
+  EXPECT_EQ(sent_now("Hello <tool_call>{\"na", ToolFormat::kHermes), "Hello");
+  EXPECT_EQ(sent_now("a < b", ToolFormat::kHermes), "a < b");
+  EXPECT_EQ(sent_now("  ", ToolFormat::kLlama3), "");
+  EXPECT_EQ(sent_now(" {\"name\"", ToolFormat::kLlama3), "");
+  EXPECT_EQ(sent_now("The answer {", ToolFormat::kLlama3), "The answer {");
   // Llama 3.1 may open a call with <|python_tag|> (text in a reply).
-  EXPECT_EQ(tool_call_start("<|python", ToolFormat::kLlama3), 0u);
-  EXPECT_EQ(tool_call_start("<|python_tag|>{\"name\"", ToolFormat::kLlama3), 0u);
-  EXPECT_EQ(tool_call_start("<b>", ToolFormat::kLlama3), 3u);
-  EXPECT_EQ(tool_call_start("[{\"name\"", ToolFormat::kMistral), 0u);
-  EXPECT_EQ(tool_call_start("ok [TOOL_C", ToolFormat::kMistral), 3u);
-  EXPECT_EQ(tool_call_start("Sure <|chan", ToolFormat::kHarmony), 5u);
-  EXPECT_EQ(tool_call_start("Sure.", ToolFormat::kHarmony), 5u);
+  EXPECT_EQ(sent_now("<|python", ToolFormat::kLlama3), "");
+  EXPECT_EQ(sent_now("<|python_tag|>{\"name\"", ToolFormat::kLlama3), "");
+  EXPECT_EQ(sent_now("<b>", ToolFormat::kLlama3), "<b>");
+  EXPECT_EQ(sent_now("[{\"name\"", ToolFormat::kMistral), "");
+  EXPECT_EQ(sent_now("ok [TOOL_C", ToolFormat::kMistral), "ok");
+  EXPECT_EQ(sent_now("Sure <|chan", ToolFormat::kHarmony), "Sure");
+  EXPECT_EQ(sent_now("Sure.", ToolFormat::kHarmony), "Sure.");
 }
 
 // A function without parameters has an empty parameter list (OpenAI's

@@ -17,8 +17,9 @@ What it holds the server to:
   number, a field dropped) and garbage; every error in its API's own shape;
 - every 200 well formed (its API's object or its events, ending as the API
   ends a stream); a constrained answer that stopped parses and fits its schema;
-  a demanded tool call has JSON arguments, and a call under allowed_tools
-  names a listed tool;
+  a demanded tool call has JSON arguments (the last one may be cut short
+  where max_tokens cut the reply), and a call under allowed_tools names a
+  listed tool; streamed calls rebuilt from their deltas are held to the same;
 - clients that hang up mid-stream or before the answer cancel their requests:
   after the load, nothing runs, nothing waits, no KV chunk is held by a
   sequence, and RSS has not grown past --rss-slack;
@@ -236,6 +237,34 @@ def streamed_text(api, data, names):
     raise ValueError(api)
 
 
+def chat_from_stream(data):
+    """A chat stream's one choice rebuilt as a whole answer: its content,
+    thought, calls (each named by its first delta, its arguments joined) and
+    finish_reason."""
+    content, thought, calls, finish = "", "", {}, None
+    for d in data[:-1]:
+        for c in json.loads(d).get("choices", []):
+            delta = c.get("delta", {})
+            content += delta.get("content") or ""
+            thought += delta.get("reasoning_content") or ""
+            for t in delta.get("tool_calls") or []:
+                if t["index"] not in calls:
+                    if not t.get("id") or not t.get("function", {}).get("name"):
+                        raise Failure(f"a call's first delta without its id and name: {t}")
+                    calls[t["index"]] = {"id": t["id"], "type": "function",
+                                         "function": {"name": t["function"]["name"], "arguments": ""}}
+                elif "name" in t.get("function", {}) or "id" in t:
+                    raise Failure(f"a call named twice: {t}")
+                calls[t["index"]]["function"]["arguments"] += t.get("function", {}).get("arguments") or ""
+            finish = c.get("finish_reason") or finish
+    if sorted(calls) != list(range(len(calls))):
+        raise Failure(f"call indices {sorted(calls)}")
+    message = {"role": "assistant", "content": content or None, "reasoning_content": thought or None}
+    if calls:
+        message["tool_calls"] = [calls[i] for i in sorted(calls)]
+    return {"choices": [{"index": 0, "message": message, "finish_reason": finish}]}
+
+
 class Chaos:
     def __init__(self, url, model_id, rng, args):
         self.url, self.model_id, self.rng, self.args = url, model_id, rng, args
@@ -401,7 +430,10 @@ class Chaos:
                                                      tool_choice=tc))
         if rng.random() < 0.3:
             body["parallel_tool_calls"] = False
-        return Request("tools_" + choice, "chat", self.PATHS["chat"], body)
+        is_stream = rng.random() < 0.4
+        if is_stream:
+            body["stream"] = True
+        return Request("tools_" + choice, "chat", self.PATHS["chat"], body, stream=is_stream)
 
     def pml_request(self):
         rng = self.rng
@@ -525,6 +557,9 @@ class Chaos:
             if req.hang_up_after is not None and len(data) >= req.hang_up_after:
                 return 0
             texts = streamed_text(req.api, data, names)
+            if req.kind.startswith("tools_"):
+                self.check_tools(req, chat_from_stream(data))
+                return 200
             self.compare(req, texts)
             return 200
         if req.raw_body is not None:
@@ -586,7 +621,7 @@ class Chaos:
             raise Failure("tool_choice none answered with calls")
         if demanded and choice["finish_reason"] == "tool_calls" and not calls:
             raise Failure("finish_reason tool_calls without calls")
-        for c in calls:
+        for k, c in enumerate(calls):
             name = c["function"]["name"]
             if name not in TOOL_NAMES:
                 raise Failure(f"call of an unknown tool {name!r}")
@@ -597,7 +632,9 @@ class Chaos:
             try:
                 json.loads(c["function"]["arguments"])
             except ValueError:
-                raise Failure(f"tool call arguments are not JSON: {c['function']['arguments'][:200]!r}")
+                # The last call of a reply max_tokens cut may be cut too (as far as it got).
+                if not (choice["finish_reason"] == "length" and k == len(calls) - 1):
+                    raise Failure(f"tool call arguments are not JSON: {c['function']['arguments'][:200]!r}")
         if demanded and choice["finish_reason"] == "stop":
             raise Failure("a demanded call ended with finish_reason stop")
         # Under auto a call the model begins is constrained: none is left

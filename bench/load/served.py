@@ -3,6 +3,7 @@ port, waited for (/health), its model's id read, stopped at the end.
 
     with Served(binary, model) as s:
         s.chat({...})  # the chat route's JSON answer
+        for seconds, chunk in s.stream_chat({...}): ...
 """
 import json
 import socket
@@ -38,6 +39,19 @@ class Served:
         req = urllib.request.Request(self.url + "/v1/chat/completions", json.dumps({"model": self.model, **body}).encode(),
                                      {"Content-Type": "application/json"})
         return json.load(urllib.request.urlopen(req, timeout=600))
+
+    def stream_chat(self, body):
+        """POST /v1/chat/completions with `body` and stream: true; yields
+        (seconds since the request was sent, chunk) for each data chunk."""
+        req = urllib.request.Request(self.url + "/v1/chat/completions",
+                                     json.dumps({"model": self.model, **body, "stream": True}).encode(),
+                                     {"Content-Type": "application/json"})
+        start = time.perf_counter()
+        with urllib.request.urlopen(req, timeout=600) as r:
+            for line in r:
+                line = line.decode().strip()
+                if line.startswith("data: ") and line != "data: [DONE]":
+                    yield time.perf_counter() - start, json.loads(line[6:])
 
     def stop(self):
         self.proc.terminate()

@@ -779,6 +779,7 @@ ApiRequest parse_chat_json(const json& j, const ApiLimits& lim, const std::strin
       throw invalid(out.constraint_param, out.constraint_param + " cannot be combined with a tool_choice that demands a call");
     out.constraint = tool_call_grammar(allowed_only(tools, choice), syntax.format, choice, parallel);
     out.constraint_param = "tools";
+    out.calls_constrained = true;
   } else if (choice.kind == ToolChoice::Kind::kAuto) {
     // The model may answer or call; a call it begins is constrained from
     // its marker on as a demanded one would be (each names a tool, its
@@ -793,6 +794,7 @@ ApiRequest parse_chat_json(const json& j, const ApiLimits& lim, const std::strin
     if (!out.constraint) {
       out.constraint = std::move(calls);
       out.constraint_param = "tools";
+      out.calls_constrained = true;
       out.engine.grammar_triggers = tool_call_triggers(syntax.format);
       // The client's where it named the tools calls may use (allowed_tools).
       out.constraint_optional = choice.allowed.empty() && std::none_of(tools.begin(), tools.end(), [](const json& t) {
@@ -800,6 +802,7 @@ ApiRequest parse_chat_json(const json& j, const ApiLimits& lim, const std::strin
       });
     } else if (out.constraint->kind == GrammarKind::kJsonSchema || out.constraint->kind == GrammarKind::kAnyJson) {
       out.constraint->or_else = std::make_shared<const GrammarSpec>(std::move(calls));
+      out.calls_constrained = true;
     }
   }
   // Special tokens come from the template's markup only, never from a message.

@@ -65,6 +65,10 @@ struct ApiRequest {
   // tool_format.
   bool tools = false;
   ToolFormat tool_format = ToolFormat::kHermes;
+  // The reply's calls are written under tool_call_grammar (demanded, or
+  // begun under auto): a stream sends each as it is written
+  // (server/call_stream.h). False where none is, or where it was dropped.
+  bool calls_constrained = false;
   // A template that thinks (server/reasoning.h): the reply's thought comes
   // back apart; in_thought: the prompt opened it.
   bool reasoning = false;

@@ -79,9 +79,10 @@ const char* api_finish_reason(FinishReason r, bool calls) {
 }
 
 ApiResponder::ApiResponder(const ApiRequest& req, const Tokenizer& tok, std::string id, long long created)
-    : req_(req), tok_(tok), id_(std::move(id)), created_(created), started_(size_t(req.engine.n), false),
-      text_(size_t(req.engine.n)), sent_(size_t(req.engine.n), 0) {
+    : req_(req), tok_(tok), id_(std::move(id)), created_(created), started_(size_t(req.engine.n), false) {
   if (req.chat && req.reasoning) reasoning_.assign(size_t(req.engine.n), req.splitter());
+  if (req.chat && req.tools)
+    calls_.assign(size_t(req.engine.n), Calls{CallStream(req.tool_format, req.calls_constrained)});
 }
 
 std::string ApiResponder::response(const Result& r) const {
@@ -92,13 +93,13 @@ std::string ApiResponder::response(const Result& r) const {
     // A thinking template's thought apart (vLLM's reasoning_content).
     const SplitReply split = req_.chat && req_.reasoning ? req_.split(c.text) : SplitReply{"", c.text};
     if (req_.chat && req_.tools) {
-      const ParsedReply p = parse_tool_calls(split.content, req_.tool_format);
+      const ParsedReply p = read_calls(split.content, req_.tool_format, req_.calls_constrained);
       ch["message"] = {{"role", "assistant"}, {"content", p.content.empty() && !p.calls.empty() ? json(nullptr) : json(p.content)}};
       if (!p.calls.empty()) {
         json calls = json::array();
         for (const ToolCall& call : p.calls) calls.push_back(tool_call_json(call));
         ch["message"]["tool_calls"] = calls;
-        ch["finish_reason"] = api_finish_reason(c.reason, true);
+        ch["finish_reason"] = api_finish_reason(c.reason, p.calls.back().complete);
       }
     } else if (req_.chat) {
       ch["message"] = {{"role", "assistant"}, {"content", split.content}};
@@ -143,33 +144,6 @@ std::string ApiResponder::choice_chunk(const json& choice) const {
             {"choices", json::array({choice})}};
   if (req_.include_usage) j["usage"] = nullptr;
   return "data: " + dump(j) + "\n\n";
-}
-
-// The end of a reply with tools: the text held back parsed, its content and
-// its calls sent (each call whole, in OpenAI's delta shape), then the finish.
-std::string ApiResponder::tool_deltas(int index, size_t* calls) {
-  const size_t i = size_t(index);
-  const ParsedReply p = parse_tool_calls(std::string_view(text_[i]).substr(sent_[i]), req_.tool_format);
-  std::string out;
-  json role = json::object();
-  if (!started_[i]) role["role"] = "assistant", started_[i] = true;
-  if (!p.content.empty()) {
-    json d = role;
-    d["content"] = p.content;
-    out += event(index, d, nullptr, nullptr);
-    role = json::object();
-  }
-  for (size_t k = 0; k < p.calls.size(); ++k) {
-    json call = tool_call_json(p.calls[k]);
-    call["index"] = k;
-    json d = role;
-    d["tool_calls"] = json::array({call});
-    out += event(index, d, nullptr, nullptr);
-    role = json::object();
-  }
-  sent_[i] = text_[i].size();
-  *calls = p.calls.size();
-  return out;
 }
 
 // A thinking template's stream: the thought's text goes out as
@@ -226,26 +200,60 @@ std::string ApiResponder::answer_chunk(const StreamEvent& ev) {
 }
 
 // A chat stream with tools: content goes out as it comes until the text
-// may be a call (tool_call_start); from there it is held and parsed at the end.
+// may be a call; a call written under its grammar goes out as it is
+// written (its id and name, then its arguments in pieces), one that is not
+// whole at the end (call_stream.h).
 std::string ApiResponder::tool_chunk(const StreamEvent& ev) {
   const size_t i = size_t(ev.index);
-  if (ev.kind == StreamEvent::Kind::kFinish) {
-    size_t calls = 0;
-    std::string out = tool_deltas(ev.index, &calls);
+  Calls& c = calls_[i];
+  const bool fin = ev.kind == StreamEvent::Kind::kFinish;
+  const bool has_lp = req_.logprobs && !fin && ev.token >= 0;
+  json lp = has_lp ? json{{"content", json::array({chat_entry(tok_, ev.token, ev.logprob, ev.top)})}} : json(nullptr);
+  std::string out;
+  const auto send = [&](json delta) {
+    if (!started_[i]) delta["role"] = "assistant", started_[i] = true;
+    out += event(ev.index, delta, nullptr, lp);
+    lp = nullptr;
+  };
+  json call;  // a call's first delta, its arguments so far added to it
+  const auto send_call = [&] {
+    if (!call.is_null()) send({{"tool_calls", json::array({std::move(call)})}});
+    call = nullptr;
+  };
+  for (CallPiece& p : fin ? c.stream.finish() : c.stream.push(ev.text)) {
+    switch (p.kind) {
+      case CallPiece::Kind::kContent:
+        send_call();
+        c.content = true;
+        // A run of content after a call: on a new line, as a whole answer joins them.
+        send({{"content", std::exchange(c.call_after_content, false) ? "\n" + p.text : std::move(p.text)}});
+        break;
+      case CallPiece::Kind::kCall:
+        send_call();
+        call = {{"index", c.began++}, {"id", call_id()}, {"type", "function"}, {"function", {{"name", p.text}, {"arguments", ""}}}};
+        c.call_after_content = c.content;
+        c.complete = false;
+        break;
+      case CallPiece::Kind::kArguments:
+        if (!call.is_null())
+          call["function"]["arguments"] = call["function"]["arguments"].get<std::string>() + p.text;
+        else
+          send({{"tool_calls", json::array({{{"index", c.began - 1}, {"function", {{"arguments", std::move(p.text)}}}}})}});
+        break;
+      case CallPiece::Kind::kEnd:
+        send_call();
+        c.complete = p.complete;
+        break;
+    }
+  }
+  send_call();
+  if (fin) {
     json delta = json::object();
     if (!started_[i]) delta["role"] = "assistant", started_[i] = true;
-    return out + event(ev.index, delta, api_finish_reason(ev.reason, calls > 0), nullptr);
+    return out + event(ev.index, delta, api_finish_reason(ev.reason, c.began > 0 && c.complete), nullptr);
   }
-  text_[i] += ev.text;
-  const size_t until = std::max(sent_[i], tool_call_start(text_[i], req_.tool_format));
-  const bool has_lp = req_.logprobs && ev.token >= 0;
-  if (until == sent_[i] && !has_lp) return {};
-  json delta = json::object();
-  if (!started_[i]) delta["role"] = "assistant", started_[i] = true;
-  delta["content"] = text_[i].substr(sent_[i], until - sent_[i]);
-  sent_[i] = until;
-  return event(ev.index, delta, nullptr,
-               has_lp ? json{{"content", json::array({chat_entry(tok_, ev.token, ev.logprob, ev.top)})}} : json(nullptr));
+  if (out.empty() && has_lp) send({{"content", ""}});
+  return out;
 }
 
 std::string ApiResponder::usage_chunk(const Result& r) const {

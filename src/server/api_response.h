@@ -12,6 +12,7 @@
 #include "model/tokenizer.h"
 
 #include "server/api_request.h"
+#include "server/call_stream.h"
 #include "server/reasoning.h"
 
 namespace cs {
@@ -37,14 +38,18 @@ class ApiResponder {
   std::string id_;
   long long created_;
   std::vector<bool> started_;  // per choice: the assistant role was sent (chat)
-  // With tools: per choice, the text so far and how much of it went out as
-  // content (the rest may be a call, parsed at the end).
-  std::vector<std::string> text_;
-  std::vector<size_t> sent_;
+  // With tools: per choice, the calls read as the text comes, how many
+  // began, whether the last one closed, and whether a call came after
+  // content (the next content goes on a new line, as a whole answer's).
+  struct Calls {
+    CallStream stream;
+    int began = 0;
+    bool complete = true, content = false, call_after_content = false;
+  };
+  std::vector<Calls> calls_;
   // A template that thinks: per choice, the thought split from the answer.
   std::vector<ReasoningStream> reasoning_;
   std::string answer_chunk(const StreamEvent& ev);
-  std::string tool_deltas(int index, size_t* calls);
   std::string tool_chunk(const StreamEvent& ev);
   std::string choice_chunk(const nlohmann::json& choice) const;
   std::string event(int index, const nlohmann::json& delta, const nlohmann::json& finish, const nlohmann::json& logprobs);
@@ -55,7 +60,8 @@ class ApiResponder {
 std::optional<ApiError> failure(FinishReason r, const std::string& message);
 
 // OpenAI's finish_reason for ours ("stop", "length"; a cancelled completion
-// was cut short: "length"); "tool_calls" when a stopped reply made calls.
+// was cut short: "length"); "tool_calls" when a stopped reply made calls
+// (its last call whole: one a stop sequence cut is "stop").
 const char* api_finish_reason(FinishReason r, bool calls = false);
 
 }  // namespace cs

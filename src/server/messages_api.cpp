@@ -453,9 +453,11 @@ json usage_json(const Result& r, int cached_prefix) {
           {"output_tokens", r.usage.completion_tokens}};
 }
 
+// A call's input: its arguments, or those written whole of a call the
+// reply's end cut short (the object a client parsing the stream holds).
 json tool_use_json(const ToolCall& c) {
-  json input = json::parse(c.arguments, nullptr, false);
-  if (input.is_discarded() || !input.is_object()) input = json::object();
+  json input = c.complete ? json::parse(c.arguments, nullptr, false) : partial_arguments(c.arguments);
+  if (input.is_discarded() || !input.is_object()) input = partial_arguments(c.arguments);
   return {{"type", "tool_use"}, {"id", random_id("toolu_", false)}, {"name", c.name}, {"input", std::move(input)}};
 }
 
@@ -464,23 +466,31 @@ std::string sse(const char* event, const json& data) { return std::string("event
 }  // namespace
 
 MessagesResponder::MessagesResponder(const MessagesRequest& req, std::string id)
-    : req_(req), id_(std::move(id)), reasoning_(req.chat.splitter()) {}
+    : req_(req), id_(std::move(id)), reasoning_(req.chat.splitter()),
+      calls_(req.chat.tool_format, req.chat.calls_constrained) {}
 
 std::string MessagesResponder::response(const Result& r) const {
   const Completion& c = r.completions.at(0);
   const SplitReply split = req_.chat.reasoning ? req_.chat.split(c.text) : SplitReply{"", c.text};
-  const ParsedReply p =
-      req_.chat.tools ? parse_tool_calls(split.content, req_.chat.tool_format) : ParsedReply{split.content, {}};
+  // With tools: text blocks and tool_use blocks in the order written, as a
+  // stream sends them.
+  const std::vector<ReplyPart> parts = req_.chat.tools
+                                           ? read_reply(split.content, req_.chat.tool_format, req_.chat.calls_constrained)
+                                           : std::vector<ReplyPart>{ReplyPart{false, split.content, {}}};
   json content = json::array();
   if (!split.reasoning.empty()) content.push_back({{"type", "thinking"}, {"thinking", split.reasoning}, {"signature", ""}});
-  if (!p.content.empty()) content.push_back({{"type", "text"}, {"text", p.content}});
-  for (const ToolCall& call : p.calls) content.push_back(tool_use_json(call));
+  bool calls = false;
+  for (const ReplyPart& part : parts) {
+    if (part.is_call) content.push_back(tool_use_json(part.call));
+    else if (!part.text.empty()) content.push_back({{"type", "text"}, {"text", part.text}});
+    if (part.is_call) calls = part.call.complete;
+  }
   return dump({{"id", id_},
                {"type", "message"},
                {"role", "assistant"},
                {"model", req_.model},
                {"content", std::move(content)},
-               {"stop_reason", stop_reason(c, !p.calls.empty())},
+               {"stop_reason", stop_reason(c, calls)},
                {"stop_sequence", c.stop_sequence.empty() ? json(nullptr) : json(c.stop_sequence)},
                {"usage", usage_json(r, req_.cached_prefix())}});
 }
@@ -540,12 +550,39 @@ std::string MessagesResponder::answer(const std::string& s) {
   std::string out;
   if (open_thinking_ >= 0)  // the thought is over
     out += sse("content_block_stop", {{"type", "content_block_stop"}, {"index", std::exchange(open_thinking_, -1)}});
-  text_ += s;
-  // With tools, text that may begin a call waits for the end.
-  const size_t upto = req_.chat.tools ? tool_call_start(text_, req_.chat.tool_format) : text_.size();
-  if (upto <= sent_) return out;
-  out += text_delta(text_.substr(sent_, upto - sent_));
-  sent_ = upto;
+  if (!req_.chat.tools) return out + text_delta(s);
+  return out + call_pieces(calls_.push(s));
+}
+
+// With tools: text as text blocks, each call as a tool_use block opened
+// when it begins, its input as input_json_delta pieces as it is written
+// (call_stream.h: a call not written under its grammar comes whole at the end).
+std::string MessagesResponder::call_pieces(std::vector<CallPiece> pieces) {
+  std::string out;
+  for (CallPiece& p : pieces) {
+    switch (p.kind) {
+      case CallPiece::Kind::kContent: out += text_delta(p.text); break;
+      case CallPiece::Kind::kCall:
+        out += close_text();
+        open_call_ = next_block_++;
+        out += sse("content_block_start",
+                   {{"type", "content_block_start"},
+                    {"index", open_call_},
+                    {"content_block",
+                     {{"type", "tool_use"}, {"id", random_id("toolu_", false)}, {"name", p.text}, {"input", json::object()}}}});
+        calls_made_ = false;
+        break;
+      case CallPiece::Kind::kArguments:
+        out += sse("content_block_delta", {{"type", "content_block_delta"},
+                                           {"index", open_call_},
+                                           {"delta", {{"type", "input_json_delta"}, {"partial_json", p.text}}}});
+        break;
+      case CallPiece::Kind::kEnd:
+        out += sse("content_block_stop", {{"type", "content_block_stop"}, {"index", std::exchange(open_call_, -1)}});
+        calls_made_ = p.complete;
+        break;
+    }
+  }
   return out;
 }
 
@@ -559,34 +596,11 @@ std::string MessagesResponder::finish(const Result& r) {
     if (open_thinking_ >= 0)  // a thought never closed
       out += sse("content_block_stop", {{"type", "content_block_stop"}, {"index", std::exchange(open_thinking_, -1)}});
   }
-  size_t calls = 0;
-  const std::string rest = text_.substr(sent_);
-  sent_ = text_.size();
-  if (req_.chat.tools) {
-    const ParsedReply p = parse_tool_calls(rest, req_.chat.tool_format);
-    // Without calls the rest is text as it came; beside calls, the text
-    // around them (trimmed).
-    out += text_delta(p.calls.empty() ? rest : p.content);
-    out += close_text();
-    for (const ToolCall& call : p.calls) {
-      json block = tool_use_json(call);
-      const std::string input = dump(block["input"]);
-      block["input"] = json::object();
-      const int index = next_block_++;
-      out += sse("content_block_start", {{"type", "content_block_start"}, {"index", index}, {"content_block", block}});
-      out += sse("content_block_delta", {{"type", "content_block_delta"},
-                                         {"index", index},
-                                         {"delta", {{"type", "input_json_delta"}, {"partial_json", input}}}});
-      out += sse("content_block_stop", {{"type", "content_block_stop"}, {"index", index}});
-    }
-    calls = p.calls.size();
-  } else {
-    out += text_delta(rest);
-    out += close_text();
-  }
+  if (req_.chat.tools) out += call_pieces(calls_.finish());
+  out += close_text();
   out += sse("message_delta", {{"type", "message_delta"},
                                {"delta",
-                                {{"stop_reason", stop_reason(c, calls > 0)},
+                                {{"stop_reason", stop_reason(c, calls_made_)},
                                  {"stop_sequence", c.stop_sequence.empty() ? json(nullptr) : json(c.stop_sequence)}}},
                                {"usage", usage_json(r, req_.cached_prefix())}});
   return out + sse("message_stop", {{"type", "message_stop"}});

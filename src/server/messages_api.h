@@ -15,6 +15,7 @@
 
 #include "engine/request.h"
 #include "server/api_request.h"
+#include "server/call_stream.h"
 #include "server/reasoning.h"
 
 namespace cs {
@@ -55,8 +56,8 @@ class MessagesResponder {
   std::string response(const Result& r) const;
   // Stream: message_start (input_tokens: the whole prompt, the cache not yet
   // known; message_delta at the end carries the counts), then content
-  // blocks as the text comes (with tools, text that may be a call is held
-  // and parsed at the end), then message_delta and message_stop.
+  // blocks as the text comes (with tools, each call a tool_use block as it
+  // is written: server/call_stream.h), then message_delta and message_stop.
   std::string start(int prompt_tokens) const;
   std::string event(const StreamEvent& ev);
   std::string finish(const Result& r);
@@ -66,10 +67,11 @@ class MessagesResponder {
  private:
   const MessagesRequest& req_;
   std::string id_;
-  std::string text_;  // the reply so far
-  size_t sent_ = 0;   // of text_, what went out as text deltas
-  int next_block_ = 0, open_text_ = -1, open_thinking_ = -1;
+  int next_block_ = 0, open_text_ = -1, open_thinking_ = -1, open_call_ = -1;
   ReasoningStream reasoning_;  // a thinking template's thought, split from the answer
+  CallStream calls_;           // with tools: the calls in the answer
+  bool calls_made_ = false;    // the answer ended with a whole call
+  std::string call_pieces(std::vector<CallPiece> pieces);
   std::string text_delta(const std::string& s);
   std::string thinking_delta(const std::string& s);
   // A delta of the block `open` (opened with `start` first, when it is not yet).

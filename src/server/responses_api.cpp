@@ -299,7 +299,8 @@ ResponsesRequest parse_responses_request(const std::string& body, const ApiLimit
 
 ResponsesResponder::ResponsesResponder(const ResponsesRequest& req, std::string id, long long created)
     : req_(req), id_(std::move(id)), message_id_(random_id("msg_", true)), created_(created),
-      reasoning_(req.chat.splitter()), reasoning_id_(random_id("rs_", true)) {}
+      reasoning_(req.chat.splitter()), reasoning_id_(random_id("rs_", true)),
+      calls_(req.chat.tool_format, req.chat.calls_constrained) {}
 
 namespace {
 
@@ -321,28 +322,46 @@ json reasoning_item(const std::string& id, const std::string& text, const char* 
           {"content", text.empty() ? json::array() : json::array({{{"type", "reasoning_text"}, {"text", text}}})}};
 }
 
-json call_item(const std::string& id, const std::string& call_id, const ToolCall& c, const char* status,
+json call_item(const std::string& id, const std::string& call_id, const std::string& name, const char* status,
                const std::string& arguments) {
-  return {{"id", id}, {"type", "function_call"}, {"status", status}, {"call_id", call_id}, {"name", c.name}, {"arguments", arguments}};
+  return {{"id", id}, {"type", "function_call"}, {"status", status}, {"call_id", call_id}, {"name", name}, {"arguments", arguments}};
 }
+
+// The response's status: cut short (max_output_tokens) unless it ended
+// with a whole call.
+const char* response_status(const Completion& c, bool calls) { return cut_short(c) && !calls ? "incomplete" : "completed"; }
 
 }  // namespace
 
 // The output items of a finished reply (once: a stream builds them as it
-// sends them, and the object and the stored conversation reuse them).
+// sends them, and the object and the stored conversation reuse them): the
+// thought, then each run of text as a message and each call as a
+// function_call, in the order written, as a stream sends them (a reply
+// without calls is one message, empty or not).
 json ResponsesResponder::output(const Result& r) {
   const Completion& c = r.completions.at(0);
   const SplitReply split = req_.chat.reasoning ? req_.chat.split(c.text) : SplitReply{"", c.text};
-  const ParsedReply p =
-      req_.chat.tools ? parse_tool_calls(split.content, req_.chat.tool_format) : ParsedReply{split.content, {}};
+  std::vector<ReplyPart> parts =
+      req_.chat.tools ? read_reply(split.content, req_.chat.tool_format, req_.chat.calls_constrained)
+                      : std::vector<ReplyPart>{ReplyPart{false, split.content, {}}};
+  bool calls = false, any_call = false;
+  for (const ReplyPart& part : parts)
+    if (part.is_call) calls = part.call.complete, any_call = true;
+  if (!any_call && parts.empty()) parts.push_back({});
   json items = json::array();
-  const char* status = cut_short(c) && p.calls.empty() ? "incomplete" : "completed";
   thought_ = split.reasoning;
   if (!thought_.empty()) items.push_back(reasoning_item(reasoning_id_, thought_, "completed"));
-  if (p.calls.empty() || !p.content.empty()) items.push_back(message_item(message_id_, p.content, status));
-  for (size_t k = 0; k < p.calls.size(); ++k) {
-    if (call_ids_.size() <= k) call_ids_.push_back(random_id("call_", false)), item_ids_.push_back(random_id("fc_", true));
-    items.push_back(call_item(item_ids_[k], call_ids_[k], p.calls[k], "completed", p.calls[k].arguments));
+  bool first_message = true;
+  for (size_t k = 0; k < parts.size(); ++k) {
+    const ReplyPart& part = parts[k];
+    if (part.is_call) {
+      items.push_back(call_item(random_id("fc_", true), random_id("call_", false), part.call.name,
+                                part.call.complete ? "completed" : "incomplete", part.call.arguments));
+    } else {
+      const std::string id = first_message ? message_id_ : random_id("msg_", true);
+      first_message = false;
+      items.push_back(message_item(id, part.text, k + 1 == parts.size() ? response_status(c, calls) : "completed"));
+    }
   }
   return items;
 }
@@ -356,8 +375,9 @@ std::string ResponsesResponder::object(const Result* r) {
   if (done) {
     output = final_output_.is_null() ? (final_output_ = this->output(*r)) : final_output_;
     bool calls = false;
-    for (const json& item : output) calls = calls || item["type"] == "function_call";
-    status = cut_short(r->completions.at(0)) && !calls ? "incomplete" : "completed";
+    for (const json& item : output)
+      if (item["type"] == "function_call") calls = item["status"] == "completed";
+    status = response_status(r->completions.at(0), calls);
     if (std::string(status) == "incomplete") incomplete = {{"reason", "max_output_tokens"}};
   }
   o["status"] = status;
@@ -416,24 +436,77 @@ std::string ResponsesResponder::start() {
 
 std::string ResponsesResponder::text_delta(const std::string& s) {
   std::string out;
-  if (!message_open_) {
-    message_open_ = true;
+  if (message_index_ < 0) {
+    message_index_ = next_index_++;
+    if (!first_message_id_.empty()) message_id_ = random_id("msg_", true);  // a later run of text
+    first_message_id_ = message_id_;
+    shown_.clear();
     json item = message_item(message_id_, "", "in_progress");
     item["content"] = json::array();
-    out += sse("response.output_item.added", {{"output_index", message_index()}, {"item", item}});
+    out += sse("response.output_item.added", {{"output_index", message_index_}, {"item", item}});
     out += sse("response.content_part.added",
                {{"item_id", message_id_},
-                {"output_index", message_index()},
+                {"output_index", message_index_},
                 {"content_index", 0},
                 {"part", {{"type", "output_text"}, {"text", ""}, {"annotations", json::array()}, {"logprobs", json::array()}}}});
   }
   if (s.empty()) return out;
   shown_ += s;
   return out + sse("response.output_text.delta", {{"item_id", message_id_},
-                                                  {"output_index", message_index()},
+                                                  {"output_index", message_index_},
                                                   {"content_index", 0},
                                                   {"delta", s},
                                                   {"logprobs", json::array()}});
+}
+
+std::string ResponsesResponder::close_message(const char* status) {
+  if (message_index_ < 0) return {};
+  const int index = std::exchange(message_index_, -1);
+  const json part = {{"type", "output_text"}, {"text", shown_}, {"annotations", json::array()}, {"logprobs", json::array()}};
+  std::string out = sse("response.output_text.done", {{"item_id", message_id_},
+                                                      {"output_index", index},
+                                                      {"content_index", 0},
+                                                      {"text", shown_},
+                                                      {"logprobs", json::array()}});
+  out += sse("response.content_part.done",
+             {{"item_id", message_id_}, {"output_index", index}, {"content_index", 0}, {"part", part}});
+  items_.push_back(message_item(message_id_, shown_, status));
+  return out + sse("response.output_item.done", {{"output_index", index}, {"item", items_.back()}});
+}
+
+// With tools: each call a function_call item added when it begins, its
+// arguments as function_call_arguments.delta events as it is written
+// (call_stream.h: a call not written under its grammar comes whole at the end).
+std::string ResponsesResponder::call_pieces(std::vector<CallPiece> pieces) {
+  std::string out;
+  for (CallPiece& p : pieces) {
+    switch (p.kind) {
+      case CallPiece::Kind::kContent: out += text_delta(p.text); break;
+      case CallPiece::Kind::kCall:
+        out += close_message("completed");
+        call_index_ = next_index_++;
+        call_ = call_item(random_id("fc_", true), random_id("call_", false), p.text, "in_progress", "");
+        out += sse("response.output_item.added", {{"output_index", call_index_}, {"item", call_}});
+        calls_made_ = false;
+        break;
+      case CallPiece::Kind::kArguments:
+        call_["arguments"] = call_["arguments"].get<std::string>() + p.text;
+        out += sse("response.function_call_arguments.delta",
+                   {{"item_id", call_["id"]}, {"output_index", call_index_}, {"delta", p.text}});
+        break;
+      case CallPiece::Kind::kEnd:
+        out += sse("response.function_call_arguments.done", {{"item_id", call_["id"]},
+                                                             {"output_index", call_index_},
+                                                             {"name", call_["name"]},
+                                                             {"arguments", call_["arguments"]}});
+        call_["status"] = p.complete ? "completed" : "incomplete";
+        items_.push_back(std::move(call_));
+        out += sse("response.output_item.done", {{"output_index", call_index_}, {"item", items_.back()}});
+        calls_made_ = p.complete;
+        break;
+    }
+  }
+  return out;
 }
 
 std::string ResponsesResponder::reasoning_delta(const std::string& s) {
@@ -441,6 +514,7 @@ std::string ResponsesResponder::reasoning_delta(const std::string& s) {
   std::string out;
   if (!reasoning_open_) {
     reasoning_open_ = true;
+    next_index_ = 1;  // the thought comes first
     json item = reasoning_item(reasoning_id_, "", "in_progress");
     out += sse("response.output_item.added", {{"output_index", 0}, {"item", item}});
   }
@@ -454,7 +528,8 @@ std::string ResponsesResponder::close_reasoning() {
   reasoning_done_ = true;
   std::string out = sse("response.reasoning_text.done",
                         {{"item_id", reasoning_id_}, {"output_index", 0}, {"content_index", 0}, {"text", thought_}});
-  return out + sse("response.output_item.done", {{"output_index", 0}, {"item", reasoning_item(reasoning_id_, thought_, "completed")}});
+  items_.push_back(reasoning_item(reasoning_id_, thought_, "completed"));
+  return out + sse("response.output_item.done", {{"output_index", 0}, {"item", items_.back()}});
 }
 
 std::string ResponsesResponder::event(const StreamEvent& ev) {
@@ -467,12 +542,8 @@ std::string ResponsesResponder::event(const StreamEvent& ev) {
 std::string ResponsesResponder::answer(const std::string& s) {
   if (s.empty()) return {};
   std::string out = close_reasoning();
-  text_ += s;
-  const size_t upto = req_.chat.tools ? tool_call_start(text_, req_.chat.tool_format) : text_.size();
-  if (upto <= sent_) return out;
-  out += text_delta(text_.substr(sent_, upto - sent_));
-  sent_ = upto;
-  return out;
+  if (!req_.chat.tools) return out + text_delta(s);
+  return out + call_pieces(calls_.push(s));
 }
 
 std::string ResponsesResponder::finish(const Result& r) {
@@ -484,42 +555,10 @@ std::string ResponsesResponder::finish(const Result& r) {
     out += answer(piece.content);
     out += close_reasoning();  // a thought never closed
   }
-  const std::string rest = text_.substr(sent_);
-  sent_ = text_.size();
-  ParsedReply p = req_.chat.tools ? parse_tool_calls(rest, req_.chat.tool_format) : ParsedReply{rest, {}};
-  const std::string more = p.calls.empty() ? rest : p.content;
-  if (!more.empty() || p.calls.empty()) out += text_delta(more);
-  json items = json::array();
-  const char* status = cut_short(c) && p.calls.empty() ? "incomplete" : "completed";
-  if (!thought_.empty()) items.push_back(reasoning_item(reasoning_id_, thought_, "completed"));
-  if (message_open_) {
-    const json part = {{"type", "output_text"}, {"text", shown_}, {"annotations", json::array()}, {"logprobs", json::array()}};
-    out += sse("response.output_text.done", {{"item_id", message_id_},
-                                             {"output_index", message_index()},
-                                             {"content_index", 0},
-                                             {"text", shown_},
-                                             {"logprobs", json::array()}});
-    out += sse("response.content_part.done",
-               {{"item_id", message_id_}, {"output_index", message_index()}, {"content_index", 0}, {"part", part}});
-    items.push_back(message_item(message_id_, shown_, status));
-    out += sse("response.output_item.done", {{"output_index", message_index()}, {"item", items.back()}});
-  }
-  for (size_t k = 0; k < p.calls.size(); ++k) {
-    call_ids_.push_back(random_id("call_", false));
-    item_ids_.push_back(random_id("fc_", true));
-    const int index = int(items.size());
-    out += sse("response.output_item.added",
-               {{"output_index", index}, {"item", call_item(item_ids_[k], call_ids_[k], p.calls[k], "in_progress", "")}});
-    out += sse("response.function_call_arguments.delta",
-               {{"item_id", item_ids_[k]}, {"output_index", index}, {"delta", p.calls[k].arguments}});
-    out += sse("response.function_call_arguments.done", {{"item_id", item_ids_[k]},
-                                                         {"output_index", index},
-                                                         {"name", p.calls[k].name},
-                                                         {"arguments", p.calls[k].arguments}});
-    items.push_back(call_item(item_ids_[k], call_ids_[k], p.calls[k], "completed", p.calls[k].arguments));
-    out += sse("response.output_item.done", {{"output_index", index}, {"item", items.back()}});
-  }
-  final_output_ = std::move(items);
+  if (req_.chat.tools) out += call_pieces(calls_.finish());
+  if (items_.empty() || items_.back()["type"] == "reasoning") out += text_delta("");  // no calls: a message, empty or not
+  out += close_message(response_status(c, calls_made_));
+  final_output_ = std::move(items_);
   json o = json::parse(object(&r));
   const bool incomplete = o["status"] == "incomplete";
   return out + sse(incomplete ? "response.incomplete" : "response.completed", {{"response", std::move(o)}});

@@ -19,6 +19,7 @@
 #include "engine/request.h"
 #include "model/tokenizer.h"
 #include "server/api_request.h"
+#include "server/call_stream.h"
 #include "server/reasoning.h"
 #include "server/response_store.h"
 
@@ -49,9 +50,9 @@ class ResponsesResponder {
   nlohmann::ordered_json conversation(const Result& r);
 
   // Stream: response.created and response.in_progress, then output items as
-  // the text comes (with tools, text that may be a call is held and parsed at
-  // the end; each call is one function_call item), then response.completed
-  // (or response.incomplete when max_output_tokens cut it).
+  // the text comes (with tools, each call a function_call item as it is
+  // written: server/call_stream.h), then response.completed (or
+  // response.incomplete when max_output_tokens cut it).
   std::string start();
   std::string event(const StreamEvent& ev);
   std::string finish(const Result& r);
@@ -61,24 +62,27 @@ class ResponsesResponder {
   const ResponsesRequest& req_;
   std::string id_, message_id_;
   long long created_;
-  std::vector<std::string> call_ids_, item_ids_;  // per call of the output: its call_id, its item id
-  std::string text_;   // the reply so far
-  size_t sent_ = 0;    // of text_, what went out (as deltas, or held for the end)
-  std::string shown_;  // the message's text as streamed
+  std::string shown_;  // the open message's text as streamed
+  std::string first_message_id_;
+  int next_index_ = 0, message_index_ = -1, call_index_ = -1;  // output indices: the next, the open message's and call's
+  nlohmann::ordered_json items_ = nlohmann::ordered_json::array();  // the items done, in order
+  nlohmann::ordered_json call_;  // the call being written
+  bool calls_made_ = false;      // the answer ended with a whole call
   nlohmann::ordered_json final_output_;  // the output items, once built
   // A thinking template's thought: a reasoning item before the message.
   ReasoningStream reasoning_;
   std::string reasoning_id_, thought_;
   bool reasoning_open_ = false, reasoning_done_ = false;
-  int message_index() const { return thought_.empty() ? 0 : 1; }
+  CallStream calls_;  // with tools: the calls in the answer
   std::string reasoning_delta(const std::string& s);
   std::string close_reasoning();
   std::string answer(const std::string& s);
-  bool message_open_ = false;
   int sequence_ = 0;
   nlohmann::ordered_json output(const Result& r);
   std::string sse(const char* type, nlohmann::ordered_json data);
   std::string text_delta(const std::string& s);
+  std::string close_message(const char* status);
+  std::string call_pieces(std::vector<CallPiece> pieces);
 };
 
 }  // namespace cs

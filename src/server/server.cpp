@@ -345,6 +345,7 @@ void Server::Impl::constrain(ApiRequest& r, HttpResponse& res, const HttpExchang
   const auto drop = [&] {
     count("dropped");
     r.constraint.reset();
+    r.calls_constrained = false;
     r.engine.grammar = nullptr;
     r.engine.grammar_triggers.clear();
     r.engine.grammar_after_thought = false;

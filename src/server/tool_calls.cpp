@@ -12,9 +12,7 @@ using ojson = nlohmann::ordered_json;
 
 namespace {
 
-constexpr std::string_view kHermesOpen = "<tool_call>", kHermesClose = "</tool_call>";
-constexpr std::string_view kMistralMarker = "[TOOL_CALLS]", kPythonTag = "<|python_tag|>";
-constexpr std::string_view kChannel = "<|channel|>", kMessage = "<|message|>", kCall = "<|call|>";
+constexpr std::string_view kChannel = kHarmonyChannel, kMessage = kHarmonyMessage, kCall = kHarmonyCall;
 constexpr std::string_view kRoleTo = "<|start|>assistant to=functions.";  // a message's role naming its recipient
 
 bool space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
@@ -163,21 +161,12 @@ size_t partial_marker(std::string_view text, std::string_view marker) {
   return std::string_view::npos;
 }
 
+}  // namespace
+
 size_t marker_start(std::string_view text, std::string_view marker) {
   const size_t full = text.find(marker);
   return full != std::string_view::npos ? full : partial_marker(text, marker);
 }
-
-// Where the reply's first visible text would start a call (`opener`, or a
-// beginning of it), 0 while the reply is still blank.
-size_t opens_with(std::string_view text, std::string_view opener) {
-  const size_t first = text.find_first_not_of(" \n\r\t");
-  if (first == std::string_view::npos) return 0;
-  const std::string_view rest = text.substr(first);
-  return rest.starts_with(opener) || opener.starts_with(rest) ? 0 : std::string_view::npos;
-}
-
-}  // namespace
 
 ToolSyntax tool_syntax(const std::string& source) {
   ToolSyntax s;
@@ -357,17 +346,6 @@ ParsedReply parse_tool_calls(std::string_view text, ToolFormat f) {
     case ToolFormat::kHarmony: return parse_harmony(text);
   }
   return {std::string(text), {}};
-}
-
-size_t tool_call_start(std::string_view text, ToolFormat f) {
-  size_t at = std::string_view::npos;
-  switch (f) {
-    case ToolFormat::kHermes: at = marker_start(text, kHermesOpen); break;
-    case ToolFormat::kLlama3: at = std::min(opens_with(text, "{"), opens_with(text, kPythonTag)); break;
-    case ToolFormat::kMistral: at = std::min(marker_start(text, kMistralMarker), opens_with(text, "[")); break;
-    case ToolFormat::kHarmony: at = marker_start(text, kChannel); break;
-  }
-  return at == std::string_view::npos ? text.size() : at;
 }
 
 }  // namespace cs

@@ -83,6 +83,9 @@ std::vector<Request::Trigger> tool_call_triggers(ToolFormat f);
 struct ToolCall {
   std::string name;
   std::string arguments;  // a JSON object as compact text, as OpenAI sends it
+  // The arguments closed; a reply cut short inside them (server/call_stream.h)
+  // leaves them as far as they got.
+  bool complete = true;
 };
 
 struct ParsedReply {
@@ -94,9 +97,14 @@ struct ParsedReply {
 // parse, no name) stays content: nothing the model wrote is dropped.
 ParsedReply parse_tool_calls(std::string_view text, ToolFormat f);
 
-// Where calls may begin in text streamed so far: the start of the format's
-// marker, of a partial marker at its end, or (kLlama3, kMistral) of a reply
-// that opens like a call. text.size() when the text so far is plain content.
-size_t tool_call_start(std::string_view text, ToolFormat f);
+// The formats' markup, as the model writes it.
+inline constexpr std::string_view kHermesOpen = "<tool_call>", kHermesClose = "</tool_call>";
+inline constexpr std::string_view kMistralMarker = "[TOOL_CALLS]", kPythonTag = "<|python_tag|>";
+inline constexpr std::string_view kHarmonyChannel = "<|channel|>", kHarmonyMessage = "<|message|>",
+                                  kHarmonyCall = "<|call|>";
+
+// Where `marker` begins in text, or a beginning of it at the text's end (a
+// marker still being streamed); npos for neither.
+size_t marker_start(std::string_view text, std::string_view marker);
 
 }  // namespace cs

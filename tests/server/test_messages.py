@@ -92,7 +92,10 @@ class MessagesTest(ServedTest):
                 self.assertTrue(calls[0].id.startswith("toolu_"))
                 with self.claude.messages.stream(model=MODEL_ID, max_tokens=60, tools=WEATHER, tool_choice=choice,
                                                  messages=ask, extra_body=GREEDY) as s:
+                    # The input streams as it is written, in many pieces.
+                    pieces = sum(1 for ev in s if ev.type == "content_block_delta" and ev.delta.type == "input_json_delta")
                     final = s.get_final_message()
+                self.assertGreater(pieces, 3)
                 self.assertEqual(final.stop_reason, "tool_use")
                 self.assertEqual([(b.name, b.input) for b in final.content if b.type == "tool_use"],
                                  [(b.name, b.input) for b in calls])

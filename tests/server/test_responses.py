@@ -93,7 +93,10 @@ class ResponsesTest(ServedTest):
         # Streamed calls name the same tool with the same arguments.
         with self.client.responses.stream(model=MODEL_ID, input=ask, tools=WEATHER, tool_choice="required",
                                           temperature=0) as s:
+            # The arguments stream as they are written, in many pieces.
+            pieces = sum(1 for ev in s if ev.type == "response.function_call_arguments.delta")
             final = s.get_final_response()
+        self.assertGreater(pieces, 3)
         self.assertEqual([(o.name, o.arguments) for o in final.output if o.type == "function_call"],
                          [(c.name, c.arguments) for c in calls])
 

@@ -335,21 +335,56 @@ class Structured(ServedTest):
                 jsonschema.validate(json.loads(choice.message.content), schema)
         self.assertEqual(kinds, {"calls", "answer"})
 
+    def streamed_calls(self, **kw):
+        """A stream's calls as a client rebuilds them, the finish, the content,
+        and how many deltas carried each call's arguments."""
+        calls, finish, content = {}, None, ""
+        for ch in self.client.chat.completions.create(stream=True, **kw):
+            delta = ch.choices[0].delta
+            content += delta.content or ""
+            for d in delta.tool_calls or []:
+                if d.index not in calls:  # a call's first delta names it
+                    self.assertTrue(d.id.startswith("call_"), d)
+                    self.assertTrue(d.function.name, d)
+                    calls[d.index] = {"name": d.function.name, "arguments": "", "deltas": 0}
+                c = calls[d.index]
+                if d.function.arguments:
+                    c["arguments"] += d.function.arguments
+                    c["deltas"] += 1
+            finish = ch.choices[0].finish_reason or finish
+        return [calls[i] for i in sorted(calls)], finish, content
+
     def test_streamed_calls_reassemble_to_the_whole_ones(self):
+        # A call written under its grammar goes out as it is written: its
+        # name first, then its arguments in many deltas, which join to the
+        # whole answer's arguments exactly.
         kw = dict(model=MODEL_ID, messages=[{"role": "user", "content": "Weather in Rome and 2 plus 2?"}], tools=TOOLS,
                   tool_choice="required", temperature=0, max_tokens=200)
         whole = self.client.chat.completions.create(**kw).choices[0]
-        calls, finish = {}, None
-        for ch in self.client.chat.completions.create(stream=True, **kw):
-            for d in ch.choices[0].delta.tool_calls or []:
-                c = calls.setdefault(d.index, {"name": "", "arguments": ""})
-                if d.function.name:
-                    c["name"] += d.function.name
-                c["arguments"] += d.function.arguments or ""
-            finish = ch.choices[0].finish_reason or finish
+        calls, finish, _ = self.streamed_calls(**kw)
         self.assertEqual(finish, "tool_calls")
-        self.assertEqual([calls[i] for i in sorted(calls)],
+        self.assertEqual([{"name": c["name"], "arguments": c["arguments"]} for c in calls],
                          [{"name": c.function.name, "arguments": c.function.arguments} for c in whole.message.tool_calls])
+        for c in calls:
+            self.assertGreater(c["deltas"], 3, c)
+
+    def test_a_call_cut_short_is_the_same_streamed_or_whole(self):
+        # max_tokens inside the arguments: the call as far as it got, with
+        # finish_reason "length", streamed and whole alike (the stream sent it
+        # as it came and cannot take it back).
+        kw = dict(model=MODEL_ID, messages=[{"role": "user", "content": "What's the weather in Paris?"}], tools=TOOLS,
+                  tool_choice={"type": "function", "function": {"name": "get_weather"}}, temperature=0, max_tokens=24)
+        whole = self.client.chat.completions.create(**kw).choices[0]
+        self.assertEqual(whole.finish_reason, "length")
+        self.assertEqual(len(whole.message.tool_calls), 1, whole.message)
+        args = whole.message.tool_calls[0].function.arguments
+        self.assertTrue(args.startswith('{"city":'), args)
+        with self.assertRaises(ValueError):
+            json.loads(args)
+        calls, finish, content = self.streamed_calls(**kw)
+        self.assertEqual(finish, "length")
+        self.assertEqual([(c["name"], c["arguments"]) for c in calls], [("get_weather", args)])
+        self.assertEqual(content, whole.message.content or "")
 
     def test_a_call_and_its_result_in_the_next_turn(self):
         first = self.chat("What's the weather in Paris?", tools=TOOLS, tool_choice="required", seed=11, max_tokens=100)
