@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -602,6 +603,17 @@ TEST(GrammarBudget, CompilesInAChildWithinItsBudget) {
   b.wall_seconds = 600;  // the CPU limit decides, however busy the machine (the child runs niced)
   EXPECT_EQ(error({GrammarKind::kJsonSchema, heavy}, b), "the constraint did not compile within its budget of 1 s of CPU time");
   EXPECT_EQ(why, GrammarFailure::kOverBudget);
+  // Asked again under the same budget: the same error, and no compile (no
+  // child's CPU time is added to this process's children's).
+  const auto children_cpu = [] {
+    rusage u{};
+    ::getrusage(RUSAGE_CHILDREN, &u);
+    return std::pair(u.ru_utime.tv_sec, u.ru_utime.tv_usec);
+  };
+  const auto before = children_cpu();
+  EXPECT_EQ(error({GrammarKind::kJsonSchema, heavy}, b), "the constraint did not compile within its budget of 1 s of CPU time");
+  EXPECT_EQ(why, GrammarFailure::kOverBudget);
+  EXPECT_EQ(children_cpu(), before);
   // The client goes away 200 ms in: stopped then (the compile alone takes
   // seconds, and would end in an answer, not this message).
   ProcessBudget gone;
@@ -621,6 +633,8 @@ TEST(GrammarBudget, CompilesInAChildWithinItsBudget) {
     EXPECT_EQ(why, GrammarFailure::kOverBudget);
   }
   // The compiler's own words come back from the child.
+  EXPECT_EQ(error({GrammarKind::kRegex, "(unclosed"}, {}), "Regex parsing error at position 10: The parenthesis is not closed.");
+  EXPECT_EQ(why, GrammarFailure::kInvalid);
   EXPECT_EQ(error({GrammarKind::kRegex, "(unclosed"}, {}), "Regex parsing error at position 10: The parenthesis is not closed.");
   EXPECT_EQ(why, GrammarFailure::kInvalid);
   // Compiled in the child, the grammar works as one compiled here does; the

@@ -36,6 +36,19 @@ struct GrammarVocab::Impl {
   std::unordered_map<std::string, Cached> cache;
   uint64_t cache_tick = 0;
   size_t cache_bytes = 0;
+  // Budgeted compiles that failed for the constraint's own sake (it does
+  // not compile, or not within the budget): by spec and budget, the latest
+  // kFailedEntries. The same constraint under the same budget fails the same
+  // way, so it is answered from here, not compiled again: a client that
+  // repeats a constraint costing seconds of CPU to refuse (or an agent
+  // whose optional call grammar is over budget, tried again each turn)
+  // costs the server those seconds once.
+  struct Failed {
+    std::string message;
+    GrammarFailure why;
+    uint64_t tick = 0;
+  };
+  std::unordered_map<std::string, Failed> failed;
   // Tokens that hold no control byte (below 0x20): JSON allows none outside
   // escapes, but xgrammar's JSON strings take them raw, and strict parsers
   // (Python's json, Pydantic) refuse the result. JSON masks keep only these
@@ -286,6 +299,15 @@ std::shared_ptr<const Grammar> Grammar::compile(const GrammarVocab& vocab, const
   GrammarVocab::Impl& v = *vocab.impl_;
   const std::string key = spec_key(spec);
   if (auto g = lookup(vocab, key)) return g;
+  const std::string failed_key =
+      key + "\n" + std::to_string(budget.cpu_seconds) + "s " + std::to_string(budget.memory_bytes) + "B";
+  {
+    std::lock_guard lock(v.cache_mu);
+    if (auto it = v.failed.find(failed_key); it != v.failed.end()) {
+      it->second.tick = ++v.cache_tick;
+      throw GrammarError(it->second.message, it->second.why);
+    }
+  }
   // A compiler of its own in the child: the shared one's lock may have been
   // held by another thread at the fork. It takes the cores the server may
   // use (a new tool set under tool_choice "auto" is compiled before the
@@ -294,12 +316,29 @@ std::shared_ptr<const Grammar> Grammar::compile(const GrammarVocab& vocab, const
   // small for the threads' stacks, nor where the child may start none.
   const int threads =
       budget.memory_bytes >= (size_t(256) << 20) && child_may_start_threads() ? cores_available() : 1;
-  const std::string json = run_in_child(
-      [&] {
-        xgrammar::GrammarCompiler c(v.info, threads, false, -1);
-        return compile_with(c, spec).SerializeJSON();
-      },
-      budget);
+  std::string json;
+  try {
+    json = run_in_child(
+        [&] {
+          xgrammar::GrammarCompiler c(v.info, threads, false, -1);
+          return compile_with(c, spec).SerializeJSON();
+        },
+        budget);
+  } catch (const GrammarError& e) {
+    // Not the failures of the moment (a busy server, a client gone, a
+    // compiler that did not start or answer).
+    if (e.why() == GrammarFailure::kInvalid || e.why() == GrammarFailure::kOverBudget) {
+      std::lock_guard lock(v.cache_mu);
+      v.failed[failed_key] = {e.what(), e.why(), ++v.cache_tick};
+      if (v.failed.size() > GrammarVocab::kFailedEntries) {
+        auto oldest = v.failed.begin();
+        for (auto it = v.failed.begin(); it != v.failed.end(); ++it)
+          if (it->second.tick < oldest->second.tick) oldest = it;
+        v.failed.erase(oldest);
+      }
+    }
+    throw;
+  }
   auto back = xgrammar::CompiledGrammar::DeserializeJSON(json, v.info);
   if (!std::holds_alternative<xgrammar::CompiledGrammar>(back))
     throw GrammarError("the compiled constraint did not come back from its compiler", GrammarFailure::kCompilerFailed);

@@ -92,6 +92,7 @@ class GrammarVocab {
   int mask_words() const { return (size_ + 31) / 32; }
   static constexpr size_t kCacheEntries = 256;
   static constexpr size_t kCacheBytes = size_t(256) << 20;
+  static constexpr size_t kFailedEntries = 256;  // constraints remembered as failing (Grammar::compile)
 
  private:
   friend class Grammar;
@@ -111,7 +112,9 @@ class Grammar {
   // (grammar/compile_process.h: its CPU and wall time and memory, stopped
   // when budget.cancelled() says the client has gone), the result kept in
   // the vocabulary's cache (the latest kCacheEntries, at most kCacheBytes of
-  // compiled grammars), so a repeated schema compiles once.
+  // compiled grammars), so a repeated schema compiles once. A constraint
+  // that failed for its own sake (kInvalid, kOverBudget) under the same
+  // budget fails again at once with the same error, not compiled again.
   static std::shared_ptr<const Grammar> compile(const GrammarVocab& vocab, const GrammarSpec& spec,
                                                 const ProcessBudget& budget);
   // The vocabulary's cached grammar for spec, or null; compiles nothing.
