@@ -18,8 +18,10 @@ using ojson = nlohmann::ordered_json;
 using Kind = CallPiece::Kind;
 
 // The pieces of a reply pushed in the given chunks, then finished.
+const ParamTypes& xml_types();
+
 std::vector<CallPiece> stream(ToolFormat f, bool constrained, const std::vector<std::string>& chunks) {
-  CallStream s(f, constrained);
+  CallStream s(f, constrained, &xml_types());
   std::vector<CallPiece> all;
   for (const std::string& c : chunks)
     for (CallPiece& p : s.push(c)) all.push_back(std::move(p));
@@ -28,6 +30,7 @@ std::vector<CallPiece> stream(ToolFormat f, bool constrained, const std::vector<
 }
 
 // Pieces folded into parts, as a client rebuilding the stream would.
+// (The kinds of the Qwen XML format's parameters: xml_types, below.)
 std::vector<ReplyPart> parts_of(const std::vector<CallPiece>& pieces) {
   std::vector<ReplyPart> parts;
   for (const CallPiece& p : pieces) {
@@ -76,6 +79,28 @@ TEST(CallStream, AConstrainedCallGoesOutAsItIsWritten) {
   EXPECT_EQ(c[0].text, "ris\",\"note\":\"a </tool_call> b\"}");
   EXPECT_EQ(c[1].kind, Kind::kEnd);
   EXPECT_TRUE(c[1].complete);
+  EXPECT_TRUE(s.finish().empty());
+}
+
+TEST(CallStream, AQwenXmlCallsStringValueStreamsAsItComes) {
+  const ParamTypes types = {{"write", {{"path", "string"}, {"size", "integer"}}}};
+  CallStream s(ToolFormat::kQwenXml, true, &types);
+  std::vector<CallPiece> a = s.push("<tool_call>\n<function=write>\n<parameter=size>\n1");
+  ASSERT_EQ(a.size(), 2u);
+  EXPECT_EQ(a[0].kind, Kind::kCall);
+  EXPECT_EQ(a[0].text, "write");
+  EXPECT_EQ(a[1].text, "{\"size\":");  // an integer's value waits for its end
+  std::vector<CallPiece> b = s.push("2\n</parameter>\n<parameter=path>\nline one\n");
+  ASSERT_EQ(b.size(), 1u);
+  EXPECT_EQ(b[0].text, "12,\"path\":\"line one");  // the newline may be the value's last: held
+  std::vector<CallPiece> c = s.push("\"two\"\n</par");
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].text, "\\n\\\"two\\\"");
+  std::vector<CallPiece> d = s.push("ameter>\n</function>\n</tool_call>");
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[0].text, "\"}");
+  EXPECT_EQ(d[1].kind, Kind::kEnd);
+  EXPECT_TRUE(d[1].complete);
   EXPECT_TRUE(s.finish().empty());
 }
 
@@ -222,8 +247,34 @@ std::string random_args(std::mt19937& rng, bool markup) {
   return s + "}";
 }
 
+// The Qwen XML format's parameters in random calls: p0 a plain string, p1 an
+// integer, p2 of no type (any JSON).
+const ParamTypes& xml_types() {
+  static const ParamTypes t = {{"get_weather", {{"p0", "string"}, {"p1", "integer"}, {"p2", ""}}},
+                               {"search", {{"p0", "string"}, {"p1", "integer"}, {"p2", ""}}}};
+  return t;
+}
+
+std::string random_xml_call(std::mt19937& rng, const std::string& name, bool markup) {
+  static const char* bits[] = {"a", " ", "\n", "<", "</param", "\"", "\xc3\xa9", "x\n\n", "</tool_call>"};
+  std::string s = "<tool_call>\n<function=" + name + ">\n";
+  for (int i = 0, n = int(rng() % 4); i < n; ++i) {
+    const int p = int(rng() % 3);
+    s += "<parameter=p" + std::to_string(p) + ">\n";
+    if (p == 0)
+      for (int k = 0, m = int(rng() % 6); k < m; ++k) s += bits[rng() % (markup ? 9 : 8)];
+    else if (p == 1)
+      s += std::to_string(int(rng() % 200) - 100);
+    else
+      s += random_value(rng, 1, false);
+    s += "\n</parameter>\n";
+  }
+  return s + "</function>\n</tool_call>";
+}
+
 std::string random_call(std::mt19937& rng, ToolFormat f, bool markup) {
   const std::string name = rng() % 2 ? "get_weather" : "search";
+  if (f == ToolFormat::kQwenXml) return random_xml_call(rng, name, markup);
   const std::string args = random_args(rng, markup);
   const char* key = f == ToolFormat::kLlama3 ? "parameters" : "arguments";
   const std::string obj = std::string("{\"name\": \"") + name + "\", \"" + key + "\": " + args + "}";
@@ -273,17 +324,18 @@ std::vector<std::string> random_chunks(std::mt19937& rng, const std::string& s) 
 
 TEST(CallStream, EveryChunkingReadsAsTheWholeReplyDoes) {
   std::mt19937 rng(7);
-  const ToolFormat formats[] = {ToolFormat::kHermes, ToolFormat::kLlama3, ToolFormat::kMistral, ToolFormat::kHarmony};
+  const ToolFormat formats[] = {ToolFormat::kHermes, ToolFormat::kLlama3, ToolFormat::kMistral, ToolFormat::kHarmony,
+                                ToolFormat::kQwenXml};
   int calls_seen = 0, cut_seen = 0;
-  for (int trial = 0; trial < 3000; ++trial) {
-    const ToolFormat f = formats[trial % 4];
+  for (int trial = 0; trial < 4000; ++trial) {
+    const ToolFormat f = formats[trial % 5];
     const bool constrained = trial % 5 != 0;
     std::string reply = random_reply(rng, f);
     if (rng() % 3 == 0) reply = reply.substr(0, rng() % (reply.size() + 1));
-    const std::string whole = show(read_reply(reply, f, constrained));
+    const std::string whole = show(read_reply(reply, f, constrained, &xml_types()));
     ASSERT_EQ(show(parts_of(stream(f, constrained, random_chunks(rng, reply)))), whole)
         << tool_format_name(f) << (constrained ? " constrained: " : ": ") << reply;
-    for (const ReplyPart& p : read_reply(reply, f, constrained)) {
+    for (const ReplyPart& p : read_reply(reply, f, constrained, &xml_types())) {
       calls_seen += p.is_call;
       cut_seen += p.is_call && !p.call.complete;
       if (p.is_call && p.call.complete) {
@@ -300,11 +352,12 @@ TEST(CallStream, EveryChunkingReadsAsTheWholeReplyDoes) {
 // (the reference): the same calls, with the same arguments as values.
 TEST(CallStream, WholeCallsReadAsTheParserReadsThem) {
   std::mt19937 rng(11);
-  const ToolFormat formats[] = {ToolFormat::kHermes, ToolFormat::kLlama3, ToolFormat::kMistral, ToolFormat::kHarmony};
-  for (int trial = 0; trial < 2000; ++trial) {
-    const ToolFormat f = formats[trial % 4];
+  const ToolFormat formats[] = {ToolFormat::kHermes, ToolFormat::kLlama3, ToolFormat::kMistral, ToolFormat::kHarmony,
+                                ToolFormat::kQwenXml};
+  for (int trial = 0; trial < 2500; ++trial) {
+    const ToolFormat f = formats[trial % 5];
     const std::string reply = random_reply(rng, f, false);
-    const ParsedReply ours = read_calls(reply, f, true), ref = parse_tool_calls(reply, f);
+    const ParsedReply ours = read_calls(reply, f, true, &xml_types()), ref = parse_tool_calls(reply, f, &xml_types());
     ASSERT_EQ(ours.calls.size(), ref.calls.size()) << reply;
     EXPECT_EQ(ours.content, ref.content) << reply;
     for (size_t k = 0; k < ref.calls.size(); ++k) {

@@ -7,6 +7,7 @@
 // refused; control tokens are never allowed; bad specs are typed errors.
 #include "grammar/grammar.h"
 #include "grammar/compile_later.h"
+#include "server/call_stream.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -235,8 +236,10 @@ TEST_P(GrammarWalks, RequiredToolCallsAreValidInEveryFormat) {
     {"type": "function", "function": {"name": "now", "parameters": {"type": "object",
       "properties": {"tz": {"enum": ["utc", "local"]}}, "additionalProperties": false}}}])");
   int role_headers = 0;
+  const ParamTypes types = param_types(tools);
   for (const auto kind : {ToolChoice::Kind::kRequired, ToolChoice::Kind::kAuto})
-  for (const ToolFormat f : {ToolFormat::kHermes, ToolFormat::kLlama3, ToolFormat::kMistral, ToolFormat::kHarmony})
+  for (const ToolFormat f :
+       {ToolFormat::kHermes, ToolFormat::kLlama3, ToolFormat::kMistral, ToolFormat::kHarmony, ToolFormat::kQwenXml})
     for (const bool parallel : {false, true}) {
       SCOPED_TRACE(std::string(tool_format_name(f)) + (parallel ? " parallel" : "") +
                    (kind == ToolChoice::Kind::kAuto ? " auto" : ""));
@@ -247,9 +250,18 @@ TEST_P(GrammarWalks, RequiredToolCallsAreValidInEveryFormat) {
         if (!w.ended) continue;
         ++ended;
         role_headers += w.text.starts_with("to=functions.");
-        const ParsedReply r =
-            parse_tool_calls(f == ToolFormat::kHarmony ? split_channels(w.text).content : w.text, f);
+        const std::string answer = f == ToolFormat::kHarmony ? split_channels(w.text).content : w.text;
+        const ParsedReply r = parse_tool_calls(answer, f, &types);
         EXPECT_EQ(r.content, "") << w.text;
+        // Read as a stream reads it (server/call_stream.h): the same calls.
+        const ParsedReply streamed = read_calls(answer, f, true, &types);
+        ASSERT_EQ(streamed.calls.size(), r.calls.size()) << w.text;
+        for (size_t k = 0; k < r.calls.size(); ++k) {
+          EXPECT_TRUE(streamed.calls[k].complete);
+          EXPECT_EQ(streamed.calls[k].name, r.calls[k].name);
+          EXPECT_EQ(nlohmann::json::parse(streamed.calls[k].arguments, nullptr, false),
+                    nlohmann::json::parse(r.calls[k].arguments, nullptr, false)) << w.text;
+        }
         ASSERT_GE(r.calls.size(), 1u) << w.text;
         if (!parallel) {
           EXPECT_EQ(r.calls.size(), 1u) << w.text;

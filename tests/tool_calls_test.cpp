@@ -47,6 +47,10 @@ TEST(ToolCalls, TheFormatComesFromTheTemplate) {
       {"google-gemma-2-2b-it", ToolFormat::kHermes, false},
       {"microsoft-Phi-3.5-mini-instruct", ToolFormat::kHermes, false},
       {"openai-gpt-oss-120b", ToolFormat::kHarmony, true},
+      {"Qwen3-Coder", ToolFormat::kQwenXml, true},
+      {"Qwen3.5-4B", ToolFormat::kQwenXml, true},
+      {"NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", ToolFormat::kQwenXml, true},
+      {"StepFun3.5-Flash", ToolFormat::kQwenXml, true},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
@@ -116,6 +120,42 @@ std::string sent_now(std::string_view text, ToolFormat f) {
   std::string out;
   for (const CallPiece& p : s.push(text)) out += p.text;
   return out;
+}
+
+// Qwen XML: a plain string's value as it is (one newline at each end
+// dropped: the template writes them), a constrained string's trimmed, any
+// other type's as JSON, by the tool's schema.
+TEST(ToolCalls, QwenXmlValuesAreReadByTheirKinds) {
+  const ojson tools = ojson::parse(R"([{"type": "function", "function": {"name": "edit", "parameters": {
+      "type": "object", "properties": {"path": {"type": "string", "description": "where"}, "line": {"type": "integer"},
+      "ok": {"type": "boolean"}, "tags": {"type": "array"}, "note": {"type": "string"}, "any": {},
+      "color": {"enum": ["red", "green"]}, "zip": {"type": "string", "pattern": "^[0-9]{5}$"}}}}}])");
+  const ParamTypes types = param_types(tools);
+  EXPECT_EQ(types.at("edit").at("path"), "string");
+  EXPECT_EQ(types.at("edit").at("line"), "integer");
+  EXPECT_EQ(types.at("edit").at("any"), "");
+  EXPECT_EQ(types.at("edit").at("color"), "text");
+  EXPECT_EQ(types.at("edit").at("zip"), "text");
+  const std::string reply =
+      "I will edit it.\n<tool_call>\n<function=edit>\n<parameter=path>\nsrc/a \"b\".py\n</parameter>\n"
+      "<parameter=line>\n42\n</parameter>\n<parameter=ok> true </parameter>\n<parameter=tags>\n[\"x\", 2]\n"
+      "</parameter>\n<parameter=note>\n7\n\n  indented\n</parameter>\n<parameter=any>\n{\"k\": 1}\n</parameter>\n"
+      "<parameter=color>  red \n</parameter><parameter=zip>\n01234\n</parameter>"
+      "<parameter=extra>\nplain\n</parameter>\n</function>\n</tool_call>";
+  expect_calls(parse_tool_calls(reply, ToolFormat::kQwenXml, &types), "I will edit it.",
+               {{"edit", R"({"path":"src/a \"b\".py","line":42,"ok":true,"tags":["x",2],"note":"7\n\n  indented",)"
+                         R"("any":{"k":1},"color":"red","zip":"01234","extra":"plain"})"}});
+  // Without the kinds a value that parses as JSON is that, any other a string (trimmed).
+  expect_calls(parse_tool_calls(reply, ToolFormat::kQwenXml), "I will edit it.",
+               {{"edit", R"({"path":"src/a \"b\".py","line":42,"ok":true,"tags":["x",2],"note":"7\n\n  indented",)"
+                         R"("any":{"k":1},"color":"red","zip":"01234","extra":"plain"})"}});  // not JSON: a leading 0
+  // A block that is not a call stays content; so does a call of the JSON format.
+  expect_calls(parse_tool_calls("<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>", ToolFormat::kQwenXml),
+               "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>", {});
+  expect_calls(parse_tool_calls("<tool_call><function=f><parameter=a>1</function></tool_call>", ToolFormat::kQwenXml),
+               "<tool_call><function=f><parameter=a>1</function></tool_call>", {});
+  expect_calls(parse_tool_calls("<tool_call><function=now></function></tool_call>", ToolFormat::kQwenXml), "",
+               {{"now", "{}"}});
 }
 
 TEST(ToolCalls, AStreamHoldsOnlyWhatMayBeACall) {

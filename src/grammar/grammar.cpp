@@ -106,24 +106,49 @@ xgrammar::Grammar json_schema_grammar(const std::string& schema) {
 
 xgrammar::Grammar literal_grammar(const std::string& s) { return xgrammar::Grammar::FromEBNF("root ::= " + ebnf_literal(s)); }
 
-// Per-case frames (JsonFrame::case_before): open, then one item, any of the
-// cases' before + schema + after, then close; the schemas' grammars joined
-// by the engine (Concat, Union), so their rules never collide.
+// A schema's object as XML elements (JsonFrame::xml). xgrammar's rules allow
+// any whitespace around each element and each non-string value, which a
+// small model pads without end (as it would JSON's): at most one newline
+// there, as the templates write them (">\n42\n</parameter>\n").
+xgrammar::Grammar xml_parameters_grammar(const nlohmann::ordered_json& schema) {
+  const nlohmann::ordered_json tag = {{"type", "structural_tag"}, {"format", {{"type", "qwen_xml_parameter"}, {"json_schema", schema}}}};
+  auto g = xgrammar::Grammar::FromStructuralTag(tag.dump());
+  if (!std::holds_alternative<xgrammar::Grammar>(g)) {
+    std::string why = "the schema cannot be written as XML parameters";
+    std::visit([&](const auto& e) { why += std::string(": ") + e.what(); }, std::get<xgrammar::StructuralTagError>(g));
+    throw GrammarError(why);
+  }
+  std::string ebnf = std::get<xgrammar::Grammar>(g).ToString();
+  const std::string any_space = "[ \\n\\r\\t]*", one_newline = "[\\n]?";
+  for (size_t at = ebnf.find(any_space); at != std::string::npos; at = ebnf.find(any_space, at + one_newline.size()))
+    ebnf.replace(at, any_space.size(), one_newline);
+  return xgrammar::Grammar::FromEBNF(ebnf, "root");
+}
+
+xgrammar::Grammar framed(const xgrammar::Grammar& json, const JsonFrame& f);
+
+// Per-case frames (JsonFrame::case_before): open, then items (at most
+// max_items, joined by `between`), each any of the cases' before + schema +
+// after, then close; the schemas' grammars joined by the engine (Concat,
+// Union), so their rules never collide.
 xgrammar::Grammar framed_cases(const std::string& schemas, const JsonFrame& f) {
-  const nlohmann::json list = nlohmann::json::parse(schemas);
+  // Ordered: a schema's properties are written in the order it gives them.
+  const nlohmann::ordered_json list = nlohmann::ordered_json::parse(schemas);
   std::vector<xgrammar::Grammar> cases;
   for (size_t i = 0; i < list.size(); ++i) {
     std::vector<xgrammar::Grammar> parts;
     if (!f.case_before[i].empty()) parts.push_back(literal_grammar(f.case_before[i]));
-    parts.push_back(json_schema_grammar(list[i].dump()));
+    parts.push_back(f.xml ? xml_parameters_grammar(list[i]) : json_schema_grammar(list[i].dump()));
     if (!f.after.empty()) parts.push_back(literal_grammar(f.after));
     cases.push_back(xgrammar::Grammar::Concat(parts));
   }
-  std::vector<xgrammar::Grammar> whole;
-  if (!f.open.empty()) whole.push_back(literal_grammar(f.open));
-  whole.push_back(cases.size() == 1 ? cases[0] : xgrammar::Grammar::Union(cases));
-  if (!f.close.empty()) whole.push_back(literal_grammar(f.close));
-  return whole.size() == 1 ? whole[0] : xgrammar::Grammar::Concat(whole);
+  const xgrammar::Grammar item = cases.size() == 1 ? cases[0] : xgrammar::Grammar::Union(cases);
+  JsonFrame around;
+  around.open = f.open;
+  around.close = f.close;
+  around.between = f.between;
+  around.max_items = f.max_items;
+  return framed(item, around);
 }
 
 // OpenAI's json_object: any object, compact like a schema's.
@@ -250,7 +275,7 @@ std::string spec_key(const GrammarSpec& spec) {
   if (spec.frame) {
     const JsonFrame& f = *spec.frame;
     for (const std::string* p : {&f.open, &f.before, &f.after, &f.between, &f.close}) k += '\0' + *p;
-    k += '\0' + std::to_string(f.max_items);
+    k += '\0' + std::to_string(f.max_items) + (f.xml ? "x" : "");
     for (const std::string& b : f.case_before) k += '\1' + b;
   }
   if (spec.or_else) k += '\2' + spec_key(*spec.or_else);
@@ -262,7 +287,9 @@ std::string spec_key(const GrammarSpec& spec) {
 std::shared_ptr<const Grammar> Grammar::finish(const GrammarVocab& vocab, const GrammarSpec& spec,
                                                xgrammar::CompiledGrammar compiled) {
   std::shared_ptr<Grammar> g(new Grammar);
-  const bool json = json_kind(spec);
+  // XML parameters are text with newlines, not JSON: all of the vocabulary.
+  const auto xml = [](const GrammarSpec& s) { return s.frame && s.frame->xml; };
+  const bool json = json_kind(spec) && !xml(spec) && !(spec.or_else && xml(*spec.or_else));
   g->impl_ = std::make_unique<Impl>(Impl{std::move(compiled), vocab.size(), json ? &vocab.impl_->json_safe : nullptr});
   // A constraint no token of this vocabulary can begin (a regex of bytes
   // the vocabulary has no token for, say) would leave nothing to sample.

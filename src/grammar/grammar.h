@@ -48,6 +48,10 @@ struct JsonFrame {
   std::string open, before, after, between, close;
   int max_items = 1;
   std::vector<std::string> case_before;
+  // With case_before: each schema's object written as XML elements,
+  // <parameter=KEY>VALUE</parameter> (xgrammar's qwen_xml_parameter style:
+  // a string's value as text, any other type's as JSON), not as JSON.
+  bool xml = false;
 };
 
 struct GrammarSpec {

@@ -5,6 +5,7 @@
 // support, a prompt longer than the context. Pure functions of their input:
 // the fuzz target for request bodies calls them directly.
 #pragma once
+#include <memory>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -69,6 +70,8 @@ struct ApiRequest {
   // begun under auto): a stream sends each as it is written
   // (server/call_stream.h). False where none is, or where it was dropped.
   bool calls_constrained = false;
+  // The Qwen XML format's: each tool's parameters' types (reading values back).
+  std::shared_ptr<const ParamTypes> param_types;
   // A template that thinks (server/reasoning.h): the reply's thought comes
   // back apart; in_thought: the prompt opened it.
   bool reasoning = false;

@@ -82,7 +82,7 @@ ApiResponder::ApiResponder(const ApiRequest& req, const Tokenizer& tok, std::str
     : req_(req), tok_(tok), id_(std::move(id)), created_(created), started_(size_t(req.engine.n), false) {
   if (req.chat && req.reasoning) reasoning_.assign(size_t(req.engine.n), req.splitter());
   if (req.chat && req.tools)
-    calls_.assign(size_t(req.engine.n), Calls{CallStream(req.tool_format, req.calls_constrained)});
+    calls_.assign(size_t(req.engine.n), Calls{CallStream(req.tool_format, req.calls_constrained, req.param_types.get())});
 }
 
 std::string ApiResponder::response(const Result& r) const {
@@ -93,7 +93,7 @@ std::string ApiResponder::response(const Result& r) const {
     // A thinking template's thought apart (vLLM's reasoning_content).
     const SplitReply split = req_.chat && req_.reasoning ? req_.split(c.text) : SplitReply{"", c.text};
     if (req_.chat && req_.tools) {
-      const ParsedReply p = read_calls(split.content, req_.tool_format, req_.calls_constrained);
+      const ParsedReply p = read_calls(split.content, req_.tool_format, req_.calls_constrained, req_.param_types.get());
       ch["message"] = {{"role", "assistant"}, {"content", p.content.empty() && !p.calls.empty() ? json(nullptr) : json(p.content)}};
       if (!p.calls.empty()) {
         json calls = json::array();

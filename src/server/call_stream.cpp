@@ -86,7 +86,8 @@ size_t whole_chars(std::string_view text) {
 
 }  // namespace
 
-CallStream::CallStream(ToolFormat f, bool constrained) : f_(f), constrained_(constrained) {}
+CallStream::CallStream(ToolFormat f, bool constrained, const ParamTypes* types)
+    : f_(f), constrained_(constrained), types_(types) {}
 
 std::vector<CallPiece> CallStream::push(std::string_view text) {
   std::vector<CallPiece> out;
@@ -103,7 +104,7 @@ std::vector<CallPiece> CallStream::finish() {
   std::vector<CallPiece> out;
   step(out, true);
   if (state_ == State::kHold) {
-    const ParsedReply p = parse_tool_calls(held_, f_);
+    const ParsedReply p = parse_tool_calls(held_, f_, types_);
     if (p.calls.empty()) {
       content(out, held_);
     } else {
@@ -172,6 +173,9 @@ void CallStream::step(std::vector<CallPiece>& out, bool end) {
       case State::kBodyStart: again = read_body_start(out, end); break;
       case State::kArgs: again = read_args(out, end); break;
       case State::kTail: again = read_tail(out, end); break;
+      case State::kXmlFunction: again = read_xml_function(out, end); break;
+      case State::kXmlParams: again = read_xml_params(out, end); break;
+      case State::kXmlValue: again = read_xml_value(out, end); break;
       case State::kHold:
         held_ += buf_;
         buf_.clear();
@@ -219,7 +223,7 @@ bool CallStream::read_content(std::vector<CallPiece>& out, bool end) {
       }
     }
   }
-  const std::string_view marker = f_ == ToolFormat::kHermes    ? kHermesOpen
+  const std::string_view marker = f_ == ToolFormat::kHermes || f_ == ToolFormat::kQwenXml ? kHermesOpen
                                   : f_ == ToolFormat::kMistral ? kMistralMarker
                                   : f_ == ToolFormat::kHarmony ? kHarmonyChannel
                                                                : std::string_view();
@@ -239,7 +243,7 @@ bool CallStream::read_content(std::vector<CallPiece>& out, bool end) {
   }
   head_ = std::string(marker);
   buf_.erase(0, at + marker.size());
-  state_ = f_ == ToolFormat::kHarmony ? State::kHeader : State::kHead;
+  state_ = f_ == ToolFormat::kHarmony ? State::kHeader : f_ == ToolFormat::kQwenXml ? State::kXmlFunction : State::kHead;
   opener_ = f_ == ToolFormat::kMistral ? '[' : 0;
   return true;
 }
@@ -392,10 +396,12 @@ bool CallStream::read_tail(std::vector<CallPiece>& out, bool end) {
   }
   switch (f_) {
     case ToolFormat::kHermes:
+    case ToolFormat::kQwenXml:
       if (buf_.starts_with(kHermesClose)) {
         buf_.erase(0, kHermesClose.size());
-      } else if (kHermesClose.starts_with(buf_) && !end) {
-        return false;
+      } else if (kHermesClose.starts_with(buf_)) {
+        if (!end) return false;
+        buf_.clear();  // the block's close, cut short by the reply's end: markup, not content
       }
       state_ = State::kContent;
       return true;
@@ -418,6 +424,124 @@ bool CallStream::read_tail(std::vector<CallPiece>& out, bool end) {
   return false;
 }
 
+// Qwen XML: <function=NAME> after the block's marker: the call begins.
+bool CallStream::read_xml_function(std::vector<CallPiece>& out, bool end) {
+  const size_t first = buf_.find_first_not_of(" \n\r\t");
+  const std::string_view rest = first == std::string::npos ? std::string_view() : std::string_view(buf_).substr(first);
+  const size_t gt = rest.find('>');
+  const bool partial = gt == std::string_view::npos && (rest.starts_with(kXmlFunction) || kXmlFunction.starts_with(rest));
+  if (partial && !end) return false;
+  if (!rest.starts_with(kXmlFunction) || gt == std::string_view::npos || gt == kXmlFunction.size()) {
+    hold(head_ + buf_);
+    return true;
+  }
+  const std::string name(rest.substr(kXmlFunction.size(), gt - kXmlFunction.size()));
+  params_ = nullptr;
+  if (types_)
+    if (auto it = types_->find(name); it != types_->end()) params_ = &it->second;
+  buf_.erase(0, first + gt + 1);
+  begin_call(out, name);
+  state_ = State::kXmlParams;
+  first_param_ = true;
+  return true;
+}
+
+// Between parameters: the next one's key (its value begins), or the
+// function's end (the arguments close).
+bool CallStream::read_xml_params(std::vector<CallPiece>& out, bool end) {
+  const size_t first = buf_.find_first_not_of(" \n\r\t");
+  if (first == std::string::npos) {
+    if (end) {
+      push_piece(out, CallPiece::Kind::kEnd, "", false);
+      state_ = State::kContent;
+    }
+    buf_.clear();
+    return false;
+  }
+  buf_.erase(0, first);
+  if (buf_.starts_with(kXmlFunctionEnd)) {
+    buf_.erase(0, kXmlFunctionEnd.size());
+    push_piece(out, CallPiece::Kind::kArguments, "}");
+    push_piece(out, CallPiece::Kind::kEnd, "");
+    state_ = State::kTail;
+    tail_brace_ = true;
+    return true;
+  }
+  const size_t gt = buf_.find('>');
+  if (buf_.starts_with(kXmlParameter) && gt != std::string::npos) {
+    const std::string key = buf_.substr(kXmlParameter.size(), gt - kXmlParameter.size());
+    type_.clear();
+    if (params_)
+      if (auto it = params_->find(key); it != params_->end()) type_ = it->second;
+    push_piece(out, CallPiece::Kind::kArguments,
+               std::string(first_param_ ? "\"" : ",\"") + json_escape(key) + (type_ == "string" ? "\":\"" : "\":"));
+    first_param_ = false;
+    buf_.erase(0, gt + 1);
+    value_begun_ = false;
+    state_ = State::kXmlValue;
+    return true;
+  }
+  const bool partial = gt == std::string::npos && (buf_.starts_with(kXmlParameter) || kXmlParameter.starts_with(buf_) ||
+                                                   kXmlFunctionEnd.starts_with(buf_));
+  if (partial && !end) return false;
+  if (partial) {  // markup the reply's end cut short: not content
+    push_piece(out, CallPiece::Kind::kEnd, "", false);
+    buf_.clear();
+    state_ = State::kContent;
+    return false;
+  }
+  // Not the format: the call ends as far as it got, the rest is content.
+  push_piece(out, CallPiece::Kind::kEnd, "", false);
+  state_ = State::kContent;
+  return true;
+}
+
+// A parameter's value up to </parameter>: a string's streamed as it comes
+// (JSON-escaped; one newline at each end dropped, the last held until it is
+// known to be the last), any other type's read whole (xml_value_json).
+bool CallStream::read_xml_value(std::vector<CallPiece>& out, bool end) {
+  if (type_ == "string" && !value_begun_) {
+    if (buf_.empty() && !end) return false;
+    if (buf_.starts_with('\n')) buf_.erase(0, 1);
+    value_begun_ = true;
+  }
+  const size_t close = buf_.find(kXmlParameterEnd);
+  if (type_ != "string") {
+    if (close == std::string::npos) {
+      if (end) {
+        push_piece(out, CallPiece::Kind::kEnd, "", false);
+        buf_.clear();
+        state_ = State::kContent;
+      }
+      return false;
+    }
+    push_piece(out, CallPiece::Kind::kArguments, xml_value_json(std::string_view(buf_).substr(0, close), type_));
+    buf_.erase(0, close + kXmlParameterEnd.size());
+    state_ = State::kXmlParams;
+    return true;
+  }
+  if (close != std::string::npos) {
+    std::string_view value = std::string_view(buf_).substr(0, close);
+    if (value.ends_with('\n')) value.remove_suffix(1);
+    push_piece(out, CallPiece::Kind::kArguments, json_escape(value) + "\"");
+    buf_.erase(0, close + kXmlParameterEnd.size());
+    state_ = State::kXmlParams;
+    return true;
+  }
+  size_t cut = end ? buf_.size() : std::min(buf_.size(), marker_start(buf_, kXmlParameterEnd));
+  if (!end) {
+    if (cut > 0 && buf_[cut - 1] == '\n') --cut;  // perhaps the value's last newline
+    cut = whole_chars(std::string_view(buf_).substr(0, cut));
+  }
+  push_piece(out, CallPiece::Kind::kArguments, json_escape(std::string_view(buf_).substr(0, cut)));
+  buf_.erase(0, cut);
+  if (end) {
+    push_piece(out, CallPiece::Kind::kEnd, "", false);
+    state_ = State::kContent;
+  }
+  return false;
+}
+
 std::vector<ReplyPart> reply_parts(std::vector<CallPiece> pieces) {
   std::vector<ReplyPart> parts;
   for (CallPiece& p : pieces) {
@@ -436,16 +560,16 @@ std::vector<ReplyPart> reply_parts(std::vector<CallPiece> pieces) {
   return parts;
 }
 
-std::vector<ReplyPart> read_reply(std::string_view reply, ToolFormat f, bool constrained) {
-  CallStream s(f, constrained);
+std::vector<ReplyPart> read_reply(std::string_view reply, ToolFormat f, bool constrained, const ParamTypes* types) {
+  CallStream s(f, constrained, types);
   std::vector<CallPiece> pieces = s.push(reply);
   for (CallPiece& p : s.finish()) pieces.push_back(std::move(p));
   return reply_parts(std::move(pieces));
 }
 
-ParsedReply read_calls(std::string_view reply, ToolFormat f, bool constrained) {
+ParsedReply read_calls(std::string_view reply, ToolFormat f, bool constrained, const ParamTypes* types) {
   ParsedReply r;
-  for (ReplyPart& p : read_reply(reply, f, constrained)) {
+  for (ReplyPart& p : read_reply(reply, f, constrained, types)) {
     if (p.is_call) {
       r.calls.push_back(std::move(p.call));
     } else {

@@ -47,7 +47,9 @@ struct ReplyPart {
 
 class CallStream {
  public:
-  CallStream(ToolFormat f, bool constrained);
+  // types: the Qwen XML format's parameter types (kept by the caller;
+  // null: values read without them).
+  CallStream(ToolFormat f, bool constrained, const ParamTypes* types = nullptr);
   // More of the reply: the pieces that can go out now. A run of content is
   // sent trimmed: whitespace at its start is dropped and at its end held
   // until more text follows it (so a stream and a whole answer agree).
@@ -56,9 +58,14 @@ class CallStream {
   std::vector<CallPiece> finish();
 
  private:
-  enum class State { kContent, kPlain, kHead, kHeader, kBodyStart, kArgs, kTail, kHold };
+  enum class State { kContent, kPlain, kHead, kHeader, kBodyStart, kArgs, kTail, kHold, kXmlFunction, kXmlParams, kXmlValue };
   ToolFormat f_;
   bool constrained_;
+  const ParamTypes* types_;
+  const std::map<std::string, std::string>* params_ = nullptr;  // the Qwen XML call's parameters' types
+  std::string type_;             // kXmlValue: the value's type
+  bool first_param_ = true;      // kXmlParams: no parameter yet
+  bool value_begun_ = false;     // kXmlValue: its first newline is decided
   State state_ = State::kContent;
   std::string buf_;   // text not yet read
   std::string head_;  // a call's text from its marker until its arguments begin (read again if it is none)
@@ -81,6 +88,9 @@ class CallStream {
   bool read_body_start(std::vector<CallPiece>& out, bool end);
   bool read_args(std::vector<CallPiece>& out, bool end);
   bool read_tail(std::vector<CallPiece>& out, bool end);
+  bool read_xml_function(std::vector<CallPiece>& out, bool end);
+  bool read_xml_params(std::vector<CallPiece>& out, bool end);
+  bool read_xml_value(std::vector<CallPiece>& out, bool end);
   void hold(std::string_view from);
   void begin_call(std::vector<CallPiece>& out, const std::string& name);
 };
@@ -88,9 +98,10 @@ class CallStream {
 // The parts a stream's pieces make, joined as a client joins them.
 std::vector<ReplyPart> reply_parts(std::vector<CallPiece> pieces);
 // A whole reply read as a stream of it is: its parts in order.
-std::vector<ReplyPart> read_reply(std::string_view reply, ToolFormat f, bool constrained);
+std::vector<ReplyPart> read_reply(std::string_view reply, ToolFormat f, bool constrained,
+                                  const ParamTypes* types = nullptr);
 // The same as one text and the calls: the content runs joined by newlines.
-ParsedReply read_calls(std::string_view reply, ToolFormat f, bool constrained);
+ParsedReply read_calls(std::string_view reply, ToolFormat f, bool constrained, const ParamTypes* types = nullptr);
 
 // A call's arguments cut short (ToolCall::complete false) as an object of
 // the members written whole (what a client parsing the streamed JSON as it

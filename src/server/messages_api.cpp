@@ -467,7 +467,7 @@ std::string sse(const char* event, const json& data) { return std::string("event
 
 MessagesResponder::MessagesResponder(const MessagesRequest& req, std::string id)
     : req_(req), id_(std::move(id)), reasoning_(req.chat.splitter()),
-      calls_(req.chat.tool_format, req.chat.calls_constrained) {}
+      calls_(req.chat.tool_format, req.chat.calls_constrained, req.chat.param_types.get()) {}
 
 std::string MessagesResponder::response(const Result& r) const {
   const Completion& c = r.completions.at(0);
@@ -475,7 +475,8 @@ std::string MessagesResponder::response(const Result& r) const {
   // With tools: text blocks and tool_use blocks in the order written, as a
   // stream sends them.
   const std::vector<ReplyPart> parts = req_.chat.tools
-                                           ? read_reply(split.content, req_.chat.tool_format, req_.chat.calls_constrained)
+                                           ? read_reply(split.content, req_.chat.tool_format, req_.chat.calls_constrained,
+                                                        req_.chat.param_types.get())
                                            : std::vector<ReplyPart>{ReplyPart{false, split.content, {}}};
   json content = json::array();
   if (!split.reasoning.empty()) content.push_back({{"type", "thinking"}, {"thinking", split.reasoning}, {"signature", ""}});

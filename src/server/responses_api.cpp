@@ -300,7 +300,7 @@ ResponsesRequest parse_responses_request(const std::string& body, const ApiLimit
 ResponsesResponder::ResponsesResponder(const ResponsesRequest& req, std::string id, long long created)
     : req_(req), id_(std::move(id)), message_id_(random_id("msg_", true)), created_(created),
       reasoning_(req.chat.splitter()), reasoning_id_(random_id("rs_", true)),
-      calls_(req.chat.tool_format, req.chat.calls_constrained) {}
+      calls_(req.chat.tool_format, req.chat.calls_constrained, req.chat.param_types.get()) {}
 
 namespace {
 
@@ -342,7 +342,8 @@ json ResponsesResponder::output(const Result& r) {
   const Completion& c = r.completions.at(0);
   const SplitReply split = req_.chat.reasoning ? req_.chat.split(c.text) : SplitReply{"", c.text};
   std::vector<ReplyPart> parts =
-      req_.chat.tools ? read_reply(split.content, req_.chat.tool_format, req_.chat.calls_constrained)
+      req_.chat.tools ? read_reply(split.content, req_.chat.tool_format, req_.chat.calls_constrained,
+                                                        req_.chat.param_types.get())
                       : std::vector<ReplyPart>{ReplyPart{false, split.content, {}}};
   bool calls = false, any_call = false;
   for (const ReplyPart& part : parts)

@@ -1,9 +1,11 @@
 #include "server/tool_calls.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <optional>
 
 #include "base/json_depth.h"
+#include "base/utf8.h"
 #include "server/reasoning.h"
 
 namespace cs {
@@ -153,6 +155,60 @@ ParsedReply parse_harmony(std::string_view text) {
   return r;
 }
 
+// Qwen XML: <function=NAME> then <parameter=KEY>VALUE</parameter> ... then
+// </function>, inside a <tool_call> block; nullopt for anything else.
+std::optional<ToolCall> parse_xml_call(std::string_view body, const ParamTypes* types) {
+  body = trim(body);
+  if (!body.starts_with(kXmlFunction)) return std::nullopt;
+  const size_t gt = body.find('>');
+  if (gt == std::string_view::npos) return std::nullopt;
+  ToolCall call{std::string(body.substr(kXmlFunction.size(), gt - kXmlFunction.size())), "{"};
+  if (call.name.empty()) return std::nullopt;
+  const std::map<std::string, std::string>* params = nullptr;
+  if (types)
+    if (auto it = types->find(call.name); it != types->end()) params = &it->second;
+  std::string_view rest = trim(body.substr(gt + 1));
+  bool first = true;
+  while (rest.starts_with(kXmlParameter)) {
+    const size_t key_end = rest.find('>');
+    const size_t end = rest.find(kXmlParameterEnd);
+    if (key_end == std::string_view::npos || end == std::string_view::npos || end < key_end) return std::nullopt;
+    const std::string key(rest.substr(kXmlParameter.size(), key_end - kXmlParameter.size()));
+    std::string type;
+    if (params)
+      if (auto it = params->find(key); it != params->end()) type = it->second;
+    call.arguments += (first ? "\"" : ",\"") + json_escape(key) + "\":" +
+                      xml_value_json(rest.substr(key_end + 1, end - key_end - 1), type);
+    first = false;
+    rest = trim(rest.substr(end + kXmlParameterEnd.size()));
+  }
+  if (rest != kXmlFunctionEnd) return std::nullopt;
+  call.arguments += "}";
+  return call;
+}
+
+ParsedReply parse_qwen_xml(std::string_view text, const ParamTypes* types) {
+  ParsedReply r;
+  std::string content;
+  size_t at = 0;
+  for (;;) {
+    const size_t open = text.find(kHermesOpen, at);
+    if (open == std::string_view::npos) break;
+    append_content(content, text.substr(at, open - at));
+    const size_t body = open + kHermesOpen.size();
+    const size_t close = text.find(kHermesClose, body);
+    const size_t end = close == std::string_view::npos ? text.size() : close + kHermesClose.size();
+    if (auto c = parse_xml_call(text.substr(body, (close == std::string_view::npos ? text.size() : close) - body), types))
+      r.calls.push_back(std::move(*c));
+    else
+      append_content(content, text.substr(open, end - open));
+    at = end;
+  }
+  append_content(content, text.substr(std::min(at, text.size())));
+  r.content = std::move(content);
+  return r;
+}
+
 // The start of a suffix of text that begins `marker` (a marker still being
 // streamed), or npos.
 size_t partial_marker(std::string_view text, std::string_view marker) {
@@ -168,6 +224,91 @@ size_t marker_start(std::string_view text, std::string_view marker) {
   return full != std::string_view::npos ? full : partial_marker(text, marker);
 }
 
+std::string json_escape(std::string_view text) {
+  std::string out;
+  for (size_t i = 0; i < text.size();) {
+    const char c = text[i];
+    const size_t n = utf8_len(text, i);
+    if (static_cast<unsigned char>(c) >= 0x80) {
+      // Valid UTF-8 as it is; a byte that begins no character, a surrogate
+      // or an overlong form (which JSON text may not hold) as U+FFFD.
+      const uint32_t cp = utf8_decode(text, i, n);
+      const bool valid = (n == 2 && cp >= 0x80) || (n == 3 && cp >= 0x800 && (cp < 0xd800 || cp > 0xdfff)) ||
+                         (n == 4 && cp >= 0x10000 && cp <= 0x10ffff);
+      out += valid ? std::string(text.substr(i, n)) : std::string("\xef\xbf\xbd");
+      i += n;
+      continue;
+    }
+    ++i;
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char u[8];
+          std::snprintf(u, sizeof u, "\\u%04x", static_cast<unsigned char>(c));
+          out += u;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out;
+}
+
+std::string xml_value_json(std::string_view raw, std::string_view type) {
+  if (type == "string") {
+    if (raw.starts_with('\n')) raw.remove_prefix(1);
+    if (raw.ends_with('\n')) raw.remove_suffix(1);
+    return "\"" + json_escape(raw) + "\"";
+  }
+  raw = trim(raw);
+  if (type != "text" && json_nesting(raw) <= kMaxJsonNesting) {
+    const ojson v = ojson::parse(raw, nullptr, false);
+    if (!v.is_discarded()) return v.dump(-1, ' ', false, ojson::error_handler_t::replace);
+  }
+  return "\"" + json_escape(raw) + "\"";
+}
+
+namespace {
+
+// How a value of this schema is written in the Qwen XML format, as xgrammar's
+// qwen_xml_parameter grammar writes it: a plain string as its text alone;
+// a string with constraints (enum, const, pattern, format, length) as its
+// text between optional whitespace ("text"); any other type as JSON between
+// optional whitespace (its type, or "" where the schema names none).
+std::string xml_kind(const ojson& schema) {
+  if (!schema.is_object()) return "";
+  const auto strings = [](const ojson& v) {
+    return v.is_array() && !v.empty() && std::all_of(v.begin(), v.end(), [](const ojson& x) { return x.is_string(); });
+  };
+  if (schema.contains("type") && schema["type"] == "string") {
+    for (const char* k : {"enum", "const", "pattern", "format", "maxLength", "minLength"})
+      if (schema.contains(k)) return "text";
+    return "string";
+  }
+  if ((schema.contains("enum") && strings(schema["enum"])) || (schema.contains("const") && schema["const"].is_string()))
+    return "text";
+  return schema.contains("type") && schema["type"].is_string() ? schema["type"].get<std::string>() : "";
+}
+
+}  // namespace
+
+ParamTypes param_types(const ojson& tools) {
+  ParamTypes out;
+  for (const ojson& t : tools) {
+    const ojson& fn = t["function"];
+    auto& params = out[fn["name"].get<std::string>()];
+    const ojson p = tool_parameters(fn);
+    if (!p.contains("properties") || !p["properties"].is_object()) continue;
+    for (const auto& [key, schema] : p["properties"].items()) params[key] = xml_kind(schema);
+  }
+  return out;
+}
+
 ToolSyntax tool_syntax(const std::string& source) {
   ToolSyntax s;
   s.template_takes_tools = source.find("tools") != std::string::npos;
@@ -178,6 +319,8 @@ ToolSyntax tool_syntax(const std::string& source) {
     s.format = ToolFormat::kHarmony;
   else if (source.find("[TOOL_CALLS]") != std::string::npos)
     s.format = ToolFormat::kMistral;
+  else if (source.find("<tool_call>") != std::string::npos && source.find("<function=") != std::string::npos)
+    s.format = ToolFormat::kQwenXml;
   else if (source.find("<tool_call>") != std::string::npos)
     s.format = ToolFormat::kHermes;
   else if (source.find("<|python_tag|>") != std::string::npos || source.find("ipython") != std::string::npos)
@@ -193,6 +336,7 @@ const char* tool_format_name(ToolFormat f) {
     case ToolFormat::kLlama3: return "llama3";
     case ToolFormat::kMistral: return "mistral";
     case ToolFormat::kHarmony: return "harmony";
+    case ToolFormat::kQwenXml: return "qwen_xml";
   }
   return "hermes";
 }
@@ -281,8 +425,35 @@ ojson rebase_refs(const ojson& s, const std::string& base) {
 
 }  // namespace
 
+// Qwen XML: a <tool_call> block per call, one case per allowed function:
+// its <function=NAME> header, then its parameters as <parameter=KEY>
+// elements (xgrammar's rendering of a schema in this style: a string's
+// value as text without </parameter>, any other type's as JSON), as the
+// template writes past calls.
+GrammarSpec qwen_xml_grammar(const ojson& tools, const ToolChoice& choice, bool parallel) {
+  ojson schemas = ojson::array();
+  JsonFrame frame;
+  frame.xml = true;
+  for (const ojson& t : tools) {
+    const ojson& fn = t["function"];
+    const std::string name = fn["name"].get<std::string>();
+    if (choice.kind == ToolChoice::Kind::kNamed && name != choice.name) continue;
+    schemas.push_back(tool_parameters(fn));
+    frame.case_before.push_back(std::string(kHermesOpen) + "\n" + std::string(kXmlFunction) + name + ">\n");
+  }
+  frame.after = std::string(kXmlFunctionEnd) + "\n" + std::string(kHermesClose);
+  frame.between = "\n";
+  frame.max_items = parallel ? 0 : 1;
+  GrammarSpec spec;
+  spec.kind = GrammarKind::kJsonSchema;
+  spec.text = schemas.dump();
+  spec.frame = std::move(frame);
+  return spec;
+}
+
 GrammarSpec tool_call_grammar(const ojson& tools, ToolFormat f, const ToolChoice& choice, bool parallel) {
   if (f == ToolFormat::kHarmony) return harmony_grammar(tools, choice);
+  if (f == ToolFormat::kQwenXml) return qwen_xml_grammar(tools, choice, parallel);
   const char* args_key = f == ToolFormat::kLlama3 ? "parameters" : "arguments";
   ojson cases = ojson::array(), defs = ojson::object();
   for (const ojson& t : tools) {
@@ -315,7 +486,8 @@ GrammarSpec tool_call_grammar(const ojson& tools, ToolFormat f, const ToolChoice
     case ToolFormat::kHermes: frame.before = kHermesOpen, frame.after = kHermesClose; break;
     case ToolFormat::kMistral: frame.open = std::string(kMistralMarker) + "[", frame.between = ",", frame.close = "]"; break;
     case ToolFormat::kLlama3:
-    case ToolFormat::kHarmony: break;
+    case ToolFormat::kHarmony:
+    case ToolFormat::kQwenXml: break;
   }
   spec.frame = std::move(frame);
   return spec;
@@ -323,7 +495,8 @@ GrammarSpec tool_call_grammar(const ojson& tools, ToolFormat f, const ToolChoice
 
 std::vector<Request::Trigger> tool_call_triggers(ToolFormat f) {
   switch (f) {
-    case ToolFormat::kHermes: return {{std::string(kHermesOpen)}};
+    case ToolFormat::kHermes:
+    case ToolFormat::kQwenXml: return {{std::string(kHermesOpen)}};
     case ToolFormat::kMistral: return {{std::string(kMistralMarker)}};
     // The grammar is the call's JSON alone; after the tag, from its brace.
     case ToolFormat::kLlama3: return {{"{\"name\"", true}, {std::string(kPythonTag), true, kPythonTag.size()}};
@@ -338,8 +511,9 @@ std::vector<Request::Trigger> tool_call_triggers(ToolFormat f) {
   return {};
 }
 
-ParsedReply parse_tool_calls(std::string_view text, ToolFormat f) {
+ParsedReply parse_tool_calls(std::string_view text, ToolFormat f, const ParamTypes* types) {
   switch (f) {
+    case ToolFormat::kQwenXml: return parse_qwen_xml(text, types);
     case ToolFormat::kHermes: return parse_hermes(text);
     case ToolFormat::kLlama3: return parse_llama3(text);
     case ToolFormat::kMistral: return parse_mistral(text);

@@ -6,6 +6,7 @@
 // the formats.
 #pragma once
 #include <algorithm>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,7 +30,11 @@ namespace cs {
 //             <|message|>{...}<|call|>, or the recipient in the role header;
 //             server/reasoning.h's split hands each such message on as
 //             <|channel|>commentary to=functions.NAME<|message|>{...}<|call|>.
-enum class ToolFormat { kHermes, kLlama3, kMistral, kHarmony };
+//   kQwenXml: <tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n
+//             ...</function>\n</tool_call>, a string's value as it is and any
+//             other type's as JSON (Qwen3-Coder, Qwen3.5, Nemotron 3 Nano,
+//             Step 3.5).
+enum class ToolFormat { kHermes, kLlama3, kMistral, kHarmony, kQwenXml };
 
 struct ToolSyntax {
   ToolFormat format = ToolFormat::kHermes;
@@ -80,6 +85,22 @@ GrammarSpec tool_call_grammar(const nlohmann::ordered_json& tools, ToolFormat f,
 // harmony: a message to a recipient (<|channel|>commentary to=).
 std::vector<Request::Trigger> tool_call_triggers(ToolFormat f);
 
+// Each tool's parameters' kinds, from their schemas: the Qwen XML format
+// writes a plain string's value as its text alone, a constrained string's
+// (enum, const, pattern, format, length) as text between optional
+// whitespace ("text"), and any other's as JSON between optional whitespace
+// (its JSON type; "" where the schema names none), so reading a value back
+// needs its kind.
+using ParamTypes = std::map<std::string, std::map<std::string, std::string>>;
+ParamTypes param_types(const nlohmann::ordered_json& tools);
+// A Qwen XML parameter's value (the text between its tags) as JSON text: a
+// "string" as it is, one newline at each end dropped (the template writes
+// them); a "text" trimmed; any other trimmed and parsed as JSON (a string
+// if it does not parse).
+std::string xml_value_json(std::string_view raw, std::string_view type);
+// A JSON string's text between its quotes, for text as it is.
+std::string json_escape(std::string_view text);
+
 struct ToolCall {
   std::string name;
   std::string arguments;  // a JSON object as compact text, as OpenAI sends it
@@ -94,12 +115,15 @@ struct ParsedReply {
 };
 
 // The calls in a reply. Text that only looks like a call (JSON that does not
-// parse, no name) stays content: nothing the model wrote is dropped.
-ParsedReply parse_tool_calls(std::string_view text, ToolFormat f);
+// parse, no name) stays content: nothing the model wrote is dropped. types:
+// the Qwen XML format's (null: every value read without one).
+ParsedReply parse_tool_calls(std::string_view text, ToolFormat f, const ParamTypes* types = nullptr);
 
 // The formats' markup, as the model writes it.
 inline constexpr std::string_view kHermesOpen = "<tool_call>", kHermesClose = "</tool_call>";
 inline constexpr std::string_view kMistralMarker = "[TOOL_CALLS]", kPythonTag = "<|python_tag|>";
+inline constexpr std::string_view kXmlFunction = "<function=", kXmlFunctionEnd = "</function>",
+                                  kXmlParameter = "<parameter=", kXmlParameterEnd = "</parameter>";
 inline constexpr std::string_view kHarmonyChannel = "<|channel|>", kHarmonyMessage = "<|message|>",
                                   kHarmonyCall = "<|call|>";
 

@@ -25,12 +25,14 @@ std::string show(const std::vector<cs::ReplyPart>& parts) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2) return 0;
-  const auto f = static_cast<cs::ToolFormat>(data[0] % 4);
+  const auto f = static_cast<cs::ToolFormat>(data[0] % 5);
   const bool constrained = data[0] & 4;
   uint32_t seed = data[1] | 1u;
   const std::string reply(reinterpret_cast<const char*>(data + 2), size - 2);
-  const std::vector<cs::ReplyPart> whole = cs::read_reply(reply, f, constrained);
-  cs::CallStream s(f, constrained);
+  // The Qwen XML format's values read by kind: a plain string, an integer, text, any.
+  static const cs::ParamTypes types = {{"f", {{"s", "string"}, {"n", "integer"}, {"t", "text"}, {"a", ""}}}};
+  const std::vector<cs::ReplyPart> whole = cs::read_reply(reply, f, constrained, &types);
+  cs::CallStream s(f, constrained, &types);
   std::vector<cs::CallPiece> pieces;
   for (size_t at = 0; at < reply.size();) {
     seed = seed * 1103515245u + 12345u;

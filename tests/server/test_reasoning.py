@@ -256,6 +256,69 @@ class AnswerConstraintTest(TemplateServerTest):
         self.assertRegex(m.content, r"^[A-Z][a-z]{2,10}$")
 
 
+class QwenXmlCallsTest(TemplateServerTest):
+    """Qwen3-Coder's template (Qwen3.5's, Nemotron 3 Nano's and Step 3.5's
+    are alike) writes calls as XML: <function=NAME> and a <parameter=KEY>
+    element per argument, a string's value as text. A demanded call is
+    constrained to that form (before, to Hermes' JSON, which the template
+    never shows its model), read back by each parameter's type, and streamed
+    as it is written."""
+
+    TEMPLATE = "Qwen3-Coder.jinja"
+    EXTRA = {}
+    TOOLS = [{"type": "function", "function": {"name": "write_file", "description": "Writes a text file",
+                                               "parameters": {"type": "object", "properties": {
+                                                   "path": {"type": "string", "maxLength": 30},
+                                                   "content": {"type": "string", "maxLength": 40},
+                                                   "mode": {"type": "integer", "minimum": 0, "maximum": 511}},
+                                                   "required": ["path", "content", "mode"],
+                                                   "additionalProperties": False}}}]
+
+    def test_a_demanded_call_is_written_in_xml_and_streams(self):
+        import jsonschema
+        ask = [{"role": "user", "content": "Save a short poem about rain to rain.txt."}]
+        kw = dict(model=MODEL_ID, messages=ask, tools=self.TOOLS, tool_choice="required", temperature=0, max_tokens=300,
+                  parallel_tool_calls=False, extra_body=self.EXTRA)
+        whole = self.oai.chat.completions.create(logprobs=True, **kw).choices[0]
+        self.assertEqual(whole.finish_reason, "tool_calls", whole.message)
+        call = whole.message.tool_calls[0]
+        self.assertEqual(call.function.name, "write_file")
+        args = json.loads(call.function.arguments)
+        jsonschema.validate(args, self.TOOLS[0]["function"]["parameters"])
+        self.assertIsInstance(args["mode"], int)  # an integer's text read as JSON, a string's as text
+        text = "".join(t.token for t in whole.logprobs.content)
+        if "</think>" in text:  # the call follows the thought
+            text = text[text.index("</think>") + len("</think>"):].lstrip("\n")
+        self.assertTrue(text.startswith("<tool_call>\n<function=write_file>\n<parameter="), text)
+        self.assertIn("</parameter>", text)
+        self.assertTrue(text.endswith("</function>\n</tool_call>"), text)
+        # Streamed: the name first, then the arguments in many pieces, which
+        # join to the whole answer's.
+        name, arguments, pieces = None, "", 0
+        for chunk in self.oai.chat.completions.create(stream=True, **kw):
+            for d in chunk.choices[0].delta.tool_calls or []:
+                name = name or d.function.name
+                if d.function.arguments:
+                    arguments += d.function.arguments
+                    pieces += 1
+        self.assertEqual((name, arguments), ("write_file", call.function.arguments))
+        self.assertGreater(pieces, 5)
+        # The next turn renders the call back in the template's XML.
+        follow = self.oai.chat.completions.create(
+            model=MODEL_ID, tools=self.TOOLS, max_tokens=8, temperature=0,
+            messages=ask + [whole.message.model_dump(exclude_none=True),
+                            {"role": "tool", "tool_call_id": call.id, "content": "saved"}])
+        self.assertGreater(follow.usage.prompt_tokens_details.cached_tokens, 0)
+
+
+class QwenXmlAfterAThoughtTest(QwenXmlCallsTest):
+    """The same with Qwen3.5's template, whose model thinks first: the call
+    follows the thought, constrained from there."""
+
+    TEMPLATE = "Qwen3.5-4B.jinja"
+    EXTRA = {"thinking_budget": 8}
+
+
 class HarmonyAnswerConstraintTest(TemplateServerTest):
     """The same with gpt-oss's template (harmony): the reply may open an
     analysis message (the thought) or go straight to its answer; a JSON
