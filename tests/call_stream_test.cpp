@@ -255,26 +255,29 @@ const ParamTypes& xml_types() {
   return t;
 }
 
-std::string random_xml_call(std::mt19937& rng, const std::string& name, bool markup) {
-  static const char* bits[] = {"a", " ", "\n", "<", "</param", "\"", "\xc3\xa9", "x\n\n", "</tool_call>"};
-  std::string s = "<tool_call>\n<function=" + name + ">\n";
+std::string random_xml_call(std::mt19937& rng, const std::string& name, bool markup, bool glm = false) {
+  static const char* bits[] = {"a", " ", "\n", "<", "</param", "\"", "\xc3\xa9", "x\n\n", "</arg_val",
+                               "</tool_call>"};
+  const std::string nl = glm && rng() % 2 ? "" : "\n";
+  std::string s = glm ? "<tool_call>" + name + nl : "<tool_call>\n<function=" + name + ">\n";
   for (int i = 0, n = int(rng() % 4); i < n; ++i) {
     const int p = int(rng() % 3);
-    s += "<parameter=p" + std::to_string(p) + ">\n";
+    s += glm ? "<arg_key>p" + std::to_string(p) + "</arg_key>" + nl + "<arg_value>"
+             : "<parameter=p" + std::to_string(p) + ">\n";
     if (p == 0)
-      for (int k = 0, m = int(rng() % 6); k < m; ++k) s += bits[rng() % (markup ? 9 : 8)];
+      for (int k = 0, m = int(rng() % 6); k < m; ++k) s += bits[rng() % (markup ? 10 : 9)];
     else if (p == 1)
       s += std::to_string(int(rng() % 200) - 100);
     else
       s += random_value(rng, 1, false);
-    s += "\n</parameter>\n";
+    s += glm ? "</arg_value>" + nl : "\n</parameter>\n";
   }
-  return s + "</function>\n</tool_call>";
+  return s + (glm ? "</tool_call>" : "</function>\n</tool_call>");
 }
 
 std::string random_call(std::mt19937& rng, ToolFormat f, bool markup) {
   const std::string name = rng() % 2 ? "get_weather" : "search";
-  if (f == ToolFormat::kQwenXml) return random_xml_call(rng, name, markup);
+  if (f == ToolFormat::kQwenXml || f == ToolFormat::kGlmXml) return random_xml_call(rng, name, markup, f == ToolFormat::kGlmXml);
   const std::string args = random_args(rng, markup);
   const char* key = f == ToolFormat::kLlama3 ? "parameters" : "arguments";
   const std::string obj = std::string("{\"name\": \"") + name + "\", \"" + key + "\": " + args + "}";
@@ -325,10 +328,10 @@ std::vector<std::string> random_chunks(std::mt19937& rng, const std::string& s) 
 TEST(CallStream, EveryChunkingReadsAsTheWholeReplyDoes) {
   std::mt19937 rng(7);
   const ToolFormat formats[] = {ToolFormat::kHermes, ToolFormat::kLlama3, ToolFormat::kMistral, ToolFormat::kHarmony,
-                                ToolFormat::kQwenXml};
+                                ToolFormat::kQwenXml, ToolFormat::kGlmXml};
   int calls_seen = 0, cut_seen = 0;
-  for (int trial = 0; trial < 4000; ++trial) {
-    const ToolFormat f = formats[trial % 5];
+  for (int trial = 0; trial < 4800; ++trial) {
+    const ToolFormat f = formats[trial % 6];
     const bool constrained = trial % 5 != 0;
     std::string reply = random_reply(rng, f);
     if (rng() % 3 == 0) reply = reply.substr(0, rng() % (reply.size() + 1));
@@ -353,9 +356,9 @@ TEST(CallStream, EveryChunkingReadsAsTheWholeReplyDoes) {
 TEST(CallStream, WholeCallsReadAsTheParserReadsThem) {
   std::mt19937 rng(11);
   const ToolFormat formats[] = {ToolFormat::kHermes, ToolFormat::kLlama3, ToolFormat::kMistral, ToolFormat::kHarmony,
-                                ToolFormat::kQwenXml};
-  for (int trial = 0; trial < 2500; ++trial) {
-    const ToolFormat f = formats[trial % 5];
+                                ToolFormat::kQwenXml, ToolFormat::kGlmXml};
+  for (int trial = 0; trial < 3000; ++trial) {
+    const ToolFormat f = formats[trial % 6];
     const std::string reply = random_reply(rng, f, false);
     const ParsedReply ours = read_calls(reply, f, true, &xml_types()), ref = parse_tool_calls(reply, f, &xml_types());
     ASSERT_EQ(ours.calls.size(), ref.calls.size()) << reply;

@@ -239,7 +239,8 @@ TEST_P(GrammarWalks, RequiredToolCallsAreValidInEveryFormat) {
   const ParamTypes types = param_types(tools);
   for (const auto kind : {ToolChoice::Kind::kRequired, ToolChoice::Kind::kAuto})
   for (const ToolFormat f :
-       {ToolFormat::kHermes, ToolFormat::kLlama3, ToolFormat::kMistral, ToolFormat::kHarmony, ToolFormat::kQwenXml})
+       {ToolFormat::kHermes, ToolFormat::kLlama3, ToolFormat::kMistral, ToolFormat::kHarmony, ToolFormat::kQwenXml,
+        ToolFormat::kGlmXml})
     for (const bool parallel : {false, true}) {
       SCOPED_TRACE(std::string(tool_format_name(f)) + (parallel ? " parallel" : "") +
                    (kind == ToolChoice::Kind::kAuto ? " auto" : ""));

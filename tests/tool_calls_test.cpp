@@ -10,6 +10,7 @@
 
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include "grammar/schema_check.h"
 #include "model/chat_template.h"
@@ -51,6 +52,12 @@ TEST(ToolCalls, TheFormatComesFromTheTemplate) {
       {"Qwen3.5-4B", ToolFormat::kQwenXml, true},
       {"NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", ToolFormat::kQwenXml, true},
       {"StepFun3.5-Flash", ToolFormat::kQwenXml, true},
+      {"GLM-4.6", ToolFormat::kGlmXml, true},
+      {"GLM-4.7-Flash", ToolFormat::kGlmXml, true},
+      {"inclusionai-ling-3.0-flash", ToolFormat::kGlmXml, true},
+      {"poolside-Laguna-XS-2.1", ToolFormat::kGlmXml, true},
+      {"Spark2.5", ToolFormat::kGlmXml, true},
+      {"MiniMax-M3", ToolFormat::kHermes, false},  // <invoke name=...>: not read, so described generically
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
@@ -129,13 +136,15 @@ TEST(ToolCalls, QwenXmlValuesAreReadByTheirKinds) {
   const ojson tools = ojson::parse(R"([{"type": "function", "function": {"name": "edit", "parameters": {
       "type": "object", "properties": {"path": {"type": "string", "description": "where"}, "line": {"type": "integer"},
       "ok": {"type": "boolean"}, "tags": {"type": "array"}, "note": {"type": "string"}, "any": {},
-      "color": {"enum": ["red", "green"]}, "zip": {"type": "string", "pattern": "^[0-9]{5}$"}}}}}])");
+      "color": {"enum": ["red", "green"]}, "zip": {"type": "string", "pattern": "^[0-9]{5}$"},
+      "short": {"type": "string", "maxLength": 8}}}}}])");
   const ParamTypes types = param_types(tools);
   EXPECT_EQ(types.at("edit").at("path"), "string");
   EXPECT_EQ(types.at("edit").at("line"), "integer");
   EXPECT_EQ(types.at("edit").at("any"), "");
   EXPECT_EQ(types.at("edit").at("color"), "text");
   EXPECT_EQ(types.at("edit").at("zip"), "text");
+  EXPECT_EQ(types.at("edit").at("short"), "text");
   const std::string reply =
       "I will edit it.\n<tool_call>\n<function=edit>\n<parameter=path>\nsrc/a \"b\".py\n</parameter>\n"
       "<parameter=line>\n42\n</parameter>\n<parameter=ok> true </parameter>\n<parameter=tags>\n[\"x\", 2]\n"
@@ -156,6 +165,22 @@ TEST(ToolCalls, QwenXmlValuesAreReadByTheirKinds) {
                "<tool_call><function=f><parameter=a>1</function></tool_call>", {});
   expect_calls(parse_tool_calls("<tool_call><function=now></function></tool_call>", ToolFormat::kQwenXml), "",
                {{"now", "{}"}});
+}
+
+// GLM: the name after the block's tag, then <arg_key>/<arg_value> pairs,
+// newlines between the tags or not; a string's value as it is.
+TEST(ToolCalls, GlmCallsAreReadByTheirKinds) {
+  const ParamTypes types = {{"edit", {{"path", "string"}, {"line", "integer"}}}};
+  expect_calls(parse_tool_calls("Sure.\n<tool_call>edit\n<arg_key>path</arg_key>\n<arg_value>a b.py\n</arg_value>\n"
+                                "<arg_key>line</arg_key>\n<arg_value>42</arg_value>\n</tool_call>",
+                                ToolFormat::kGlmXml, &types),
+               "Sure.", {{"edit", R"({"path":"a b.py\n","line":42})"}});
+  expect_calls(parse_tool_calls("<tool_call>edit<arg_key>line</arg_key><arg_value> 7 </arg_value></tool_call>"
+                                "<tool_call>now</tool_call>",
+                                ToolFormat::kGlmXml, &types),
+               "", {{"edit", R"({"line":7})"}, {"now", "{}"}});
+  expect_calls(parse_tool_calls("<tool_call>edit<arg_key>line</arg_key>7</tool_call>", ToolFormat::kGlmXml, &types),
+               "<tool_call>edit<arg_key>line</arg_key>7</tool_call>", {});
 }
 
 TEST(ToolCalls, AStreamHoldsOnlyWhatMayBeACall) {
@@ -482,6 +507,30 @@ TEST_F(ChatRequests, BadConstraintsAre400sNamingTheField) {
     EXPECT_EQ(e.status, 400);
     EXPECT_EQ(e.param, c.param);
     EXPECT_EQ(e.message, c.message);
+  }
+}
+
+// The XML formats: the template's own XML instructions in the prompt, calls
+// constrained to its elements, the parameters' kinds kept to read values back.
+TEST_F(ChatRequests, XmlTemplatesGetXmlCalls) {
+  for (const auto& [name, format, style, before] :
+       {std::tuple{"Qwen3-Coder", ToolFormat::kQwenXml, JsonFrame::Style::kParameters,
+                   "<tool_call>\n<function=get_weather>\n"},
+        std::tuple{"GLM-4.6", ToolFormat::kGlmXml, JsonFrame::Style::kArgKeys, "<tool_call>get_weather"}}) {
+    SCOPED_TRACE(name);
+    const std::string p = prompt(body(kTools), name);
+    EXPECT_NE(p.find(format == ToolFormat::kQwenXml ? "<function=example_function_name>" : "<arg_key>"), std::string::npos);
+    const ApiRequest r = parse(body(std::string(kTools) + R"(, "tool_choice": "required")"), name);
+    EXPECT_EQ(r.tool_format, format);
+    ASSERT_TRUE(r.constraint && r.constraint->frame);
+    EXPECT_EQ(r.constraint->frame->style, style);
+    ASSERT_EQ(r.constraint->frame->case_before.size(), 1u);
+    EXPECT_EQ(r.constraint->frame->case_before[0], before);
+    ASSERT_TRUE(r.param_types);
+    EXPECT_EQ(r.param_types->at("get_weather").at("city"), "string");
+    const ApiRequest a = parse(body(kTools), name);
+    ASSERT_EQ(a.engine.grammar_triggers.size(), 1u);
+    EXPECT_EQ(a.engine.grammar_triggers[0].text, "<tool_call>");
   }
 }
 

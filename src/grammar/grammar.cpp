@@ -106,11 +106,18 @@ xgrammar::Grammar json_schema_grammar(const std::string& schema) {
 
 xgrammar::Grammar literal_grammar(const std::string& s) { return xgrammar::Grammar::FromEBNF("root ::= " + ebnf_literal(s)); }
 
-// A schema's object as XML elements (JsonFrame::xml). xgrammar's rules allow
-// any whitespace around each element and each non-string value, which a
-// small model pads without end (as it would JSON's): at most one newline
-// there, as the templates write them (">\n42\n</parameter>\n").
-xgrammar::Grammar xml_parameters_grammar(const nlohmann::ordered_json& schema) {
+// Every `from` in text replaced by `to`.
+void replace_all(std::string& text, const std::string& from, const std::string& to) {
+  for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size())) text.replace(at, from.size(), to);
+}
+
+// A schema's object as XML elements (JsonFrame::style). xgrammar's rules
+// allow any whitespace around each element and each non-string value, which
+// a small model pads without end (as it would JSON's): at most one newline
+// there, as the templates write them (">\n42\n</parameter>\n"). GLM's
+// elements are the same rules with other tags: the printed rules' tags
+// replaced (">" is no JSON token, so the only literal ">" is a key's end).
+xgrammar::Grammar xml_parameters_grammar(const nlohmann::ordered_json& schema, JsonFrame::Style style) {
   const nlohmann::ordered_json tag = {{"type", "structural_tag"}, {"format", {{"type", "qwen_xml_parameter"}, {"json_schema", schema}}}};
   auto g = xgrammar::Grammar::FromStructuralTag(tag.dump());
   if (!std::holds_alternative<xgrammar::Grammar>(g)) {
@@ -119,9 +126,16 @@ xgrammar::Grammar xml_parameters_grammar(const nlohmann::ordered_json& schema) {
     throw GrammarError(why);
   }
   std::string ebnf = std::get<xgrammar::Grammar>(g).ToString();
-  const std::string any_space = "[ \\n\\r\\t]*", one_newline = "[\\n]?";
-  for (size_t at = ebnf.find(any_space); at != std::string::npos; at = ebnf.find(any_space, at + one_newline.size()))
-    ebnf.replace(at, any_space.size(), one_newline);
+  replace_all(ebnf, "[ \\n\\r\\t]*", "[\\n]?");
+  // A string of bounded length is any characters, so its value could hold
+  // its own closing tag ("</parameter>") and be read back cut there: no '<'
+  // in one (a plain string's rule keeps out just the closing tag).
+  replace_all(ebnf, "[\\0-\\U0010ffff]", "[^<]");
+  if (style == JsonFrame::Style::kArgKeys) {
+    replace_all(ebnf, "\"<parameter=", "\"<arg_key>");
+    replace_all(ebnf, " \">\" ", " \"</arg_key>\" [\\n]? \"<arg_value>\" ");
+    replace_all(ebnf, "\"</parameter>\"", "\"</arg_value>\"");
+  }
   return xgrammar::Grammar::FromEBNF(ebnf, "root");
 }
 
@@ -138,7 +152,8 @@ xgrammar::Grammar framed_cases(const std::string& schemas, const JsonFrame& f) {
   for (size_t i = 0; i < list.size(); ++i) {
     std::vector<xgrammar::Grammar> parts;
     if (!f.case_before[i].empty()) parts.push_back(literal_grammar(f.case_before[i]));
-    parts.push_back(f.xml ? xml_parameters_grammar(list[i]) : json_schema_grammar(list[i].dump()));
+    parts.push_back(f.style != JsonFrame::Style::kJson ? xml_parameters_grammar(list[i], f.style)
+                                                       : json_schema_grammar(list[i].dump()));
     if (!f.after.empty()) parts.push_back(literal_grammar(f.after));
     cases.push_back(xgrammar::Grammar::Concat(parts));
   }
@@ -275,7 +290,7 @@ std::string spec_key(const GrammarSpec& spec) {
   if (spec.frame) {
     const JsonFrame& f = *spec.frame;
     for (const std::string* p : {&f.open, &f.before, &f.after, &f.between, &f.close}) k += '\0' + *p;
-    k += '\0' + std::to_string(f.max_items) + (f.xml ? "x" : "");
+    k += '\0' + std::to_string(f.max_items) + char('a' + int(f.style));
     for (const std::string& b : f.case_before) k += '\1' + b;
   }
   if (spec.or_else) k += '\2' + spec_key(*spec.or_else);
@@ -288,7 +303,7 @@ std::shared_ptr<const Grammar> Grammar::finish(const GrammarVocab& vocab, const 
                                                xgrammar::CompiledGrammar compiled) {
   std::shared_ptr<Grammar> g(new Grammar);
   // XML parameters are text with newlines, not JSON: all of the vocabulary.
-  const auto xml = [](const GrammarSpec& s) { return s.frame && s.frame->xml; };
+  const auto xml = [](const GrammarSpec& s) { return s.frame && s.frame->style != JsonFrame::Style::kJson; };
   const bool json = json_kind(spec) && !xml(spec) && !(spec.or_else && xml(*spec.or_else));
   g->impl_ = std::make_unique<Impl>(Impl{std::move(compiled), vocab.size(), json ? &vocab.impl_->json_safe : nullptr});
   // A constraint no token of this vocabulary can begin (a regex of bytes

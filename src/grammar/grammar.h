@@ -48,10 +48,12 @@ struct JsonFrame {
   std::string open, before, after, between, close;
   int max_items = 1;
   std::vector<std::string> case_before;
-  // With case_before: each schema's object written as XML elements,
-  // <parameter=KEY>VALUE</parameter> (xgrammar's qwen_xml_parameter style:
-  // a string's value as text, any other type's as JSON), not as JSON.
-  bool xml = false;
+  // With case_before: how each schema's object is written. As JSON, or as
+  // XML elements, a string's value as text and any other type's as JSON:
+  // kParameters <parameter=KEY>VALUE</parameter> (xgrammar's
+  // qwen_xml_parameter style), kArgKeys <arg_key>KEY</arg_key>
+  // <arg_value>VALUE</arg_value> (GLM's).
+  enum class Style { kJson, kParameters, kArgKeys } style = Style::kJson;
 };
 
 struct GrammarSpec {

@@ -769,7 +769,8 @@ ApiRequest parse_chat_json(const json& j, const ApiLimits& lim, const std::strin
   if (offered) {
     out.tools = true;
     out.tool_format = syntax.format;
-    if (syntax.format == ToolFormat::kQwenXml) out.param_types = std::make_shared<const ParamTypes>(param_types(tools));
+    if (syntax.format == ToolFormat::kQwenXml || syntax.format == ToolFormat::kGlmXml)
+      out.param_types = std::make_shared<const ParamTypes>(param_types(tools));
     if (syntax.template_takes_tools)
       in.tools = tools;
     else

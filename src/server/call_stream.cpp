@@ -223,7 +223,8 @@ bool CallStream::read_content(std::vector<CallPiece>& out, bool end) {
       }
     }
   }
-  const std::string_view marker = f_ == ToolFormat::kHermes || f_ == ToolFormat::kQwenXml ? kHermesOpen
+  const std::string_view marker = f_ == ToolFormat::kHermes || f_ == ToolFormat::kQwenXml || f_ == ToolFormat::kGlmXml
+                                      ? kHermesOpen
                                   : f_ == ToolFormat::kMistral ? kMistralMarker
                                   : f_ == ToolFormat::kHarmony ? kHarmonyChannel
                                                                : std::string_view();
@@ -243,7 +244,9 @@ bool CallStream::read_content(std::vector<CallPiece>& out, bool end) {
   }
   head_ = std::string(marker);
   buf_.erase(0, at + marker.size());
-  state_ = f_ == ToolFormat::kHarmony ? State::kHeader : f_ == ToolFormat::kQwenXml ? State::kXmlFunction : State::kHead;
+  state_ = f_ == ToolFormat::kHarmony                                   ? State::kHeader
+           : f_ == ToolFormat::kQwenXml || f_ == ToolFormat::kGlmXml ? State::kXmlFunction
+                                                                     : State::kHead;
   opener_ = f_ == ToolFormat::kMistral ? '[' : 0;
   return true;
 }
@@ -419,36 +422,54 @@ bool CallStream::read_tail(std::vector<CallPiece>& out, bool end) {
       }
       return true;
     }
-    case ToolFormat::kHarmony: break;
+    case ToolFormat::kHarmony:
+    case ToolFormat::kGlmXml: break;
   }
   return false;
 }
 
-// Qwen XML: <function=NAME> after the block's marker: the call begins.
+// The XML formats' name after the block's marker (Qwen's <function=NAME>,
+// GLM's NAME up to a tag or a newline): the call begins.
 bool CallStream::read_xml_function(std::vector<CallPiece>& out, bool end) {
-  const size_t first = buf_.find_first_not_of(" \n\r\t");
-  const std::string_view rest = first == std::string::npos ? std::string_view() : std::string_view(buf_).substr(first);
-  const size_t gt = rest.find('>');
-  const bool partial = gt == std::string_view::npos && (rest.starts_with(kXmlFunction) || kXmlFunction.starts_with(rest));
-  if (partial && !end) return false;
-  if (!rest.starts_with(kXmlFunction) || gt == std::string_view::npos || gt == kXmlFunction.size()) {
+  std::string name;
+  size_t used = 0;
+  if (f_ == ToolFormat::kQwenXml) {
+    const size_t first = buf_.find_first_not_of(" \n\r\t");
+    const std::string_view rest = first == std::string::npos ? std::string_view() : std::string_view(buf_).substr(first);
+    const size_t gt = rest.find('>');
+    const bool partial = gt == std::string_view::npos && (rest.starts_with(kXmlFunction) || kXmlFunction.starts_with(rest));
+    if (partial && !end) return false;
+    if (!rest.starts_with(kXmlFunction) || gt == std::string_view::npos) {
+      hold(head_ + buf_);
+      return true;
+    }
+    name = std::string(rest.substr(kXmlFunction.size(), gt - kXmlFunction.size()));
+    used = first + gt + 1;
+  } else {
+    const size_t stop = buf_.find_first_of("<\n");
+    if (stop == std::string::npos && !end) return false;
+    used = std::min(stop, buf_.size());
+    const size_t a = buf_.find_first_not_of(" \t"), b = buf_.find_last_not_of(" \t", used ? used - 1 : 0);
+    if (a < used && b != std::string::npos && b >= a) name = buf_.substr(a, b + 1 - a);
+  }
+  if (name.empty()) {
     hold(head_ + buf_);
     return true;
   }
-  const std::string name(rest.substr(kXmlFunction.size(), gt - kXmlFunction.size()));
   params_ = nullptr;
   if (types_)
     if (auto it = types_->find(name); it != types_->end()) params_ = &it->second;
-  buf_.erase(0, first + gt + 1);
+  buf_.erase(0, used);
   begin_call(out, name);
   state_ = State::kXmlParams;
   first_param_ = true;
   return true;
 }
 
-// Between parameters: the next one's key (its value begins), or the
-// function's end (the arguments close).
+// Between parameters: the next one's key (its value begins), or the call's
+// end (the arguments close).
 bool CallStream::read_xml_params(std::vector<CallPiece>& out, bool end) {
+  const XmlTags& t = xml_tags(f_);
   const size_t first = buf_.find_first_not_of(" \n\r\t");
   if (first == std::string::npos) {
     if (end) {
@@ -459,53 +480,61 @@ bool CallStream::read_xml_params(std::vector<CallPiece>& out, bool end) {
     return false;
   }
   buf_.erase(0, first);
-  if (buf_.starts_with(kXmlFunctionEnd)) {
-    buf_.erase(0, kXmlFunctionEnd.size());
+  if (buf_.starts_with(t.call_end)) {
+    buf_.erase(0, t.call_end.size());
     push_piece(out, CallPiece::Kind::kArguments, "}");
     push_piece(out, CallPiece::Kind::kEnd, "");
-    state_ = State::kTail;
+    // Qwen's </function> is followed by the block's </tool_call>; GLM's call ends with it.
+    state_ = f_ == ToolFormat::kQwenXml ? State::kTail : State::kContent;
     tail_brace_ = true;
     return true;
   }
-  const size_t gt = buf_.find('>');
-  if (buf_.starts_with(kXmlParameter) && gt != std::string::npos) {
-    const std::string key = buf_.substr(kXmlParameter.size(), gt - kXmlParameter.size());
-    type_.clear();
-    if (params_)
-      if (auto it = params_->find(key); it != params_->end()) type_ = it->second;
-    push_piece(out, CallPiece::Kind::kArguments,
-               std::string(first_param_ ? "\"" : ",\"") + json_escape(key) + (type_ == "string" ? "\":\"" : "\":"));
-    first_param_ = false;
-    buf_.erase(0, gt + 1);
-    value_begun_ = false;
-    state_ = State::kXmlValue;
-    return true;
+  bool partial = t.key_open.starts_with(buf_) || t.call_end.starts_with(buf_);
+  if (buf_.starts_with(t.key_open)) {
+    const size_t close = buf_.find(t.key_close, t.key_open.size());
+    size_t value = close == std::string::npos ? std::string::npos : close + t.key_close.size();
+    if (value != std::string::npos && !t.value_open.empty()) {  // GLM: <arg_value> after the key, a newline between or not
+      const size_t v = buf_.find_first_not_of(" \n\r\t", value);
+      const std::string_view rest = v == std::string::npos ? std::string_view() : std::string_view(buf_).substr(v);
+      value = rest.starts_with(t.value_open) ? v + t.value_open.size() : std::string::npos;
+      partial = value == std::string::npos && t.value_open.starts_with(rest);
+    } else {
+      partial = close == std::string::npos;
+    }
+    if (value != std::string::npos) {
+      const std::string key = buf_.substr(t.key_open.size(), close - t.key_open.size());
+      type_.clear();
+      if (params_)
+        if (auto it = params_->find(key); it != params_->end()) type_ = it->second;
+      push_piece(out, CallPiece::Kind::kArguments,
+                 std::string(first_param_ ? "\"" : ",\"") + json_escape(key) + (type_ == "string" ? "\":\"" : "\":"));
+      first_param_ = false;
+      buf_.erase(0, value);
+      value_begun_ = false;
+      state_ = State::kXmlValue;
+      return true;
+    }
   }
-  const bool partial = gt == std::string::npos && (buf_.starts_with(kXmlParameter) || kXmlParameter.starts_with(buf_) ||
-                                                   kXmlFunctionEnd.starts_with(buf_));
   if (partial && !end) return false;
-  if (partial) {  // markup the reply's end cut short: not content
-    push_piece(out, CallPiece::Kind::kEnd, "", false);
-    buf_.clear();
-    state_ = State::kContent;
-    return false;
-  }
-  // Not the format: the call ends as far as it got, the rest is content.
   push_piece(out, CallPiece::Kind::kEnd, "", false);
+  if (partial) buf_.clear();  // markup the reply's end cut short: not content
+  // Otherwise not the format: the call ends as far as it got, the rest is content.
   state_ = State::kContent;
-  return true;
+  return !partial;
 }
 
-// A parameter's value up to </parameter>: a string's streamed as it comes
-// (JSON-escaped; one newline at each end dropped, the last held until it is
-// known to be the last), any other type's read whole (xml_value_json).
+// A parameter's value up to its closing tag: a string's streamed as it
+// comes (JSON-escaped; for Qwen's one newline at each end dropped, the last
+// held until it is known to be the last), any other type's read whole
+// (xml_value_json).
 bool CallStream::read_xml_value(std::vector<CallPiece>& out, bool end) {
+  const XmlTags& t = xml_tags(f_);
   if (type_ == "string" && !value_begun_) {
     if (buf_.empty() && !end) return false;
-    if (buf_.starts_with('\n')) buf_.erase(0, 1);
+    if (t.newlines && buf_.starts_with('\n')) buf_.erase(0, 1);
     value_begun_ = true;
   }
-  const size_t close = buf_.find(kXmlParameterEnd);
+  const size_t close = buf_.find(t.value_close);
   if (type_ != "string") {
     if (close == std::string::npos) {
       if (end) {
@@ -515,22 +544,22 @@ bool CallStream::read_xml_value(std::vector<CallPiece>& out, bool end) {
       }
       return false;
     }
-    push_piece(out, CallPiece::Kind::kArguments, xml_value_json(std::string_view(buf_).substr(0, close), type_));
-    buf_.erase(0, close + kXmlParameterEnd.size());
+    push_piece(out, CallPiece::Kind::kArguments, xml_value_json(std::string_view(buf_).substr(0, close), type_, t.newlines));
+    buf_.erase(0, close + t.value_close.size());
     state_ = State::kXmlParams;
     return true;
   }
   if (close != std::string::npos) {
     std::string_view value = std::string_view(buf_).substr(0, close);
-    if (value.ends_with('\n')) value.remove_suffix(1);
+    if (t.newlines && value.ends_with('\n')) value.remove_suffix(1);
     push_piece(out, CallPiece::Kind::kArguments, json_escape(value) + "\"");
-    buf_.erase(0, close + kXmlParameterEnd.size());
+    buf_.erase(0, close + t.value_close.size());
     state_ = State::kXmlParams;
     return true;
   }
-  size_t cut = end ? buf_.size() : std::min(buf_.size(), marker_start(buf_, kXmlParameterEnd));
+  size_t cut = end ? buf_.size() : std::min(buf_.size(), marker_start(buf_, t.value_close));
   if (!end) {
-    if (cut > 0 && buf_[cut - 1] == '\n') --cut;  // perhaps the value's last newline
+    if (t.newlines && cut > 0 && buf_[cut - 1] == '\n') --cut;  // perhaps the value's last newline
     cut = whole_chars(std::string_view(buf_).substr(0, cut));
   }
   push_piece(out, CallPiece::Kind::kArguments, json_escape(std::string_view(buf_).substr(0, cut)));

@@ -70,28 +70,6 @@ void append_content(std::string& content, std::string_view piece) {
   content += piece;
 }
 
-ParsedReply parse_hermes(std::string_view text) {
-  ParsedReply r;
-  std::string content;
-  size_t at = 0;
-  for (;;) {
-    const size_t open = text.find(kHermesOpen, at);
-    if (open == std::string_view::npos) break;
-    append_content(content, text.substr(at, open - at));
-    const size_t body = open + kHermesOpen.size();
-    const size_t close = text.find(kHermesClose, body);
-    const size_t end = close == std::string_view::npos ? text.size() : close + kHermesClose.size();
-    if (auto c = parse_call(text.substr(body, (close == std::string_view::npos ? text.size() : close) - body)))
-      r.calls.push_back(std::move(*c));
-    else
-      append_content(content, text.substr(open, end - open));
-    at = end;
-  }
-  append_content(content, text.substr(std::min(at, text.size())));
-  r.content = std::move(content);
-  return r;
-}
-
 ParsedReply parse_llama3(std::string_view text) {
   std::string_view t = trim(text);
   if (t.starts_with(kPythonTag)) t = trim(t.substr(kPythonTag.size()));
@@ -155,39 +133,59 @@ ParsedReply parse_harmony(std::string_view text) {
   return r;
 }
 
-// Qwen XML: <function=NAME> then <parameter=KEY>VALUE</parameter> ... then
-// </function>, inside a <tool_call> block; nullopt for anything else.
-std::optional<ToolCall> parse_xml_call(std::string_view body, const ParamTypes* types) {
+// The XML formats' calls inside a <tool_call> block: Qwen's <function=NAME>
+// then <parameter=KEY>VALUE</parameter> ... then </function>; GLM's NAME
+// then <arg_key>KEY</arg_key><arg_value>VALUE</arg_value> ...; nullopt for
+// anything else.
+std::optional<ToolCall> parse_xml_call(std::string_view body, const ParamTypes* types, ToolFormat f) {
+  const XmlTags& t = xml_tags(f);
   body = trim(body);
-  if (!body.starts_with(kXmlFunction)) return std::nullopt;
-  const size_t gt = body.find('>');
-  if (gt == std::string_view::npos) return std::nullopt;
-  ToolCall call{std::string(body.substr(kXmlFunction.size(), gt - kXmlFunction.size())), "{"};
-  if (call.name.empty()) return std::nullopt;
+  size_t name_at = 0, name_end = 0, after = 0;
+  if (f == ToolFormat::kQwenXml) {
+    if (!body.starts_with(kXmlFunction)) return std::nullopt;
+    name_at = kXmlFunction.size();
+    name_end = body.find('>');
+    if (name_end == std::string_view::npos) return std::nullopt;
+    after = name_end + 1;
+  } else {
+    name_end = after = std::min(body.find('<'), body.size());
+  }
+  ToolCall call{std::string(trim(body.substr(name_at, name_end - name_at))), "{"};
+  if (call.name.empty() || call.name.find('\n') != std::string::npos) return std::nullopt;
   const std::map<std::string, std::string>* params = nullptr;
   if (types)
     if (auto it = types->find(call.name); it != types->end()) params = &it->second;
-  std::string_view rest = trim(body.substr(gt + 1));
+  std::string_view rest = trim(body.substr(after));
   bool first = true;
-  while (rest.starts_with(kXmlParameter)) {
-    const size_t key_end = rest.find('>');
-    const size_t end = rest.find(kXmlParameterEnd);
-    if (key_end == std::string_view::npos || end == std::string_view::npos || end < key_end) return std::nullopt;
-    const std::string key(rest.substr(kXmlParameter.size(), key_end - kXmlParameter.size()));
+  while (rest.starts_with(t.key_open)) {
+    const size_t key_end = rest.find(t.key_close, t.key_open.size());
+    if (key_end == std::string_view::npos) return std::nullopt;
+    const std::string key(rest.substr(t.key_open.size(), key_end - t.key_open.size()));
+    std::string_view value = rest.substr(key_end + t.key_close.size());
+    if (!t.value_open.empty()) {
+      value = trim(value);
+      if (!value.starts_with(t.value_open)) return std::nullopt;
+      value.remove_prefix(t.value_open.size());
+    }
+    const size_t end = value.find(t.value_close);
+    if (end == std::string_view::npos) return std::nullopt;
     std::string type;
     if (params)
       if (auto it = params->find(key); it != params->end()) type = it->second;
-    call.arguments += (first ? "\"" : ",\"") + json_escape(key) + "\":" +
-                      xml_value_json(rest.substr(key_end + 1, end - key_end - 1), type);
+    call.arguments += (first ? "\"" : ",\"") + json_escape(key) + "\":" + xml_value_json(value.substr(0, end), type, t.newlines);
     first = false;
-    rest = trim(rest.substr(end + kXmlParameterEnd.size()));
+    rest = trim(value.substr(end + t.value_close.size()));
   }
-  if (rest != kXmlFunctionEnd) return std::nullopt;
+  if (rest != (f == ToolFormat::kQwenXml ? kXmlFunctionEnd : std::string_view())) return std::nullopt;
   call.arguments += "}";
   return call;
 }
 
-ParsedReply parse_qwen_xml(std::string_view text, const ParamTypes* types) {
+// <tool_call>BODY</tool_call> blocks (a block that does not end, to the
+// text's end), each a call where `call` reads one from its body; the rest,
+// and blocks that are none, content.
+template <typename Read>
+ParsedReply parse_blocks(std::string_view text, Read call) {
   ParsedReply r;
   std::string content;
   size_t at = 0;
@@ -198,7 +196,7 @@ ParsedReply parse_qwen_xml(std::string_view text, const ParamTypes* types) {
     const size_t body = open + kHermesOpen.size();
     const size_t close = text.find(kHermesClose, body);
     const size_t end = close == std::string_view::npos ? text.size() : close + kHermesClose.size();
-    if (auto c = parse_xml_call(text.substr(body, (close == std::string_view::npos ? text.size() : close) - body), types))
+    if (auto c = call(text.substr(body, (close == std::string_view::npos ? text.size() : close) - body)))
       r.calls.push_back(std::move(*c));
     else
       append_content(content, text.substr(open, end - open));
@@ -259,10 +257,16 @@ std::string json_escape(std::string_view text) {
   return out;
 }
 
-std::string xml_value_json(std::string_view raw, std::string_view type) {
+const XmlTags& xml_tags(ToolFormat f) {
+  static const XmlTags qwen{kXmlParameter, ">", "", kXmlParameterEnd, kXmlFunctionEnd, true};
+  static const XmlTags glm{"<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>", kHermesClose, false};
+  return f == ToolFormat::kGlmXml ? glm : qwen;
+}
+
+std::string xml_value_json(std::string_view raw, std::string_view type, bool newlines) {
   if (type == "string") {
-    if (raw.starts_with('\n')) raw.remove_prefix(1);
-    if (raw.ends_with('\n')) raw.remove_suffix(1);
+    if (newlines && raw.starts_with('\n')) raw.remove_prefix(1);
+    if (newlines && raw.ends_with('\n')) raw.remove_suffix(1);
     return "\"" + json_escape(raw) + "\"";
   }
   raw = trim(raw);
@@ -275,7 +279,7 @@ std::string xml_value_json(std::string_view raw, std::string_view type) {
 
 namespace {
 
-// How a value of this schema is written in the Qwen XML format, as xgrammar's
+// How a value of this schema is written in the XML formats, as xgrammar's
 // qwen_xml_parameter grammar writes it: a plain string as its text alone;
 // a string with constraints (enum, const, pattern, format, length) as its
 // text between optional whitespace ("text"); any other type as JSON between
@@ -314,6 +318,12 @@ ToolSyntax tool_syntax(const std::string& source) {
   s.template_takes_tools = source.find("tools") != std::string::npos;
   // Harmony writes a call as a message to "functions.NAME" (gpt-oss's
   // template: "<|start|>assistant to=" + "functions." + name).
+  // MiniMax's <invoke name="f"><parameter name="k">, inside its own
+  // namespaced <tool_call>, is a format we do not read: described generically.
+  if (source.find("<invoke name=") != std::string::npos) {
+    s.template_takes_tools = false;
+    return s;
+  }
   if (source.find("<|channel|>") != std::string::npos && source.find(" to=") != std::string::npos &&
       source.find("functions.") != std::string::npos)
     s.format = ToolFormat::kHarmony;
@@ -321,6 +331,8 @@ ToolSyntax tool_syntax(const std::string& source) {
     s.format = ToolFormat::kMistral;
   else if (source.find("<tool_call>") != std::string::npos && source.find("<function=") != std::string::npos)
     s.format = ToolFormat::kQwenXml;
+  else if (source.find("<tool_call>") != std::string::npos && source.find("<arg_key>") != std::string::npos)
+    s.format = ToolFormat::kGlmXml;
   else if (source.find("<tool_call>") != std::string::npos)
     s.format = ToolFormat::kHermes;
   else if (source.find("<|python_tag|>") != std::string::npos || source.find("ipython") != std::string::npos)
@@ -337,6 +349,7 @@ const char* tool_format_name(ToolFormat f) {
     case ToolFormat::kMistral: return "mistral";
     case ToolFormat::kHarmony: return "harmony";
     case ToolFormat::kQwenXml: return "qwen_xml";
+    case ToolFormat::kGlmXml: return "glm_xml";
   }
   return "hermes";
 }
@@ -425,23 +438,26 @@ ojson rebase_refs(const ojson& s, const std::string& base) {
 
 }  // namespace
 
-// Qwen XML: a <tool_call> block per call, one case per allowed function:
-// its <function=NAME> header, then its parameters as <parameter=KEY>
-// elements (xgrammar's rendering of a schema in this style: a string's
-// value as text without </parameter>, any other type's as JSON), as the
-// template writes past calls.
-GrammarSpec qwen_xml_grammar(const ojson& tools, const ToolChoice& choice, bool parallel) {
+// The XML formats: a <tool_call> block per call, one case per allowed
+// function: its name (Qwen's <function=NAME> header, GLM's NAME), then its
+// parameters as XML elements (xgrammar's rendering of a schema in Qwen's
+// style, GLM's tags put in: a string's value as text up to its closing tag,
+// any other type's as JSON), as the templates write past calls.
+GrammarSpec xml_grammar(const ojson& tools, ToolFormat f, const ToolChoice& choice, bool parallel) {
   ojson schemas = ojson::array();
   JsonFrame frame;
-  frame.xml = true;
+  frame.style = f == ToolFormat::kGlmXml ? JsonFrame::Style::kArgKeys : JsonFrame::Style::kParameters;
   for (const ojson& t : tools) {
     const ojson& fn = t["function"];
     const std::string name = fn["name"].get<std::string>();
     if (choice.kind == ToolChoice::Kind::kNamed && name != choice.name) continue;
     schemas.push_back(tool_parameters(fn));
-    frame.case_before.push_back(std::string(kHermesOpen) + "\n" + std::string(kXmlFunction) + name + ">\n");
+    frame.case_before.push_back(f == ToolFormat::kGlmXml
+                                    ? std::string(kHermesOpen) + name
+                                    : std::string(kHermesOpen) + "\n" + std::string(kXmlFunction) + name + ">\n");
   }
-  frame.after = std::string(kXmlFunctionEnd) + "\n" + std::string(kHermesClose);
+  frame.after = f == ToolFormat::kGlmXml ? std::string(kHermesClose)
+                                         : std::string(kXmlFunctionEnd) + "\n" + std::string(kHermesClose);
   frame.between = "\n";
   frame.max_items = parallel ? 0 : 1;
   GrammarSpec spec;
@@ -453,7 +469,7 @@ GrammarSpec qwen_xml_grammar(const ojson& tools, const ToolChoice& choice, bool 
 
 GrammarSpec tool_call_grammar(const ojson& tools, ToolFormat f, const ToolChoice& choice, bool parallel) {
   if (f == ToolFormat::kHarmony) return harmony_grammar(tools, choice);
-  if (f == ToolFormat::kQwenXml) return qwen_xml_grammar(tools, choice, parallel);
+  if (f == ToolFormat::kQwenXml || f == ToolFormat::kGlmXml) return xml_grammar(tools, f, choice, parallel);
   const char* args_key = f == ToolFormat::kLlama3 ? "parameters" : "arguments";
   ojson cases = ojson::array(), defs = ojson::object();
   for (const ojson& t : tools) {
@@ -487,7 +503,8 @@ GrammarSpec tool_call_grammar(const ojson& tools, ToolFormat f, const ToolChoice
     case ToolFormat::kMistral: frame.open = std::string(kMistralMarker) + "[", frame.between = ",", frame.close = "]"; break;
     case ToolFormat::kLlama3:
     case ToolFormat::kHarmony:
-    case ToolFormat::kQwenXml: break;
+    case ToolFormat::kQwenXml:
+    case ToolFormat::kGlmXml: break;
   }
   spec.frame = std::move(frame);
   return spec;
@@ -496,7 +513,8 @@ GrammarSpec tool_call_grammar(const ojson& tools, ToolFormat f, const ToolChoice
 std::vector<Request::Trigger> tool_call_triggers(ToolFormat f) {
   switch (f) {
     case ToolFormat::kHermes:
-    case ToolFormat::kQwenXml: return {{std::string(kHermesOpen)}};
+    case ToolFormat::kQwenXml:
+    case ToolFormat::kGlmXml: return {{std::string(kHermesOpen)}};
     case ToolFormat::kMistral: return {{std::string(kMistralMarker)}};
     // The grammar is the call's JSON alone; after the tag, from its brace.
     case ToolFormat::kLlama3: return {{"{\"name\"", true}, {std::string(kPythonTag), true, kPythonTag.size()}};
@@ -513,8 +531,10 @@ std::vector<Request::Trigger> tool_call_triggers(ToolFormat f) {
 
 ParsedReply parse_tool_calls(std::string_view text, ToolFormat f, const ParamTypes* types) {
   switch (f) {
-    case ToolFormat::kQwenXml: return parse_qwen_xml(text, types);
-    case ToolFormat::kHermes: return parse_hermes(text);
+    case ToolFormat::kQwenXml:
+    case ToolFormat::kGlmXml:
+      return parse_blocks(text, [&](std::string_view body) { return parse_xml_call(body, types, f); });
+    case ToolFormat::kHermes: return parse_blocks(text, parse_call);
     case ToolFormat::kLlama3: return parse_llama3(text);
     case ToolFormat::kMistral: return parse_mistral(text);
     case ToolFormat::kHarmony: return parse_harmony(text);

@@ -34,7 +34,10 @@ namespace cs {
 //             ...</function>\n</tool_call>, a string's value as it is and any
 //             other type's as JSON (Qwen3-Coder, Qwen3.5, Nemotron 3 Nano,
 //             Step 3.5).
-enum class ToolFormat { kHermes, kLlama3, kMistral, kHarmony, kQwenXml };
+//   kGlmXml:  <tool_call>NAME<arg_key>KEY</arg_key><arg_value>VALUE</arg_value>
+//             ...</tool_call> (newlines between the tags or not), values as
+//             kQwenXml's (GLM-4.6/4.7, Ling 3.0, Laguna, Spark 2.5).
+enum class ToolFormat { kHermes, kLlama3, kMistral, kHarmony, kQwenXml, kGlmXml };
 
 struct ToolSyntax {
   ToolFormat format = ToolFormat::kHermes;
@@ -85,19 +88,29 @@ GrammarSpec tool_call_grammar(const nlohmann::ordered_json& tools, ToolFormat f,
 // harmony: a message to a recipient (<|channel|>commentary to=).
 std::vector<Request::Trigger> tool_call_triggers(ToolFormat f);
 
-// Each tool's parameters' kinds, from their schemas: the Qwen XML format
-// writes a plain string's value as its text alone, a constrained string's
-// (enum, const, pattern, format, length) as text between optional
-// whitespace ("text"), and any other's as JSON between optional whitespace
-// (its JSON type; "" where the schema names none), so reading a value back
-// needs its kind.
+// Each tool's parameters' kinds, from their schemas: the XML formats write
+// a plain string's value as its text alone, a constrained string's (enum,
+// const, pattern, format, length; a bounded length's without '<') as text
+// between optional whitespace ("text"), and any other's as JSON between
+// optional whitespace (its JSON type; "" where the schema names none), so
+// reading a value back needs its kind.
 using ParamTypes = std::map<std::string, std::map<std::string, std::string>>;
 ParamTypes param_types(const nlohmann::ordered_json& tools);
 // A Qwen XML parameter's value (the text between its tags) as JSON text: a
 // "string" as it is, one newline at each end dropped (the template writes
 // them); a "text" trimmed; any other trimmed and parsed as JSON (a string
 // if it does not parse).
-std::string xml_value_json(std::string_view raw, std::string_view type);
+// newlines false (GLM's): a "string" as it is, newlines and all.
+std::string xml_value_json(std::string_view raw, std::string_view type, bool newlines = true);
+
+// The XML formats' tags: a parameter's key between key_open and key_close,
+// then value_open (GLM's), its value, value_close; the call's end (Qwen's
+// </function>, then </tool_call>; GLM's </tool_call>).
+struct XmlTags {
+  std::string_view key_open, key_close, value_open, value_close, call_end;
+  bool newlines;  // one newline at each end of a string's value is markup (Qwen's)
+};
+const XmlTags& xml_tags(ToolFormat f);  // kQwenXml or kGlmXml
 // A JSON string's text between its quotes, for text as it is.
 std::string json_escape(std::string_view text);
 

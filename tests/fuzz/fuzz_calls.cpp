@@ -3,8 +3,9 @@
 // anything ("repeat exactly: ..."), so any text in any format, constrained or
 // not: no crash, every chunking reads as the whole reply does, and a call's
 // arguments, whole, are a JSON object.
-// Input: a byte choosing the format and whether calls are constrained, a
-// byte seeding the chunk sizes, then the reply.
+// Input: a byte choosing the format (its low 3 bits, mod 6) and whether
+// calls are constrained (bit 3), a byte seeding the chunk sizes, then the
+// reply.
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -25,8 +26,8 @@ std::string show(const std::vector<cs::ReplyPart>& parts) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2) return 0;
-  const auto f = static_cast<cs::ToolFormat>(data[0] % 5);
-  const bool constrained = data[0] & 4;
+  const auto f = static_cast<cs::ToolFormat>((data[0] & 7) % 6);
+  const bool constrained = data[0] & 8;
   uint32_t seed = data[1] | 1u;
   const std::string reply(reinterpret_cast<const char*>(data + 2), size - 2);
   // The Qwen XML format's values read by kind: a plain string, an integer, text, any.

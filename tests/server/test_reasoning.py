@@ -266,6 +266,7 @@ class QwenXmlCallsTest(TemplateServerTest):
 
     TEMPLATE = "Qwen3-Coder.jinja"
     EXTRA = {}
+    START, CLOSE, END = "<tool_call>\n<function=write_file>\n<parameter=", "</parameter>", "</function>\n</tool_call>"
     TOOLS = [{"type": "function", "function": {"name": "write_file", "description": "Writes a text file",
                                                "parameters": {"type": "object", "properties": {
                                                    "path": {"type": "string", "maxLength": 30},
@@ -289,9 +290,9 @@ class QwenXmlCallsTest(TemplateServerTest):
         text = "".join(t.token for t in whole.logprobs.content)
         if "</think>" in text:  # the call follows the thought
             text = text[text.index("</think>") + len("</think>"):].lstrip("\n")
-        self.assertTrue(text.startswith("<tool_call>\n<function=write_file>\n<parameter="), text)
-        self.assertIn("</parameter>", text)
-        self.assertTrue(text.endswith("</function>\n</tool_call>"), text)
+        self.assertTrue(text.startswith(self.START), text)
+        self.assertIn(self.CLOSE, text)
+        self.assertTrue(text.endswith(self.END), text)
         # Streamed: the name first, then the arguments in many pieces, which
         # join to the whole answer's.
         name, arguments, pieces = None, "", 0
@@ -317,6 +318,16 @@ class QwenXmlAfterAThoughtTest(QwenXmlCallsTest):
 
     TEMPLATE = "Qwen3.5-4B.jinja"
     EXTRA = {"thinking_budget": 8}
+
+
+class GlmCallsTest(QwenXmlCallsTest):
+    """The same with GLM-4.7's template (GLM-4.6's, Ling 3.0's, Laguna's and
+    Spark 2.5's are alike): <tool_call>NAME then <arg_key>/<arg_value>
+    pairs."""
+
+    TEMPLATE = "GLM-4.7-Flash.jinja"
+    EXTRA = {"thinking_budget": 8}
+    START, CLOSE, END = "<tool_call>write_file<arg_key>", "</arg_value>", "</tool_call>"
 
 
 class HarmonyAnswerConstraintTest(TemplateServerTest):
