@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How soon a streamed tool call reaches the client: a call demanded by name
 (tool_choice {"type": "function", ...}) whose arguments are long (a file's
-contents), greedy, streamed through the chat route. Reported per binary, the
+contents, at most 600 characters), greedy, streamed through the chat route. Reported per binary, the
 medians over the rounds of: the time to the call's first delta (its id and
 name), to the first byte of its arguments, and to the stream's end, and how
 many deltas carried arguments. Each binary serves its own server on loopback;
@@ -24,10 +24,9 @@ from served import Served  # noqa: E402
 TOOLS = [{"type": "function", "function": {
     "name": "write_file", "description": "Writes a text file",
     "parameters": {"type": "object", "properties": {"path": {"type": "string", "maxLength": 40},
-                                                    "content": {"type": "string"}},
+                                                    "content": {"type": "string", "maxLength": 600}},
                    "required": ["path", "content"], "additionalProperties": False}}}]
-BODY = {"messages": [{"role": "user", "content": "Write a Python script that prints the first twenty prime numbers, "
-                                                 "with comments, to primes.py."}],
+BODY = {"messages": [{"role": "user", "content": "Save a short poem about the sea to sea.txt."}],
         "tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "write_file"}},
         "temperature": 0, "max_tokens": 400}
 
