@@ -140,6 +140,9 @@ TEST(CallStream, AReplyCutShortLeavesItsCallIncomplete) {
   EXPECT_EQ(show(read_reply("<|channel|>commentary to=functions.f<|message|>{\"a\": \"x<|call|>", ToolFormat::kHarmony,
                             true)),
             "[call f {\"a\":\"x (cut)]");
+  // GLM's name ends at a tag or a newline: one the reply's end cut is no call.
+  EXPECT_EQ(show(read_reply("<tool_call>wri", ToolFormat::kGlmXml, true)), "[text <tool_call>wri]");
+  EXPECT_EQ(show(read_reply("<tool_call>write\n", ToolFormat::kGlmXml, true)), "[call write { (cut)]");
   // Cut before the arguments began: no call was sent, the text is content.
   EXPECT_EQ(show(read_reply("<tool_call>{\"name\": \"f\", \"argu", ToolFormat::kHermes, true)),
             "[text <tool_call>{\"name\": \"f\", \"argu]");

@@ -446,9 +446,14 @@ bool CallStream::read_xml_function(std::vector<CallPiece>& out, bool end) {
     name = std::string(rest.substr(kXmlFunction.size(), gt - kXmlFunction.size()));
     used = first + gt + 1;
   } else {
+    // The name ends at a tag or a newline: one the reply's end cut is no name.
     const size_t stop = buf_.find_first_of("<\n");
-    if (stop == std::string::npos && !end) return false;
-    used = std::min(stop, buf_.size());
+    if (stop == std::string::npos) {
+      if (!end) return false;
+      hold(head_ + buf_);
+      return true;
+    }
+    used = stop;
     const size_t a = buf_.find_first_not_of(" \t"), b = buf_.find_last_not_of(" \t", used ? used - 1 : 0);
     if (a < used && b != std::string::npos && b >= a) name = buf_.substr(a, b + 1 - a);
   }

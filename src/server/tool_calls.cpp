@@ -182,8 +182,8 @@ std::optional<ToolCall> parse_xml_call(std::string_view body, const ParamTypes* 
 }
 
 // <tool_call>BODY</tool_call> blocks (a block that does not end, to the
-// text's end), each a call where `call` reads one from its body; the rest,
-// and blocks that are none, content.
+// text's end), each a call where `call` reads one from its body (and
+// whether the block ended); the rest, and blocks that are none, content.
 template <typename Read>
 ParsedReply parse_blocks(std::string_view text, Read call) {
   ParsedReply r;
@@ -196,7 +196,8 @@ ParsedReply parse_blocks(std::string_view text, Read call) {
     const size_t body = open + kHermesOpen.size();
     const size_t close = text.find(kHermesClose, body);
     const size_t end = close == std::string_view::npos ? text.size() : close + kHermesClose.size();
-    if (auto c = call(text.substr(body, (close == std::string_view::npos ? text.size() : close) - body)))
+    if (auto c = call(text.substr(body, (close == std::string_view::npos ? text.size() : close) - body),
+                      close != std::string_view::npos))
       r.calls.push_back(std::move(*c));
     else
       append_content(content, text.substr(open, end - open));
@@ -533,8 +534,11 @@ ParsedReply parse_tool_calls(std::string_view text, ToolFormat f, const ParamTyp
   switch (f) {
     case ToolFormat::kQwenXml:
     case ToolFormat::kGlmXml:
-      return parse_blocks(text, [&](std::string_view body) { return parse_xml_call(body, types, f); });
-    case ToolFormat::kHermes: return parse_blocks(text, parse_call);
+      // GLM's call ends with the block: one the text's end cut is none.
+      return parse_blocks(text, [&](std::string_view body, bool ended) {
+        return ended || f == ToolFormat::kQwenXml ? parse_xml_call(body, types, f) : std::nullopt;
+      });
+    case ToolFormat::kHermes: return parse_blocks(text, [](std::string_view body, bool) { return parse_call(body); });
     case ToolFormat::kLlama3: return parse_llama3(text);
     case ToolFormat::kMistral: return parse_mistral(text);
     case ToolFormat::kHarmony: return parse_harmony(text);
