@@ -1,11 +1,9 @@
 #include "server/tool_calls.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <optional>
 
 #include "base/json_depth.h"
-#include "base/utf8.h"
 #include "server/reasoning.h"
 
 namespace cs {
@@ -224,38 +222,10 @@ size_t marker_start(std::string_view text, std::string_view marker) {
 }
 
 std::string json_escape(std::string_view text) {
-  std::string out;
-  for (size_t i = 0; i < text.size();) {
-    const char c = text[i];
-    const size_t n = utf8_len(text, i);
-    if (static_cast<unsigned char>(c) >= 0x80) {
-      // Valid UTF-8 as it is; a byte that begins no character, a surrogate
-      // or an overlong form (which JSON text may not hold) as U+FFFD.
-      const uint32_t cp = utf8_decode(text, i, n);
-      const bool valid = (n == 2 && cp >= 0x80) || (n == 3 && cp >= 0x800 && (cp < 0xd800 || cp > 0xdfff)) ||
-                         (n == 4 && cp >= 0x10000 && cp <= 0x10ffff);
-      out += valid ? std::string(text.substr(i, n)) : std::string("\xef\xbf\xbd");
-      i += n;
-      continue;
-    }
-    ++i;
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char u[8];
-          std::snprintf(u, sizeof u, "\\u%04x", static_cast<unsigned char>(c));
-          out += u;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out;
+  // nlohmann's own escaping; bytes that are no UTF-8 character become U+FFFD,
+  // as JSON text must hold characters.
+  const std::string quoted = ojson(std::string(text)).dump(-1, ' ', false, ojson::error_handler_t::replace);
+  return quoted.substr(1, quoted.size() - 2);
 }
 
 const XmlTags& xml_tags(ToolFormat f) {
