@@ -2,7 +2,8 @@
 // call as the model writes it: its name once whole, then its arguments piece
 // by piece (OpenAI's tool_calls deltas, the Messages API's input_json_delta,
 // the Responses API's function_call_arguments.delta), not the whole call at
-// the end. A reply read at once (a non-streamed answer) is read by the same
+// the end. In the XML formats a string parameter's value streams as it is
+// written, any other value when its element closes. A reply read at once (a non-streamed answer) is read by the same
 // reader in one push, so a stream and an answer never differ, whatever the
 // chunks and wherever the reply stops.
 //
@@ -47,8 +48,8 @@ struct ReplyPart {
 
 class CallStream {
  public:
-  // types: the Qwen XML format's parameter types (kept by the caller;
-  // null: values read without them).
+  // types: the XML formats' parameter kinds (param_types; kept by the
+  // caller; null: values read without them).
   CallStream(ToolFormat f, bool constrained, const ParamTypes* types = nullptr);
   // More of the reply: the pieces that can go out now. A run of content is
   // sent trimmed: whitespace at its start is dropped and at its end held
@@ -62,8 +63,8 @@ class CallStream {
   ToolFormat f_;
   bool constrained_;
   const ParamTypes* types_;
-  const std::map<std::string, std::string>* params_ = nullptr;  // the Qwen XML call's parameters' types
-  std::string type_;             // kXmlValue: the value's type
+  const std::map<std::string, std::string>* params_ = nullptr;  // the XML call's parameters' kinds
+  std::string type_;             // kXmlValue: the value's kind
   bool first_param_ = true;      // kXmlParams: no parameter yet
   bool value_begun_ = false;     // kXmlValue: its first newline is decided
   State state_ = State::kContent;
