@@ -283,6 +283,12 @@ void check_before_compiling(const GrammarSpec& spec) {
   for (const nlohmann::json& s : list) check_schema(s.dump(), SchemaUse::kConstraint);
 }
 
+// The entry of a cache (by tick of last use) used least recently.
+template <typename Map>
+typename Map::iterator least_recent(Map& m) {
+  return std::min_element(m.begin(), m.end(), [](const auto& a, const auto& b) { return a.second.tick < b.second.tick; });
+}
+
 // The cache's key: everything that makes one spec's grammar another's.
 std::string spec_key(const GrammarSpec& spec) {
   std::string k(1, char('0' + int(spec.kind)));
@@ -372,12 +378,7 @@ std::shared_ptr<const Grammar> Grammar::compile(const GrammarVocab& vocab, const
     if (e.why() == GrammarFailure::kInvalid || e.why() == GrammarFailure::kOverBudget) {
       std::lock_guard lock(v.cache_mu);
       v.failed[failed_key] = {e.what(), e.why(), ++v.cache_tick};
-      if (v.failed.size() > GrammarVocab::kFailedEntries) {
-        auto oldest = v.failed.begin();
-        for (auto it = v.failed.begin(); it != v.failed.end(); ++it)
-          if (it->second.tick < oldest->second.tick) oldest = it;
-        v.failed.erase(oldest);
-      }
+      if (v.failed.size() > GrammarVocab::kFailedEntries) v.failed.erase(least_recent(v.failed));
     }
     throw;
   }
@@ -391,9 +392,7 @@ std::shared_ptr<const Grammar> Grammar::compile(const GrammarVocab& vocab, const
   slot = {g, json.size() + key.size(), ++v.cache_tick};
   // Least recently used out, within the cache's count and bytes.
   while (v.cache.size() > GrammarVocab::kCacheEntries || v.cache_bytes > GrammarVocab::kCacheBytes) {
-    auto oldest = v.cache.begin();
-    for (auto it = v.cache.begin(); it != v.cache.end(); ++it)
-      if (it->second.tick < oldest->second.tick) oldest = it;
+    const auto oldest = least_recent(v.cache);
     if (oldest->first == key) break;
     v.cache_bytes -= oldest->second.bytes;
     v.cache.erase(oldest);

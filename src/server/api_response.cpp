@@ -236,7 +236,7 @@ std::string ApiResponder::tool_chunk(const StreamEvent& ev) {
         break;
       case CallPiece::Kind::kArguments:
         if (!call.is_null())
-          call["function"]["arguments"] = call["function"]["arguments"].get<std::string>() + p.text;
+          call["function"]["arguments"].get_ref<std::string&>() += p.text;
         else
           send({{"tool_calls", json::array({{{"index", c.began - 1}, {"function", {{"arguments", std::move(p.text)}}}}})}});
         break;

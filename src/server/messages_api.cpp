@@ -456,8 +456,8 @@ json usage_json(const Result& r, int cached_prefix) {
 // A call's input: its arguments, or those written whole of a call the
 // reply's end cut short (the object a client parsing the stream holds).
 json tool_use_json(const ToolCall& c) {
-  json input = c.complete ? json::parse(c.arguments, nullptr, false) : partial_arguments(c.arguments);
-  if (input.is_discarded() || !input.is_object()) input = partial_arguments(c.arguments);
+  json input = json::parse(c.arguments, nullptr, false);
+  if (!input.is_object()) input = partial_arguments(c.arguments);
   return {{"type", "tool_use"}, {"id", random_id("toolu_", false)}, {"name", c.name}, {"input", std::move(input)}};
 }
 

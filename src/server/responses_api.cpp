@@ -491,7 +491,7 @@ std::string ResponsesResponder::call_pieces(std::vector<CallPiece> pieces) {
         calls_made_ = false;
         break;
       case CallPiece::Kind::kArguments:
-        call_["arguments"] = call_["arguments"].get<std::string>() + p.text;
+        call_["arguments"].get_ref<std::string&>() += p.text;  // appended: a long call's arguments are not copied per piece
         out += sse("response.function_call_arguments.delta",
                    {{"item_id", call_["id"]}, {"output_index", call_index_}, {"delta", p.text}});
         break;
