@@ -585,6 +585,26 @@ TEST(EngineDisk, EvictedPromptsComeBackFromDiskWithTheSameTokens) {
   test::expect_same_tokens(test::run_all(e, reqs), ref, "batched");
 }
 
+// A prefix held (a cache_control breakpoint) when the engine stops is let
+// go while the disk tier still exists (before, its chunks left the tree
+// after the tier was gone: a crash at every clean stop with a hold), and
+// stored: the next start reads the prompt's full chunks from disk.
+TEST(EngineDisk, APrefixHeldAtTheStopIsStoredForTheNextStart) {
+  TempDir dir;
+  const auto reqs = distinct_prompts(1);
+  const auto ref = reference(reqs);
+  {
+    Engine e(tiny(), disk_options(dir.str(), 40));
+    test::expect_same_tokens(test::run_each(e, reqs), ref, "first start");
+    EXPECT_EQ(e.hold_prefix(reqs[0].prompt, std::chrono::hours(1)), 192);
+    EXPECT_EQ(e.stats().held_chunks, 3);
+  }
+  Engine again(tiny(), disk_options(dir.str(), 40));
+  const std::vector<Result> r = test::run_each(again, reqs);
+  test::expect_same_tokens(r, ref, "next start");
+  EXPECT_EQ(r[0].usage.disk_tokens, 192);
+}
+
 // Never stalls the batch: while one request's chunks are being read (held
 // there by the test), another keeps decoding; released, the first is served
 // from disk with its own tokens.

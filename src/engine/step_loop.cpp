@@ -177,6 +177,11 @@ void Engine::Impl::loop() {
     Sequence* s = !sched.running().empty() ? sched.running().front().get() : sched.waiting().front().get();
     end_request(s->request_ptr(), FinishReason::kCancelled, "the engine stopped");
   }
+  // Held prefixes let go here, on this thread, while the disk tier their
+  // chunks' leaving reaches still exists (the engine's members go after
+  // it: a hold let go then read freed memory); their chunks stay in the
+  // tree, so what follows stores them.
+  holds.reset();
   // A clean stop keeps what the pool holds for the next start.
   if (disk) {
     kv.persist_all();
