@@ -21,15 +21,15 @@ jinja=(src/jinja/value.cpp src/jinja/lexer.cpp src/jinja/parser.cpp src/jinja/me
 declare -A sources=(
   [gguf]="${common[*]}"
   [tokenizer]="${common[*]} ${text[*]}"
-  [request]="${common[*]} ${text[*]} ${jinja[*]} src/model/chat_template.cpp src/server/api_request.cpp src/server/reasoning.cpp src/server/tool_calls.cpp src/grammar/messages.cpp src/grammar/schema_check.cpp src/grammar/limits.cpp src/engine/validate.cpp src/pml/parse.cpp src/pml/src_files.cpp"
-  [messages]="${common[*]} ${text[*]} ${jinja[*]} src/model/chat_template.cpp src/server/api_request.cpp src/server/reasoning.cpp src/server/messages_api.cpp src/server/tool_calls.cpp src/server/call_stream.cpp src/grammar/messages.cpp src/grammar/schema_check.cpp src/grammar/limits.cpp src/engine/validate.cpp src/pml/parse.cpp src/pml/src_files.cpp"
-  [responses]="${common[*]} ${text[*]} ${jinja[*]} src/model/chat_template.cpp src/server/api_request.cpp src/server/reasoning.cpp src/server/responses_api.cpp src/server/response_store.cpp src/server/tool_calls.cpp src/server/call_stream.cpp src/grammar/messages.cpp src/grammar/schema_check.cpp src/grammar/limits.cpp src/engine/validate.cpp src/pml/parse.cpp src/pml/src_files.cpp"
+  [request]="${common[*]} ${text[*]} ${jinja[*]} src/model/chat_template.cpp src/server/api_request.cpp src/server/reasoning.cpp src/server/tool_calls.cpp src/grammar/xml_kind.cpp src/grammar/messages.cpp src/grammar/schema_check.cpp src/grammar/limits.cpp src/engine/validate.cpp src/pml/parse.cpp src/pml/src_files.cpp"
+  [messages]="${common[*]} ${text[*]} ${jinja[*]} src/model/chat_template.cpp src/server/api_request.cpp src/server/reasoning.cpp src/server/messages_api.cpp src/server/tool_calls.cpp src/server/call_stream.cpp src/grammar/xml_kind.cpp src/grammar/messages.cpp src/grammar/schema_check.cpp src/grammar/limits.cpp src/engine/validate.cpp src/pml/parse.cpp src/pml/src_files.cpp"
+  [responses]="${common[*]} ${text[*]} ${jinja[*]} src/model/chat_template.cpp src/server/api_request.cpp src/server/reasoning.cpp src/server/responses_api.cpp src/server/response_store.cpp src/server/tool_calls.cpp src/server/call_stream.cpp src/grammar/xml_kind.cpp src/grammar/messages.cpp src/grammar/schema_check.cpp src/grammar/limits.cpp src/engine/validate.cpp src/pml/parse.cpp src/pml/src_files.cpp"
   [pml]="src/pml/parse.cpp src/pml/src_files.cpp src/pml/layout.cpp src/pml/assemble.cpp"
   [jinja]="${jinja[*]}"
   [grammar]="${common[*]} ${text[*]} src/grammar/grammar.cpp src/grammar/messages.cpp src/grammar/schema_check.cpp src/grammar/limits.cpp src/grammar/compile_process.cpp src/base/threads.cpp"
   [kvfile]="src/kv/kv_file.cpp"
-  [calls]="src/server/call_stream.cpp src/server/tool_calls.cpp src/server/reasoning.cpp src/grammar/grammar.cpp src/grammar/messages.cpp src/grammar/schema_check.cpp src/grammar/limits.cpp src/grammar/compile_process.cpp src/base/threads.cpp ${common[*]} ${text[*]}"
-  [nesting]="${common[*]} ${text[*]} ${jinja[*]} src/model/chat_template.cpp src/server/api_request.cpp src/server/reasoning.cpp src/server/tool_calls.cpp src/grammar/messages.cpp src/grammar/schema_check.cpp src/grammar/limits.cpp src/engine/validate.cpp src/pml/parse.cpp src/pml/src_files.cpp"
+  [calls]="src/server/call_stream.cpp src/server/tool_calls.cpp src/server/reasoning.cpp src/grammar/grammar.cpp src/grammar/xml_kind.cpp src/grammar/messages.cpp src/grammar/schema_check.cpp src/grammar/limits.cpp src/grammar/compile_process.cpp src/base/threads.cpp ${common[*]} ${text[*]}"
+  [nesting]="${common[*]} ${text[*]} ${jinja[*]} src/model/chat_template.cpp src/server/api_request.cpp src/server/reasoning.cpp src/server/tool_calls.cpp src/grammar/xml_kind.cpp src/grammar/messages.cpp src/grammar/schema_check.cpp src/grammar/limits.cpp src/engine/validate.cpp src/pml/parse.cpp src/pml/src_files.cpp"
 )
 # Each source is compiled once into build-fuzz/obj (the targets share most of
 # them), two at a time, through ccache when set-up installed it.

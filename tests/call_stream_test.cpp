@@ -126,6 +126,15 @@ TEST(CallStream, EachFormatsCallsAreRead) {
       // Text beside calls, each run trimmed.
       {ToolFormat::kHermes, "  Checking.  \n<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call>\n\nDone. ",
        "[text Checking.][call a {}][text Done.]"},
+      // One block, two calls, text after it.
+      {ToolFormat::kMiniMaxXml, "On it.\n<minimax:tool_call>\n<invoke name=\"a\">\n<parameter name=\"x\">[1]"
+                                "</parameter>\n</invoke>\n<invoke name=\"b\">\n</invoke>\n</minimax:tool_call> Done.",
+       "[text On it.][call a {\"x\":[1]}][call b {}][text Done.]"},
+      {ToolFormat::kDsml, "<\uff5cDSML\uff5cfunction_calls>\n<\uff5cDSML\uff5cinvoke name=\"a\">\n<\uff5cDSML\uff5cparameter "
+                          "name=\"s\" string=\"true\">1 2</\uff5cDSML\uff5cparameter>\n<\uff5cDSML\uff5cparameter name=\"n\" "
+                          "string=\"false\">3</\uff5cDSML\uff5cparameter>\n</\uff5cDSML\uff5cinvoke>\n"
+                          "</\uff5cDSML\uff5cfunction_calls>",
+       "[call a {\"s\":\"1 2\",\"n\":3}]"},
   };
   for (const auto& c : cases) {
     EXPECT_EQ(show(read_reply(c.reply, c.f, true)), c.expect) << tool_format_name(c.f) << ": " << c.reply;
@@ -143,6 +152,13 @@ TEST(CallStream, AReplyCutShortLeavesItsCallIncomplete) {
   // GLM's name ends at a tag or a newline: one the reply's end cut is no call.
   EXPECT_EQ(show(read_reply("<tool_call>wri", ToolFormat::kGlmXml, true)), "[text <tool_call>wri]");
   EXPECT_EQ(show(read_reply("<tool_call>write\n", ToolFormat::kGlmXml, true)), "[call write { (cut)]");
+  // In the invoke family's block after a call: markup the end cut is no content.
+  EXPECT_EQ(show(read_reply("<minimax:tool_call><invoke name=\"f\"></invoke>\n<inv", ToolFormat::kMiniMaxXml, true)),
+            "[call f {}]");
+  const ParamTypes types = {{"f", {{"a", "string"}}}};
+  EXPECT_EQ(show(read_reply("<minimax:tool_call><invoke name=\"f\"><parameter name=\"a\">x y", ToolFormat::kMiniMaxXml,
+                            true, &types)),
+            "[call f {\"a\":\"x y (cut)]");
   // Cut before the arguments began: no call was sent, the text is content.
   EXPECT_EQ(show(read_reply("<tool_call>{\"name\": \"f\", \"argu", ToolFormat::kHermes, true)),
             "[text <tool_call>{\"name\": \"f\", \"argu]");
@@ -258,11 +274,13 @@ const ParamTypes& xml_types() {
   return t;
 }
 
-std::string random_xml_call(std::mt19937& rng, const std::string& name, bool markup, bool glm = false) {
+std::string random_xml_call(std::mt19937& rng, const std::string& name, bool markup, bool glm = false,
+                            bool seed = false) {
   static const char* bits[] = {"a", " ", "\n", "<", "</param", "\"", "\xc3\xa9", "x\n\n", "</arg_val",
                                "</tool_call>"};
   const std::string nl = glm && rng() % 2 ? "" : "\n";
-  std::string s = glm ? "<tool_call>" + name + nl : "<tool_call>\n<function=" + name + ">\n";
+  const std::string block = seed ? "seed:tool_call>" : "tool_call>";
+  std::string s = glm ? "<tool_call>" + name + nl : "<" + block + "\n<function=" + name + ">\n";
   for (int i = 0, n = int(rng() % 4); i < n; ++i) {
     const int p = int(rng() % 3);
     s += glm ? "<arg_key>p" + std::to_string(p) + "</arg_key>" + nl + "<arg_value>"
@@ -273,14 +291,39 @@ std::string random_xml_call(std::mt19937& rng, const std::string& name, bool mar
       s += std::to_string(int(rng() % 200) - 100);
     else
       s += random_value(rng, 1, false);
-    s += glm ? "</arg_value>" + nl : "\n</parameter>\n";
+    s += glm ? "</arg_value>" + nl : seed ? "</parameter>\n" : "\n</parameter>\n";
   }
-  return s + (glm ? "</tool_call>" : "</function>\n</tool_call>");
+  return s + (glm ? "</tool_call>" : "</function>\n</" + block);
+}
+
+// The invoke family's calls (MiniMax's tags, or DSML's with each value's
+// string attribute), without their block.
+std::string random_invoke(std::mt19937& rng, const std::string& name, bool markup, ToolFormat f) {
+  static const char* bits[] = {"a", " ", "\n", "<", "</param", "\"", "\xc3\xa9", "x\n\n", "</invo",
+                               "</minimax:tool_call>"};
+  const std::string d = f == ToolFormat::kMiniMaxXml ? "" : "\uff5cDSML\uff5c";
+  std::string s = "<" + d + "invoke name=\"" + name + "\">\n";
+  for (int i = 0, n = int(rng() % 4); i < n; ++i) {
+    const int p = int(rng() % 3);
+    s += "<" + d + "parameter name=\"p" + std::to_string(p) + "\"";
+    if (!d.empty()) s += p == 0 ? " string=\"true\"" : " string=\"false\"";
+    s += ">";
+    if (p == 0)
+      for (int k = 0, m = int(rng() % 6); k < m; ++k) s += bits[rng() % (markup ? 10 : 8)];
+    else if (p == 1)
+      s += std::to_string(int(rng() % 200) - 100);
+    else
+      s += random_value(rng, 1, false);
+    s += "</" + d + "parameter>\n";
+  }
+  return s + "</" + d + "invoke>";
 }
 
 std::string random_call(std::mt19937& rng, ToolFormat f, bool markup) {
   const std::string name = rng() % 2 ? "get_weather" : "search";
-  if (f == ToolFormat::kQwenXml || f == ToolFormat::kGlmXml) return random_xml_call(rng, name, markup, f == ToolFormat::kGlmXml);
+  if (f == ToolFormat::kQwenXml || f == ToolFormat::kGlmXml || f == ToolFormat::kSeedXml)
+    return random_xml_call(rng, name, markup, f == ToolFormat::kGlmXml, f == ToolFormat::kSeedXml);
+  if (xml_format(f)) return random_invoke(rng, name, markup, f);
   const std::string args = random_args(rng, markup);
   const char* key = f == ToolFormat::kLlama3 ? "parameters" : "arguments";
   const std::string obj = std::string("{\"name\": \"") + name + "\", \"" + key + "\": " + args + "}";
@@ -307,6 +350,14 @@ std::string random_reply(std::mt19937& rng, ToolFormat f, bool markup = true) {
       for (int i = 0; i < calls; ++i) s += (i ? ", " : "") + random_call(rng, f, markup);
       return s + "]";
     }
+    case ToolFormat::kMiniMaxXml:
+    case ToolFormat::kDsml: {
+      if (calls == 0) return text;
+      const XmlTags& t = xml_tags(f);
+      std::string s = text + "\n" + std::string(t.block_open) + "\n";
+      for (int i = 0; i < calls; ++i) s += random_call(rng, f, markup) + "\n";
+      return s + std::string(t.block_close) + (rng() % 2 ? " Done." : "");
+    }
     default: {
       std::string s = text;
       for (int i = 0; i < calls; ++i) {
@@ -330,11 +381,12 @@ std::vector<std::string> random_chunks(std::mt19937& rng, const std::string& s) 
 
 TEST(CallStream, EveryChunkingReadsAsTheWholeReplyDoes) {
   std::mt19937 rng(7);
-  const ToolFormat formats[] = {ToolFormat::kHermes, ToolFormat::kLlama3, ToolFormat::kMistral, ToolFormat::kHarmony,
-                                ToolFormat::kQwenXml, ToolFormat::kGlmXml};
+  const ToolFormat formats[] = {ToolFormat::kHermes,     ToolFormat::kLlama3, ToolFormat::kMistral,
+                                ToolFormat::kHarmony,    ToolFormat::kQwenXml, ToolFormat::kGlmXml,
+                                ToolFormat::kMiniMaxXml, ToolFormat::kDsml,    ToolFormat::kSeedXml};
   int calls_seen = 0, cut_seen = 0;
-  for (int trial = 0; trial < 4800; ++trial) {
-    const ToolFormat f = formats[trial % 6];
+  for (int trial = 0; trial < 7200; ++trial) {
+    const ToolFormat f = formats[trial % 9];
     const bool constrained = trial % 5 != 0;
     std::string reply = random_reply(rng, f);
     if (rng() % 3 == 0) reply = reply.substr(0, rng() % (reply.size() + 1));
@@ -350,18 +402,19 @@ TEST(CallStream, EveryChunkingReadsAsTheWholeReplyDoes) {
       }
     }
   }
-  EXPECT_GT(calls_seen, 1500);
-  EXPECT_GT(cut_seen, 100);
+  EXPECT_GT(calls_seen, 2250);
+  EXPECT_GT(cut_seen, 150);
 }
 
 // Whole replies in the grammar's shape read as parse_tool_calls reads them
 // (the reference): the same calls, with the same arguments as values.
 TEST(CallStream, WholeCallsReadAsTheParserReadsThem) {
   std::mt19937 rng(11);
-  const ToolFormat formats[] = {ToolFormat::kHermes, ToolFormat::kLlama3, ToolFormat::kMistral, ToolFormat::kHarmony,
-                                ToolFormat::kQwenXml, ToolFormat::kGlmXml};
-  for (int trial = 0; trial < 3000; ++trial) {
-    const ToolFormat f = formats[trial % 6];
+  const ToolFormat formats[] = {ToolFormat::kHermes,     ToolFormat::kLlama3, ToolFormat::kMistral,
+                                ToolFormat::kHarmony,    ToolFormat::kQwenXml, ToolFormat::kGlmXml,
+                                ToolFormat::kMiniMaxXml, ToolFormat::kDsml,    ToolFormat::kSeedXml};
+  for (int trial = 0; trial < 4500; ++trial) {
+    const ToolFormat f = formats[trial % 9];
     const std::string reply = random_reply(rng, f, false);
     const ParsedReply ours = read_calls(reply, f, true, &xml_types()), ref = parse_tool_calls(reply, f, &xml_types());
     ASSERT_EQ(ours.calls.size(), ref.calls.size()) << reply;

@@ -235,25 +235,37 @@ TEST_P(GrammarWalks, RequiredToolCallsAreValidInEveryFormat) {
     {"type": "function", "function": {"name": "lookup", "parameters": )") + lookup.dump() + R"(}},
     {"type": "function", "function": {"name": "now", "parameters": {"type": "object",
       "properties": {"tz": {"enum": ["utc", "local"]}}, "additionalProperties": false}}}])");
-  int role_headers = 0;
+  int role_headers = 0, dsml_tags = 0;
   const ParamTypes types = param_types(tools);
   for (const auto kind : {ToolChoice::Kind::kRequired, ToolChoice::Kind::kAuto})
   for (const ToolFormat f :
        {ToolFormat::kHermes, ToolFormat::kLlama3, ToolFormat::kMistral, ToolFormat::kHarmony, ToolFormat::kQwenXml,
-        ToolFormat::kGlmXml})
+        ToolFormat::kGlmXml, ToolFormat::kMiniMaxXml, ToolFormat::kDsml, ToolFormat::kDsmlV4, ToolFormat::kSeedXml})
     for (const bool parallel : {false, true}) {
       SCOPED_TRACE(std::string(tool_format_name(f)) + (parallel ? " parallel" : "") +
                    (kind == ToolChoice::Kind::kAuto ? " auto" : ""));
       const auto g = Grammar::compile(vocab, tool_call_grammar(tools, f, {kind, ""}, parallel));
       int ended = 0;
       for (uint32_t seed = 0; seed < 8; ++seed) {
-        const Walk w = walk(tok(), vocab, g, 300 + seed, 600);
+        // DSML's tags are long: more steps for a tiny vocabulary's parallel calls.
+        const Walk w = walk(tok(), vocab, g, 300 + seed, f == ToolFormat::kDsml || f == ToolFormat::kDsmlV4 ? 1500 : 600);
         if (!w.ended) continue;
         ++ended;
         role_headers += w.text.starts_with("to=functions.");
         const std::string answer = f == ToolFormat::kHarmony ? split_channels(w.text).content : w.text;
         const ParsedReply r = parse_tool_calls(answer, f, &types);
         EXPECT_EQ(r.content, "") << w.text;
+        if (f == ToolFormat::kDsml || f == ToolFormat::kDsmlV4) {
+          // Each parameter's tag says whether its value is text, as its schema does.
+          for (size_t at = w.text.find("parameter name=\""); at != std::string::npos;
+               at = w.text.find("parameter name=\"", at + 1), ++dsml_tags) {
+            const size_t key = at + 16, quote = w.text.find('"', key);
+            const std::string name = w.text.substr(key, quote - key);
+            const bool text = name == "name" || name == "color" || name == "tz";
+            const std::string tag = text ? "\" string=\"true\">" : "\" string=\"false\">";
+            EXPECT_EQ(w.text.substr(quote, tag.size()), tag) << w.text;
+          }
+        }
         // Read as a stream reads it (server/call_stream.h): the same calls.
         const ParsedReply streamed = read_calls(answer, f, true, &types);
         ASSERT_EQ(streamed.calls.size(), r.calls.size()) << w.text;
@@ -281,6 +293,7 @@ TEST_P(GrammarWalks, RequiredToolCallsAreValidInEveryFormat) {
       EXPECT_GE(ended, 4) << "walks that reached the end";
     }
   EXPECT_GT(role_headers, 0) << "auto's harmony calls with the recipient in the role's header";
+  EXPECT_GT(dsml_tags, 10) << "DSML's parameter tags";
 }
 
 // A choice of outputs (GrammarSpec::or_else: tool_choice "auto" beside a

@@ -57,7 +57,13 @@ TEST(ToolCalls, TheFormatComesFromTheTemplate) {
       {"inclusionai-ling-3.0-flash", ToolFormat::kGlmXml, true},
       {"poolside-Laguna-XS-2.1", ToolFormat::kGlmXml, true},
       {"Spark2.5", ToolFormat::kGlmXml, true},
-      {"MiniMax-M3", ToolFormat::kHermes, false},  // <invoke name=...>: not read, so described generically
+      {"MiniMax-M2", ToolFormat::kMiniMaxXml, true},
+      {"deepseek-ai-DeepSeek-V3.2", ToolFormat::kDsml, true},
+      {"deepseek-ai-DeepSeek-V4", ToolFormat::kDsmlV4, true},
+      {"deepseek-ai-DeepSeek-V4-Flash-0731", ToolFormat::kDsmlV4, true},
+      {"ByteDance-Seed-OSS", ToolFormat::kSeedXml, true},
+      // Nested objects as nested elements: not read, so described generically.
+      {"MiniMax-M3", ToolFormat::kHermes, false},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
@@ -181,6 +187,60 @@ TEST(ToolCalls, GlmCallsAreReadByTheirKinds) {
                "", {{"edit", R"({"line":7})"}, {"now", "{}"}});
   expect_calls(parse_tool_calls("<tool_call>edit<arg_key>line</arg_key>7</tool_call>", ToolFormat::kGlmXml, &types),
                "<tool_call>edit<arg_key>line</arg_key>7</tool_call>", {});
+}
+
+// The invoke family: one block holds every call, <invoke name="NAME">
+// with a <parameter name="KEY"> element per argument; a string's value as
+// it is, newlines and all.
+TEST(ToolCalls, MiniMaxCallsShareOneBlock) {
+  const ParamTypes types = {{"edit", {{"path", "string"}, {"line", "integer"}, {"mode", "text"}}}};
+  expect_calls(parse_tool_calls("Sure.\n<minimax:tool_call>\n<invoke name=\"edit\">\n<parameter name=\"path\">a \"b\".py\n"
+                                "</parameter>\n<parameter name=\"line\">42</parameter>\n<parameter name=\"mode\"> w "
+                                "</parameter>\n</invoke>\n<invoke name=\"now\">\n</invoke>\n</minimax:tool_call>",
+                                ToolFormat::kMiniMaxXml, &types),
+               "Sure.", {{"edit", R"({"path":"a \"b\".py\n","line":42,"mode":"w"})"}, {"now", "{}"}});
+  // Anything else in the block: the block is content.
+  const std::string odd = "<minimax:tool_call>\n<invoke name=\"now\"></invoke>\nand more\n</minimax:tool_call>";
+  expect_calls(parse_tool_calls(odd, ToolFormat::kMiniMaxXml, &types), odd, {});
+  // A block the reply's end cut, its calls whole: calls.
+  expect_calls(parse_tool_calls("<minimax:tool_call>\n<invoke name=\"now\"></invoke>\n", ToolFormat::kMiniMaxXml), "",
+               {{"now", "{}"}});
+}
+
+// Seed-OSS: Qwen's elements in its own block; a string's value as it is.
+TEST(ToolCalls, SeedCallsAreQwensInTheirOwnBlock) {
+  const ParamTypes types = {{"edit", {{"path", "string"}, {"line", "integer"}}}};
+  expect_calls(parse_tool_calls("Sure.\n<seed:tool_call>\n<function=edit>\n<parameter=path>a\nb\n</parameter>\n"
+                                "<parameter=line>42</parameter>\n</function>\n</seed:tool_call>\n<seed:tool_call>\n"
+                                "<function=now>\n</function>\n</seed:tool_call>",
+                                ToolFormat::kSeedXml, &types),
+               "Sure.", {{"edit", R"({"path":"a\nb\n","line":42})"}, {"now", "{}"}});
+  // Qwen's block is none to it.
+  expect_calls(parse_tool_calls("<tool_call>\n<function=now>\n</function>\n</tool_call>", ToolFormat::kSeedXml),
+               "<tool_call>\n<function=now>\n</function>\n</tool_call>", {});
+}
+
+// DSML: the tag's string attribute says whether the value is text; where
+// it says not, the value is JSON even if the schema says text (and a
+// string where it does not parse).
+TEST(ToolCalls, DsmlTagsSayWhetherAValueIsText) {
+  const ParamTypes types = {{"edit", {{"path", "string"}, {"line", "integer"}, {"note", "string"}}}};
+  const std::string reply =
+      "\n\n<\uff5cDSML\uff5cfunction_calls>\n<\uff5cDSML\uff5cinvoke name=\"edit\">\n"
+      "<\uff5cDSML\uff5cparameter name=\"path\" string=\"true\">12</\uff5cDSML\uff5cparameter>\n"
+      "<\uff5cDSML\uff5cparameter name=\"line\" string=\"false\">42</\uff5cDSML\uff5cparameter>\n"
+      "<\uff5cDSML\uff5cparameter name=\"note\" string=\"false\">[1]</\uff5cDSML\uff5cparameter>\n"
+      "<\uff5cDSML\uff5cparameter name=\"extra\" string=\"true\">true</\uff5cDSML\uff5cparameter>\n"
+      "</\uff5cDSML\uff5cinvoke>\n</\uff5cDSML\uff5cfunction_calls>";
+  expect_calls(parse_tool_calls(reply, ToolFormat::kDsml, &types), "",
+               {{"edit", R"({"path":"12","line":42,"note":[1],"extra":"true"})"}});
+  // V4's block is <｜DSML｜tool_calls>: V3.2's is none to it.
+  expect_calls(parse_tool_calls(reply, ToolFormat::kDsmlV4, &types), reply.substr(2), {});
+  // A tag without the attribute is no parameter.
+  const std::string bare = "<\uff5cDSML\uff5cfunction_calls><\uff5cDSML\uff5cinvoke name=\"f\">"
+                           "<\uff5cDSML\uff5cparameter name=\"a\">1</\uff5cDSML\uff5cparameter></\uff5cDSML\uff5cinvoke>"
+                           "</\uff5cDSML\uff5cfunction_calls>";
+  expect_calls(parse_tool_calls(bare, ToolFormat::kDsml), bare, {});
 }
 
 TEST(ToolCalls, AStreamHoldsOnlyWhatMayBeACall) {
@@ -513,13 +573,25 @@ TEST_F(ChatRequests, BadConstraintsAre400sNamingTheField) {
 // The XML formats: the template's own XML instructions in the prompt, calls
 // constrained to its elements, the parameters' kinds kept to read values back.
 TEST_F(ChatRequests, XmlTemplatesGetXmlCalls) {
-  for (const auto& [name, format, style, before] :
+  for (const auto& [name, format, style, before, shown, trigger] :
        {std::tuple{"Qwen3-Coder", ToolFormat::kQwenXml, JsonFrame::Style::kParameters,
-                   "<tool_call>\n<function=get_weather>\n"},
-        std::tuple{"GLM-4.6", ToolFormat::kGlmXml, JsonFrame::Style::kArgKeys, "<tool_call>get_weather"}}) {
+                   "<tool_call>\n<function=get_weather>\n", "<function=example_function_name>", "<tool_call>"},
+        std::tuple{"GLM-4.6", ToolFormat::kGlmXml, JsonFrame::Style::kArgKeys, "<tool_call>get_weather", "<arg_key>",
+                   "<tool_call>"},
+        std::tuple{"MiniMax-M2", ToolFormat::kMiniMaxXml, JsonFrame::Style::kInvoke, "<invoke name=\"get_weather\">\n",
+                   "<invoke name=\"tool-name-1\">", "<minimax:tool_call>"},
+        std::tuple{"deepseek-ai-DeepSeek-V3.2", ToolFormat::kDsml, JsonFrame::Style::kDsml,
+                   "<\uff5cDSML\uff5cinvoke name=\"get_weather\">\n", "<\uff5cDSML\uff5cinvoke name=\"$FUNCTION_NAME\">",
+                   "<\uff5cDSML\uff5cfunction_calls>"},
+        std::tuple{"ByteDance-Seed-OSS", ToolFormat::kSeedXml, JsonFrame::Style::kParameters,
+                   "<seed:tool_call>\n<function=get_weather>\n", "<function=example_function_name>", "<seed:tool_call>"},
+        std::tuple{"deepseek-ai-DeepSeek-V4", ToolFormat::kDsmlV4, JsonFrame::Style::kDsml,
+                   "<\uff5cDSML\uff5cinvoke name=\"get_weather\">\n", "<\uff5cDSML\uff5cinvoke name=\"$TOOL_NAME\">",
+                   "<\uff5cDSML\uff5ctool_calls>"}}) {
     SCOPED_TRACE(name);
     const std::string p = prompt(body(kTools), name);
-    EXPECT_NE(p.find(format == ToolFormat::kQwenXml ? "<function=example_function_name>" : "<arg_key>"), std::string::npos);
+    EXPECT_NE(p.find(shown), std::string::npos) << p;
+    EXPECT_NE(p.find("get_weather"), std::string::npos) << p;
     const ApiRequest r = parse(body(std::string(kTools) + R"(, "tool_choice": "required")"), name);
     EXPECT_EQ(r.tool_format, format);
     ASSERT_TRUE(r.constraint && r.constraint->frame);
@@ -530,7 +602,7 @@ TEST_F(ChatRequests, XmlTemplatesGetXmlCalls) {
     EXPECT_EQ(r.param_types->at("get_weather").at("city"), "string");
     const ApiRequest a = parse(body(kTools), name);
     ASSERT_EQ(a.engine.grammar_triggers.size(), 1u);
-    EXPECT_EQ(a.engine.grammar_triggers[0].text, "<tool_call>");
+    EXPECT_EQ(a.engine.grammar_triggers[0].text, trigger);
   }
 }
 

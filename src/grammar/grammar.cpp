@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <exception>
 #include <mutex>
 #include <new>
@@ -16,10 +17,12 @@
 #include <variant>
 
 #include "base/threads.h"
+#include "base/utf8.h"
 #include "grammar/compile_process.h"
 #include "grammar/limits.h"
 #include "grammar/messages.h"
 #include "grammar/schema_check.h"
+#include "grammar/xml_kind.h"
 #include "model/tokenizer.h"
 
 namespace cs {
@@ -111,6 +114,36 @@ void replace_all(std::string& text, const std::string& from, const std::string& 
   for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size())) text.replace(at, from.size(), to);
 }
 
+// s as xgrammar prints it inside an EBNF string: '"', '\\' and the usual
+// control characters escaped by a backslash, other bytes below 0x20 and
+// characters from 0x7f as \\xHH, \\uHHHH or \\UHHHHHHHH.
+std::string printed_text(std::string_view s) {
+  std::string out;
+  char hex[16];
+  for (size_t i = 0; i < s.size();) {
+    const size_t n = utf8_len(s, i);
+    const uint32_t c = utf8_decode(s, i, n);
+    i += n;
+    switch (c) {
+      case '"': out += "\\\""; continue;
+      case '\\': out += "\\\\"; continue;
+      case '\n': out += "\\n"; continue;
+      case '\r': out += "\\r"; continue;
+      case '\t': out += "\\t"; continue;
+      default: break;
+    }
+    if (c >= 0x20 && c < 0x7f) out += char(c);
+    else {
+      std::snprintf(hex, sizeof hex, c < 0x100 ? "\\x%02x" : c < 0x10000 ? "\\u%04x" : "\\U%08x", unsigned(c));
+      out += hex;
+    }
+  }
+  return out;
+}
+
+// DeepSeek's markup prefix in its XML tags (full-width bars, as text).
+constexpr std::string_view kDsml = "<\uff5cDSML\uff5c";
+
 // A schema's object as XML elements (JsonFrame::style). xgrammar's rules
 // allow any whitespace around each element and each non-string value, which
 // a small model pads without end (as it would JSON's): at most one newline
@@ -135,6 +168,28 @@ xgrammar::Grammar xml_parameters_grammar(const nlohmann::ordered_json& schema, J
     replace_all(ebnf, "\"<parameter=", "\"<arg_key>");
     replace_all(ebnf, " \">\" ", " \"</arg_key>\" [\\n]? \"<arg_value>\" ");
     replace_all(ebnf, "\"</parameter>\"", "\"</arg_value>\"");
+  } else if (style == JsonFrame::Style::kInvoke) {
+    replace_all(ebnf, "\"<parameter=", "\"<parameter name=\\\"");
+    replace_all(ebnf, " \">\" ", " \"\\\">\" ");
+  } else if (style == JsonFrame::Style::kDsml) {
+    // Each declared parameter's tag says whether its value is text, by its
+    // kind; a key printed otherwise than printed_text spells it, and the
+    // keys of additional properties, may say either.
+    const std::string tag = std::string("\"") + std::string(kDsml) + "parameter name=\\\"";
+    if (schema.is_object() && schema.contains("properties") && schema["properties"].is_object())
+      for (const auto& [key, sub] : schema["properties"].items()) {
+        const std::string kind = xml_value_kind(sub), name = printed_text(key);
+        std::string from = "\"<parameter=", to = tag;
+        from.append(name).append("\" \">\" ");
+        to.append(name).append("\\\" string=\\\"").append(kind == "string" || kind == "text" ? "true" : "false");
+        to.append("\\\">\" ");
+        replace_all(ebnf, from, to);
+      }
+    replace_all(ebnf, "\"<parameter=", tag);
+    replace_all(ebnf, " \">\" ", " \"\\\" string=\\\"\" (\"true\" | \"false\") \"\\\">\" ");
+    std::string close = "\"</";
+    close.append(kDsml.substr(1)).append("parameter>\"");
+    replace_all(ebnf, "\"</parameter>\"", close);
   }
   return xgrammar::Grammar::FromEBNF(ebnf, "root");
 }

@@ -52,9 +52,13 @@ struct JsonFrame {
   // XML elements, a string's value as text and any other type's as JSON:
   // kParameters <parameter=KEY>VALUE</parameter> (xgrammar's
   // qwen_xml_parameter style), kArgKeys <arg_key>KEY</arg_key>
-  // <arg_value>VALUE</arg_value> (GLM's).
-  enum class Style { kJson, kParameters, kArgKeys } style = Style::kJson;
+  // <arg_value>VALUE</arg_value> (GLM's), kInvoke <parameter name="KEY">
+  // VALUE</parameter> (MiniMax's), kDsml <｜DSML｜parameter name="KEY"
+  // string="true|false">VALUE</｜DSML｜parameter> (DeepSeek's; "true" where
+  // the value is text: grammar/xml_kind.h's "string" or "text").
+  enum class Style { kJson, kParameters, kArgKeys, kInvoke, kDsml } style = Style::kJson;
 };
+
 
 struct GrammarSpec {
   GrammarSpec() = default;

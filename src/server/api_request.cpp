@@ -769,7 +769,7 @@ ApiRequest parse_chat_json(const json& j, const ApiLimits& lim, const std::strin
   if (offered) {
     out.tools = true;
     out.tool_format = syntax.format;
-    if (syntax.format == ToolFormat::kQwenXml || syntax.format == ToolFormat::kGlmXml)
+    if (xml_format(syntax.format))
       out.param_types = std::make_shared<const ParamTypes>(param_types(tools));
     if (syntax.template_takes_tools)
       in.tools = tools;

@@ -223,8 +223,8 @@ bool CallStream::read_content(std::vector<CallPiece>& out, bool end) {
       }
     }
   }
-  const std::string_view marker = f_ == ToolFormat::kHermes || f_ == ToolFormat::kQwenXml || f_ == ToolFormat::kGlmXml
-                                      ? kHermesOpen
+  const std::string_view marker = xml_format(f_)              ? xml_tags(f_).block_open
+                                  : f_ == ToolFormat::kHermes  ? kHermesOpen
                                   : f_ == ToolFormat::kMistral ? kMistralMarker
                                   : f_ == ToolFormat::kHarmony ? kHarmonyChannel
                                                                : std::string_view();
@@ -244,9 +244,8 @@ bool CallStream::read_content(std::vector<CallPiece>& out, bool end) {
   }
   head_ = std::string(marker);
   buf_.erase(0, at + marker.size());
-  state_ = f_ == ToolFormat::kHarmony                                   ? State::kHeader
-           : f_ == ToolFormat::kQwenXml || f_ == ToolFormat::kGlmXml ? State::kXmlFunction
-                                                                     : State::kHead;
+  state_ = f_ == ToolFormat::kHarmony ? State::kHeader : xml_format(f_) ? State::kXmlFunction : State::kHead;
+  in_block_ = false;
   opener_ = f_ == ToolFormat::kMistral ? '[' : 0;
   return true;
 }
@@ -400,14 +399,17 @@ bool CallStream::read_tail(std::vector<CallPiece>& out, bool end) {
   switch (f_) {
     case ToolFormat::kHermes:
     case ToolFormat::kQwenXml:
-      if (buf_.starts_with(kHermesClose)) {
-        buf_.erase(0, kHermesClose.size());
-      } else if (kHermesClose.starts_with(buf_)) {
+    case ToolFormat::kSeedXml: {
+      const std::string_view close = f_ == ToolFormat::kHermes ? kHermesClose : xml_tags(f_).block_close;
+      if (buf_.starts_with(close)) {
+        buf_.erase(0, close.size());
+      } else if (close.starts_with(buf_)) {
         if (!end) return false;
         buf_.clear();  // the block's close, cut short by the reply's end: markup, not content
       }
       state_ = State::kContent;
       return true;
+    }
     case ToolFormat::kMistral:
     case ToolFormat::kLlama3: {
       const char next = f_ == ToolFormat::kMistral ? ',' : ';';
@@ -422,29 +424,55 @@ bool CallStream::read_tail(std::vector<CallPiece>& out, bool end) {
       }
       return true;
     }
-    case ToolFormat::kHarmony:
-    case ToolFormat::kGlmXml: break;
+    default: break;
   }
   return false;
 }
 
 // The XML formats' name after the block's marker (Qwen's <function=NAME>,
-// GLM's NAME up to a tag or a newline): the call begins.
+// GLM's NAME up to a tag or a newline, the invoke family's <invoke
+// name="NAME">): the call begins. In a block of the invoke family, after
+// a call: the next call, or the block's close.
 bool CallStream::read_xml_function(std::vector<CallPiece>& out, bool end) {
+  const XmlTags& t = xml_tags(f_);
   std::string name;
   size_t used = 0;
-  if (f_ == ToolFormat::kQwenXml) {
+  if (!t.name_open.empty()) {
     const size_t first = buf_.find_first_not_of(" \n\r\t");
     const std::string_view rest = first == std::string::npos ? std::string_view() : std::string_view(buf_).substr(first);
-    const size_t gt = rest.find('>');
-    const bool partial = gt == std::string_view::npos && (rest.starts_with(kXmlFunction) || kXmlFunction.starts_with(rest));
+    if (in_block_) {
+      if (rest.starts_with(t.block_close)) {
+        buf_.erase(0, first + t.block_close.size());
+        state_ = State::kContent;
+        return true;
+      }
+      const bool partial = t.block_close.starts_with(rest) || (t.name_open.starts_with(rest) && !rest.empty());
+      if (partial && !end) return false;
+      if (partial || rest.empty()) {  // markup the reply's end cut short: not content
+        buf_.clear();
+        state_ = State::kContent;
+        return false;
+      }
+      if (!rest.starts_with(t.name_open)) {  // not the format: content
+        state_ = State::kContent;
+        return true;
+      }
+    }
+    const size_t close = rest.starts_with(t.name_open) ? rest.find(t.name_close, t.name_open.size()) : std::string_view::npos;
+    const bool partial =
+        close == std::string_view::npos && (rest.starts_with(t.name_open) || t.name_open.starts_with(rest));
     if (partial && !end) return false;
-    if (!rest.starts_with(kXmlFunction) || gt == std::string_view::npos) {
+    if (close == std::string_view::npos) {
+      if (in_block_) {  // a name the reply's end cut short
+        buf_.clear();
+        state_ = State::kContent;
+        return false;
+      }
       hold(head_ + buf_);
       return true;
     }
-    name = std::string(rest.substr(kXmlFunction.size(), gt - kXmlFunction.size()));
-    used = first + gt + 1;
+    name = std::string(rest.substr(t.name_open.size(), close - t.name_open.size()));
+    used = first + close + t.name_close.size();
   } else {
     // The name ends at a tag or a newline: one the reply's end cut is no name.
     const size_t stop = buf_.find_first_of("<\n");
@@ -458,6 +486,10 @@ bool CallStream::read_xml_function(std::vector<CallPiece>& out, bool end) {
     if (a < used && b != std::string::npos && b >= a) name = buf_.substr(a, b + 1 - a);
   }
   if (name.empty()) {
+    if (in_block_) {
+      state_ = State::kContent;
+      return true;
+    }
     hold(head_ + buf_);
     return true;
   }
@@ -489,8 +521,10 @@ bool CallStream::read_xml_params(std::vector<CallPiece>& out, bool end) {
     buf_.erase(0, t.call_end.size());
     push_piece(out, CallPiece::Kind::kArguments, "}");
     push_piece(out, CallPiece::Kind::kEnd, "");
-    // Qwen's </function> is followed by the block's </tool_call>; GLM's call ends with it.
-    state_ = f_ == ToolFormat::kQwenXml ? State::kTail : State::kContent;
+    // Qwen's (and Seed's) </function> is followed by the block's close; GLM's
+    // call ends with it; in the invoke family's block another call may follow.
+    state_ = t.one_block ? State::kXmlFunction : t.call_end != t.block_close ? State::kTail : State::kContent;
+    in_block_ = t.one_block;
     tail_brace_ = true;
     return true;
   }
@@ -498,7 +532,13 @@ bool CallStream::read_xml_params(std::vector<CallPiece>& out, bool end) {
   if (buf_.starts_with(t.key_open)) {
     const size_t close = buf_.find(t.key_close, t.key_open.size());
     size_t value = close == std::string::npos ? std::string::npos : close + t.key_close.size();
-    if (value != std::string::npos && !t.value_open.empty()) {  // GLM: <arg_value> after the key, a newline between or not
+    int text = -1;  // DSML: the tag says the value is text (1) or not (0)
+    if (value != std::string::npos && !t.string_true.empty()) {
+      const std::string_view rest = std::string_view(buf_).substr(value);
+      text = rest.starts_with(t.string_true) ? 1 : rest.starts_with(t.string_false) ? 0 : -1;
+      partial = text < 0 && (t.string_true.starts_with(rest) || t.string_false.starts_with(rest));
+      value = text < 0 ? std::string::npos : value + (text ? t.string_true.size() : t.string_false.size());
+    } else if (value != std::string::npos && !t.value_open.empty()) {  // GLM: <arg_value> after the key, a newline between or not
       const size_t v = buf_.find_first_not_of(" \n\r\t", value);
       const std::string_view rest = v == std::string::npos ? std::string_view() : std::string_view(buf_).substr(v);
       value = rest.starts_with(t.value_open) ? v + t.value_open.size() : std::string::npos;
@@ -511,6 +551,7 @@ bool CallStream::read_xml_params(std::vector<CallPiece>& out, bool end) {
       type_.clear();
       if (params_)
         if (auto it = params_->find(key); it != params_->end()) type_ = it->second;
+      if (text >= 0) type_ = dsml_kind(text == 1, type_);
       push_piece(out, CallPiece::Kind::kArguments,
                  std::string(first_param_ ? "\"" : ",\"") + json_escape(key) + (type_ == "string" ? "\":\"" : "\":"));
       first_param_ = false;

@@ -67,6 +67,7 @@ class CallStream {
   std::string type_;             // kXmlValue: the value's kind
   bool first_param_ = true;      // kXmlParams: no parameter yet
   bool value_begun_ = false;     // kXmlValue: its first newline is decided
+  bool in_block_ = false;        // kXmlFunction: a call of this block has ended (one_block formats)
   State state_ = State::kContent;
   std::string buf_;   // text not yet read
   std::string head_;  // a call's text from its marker until its arguments begin (read again if it is none)

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "base/json_depth.h"
+#include "grammar/xml_kind.h"
 #include "server/reasoning.h"
 
 namespace cs {
@@ -131,20 +132,18 @@ ParsedReply parse_harmony(std::string_view text) {
   return r;
 }
 
-// The XML formats' calls inside a <tool_call> block: Qwen's <function=NAME>
-// then <parameter=KEY>VALUE</parameter> ... then </function>; GLM's NAME
-// then <arg_key>KEY</arg_key><arg_value>VALUE</arg_value> ...; nullopt for
-// anything else.
-std::optional<ToolCall> parse_xml_call(std::string_view body, const ParamTypes* types, ToolFormat f) {
-  const XmlTags& t = xml_tags(f);
-  body = trim(body);
+// One XML call at the start of s (after whitespace): its name, its
+// parameters, its end; s is left after it. nullopt for anything else. A
+// call that ends with its block (GLM's) ends with s.
+std::optional<ToolCall> read_xml_call(std::string_view& s, const ParamTypes* types, const XmlTags& t) {
+  std::string_view body = trim(s);
   size_t name_at = 0, name_end = 0, after = 0;
-  if (f == ToolFormat::kQwenXml) {
-    if (!body.starts_with(kXmlFunction)) return std::nullopt;
-    name_at = kXmlFunction.size();
-    name_end = body.find('>');
+  if (!t.name_open.empty()) {
+    if (!body.starts_with(t.name_open)) return std::nullopt;
+    name_at = t.name_open.size();
+    name_end = body.find(t.name_close, name_at);
     if (name_end == std::string_view::npos) return std::nullopt;
-    after = name_end + 1;
+    after = name_end + t.name_close.size();
   } else {
     name_end = after = std::min(body.find('<'), body.size());
   }
@@ -160,6 +159,15 @@ std::optional<ToolCall> parse_xml_call(std::string_view body, const ParamTypes* 
     if (key_end == std::string_view::npos) return std::nullopt;
     const std::string key(rest.substr(t.key_open.size(), key_end - t.key_open.size()));
     std::string_view value = rest.substr(key_end + t.key_close.size());
+    std::string type;
+    if (params)
+      if (auto it = params->find(key); it != params->end()) type = it->second;
+    if (!t.string_true.empty()) {  // DSML: the tag says whether the value is text
+      const bool text = value.starts_with(t.string_true);
+      if (!text && !value.starts_with(t.string_false)) return std::nullopt;
+      value.remove_prefix(text ? t.string_true.size() : t.string_false.size());
+      type = dsml_kind(text, type);
+    }
     if (!t.value_open.empty()) {
       value = trim(value);
       if (!value.starts_with(t.value_open)) return std::nullopt;
@@ -167,36 +175,53 @@ std::optional<ToolCall> parse_xml_call(std::string_view body, const ParamTypes* 
     }
     const size_t end = value.find(t.value_close);
     if (end == std::string_view::npos) return std::nullopt;
-    std::string type;
-    if (params)
-      if (auto it = params->find(key); it != params->end()) type = it->second;
     call.arguments += (first ? "\"" : ",\"") + json_escape(key) + "\":" + xml_value_json(value.substr(0, end), type, t.newlines);
     first = false;
     rest = trim(value.substr(end + t.value_close.size()));
   }
-  if (rest != (f == ToolFormat::kQwenXml ? kXmlFunctionEnd : std::string_view())) return std::nullopt;
+  if (t.call_end == t.block_close) {  // the call ends with its block
+    if (!rest.empty()) return std::nullopt;
+  } else if (!rest.starts_with(t.call_end)) {
+    return std::nullopt;
+  }
+  s = rest.substr(std::min(rest.size(), t.call_end == t.block_close ? rest.size() : t.call_end.size()));
   call.arguments += "}";
   return call;
 }
 
-// <tool_call>BODY</tool_call> blocks (a block that does not end, to the
-// text's end), each a call where `call` reads one from its body (and
-// whether the block ended); the rest, and blocks that are none, content.
+// An XML block's calls (one, or any number in one_block formats); nullopt
+// unless the block holds calls and nothing else.
+std::optional<std::vector<ToolCall>> read_xml_block(std::string_view body, const ParamTypes* types, const XmlTags& t) {
+  std::vector<ToolCall> calls;
+  do {
+    auto c = read_xml_call(body, types, t);
+    if (!c) return std::nullopt;
+    calls.push_back(std::move(*c));
+    body = trim(body);
+  } while (t.one_block && !body.empty());
+  if (!body.empty()) return std::nullopt;
+  return calls;
+}
+
+// OPEN BODY CLOSE blocks (a block that does not end, to the text's end),
+// each calls where `calls` reads them from its body (and whether the block
+// ended); the rest, and blocks that are none, content.
 template <typename Read>
-ParsedReply parse_blocks(std::string_view text, Read call) {
+ParsedReply parse_blocks(std::string_view text, std::string_view open_tag, std::string_view close_tag, Read calls) {
   ParsedReply r;
   std::string content;
   size_t at = 0;
   for (;;) {
-    const size_t open = text.find(kHermesOpen, at);
+    const size_t open = text.find(open_tag, at);
     if (open == std::string_view::npos) break;
     append_content(content, text.substr(at, open - at));
-    const size_t body = open + kHermesOpen.size();
-    const size_t close = text.find(kHermesClose, body);
-    const size_t end = close == std::string_view::npos ? text.size() : close + kHermesClose.size();
-    if (auto c = call(text.substr(body, (close == std::string_view::npos ? text.size() : close) - body),
-                      close != std::string_view::npos))
-      r.calls.push_back(std::move(*c));
+    const size_t body = open + open_tag.size();
+    const size_t close = text.find(close_tag, body);
+    const size_t end = close == std::string_view::npos ? text.size() : close + close_tag.size();
+    if (std::optional<std::vector<ToolCall>> c =
+            calls(text.substr(body, (close == std::string_view::npos ? text.size() : close) - body),
+                  close != std::string_view::npos))
+      for (ToolCall& call : *c) r.calls.push_back(std::move(call));
     else
       append_content(content, text.substr(open, end - open));
     at = end;
@@ -229,9 +254,38 @@ std::string json_escape(std::string_view text) {
 }
 
 const XmlTags& xml_tags(ToolFormat f) {
-  static const XmlTags qwen{kXmlParameter, ">", "", kXmlParameterEnd, kXmlFunctionEnd, true};
-  static const XmlTags glm{"<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>", kHermesClose, false};
-  return f == ToolFormat::kGlmXml ? glm : qwen;
+  static const XmlTags qwen{kHermesOpen, kHermesClose, kXmlFunction, ">", kXmlParameter, ">", "", kXmlParameterEnd,
+                            kXmlFunctionEnd, true, false};
+  static const XmlTags glm{kHermesOpen, kHermesClose, "", "", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>",
+                           kHermesClose, false, false};
+  static const XmlTags minimax{"<minimax:tool_call>", "</minimax:tool_call>", "<invoke name=\"", "\">",
+                               "<parameter name=\"", "\">", "", "</parameter>", "</invoke>", false, true};
+#define CS_DSML "<\uff5cDSML\uff5c"
+#define CS_DSML_CLOSE "</\uff5cDSML\uff5c"
+  static const XmlTags dsml{CS_DSML "function_calls>", CS_DSML_CLOSE "function_calls>", CS_DSML "invoke name=\"", "\">",
+                            CS_DSML "parameter name=\"", "\"", "", CS_DSML_CLOSE "parameter>", CS_DSML_CLOSE "invoke>",
+                            false, true, " string=\"true\">", " string=\"false\">"};
+  static const XmlTags dsml_v4{CS_DSML "tool_calls>", CS_DSML_CLOSE "tool_calls>", CS_DSML "invoke name=\"", "\">",
+                               CS_DSML "parameter name=\"", "\"", "", CS_DSML_CLOSE "parameter>", CS_DSML_CLOSE "invoke>",
+                               false, true, " string=\"true\">", " string=\"false\">"};
+#undef CS_DSML
+#undef CS_DSML_CLOSE
+  static const XmlTags seed{"<seed:tool_call>", "</seed:tool_call>", kXmlFunction, ">", kXmlParameter, ">", "",
+                            kXmlParameterEnd, kXmlFunctionEnd, false, false};
+  switch (f) {
+    case ToolFormat::kSeedXml: return seed;
+    case ToolFormat::kGlmXml: return glm;
+    case ToolFormat::kMiniMaxXml: return minimax;
+    case ToolFormat::kDsml: return dsml;
+    case ToolFormat::kDsmlV4: return dsml_v4;
+    default: return qwen;
+  }
+}
+
+std::string dsml_kind(bool text, const std::string& schema_kind) {
+  const bool schema_text = schema_kind == "string" || schema_kind == "text";
+  if (text) return schema_text ? schema_kind : "string";
+  return schema_text ? "" : schema_kind;
 }
 
 std::string xml_value_json(std::string_view raw, std::string_view type, bool newlines) {
@@ -248,29 +302,6 @@ std::string xml_value_json(std::string_view raw, std::string_view type, bool new
   return "\"" + json_escape(raw) + "\"";
 }
 
-namespace {
-
-// How a value of this schema is written in the XML formats, as xgrammar's
-// qwen_xml_parameter grammar writes it: a plain string as its text alone;
-// a string with constraints (enum, const, pattern, format, length) as its
-// text between optional whitespace ("text"); any other type as JSON between
-// optional whitespace (its type, or "" where the schema names none).
-std::string xml_kind(const ojson& schema) {
-  if (!schema.is_object()) return "";
-  const auto strings = [](const ojson& v) {
-    return v.is_array() && !v.empty() && std::all_of(v.begin(), v.end(), [](const ojson& x) { return x.is_string(); });
-  };
-  if (schema.contains("type") && schema["type"] == "string") {
-    for (const char* k : {"enum", "const", "pattern", "format", "maxLength", "minLength"})
-      if (schema.contains(k)) return "text";
-    return "string";
-  }
-  if ((schema.contains("enum") && strings(schema["enum"])) || (schema.contains("const") && schema["const"].is_string()))
-    return "text";
-  return schema.contains("type") && schema["type"].is_string() ? schema["type"].get<std::string>() : "";
-}
-
-}  // namespace
 
 ParamTypes param_types(const ojson& tools) {
   ParamTypes out;
@@ -279,7 +310,7 @@ ParamTypes param_types(const ojson& tools) {
     auto& params = out[fn["name"].get<std::string>()];
     const ojson p = tool_parameters(fn);
     if (!p.contains("properties") || !p["properties"].is_object()) continue;
-    for (const auto& [key, schema] : p["properties"].items()) params[key] = xml_kind(schema);
+    for (const auto& [key, schema] : p["properties"].items()) params[key] = xml_value_kind(schema);
   }
   return out;
 }
@@ -289,8 +320,23 @@ ToolSyntax tool_syntax(const std::string& source) {
   s.template_takes_tools = source.find("tools") != std::string::npos;
   // Harmony writes a call as a message to "functions.NAME" (gpt-oss's
   // template: "<|start|>assistant to=" + "functions." + name).
-  // MiniMax's <invoke name="f"><parameter name="k">, inside its own
-  // namespaced <tool_call>, is a format we do not read: described generically.
+  // DeepSeek's DSML tags (V3.2: <｜DSML｜function_calls>; V4:
+  // <｜DSML｜tool_calls>), written by the template as "<" + dsml_token + ...
+  if (source.find("\uff5cDSML\uff5c") != std::string::npos && source.find("invoke name=") != std::string::npos) {
+    s.format = source.find("function_calls>") != std::string::npos ? ToolFormat::kDsml : ToolFormat::kDsmlV4;
+    return s;
+  }
+  if (source.find("<seed:tool_call>") != std::string::npos && source.find("<function=") != std::string::npos) {
+    s.format = ToolFormat::kSeedXml;
+    return s;
+  }
+  if (source.find("<minimax:tool_call>") != std::string::npos && source.find("<invoke name=") != std::string::npos) {
+    s.format = ToolFormat::kMiniMaxXml;
+    return s;
+  }
+  // MiniMax M3's <invoke name="f">, inside its own namespaced <tool_call>,
+  // writes nested objects as nested elements, which we do not read:
+  // described generically.
   if (source.find("<invoke name=") != std::string::npos) {
     s.template_takes_tools = false;
     return s;
@@ -321,6 +367,10 @@ const char* tool_format_name(ToolFormat f) {
     case ToolFormat::kHarmony: return "harmony";
     case ToolFormat::kQwenXml: return "qwen_xml";
     case ToolFormat::kGlmXml: return "glm_xml";
+    case ToolFormat::kMiniMaxXml: return "minimax_xml";
+    case ToolFormat::kDsml: return "dsml";
+    case ToolFormat::kDsmlV4: return "dsml_v4";
+    case ToolFormat::kSeedXml: return "seed_xml";
   }
   return "hermes";
 }
@@ -409,26 +459,43 @@ ojson rebase_refs(const ojson& s, const std::string& base) {
 
 }  // namespace
 
-// The XML formats: a <tool_call> block per call, one case per allowed
-// function: its name (Qwen's <function=NAME> header, GLM's NAME), then its
-// parameters as XML elements (xgrammar's rendering of a schema in Qwen's
-// style, GLM's tags put in: a string's value as text up to its closing tag,
-// any other type's as JSON), as the templates write past calls.
+// The XML formats: one case per allowed function: its name (Qwen's
+// <function=NAME> header, GLM's NAME, the invoke family's <invoke
+// name="NAME">), then its parameters as XML elements (xgrammar's rendering
+// of a schema in Qwen's style, the format's tags put in: a string's value
+// as text up to its closing tag, any other type's as JSON), as the
+// templates write past calls; a block around each call (Qwen, GLM) or
+// around them all (the invoke family).
 GrammarSpec xml_grammar(const ojson& tools, ToolFormat f, const ToolChoice& choice, bool parallel) {
+  const XmlTags& t = xml_tags(f);
   ojson schemas = ojson::array();
   JsonFrame frame;
-  frame.style = f == ToolFormat::kGlmXml ? JsonFrame::Style::kArgKeys : JsonFrame::Style::kParameters;
-  for (const ojson& t : tools) {
-    const ojson& fn = t["function"];
+  switch (f) {
+    case ToolFormat::kGlmXml: frame.style = JsonFrame::Style::kArgKeys; break;
+    case ToolFormat::kMiniMaxXml: frame.style = JsonFrame::Style::kInvoke; break;
+    case ToolFormat::kDsml:
+    case ToolFormat::kDsmlV4: frame.style = JsonFrame::Style::kDsml; break;
+    default: frame.style = JsonFrame::Style::kParameters;
+  }
+  for (const ojson& tool : tools) {
+    const ojson& fn = tool["function"];
     const std::string name = fn["name"].get<std::string>();
     if (choice.kind == ToolChoice::Kind::kNamed && name != choice.name) continue;
     schemas.push_back(tool_parameters(fn));
-    frame.case_before.push_back(f == ToolFormat::kGlmXml
-                                    ? std::string(kHermesOpen) + name
-                                    : std::string(kHermesOpen) + "\n" + std::string(kXmlFunction) + name + ">\n");
+    if (f == ToolFormat::kGlmXml)
+      frame.case_before.push_back(std::string(t.block_open) + name);
+    else if (!t.one_block)  // Qwen's, Seed's
+      frame.case_before.push_back(std::string(t.block_open) + "\n" + std::string(t.name_open) + name + ">\n");
+    else
+      frame.case_before.push_back(std::string(t.name_open) + name + std::string(t.name_close) + "\n");
   }
-  frame.after = f == ToolFormat::kGlmXml ? std::string(kHermesClose)
-                                         : std::string(kXmlFunctionEnd) + "\n" + std::string(kHermesClose);
+  if (t.one_block) {
+    frame.open = std::string(t.block_open) + "\n";
+    frame.after = t.call_end;
+    frame.close = "\n" + std::string(t.block_close);
+  } else {
+    frame.after = f == ToolFormat::kGlmXml ? std::string(t.block_close) : std::string(t.call_end) + "\n" + std::string(t.block_close);
+  }
   frame.between = "\n";
   frame.max_items = parallel ? 0 : 1;
   GrammarSpec spec;
@@ -440,7 +507,7 @@ GrammarSpec xml_grammar(const ojson& tools, ToolFormat f, const ToolChoice& choi
 
 GrammarSpec tool_call_grammar(const ojson& tools, ToolFormat f, const ToolChoice& choice, bool parallel) {
   if (f == ToolFormat::kHarmony) return harmony_grammar(tools, choice);
-  if (f == ToolFormat::kQwenXml || f == ToolFormat::kGlmXml) return xml_grammar(tools, f, choice, parallel);
+  if (xml_format(f)) return xml_grammar(tools, f, choice, parallel);
   const char* args_key = f == ToolFormat::kLlama3 ? "parameters" : "arguments";
   ojson cases = ojson::array(), defs = ojson::object();
   for (const ojson& t : tools) {
@@ -472,10 +539,7 @@ GrammarSpec tool_call_grammar(const ojson& tools, ToolFormat f, const ToolChoice
   switch (f) {
     case ToolFormat::kHermes: frame.before = kHermesOpen, frame.after = kHermesClose; break;
     case ToolFormat::kMistral: frame.open = std::string(kMistralMarker) + "[", frame.between = ",", frame.close = "]"; break;
-    case ToolFormat::kLlama3:
-    case ToolFormat::kHarmony:
-    case ToolFormat::kQwenXml:
-    case ToolFormat::kGlmXml: break;
+    default: break;
   }
   spec.frame = std::move(frame);
   return spec;
@@ -485,7 +549,11 @@ std::vector<Request::Trigger> tool_call_triggers(ToolFormat f) {
   switch (f) {
     case ToolFormat::kHermes:
     case ToolFormat::kQwenXml:
-    case ToolFormat::kGlmXml: return {{std::string(kHermesOpen)}};
+    case ToolFormat::kGlmXml:
+    case ToolFormat::kMiniMaxXml:
+    case ToolFormat::kDsml:
+    case ToolFormat::kDsmlV4:
+    case ToolFormat::kSeedXml: return {{std::string(xml_tags(f).block_open)}};
     case ToolFormat::kMistral: return {{std::string(kMistralMarker)}};
     // The grammar is the call's JSON alone; after the tag, from its brace.
     case ToolFormat::kLlama3: return {{"{\"name\"", true}, {std::string(kPythonTag), true, kPythonTag.size()}};
@@ -504,11 +572,25 @@ ParsedReply parse_tool_calls(std::string_view text, ToolFormat f, const ParamTyp
   switch (f) {
     case ToolFormat::kQwenXml:
     case ToolFormat::kGlmXml:
+    case ToolFormat::kMiniMaxXml:
+    case ToolFormat::kDsml:
+    case ToolFormat::kDsmlV4:
+    case ToolFormat::kSeedXml: {
       // GLM's call ends with the block: one the text's end cut is none.
-      return parse_blocks(text, [&](std::string_view body, bool ended) {
-        return ended || f == ToolFormat::kQwenXml ? parse_xml_call(body, types, f) : std::nullopt;
-      });
-    case ToolFormat::kHermes: return parse_blocks(text, [](std::string_view body, bool) { return parse_call(body); });
+      const XmlTags& t = xml_tags(f);
+      return parse_blocks(text, t.block_open, t.block_close,
+                          [&](std::string_view body, bool ended) -> std::optional<std::vector<ToolCall>> {
+                            if (!ended && f == ToolFormat::kGlmXml) return std::nullopt;
+                            return read_xml_block(body, types, t);
+                          });
+    }
+    case ToolFormat::kHermes:
+      return parse_blocks(text, kHermesOpen, kHermesClose,
+                          [](std::string_view body, bool) -> std::optional<std::vector<ToolCall>> {
+                            auto c = parse_call(body);
+                            if (!c) return std::nullopt;
+                            return std::vector<ToolCall>{std::move(*c)};
+                          });
     case ToolFormat::kLlama3: return parse_llama3(text);
     case ToolFormat::kMistral: return parse_mistral(text);
     case ToolFormat::kHarmony: return parse_harmony(text);

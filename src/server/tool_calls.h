@@ -37,7 +37,23 @@ namespace cs {
 //   kGlmXml:  <tool_call>NAME<arg_key>KEY</arg_key><arg_value>VALUE</arg_value>
 //             ...</tool_call> (newlines between the tags or not), values as
 //             kQwenXml's (GLM-4.6/4.7, Ling 3.0, Laguna, Spark 2.5).
-enum class ToolFormat { kHermes, kLlama3, kMistral, kHarmony, kQwenXml, kGlmXml };
+//   kMiniMaxXml: one <minimax:tool_call> block holding every call, each
+//             <invoke name="NAME"><parameter name="KEY">VALUE</parameter>
+//             ...</invoke>, values as kGlmXml's (MiniMax M2).
+//   kDsml:    the same in DeepSeek's tags: <｜DSML｜function_calls> around
+//             <｜DSML｜invoke name="NAME"> calls, each parameter
+//             <｜DSML｜parameter name="KEY" string="true|false">, "true"
+//             where the value is text (DeepSeek V3.2).
+//   kDsmlV4:  kDsml with <｜DSML｜tool_calls> around the calls (DeepSeek V4).
+//   kSeedXml: kQwenXml in a <seed:tool_call> block, values as kGlmXml's
+//             (Seed-OSS).
+enum class ToolFormat { kHermes, kLlama3, kMistral, kHarmony, kQwenXml, kGlmXml, kMiniMaxXml, kDsml, kDsmlV4, kSeedXml };
+
+// The formats whose calls are XML elements, a parameter per element.
+inline bool xml_format(ToolFormat f) {
+  return f == ToolFormat::kQwenXml || f == ToolFormat::kGlmXml || f == ToolFormat::kMiniMaxXml || f == ToolFormat::kDsml ||
+         f == ToolFormat::kDsmlV4 || f == ToolFormat::kSeedXml;
+}
 
 struct ToolSyntax {
   ToolFormat format = ToolFormat::kHermes;
@@ -102,15 +118,26 @@ ParamTypes param_types(const nlohmann::ordered_json& tools);
 // if it does not parse).
 // newlines false (GLM's): a "string" as it is, newlines and all.
 std::string xml_value_json(std::string_view raw, std::string_view type, bool newlines = true);
+// DSML's kind of a value whose tag says it is text (string="true") or not:
+// its schema's kind where the two agree; else "string" for text, "" (JSON,
+// or a string where it does not parse) for the rest.
+std::string dsml_kind(bool text, const std::string& schema_kind);
 
-// The XML formats' tags: a parameter's key between key_open and key_close,
-// then value_open (GLM's), its value, value_close; the call's end (Qwen's
-// </function>, then </tool_call>; GLM's </tool_call>).
+// The XML formats' tags: a block (block_open ... block_close) around each
+// call, or around all of a reply's calls (one_block); in a call its name
+// (between name_open and name_close; GLM's, with no name_open, up to a tag
+// or a newline), then each parameter's key between key_open and key_close
+// (DSML's: then string_true or string_false), value_open (GLM's), its
+// value, value_close; the call's end (Qwen's </function>, then the
+// block's close; GLM's the block's close; the invoke family's </invoke>).
 struct XmlTags {
+  std::string_view block_open, block_close, name_open, name_close;
   std::string_view key_open, key_close, value_open, value_close, call_end;
-  bool newlines;  // one newline at each end of a string's value is markup (Qwen's)
+  bool newlines;   // one newline at each end of a string's value is markup (Qwen's)
+  bool one_block;  // one block holds every call
+  std::string_view string_true = {}, string_false = {};  // DSML's attribute after the key
 };
-const XmlTags& xml_tags(ToolFormat f);  // kQwenXml or kGlmXml
+const XmlTags& xml_tags(ToolFormat f);  // an xml_format
 // A JSON string's text between its quotes, for text as it is.
 std::string json_escape(std::string_view text);
 

@@ -287,7 +287,8 @@ class QwenXmlCallsTest(TemplateServerTest):
         args = json.loads(call.function.arguments)
         jsonschema.validate(args, self.TOOLS[0]["function"]["parameters"])
         self.assertIsInstance(args["mode"], int)  # an integer's text read as JSON, a string's as text
-        text = "".join(t.token for t in whole.logprobs.content)
+        # Bytes joined: a token may hold part of a character (DSML's full-width bars).
+        text = b"".join(bytes(t.bytes) for t in whole.logprobs.content).decode()
         if "</think>" in text:  # the call follows the thought
             text = text[text.index("</think>") + len("</think>"):].lstrip("\n")
         self.assertTrue(text.startswith(self.START), text)
@@ -328,6 +329,46 @@ class GlmCallsTest(QwenXmlCallsTest):
     TEMPLATE = "GLM-4.7-Flash.jinja"
     EXTRA = {"thinking_budget": 8}
     START, CLOSE, END = "<tool_call>write_file<arg_key>", "</arg_value>", "</tool_call>"
+
+
+class MiniMaxCallsTest(QwenXmlCallsTest):
+    """The same with MiniMax M2's template, whose model thinks first: one
+    <minimax:tool_call> block holds the calls, each <invoke name=NAME> with
+    a <parameter name=KEY> element per argument."""
+
+    TEMPLATE = "MiniMax-M2.jinja"
+    EXTRA = {"thinking_budget": 8}
+    START, CLOSE, END = ('<minimax:tool_call>\n<invoke name="write_file">\n<parameter name="', "</parameter>",
+                         "</invoke>\n</minimax:tool_call>")
+
+
+class SeedCallsTest(QwenXmlCallsTest):
+    """The same with Seed-OSS's template: Qwen's elements in a
+    <seed:tool_call> block, a value without newlines around it."""
+
+    TEMPLATE = "ByteDance-Seed-OSS.jinja"
+    EXTRA = {}
+    START, CLOSE, END = ("<seed:tool_call>\n<function=write_file>\n<parameter=", "</parameter>",
+                         "</function>\n</seed:tool_call>")
+
+
+class DsmlCallsTest(QwenXmlCallsTest):
+    """The same with DeepSeek V3.2's template: its DSML tags, each
+    parameter's saying whether its value is text (string="true") or JSON."""
+
+    TEMPLATE = "deepseek-ai-DeepSeek-V3.2.jinja"
+    EXTRA = {}
+    START, CLOSE, END = ('<\uff5cDSML\uff5cfunction_calls>\n<\uff5cDSML\uff5cinvoke name="write_file">\n'
+                         '<\uff5cDSML\uff5cparameter name="path" string="true">', '"mode" string="false">',
+                         "</\uff5cDSML\uff5cinvoke>\n</\uff5cDSML\uff5cfunction_calls>")
+
+
+class DsmlV4CallsTest(DsmlCallsTest):
+    """DeepSeek V4's: the calls in <｜DSML｜tool_calls>."""
+
+    TEMPLATE = "deepseek-ai-DeepSeek-V4.jinja"
+    START = DsmlCallsTest.START.replace("function_calls", "tool_calls")
+    END = DsmlCallsTest.END.replace("function_calls", "tool_calls")
 
 
 class HarmonyAnswerConstraintTest(TemplateServerTest):

@@ -301,6 +301,9 @@ class Structured(ServedTest):
         self.assertTrue(calls, r.output)
         for c in calls:
             self.assertEqual(c.name, "search_books")
+            if c.status == "incomplete":  # sampled: the last call may be cut short by max_output_tokens
+                self.assertIs(c, calls[-1])
+                continue
             jsonschema.validate(json.loads(c.arguments), SCHEMAS["search_books"])
         e = self.error({"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}], "tools": TOOLS,
                         "tool_choice": allowed("auto", ["nope"])})
