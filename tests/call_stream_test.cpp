@@ -130,6 +130,10 @@ TEST(CallStream, EachFormatsCallsAreRead) {
       {ToolFormat::kMiniMaxXml, "On it.\n<minimax:tool_call>\n<invoke name=\"a\">\n<parameter name=\"x\">[1]"
                                 "</parameter>\n</invoke>\n<invoke name=\"b\">\n</invoke>\n</minimax:tool_call> Done.",
        "[text On it.][call a {\"x\":[1]}][call b {}][text Done.]"},
+      {ToolFormat::kKimi, "Sure.<|tool_calls_section_begin|>\n<|tool_call_begin|>functions.a:3<|tool_call_argument_begin|>"
+                          "{\"x\": [1, 2]}<|tool_call_end|>\n<|tool_call_begin|>functions.b:4<|tool_call_argument_begin|>{}"
+                          "<|tool_call_end|>\n<|tool_calls_section_end|>",
+       "[text Sure.][call a {\"x\":[1,2]}][call b {}]"},
       {ToolFormat::kDsml, "<\uff5cDSML\uff5cfunction_calls>\n<\uff5cDSML\uff5cinvoke name=\"a\">\n<\uff5cDSML\uff5cparameter "
                           "name=\"s\" string=\"true\">1 2</\uff5cDSML\uff5cparameter>\n<\uff5cDSML\uff5cparameter name=\"n\" "
                           "string=\"false\">3</\uff5cDSML\uff5cparameter>\n</\uff5cDSML\uff5cinvoke>\n"
@@ -324,6 +328,9 @@ std::string random_call(std::mt19937& rng, ToolFormat f, bool markup) {
   if (f == ToolFormat::kQwenXml || f == ToolFormat::kGlmXml || f == ToolFormat::kSeedXml)
     return random_xml_call(rng, name, markup, f == ToolFormat::kGlmXml, f == ToolFormat::kSeedXml);
   if (xml_format(f)) return random_invoke(rng, name, markup, f);
+  if (f == ToolFormat::kKimi)
+    return "<|tool_call_begin|>functions." + name + ":" + std::to_string(rng() % 12) + "<|tool_call_argument_begin|>" +
+           random_args(rng, markup) + "<|tool_call_end|>";
   const std::string args = random_args(rng, markup);
   const char* key = f == ToolFormat::kLlama3 ? "parameters" : "arguments";
   const std::string obj = std::string("{\"name\": \"") + name + "\", \"" + key + "\": " + args + "}";
@@ -351,12 +358,15 @@ std::string random_reply(std::mt19937& rng, ToolFormat f, bool markup = true) {
       return s + "]";
     }
     case ToolFormat::kMiniMaxXml:
-    case ToolFormat::kDsml: {
+    case ToolFormat::kDsml:
+    case ToolFormat::kKimi: {
       if (calls == 0) return text;
-      const XmlTags& t = xml_tags(f);
-      std::string s = text + "\n" + std::string(t.block_open) + "\n";
+      const bool kimi = f == ToolFormat::kKimi;
+      const std::string_view open = kimi ? kKimiSection : xml_tags(f).block_open,
+                             close = kimi ? kKimiSectionEnd : xml_tags(f).block_close;
+      std::string s = text + "\n" + std::string(open) + "\n";
       for (int i = 0; i < calls; ++i) s += random_call(rng, f, markup) + "\n";
-      return s + std::string(t.block_close) + (rng() % 2 ? " Done." : "");
+      return s + std::string(close) + (rng() % 2 ? " Done." : "");
     }
     default: {
       std::string s = text;
@@ -383,10 +393,11 @@ TEST(CallStream, EveryChunkingReadsAsTheWholeReplyDoes) {
   std::mt19937 rng(7);
   const ToolFormat formats[] = {ToolFormat::kHermes,     ToolFormat::kLlama3, ToolFormat::kMistral,
                                 ToolFormat::kHarmony,    ToolFormat::kQwenXml, ToolFormat::kGlmXml,
-                                ToolFormat::kMiniMaxXml, ToolFormat::kDsml,    ToolFormat::kSeedXml};
+                                ToolFormat::kMiniMaxXml, ToolFormat::kDsml,    ToolFormat::kSeedXml,
+                                ToolFormat::kKimi};
   int calls_seen = 0, cut_seen = 0;
-  for (int trial = 0; trial < 7200; ++trial) {
-    const ToolFormat f = formats[trial % 9];
+  for (int trial = 0; trial < 8000; ++trial) {
+    const ToolFormat f = formats[trial % 10];
     const bool constrained = trial % 5 != 0;
     std::string reply = random_reply(rng, f);
     if (rng() % 3 == 0) reply = reply.substr(0, rng() % (reply.size() + 1));
@@ -402,8 +413,8 @@ TEST(CallStream, EveryChunkingReadsAsTheWholeReplyDoes) {
       }
     }
   }
-  EXPECT_GT(calls_seen, 2250);
-  EXPECT_GT(cut_seen, 150);
+  EXPECT_GT(calls_seen, 2500);
+  EXPECT_GT(cut_seen, 160);
 }
 
 // Whole replies in the grammar's shape read as parse_tool_calls reads them
@@ -412,9 +423,10 @@ TEST(CallStream, WholeCallsReadAsTheParserReadsThem) {
   std::mt19937 rng(11);
   const ToolFormat formats[] = {ToolFormat::kHermes,     ToolFormat::kLlama3, ToolFormat::kMistral,
                                 ToolFormat::kHarmony,    ToolFormat::kQwenXml, ToolFormat::kGlmXml,
-                                ToolFormat::kMiniMaxXml, ToolFormat::kDsml,    ToolFormat::kSeedXml};
-  for (int trial = 0; trial < 4500; ++trial) {
-    const ToolFormat f = formats[trial % 9];
+                                ToolFormat::kMiniMaxXml, ToolFormat::kDsml,    ToolFormat::kSeedXml,
+                                ToolFormat::kKimi};
+  for (int trial = 0; trial < 5000; ++trial) {
+    const ToolFormat f = formats[trial % 10];
     const std::string reply = random_reply(rng, f, false);
     const ParsedReply ours = read_calls(reply, f, true, &xml_types()), ref = parse_tool_calls(reply, f, &xml_types());
     ASSERT_EQ(ours.calls.size(), ref.calls.size()) << reply;

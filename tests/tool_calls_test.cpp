@@ -62,6 +62,9 @@ TEST(ToolCalls, TheFormatComesFromTheTemplate) {
       {"deepseek-ai-DeepSeek-V4", ToolFormat::kDsmlV4, true},
       {"deepseek-ai-DeepSeek-V4-Flash-0731", ToolFormat::kDsmlV4, true},
       {"ByteDance-Seed-OSS", ToolFormat::kSeedXml, true},
+      {"moonshotai-Kimi-K2", ToolFormat::kKimi, true},
+      {"Kimi-K2-Instruct", ToolFormat::kKimi, true},
+      {"Kimi-K2-Thinking", ToolFormat::kKimi, true},
       // Nested objects as nested elements: not read, so described generically.
       {"MiniMax-M3", ToolFormat::kHermes, false},
   };
@@ -205,6 +208,24 @@ TEST(ToolCalls, MiniMaxCallsShareOneBlock) {
   // A block the reply's end cut, its calls whole: calls.
   expect_calls(parse_tool_calls("<minimax:tool_call>\n<invoke name=\"now\"></invoke>\n", ToolFormat::kMiniMaxXml), "",
                {{"now", "{}"}});
+}
+
+// Kimi: a section of calls, each named by its id (functions.NAME:INDEX)
+// with JSON arguments.
+TEST(ToolCalls, KimiCallsAreNamedByTheirIds) {
+  expect_calls(parse_tool_calls("Let me look.<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+                                "<|tool_call_argument_begin|>{\"city\": \"Paris\"}<|tool_call_end|><|tool_call_begin|>"
+                                "functions.now:1<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>",
+                                ToolFormat::kKimi),
+               "Let me look.", {{"get_weather", R"({"city":"Paris"})"}, {"now", "{}"}});
+  EXPECT_EQ(kimi_name("functions.a.b:12"), "a.b");
+  EXPECT_EQ(kimi_name("search"), "search");
+  EXPECT_EQ(kimi_name(" functions.x:y "), "x:y");  // an index is digits
+  EXPECT_EQ(kimi_name("functions.:3"), "");
+  // Arguments that are no object: the section is content.
+  const std::string odd = "<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>[1]"
+                          "<|tool_call_end|><|tool_calls_section_end|>";
+  expect_calls(parse_tool_calls(odd, ToolFormat::kKimi), odd, {});
 }
 
 // Seed-OSS: Qwen's elements in its own block; a string's value as it is.
@@ -604,6 +625,22 @@ TEST_F(ChatRequests, XmlTemplatesGetXmlCalls) {
     ASSERT_EQ(a.engine.grammar_triggers.size(), 1u);
     EXPECT_EQ(a.engine.grammar_triggers[0].text, trigger);
   }
+}
+
+TEST_F(ChatRequests, KimisTemplateGetsKimisCalls) {
+  const std::string p = prompt(body(kTools), "Kimi-K2-Instruct");
+  EXPECT_NE(p.find("tool_declare"), std::string::npos) << p;
+  EXPECT_NE(p.find("get_weather"), std::string::npos) << p;
+  const ApiRequest r = parse(body(std::string(kTools) + R"(, "tool_choice": "required")"), "Kimi-K2-Instruct");
+  EXPECT_EQ(r.tool_format, ToolFormat::kKimi);
+  ASSERT_TRUE(r.constraint && r.constraint->frame);
+  EXPECT_EQ(r.constraint->frame->open, "<|tool_calls_section_begin|>");
+  ASSERT_EQ(r.constraint->frame->case_before.size(), 1u);
+  EXPECT_EQ(r.constraint->frame->case_before[0], "<|tool_call_begin|>functions.get_weather:");
+  EXPECT_EQ(r.constraint->frame->numbered, "<|tool_call_argument_begin|>");
+  const ApiRequest a = parse(body(kTools), "Kimi-K2-Instruct");
+  ASSERT_EQ(a.engine.grammar_triggers.size(), 1u);
+  EXPECT_EQ(a.engine.grammar_triggers[0].text, "<|tool_calls_section_begin|>");
 }
 
 TEST_F(ChatRequests, ATemplateWithToolsRendersThemItself) {

@@ -207,6 +207,10 @@ xgrammar::Grammar framed_cases(const std::string& schemas, const JsonFrame& f) {
   for (size_t i = 0; i < list.size(); ++i) {
     std::vector<xgrammar::Grammar> parts;
     if (!f.case_before[i].empty()) parts.push_back(literal_grammar(f.case_before[i]));
+    if (!f.numbered.empty()) {
+      parts.push_back(xgrammar::Grammar::FromEBNF("root ::= [0-9] [0-9]{0,5}"));
+      parts.push_back(literal_grammar(f.numbered));
+    }
     parts.push_back(f.style != JsonFrame::Style::kJson ? xml_parameters_grammar(list[i], f.style)
                                                        : json_schema_grammar(list[i].dump()));
     if (!f.after.empty()) parts.push_back(literal_grammar(f.after));
@@ -350,7 +354,7 @@ std::string spec_key(const GrammarSpec& spec) {
   k += spec.text;
   if (spec.frame) {
     const JsonFrame& f = *spec.frame;
-    for (const std::string* p : {&f.open, &f.before, &f.after, &f.between, &f.close}) k += '\0' + *p;
+    for (const std::string* p : {&f.open, &f.before, &f.after, &f.between, &f.close, &f.numbered}) k += '\0' + *p;
     k += '\0' + std::to_string(f.max_items) + char('a' + int(f.style));
     for (const std::string& b : f.case_before) k += '\1' + b;
   }

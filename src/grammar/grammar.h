@@ -57,6 +57,10 @@ struct JsonFrame {
   // string="true|false">VALUE</｜DSML｜parameter> (DeepSeek's; "true" where
   // the value is text: grammar/xml_kind.h's "string" or "text").
   enum class Style { kJson, kParameters, kArgKeys, kInvoke, kDsml } style = Style::kJson;
+  // With case_before: where not empty, each case_before is followed by a
+  // number (1 to 6 digits) and then this (Kimi's call ids,
+  // functions.NAME:INDEX, before the arguments' tag).
+  std::string numbered;
 };
 
 

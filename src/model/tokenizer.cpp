@@ -175,7 +175,9 @@ Tokenizer::Tokenizer(VocabSpec spec) : spec_(std::move(spec)), sorted_(std::make
   if (harmony)
     for (const char* name : {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>", "<|end|>"}) mark(name);
   for (const char* name : {"<think>", "</think>", "<tool_call>", "</tool_call>", "[TOOL_CALLS]", "<|python_tag|>",
-                           "<minimax:tool_call>", "</minimax:tool_call>", "<seed:tool_call>", "</seed:tool_call>"})
+                           "<minimax:tool_call>", "</minimax:tool_call>", "<seed:tool_call>", "</seed:tool_call>",
+                           "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
+                           "<|tool_call_argument_begin|>", "<|tool_call_end|>"})
     mark(name);
   std::sort(markup_.begin(), markup_.end());
   for (int b = 0; b < 256; ++b) {

@@ -88,7 +88,8 @@ class Tokenizer {
   // likewise); and, where a vocabulary made them control tokens, the
   // thoughts' and calls' markers: <think>, </think>, <tool_call>,
   // </tool_call>, [TOOL_CALLS], <|python_tag|>, MiniMax's and Seed-OSS's
-  // <minimax:tool_call>, <seed:tool_call> and their closes (llama.cpp keeps these in
+  // <minimax:tool_call>, <seed:tool_call> and their closes, Kimi's
+  // <|tool_calls_section_begin|> and its call markers (llama.cpp keeps these in
   // replies too). They stay control tokens to encode: text a client sends
   // never becomes one.
   bool renders_markup(int32_t id) const;

@@ -176,6 +176,7 @@ void CallStream::step(std::vector<CallPiece>& out, bool end) {
       case State::kXmlFunction: again = read_xml_function(out, end); break;
       case State::kXmlParams: again = read_xml_params(out, end); break;
       case State::kXmlValue: again = read_xml_value(out, end); break;
+      case State::kKimiCall: again = read_kimi_call(out, end); break;
       case State::kHold:
         held_ += buf_;
         buf_.clear();
@@ -227,6 +228,7 @@ bool CallStream::read_content(std::vector<CallPiece>& out, bool end) {
                                   : f_ == ToolFormat::kHermes  ? kHermesOpen
                                   : f_ == ToolFormat::kMistral ? kMistralMarker
                                   : f_ == ToolFormat::kHarmony ? kHarmonyChannel
+                                  : f_ == ToolFormat::kKimi    ? kKimiSection
                                                                : std::string_view();
   const size_t at = marker.empty() ? std::string::npos : buf_.find(marker);
   if (at == std::string::npos) {
@@ -244,7 +246,10 @@ bool CallStream::read_content(std::vector<CallPiece>& out, bool end) {
   }
   head_ = std::string(marker);
   buf_.erase(0, at + marker.size());
-  state_ = f_ == ToolFormat::kHarmony ? State::kHeader : xml_format(f_) ? State::kXmlFunction : State::kHead;
+  state_ = f_ == ToolFormat::kHarmony ? State::kHeader
+           : f_ == ToolFormat::kKimi  ? State::kKimiCall
+           : xml_format(f_)           ? State::kXmlFunction
+                                      : State::kHead;
   in_block_ = false;
   opener_ = f_ == ToolFormat::kMistral ? '[' : 0;
   return true;
@@ -342,7 +347,7 @@ bool CallStream::read_args(std::vector<CallPiece>& out, bool end) {
   if (closed) {
     push_piece(out, CallPiece::Kind::kEnd, "");
     state_ = State::kTail;
-    tail_brace_ = f_ == ToolFormat::kHarmony;  // harmony's body is the arguments alone
+    tail_brace_ = f_ == ToolFormat::kHarmony || f_ == ToolFormat::kKimi;  // their body is the arguments alone
     return true;
   }
   if (too_deep) {
@@ -410,6 +415,19 @@ bool CallStream::read_tail(std::vector<CallPiece>& out, bool end) {
       state_ = State::kContent;
       return true;
     }
+    case ToolFormat::kKimi:
+      if (buf_.starts_with(kKimiCallEnd)) {
+        buf_.erase(0, kKimiCallEnd.size());
+        state_ = State::kKimiCall;
+        in_block_ = true;
+        return true;
+      }
+      if (kKimiCallEnd.starts_with(buf_)) {
+        if (!end) return false;
+        buf_.clear();  // the call's end, cut short by the reply's end: markup, not content
+      }
+      state_ = State::kContent;
+      return true;
     case ToolFormat::kMistral:
     case ToolFormat::kLlama3: {
       const char next = f_ == ToolFormat::kMistral ? ',' : ';';
@@ -438,26 +456,13 @@ bool CallStream::read_xml_function(std::vector<CallPiece>& out, bool end) {
   std::string name;
   size_t used = 0;
   if (!t.name_open.empty()) {
+    if (in_block_) {
+      bool more = false;
+      const bool again = block_goes_on(t.block_close, t.name_open, end, &more);
+      if (!more) return again;
+    }
     const size_t first = buf_.find_first_not_of(" \n\r\t");
     const std::string_view rest = first == std::string::npos ? std::string_view() : std::string_view(buf_).substr(first);
-    if (in_block_) {
-      if (rest.starts_with(t.block_close)) {
-        buf_.erase(0, first + t.block_close.size());
-        state_ = State::kContent;
-        return true;
-      }
-      const bool partial = t.block_close.starts_with(rest) || (t.name_open.starts_with(rest) && !rest.empty());
-      if (partial && !end) return false;
-      if (partial || rest.empty()) {  // markup the reply's end cut short: not content
-        buf_.clear();
-        state_ = State::kContent;
-        return false;
-      }
-      if (!rest.starts_with(t.name_open)) {  // not the format: content
-        state_ = State::kContent;
-        return true;
-      }
-    }
     const size_t close = rest.starts_with(t.name_open) ? rest.find(t.name_close, t.name_open.size()) : std::string_view::npos;
     const bool partial =
         close == std::string_view::npos && (rest.starts_with(t.name_open) || t.name_open.starts_with(rest));
@@ -500,6 +505,61 @@ bool CallStream::read_xml_function(std::vector<CallPiece>& out, bool end) {
   begin_call(out, name);
   state_ = State::kXmlParams;
   first_param_ = true;
+  return true;
+}
+
+bool CallStream::block_goes_on(std::string_view close, std::string_view next, bool end, bool* more) {
+  *more = false;
+  const size_t first = buf_.find_first_not_of(" \n\r\t");
+  const std::string_view rest = first == std::string::npos ? std::string_view() : std::string_view(buf_).substr(first);
+  if (rest.starts_with(close)) {
+    buf_.erase(0, first + close.size());
+    state_ = State::kContent;
+    return true;
+  }
+  if (rest.starts_with(next)) {
+    *more = true;
+    return true;
+  }
+  const bool partial = close.starts_with(rest) || next.starts_with(rest);  // nothing yet, too
+  if (partial && !end) return false;
+  state_ = State::kContent;
+  if (!partial) return true;  // not the format: content
+  buf_.clear();               // markup the reply's end cut short: not content
+  return false;
+}
+
+// Kimi: a call's id up to its arguments' tag (the call begins, its name
+// known, with the body's brace); in a section after a call, the next call
+// or the section's close.
+bool CallStream::read_kimi_call(std::vector<CallPiece>&, bool end) {
+  if (in_block_) {
+    bool more = false;
+    const bool again = block_goes_on(kKimiSectionEnd, kKimiCall, end, &more);
+    if (!more) return again;
+    head_.clear();
+  }
+  const size_t first = buf_.find_first_not_of(" \n\r\t");
+  const std::string_view rest = first == std::string::npos ? std::string_view() : std::string_view(buf_).substr(first);
+  const size_t args = rest.starts_with(kKimiCall) ? rest.find(kKimiArguments) : std::string_view::npos;
+  std::string name;
+  if (args != std::string_view::npos) name = kimi_name(rest.substr(kKimiCall.size(), args - kKimiCall.size()));
+  if (name.empty()) {
+    const bool partial = args == std::string_view::npos && (rest.starts_with(kKimiCall) || kKimiCall.starts_with(rest));
+    if (partial && !end) return false;
+    if (in_block_) {  // after a call: a call the end cut short is markup; anything else content
+      if (partial) buf_.clear();
+      state_ = State::kContent;
+      return !partial;
+    }
+    hold(head_ + buf_);
+    return true;
+  }
+  const size_t used = first + args + kKimiArguments.size();
+  head_ += buf_.substr(0, used);
+  buf_.erase(0, used);
+  name_ = std::move(name);
+  state_ = State::kBodyStart;
   return true;
 }
 

@@ -59,7 +59,9 @@ class CallStream {
   std::vector<CallPiece> finish();
 
  private:
-  enum class State { kContent, kPlain, kHead, kHeader, kBodyStart, kArgs, kTail, kHold, kXmlFunction, kXmlParams, kXmlValue };
+  enum class State {
+    kContent, kPlain, kHead, kHeader, kBodyStart, kArgs, kTail, kHold, kXmlFunction, kXmlParams, kXmlValue, kKimiCall
+  };
   ToolFormat f_;
   bool constrained_;
   const ParamTypes* types_;
@@ -67,7 +69,7 @@ class CallStream {
   std::string type_;             // kXmlValue: the value's kind
   bool first_param_ = true;      // kXmlParams: no parameter yet
   bool value_begun_ = false;     // kXmlValue: its first newline is decided
-  bool in_block_ = false;        // kXmlFunction: a call of this block has ended (one_block formats)
+  bool in_block_ = false;        // kXmlFunction, kKimiCall: a call of this block has ended (one_block formats, Kimi's)
   State state_ = State::kContent;
   std::string buf_;   // text not yet read
   std::string head_;  // a call's text from its marker until its arguments begin (read again if it is none)
@@ -93,6 +95,11 @@ class CallStream {
   bool read_xml_function(std::vector<CallPiece>& out, bool end);
   bool read_xml_params(std::vector<CallPiece>& out, bool end);
   bool read_xml_value(std::vector<CallPiece>& out, bool end);
+  bool read_kimi_call(std::vector<CallPiece>& out, bool end);
+  // After a call in a block that holds several: the block's close (back to
+  // content) or `next` (true: the next call follows); markup the reply's end
+  // cut is dropped, anything else is content.
+  bool block_goes_on(std::string_view close, std::string_view next, bool end, bool* more);
   void hold(std::string_view from);
   void begin_call(std::vector<CallPiece>& out, const std::string& name);
 };

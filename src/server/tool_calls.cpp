@@ -231,6 +231,29 @@ ParsedReply parse_blocks(std::string_view text, std::string_view open_tag, std::
   return r;
 }
 
+// Kimi's section: calls only, each <|tool_call_begin|>ID<|tool_call_argument_begin|>
+// {...}<|tool_call_end|>; nullopt for anything else.
+std::optional<std::vector<ToolCall>> read_kimi_section(std::string_view body) {
+  std::vector<ToolCall> calls;
+  body = trim(body);
+  while (!body.empty()) {
+    if (!body.starts_with(kKimiCall)) return std::nullopt;
+    const size_t args = body.find(kKimiArguments);
+    if (args == std::string_view::npos) return std::nullopt;
+    std::string name = kimi_name(body.substr(kKimiCall.size(), args - kKimiCall.size()));
+    const size_t at = args + kKimiArguments.size(), end = body.find(kKimiCallEnd, at);
+    if (name.empty() || end == std::string_view::npos) return std::nullopt;
+    const std::string_view json = trim(body.substr(at, end - at));
+    if (json_nesting(json) > kMaxJsonNesting) return std::nullopt;
+    const ojson a = ojson::parse(json, nullptr, false);
+    if (a.is_discarded() || !a.is_object()) return std::nullopt;
+    calls.push_back({std::move(name), a.dump(-1, ' ', false, ojson::error_handler_t::replace)});
+    body = trim(body.substr(end + kKimiCallEnd.size()));
+  }
+  if (calls.empty()) return std::nullopt;
+  return calls;
+}
+
 // The start of a suffix of text that begins `marker` (a marker still being
 // streamed), or npos.
 size_t partial_marker(std::string_view text, std::string_view marker) {
@@ -244,6 +267,16 @@ size_t partial_marker(std::string_view text, std::string_view marker) {
 size_t marker_start(std::string_view text, std::string_view marker) {
   const size_t full = text.find(marker);
   return full != std::string_view::npos ? full : partial_marker(text, marker);
+}
+
+std::string kimi_name(std::string_view id) {
+  id = trim(id);
+  if (id.starts_with("functions.")) id.remove_prefix(10);
+  const size_t colon = id.rfind(':');
+  if (colon != std::string_view::npos && colon + 1 < id.size() &&
+      std::all_of(id.begin() + long(colon) + 1, id.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    id = id.substr(0, colon);
+  return std::string(id);
 }
 
 std::string json_escape(std::string_view text) {
@@ -326,6 +359,10 @@ ToolSyntax tool_syntax(const std::string& source) {
     s.format = source.find("function_calls>") != std::string::npos ? ToolFormat::kDsml : ToolFormat::kDsmlV4;
     return s;
   }
+  if (source.find(kKimiSection) != std::string::npos && source.find(kKimiCall) != std::string::npos) {
+    s.format = ToolFormat::kKimi;
+    return s;
+  }
   if (source.find("<seed:tool_call>") != std::string::npos && source.find("<function=") != std::string::npos) {
     s.format = ToolFormat::kSeedXml;
     return s;
@@ -371,6 +408,7 @@ const char* tool_format_name(ToolFormat f) {
     case ToolFormat::kDsml: return "dsml";
     case ToolFormat::kDsmlV4: return "dsml_v4";
     case ToolFormat::kSeedXml: return "seed_xml";
+    case ToolFormat::kKimi: return "kimi";
   }
   return "hermes";
 }
@@ -505,8 +543,34 @@ GrammarSpec xml_grammar(const ojson& tools, ToolFormat f, const ToolChoice& choi
   return spec;
 }
 
+// Kimi: a section of calls, each the id's header naming one allowed
+// function (its index any number: the template numbers the conversation's
+// calls again itself) and that function's parameters as the body.
+GrammarSpec kimi_grammar(const ojson& tools, const ToolChoice& choice, bool parallel) {
+  ojson schemas = ojson::array();
+  JsonFrame frame;
+  for (const ojson& t : tools) {
+    const ojson& fn = t["function"];
+    const std::string name = fn["name"].get<std::string>();
+    if (choice.kind == ToolChoice::Kind::kNamed && name != choice.name) continue;
+    schemas.push_back(tool_parameters(fn));
+    frame.case_before.push_back(std::string(kKimiCall) + "functions." + name + ":");
+  }
+  frame.numbered = kKimiArguments;
+  frame.after = kKimiCallEnd;
+  frame.open = kKimiSection;
+  frame.close = kKimiSectionEnd;
+  frame.max_items = parallel ? 0 : 1;
+  GrammarSpec spec;
+  spec.kind = GrammarKind::kJsonSchema;
+  spec.text = schemas.dump();
+  spec.frame = std::move(frame);
+  return spec;
+}
+
 GrammarSpec tool_call_grammar(const ojson& tools, ToolFormat f, const ToolChoice& choice, bool parallel) {
   if (f == ToolFormat::kHarmony) return harmony_grammar(tools, choice);
+  if (f == ToolFormat::kKimi) return kimi_grammar(tools, choice, parallel);
   if (xml_format(f)) return xml_grammar(tools, f, choice, parallel);
   const char* args_key = f == ToolFormat::kLlama3 ? "parameters" : "arguments";
   ojson cases = ojson::array(), defs = ojson::object();
@@ -555,6 +619,7 @@ std::vector<Request::Trigger> tool_call_triggers(ToolFormat f) {
     case ToolFormat::kDsmlV4:
     case ToolFormat::kSeedXml: return {{std::string(xml_tags(f).block_open)}};
     case ToolFormat::kMistral: return {{std::string(kMistralMarker)}};
+    case ToolFormat::kKimi: return {{std::string(kKimiSection)}};
     // The grammar is the call's JSON alone; after the tag, from its brace.
     case ToolFormat::kLlama3: return {{"{\"name\"", true}, {std::string(kPythonTag), true, kPythonTag.size()}};
     // In the channel's header; or in the role's, at the answer's start (the
@@ -594,6 +659,9 @@ ParsedReply parse_tool_calls(std::string_view text, ToolFormat f, const ParamTyp
     case ToolFormat::kLlama3: return parse_llama3(text);
     case ToolFormat::kMistral: return parse_mistral(text);
     case ToolFormat::kHarmony: return parse_harmony(text);
+    case ToolFormat::kKimi:
+      return parse_blocks(text, kKimiSection, kKimiSectionEnd,
+                          [](std::string_view body, bool) { return read_kimi_section(body); });
   }
   return {std::string(text), {}};
 }

@@ -47,7 +47,12 @@ namespace cs {
 //   kDsmlV4:  kDsml with <｜DSML｜tool_calls> around the calls (DeepSeek V4).
 //   kSeedXml: kQwenXml in a <seed:tool_call> block, values as kGlmXml's
 //             (Seed-OSS).
-enum class ToolFormat { kHermes, kLlama3, kMistral, kHarmony, kQwenXml, kGlmXml, kMiniMaxXml, kDsml, kDsmlV4, kSeedXml };
+//   kKimi:    <|tool_calls_section_begin|> holding every call, each
+//             <|tool_call_begin|>functions.NAME:INDEX<|tool_call_argument_begin|>
+//             {...}<|tool_call_end|>, then <|tool_calls_section_end|> (Kimi K2;
+//             INDEX counts the conversation's calls, which the template
+//             writes again itself).
+enum class ToolFormat { kHermes, kLlama3, kMistral, kHarmony, kQwenXml, kGlmXml, kMiniMaxXml, kDsml, kDsmlV4, kSeedXml, kKimi };
 
 // The formats whose calls are XML elements, a parameter per element.
 inline bool xml_format(ToolFormat f) {
@@ -166,6 +171,12 @@ inline constexpr std::string_view kXmlFunction = "<function=", kXmlFunctionEnd =
                                   kXmlParameter = "<parameter=", kXmlParameterEnd = "</parameter>";
 inline constexpr std::string_view kHarmonyChannel = "<|channel|>", kHarmonyMessage = "<|message|>",
                                   kHarmonyCall = "<|call|>";
+inline constexpr std::string_view kKimiSection = "<|tool_calls_section_begin|>",
+                                  kKimiSectionEnd = "<|tool_calls_section_end|>", kKimiCall = "<|tool_call_begin|>",
+                                  kKimiArguments = "<|tool_call_argument_begin|>", kKimiCallEnd = "<|tool_call_end|>";
+// A Kimi call's name from its id: functions.NAME:INDEX (either part may be
+// missing); "" for none.
+std::string kimi_name(std::string_view id);
 
 // Where `marker` begins in text, or a beginning of it at the text's end (a
 // marker still being streamed); npos for neither.

@@ -26,8 +26,8 @@ std::string show(const std::vector<cs::ReplyPart>& parts) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2) return 0;
-  // Bits 0-2 and 4: the format (of 10); bit 3: constrained.
-  const auto f = static_cast<cs::ToolFormat>(((data[0] & 7) | ((data[0] >> 1) & 8)) % 10);
+  // Bits 0-2 and 4: the format (of 11); bit 3: constrained.
+  const auto f = static_cast<cs::ToolFormat>(((data[0] & 7) | ((data[0] >> 1) & 8)) % 11);
   const bool constrained = data[0] & 8;
   uint32_t seed = data[1] | 1u;
   const std::string reply(reinterpret_cast<const char*>(data + 2), size - 2);

@@ -352,6 +352,16 @@ class SeedCallsTest(QwenXmlCallsTest):
                          "</function>\n</seed:tool_call>")
 
 
+class KimiCallsTest(QwenXmlCallsTest):
+    """The same with Kimi K2's template: a section of calls, each named by
+    its id (functions.NAME:INDEX) with JSON arguments."""
+
+    TEMPLATE = "moonshotai-Kimi-K2.jinja"  # Kimi-K2-Instruct's appends to a list, which a sandbox refuses (as Hugging Face's does)
+    EXTRA = {}
+    START, CLOSE, END = ("<|tool_calls_section_begin|><|tool_call_begin|>functions.write_file:",
+                         "<|tool_call_argument_begin|>{", "<|tool_call_end|><|tool_calls_section_end|>")
+
+
 class DsmlCallsTest(QwenXmlCallsTest):
     """The same with DeepSeek V3.2's template: its DSML tags, each
     parameter's saying whether its value is text (string="true") or JSON."""
