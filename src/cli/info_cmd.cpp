@@ -8,8 +8,25 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "model/model_info.h"
+#include "server/tool_calls.h"
 
 namespace cs {
+
+namespace {
+
+// How the server reads calls for this file: in the format of the template a
+// request with tools renders with (the tool template where it takes tools,
+// else the chat template), or the generic format where neither does.
+std::string tool_calls_line(const ModelInfo& m) {
+  for (const std::string* source : {&m.tool_template_source, &m.template_source}) {
+    if (source->empty()) continue;
+    const ToolSyntax s = tool_syntax(*source);
+    if (s.template_takes_tools) return std::string(tool_format_name(s.format)) + " (the template's own format)";
+  }
+  return "generic (tools described in a system message, calls as <tool_call> JSON; docs/tool_calls.md)";
+}
+
+}  // namespace
 
 Action add_info_command(CLI::App& app) {
   auto path = std::make_shared<std::string>();
@@ -19,6 +36,7 @@ Action add_info_command(CLI::App& app) {
   return [path] {
     const ModelInfo m = describe_model(model_path(*path));
     std::fputs(format_model_info(m).c_str(), stdout);
+    std::printf("tool calls     %s\n", tool_calls_line(m).c_str());
     // Where --device can run it: the CPU always; the GPU when one is usable.
     std::string why;
     if (cuda::device_available(&why))

@@ -55,6 +55,8 @@ void read_tokenizer(const GgufFile& f, ModelInfo& m) {
   m.template_line = tmpl.substr(0, tmpl.find('\n'));
   if (m.template_line.size() > 100) m.template_line = m.template_line.substr(0, 100) + "...";
   const std::string tools = f.get_string("tokenizer.chat_template.tool_use", "");
+  m.template_source = tmpl;
+  m.tool_template_source = tools;
   m.tool_template_line = tools.substr(0, tools.find('\n'));
   if (m.tool_template_line.size() > 100) m.tool_template_line = m.tool_template_line.substr(0, 100) + "...";
 }

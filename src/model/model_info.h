@@ -29,6 +29,7 @@ struct ModelInfo {
   std::string template_line;      // the chat template's first line ("" when none)
   std::string template_fallback;  // without one: the built-in template used (when it loads)
   std::string tool_template_line;  // tokenizer.chat_template.tool_use's first line ("" when none)
+  std::string template_source, tool_template_source;  // both whole (the server reads tool formats from them)
   int window = 0, sliding_layers = 0;  // sliding-window attention (Gemma 3), when it loads
   uint64_t kv_bytes_per_token = 0;  // K and V of every layer, fp16 (the cache's default)
   std::vector<std::string> problems;  // empty: chunkserve runs the file

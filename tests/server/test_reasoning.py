@@ -567,6 +567,10 @@ class ToolTemplateTest(MadeModelTest):
                              text=True).stdout
         self.assertIn("tool template  {%- macro json_to_python_type(json_spec) %} "
                       "(tokenizer.chat_template.tool_use: conversations with tools)", out)
+        self.assertIn("tool calls     hermes (the template's own format)\n", out)
+        plain = subprocess.run([ReasoningTest.binary, "info", "-m", ReasoningTest.model], check=True,
+                               capture_output=True, text=True).stdout
+        self.assertIn("tool calls     generic (tools described in a system message", plain)
 
 
 if __name__ == "__main__":
