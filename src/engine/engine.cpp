@@ -113,6 +113,7 @@ void Engine::init_grammar() const {
     // Half the places for compiles at most: the rest for the constraints
     // clients ask for.
     impl_->later_compiles = std::make_unique<LaterCompiles>(std::max(1, default_children(ProcessBudget{}.memory_bytes) / 2));
+    impl_->grammar_ready.store(impl_->grammar_vocab.get(), std::memory_order_release);
   });
 }
 
@@ -234,6 +235,11 @@ EngineStats Engine::stats() const {
   // The tier writes on its own thread, also while the engine is idle: read it now.
   s.disk_on = impl_->disk != nullptr;
   if (s.disk_on) s.disk = impl_->disk->stats();
+  if (const GrammarVocab* v = impl_->grammar_ready.load(std::memory_order_acquire)) {
+    const Grammar::CacheUse u = Grammar::cache_use(*v);
+    s.grammar_cache_entries = u.entries;
+    s.grammar_cache_bytes = u.bytes;
+  }
   return s;
 }
 

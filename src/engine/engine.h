@@ -119,6 +119,7 @@ struct EngineStats {
   bool disk_on = false;               // a disk tier is attached
   DiskTierStats disk;
   int held_prefixes = 0, held_chunks = 0;  // hold_prefix's holds, and the distinct chunks they keep
+  size_t grammar_cache_entries = 0, grammar_cache_bytes = 0;  // compiled constraints kept (Grammar::cache_use)
   // Speculative decoding, per DraftSource: draft tokens run, and taken.
   uint64_t drafted[kDraftSources] = {}, draft_accepted[kDraftSources] = {};
   StepProfile prefill_profile, decode_profile;  // zero unless EngineOptions::profile

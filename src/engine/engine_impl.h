@@ -3,6 +3,7 @@
 // request_handle.cpp, step_loop.cpp (the engine thread's loop and step),
 // engine_schemas.cpp (Prompt Cache: registry calls and encoding jobs).
 #pragma once
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -137,6 +138,7 @@ struct Engine::Impl {
   // needed (compile_grammar, any thread).
   mutable std::once_flag grammar_once;
   mutable std::unique_ptr<GrammarVocab> grammar_vocab;
+  mutable std::atomic<const GrammarVocab*> grammar_ready{nullptr};  // grammar_vocab once made (stats() reads it)
   // Compiles of optional constraints that go on after their request stopped
   // waiting (grammar/compile_later.h). After the vocabulary: destroyed
   // first, their threads joined while it still exists.

@@ -400,6 +400,12 @@ std::shared_ptr<const Grammar> Grammar::cached(const GrammarVocab& vocab, const 
 
 std::string Grammar::key(const GrammarSpec& spec) { return spec_key(spec); }
 
+Grammar::CacheUse Grammar::cache_use(const GrammarVocab& vocab) {
+  GrammarVocab::Impl& v = *vocab.impl_;
+  std::lock_guard lock(v.cache_mu);
+  return {v.cache.size(), v.cache_bytes};
+}
+
 std::shared_ptr<const Grammar> Grammar::compile(const GrammarVocab& vocab, const GrammarSpec& spec,
                                                 const ProcessBudget& budget) {
   check_before_compiling(spec);

@@ -133,6 +133,12 @@ class Grammar {
                                                 const ProcessBudget& budget);
   // The vocabulary's cached grammar for spec, or null; compiles nothing.
   static std::shared_ptr<const Grammar> cached(const GrammarVocab& vocab, const GrammarSpec& spec);
+  // What the vocabulary's cache holds: compiled constraints, and their bytes
+  // as its bound counts them (their serialized size).
+  struct CacheUse {
+    size_t entries = 0, bytes = 0;
+  };
+  static CacheUse cache_use(const GrammarVocab& vocab);
   // The cache's key of a spec: equal for specs that compile alike.
   static std::string key(const GrammarSpec& spec);
   ~Grammar();

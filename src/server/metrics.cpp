@@ -154,6 +154,11 @@ std::string prometheus_text(const EngineStats& s, const HttpCounts& http, const 
            s.held_prefixes);
   w.metric(p + "kv_held_chunks", "gauge", "Distinct KV chunks the held prefixes keep (times kv_chunk_bytes: their bytes).",
            s.held_chunks);
+  w.metric(p + "grammar_cache_entries", "gauge",
+           "Compiled constraints kept for reuse (schemas, tool sets), least recently used out beyond a bound.",
+           s.grammar_cache_entries);
+  w.metric(p + "grammar_cache_bytes", "gauge", "Bytes of the kept constraints, as their bound counts them (serialized).",
+           s.grammar_cache_bytes);
   w.metric(p + "responses_stored", "gauge", "Responses API: responses kept for GET and previous_response_id.",
            http.stored_responses.count);
   w.metric(p + "responses_stored_bytes", "gauge", "Responses API: bytes the stored responses hold.", http.stored_responses.bytes);

@@ -180,8 +180,14 @@ class Structured(ServedTest):
     def test_json_object_regex_and_grammar(self):
         r = self.chat("Give me JSON.", seed=3, max_tokens=200, response_format={"type": "json_object"})
         self.assertIsInstance(json.loads(r.choices[0].message.content), dict)
+        kept = metric(self.server.url, "chunkserve:grammar_cache_entries")
         r = self.chat("Yes or no?", seed=3, max_tokens=10, extra_body={"regex": "(yes|no)"})
         self.assertIn(r.choices[0].message.content, ("yes", "no"))
+        # The regex is kept compiled, once however often asked.
+        self.assertEqual(metric(self.server.url, "chunkserve:grammar_cache_entries"), kept + 1)
+        self.chat("Yes or no?", seed=4, max_tokens=10, extra_body={"regex": "(yes|no)"})
+        self.assertEqual(metric(self.server.url, "chunkserve:grammar_cache_entries"), kept + 1)
+        self.assertGreater(metric(self.server.url, "chunkserve:grammar_cache_bytes"), 0)
         r = self.chat("Pick.", seed=3, max_tokens=10, extra_body={"grammar": 'root ::= "A" | "B" [0-9]'})
         self.assertRegex(r.choices[0].message.content, r"^(A|B[0-9])$")
         # Completions take them too.
