@@ -60,7 +60,7 @@ struct JsonFrame {
   // With case_before: where not empty, each case_before is followed by a
   // number (1 to 6 digits) and then this (Kimi's call ids,
   // functions.NAME:INDEX, before the arguments' tag).
-  std::string numbered;
+  std::string numbered = {};
 };
 
 
