@@ -437,31 +437,42 @@ ojson tool_parameters(const ojson& function) {
 
 namespace {
 
+// One case per allowed function (JsonFrame::case_before): each header
+// `before` gives for its name, then that function's parameters, in `frame`.
+template <typename Before>
+GrammarSpec per_function(const ojson& tools, const ToolChoice& choice, JsonFrame frame, Before before) {
+  ojson schemas = ojson::array();
+  for (const ojson& t : tools) {
+    const ojson& fn = t["function"];
+    const std::string name = fn["name"].get<std::string>();
+    if (choice.kind == ToolChoice::Kind::kNamed && name != choice.name) continue;
+    for (std::string& header : before(name)) {
+      schemas.push_back(tool_parameters(fn));
+      frame.case_before.push_back(std::move(header));
+    }
+  }
+  GrammarSpec spec;
+  spec.kind = GrammarKind::kJsonSchema;
+  spec.text = schemas.dump();
+  spec.frame = std::move(frame);
+  return spec;
+}
+
 // Harmony: one message to any allowed function, its header naming it and
 // its body that function's parameters (JsonFrame::case_before). Under auto
 // the call may also name its recipient in the role's header, as the
 // template writes past calls: from "to=" (the role, " to=", is written
 // before the trigger), tool_call_triggers'.
 GrammarSpec harmony_grammar(const ojson& tools, const ToolChoice& choice) {
-  ojson schemas = ojson::array();
   JsonFrame frame;
-  for (const ojson& t : tools) {
-    const ojson& fn = t["function"];
-    const std::string name = fn["name"].get<std::string>();
-    if (choice.kind == ToolChoice::Kind::kNamed && name != choice.name) continue;
-    schemas.push_back(tool_parameters(fn));
-    frame.case_before.push_back(std::string(kChannel) + "commentary to=functions." + name + " <|constrain|>json" +
-                                std::string(kMessage));
-    if (choice.kind != ToolChoice::Kind::kAuto) continue;
-    schemas.push_back(tool_parameters(fn));
-    frame.case_before.push_back("to=functions." + name + std::string(kChannel) + "commentary json" + std::string(kMessage));
-  }
   frame.after = kCall;
-  GrammarSpec spec;
-  spec.kind = GrammarKind::kJsonSchema;
-  spec.text = schemas.dump();
-  spec.frame = std::move(frame);
-  return spec;
+  return per_function(tools, choice, std::move(frame), [&](const std::string& name) {
+    std::vector<std::string> headers = {std::string(kChannel) + "commentary to=functions." + name + " <|constrain|>json" +
+                                        std::string(kMessage)};
+    if (choice.kind == ToolChoice::Kind::kAuto)
+      headers.push_back("to=functions." + name + std::string(kChannel) + "commentary json" + std::string(kMessage));
+    return headers;
+  });
 }
 
 // Whether a schema has a "$ref" anywhere.
@@ -506,7 +517,6 @@ ojson rebase_refs(const ojson& s, const std::string& base) {
 // around them all (the invoke family).
 GrammarSpec xml_grammar(const ojson& tools, ToolFormat f, const ToolChoice& choice, bool parallel) {
   const XmlTags& t = xml_tags(f);
-  ojson schemas = ojson::array();
   JsonFrame frame;
   switch (f) {
     case ToolFormat::kGlmXml: frame.style = JsonFrame::Style::kArgKeys; break;
@@ -514,18 +524,6 @@ GrammarSpec xml_grammar(const ojson& tools, ToolFormat f, const ToolChoice& choi
     case ToolFormat::kDsml:
     case ToolFormat::kDsmlV4: frame.style = JsonFrame::Style::kDsml; break;
     default: frame.style = JsonFrame::Style::kParameters;
-  }
-  for (const ojson& tool : tools) {
-    const ojson& fn = tool["function"];
-    const std::string name = fn["name"].get<std::string>();
-    if (choice.kind == ToolChoice::Kind::kNamed && name != choice.name) continue;
-    schemas.push_back(tool_parameters(fn));
-    if (f == ToolFormat::kGlmXml)
-      frame.case_before.push_back(std::string(t.block_open) + name);
-    else if (!t.one_block)  // Qwen's, Seed's
-      frame.case_before.push_back(std::string(t.block_open) + "\n" + std::string(t.name_open) + name + ">\n");
-    else
-      frame.case_before.push_back(std::string(t.name_open) + name + std::string(t.name_close) + "\n");
   }
   if (t.one_block) {
     frame.open = std::string(t.block_open) + "\n";
@@ -536,36 +534,27 @@ GrammarSpec xml_grammar(const ojson& tools, ToolFormat f, const ToolChoice& choi
   }
   frame.between = "\n";
   frame.max_items = parallel ? 0 : 1;
-  GrammarSpec spec;
-  spec.kind = GrammarKind::kJsonSchema;
-  spec.text = schemas.dump();
-  spec.frame = std::move(frame);
-  return spec;
+  return per_function(tools, choice, std::move(frame), [&](const std::string& name) {
+    if (f == ToolFormat::kGlmXml) return std::vector<std::string>{std::string(t.block_open) + name};
+    if (!t.one_block)  // Qwen's, Seed's
+      return std::vector<std::string>{std::string(t.block_open) + "\n" + std::string(t.name_open) + name + ">\n"};
+    return std::vector<std::string>{std::string(t.name_open) + name + std::string(t.name_close) + "\n"};
+  });
 }
 
 // Kimi: a section of calls, each the id's header naming one allowed
 // function (its index any number: the template numbers the conversation's
 // calls again itself) and that function's parameters as the body.
 GrammarSpec kimi_grammar(const ojson& tools, const ToolChoice& choice, bool parallel) {
-  ojson schemas = ojson::array();
   JsonFrame frame;
-  for (const ojson& t : tools) {
-    const ojson& fn = t["function"];
-    const std::string name = fn["name"].get<std::string>();
-    if (choice.kind == ToolChoice::Kind::kNamed && name != choice.name) continue;
-    schemas.push_back(tool_parameters(fn));
-    frame.case_before.push_back(std::string(kKimiCall) + "functions." + name + ":");
-  }
   frame.numbered = kKimiArguments;
   frame.after = kKimiCallEnd;
   frame.open = kKimiSection;
   frame.close = kKimiSectionEnd;
   frame.max_items = parallel ? 0 : 1;
-  GrammarSpec spec;
-  spec.kind = GrammarKind::kJsonSchema;
-  spec.text = schemas.dump();
-  spec.frame = std::move(frame);
-  return spec;
+  return per_function(tools, choice, std::move(frame), [](const std::string& name) {
+    return std::vector<std::string>{std::string(kKimiCall) + "functions." + name + ":"};
+  });
 }
 
 GrammarSpec tool_call_grammar(const ojson& tools, ToolFormat f, const ToolChoice& choice, bool parallel) {
