@@ -39,6 +39,15 @@ std::optional<ToolCall> call_of(const ojson& j) {
   return ToolCall{j["name"].get<std::string>(), args.dump(-1, ' ', false, ojson::error_handler_t::replace)};
 }
 
+// A JSON object's compact text (harmony's and Kimi's arguments, the body
+// alone), or nullopt for anything else or deeper than a request may nest.
+std::optional<std::string> object_text(std::string_view text) {
+  if (json_nesting(text) > kMaxJsonNesting) return std::nullopt;
+  const ojson j = ojson::parse(trim(text), nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return std::nullopt;
+  return j.dump(-1, ' ', false, ojson::error_handler_t::replace);
+}
+
 // The model's text is read as calls only where it nests no deeper than a
 // request may (dumping the arguments recurses once per level).
 std::optional<ToolCall> parse_call(std::string_view text) {
@@ -117,13 +126,9 @@ ParsedReply parse_harmony(std::string_view text) {
     const size_t end = text.substr(stop, kCall.size()) == kCall ? stop + kCall.size() : stop;
     std::string_view name = harmony_recipient(header);
     if (name.starts_with("functions.")) name.remove_prefix(10);
-    std::optional<ToolCall> call;
-    if (!name.empty() && json_nesting(text.substr(body, stop - body)) <= kMaxJsonNesting) {
-      const ojson args = ojson::parse(trim(text.substr(body, stop - body)), nullptr, false);
-      if (!args.is_discarded() && args.is_object())
-        call = ToolCall{std::string(name), args.dump(-1, ' ', false, ojson::error_handler_t::replace)};
-    }
-    if (call) r.calls.push_back(std::move(*call));
+    std::optional<std::string> args;
+    if (!name.empty()) args = object_text(text.substr(body, stop - body));
+    if (args) r.calls.push_back({std::string(name), std::move(*args)});
     else append_content(content, text.substr(open, end - open));
     at = end;
   }
@@ -243,11 +248,9 @@ std::optional<std::vector<ToolCall>> read_kimi_section(std::string_view body) {
     std::string name = kimi_name(body.substr(kKimiCall.size(), args - kKimiCall.size()));
     const size_t at = args + kKimiArguments.size(), end = body.find(kKimiCallEnd, at);
     if (name.empty() || end == std::string_view::npos) return std::nullopt;
-    const std::string_view json = trim(body.substr(at, end - at));
-    if (json_nesting(json) > kMaxJsonNesting) return std::nullopt;
-    const ojson a = ojson::parse(json, nullptr, false);
-    if (a.is_discarded() || !a.is_object()) return std::nullopt;
-    calls.push_back({std::move(name), a.dump(-1, ' ', false, ojson::error_handler_t::replace)});
+    std::optional<std::string> object = object_text(body.substr(at, end - at));
+    if (!object) return std::nullopt;
+    calls.push_back({std::move(name), std::move(*object)});
     body = trim(body.substr(end + kKimiCallEnd.size()));
   }
   if (calls.empty()) return std::nullopt;
