@@ -5,7 +5,8 @@
 // qwen3moe: qwen3's attention and 8 experts a layer, 2 per token; gpt-oss:
 // even layers sliding over 24 positions, attention sinks, YaRN, biases on
 // Q/K/V, output, router and experts, 8 experts a layer, 4 per token, weighed
-// by a softmax over the chosen, clamped SwiGLU): the
+// by a softmax over the chosen, clamped SwiGLU; phi3: fused Q/K/V and
+// gate/up matrices, RoPE over half of each head, LongRoPE): the
 // configuration read, the fast path against the float reference, and the
 // engine's guarantees (identical greedy tokens across attention modes,
 // batches, retained prefixes and preemption; Prompt Cache modules shared and
@@ -26,6 +27,7 @@
 #include "model/perplexity.h"
 #include "model/reference.h"
 #include "pml/pml.h"
+#include "pml/store.h"
 #include "tiny_model.h"
 
 namespace cs {
@@ -57,8 +59,11 @@ TEST_P(Arch, ConfigurationIsRead) {
   EXPECT_EQ(c.head_dim, qwen3 ? 128 : v == "gemma3" ? 256 : 64);
   EXPECT_EQ(c.q_width(), c.n_heads * c.head_dim);
   EXPECT_EQ(c.rope.style, v == "llama3" ? RopeStyle::kAdjacent : RopeStyle::kHalves);
-  EXPECT_EQ(c.rope.factors.size(), v == "llama3" ? size_t(32) : size_t(0));
-  EXPECT_EQ(c.tied_embeddings, v != "qwen2" && !oss);
+  const bool phi = v == "phi3";
+  EXPECT_EQ(c.rope.factors.size(), v == "llama3" ? size_t(32) : phi ? size_t(16) : size_t(0));
+  EXPECT_EQ(c.rope.rot_dim, phi ? 32 : c.head_dim);
+  EXPECT_EQ(c.uses_long_factors(), phi);
+  EXPECT_EQ(c.tied_embeddings, v != "qwen2" && !oss && !phi);
   const LlamaLayer& L = m().layers()[0];
   const bool biases = v == "qwen2" || oss;
   EXPECT_EQ(L.bq.size(), biases ? size_t(c.q_width()) : size_t(0));
@@ -94,6 +99,7 @@ TEST_P(Arch, ConfigurationIsRead) {
   EXPECT_EQ(c.q_scale, 1.0f);
   // Gemma 3: every 6th layer global, the rest slide, with RoPE base 10000.
   // gpt-oss: the even layers slide, with the global layers' RoPE (YaRN).
+  // Phi-3's sliding_window key is left unused (as llama.cpp leaves it).
   EXPECT_EQ(c.window, gemma ? std::vector<int>({40, 40, 40, 40, 40, 0})
                       : oss ? std::vector<int>({24, 0, 24, 0})
                             : std::vector<int>{});
@@ -260,7 +266,7 @@ std::string load_error(test::TinyModelShape shape, const std::string& name) {
 TEST(ArchErrors, UnknownArchitectureListsTheSupportedOnes) {
   test::TinyModelShape s;
   s.arch = "mamba";
-  EXPECT_NE(load_error(s, "tiny_mamba").find("unsupported architecture 'mamba' (supported: llama, qwen2, qwen3, gemma3, qwen3moe, gpt-oss)"),
+  EXPECT_NE(load_error(s, "tiny_mamba").find("unsupported architecture 'mamba' (supported: llama, qwen2, qwen3, gemma3, qwen3moe, gpt-oss, phi3)"),
             std::string::npos);
 }
 
@@ -322,6 +328,84 @@ TEST(ArchRope, YarnScalingIsReadAndAgreesWithTheReference) {
   double mean = 0;
   for (double k : other.kl) mean += k / double(other.kl.size());
   EXPECT_GT(mean, 1e-3);
+}
+
+// Phi-3's fused matrices are split by rows (queries, keys, values; gate,
+// up): the same values written as separate tensors give the same bits.
+TEST(ArchPhi3, FusedMatricesAreTheSeparateOnesSplit) {
+  for (uint32_t type : {0u, 8u}) {
+    test::TinyModelShape s = test::tiny_arch_shape("phi3");
+    s.matrix_type = type;
+    const auto fused = LlamaModel::load(test::tiny_model("tiny_phi3_fused" + std::to_string(type), s));
+    s.fused = false;
+    const auto split = LlamaModel::load(test::tiny_model("tiny_phi3_split" + std::to_string(type), s));
+    EXPECT_EQ(fused->layers()[1].wv.rows, split->layers()[1].wv.rows);
+    EXPECT_EQ(fused->layers()[1].w_up.rows, fused->config().n_ff);
+    PerplexityOptions o;
+    o.n_ctx = 64;
+    const PerplexityResult a = perplexity(*fused, some_tokens(128), o), b = perplexity(*split, some_tokens(128), o);
+    ASSERT_EQ(a.count, b.count);
+    EXPECT_EQ(a.ppl(), b.ppl()) << "matrix type " << type;
+  }
+}
+
+// LongRoPE: the long factors beyond the original context (256 here), the
+// short ones within it, chosen by the context the model runs at; cos/sin
+// scaled by rope.scaling.attn_factor either way. The two sets give other
+// distributions, so an engine, the disk tier and saved Prompt Cache schemas
+// must not mix them.
+TEST(ArchPhi3, LongRopeFactorsFollowTheContext) {
+  const std::string path = test::tiny_model("tiny_phi3", test::tiny_arch_shape("phi3"));
+  const auto m = LlamaModel::load(path);
+  const LlamaConfig& c = m->config();
+  ASSERT_TRUE(c.long_rope());
+  EXPECT_EQ(c.rope_long_after, 256);
+  EXPECT_TRUE(c.uses_long_factors());  // the trained context, 1024
+  EXPECT_FLOAT_EQ(c.rope.factors[0], 1.0f);
+  EXPECT_FLOAT_EQ(c.rope.factors[8], 1.0f + 7.0f * 8 / 16);
+  EXPECT_NEAR(c.rope.mscale, std::sqrt(1.0 + std::log(4.0) / std::log(256.0)), 1e-6);
+  // Pair 15 of 16 (RoPE over 32 of the head's 64 dimensions): its divisor.
+  EXPECT_NEAR(c.rope.angle(100, 15), 100 * std::pow(10000.0, -30.0 / 32) / c.rope.factors[15], 1e-12);
+  m->set_context(256);
+  EXPECT_FALSE(c.uses_long_factors());
+  EXPECT_EQ(c.rope.factors, c.rope_short_factors);
+  EXPECT_EQ(pml::identify(*m).rope, "");
+  m->set_context(257);
+  EXPECT_TRUE(c.uses_long_factors());
+  EXPECT_EQ(pml::identify(*m).rope, "long factors");
+
+  // The short factors against the float reference, and against the long.
+  const auto short_m = LlamaModel::load(path);
+  short_m->set_context(200);
+  const ReferenceModel ref_short(*short_m), ref_long(*m);
+  PerplexityOptions o;
+  o.n_ctx = 64;
+  o.kl_against = &ref_short;
+  const PerplexityResult r = perplexity(*short_m, some_tokens(128), o);
+  std::vector<double> kl = r.kl;
+  std::sort(kl.begin(), kl.end());
+  EXPECT_LT(kl.back(), 1e-3);
+  EXPECT_LE(r.top1_differ, 1);
+  o.kl_against = &ref_long;
+  const PerplexityResult other = perplexity(*short_m, some_tokens(128), o);
+  double mean = 0;
+  for (double k : other.kl) mean += k / double(other.kl.size());
+  EXPECT_GT(mean, 1e-3);
+
+  // An engine whose context wants the other set is refused; one that fits runs.
+  try {
+    Engine e(*short_m, EngineOptions{});
+    ADD_FAILURE() << "an engine of the trained context ran with the short factors";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("turns with its short RoPE factors, chosen for another context than 1024"),
+              std::string::npos)
+        << e.what();
+  }
+  EngineOptions fits;
+  fits.n_ctx = 200;
+  Engine e(*short_m, fits);
+  std::vector<Request> reqs = shared_prompts(1, 40, 8);
+  EXPECT_EQ(run_each(e, reqs)[0].completions[0].tokens.size(), 8u);
 }
 
 }  // namespace

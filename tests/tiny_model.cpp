@@ -29,6 +29,8 @@ TinyModelShape tiny_arch_shape(const std::string& variant) {
     s.arch = "gpt-oss", s.n_layers = 4, s.n_heads = 4, s.n_kv_heads = 2, s.head_dim = 64, s.rope_base = 150000.0f;
     s.window = 24, s.rope_scaling = "yarn", s.rope_scaling_factor = 4, s.rope_orig_ctx = 256;
     s.n_expert = 8, s.n_expert_used = 4, s.n_ff_exp = 64;
+  } else if (variant == "phi3") {
+    s.arch = "phi3", s.rope_dims = 32, s.long_rope_after = 256, s.window = 24;
   } else if (variant == "gemma3") {
     s.arch = "gemma3", s.n_layers = 6, s.head_dim = 256, s.rope_base = 1000000.0f, s.tied = true, s.window = 40;
     s.output_scale = 0.02f;  // embeddings are scaled by sqrt(n_embd) on the way in
@@ -58,6 +60,13 @@ std::string tiny_model(const std::string& name, TinyModelShape s) {
   if (s.rope_scaling_factor) w.kv_f32(a + "rope.scaling.factor", s.rope_scaling_factor);
   if (s.rope_orig_ctx) w.kv_u32(a + "rope.scaling.original_context_length", uint32_t(s.rope_orig_ctx));
   if (s.window) w.kv_u32(a + "attention.sliding_window", uint32_t(s.window));
+  if (s.rope_dims) w.kv_u32(a + "rope.dimension_count", uint32_t(s.rope_dims));
+  if (s.long_rope_after) {
+    w.kv_u32(a + "rope.scaling.original_context_length", uint32_t(s.long_rope_after));
+    // Phi-3's converter: sqrt(1 + ln(growth) / ln(original context)).
+    w.kv_f32(a + "rope.scaling.attn_factor",
+             std::sqrt(1.0f + std::log(float(s.n_ctx) / float(s.long_rope_after)) / std::log(float(s.long_rope_after))));
+  }
   if (s.n_expert) {
     w.kv_u32(a + "expert_count", uint32_t(s.n_expert));
     w.kv_u32(a + "expert_used_count", uint32_t(s.n_expert_used));
@@ -99,6 +108,7 @@ std::string tiny_model(const std::string& name, TinyModelShape s) {
   const bool gemma = std::string(s.arch) == "gemma3";
   const bool qk_norm = s.arch_tensors && (std::string(s.arch) == "qwen3" || std::string(s.arch) == "qwen3moe" || gemma);
   const bool post_norms = s.arch_tensors && gemma;
+  const bool fused = s.fused && std::string(s.arch) == "phi3";
   std::vector<uint8_t> data;
   std::mt19937 rng(s.seed);
   std::normal_distribution<float> nd;
@@ -146,13 +156,23 @@ std::string tiny_model(const std::string& name, TinyModelShape s) {
   add("output_norm.weight", {E}, 0, true);
   if (!s.tied) add("output.weight", {E, V}, s.output_scale);
   if (s.rope_freqs) add("rope_freqs.weight", {D / 2}, 0, false, true);
+  const uint64_t R = s.rope_dims ? uint64_t(s.rope_dims) : D;
+  if (s.long_rope_after) {
+    add("rope_factors_short.weight", {R / 2}, 0, true);       // near 1
+    add("rope_factors_long.weight", {R / 2}, 0, false, true);  // 1 to 8
+  }
   for (int l = 0; l < s.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     add(p + "attn_norm.weight", {E}, 0, true);
     add(p + (oss ? "post_attention_norm.weight" : "ffn_norm.weight"), {E}, 0, true);
-    add(p + "attn_q.weight", {E, QW}, 0.15f);
-    add(p + "attn_k.weight", {E, KW}, 0.15f);
-    add(p + "attn_v.weight", {E, KW}, 0.1f);
+    if (fused) {
+      add(p + "attn_qkv.weight", {E, QW + 2 * KW}, 0.15f);
+    } else {
+      const bool phi = std::string(s.arch) == "phi3";  // the fused file's values, split
+      add(p + "attn_q.weight", {E, QW}, 0.15f);
+      add(p + "attn_k.weight", {E, KW}, 0.15f);
+      add(p + "attn_v.weight", {E, KW}, phi ? 0.15f : 0.1f);
+    }
     add(p + "attn_output.weight", {QW, E}, 0.1f);
     if (biases) {
       add(p + "attn_q.bias", {QW}, 0.5f);
@@ -184,6 +204,9 @@ std::string tiny_model(const std::string& name, TinyModelShape s) {
         add(p + "ffn_up_exps.bias", {FX, X}, 0.2f);
         add(p + "ffn_down_exps.bias", {E, X}, 0.1f);
       }
+    } else if (fused) {
+      add(p + "ffn_up.weight", {E, 2 * F}, 0.1f);  // the gate's rows, then the up projection's
+      add(p + "ffn_down.weight", {F, E}, 0.1f);
     } else {
       add(p + "ffn_gate.weight", {E, F}, 0.1f);
       add(p + "ffn_up.weight", {E, F}, 0.1f);

@@ -23,6 +23,13 @@ struct TinyModelShape {
   float rope_scaling_factor = 0;  // rope.scaling.factor, when set
   int rope_orig_ctx = 0;          // rope.scaling.original_context_length, when set
   int window = 0;                 // attention.sliding_window (Gemma 3), when set
+  int rope_dims = 0;              // rope.dimension_count, when set (Phi-4-mini turns part of each head)
+  // LongRoPE (Phi-3.5, Phi-4-mini): rope_factors_short/long and
+  // rope.scaling.attn_factor, the long factors beyond this original context.
+  int long_rope_after = 0;
+  // phi3: Q/K/V in one attn_qkv and gate/up in one ffn_up; false: the very
+  // same values as separate tensors (attn_q/k/v, ffn_gate/up).
+  bool fused = true;
   // Mixture of experts (qwen3moe): experts per layer, experts per token, each expert's FFN width.
   int n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
   // The matrices' type (ggml's id): 0 F32, 2 Q4_0 or 8 Q8_0 (rows of whole
@@ -38,10 +45,12 @@ struct TinyModelShape {
 // (Qwen 3's attention, 8 experts of 64 a layer, 2 per token), "gpt-oss"
 // (4 layers, the even ones sliding; attention sinks; YaRN; biases on Q/K/V,
 // the output, the router and the experts; 8 experts of 64, 4 per token,
-// weighed by a softmax over the chosen; clamped SwiGLU).
+// weighed by a softmax over the chosen; clamped SwiGLU), "phi3" (fused Q/K/V
+// and gate/up, RoPE over half of each head, LongRoPE's short and long factors
+// with the long ones in use, a sliding_window key that stays unused).
 TinyModelShape tiny_arch_shape(const std::string& variant);
 // Every variant tiny_arch_shape makes, for tests run once per architecture.
-inline constexpr const char* kTinyArchs[] = {"llama3", "qwen2", "qwen3", "gemma3", "qwen3moe", "gpt-oss"};
+inline constexpr const char* kTinyArchs[] = {"llama3", "qwen2", "qwen3", "gemma3", "qwen3moe", "gpt-oss", "phi3"};
 // An architecture's name as a GoogleTest name ("gpt-oss" -> "gpt_oss").
 std::string arch_test_name(const char* arch);
 

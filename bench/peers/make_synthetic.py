@@ -33,6 +33,15 @@ Presets (F16 matrices, F32 norms, biases and frequency factors):
   gpt-oss-20b-8  gpt-oss-20b's widths, experts and routing with 8 of its 24
            layers: d 2880, 64 heads / 8 K/V heads of 64, 32 experts of 2880,
            4 per token (14.4 GiB as F16; 4.5 GiB at llama-quantize MXFP4_MOE)
+  phi3     Phi-4-mini's departures at a small size: phi-3 vocabulary (32064,
+           SentencePiece), d 512, 4 layers, 4 heads / 2 K/V heads of 128 turned
+           over their first 96 dimensions, fused Q/K/V and gate/up matrices,
+           LongRoPE: short and long factors with rope.scaling.attn_factor for a
+           context of 8192 over an original 256 (so a 512-token window turns
+           with the long factors), and Phi-3's sliding_window key (unused)
+  phi3-short  the same with an original context of 1024: a 512-token window
+           turns with the short factors
+  phi4     Phi-4's: the phi3 architecture with full RoPE and no LongRoPE
   llama3-1b  Llama-3.2-1B's shapes: 16 layers, d 2048, 32 heads / 8 K/V heads,
            FFN 8192, llama-bpe vocabulary, tied embeddings (2.5 GB as F16;
            bench/peers/make_1b.sh quantizes it to Q4_K_M)
@@ -79,6 +88,12 @@ PRESETS = {
     "gpt-oss-20b-8": dict(arch="gpt-oss", vocab="o200k", d=2880, layers=8, heads=64, kv=8, ff=2880,
                           base=150000.0, head_dim=64, eps=1e-5, experts=32, used=4, ff_exp=2880,
                           yarn=(32.0, 4096), oss=True, window=128),
+    "phi3": dict(arch="phi3", vocab="phi-3", d=512, layers=4, heads=4, kv=2, ff=1536, base=10000.0,
+                 head_dim=128, rope_dims=96, eps=1e-5, fused=True, longrope=256, window=2047),
+    "phi3-short": dict(arch="phi3", vocab="phi-3", d=512, layers=4, heads=4, kv=2, ff=1536, base=10000.0,
+                       head_dim=128, rope_dims=96, eps=1e-5, fused=True, longrope=1024, window=2047),
+    "phi4": dict(arch="phi3", vocab="phi-3", d=512, layers=4, heads=4, kv=2, ff=1536, base=250000.0,
+                 head_dim=128, eps=1e-5, fused=True, window=0),
     "llama3-1b": dict(arch="llama", vocab="llama-bpe", d=2048, layers=16, heads=32, kv=8, ff=8192,
                       base=500000.0, rope_freqs=True, eps=1e-5),
 }
@@ -151,7 +166,12 @@ def main():
     w.add_head_count_kv(kv)
     w.add_rope_freq_base(p["base"])
     w.add_layer_norm_rms_eps(p["eps"])
-    w.add_rope_dimension_count(hd)
+    w.add_rope_dimension_count(p.get("rope_dims", hd))
+    if "longrope" in p:
+        # Phi-3's converter: the original context, and cos/sin scaled by
+        # sqrt(1 + ln(s) / ln(original)) for the context's growth s.
+        w.add_rope_scaling_orig_ctx_len(p["longrope"])
+        w.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(8192 / p["longrope"]) / math.log(p["longrope"])))
     if "yarn" in p:
         w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
         w.add_rope_scaling_factor(p["yarn"][0])
@@ -161,7 +181,7 @@ def main():
         w.add_expert_used_count(p["used"])
         w.add_expert_feed_forward_length(p["ff_exp"])
     if "window" in p:
-        w.add_sliding_window(p["window"])
+        w.add_sliding_window(p["window"])  # phi3: written by its converter, unused
     if "head_dim" in p:
         w.add_key_length(hd)
         w.add_value_length(hd)
@@ -189,13 +209,23 @@ def main():
         w.add_tensor("output.weight", mat(n_vocab, d, 3.0 / math.sqrt(d)))
     if p.get("rope_freqs"):
         w.add_tensor("rope_freqs.weight", llama31_factors(hd, p["base"]))
+    if "longrope" in p:
+        # Short factors near 1, long ones rising to 32 for the slow pairs,
+        # as Phi-3.5's and Phi-4-mini's lists go.
+        rd = p["rope_dims"]
+        w.add_tensor("rope_factors_short.weight", vec(rd // 2, 1.0, 0.05).clip(0.9, None))
+        w.add_tensor("rope_factors_long.weight", llama31_factors(rd, p["base"], old_ctx=p["longrope"]))
     proj = 1.5 / math.sqrt(d)  # q, k entries of std ~1.5: scores of a few units
     for l in range(p["layers"]):
         b = f"blk.{l}."
         w.add_tensor(b + "attn_norm.weight", vec(d, 1.0, 0.1))
-        w.add_tensor(b + "attn_q.weight", mat(heads * hd, d, proj))
-        w.add_tensor(b + "attn_k.weight", mat(kv * hd, d, proj))
-        w.add_tensor(b + "attn_v.weight", mat(kv * hd, d, 1.0 / math.sqrt(d)))
+        if p.get("fused"):  # Phi-3: the queries' rows, then the keys', then the values'
+            w.add_tensor(b + "attn_qkv.weight", np.concatenate(
+                [mat(heads * hd, d, proj), mat(kv * hd, d, proj), mat(kv * hd, d, 1.0 / math.sqrt(d))]))
+        else:
+            w.add_tensor(b + "attn_q.weight", mat(heads * hd, d, proj))
+            w.add_tensor(b + "attn_k.weight", mat(kv * hd, d, proj))
+            w.add_tensor(b + "attn_v.weight", mat(kv * hd, d, 1.0 / math.sqrt(d)))
         w.add_tensor(b + "attn_output.weight", mat(d, heads * hd, 0.5 / math.sqrt(heads * hd)))
         if p.get("oss"):
             # Biases everywhere; sinks near the scores' own size, so some heads
@@ -228,6 +258,11 @@ def main():
                 w.add_tensor(b + "ffn_gate_exps.bias", np.stack([vec(fx, 0.0, 1.0) for _ in range(n)]))
                 w.add_tensor(b + "ffn_up_exps.bias", np.stack([vec(fx, 0.0, 1.0) for _ in range(n)]))
                 w.add_tensor(b + "ffn_down_exps.bias", np.stack([vec(d, 0.0, 0.1) for _ in range(n)]))
+            continue
+        if p.get("fused"):  # Phi-3: the gate's rows, then the up projection's
+            w.add_tensor(b + "ffn_up.weight", np.concatenate([mat(ff, d, 1.0 / math.sqrt(d)),
+                                                              mat(ff, d, 1.0 / math.sqrt(d))]))
+            w.add_tensor(b + "ffn_down.weight", mat(d, ff, 0.5 / math.sqrt(ff)))
             continue
         w.add_tensor(b + "ffn_gate.weight", mat(ff, d, 1.0 / math.sqrt(d)))
         w.add_tensor(b + "ffn_up.weight", mat(ff, d, 1.0 / math.sqrt(d)))

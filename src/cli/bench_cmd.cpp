@@ -66,7 +66,8 @@ double median(std::vector<double> v) {
 int run_bench_model(const BenchOptions& o) {
   set_threads(o.threads);
   const std::string path = model_path(o.model);
-  auto model = load_model(path, o.device);
+  // The context llama-bench gives its tests (what a LongRoPE file's factors depend on).
+  auto model = load_model(path, o.device, o.depth + o.n_prompt + o.n_gen);
   const LlamaConfig& c = model->config();
   // Both tests must fit the model's context (this also keeps positions and
   // the synthetic token ids far from int overflow).

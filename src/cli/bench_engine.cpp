@@ -195,7 +195,7 @@ int run_bench_engine(BenchEngineOptions o) {
     if (!attn_mode_from(m)) throw Error("unknown mode '" + m + "' (tpp, per-sequence, relay, none, all)");
   if (o.poisson && (o.ns > o.np || o.np < 1 || o.nc < 1 || o.rate <= 0 || o.requests < 1))
     throw Error("--poisson needs 0 <= --ns <= --np, --nc >= 1, --rate > 0 and --requests >= 1");
-  auto model = load_model(o.model, o.device);
+  auto model = load_model(o.model, o.device, o.engine.n_ctx);
   if (!o.json && model->backend().on_device())
     std::printf("device: cuda (%s)\n\n", cuda::device_info().name.c_str());
   if (!o.json) {

@@ -138,7 +138,7 @@ std::string text_of(const Tokenizer& tok, int n, int salt) {
 }
 
 int run(const BenchPmlOptions& o) {
-  auto model = load_model(o.model, o.device);
+  auto model = load_model(o.model, o.device, o.engine.n_ctx);
   if (!o.quality.empty()) return run_quality(o, *model);
   const Tokenizer& tok = model->tokenizer();
   Engine engine(*model, o.engine);

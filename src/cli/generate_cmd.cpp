@@ -54,7 +54,7 @@ std::optional<GrammarSpec> constraint(const GenerateOptions& o) {
 }
 
 int run_generate(GenerateOptions o) {
-  auto model = load_chat_model(o.model, o.chat_template, o.device);
+  auto model = load_chat_model(o.model, o.chat_template, o.device, o.params.engine.n_ctx);
   const Tokenizer& tok = model->tokenizer();
   if (o.prompt.empty() == o.params.pml.empty()) throw Error("give a prompt: either -p TEXT or --pml PROMPT");
   if (!o.params.pml.empty() && o.chat) throw Error("--chat applies to -p; a PML prompt has its own role blocks");

@@ -165,14 +165,16 @@ void add_device_option(CLI::App& cmd, std::string& device) {
       ->check(CLI::IsMember({"off", "interleave"}));
 }
 
-std::unique_ptr<LlamaModel> load_model(const std::string& path, const std::string& device) {
+std::unique_ptr<LlamaModel> load_model(const std::string& path, const std::string& device, int n_ctx) {
   set_numa_policy(g_numa);  // before the weights are repacked
-  return LlamaModel::load(model_path(path), device == "cuda" ? cuda_backend() : cpu_backend());
+  auto model = LlamaModel::load(model_path(path), device == "cuda" ? cuda_backend() : cpu_backend());
+  if (n_ctx > 0) model->set_context(n_ctx);
+  return model;
 }
 
 std::unique_ptr<LlamaModel> load_chat_model(const std::string& path, const std::string& template_file,
-                                            const std::string& device) {
-  auto model = load_model(path, device);
+                                            const std::string& device, int n_ctx) {
+  auto model = load_model(path, device, n_ctx);
   if (!template_file.empty()) {
     std::ifstream in(template_file, std::ios::binary);
     std::ostringstream text;

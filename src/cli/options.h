@@ -35,13 +35,15 @@ void add_model_option(CLI::App& cmd, std::string& path,
                       const char* help = "GGUF model file (default: the SmolLM2 model)");
 // The file -m named, or default_model_path() when it was not given.
 std::string model_path(const std::string& given);
+// The file's bytes, or an Error naming `what` and the path.
+std::string read_text_file(const std::string& path, const char* what);
 // The model at `path` (the default model when empty) with the chat template
 // of `template_file` when one is named; says on stderr, in one line, when the
 // model's chat template is not the file's own (none in the file: ChatML).
-// The file's bytes, or an Error naming `what` and the path.
-std::string read_text_file(const std::string& path, const char* what);
+// n_ctx: the context it will run at, when not the trained one
+// (LlamaModel::set_context: a LongRoPE file's factors depend on it).
 std::unique_ptr<LlamaModel> load_chat_model(const std::string& path, const std::string& template_file,
-                                            const std::string& device = "cpu");
+                                            const std::string& device = "cpu", int n_ctx = 0);
 // --device cpu|cuda: where the model's layers run (default cpu; cuda:
 // model/cuda_ops.h, the GPU's result equal to the CPU's bit for bit),
 // --cuda-graphs on|off (base/launch_queue.h), and --numa off|interleave
@@ -49,6 +51,6 @@ std::unique_ptr<LlamaModel> load_chat_model(const std::string& path, const std::
 void add_device_option(CLI::App& cmd, std::string& device);
 // The model at `path` (the default model when empty) on `device`; a device
 // that is not usable is an Error naming why.
-std::unique_ptr<LlamaModel> load_model(const std::string& path, const std::string& device);
+std::unique_ptr<LlamaModel> load_model(const std::string& path, const std::string& device, int n_ctx = 0);
 
 }  // namespace cs

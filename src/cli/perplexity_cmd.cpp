@@ -61,7 +61,7 @@ std::string read_text(const std::string& path) {
 
 int run(const PerplexityOptionsCli& o) {
   set_threads(o.threads);
-  auto model = load_model(o.model, o.device);
+  auto model = load_model(o.model, o.device, o.n_ctx);
   if (o.n_ctx > model->config().n_ctx_train)
     throw Error("--ctx " + std::to_string(o.n_ctx) + " is larger than the model's trained context of " +
                 std::to_string(model->config().n_ctx_train) + " tokens");

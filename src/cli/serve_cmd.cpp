@@ -62,7 +62,7 @@ int run_serve(ServeOptions o) {
   mallopt(M_ARENA_MAX, 8);
 
   const std::string path = model_path(o.model);
-  auto model = load_chat_model(path, o.chat_template, o.device);
+  auto model = load_chat_model(path, o.chat_template, o.device, o.engine.n_ctx);
   if (o.server.model_id.empty()) o.server.model_id = std::filesystem::path(path).stem().string();
   if (o.server.api_key.empty())
     if (const char* k = std::getenv("CHUNKSERVE_API_KEY")) o.server.api_key = k;

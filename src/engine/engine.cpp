@@ -47,6 +47,10 @@ Engine::Engine(const LlamaModel& model, EngineOptions opt) : model_(model), opt_
   if (opt_.n_ctx > c.n_ctx_train)
     throw Error("--ctx " + std::to_string(opt_.n_ctx) + " is larger than the model's trained context of " +
                 std::to_string(c.n_ctx_train) + " tokens");
+  if (c.long_rope() && c.uses_long_factors() != (n_ctx_ > c.rope_long_after))
+    throw Error("the model turns with its " + std::string(c.uses_long_factors() ? "long" : "short") +
+                " RoPE factors, chosen for another context than " + std::to_string(n_ctx_) +
+                " (LlamaModel::set_context)");
   if (opt_.chunk_size <= 0 || opt_.chunk_size % 64 || opt_.chunk_size > 256)
     throw Error("chunk size " + std::to_string(opt_.chunk_size) + " is not supported (64, 128, 192 or 256)");
   if (!block_head_dim(c.head_dim))
@@ -80,7 +84,8 @@ Engine::Engine(const LlamaModel& model, EngineOptions opt) : model_(model), opt_
     if (!opt_.prefix_caching()) throw Error("--kv-disk needs prefix caching (retained prefixes, a mode other than none)");
     const std::string shape = std::string(kv_type_name(layout.type)) + " chunk " + std::to_string(layout.chunk_size) +
                               " layers " + std::to_string(layout.n_layers) + " kv_heads " +
-                              std::to_string(layout.n_kv_heads) + " head_dim " + std::to_string(layout.head_dim);
+                              std::to_string(layout.n_kv_heads) + " head_dim " + std::to_string(layout.head_dim) +
+                              (c.uses_long_factors() ? " rope long factors" : "");
     DiskTierOptions d;
     d.dir = opt_.kv_disk;
     d.capacity_bytes = opt_.kv_disk_bytes;

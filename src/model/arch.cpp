@@ -18,6 +18,12 @@ constexpr std::array kArchs = {
     ArchTraits{.name = "gpt-oss", .rope = RopeStyle::kHalves, .act = FfnAct::kSwigluOai, .swa_pattern = 2,
                .rope_base_swa = 0.0, .moe = true, .gating = MoeGating::kSoftmaxChosen, .sinks = true,
                .moe_biases = true, .ffn_norm = "post_attention_norm"},
+    // Phi-3, Phi-3.5 and Phi-4 (arch "phi3"): fused Q/K/V and gate/up
+    // projections, RoPE by halves (over the first rope.dimension_count
+    // dimensions: Phi-4-mini turns 3/4 of each head), LongRoPE's factors
+    // where the file has them. llama.cpp leaves the files' sliding window
+    // unused, and so do we (no swa_pattern).
+    ArchTraits{.name = "phi3", .rope = RopeStyle::kHalves, .fused_gate_up = true},
 };
 
 }  // namespace

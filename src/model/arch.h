@@ -55,6 +55,9 @@ struct ArchTraits {
   bool sinks = false;
   bool moe_biases = false;
   std::string_view ffn_norm = "ffn_norm";
+  // Phi-3: ffn_up holds the gate's rows, then the up projection's (2 x
+  // feed_forward_length rows), and there is no ffn_gate.
+  bool fused_gate_up = false;
 };
 
 // nullptr for an architecture we do not run.

@@ -18,7 +18,7 @@
 namespace cs {
 
 // One of the architectures of model/arch.h: Llama 1-3.x and Mistral files,
-// Qwen 2, Qwen 3, Gemma 3. head_dim is n_embd / n_heads unless the file says
+// Qwen 2, Qwen 3, Gemma 3, Qwen3-MoE, gpt-oss, Phi-3/Phi-4. head_dim is n_embd / n_heads unless the file says
 // otherwise (Qwen 3's attention.key_length), so the query width n_heads *
 // head_dim may differ from n_embd.
 struct LlamaConfig {
@@ -27,6 +27,16 @@ struct LlamaConfig {
   int n_vocab = 0, n_ctx_train = 0;
   float rms_eps = 1e-5f;
   RopeParams rope;
+  // LongRoPE (Phi-3.5, Phi-4-mini): two sets of frequency divisors, the
+  // short ones for a context up to rope_long_after positions
+  // (rope.scaling.original_context_length), the long ones beyond it.
+  // rope.factors is the set in use (LlamaModel::set_context); empty: none.
+  std::vector<float> rope_short_factors, rope_long_factors;
+  int rope_long_after = 0;
+  bool long_rope() const { return !rope_long_factors.empty(); }
+  // Whether the long factors turn the angles now (a KV cache made with one
+  // set is not the other's).
+  bool uses_long_factors() const { return long_rope() && rope.factors == rope_long_factors; }
   bool tied_embeddings = false;  // no output.weight: the head is token_embd
   float embd_scale = 1.0f;       // embeddings are multiplied by it (Gemma: sqrt(n_embd))
   FfnAct act = FfnAct::kSilu;
@@ -127,6 +137,13 @@ class LlamaModel {
   // (--chat-template FILE); throws jinja::TemplateError when `source` does
   // not compile.
   void set_chat_template(const std::string& source);
+  // The context the model will run at, in positions: a file with LongRoPE
+  // factors (Phi-3.5, Phi-4-mini) turns with its long ones when this is
+  // more than rope.scaling.original_context_length, else its short ones, as
+  // llama.cpp chooses them for its context. Load chooses for the trained
+  // context (the engine's default); call this before any KV is made.
+  // Other files: no effect.
+  void set_context(int n_ctx);
   const GgufFile& file() const { return *file_; }
   const Backend& backend() const { return *backend_; }
   // The weights as loaded (the float reference, model/reference.h, reads them).

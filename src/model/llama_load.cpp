@@ -41,6 +41,12 @@ void check_shape(const GgufFile& f, const GgufTensor& t, int rows, int cols) {
     f.fail("tensor '" + t.name + "' rows are not whole quantization blocks");
 }
 
+// Bytes of one row of a 2-D tensor (check_shape first: whole blocks).
+size_t row_bytes(const GgufTensor& t) {
+  const TypeInfo info = *type_info(uint32_t(t.type));
+  return size_t(t.ne[0] / int64_t(info.block_elems)) * size_t(info.block_bytes);
+}
+
 // A weight of shape [rows][cols] (GGUF ne = {cols, rows}), packed by the backend.
 Weight load_matrix(const Backend& b, const GgufFile& f, const GgufTensor& t, int rows, int cols) {
   check_shape(f, t, rows, cols);
@@ -77,9 +83,27 @@ int positive(const GgufFile& f, const std::string& key) {
 // (the training context when absent), all of the original angle's share
 // taken (ext_factor 1), and cos/sin scaled by (1 + 0.1 ln factor) times
 // rope.scaling.attn_factor. (llama.cpp reads YaRN's beta, ext-factor and
-// log-multiplier keys only for other architectures.) LongRoPE changes more
-// and is refused rather than approximated.
+// log-multiplier keys only for other architectures.) Without YaRN, cos/sin
+// are still scaled by rope.scaling.attn_factor, as llama.cpp does: Phi-3's
+// LongRoPE files carry it (sqrt(1 + ln(s) / ln(original context)), s the
+// context's growth) with no scaling type; their factors are tensors
+// (load_weights). A file that names another type is refused rather than
+// approximated.
+double rope_attn_factor(const GgufFile& f, const std::string& a) {
+  const double attn = f.get_float(a + "rope.scaling.attn_factor", 1.0);
+  if (!(attn > 0) || !std::isfinite(attn)) f.fail("rope.scaling.attn_factor must be positive");
+  return attn;
+}
+
+int rope_original_context(const GgufFile& f, const std::string& a, int n_ctx_train) {
+  const uint64_t orig = f.get_uint(a + "rope.scaling.original_context_length", uint64_t(n_ctx_train));
+  if (orig == 0 || orig > (1u << 24)) f.fail("rope.scaling.original_context_length has implausible value " + std::to_string(orig));
+  return int(orig);
+}
+
 void read_rope_scaling(const GgufFile& f, const std::string& a, int n_ctx_train, RopeParams& r) {
+  const double attn = rope_attn_factor(f, a);
+  r.mscale = attn;
   const std::string type = f.get_string(a + "rope.scaling.type", "none");
   if (type == "none") return;
   if (type != "linear" && type != "yarn")
@@ -88,10 +112,7 @@ void read_rope_scaling(const GgufFile& f, const std::string& a, int n_ctx_train,
   if (!(factor > 0) || !std::isfinite(factor)) f.fail("rope.scaling.factor must be positive");
   r.freq_scale = 1.0 / factor;
   if (type == "linear") return;
-  const uint64_t orig = f.get_uint(a + "rope.scaling.original_context_length", uint64_t(n_ctx_train));
-  const double attn = f.get_float(a + "rope.scaling.attn_factor", 1.0);
-  if (orig == 0 || orig > (1u << 24)) f.fail("rope.scaling.original_context_length has implausible value " + std::to_string(orig));
-  if (!(attn > 0) || !std::isfinite(attn)) f.fail("rope.scaling.attn_factor must be positive");
+  const int orig = rope_original_context(f, a, n_ctx_train);
   r.yarn = true;
   r.ext_factor = 1.0;
   // The pair that turns n_rot times over the original context.
@@ -134,6 +155,7 @@ void read_windows(const GgufFile& f, const std::string& a, const ArchTraits& tra
   c.rope_swa.base = traits.rope_base_swa;
   c.rope_swa.freq_scale = 1.0;
   c.rope_swa.yarn = false;
+  c.rope_swa.mscale = rope_attn_factor(f, a);
 }
 
 }  // namespace
@@ -169,6 +191,12 @@ void LlamaModel::set_chat_template(const std::string& source) {
   chat_ = std::make_unique<ChatTemplate>(ChatTemplate::for_model(*tok_, source));
   chat_tools_.reset();
   chat_note_.clear();
+}
+
+void LlamaModel::set_context(int n_ctx) {
+  LlamaConfig& c = cfg_;
+  if (!c.long_rope()) return;
+  c.rope.factors = n_ctx > c.rope_long_after ? c.rope_long_factors : c.rope_short_factors;
 }
 
 const ArchTraits& LlamaModel::load_config() {
@@ -250,6 +278,18 @@ void LlamaModel::load_weights(const ArchTraits& traits) {
   output_norm_ = load_vector(f, "output_norm.weight", c.n_embd);
   // Llama 3.x's long-context RoPE: per-pair frequency divisors.
   c.rope.factors = optional_vector(f, "rope_freqs.weight", c.rope.rot_dim / 2, false);
+  // Phi-3's LongRoPE: a short and a long set of them, chosen by the context
+  // (set_context; here for the trained context, the engine's default).
+  const bool has_short = f.find_tensor("rope_factors_short.weight") != nullptr;
+  const bool has_long = f.find_tensor("rope_factors_long.weight") != nullptr;
+  if (has_short != has_long) f.fail("the file has only one of rope_factors_short and rope_factors_long");
+  if (has_long) {
+    if (!c.rope.factors.empty()) f.fail("the file has both rope_freqs and LongRoPE's factors");
+    c.rope_short_factors = load_vector(f, "rope_factors_short.weight", c.rope.rot_dim / 2);
+    c.rope_long_factors = load_vector(f, "rope_factors_long.weight", c.rope.rot_dim / 2);
+    c.rope_long_after = rope_original_context(f, c.arch + ".", c.n_ctx_train);
+    set_context(c.n_ctx_train);
+  }
 
   const int E = c.n_embd, QW = c.q_width(), KW = c.kv_width();
   auto matrix = [&](const std::string& name, int rows, int cols) { return load_matrix(b, f, f.tensor(name), rows, cols); };
@@ -261,9 +301,20 @@ void LlamaModel::load_weights(const ArchTraits& traits) {
     // Post-norms are Gemma 3's (gpt-oss's post_attention_norm is its FFN norm).
     if (traits.post_norms) L.attn_post_norm = optional_vector(f, p + "post_attention_norm.weight", E, true);
     L.ffn_post_norm = optional_vector(f, p + "post_ffw_norm.weight", E, traits.post_norms);
-    L.wq = matrix(p + "attn_q.weight", QW, E);
-    L.wk = matrix(p + "attn_k.weight", KW, E);
-    L.wv = matrix(p + "attn_v.weight", KW, E);
+    // Phi-3's fused projection (attn_qkv): the queries' rows, then the
+    // keys', then the values', each part packed as a matrix of its own.
+    const GgufTensor* qkv = f.find_tensor(p + "attn_qkv.weight");
+    if (qkv) {
+      check_shape(f, *qkv, QW + 2 * KW, E);
+      const size_t rb = row_bytes(*qkv);
+      L.wq = b.matrix(qkv->type, QW, E, qkv->data);
+      L.wk = b.matrix(qkv->type, KW, E, qkv->data + size_t(QW) * rb);
+      L.wv = b.matrix(qkv->type, KW, E, qkv->data + size_t(QW + KW) * rb);
+    } else {
+      L.wq = matrix(p + "attn_q.weight", QW, E);
+      L.wk = matrix(p + "attn_k.weight", KW, E);
+      L.wv = matrix(p + "attn_v.weight", KW, E);
+    }
     L.wo = matrix(p + "attn_output.weight", E, QW);
     if (c.moe()) {
       L.router = matrix(p + "ffn_gate_inp.weight", c.n_expert, E);
@@ -277,14 +328,28 @@ void LlamaModel::load_weights(const ArchTraits& traits) {
       L.exp_gate_b = optional_vector(f, p + "ffn_gate_exps.bias", c.n_expert * c.n_ff_exp, need);
       L.exp_up_b = optional_vector(f, p + "ffn_up_exps.bias", c.n_expert * c.n_ff_exp, need);
       L.exp_down_b = optional_vector(f, p + "ffn_down_exps.bias", c.n_expert * E, need);
+    } else if (traits.fused_gate_up && !f.find_tensor(p + "ffn_gate.weight")) {
+      // The gate's rows first (SwiGLU's silu side), then the up projection's.
+      const GgufTensor& up = f.tensor(p + "ffn_up.weight");
+      check_shape(f, up, 2 * c.n_ff, E);
+      L.w_gate = b.matrix(up.type, c.n_ff, E, up.data);
+      L.w_up = b.matrix(up.type, c.n_ff, E, up.data + size_t(c.n_ff) * row_bytes(up));
+      L.w_down = matrix(p + "ffn_down.weight", E, c.n_ff);
     } else {
       L.w_gate = matrix(p + "ffn_gate.weight", c.n_ff, E);
       L.w_up = matrix(p + "ffn_up.weight", c.n_ff, E);
       L.w_down = matrix(p + "ffn_down.weight", E, c.n_ff);
     }
-    L.bq = optional_vector(f, p + "attn_q.bias", QW, traits.qkv_bias);
-    L.bk = optional_vector(f, p + "attn_k.bias", KW, traits.qkv_bias);
-    L.bv = optional_vector(f, p + "attn_v.bias", KW, traits.qkv_bias);
+    if (qkv && f.find_tensor(p + "attn_qkv.bias")) {
+      const std::vector<float> bias = load_vector(f, p + "attn_qkv.bias", QW + 2 * KW);
+      L.bq.assign(bias.begin(), bias.begin() + QW);
+      L.bk.assign(bias.begin() + QW, bias.begin() + QW + KW);
+      L.bv.assign(bias.begin() + QW + KW, bias.end());
+    } else {
+      L.bq = optional_vector(f, p + "attn_q.bias", QW, traits.qkv_bias);
+      L.bk = optional_vector(f, p + "attn_k.bias", KW, traits.qkv_bias);
+      L.bv = optional_vector(f, p + "attn_v.bias", KW, traits.qkv_bias);
+    }
     L.bo = optional_vector(f, p + "attn_output.bias", E, traits.moe_biases);
     L.sinks = optional_vector(f, p + "attn_sinks.weight", c.n_heads, traits.sinks);
     L.q_norm = optional_vector(f, p + "attn_q_norm.weight", c.head_dim, traits.qk_norm);

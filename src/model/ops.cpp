@@ -151,7 +151,7 @@ void RopeTable::build(const int32_t* pos, int n_tok, const RopeParams& p) {
   style = p.style;
   cos_.resize(size_t(n_tok) * half);
   sin_.resize(size_t(n_tok) * half);
-  const double m = p.yarn ? p.mscale : 1.0;
+  const double m = p.mscale;
   for (int t = 0; t < n_tok; ++t)
     for (int i = 0; i < half; ++i) {
       const double theta = p.angle(double(pos[t]), i);

@@ -47,6 +47,7 @@ struct RopeParams {
   // ext_factor * (1 - clamp((i - yarn_low) / (yarn_high - yarn_low), 0, 1)),
   // so fast pairs keep their angle and slow ones are interpolated; cos and
   // sin are multiplied by mscale (scores by its square). llama.cpp's rule.
+  // mscale applies without YaRN too (rope.scaling.attn_factor: LongRoPE).
   bool yarn = false;
   double ext_factor = 0.0, yarn_low = 0.0, yarn_high = 0.0, mscale = 1.0;
   // The angle of pair i at position pos, and the factor cos and sin take.

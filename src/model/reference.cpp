@@ -53,15 +53,15 @@ void rope(float* x, int heads, int head_dim, const RopeParams& r, int pos) {
       // Pair i's wavelength in positions, and its angle at pos.
       double wavelength = 2 * M_PI / std::pow(r.base, -2.0 * i / r.rot_dim);
       if (!r.factors.empty()) wavelength *= r.factors[size_t(i)];
-      double theta = 2 * M_PI * pos / wavelength * r.freq_scale, m = 1.0;
+      double theta = 2 * M_PI * pos / wavelength * r.freq_scale;
+      const double m = r.mscale;  // rope.scaling.attn_factor, with YaRN's own share
       if (r.yarn) {
         // YaRN: the original angle's share falls from ext_factor at pair
-        // yarn_low to 0 at yarn_high, linearly; cos and sin scaled by mscale.
+        // yarn_low to 0 at yarn_high, linearly.
         const double share = i <= r.yarn_low    ? 1.0
                              : i >= r.yarn_high ? 0.0
                                                 : 1.0 - (i - r.yarn_low) / std::max(0.001, r.yarn_high - r.yarn_low);
         theta = theta * (1 - share * r.ext_factor) + 2 * M_PI * pos / wavelength * share * r.ext_factor;
-        m = r.mscale;
       }
       const double c = std::cos(theta) * m, s = std::sin(theta) * m;
       float* head = x + size_t(h) * head_dim;

@@ -33,7 +33,11 @@ json layout_json(const KvLayout& L) {
           {"n_kv_heads", L.n_kv_heads}, {"head_dim", L.head_dim}};
 }
 
-json model_json(const ModelIdentity& m) { return {{"file", m.file}, {"size", m.size}, {"sha256", m.sha256}}; }
+json model_json(const ModelIdentity& m) {
+  json j = {{"file", m.file}, {"size", m.size}, {"sha256", m.sha256}};
+  if (!m.rope.empty()) j["rope"] = m.rope;
+  return j;
+}
 
 std::string read_text(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);
@@ -67,7 +71,8 @@ std::string saved_schema_path(const std::string& dir, const std::string& name) {
 
 ModelIdentity identify(const LlamaModel& model) {
   const MappedFile& f = model.file().mapped();
-  return {fs::path(f.path()).filename().string(), f.size(), sha256_hex({f.data(), f.size()})};
+  return {fs::path(f.path()).filename().string(), f.size(), sha256_hex({f.data(), f.size()}),
+          model.config().uses_long_factors() ? "long factors" : ""};
 }
 
 std::vector<std::string> remove_stale_saves(const std::string& dir) {
@@ -157,6 +162,9 @@ SavedSchema read_saved_schema(const std::string& path, const ModelIdentity& mode
       throw stale("saved for the model " + m.at("model").at("file").get<std::string>() + " (sha256 " +
                   m.at("model").at("sha256").get<std::string>().substr(0, 12) + "...), not " + model.file +
                   " (sha256 " + model.sha256.substr(0, 12) + "...)");
+    if (m.at("model").value("rope", std::string()) != model.rope)
+      throw stale("saved with the model's " + std::string(model.rope.empty() ? "long" : "short") +
+                  " RoPE factors (another context), not its " + (model.rope.empty() ? "short" : "long") + " ones");
     if (m.at("kv") != layout_json(layout))
       throw stale("saved for the KV layout " + m.at("kv").dump() + ", not " + layout_json(layout).dump());
     if (m.at("pad").get<int32_t>() != pad) throw stale("saved with another placeholder token");

@@ -27,6 +27,10 @@ struct ModelIdentity {
   std::string file;  // the model file's name (not its directory)
   uint64_t size = 0;
   std::string sha256;
+  // "long factors" where a LongRoPE file turns with its long ones (the
+  // context decides: LlamaModel::set_context), else "": the same file's KV
+  // differs between the two.
+  std::string rope;
 };
 // Hashes the model's file (once per call: keep the result).
 ModelIdentity identify(const LlamaModel& model);
