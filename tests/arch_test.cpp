@@ -56,12 +56,12 @@ TEST_P(Arch, ConfigurationIsRead) {
   const std::string v = GetParam();
   const bool oss = v == "gpt-oss", moe = v == "qwen3moe" || oss, qwen3 = v == "qwen3" || v == "qwen3moe";
   EXPECT_EQ(c.arch, v == "llama3" ? "llama" : v);
-  EXPECT_EQ(c.head_dim, qwen3 ? 128 : v == "gemma3" ? 256 : 64);
+  EXPECT_EQ(c.head_dim, qwen3 ? 128 : v == "gemma3" ? 256 : v == "phi3" ? 96 : 64);
   EXPECT_EQ(c.q_width(), c.n_heads * c.head_dim);
   EXPECT_EQ(c.rope.style, v == "llama3" ? RopeStyle::kAdjacent : RopeStyle::kHalves);
   const bool phi = v == "phi3";
-  EXPECT_EQ(c.rope.factors.size(), v == "llama3" ? size_t(32) : phi ? size_t(16) : size_t(0));
-  EXPECT_EQ(c.rope.rot_dim, phi ? 32 : c.head_dim);
+  EXPECT_EQ(c.rope.factors.size(), v == "llama3" || phi ? size_t(32) : size_t(0));
+  EXPECT_EQ(c.rope.rot_dim, phi ? 64 : c.head_dim);
   EXPECT_EQ(c.uses_long_factors(), phi);
   EXPECT_EQ(c.tied_embeddings, v != "qwen2" && !oss && !phi);
   const LlamaLayer& L = m().layers()[0];
@@ -362,10 +362,10 @@ TEST(ArchPhi3, LongRopeFactorsFollowTheContext) {
   EXPECT_EQ(c.rope_long_after, 256);
   EXPECT_TRUE(c.uses_long_factors());  // the trained context, 1024
   EXPECT_FLOAT_EQ(c.rope.factors[0], 1.0f);
-  EXPECT_FLOAT_EQ(c.rope.factors[8], 1.0f + 7.0f * 8 / 16);
+  EXPECT_FLOAT_EQ(c.rope.factors[8], 1.0f + 7.0f * 8 / 32);
   EXPECT_NEAR(c.rope.mscale, std::sqrt(1.0 + std::log(4.0) / std::log(256.0)), 1e-6);
-  // Pair 15 of 16 (RoPE over 32 of the head's 64 dimensions): its divisor.
-  EXPECT_NEAR(c.rope.angle(100, 15), 100 * std::pow(10000.0, -30.0 / 32) / c.rope.factors[15], 1e-12);
+  // Pair 31 of 32 (RoPE over 64 of the head's 96 dimensions): its divisor.
+  EXPECT_NEAR(c.rope.angle(100, 31), 100 * std::pow(10000.0, -62.0 / 64) / c.rope.factors[31], 1e-12);
   m->set_context(256);
   EXPECT_FALSE(c.uses_long_factors());
   EXPECT_EQ(c.rope.factors, c.rope_short_factors);

@@ -30,7 +30,8 @@ TinyModelShape tiny_arch_shape(const std::string& variant) {
     s.window = 24, s.rope_scaling = "yarn", s.rope_scaling_factor = 4, s.rope_orig_ctx = 256;
     s.n_expert = 8, s.n_expert_used = 4, s.n_ff_exp = 64;
   } else if (variant == "phi3") {
-    s.arch = "phi3", s.rope_dims = 32, s.long_rope_after = 256, s.window = 24;
+    // Phi-3.5-mini's head dim (96), RoPE over part of it as Phi-4-mini's.
+    s.arch = "phi3", s.n_embd = 192, s.rope_dims = 64, s.long_rope_after = 256, s.window = 24;
   } else if (variant == "gemma3") {
     s.arch = "gemma3", s.n_layers = 6, s.head_dim = 256, s.rope_base = 1000000.0f, s.tied = true, s.window = 40;
     s.output_scale = 0.02f;  // embeddings are scaled by sqrt(n_embd) on the way in

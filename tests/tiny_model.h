@@ -45,9 +45,10 @@ struct TinyModelShape {
 // (Qwen 3's attention, 8 experts of 64 a layer, 2 per token), "gpt-oss"
 // (4 layers, the even ones sliding; attention sinks; YaRN; biases on Q/K/V,
 // the output, the router and the experts; 8 experts of 64, 4 per token,
-// weighed by a softmax over the chosen; clamped SwiGLU), "phi3" (fused Q/K/V
-// and gate/up, RoPE over half of each head, LongRoPE's short and long factors
-// with the long ones in use, a sliding_window key that stays unused).
+// weighed by a softmax over the chosen; clamped SwiGLU), "phi3" (head dim 96,
+// fused Q/K/V and gate/up, RoPE over 64 of each head's 96 dimensions,
+// LongRoPE's short and long factors with the long ones in use, a
+// sliding_window key that stays unused).
 TinyModelShape tiny_arch_shape(const std::string& variant);
 // Every variant tiny_arch_shape makes, for tests run once per architecture.
 inline constexpr const char* kTinyArchs[] = {"llama3", "qwen2", "qwen3", "gemma3", "qwen3moe", "gpt-oss", "phi3"};

@@ -41,6 +41,8 @@ Presets (F16 matrices, F32 norms, biases and frequency factors):
            with the long factors), and Phi-3's sliding_window key (unused)
   phi3-short  the same with an original context of 1024: a 512-token window
            turns with the short factors
+  phi35    Phi-3.5-mini's: head dim 96 (d 384, 4 heads, as many K/V heads), RoPE
+           over all of it, LongRoPE as phi3 (an original context of 256)
   phi4     Phi-4's: the phi3 architecture with full RoPE and no LongRoPE
   llama3-1b  Llama-3.2-1B's shapes: 16 layers, d 2048, 32 heads / 8 K/V heads,
            FFN 8192, llama-bpe vocabulary, tied embeddings (2.5 GB as F16;
@@ -92,6 +94,8 @@ PRESETS = {
                  head_dim=128, rope_dims=96, eps=1e-5, fused=True, longrope=256, window=2047),
     "phi3-short": dict(arch="phi3", vocab="phi-3", d=512, layers=4, heads=4, kv=2, ff=1536, base=10000.0,
                        head_dim=128, rope_dims=96, eps=1e-5, fused=True, longrope=1024, window=2047),
+    "phi35": dict(arch="phi3", vocab="phi-3", d=384, layers=4, heads=4, kv=4, ff=1024, base=10000.0,
+                  head_dim=96, rope_dims=96, eps=1e-5, fused=True, longrope=256, window=262144),
     "phi4": dict(arch="phi3", vocab="phi-3", d=512, layers=4, heads=4, kv=2, ff=1536, base=250000.0,
                  head_dim=128, eps=1e-5, fused=True, window=0),
     "llama3-1b": dict(arch="llama", vocab="llama-bpe", d=2048, layers=16, heads=32, kv=8, ff=8192,

@@ -14,7 +14,7 @@
 // L_i - n_i + k + 1 of its L_i cached keys (causal prefill; decode sees all).
 // Grouped-query attention: query head h reads KV head h / (n_heads / n_kv_heads).
 // fp32 accumulation; K/V read in the pool's storage type. Multithreaded.
-// Shapes: head_dim 64, 128 or 256, chunk size a multiple of 64 up to 256 (else
+// Shapes: head_dim 64, 96, 128 or 256, chunk size a multiple of 64 up to 256 (else
 // cs::Error).
 #pragma once
 #include <memory>

@@ -16,7 +16,7 @@ struct BlockJob {
   const uint8_t* v = nullptr;   // chunk V block, [c][d]
   int kv_type = 0;              // KvType: 0 f32, 1 f16, 2 bf16
   int c = 64;                   // chunk size: row stride of K^T (multiple of 64)
-  int d = 64;                   // head dim: 64, 128 or 256
+  int d = 64;                   // head dim: 64, 96, 128 or 256
   const int* limit = nullptr;   // per row: keys [0, limit) of this chunk are visible
   // Per row, or null for 0: keys before `first` are not visible either (a
   // sliding window's edge). Either first < limit or limit == 0.
@@ -35,8 +35,8 @@ struct BlockJob {
 void block_update(const BlockJob& job);
 
 // The head dims the block kernel (and so the chunk cache) runs.
-constexpr bool block_head_dim(int d) { return d == 64 || d == 128 || d == 256; }
-constexpr const char* kBlockHeadDims = "64, 128 or 256";
+constexpr bool block_head_dim(int d) { return d == 64 || d == 96 || d == 128 || d == 256; }
+constexpr const char* kBlockHeadDims = "64, 96, 128 or 256";
 
 // One per ISA, exposed for tests.
 void block_update_scalar(const BlockJob& job);

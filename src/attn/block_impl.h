@@ -210,6 +210,15 @@ void softmax_rows(const cs::BlockJob& j, float* S, int cols) {
   }
 }
 
+// The widest slice of V's D columns, at most PvCols and a whole number of
+// vectors of W, that divides D.
+template <int D, int PvCols, int W>
+constexpr int pv_slice() {
+  int dh = D < PvCols ? D : PvCols;
+  while (D % dh || dh % W) dh -= W;
+  return dh;
+}
+
 // One chunk for nq rows. kWiden (fp16/bf16 storage, many rows): each 64-row
 // slice of K^T, then each 64-column slice of V, is widened to fp32 once, by
 // the first row block while it computes, into one buffer the other row
@@ -235,8 +244,10 @@ void block_impl(const cs::BlockJob& job) {
     qs = qcopy;
   }
   const int block_bytes = D * j.c * int(sizeof(E));
-  constexpr int KD = kWiden && D > 64 ? 64 : D;
-  constexpr int DH = D < Sh::kPvCols ? D : Sh::kPvCols;
+  // Slices of K^T (KD of its d rows) and of V (DH columns) divide d: 64 and
+  // the tile's width for 64, 128 and 256; Phi-3's 96 takes 48 and 48 (or 32).
+  constexpr int KD = kWiden && D > 64 ? (D % 64 ? D / 2 : 64) : D;
+  constexpr int DH = pv_slice<D, Sh::kPvCols, W>();
   // Each row block asks the pacer once per d (scores) or key (P.V) of every
   // tile, or once per group of them (prefetch_group); the requests are spread
   // over the first 1 / Ops::kPrefetchFront of those calls.
@@ -333,6 +344,7 @@ void block_entry(const cs::BlockJob& j) {
     s.first = j.first ? j.first + r0 : nullptr;
     if (j.d == 256) dispatch_type<Ops, 256>(s);
     else if (j.d == 128) dispatch_type<Ops, 128>(s);
+    else if (j.d == 96) dispatch_type<Ops, 96>(s);
     else dispatch_type<Ops, 64>(s);
   }
 }

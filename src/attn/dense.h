@@ -22,7 +22,7 @@ struct DenseBlocks {
 // out = softmax(q . K^T / sqrt(d)) V over keys [first[r], visible[r])
 // (first null: from 0), first[r] < visible[r]; with sink[r] (null: none) a
 // logit in the softmax's denominator with no value (attn/state.h).
-// Head dims 64, 128 and 256 run the block kernel (runtime-dispatched SIMD,
+// Head dims 64, 96, 128 and 256 run the block kernel (runtime-dispatched SIMD,
 // online softmax, the next block prefetched) on up to 64 rows per call; any
 // other head dim runs a plain two-pass loop per row. fp32 accumulation.
 void attend_rows(const float* q, float* out, const size_t* off, const int* first, const int* visible, int nq,
