@@ -8,7 +8,11 @@
 #  - tests/data/vocab/ggml-vocab-o200k.gguf: gpt-oss's tokenizer, which the
 #    sdist lacks, from the o200k_base ranks in PyPI's litellm wheel (its
 #    tiktoken cache) through scripts/make_o200k_vocab.py, with test ids from
-#    tiktoken.
+#    tiktoken;
+#  - tests/data/vocab/ggml-vocab-tekken.gguf: Mistral's Tekken tokenizer
+#    (Mistral Nemo, Mistral Small 3.x), from tekken_240718.json in PyPI's
+#    mistral-common wheel through scripts/make_tekken_vocab.py, with test ids
+#    from tiktoken over its ranks (as mistral_common's Tekkenizer encodes).
 # Idempotent.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -17,7 +21,10 @@ out="$root/tests/data/vocab"
 templates="$root/tests/data/templates"
 LITELLM_VERSION=${LITELLM_VERSION:-1.110.2}
 o200k_done="$out/.complete-o200k-$LITELLM_VERSION"
-[ -f "$out/.complete-$VERSION" ] && [ -f "$templates/.complete-$VERSION" ] && [ -f "$o200k_done" ] && exit 0
+MISTRAL_COMMON_VERSION=${MISTRAL_COMMON_VERSION:-1.13.1}
+tekken_done="$out/.complete-tekken-$MISTRAL_COMMON_VERSION"
+[ -f "$out/.complete-$VERSION" ] && [ -f "$templates/.complete-$VERSION" ] && [ -f "$o200k_done" ] &&
+  [ -f "$tekken_done" ] && exit 0
 tarball="$root/bench/peers/.work/llama_cpp_python-$VERSION.tar.gz"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -42,4 +49,15 @@ if [ ! -f "$o200k_done" ]; then
   python3 "$root/scripts/make_o200k_vocab.py" "$tmp/litellm/$ranks" "$out" \
     --template "$templates/openai-gpt-oss-120b.jinja" --inp "$out/ggml-vocab-llama-bpe.gguf.inp" >&2
   touch "$o200k_done"
+fi
+
+if [ ! -f "$tekken_done" ]; then
+  echo "fetch_vocabs: tekken from the mistral-common $MISTRAL_COMMON_VERSION wheel (PyPI)" >&2
+  python3 -m pip download --quiet --no-deps --only-binary :all: "mistral-common==$MISTRAL_COMMON_VERSION" -d "$tmp/mc"
+  json=mistral_common/data/tekken_240718.json
+  python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extract(sys.argv[2], sys.argv[3])' \
+    "$(ls "$tmp"/mc/mistral_common-*.whl | head -1)" "$json" "$tmp/mc"
+  python3 "$root/scripts/make_tekken_vocab.py" "$tmp/mc/$json" "$out" \
+    --template "$templates/mistralai-Mistral-Nemo-Instruct-2407.jinja" --inp "$out/ggml-vocab-llama-bpe.gguf.inp" >&2
+  touch "$tekken_done"
 fi

@@ -33,6 +33,8 @@ try:
 except ImportError:
     sys.exit("make_o200k_vocab.py needs PyPI's gguf and tiktoken (scripts/setup.sh installs them)")
 
+from bpe_ranks import byte_map, merges_of, read_inp, write_tests
+
 # tiktoken's cache names a file by the SHA-1 of its URL.
 RANKS_CACHE_NAME = "fb374d419588a4632f3f557e76b4b70aebbca790"
 
@@ -44,38 +46,6 @@ EXTRA_TEXTS = [
     "Ünïcödé façade naïve — “quotes” 日本語のテキスト 한국어",
     "emoji 🦙🚀 and combining e\u0301 marks",
 ]
-
-
-def byte_map():
-    """GPT-2's reversible map from bytes to printable code points."""
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
-    out, extra = {}, 0
-    for b in range(256):
-        if b in keep:
-            out[b] = chr(b)
-        else:
-            out[b] = chr(256 + extra)
-            extra += 1
-    return out
-
-
-def split_of(token, ranks):
-    """The two parts the byte-pair merges over ranks below the token's own
-    join last (tiktoken's encoding, stopped before the token itself)."""
-    limit = ranks[token]
-    parts = [bytes([b]) for b in token]
-    while True:
-        best, at = None, None
-        for i in range(len(parts) - 1):
-            r = ranks.get(parts[i] + parts[i + 1])
-            if r is not None and r < limit and (best is None or r < best):
-                best, at = r, i
-        if best is None:
-            break
-        parts[at:at + 2] = [parts[at] + parts[at + 1]]
-    if len(parts) != 2:
-        sys.exit(f"token {token!r} (rank {limit}) does not split into two parts: {parts}")
-    return parts
 
 
 def main():
@@ -115,12 +85,7 @@ def main():
         types[i] = 3  # control: only the chat template writes them
     if any(t is None for t in tokens):
         sys.exit("the ranks and specials leave ids unnamed")
-    merges = []
-    for tok, r in sorted(ranks.items(), key=lambda kv: kv[1]):
-        if len(tok) < 2:
-            continue
-        left, right = split_of(tok, ranks)
-        merges.append("".join(bmap[b] for b in left) + " " + "".join(bmap[b] for b in right))
+    merges = merges_of(ranks, bmap)
 
     os.makedirs(a.out_dir, exist_ok=True)
     path = os.path.join(a.out_dir, "ggml-vocab-o200k.gguf")
@@ -143,17 +108,8 @@ def main():
     w.write_tensors_to_file()
     w.close()
 
-    texts = []
-    if a.inp:
-        with open(a.inp, encoding="utf-8") as f:
-            texts = f.read().split("\n__ggml_vocab_test__\n")[:-1]
-    texts += EXTRA_TEXTS
-    with open(path + ".inp", "w", encoding="utf-8") as f:
-        for t in texts:
-            f.write(t + "\n__ggml_vocab_test__\n")
-    with open(path + ".out", "w", encoding="utf-8") as f:
-        for t in texts:
-            f.write(" ".join(str(i) for i in enc.encode_ordinary(t)) + "\n")
+    texts = (read_inp(a.inp) if a.inp else []) + EXTRA_TEXTS
+    write_tests(path, texts, enc.encode_ordinary)
     print(f"{path}: {n_vocab} tokens, {len(merges)} merges, {len(texts)} test texts")
 
 

@@ -4,7 +4,9 @@
 // tests/data/vocab). Encoded as llama.cpp's test-tokenizer-0 does: no BOS,
 // special-token texts taken as text. o200k (gpt-oss), which the sdist
 // lacks, is made by scripts/make_o200k_vocab.py with its ids from tiktoken,
-// OpenAI's own implementation.
+// OpenAI's own implementation; Tekken (Mistral Nemo, Mistral Small 3.x) by
+// scripts/make_tekken_vocab.py from mistral-common's file, its ids from
+// tiktoken as mistral_common's Tekkenizer runs it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -188,7 +190,8 @@ TEST(VocabMarkup, ControlMarkersOfThoughtsAndCallsAreText) {
 
 INSTANTIATE_TEST_SUITE_P(LlamaCppData, Vocab,
                          testing::Values("llama-bpe", "qwen2", "gpt-2", "starcoder", "refact", "deepseek-llm",
-                                         "deepseek-coder", "command-r", "falcon", "mpt", "phi-3", "llama-spm", "o200k"),
+                                         "deepseek-coder", "command-r", "falcon", "mpt", "phi-3", "llama-spm", "o200k",
+                                         "tekken"),
                          [](const auto& p) {
                            std::string n = p.param;
                            for (char& c : n) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
@@ -213,13 +216,13 @@ TEST(Vocab, BosByDefaultFollowsLlamaCpp) {
 TEST(Vocab, AnUnknownPreTokenizerIsAnError) {
   VocabSpec s;
   s.model = "gpt2";
-  s.pre = "tekken";
+  s.pre = "viking";
   s.tokens = {"a"};
   try {
     Tokenizer t(s);
     ADD_FAILURE() << "accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("unsupported tokenizer.ggml.pre 'tekken' (supported: default, gpt-2,"),
+    EXPECT_NE(std::string(e.what()).find("unsupported tokenizer.ggml.pre 'viking' (supported: default, gpt-2,"),
               std::string::npos)
         << e.what();
   }

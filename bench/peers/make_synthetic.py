@@ -44,6 +44,10 @@ Presets (F16 matrices, F32 norms, biases and frequency factors):
   phi35    Phi-3.5-mini's: head dim 96 (d 384, 4 heads, as many K/V heads), RoPE
            over all of it, LongRoPE as phi3 (an original context of 256)
   phi4     Phi-4's: the phi3 architecture with full RoPE and no LongRoPE
+  mistral-small  Mistral Small 3.x's departures at a small size: the llama
+           architecture with the Tekken vocabulary (131072; scripts/
+           make_tekken_vocab.py), d 512, 4 layers, 8 heads / 2 K/V heads of 128
+           (a query width of 1024 over d 512, as 32 x 128 over 5120), RoPE base 1e8
   llama3-1b  Llama-3.2-1B's shapes: 16 layers, d 2048, 32 heads / 8 K/V heads,
            FFN 8192, llama-bpe vocabulary, tied embeddings (2.5 GB as F16;
            bench/peers/make_1b.sh quantizes it to Q4_K_M)
@@ -98,6 +102,8 @@ PRESETS = {
                   head_dim=96, rope_dims=96, eps=1e-5, fused=True, longrope=256, window=262144),
     "phi4": dict(arch="phi3", vocab="phi-3", d=512, layers=4, heads=4, kv=2, ff=1536, base=250000.0,
                  head_dim=128, eps=1e-5, fused=True, window=0),
+    "mistral-small": dict(arch="llama", vocab="tekken", d=512, layers=4, heads=8, kv=2, ff=1536,
+                          base=1e8, head_dim=128, eps=1e-5),
     "llama3-1b": dict(arch="llama", vocab="llama-bpe", d=2048, layers=16, heads=32, kv=8, ff=8192,
                       base=500000.0, rope_freqs=True, eps=1e-5),
 }

@@ -28,6 +28,13 @@ const char* kO200k =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+"
     "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|"
     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+// Tekken (Mistral Nemo, Mistral Small 3.x, Devstral, Magistral): o200k's
+// words without the contractions, digits one by one. The tokenizer file's
+// own pattern, as PCRE2 runs it (llama.cpp rewrites it for std::regex).
+const char* kTekken =
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+|"
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*|\\p{N}|"
+    " ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 // DeepSeek LLM's letters of the scripts its vocabulary covers, its
 // symbols, and CJK runs (code points as llama.cpp lists them).
 const char* kDeepseekLetters =
@@ -66,6 +73,7 @@ const std::vector<Entry>& table() {
       {{"dbrx", "smaug-bpe"}, {{kLlama3}, false}},
       {{"qwen2", "deepseek-r1-qwen", "stablelm2"}, {{kQwen2}, false}},
       {{"gpt-4o"}, {{kO200k}, false}},
+      {{"tekken"}, {{kTekken}, true, true}},
       {{"falcon"},
        {{"[\\p{P}\\$\\+<=>\\^~\\|`]+", kGpt2, "[0-9][0-9][0-9]"}, false}},
       {{"deepseek-llm"},

@@ -1,0 +1,63 @@
+"""What a vocabulary GGUF made from tiktoken-style BPE ranks needs, shared by
+make_o200k_vocab.py and make_tekken_vocab.py: GPT-2's byte-to-unicode map
+(byte-level tokens as llama.cpp's converter spells them), the merges
+recovered from the ranks, and the .inp/.out test files."""
+import sys
+
+
+def byte_map():
+    """GPT-2's reversible map from bytes to printable code points."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
+    out, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            out[b] = chr(b)
+        else:
+            out[b] = chr(256 + extra)
+            extra += 1
+    return out
+
+
+def split_of(token, ranks):
+    """The two parts the byte-pair merges over ranks below the token's own
+    join last (tiktoken's encoding, stopped before the token itself)."""
+    limit = ranks[token]
+    parts = [bytes([b]) for b in token]
+    while True:
+        best, at = None, None
+        for i in range(len(parts) - 1):
+            r = ranks.get(parts[i] + parts[i + 1])
+            if r is not None and r < limit and (best is None or r < best):
+                best, at = r, i
+        if best is None:
+            break
+        parts[at:at + 2] = [parts[at] + parts[at + 1]]
+    if len(parts) != 2:
+        sys.exit(f"token {token!r} (rank {limit}) does not split into two parts: {parts}")
+    return parts
+
+
+def merges_of(ranks, bmap):
+    """Every multi-byte token's merge, "left right" in GPT-2's spelling, by rank."""
+    out = []
+    for tok, _ in sorted(ranks.items(), key=lambda kv: kv[1]):
+        if len(tok) < 2:
+            continue
+        left, right = split_of(tok, ranks)
+        out.append("".join(bmap[b] for b in left) + " " + "".join(bmap[b] for b in right))
+    return out
+
+
+def write_tests(path, texts, encode):
+    """path.inp (texts) and path.out (encode(text)'s ids), llama.cpp's format."""
+    with open(path + ".inp", "w", encoding="utf-8") as f:
+        for t in texts:
+            f.write(t + "\n__ggml_vocab_test__\n")
+    with open(path + ".out", "w", encoding="utf-8") as f:
+        for t in texts:
+            f.write(" ".join(str(i) for i in encode(t)) + "\n")
+
+
+def read_inp(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read().split("\n__ggml_vocab_test__\n")[:-1]
