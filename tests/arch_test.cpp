@@ -58,12 +58,24 @@ TEST_P(Arch, ConfigurationIsRead) {
   EXPECT_EQ(c.arch, v == "llama3" ? "llama" : v);
   EXPECT_EQ(c.head_dim, qwen3 ? 128 : v == "gemma3" ? 256 : v == "phi3" ? 96 : 64);
   EXPECT_EQ(c.q_width(), c.n_heads * c.head_dim);
-  EXPECT_EQ(c.rope.style, v == "llama3" ? RopeStyle::kAdjacent : RopeStyle::kHalves);
+  const bool mistral = v == "mistral3";
+  EXPECT_EQ(c.rope.style, v == "llama3" || mistral ? RopeStyle::kAdjacent : RopeStyle::kHalves);
   const bool phi = v == "phi3";
   EXPECT_EQ(c.rope.factors.size(), v == "llama3" || phi ? size_t(32) : size_t(0));
   EXPECT_EQ(c.rope.rot_dim, phi ? 64 : c.head_dim);
   EXPECT_EQ(c.uses_long_factors(), phi);
-  EXPECT_EQ(c.tied_embeddings, v != "qwen2" && !oss && !phi);
+  EXPECT_EQ(c.tied_embeddings, v != "qwen2" && !oss && !phi && !mistral);
+  // mistral3: queries tempered from the original context (16) on; YaRN's
+  // magnitude divided by 1 + 0.1 x 0.5 ln 4 (the log-multiplier), its ramp
+  // up to the pair that turns half a time (beta_slow) over those 16 positions.
+  EXPECT_EQ(c.attn_temp_scale, mistral ? 0.3f : 0.0f);
+  EXPECT_EQ(c.attn_temp_floor, mistral ? 16 : 0);
+  if (mistral) {
+    EXPECT_TRUE(c.rope.yarn);
+    EXPECT_NEAR(c.rope.mscale, (1 + 0.1 * std::log(4.0)) / (1 + 0.05 * std::log(4.0)), 1e-12);
+    EXPECT_EQ(c.rope.yarn_low, 0.0);
+    EXPECT_EQ(c.rope.yarn_high, 4.0);  // ceil(64 ln(16 / (0.5 x 2 pi)) / (2 ln 1e6)) = ceil(3.77)
+  }
   const LlamaLayer& L = m().layers()[0];
   const bool biases = v == "qwen2" || oss;
   EXPECT_EQ(L.bq.size(), biases ? size_t(c.q_width()) : size_t(0));
@@ -266,7 +278,7 @@ std::string load_error(test::TinyModelShape shape, const std::string& name) {
 TEST(ArchErrors, UnknownArchitectureListsTheSupportedOnes) {
   test::TinyModelShape s;
   s.arch = "mamba";
-  EXPECT_NE(load_error(s, "tiny_mamba").find("unsupported architecture 'mamba' (supported: llama, qwen2, qwen3, gemma3, qwen3moe, gpt-oss, phi3)"),
+  EXPECT_NE(load_error(s, "tiny_mamba").find("unsupported architecture 'mamba' (supported: llama, qwen2, qwen3, gemma3, qwen3moe, gpt-oss, phi3, mistral3)"),
             std::string::npos);
 }
 
@@ -406,6 +418,28 @@ TEST(ArchPhi3, LongRopeFactorsFollowTheContext) {
   Engine e(*short_m, fits);
   std::vector<Request> reqs = shared_prompts(1, 40, 8);
   EXPECT_EQ(run_each(e, reqs)[0].completions[0].tokens.size(), 8u);
+}
+
+// mistral3's temperature: the same weights without it give other
+// distributions past the original context (16 positions here), so the fast
+// path's agreement with the reference (Arch.FastPathAgreesWithTheFloatReference)
+// is the temperature's too; the reference applies it on its own.
+TEST(ArchMistral3, QueriesAreTemperedPastTheOriginalContext) {
+  test::TinyModelShape s = test::tiny_arch_shape("mistral3");
+  const auto m = LlamaModel::load(test::tiny_model("tiny_mistral3", s));
+  EXPECT_NEAR(attn_temperature(47, 0.3, 16), 1 + 0.3 * std::log(3.0), 1e-12);
+  EXPECT_EQ(attn_temperature(15, 0.3, 16), 1.0);
+  s.attn_temp_scale = 0;
+  const auto plain = LlamaModel::load(test::tiny_model("tiny_mistral3_untempered", s));
+  EXPECT_EQ(plain->config().attn_temp_scale, 0.0f);
+  const ReferenceModel ref_plain(*plain);
+  PerplexityOptions o;
+  o.n_ctx = 64;
+  o.kl_against = &ref_plain;
+  const PerplexityResult other = perplexity(*m, some_tokens(128), o);
+  double mean = 0;
+  for (double k : other.kl) mean += k / double(other.kl.size());
+  EXPECT_GT(mean, 1e-3);
 }
 
 }  // namespace

@@ -32,6 +32,10 @@ TinyModelShape tiny_arch_shape(const std::string& variant) {
   } else if (variant == "phi3") {
     // Phi-3.5-mini's head dim (96), RoPE over part of it as Phi-4-mini's.
     s.arch = "phi3", s.n_embd = 192, s.rope_dims = 64, s.long_rope_after = 256, s.window = 24;
+  } else if (variant == "mistral3") {
+    // Positions past 16 are tempered (by up to 1 + 0.3 ln 64 over 1024).
+    s.arch = "mistral3", s.rope_base = 1000000.0f, s.rope_scaling = "yarn", s.rope_scaling_factor = 4;
+    s.rope_orig_ctx = 16, s.attn_temp_scale = 0.3f, s.yarn_log_mul = 0.5f, s.yarn_beta_slow = 0.5f;
   } else if (variant == "gemma3") {
     s.arch = "gemma3", s.n_layers = 6, s.head_dim = 256, s.rope_base = 1000000.0f, s.tied = true, s.window = 40;
     s.output_scale = 0.02f;  // embeddings are scaled by sqrt(n_embd) on the way in
@@ -62,6 +66,9 @@ std::string tiny_model(const std::string& name, TinyModelShape s) {
   if (s.rope_orig_ctx) w.kv_u32(a + "rope.scaling.original_context_length", uint32_t(s.rope_orig_ctx));
   if (s.window) w.kv_u32(a + "attention.sliding_window", uint32_t(s.window));
   if (s.rope_dims) w.kv_u32(a + "rope.dimension_count", uint32_t(s.rope_dims));
+  if (s.attn_temp_scale) w.kv_f32(a + "attention.temperature_scale", s.attn_temp_scale);
+  if (s.yarn_log_mul) w.kv_f32(a + "rope.scaling.yarn_log_multiplier", s.yarn_log_mul);
+  if (s.yarn_beta_slow) w.kv_f32(a + "rope.scaling.yarn_beta_slow", s.yarn_beta_slow);
   if (s.long_rope_after) {
     w.kv_u32(a + "rope.scaling.original_context_length", uint32_t(s.long_rope_after));
     // Phi-3's converter: sqrt(1 + ln(growth) / ln(original context)).

@@ -30,6 +30,9 @@ struct TinyModelShape {
   // phi3: Q/K/V in one attn_qkv and gate/up in one ffn_up; false: the very
   // same values as separate tensors (attn_q/k/v, ffn_gate/up).
   bool fused = true;
+  // mistral3: attention.temperature_scale, rope.scaling.yarn_log_multiplier
+  // and yarn_beta_slow, when set.
+  float attn_temp_scale = 0, yarn_log_mul = 0, yarn_beta_slow = 0;
   // Mixture of experts (qwen3moe): experts per layer, experts per token, each expert's FFN width.
   int n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
   // The matrices' type (ggml's id): 0 F32, 2 Q4_0 or 8 Q8_0 (rows of whole
@@ -48,10 +51,12 @@ struct TinyModelShape {
 // weighed by a softmax over the chosen; clamped SwiGLU), "phi3" (head dim 96,
 // fused Q/K/V and gate/up, RoPE over 64 of each head's 96 dimensions,
 // LongRoPE's short and long factors with the long ones in use, a
-// sliding_window key that stays unused).
+// sliding_window key that stays unused), "mistral3" (YaRN with its beta and
+// log-multiplier keys, the queries tempered from position 16 on).
 TinyModelShape tiny_arch_shape(const std::string& variant);
 // Every variant tiny_arch_shape makes, for tests run once per architecture.
-inline constexpr const char* kTinyArchs[] = {"llama3", "qwen2", "qwen3", "gemma3", "qwen3moe", "gpt-oss", "phi3"};
+inline constexpr const char* kTinyArchs[] = {"llama3", "qwen2", "qwen3", "gemma3", "qwen3moe", "gpt-oss", "phi3",
+                                             "mistral3"};
 // An architecture's name as a GoogleTest name ("gpt-oss" -> "gpt_oss").
 std::string arch_test_name(const char* arch);
 

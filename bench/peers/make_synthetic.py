@@ -48,6 +48,10 @@ Presets (F16 matrices, F32 norms, biases and frequency factors):
            architecture with the Tekken vocabulary (131072; scripts/
            make_tekken_vocab.py), d 512, 4 layers, 8 heads / 2 K/V heads of 128
            (a query width of 1024 over d 512, as 32 x 128 over 5120), RoPE base 1e8
+  ministral3  Ministral 3's (arch mistral3): mistral-small's shape and vocabulary,
+           YaRN factor 16 over an original 128 with log-multiplier 1 (its
+           mscale_all_dim), Llama 4's attention temperature 0.1 (so a 512-token
+           window's queries past 128 are tempered)
   llama3-1b  Llama-3.2-1B's shapes: 16 layers, d 2048, 32 heads / 8 K/V heads,
            FFN 8192, llama-bpe vocabulary, tied embeddings (2.5 GB as F16;
            bench/peers/make_1b.sh quantizes it to Q4_K_M)
@@ -104,6 +108,8 @@ PRESETS = {
                  head_dim=128, eps=1e-5, fused=True, window=0),
     "mistral-small": dict(arch="llama", vocab="tekken", d=512, layers=4, heads=8, kv=2, ff=1536,
                           base=1e8, head_dim=128, eps=1e-5),
+    "ministral3": dict(arch="mistral3", vocab="tekken", d=512, layers=4, heads=8, kv=2, ff=1536,
+                       base=1e6, head_dim=128, eps=1e-5, yarn=(16.0, 128), yarn_log_mul=1.0, temp=0.1),
     "llama3-1b": dict(arch="llama", vocab="llama-bpe", d=2048, layers=16, heads=32, kv=8, ff=8192,
                       base=500000.0, rope_freqs=True, eps=1e-5),
 }
@@ -186,6 +192,10 @@ def main():
         w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
         w.add_rope_scaling_factor(p["yarn"][0])
         w.add_rope_scaling_orig_ctx_len(p["yarn"][1])
+    if "yarn_log_mul" in p:
+        w.add_rope_scaling_yarn_log_mul(p["yarn_log_mul"])
+    if "temp" in p:
+        w.add_attn_temperature_scale(p["temp"])
     if "experts" in p:
         w.add_expert_count(p["experts"])
         w.add_expert_used_count(p["used"])

@@ -24,6 +24,10 @@ constexpr std::array kArchs = {
     // where the file has them. llama.cpp leaves the files' sliding window
     // unused, and so do we (no swa_pattern).
     ArchTraits{.name = "phi3", .rope = RopeStyle::kHalves, .fused_gate_up = true},
+    // Ministral 3, and Mistral Small 3.1/3.2 as llama.cpp's converter writes
+    // them now (arch "mistral3"): Llama's layers, YaRN with its beta and
+    // log-multiplier keys, queries tempered by position (Llama 4's rule).
+    ArchTraits{.name = "mistral3", .rope = RopeStyle::kAdjacent, .yarn_keys = true},
 };
 
 }  // namespace

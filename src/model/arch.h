@@ -58,6 +58,9 @@ struct ArchTraits {
   // Phi-3: ffn_up holds the gate's rows, then the up projection's (2 x
   // feed_forward_length rows), and there is no ffn_gate.
   bool fused_gate_up = false;
+  // Ministral 3 and recent Mistral Small files (arch "mistral3"): YaRN's
+  // beta and log-multiplier keys, and Llama 4's attention temperature.
+  bool yarn_keys = false;
 };
 
 // nullptr for an architecture we do not run.

@@ -14,7 +14,7 @@ namespace cs {
 // (where it has Q/K norms), rotated with `rope`'s angles, and the queries
 // scaled where the model's attention scale is not 1/sqrt(head_dim).
 void LlamaModel::attention_inputs(LayerOps& ops, const LlamaLayer& L, Tensor xb, Tensor q, Tensor k, Tensor v,
-                                  const RopeTable& rope) const {
+                                  const RopeTable& rope, const RopeTable* rope_q) const {
   const LlamaConfig& c = cfg_;
   const Weight* qkv[] = {&L.wq, &L.wk, &L.wv};
   const Tensor qkv_out[] = {q, k, v};
@@ -26,7 +26,12 @@ void LlamaModel::attention_inputs(LayerOps& ops, const LlamaLayer& L, Tensor xb,
     ops.rmsnorm(q, L.q_norm, c.rms_eps, q);
     ops.rmsnorm(k, L.k_norm, c.rms_eps, k);
   }
-  ops.rope_qk(q, k, c.head_dim, rope);
+  if (rope_q) {  // the queries tempered by position (mistral3)
+    ops.rope(q, c.head_dim, *rope_q);
+    ops.rope(k, c.head_dim, rope);
+  } else {
+    ops.rope_qk(q, k, c.head_dim, rope);
+  }
   if (c.q_scale != 1.0f) ops.scale(q, c.q_scale);
 }
 
@@ -135,13 +140,19 @@ void LlamaModel::forward(const Batch& batch, KvStore& kv, Workspace& ws, std::ve
     ProfScope s(ws.profile, ProfOp::kRope);
     ws.rope.build(batch.pos.data(), n, c.rope);
     if (c.any_window()) ws.rope_swa.build(batch.pos.data(), n, c.rope_swa);
+    if (c.attn_temp_scale != 0.0f) {
+      ws.rope_q = ws.rope;
+      ws.rope_q.temper(batch.pos.data(), c.attn_temp_scale, c.attn_temp_floor);
+    }
   }
   // Only the rows the caller asked for go through the (large) output head.
   std::vector<int> rows;
   for (int t = 0; t < n; ++t)
     if (batch.logits[size_t(t)]) rows.push_back(t);
-  const RopeTable* tables[] = {&ws.rope, &ws.rope_swa};
-  ops.stage(std::span(tables, c.any_window() ? 2 : 1), rows);
+  std::vector<const RopeTable*> tables = {&ws.rope};
+  if (c.any_window()) tables.push_back(&ws.rope_swa);
+  if (c.attn_temp_scale != 0.0f) tables.push_back(&ws.rope_q);
+  ops.stage(tables, rows);
 
   ops.embed(tok_embd_, batch.tokens, c.embd_scale, x);
   // Each residual add is fused with the norm that reads its sum (the next
@@ -150,7 +161,8 @@ void LlamaModel::forward(const Batch& batch, KvStore& kv, Workspace& ws, std::ve
   for (int l = 0; l < c.n_layers; ++l) {
     const LlamaLayer& L = layers_[size_t(l)];
     const int window = c.window_of(l);
-    attention_inputs(ops, L, xb, q, k, v, window ? ws.rope_swa : ws.rope);
+    attention_inputs(ops, L, xb, q, k, v, window ? ws.rope_swa : ws.rope,
+                     c.attn_temp_scale != 0.0f ? &ws.rope_q : nullptr);
     const float* sinks = L.sinks.empty() ? nullptr : L.sinks.data();
     if (dev && !kv.on_device()) {
       // The GPU's activations with the host's KV: the rows cross both ways.

@@ -41,6 +41,12 @@ struct LlamaConfig {
   float embd_scale = 1.0f;       // embeddings are multiplied by it (Gemma: sqrt(n_embd))
   FfnAct act = FfnAct::kSilu;
   MoeGating gating = MoeGating::kSoftmaxNorm;  // a mixture's router (model/arch.h)
+  // Llama 4's attention temperature (mistral3's attention.temperature_scale):
+  // a query at position p is multiplied by 1 + attn_temp_scale * ln(1 +
+  // floor(p / attn_temp_floor)) after RoPE, so attention stays sharp past
+  // the original context (attn_temp_floor positions); 0: none.
+  float attn_temp_scale = 0.0f;
+  int attn_temp_floor = 0;
   // Queries are multiplied by q_scale before attention, whose kernels scale
   // scores by 1/sqrt(head_dim): 1 unless the model's attention scale is
   // another (Gemma 3 27B: 1/sqrt(n_embd / n_heads)).
@@ -97,6 +103,7 @@ struct Workspace {
   std::vector<int> moe_slots;          // per token, its gathered rows in expert id order (n x k)
   std::vector<float> moe_slot_w;       // and their weights
   RopeTable rope, rope_swa;  // global layers' angles; sliding layers' (when they differ)
+  RopeTable rope_q;          // the queries' own, tempered (attn_temp_scale), when set
   // A device backend with a host KV store: the rows that cross (q, k, v and
   // the attention's output), and the head's logits on the device.
   std::vector<float> host_q, host_k, host_v, host_att;
@@ -162,7 +169,7 @@ class LlamaModel {
   const ArchTraits& load_config();
   void load_weights(const ArchTraits& traits);
   void attention_inputs(LayerOps& ops, const LlamaLayer& L, Tensor xb, Tensor q, Tensor k, Tensor v,
-                        const RopeTable& rope) const;
+                        const RopeTable& rope, const RopeTable* rope_q = nullptr) const;
   void moe_ffn(LayerOps& ops, const LlamaLayer& L, Tensor xb, Workspace& ws) const;
 
   const Backend* backend_ = nullptr;

@@ -101,7 +101,8 @@ int rope_original_context(const GgufFile& f, const std::string& a, int n_ctx_tra
   return int(orig);
 }
 
-void read_rope_scaling(const GgufFile& f, const std::string& a, int n_ctx_train, RopeParams& r) {
+void read_rope_scaling(const GgufFile& f, const std::string& a, int n_ctx_train, const ArchTraits& traits,
+                       RopeParams& r) {
   const double attn = rope_attn_factor(f, a);
   r.mscale = attn;
   const std::string type = f.get_string(a + "rope.scaling.type", "none");
@@ -115,13 +116,25 @@ void read_rope_scaling(const GgufFile& f, const std::string& a, int n_ctx_train,
   const int orig = rope_original_context(f, a, n_ctx_train);
   r.yarn = true;
   r.ext_factor = 1.0;
+  // mistral3's files may move the ramp's ends (beta: the pairs that turn
+  // beta_fast and beta_slow times) and divide the magnitude by
+  // 1 + 0.1 m ln(factor), m the log-multiplier (mscale_all_dim).
+  double beta_fast = 32.0, beta_slow = 1.0, log_mul = 0.0;
+  if (traits.yarn_keys) {
+    beta_fast = f.get_float(a + "rope.scaling.yarn_beta_fast", beta_fast);
+    beta_slow = f.get_float(a + "rope.scaling.yarn_beta_slow", beta_slow);
+    log_mul = f.get_float(a + "rope.scaling.yarn_log_multiplier", log_mul);
+    if (!(beta_fast > 0) || !(beta_slow > 0) || !std::isfinite(beta_fast + beta_slow + log_mul))
+      f.fail("the YaRN beta keys must be positive");
+  }
   // The pair that turns n_rot times over the original context.
   auto pair_turning = [&](double n_rot) {
     return r.rot_dim * std::log(double(orig) / (n_rot * 2 * M_PI)) / (2 * std::log(r.base));
   };
-  r.yarn_low = std::max(0.0, std::floor(pair_turning(32.0)));
-  r.yarn_high = std::min(double(r.rot_dim - 1), std::ceil(pair_turning(1.0)));
-  r.mscale = (factor <= 1.0 ? 1.0 : 1.0 + 0.1 * std::log(factor)) * attn;
+  r.yarn_low = std::max(0.0, std::floor(pair_turning(beta_fast)));
+  r.yarn_high = std::min(double(r.rot_dim - 1), std::ceil(pair_turning(beta_slow)));
+  auto magnitude = [&](double m) { return factor <= 1.0 ? 1.0 : 1.0 + 0.1 * m * std::log(factor); };
+  r.mscale = (log_mul != 0.0 ? magnitude(1.0) / magnitude(log_mul) : magnitude(1.0)) * attn;
 }
 
 // Sliding windows: attention.sliding_window positions on every layer but
@@ -250,7 +263,16 @@ const ArchTraits& LlamaModel::load_config() {
   c.rope.style = traits->rope;
   c.rms_eps = float(f.get_float(a + "attention.layer_norm_rms_epsilon", 1e-5));
   c.n_ctx_train = int(f.get_uint(a + "context_length", 2048));
-  read_rope_scaling(f, a, c.n_ctx_train, c.rope);
+  read_rope_scaling(f, a, c.n_ctx_train, *traits, c.rope);
+  if (traits->yarn_keys) {
+    c.attn_temp_scale = float(f.get_float(a + "attention.temperature_scale", 0.0));
+    if (!std::isfinite(c.attn_temp_scale)) f.fail("attention.temperature_scale must be finite");
+    if (c.attn_temp_scale != 0.0f) {
+      // Its positions' unit: the original context, as llama.cpp takes it.
+      c.attn_temp_floor = rope_original_context(f, a, c.n_ctx_train);
+      if (c.rope.rot_dim != c.head_dim) f.fail("attention temperature with RoPE over part of each head is not supported");
+    }
+  }
   c.act = traits->act;
   c.gating = traits->gating;
   if (traits->scale_embd) c.embd_scale = std::sqrt(float(c.n_embd));

@@ -160,6 +160,23 @@ void RopeTable::build(const int32_t* pos, int n_tok, const RopeParams& p) {
     }
 }
 
+double attn_temperature(int32_t pos, double scale, int floor_len) {
+  return 1.0 + scale * std::log(std::floor(double(pos) / floor_len) + 1.0);
+}
+
+void RopeTable::temper(const int32_t* pos, double scale, int floor_len) {
+  static std::atomic<uint64_t> tempers{0};
+  generation = (uint64_t(1) << 63) | ++tempers;  // apart from build()'s
+  const size_t n_tok = half ? cos_.size() / size_t(half) : 0;
+  for (size_t t = 0; t < n_tok; ++t) {
+    const double s = attn_temperature(pos[t], scale, floor_len);
+    for (int i = 0; i < half; ++i) {
+      cos_[t * half + i] = float(cos_[t * half + i] * s);
+      sin_[t * half + i] = float(sin_[t * half + i] * s);
+    }
+  }
+}
+
 void rope(float* x, int n_heads, int head_dim, const RopeTable& table, int token) {
   const float* c = table.cos_.data() + size_t(token) * table.half;
   const float* s = table.sin_.data() + size_t(token) * table.half;

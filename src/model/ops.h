@@ -65,7 +65,14 @@ struct RopeTable {
   // it is stale).
   uint64_t generation = 0;
   void build(const int32_t* pos, int n_tok, const RopeParams& p);
+  // Llama 4's attention temperature folded into the angles (a table for
+  // the queries alone, every dimension rotated): each token's cos and sin
+  // times 1 + scale * ln(1 + floor(pos / floor_len)).
+  void temper(const int32_t* pos, double scale, int floor_len);
 };
+
+// That factor for position pos.
+double attn_temperature(int32_t pos, double scale, int floor_len);
 
 // Rotates each of n_heads heads of one token by the token's angles: pairs
 // (x[2i], x[2i+1]) in the adjacent style, (x[i], x[i + rot_dim/2]) in the

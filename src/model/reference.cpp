@@ -189,6 +189,10 @@ void ReferenceModel::forward(std::span<const int32_t> tokens, std::vector<float>
       }
       rope(&q[size_t(t) * QW], c.n_heads, D, rp, t);
       rope(&k[size_t(t) * KW], c.n_kv_heads, D, rp, t);
+      if (c.attn_temp_scale != 0.0f) {  // Llama 4's temperature, by the query's position
+        const double temp = 1.0 + c.attn_temp_scale * std::log(std::floor(double(t) / c.attn_temp_floor) + 1.0);
+        for (int i = 0; i < QW; ++i) q[size_t(t) * QW + size_t(i)] = float(q[size_t(t) * QW + size_t(i)] * temp);
+      }
     }
     // Causal attention, one (token, head) at a time; a sliding layer sees
     // the last `window` positions.
