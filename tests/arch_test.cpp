@@ -59,7 +59,12 @@ TEST_P(Arch, ConfigurationIsRead) {
   EXPECT_EQ(c.head_dim, qwen3 ? 128 : v == "gemma3" ? 256 : v == "phi3" ? 96 : 64);
   EXPECT_EQ(c.q_width(), c.n_heads * c.head_dim);
   const bool mistral = v == "mistral3";
-  EXPECT_EQ(c.rope.style, v == "llama3" || mistral ? RopeStyle::kAdjacent : RopeStyle::kHalves);
+  const bool smol = v == "smollm3";
+  EXPECT_EQ(c.rope.style, v == "llama3" || mistral || smol ? RopeStyle::kAdjacent : RopeStyle::kHalves);
+  // SmolLM3: its 4th layer turns nothing (NoPE).
+  EXPECT_EQ(c.no_rope_every, smol ? 4 : 0);
+  EXPECT_EQ(c.turns(3), !smol);
+  EXPECT_TRUE(c.turns(2));
   const bool phi = v == "phi3";
   EXPECT_EQ(c.rope.factors.size(), v == "llama3" || phi ? size_t(32) : size_t(0));
   EXPECT_EQ(c.rope.rot_dim, phi ? 64 : c.head_dim);
@@ -278,7 +283,7 @@ std::string load_error(test::TinyModelShape shape, const std::string& name) {
 TEST(ArchErrors, UnknownArchitectureListsTheSupportedOnes) {
   test::TinyModelShape s;
   s.arch = "mamba";
-  EXPECT_NE(load_error(s, "tiny_mamba").find("unsupported architecture 'mamba' (supported: llama, qwen2, qwen3, gemma3, qwen3moe, gpt-oss, phi3, mistral3)"),
+  EXPECT_NE(load_error(s, "tiny_mamba").find("unsupported architecture 'mamba' (supported: llama, qwen2, qwen3, gemma3, qwen3moe, gpt-oss, phi3, mistral3, smollm3)"),
             std::string::npos);
 }
 
@@ -440,6 +445,24 @@ TEST(ArchMistral3, QueriesAreTemperedPastTheOriginalContext) {
   double mean = 0;
   for (double k : other.kl) mean += k / double(other.kl.size());
   EXPECT_GT(mean, 1e-3);
+}
+
+// SmolLM3's NoPE layer: the same weights as a Llama file (RoPE in every
+// layer) give other distributions, so the fast path's agreement with the
+// reference, which leaves the layer unrotated on its own, is the NoPE's too.
+TEST(ArchSmolLM3, EveryFourthLayerTurnsNothing) {
+  test::TinyModelShape s = test::tiny_arch_shape("smollm3");
+  const auto m = LlamaModel::load(test::tiny_model("tiny_smollm3_nope", s));
+  s.arch = "llama";
+  const auto llama = LlamaModel::load(test::tiny_model("tiny_smollm3_as_llama", s));
+  const ReferenceModel ref_llama(*llama);
+  PerplexityOptions o;
+  o.n_ctx = 64;
+  o.kl_against = &ref_llama;
+  const PerplexityResult other = perplexity(*m, some_tokens(128), o);
+  double mean = 0;
+  for (double k : other.kl) mean += k / double(other.kl.size());
+  EXPECT_GT(mean, 1e-4);
 }
 
 }  // namespace

@@ -36,6 +36,8 @@ TinyModelShape tiny_arch_shape(const std::string& variant) {
     // Positions past 16 are tempered (by up to 1 + 0.3 ln 64 over 1024).
     s.arch = "mistral3", s.rope_base = 1000000.0f, s.rope_scaling = "yarn", s.rope_scaling_factor = 4;
     s.rope_orig_ctx = 16, s.attn_temp_scale = 0.3f, s.yarn_log_mul = 0.5f, s.yarn_beta_slow = 0.5f;
+  } else if (variant == "smollm3") {
+    s.arch = "smollm3", s.n_layers = 4, s.tied = true;
   } else if (variant == "gemma3") {
     s.arch = "gemma3", s.n_layers = 6, s.head_dim = 256, s.rope_base = 1000000.0f, s.tied = true, s.window = 40;
     s.output_scale = 0.02f;  // embeddings are scaled by sqrt(n_embd) on the way in

@@ -52,11 +52,12 @@ struct TinyModelShape {
 // fused Q/K/V and gate/up, RoPE over 64 of each head's 96 dimensions,
 // LongRoPE's short and long factors with the long ones in use, a
 // sliding_window key that stays unused), "mistral3" (YaRN with its beta and
-// log-multiplier keys, the queries tempered from position 16 on).
+// log-multiplier keys, the queries tempered from position 16 on), "smollm3"
+// (4 layers, the 4th without RoPE).
 TinyModelShape tiny_arch_shape(const std::string& variant);
 // Every variant tiny_arch_shape makes, for tests run once per architecture.
 inline constexpr const char* kTinyArchs[] = {"llama3", "qwen2", "qwen3", "gemma3", "qwen3moe", "gpt-oss", "phi3",
-                                             "mistral3"};
+                                             "mistral3", "smollm3"};
 // An architecture's name as a GoogleTest name ("gpt-oss" -> "gpt_oss").
 std::string arch_test_name(const char* arch);
 

@@ -52,6 +52,8 @@ Presets (F16 matrices, F32 norms, biases and frequency factors):
            YaRN factor 16 over an original 128 with log-multiplier 1 (its
            mscale_all_dim), Llama 4's attention temperature 0.1 (so a 512-token
            window's queries past 128 are tempered)
+  smollm3  SmolLM3's (arch smollm3): llama-bpe vocabulary, d 512, 8 layers (the
+           4th and 8th without RoPE), 8 heads / 2 K/V heads, tied embeddings
   llama3-1b  Llama-3.2-1B's shapes: 16 layers, d 2048, 32 heads / 8 K/V heads,
            FFN 8192, llama-bpe vocabulary, tied embeddings (2.5 GB as F16;
            bench/peers/make_1b.sh quantizes it to Q4_K_M)
@@ -110,6 +112,8 @@ PRESETS = {
                           base=1e8, head_dim=128, eps=1e-5),
     "ministral3": dict(arch="mistral3", vocab="tekken", d=512, layers=4, heads=8, kv=2, ff=1536,
                        base=1e6, head_dim=128, eps=1e-5, yarn=(16.0, 128), yarn_log_mul=1.0, temp=0.1),
+    "smollm3": dict(arch="smollm3", vocab="llama-bpe", d=512, layers=8, heads=8, kv=2, ff=1536,
+                    base=5e6, eps=1e-6),
     "llama3-1b": dict(arch="llama", vocab="llama-bpe", d=2048, layers=16, heads=32, kv=8, ff=8192,
                       base=500000.0, rope_freqs=True, eps=1e-5),
 }

@@ -28,6 +28,8 @@ constexpr std::array kArchs = {
     // them now (arch "mistral3"): Llama's layers, YaRN with its beta and
     // log-multiplier keys, queries tempered by position (Llama 4's rule).
     ArchTraits{.name = "mistral3", .rope = RopeStyle::kAdjacent, .yarn_keys = true},
+    // SmolLM3: Llama's layers, every 4th without RoPE (as llama.cpp runs it).
+    ArchTraits{.name = "smollm3", .rope = RopeStyle::kAdjacent, .no_rope_every = 4},
 };
 
 }  // namespace

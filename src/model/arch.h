@@ -61,6 +61,9 @@ struct ArchTraits {
   // Ministral 3 and recent Mistral Small files (arch "mistral3"): YaRN's
   // beta and log-multiplier keys, and Llama 4's attention temperature.
   bool yarn_keys = false;
+  // SmolLM3: every no_rope_every-th layer (1-based) leaves Q and K unrotated
+  // (NoPE); 0: every layer turns them.
+  int no_rope_every = 0;
 };
 
 // nullptr for an architecture we do not run.

@@ -11,10 +11,11 @@ namespace cs {
 
 // Q, K and V of the batch from the normed input xb, ready to store and
 // attend: projected, biased (where the file has biases), normed per head
-// (where it has Q/K norms), rotated with `rope`'s angles, and the queries
-// scaled where the model's attention scale is not 1/sqrt(head_dim).
+// (where it has Q/K norms), rotated with `rope`'s angles (none: a NoPE
+// layer; the queries with rope_q's, when given), and the queries scaled
+// where the model's attention scale is not 1/sqrt(head_dim).
 void LlamaModel::attention_inputs(LayerOps& ops, const LlamaLayer& L, Tensor xb, Tensor q, Tensor k, Tensor v,
-                                  const RopeTable& rope, const RopeTable* rope_q) const {
+                                  const RopeTable* rope, const RopeTable* rope_q) const {
   const LlamaConfig& c = cfg_;
   const Weight* qkv[] = {&L.wq, &L.wk, &L.wv};
   const Tensor qkv_out[] = {q, k, v};
@@ -26,11 +27,13 @@ void LlamaModel::attention_inputs(LayerOps& ops, const LlamaLayer& L, Tensor xb,
     ops.rmsnorm(q, L.q_norm, c.rms_eps, q);
     ops.rmsnorm(k, L.k_norm, c.rms_eps, k);
   }
-  if (rope_q) {  // the queries tempered by position (mistral3)
+  if (!rope) {
+    // A NoPE layer (SmolLM3): positions only through the causal mask.
+  } else if (rope_q) {  // the queries tempered by position (mistral3)
     ops.rope(q, c.head_dim, *rope_q);
-    ops.rope(k, c.head_dim, rope);
+    ops.rope(k, c.head_dim, *rope);
   } else {
-    ops.rope_qk(q, k, c.head_dim, rope);
+    ops.rope_qk(q, k, c.head_dim, *rope);
   }
   if (c.q_scale != 1.0f) ops.scale(q, c.q_scale);
 }
@@ -161,7 +164,7 @@ void LlamaModel::forward(const Batch& batch, KvStore& kv, Workspace& ws, std::ve
   for (int l = 0; l < c.n_layers; ++l) {
     const LlamaLayer& L = layers_[size_t(l)];
     const int window = c.window_of(l);
-    attention_inputs(ops, L, xb, q, k, v, window ? ws.rope_swa : ws.rope,
+    attention_inputs(ops, L, xb, q, k, v, !c.turns(l) ? nullptr : window ? &ws.rope_swa : &ws.rope,
                      c.attn_temp_scale != 0.0f ? &ws.rope_q : nullptr);
     const float* sinks = L.sinks.empty() ? nullptr : L.sinks.data();
     if (dev && !kv.on_device()) {

@@ -41,6 +41,9 @@ struct LlamaConfig {
   float embd_scale = 1.0f;       // embeddings are multiplied by it (Gemma: sqrt(n_embd))
   FfnAct act = FfnAct::kSilu;
   MoeGating gating = MoeGating::kSoftmaxNorm;  // a mixture's router (model/arch.h)
+  // SmolLM3's NoPE layers: every no_rope_every-th (1-based) turns nothing.
+  int no_rope_every = 0;
+  bool turns(int layer) const { return no_rope_every == 0 || (layer + 1) % no_rope_every != 0; }
   // Llama 4's attention temperature (mistral3's attention.temperature_scale):
   // a query at position p is multiplied by 1 + attn_temp_scale * ln(1 +
   // floor(p / attn_temp_floor)) after RoPE, so attention stays sharp past
@@ -169,7 +172,7 @@ class LlamaModel {
   const ArchTraits& load_config();
   void load_weights(const ArchTraits& traits);
   void attention_inputs(LayerOps& ops, const LlamaLayer& L, Tensor xb, Tensor q, Tensor k, Tensor v,
-                        const RopeTable& rope, const RopeTable* rope_q = nullptr) const;
+                        const RopeTable* rope, const RopeTable* rope_q = nullptr) const;
   void moe_ffn(LayerOps& ops, const LlamaLayer& L, Tensor xb, Workspace& ws) const;
 
   const Backend* backend_ = nullptr;

@@ -274,6 +274,7 @@ const ArchTraits& LlamaModel::load_config() {
     }
   }
   c.act = traits->act;
+  c.no_rope_every = traits->no_rope_every;
   c.gating = traits->gating;
   if (traits->scale_embd) c.embd_scale = std::sqrt(float(c.n_embd));
   read_windows(f, a, *traits, c);

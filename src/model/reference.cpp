@@ -175,6 +175,7 @@ void ReferenceModel::forward(std::span<const int32_t> tokens, std::vector<float>
     const Layer& L = layers_[size_t(l)];
     const int window = c.window_of(l);
     const RopeParams& rp = window ? c.rope_swa : c.rope;
+    const bool nope = c.no_rope_every > 0 && (l + 1) % c.no_rope_every == 0;  // SmolLM3's 4th, 8th, ... layers
     for (int t = 0; t < n; ++t) rmsnorm(&x[size_t(t) * E], L.attn_norm, E, c.rms_eps, &xb[size_t(t) * E]);
     matmul(L.wq, QW, E, xb.data(), n, q.data());
     matmul(L.wk, KW, E, xb.data(), n, k.data());
@@ -187,8 +188,10 @@ void ReferenceModel::forward(std::span<const int32_t> tokens, std::vector<float>
         for (int h = 0; h < c.n_heads; ++h) rmsnorm(&q[size_t(t) * QW + size_t(h) * D], L.q_norm, D, c.rms_eps, &q[size_t(t) * QW + size_t(h) * D]);
         for (int h = 0; h < c.n_kv_heads; ++h) rmsnorm(&k[size_t(t) * KW + size_t(h) * D], L.k_norm, D, c.rms_eps, &k[size_t(t) * KW + size_t(h) * D]);
       }
-      rope(&q[size_t(t) * QW], c.n_heads, D, rp, t);
-      rope(&k[size_t(t) * KW], c.n_kv_heads, D, rp, t);
+      if (!nope) {
+        rope(&q[size_t(t) * QW], c.n_heads, D, rp, t);
+        rope(&k[size_t(t) * KW], c.n_kv_heads, D, rp, t);
+      }
       if (c.attn_temp_scale != 0.0f) {  // Llama 4's temperature, by the query's position
         const double temp = 1.0 + c.attn_temp_scale * std::log(std::floor(double(t) / c.attn_temp_floor) + 1.0);
         for (int i = 0; i < QW; ++i) q[size_t(t) * QW + size_t(i)] = float(q[size_t(t) * QW + size_t(i)] * temp);
