@@ -60,7 +60,11 @@ TEST_P(Arch, ConfigurationIsRead) {
   EXPECT_EQ(c.q_width(), c.n_heads * c.head_dim);
   const bool mistral = v == "mistral3";
   const bool smol = v == "smollm3";
-  EXPECT_EQ(c.rope.style, v == "llama3" || mistral || smol ? RopeStyle::kAdjacent : RopeStyle::kHalves);
+  const bool granite = v == "granite";
+  EXPECT_EQ(c.rope.style, v == "llama3" || mistral || smol || granite ? RopeStyle::kAdjacent : RopeStyle::kHalves);
+  // Granite's multipliers (its attention.scale, 0.2, as q_scale: 0.2 sqrt(64)).
+  EXPECT_EQ(c.residual_scale, granite ? 0.4f : 1.0f);
+  EXPECT_EQ(c.logit_mul, granite ? 0.5f : 1.0f);
   // SmolLM3: its 4th layer turns nothing (NoPE).
   EXPECT_EQ(c.no_rope_every, smol ? 4 : 0);
   EXPECT_EQ(c.turns(3), !smol);
@@ -112,8 +116,8 @@ TEST_P(Arch, ConfigurationIsRead) {
   EXPECT_EQ(L.attn_post_norm.size(), gemma ? size_t(c.n_embd) : size_t(0));
   EXPECT_EQ(L.ffn_post_norm.size(), gemma ? size_t(c.n_embd) : size_t(0));
   EXPECT_EQ(c.act, gemma ? FfnAct::kGeluTanh : oss ? FfnAct::kSwigluOai : FfnAct::kSilu);
-  EXPECT_EQ(c.embd_scale, gemma ? std::sqrt(128.0f) : 1.0f);
-  EXPECT_EQ(c.q_scale, 1.0f);
+  EXPECT_EQ(c.embd_scale, gemma ? std::sqrt(128.0f) : granite ? 3.0f : 1.0f);
+  EXPECT_FLOAT_EQ(c.q_scale, granite ? 1.6f : 1.0f);
   // Gemma 3: every 6th layer global, the rest slide, with RoPE base 10000.
   // gpt-oss: the even layers slide, with the global layers' RoPE (YaRN).
   // Phi-3's sliding_window key is left unused (as llama.cpp leaves it).
@@ -283,7 +287,7 @@ std::string load_error(test::TinyModelShape shape, const std::string& name) {
 TEST(ArchErrors, UnknownArchitectureListsTheSupportedOnes) {
   test::TinyModelShape s;
   s.arch = "mamba";
-  EXPECT_NE(load_error(s, "tiny_mamba").find("unsupported architecture 'mamba' (supported: llama, qwen2, qwen3, gemma3, qwen3moe, gpt-oss, phi3, mistral3, smollm3)"),
+  EXPECT_NE(load_error(s, "tiny_mamba").find("unsupported architecture 'mamba' (supported: llama, qwen2, qwen3, gemma3, qwen3moe, gpt-oss, phi3, mistral3, smollm3, granite)"),
             std::string::npos);
 }
 
@@ -463,6 +467,31 @@ TEST(ArchSmolLM3, EveryFourthLayerTurnsNothing) {
   double mean = 0;
   for (double k : other.kl) mean += k / double(other.kl.size());
   EXPECT_GT(mean, 1e-4);
+}
+
+// Granite's multipliers: each one moved to 1 gives other distributions, so
+// the fast path's agreement with the reference, which applies them on its
+// own, is theirs too; a file without logit_scale is refused, as llama.cpp
+// refuses it.
+TEST(ArchGranite, EachMultiplierMatters) {
+  const test::TinyModelShape base = test::tiny_arch_shape("granite");
+  const auto m = LlamaModel::load(test::tiny_model("tiny_granite_scales", base));
+  for (int which = 0; which < 4; ++which) {
+    test::TinyModelShape s = base;
+    (which == 0 ? s.embedding_scale : which == 1 ? s.residual_scale : which == 2 ? s.logit_scale : s.attention_scale) = 1.0f;
+    const auto other = LlamaModel::load(test::tiny_model("tiny_granite_one_" + std::to_string(which), s));
+    const ReferenceModel ref(*other);
+    PerplexityOptions o;
+    o.n_ctx = 64;
+    o.kl_against = &ref;
+    const PerplexityResult r = perplexity(*m, some_tokens(128), o);
+    double mean = 0;
+    for (double k : r.kl) mean += k / double(r.kl.size());
+    EXPECT_GT(mean, 1e-4) << "multiplier " << which;
+  }
+  test::TinyModelShape s = base;
+  s.logit_scale = 0;
+  EXPECT_NE(load_error(s, "tiny_granite_no_logit_scale").find("key 'granite.logit_scale' is missing"), std::string::npos);
 }
 
 }  // namespace

@@ -38,6 +38,10 @@ TinyModelShape tiny_arch_shape(const std::string& variant) {
     s.rope_orig_ctx = 16, s.attn_temp_scale = 0.3f, s.yarn_log_mul = 0.5f, s.yarn_beta_slow = 0.5f;
   } else if (variant == "smollm3") {
     s.arch = "smollm3", s.n_layers = 4, s.tied = true;
+  } else if (variant == "granite") {
+    // Granite 3's multipliers, of a size the outputs show.
+    s.arch = "granite", s.tied = true, s.embedding_scale = 3.0f, s.residual_scale = 0.4f, s.logit_scale = 2.0f;
+    s.attention_scale = 0.2f;
   } else if (variant == "gemma3") {
     s.arch = "gemma3", s.n_layers = 6, s.head_dim = 256, s.rope_base = 1000000.0f, s.tied = true, s.window = 40;
     s.output_scale = 0.02f;  // embeddings are scaled by sqrt(n_embd) on the way in
@@ -69,6 +73,10 @@ std::string tiny_model(const std::string& name, TinyModelShape s) {
   if (s.window) w.kv_u32(a + "attention.sliding_window", uint32_t(s.window));
   if (s.rope_dims) w.kv_u32(a + "rope.dimension_count", uint32_t(s.rope_dims));
   if (s.attn_temp_scale) w.kv_f32(a + "attention.temperature_scale", s.attn_temp_scale);
+  if (s.embedding_scale) w.kv_f32(a + "embedding_scale", s.embedding_scale);
+  if (s.residual_scale) w.kv_f32(a + "residual_scale", s.residual_scale);
+  if (s.logit_scale) w.kv_f32(a + "logit_scale", s.logit_scale);
+  if (s.attention_scale) w.kv_f32(a + "attention.scale", s.attention_scale);
   if (s.yarn_log_mul) w.kv_f32(a + "rope.scaling.yarn_log_multiplier", s.yarn_log_mul);
   if (s.yarn_beta_slow) w.kv_f32(a + "rope.scaling.yarn_beta_slow", s.yarn_beta_slow);
   if (s.long_rope_after) {

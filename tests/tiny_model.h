@@ -33,6 +33,8 @@ struct TinyModelShape {
   // mistral3: attention.temperature_scale, rope.scaling.yarn_log_multiplier
   // and yarn_beta_slow, when set.
   float attn_temp_scale = 0, yarn_log_mul = 0, yarn_beta_slow = 0;
+  // granite: embedding_scale, residual_scale, logit_scale, attention.scale, when set.
+  float embedding_scale = 0, residual_scale = 0, logit_scale = 0, attention_scale = 0;
   // Mixture of experts (qwen3moe): experts per layer, experts per token, each expert's FFN width.
   int n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
   // The matrices' type (ggml's id): 0 F32, 2 Q4_0 or 8 Q8_0 (rows of whole
@@ -53,11 +55,12 @@ struct TinyModelShape {
 // LongRoPE's short and long factors with the long ones in use, a
 // sliding_window key that stays unused), "mistral3" (YaRN with its beta and
 // log-multiplier keys, the queries tempered from position 16 on), "smollm3"
-// (4 layers, the 4th without RoPE).
+// (4 layers, the 4th without RoPE), "granite" (Granite 3's embedding,
+// residual, attention and logit multipliers).
 TinyModelShape tiny_arch_shape(const std::string& variant);
 // Every variant tiny_arch_shape makes, for tests run once per architecture.
 inline constexpr const char* kTinyArchs[] = {"llama3", "qwen2", "qwen3", "gemma3", "qwen3moe", "gpt-oss", "phi3",
-                                             "mistral3", "smollm3"};
+                                             "mistral3", "smollm3", "granite"};
 // An architecture's name as a GoogleTest name ("gpt-oss" -> "gpt_oss").
 std::string arch_test_name(const char* arch);
 

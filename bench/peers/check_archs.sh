@@ -8,7 +8,7 @@
 # or norm in either engine shows as a KL of tenths, not millionths); then
 # `chunkserve generate` and `serve` run on each file. Needs build_llama_cpp.sh
 # and scripts/fetch_vocabs.sh to have run.
-#   CHUNKS=8 [TYPES="Q4_K_M Q2_K"] bench/peers/check_archs.sh [llama3 qwen2 qwen3 qwen3moe gpt-oss phi3 phi3-short phi35 phi4 mistral-small ministral3 smollm3]
+#   CHUNKS=8 [TYPES="Q4_K_M Q2_K"] bench/peers/check_archs.sh [llama3 qwen2 qwen3 qwen3moe gpt-oss phi3 phi3-short phi35 phi4 mistral-small ministral3 smollm3 granite]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -17,7 +17,7 @@ CHUNKS=${CHUNKS:-8}
 TYPES=${TYPES:-Q4_K_M}
 work=${WORK:-$(mktemp -d)}
 archs=("$@")
-[ ${#archs[@]} -gt 0 ] || archs=(llama3 qwen2 qwen3 qwen3moe gpt-oss phi3 phi3-short phi35 phi4 mistral-small ministral3 smollm3)
+[ ${#archs[@]} -gt 0 ] || archs=(llama3 qwen2 qwen3 qwen3moe gpt-oss phi3 phi3-short phi35 phi4 mistral-small ministral3 smollm3 granite)
 "$root/scripts/fetch_vocabs.sh"
 echo "| file | PPL ratio (chunkserve / llama.cpp) | mean KL, chunkserve | mean KL, llama.cpp | top-1 as the reference, chunkserve | llama.cpp | serve |"
 echo "|---|---|---|---|---|---|---|"

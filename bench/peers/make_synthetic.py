@@ -54,6 +54,12 @@ Presets (F16 matrices, F32 norms, biases and frequency factors):
            window's queries past 128 are tempered)
   smollm3  SmolLM3's (arch smollm3): llama-bpe vocabulary, d 512, 8 layers (the
            4th and 8th without RoPE), 8 heads / 2 K/V heads, tied embeddings
+  granite  Granite 3.x's (arch granite): llama-bpe vocabulary, d 512, 4 layers,
+           8 heads / 2 K/V heads, its multipliers: embeddings x 1.5, each block's
+           output x 0.5, attention scale 0.0625, logits / 0.25 (Granite 3.3's are
+           12, 0.22, 1/64 and 8, which on random tied weights leave each token
+           predicting itself by ~30 nats, and random logits / 8 nearly uniform:
+           nothing to compare), its own output head
   llama3-1b  Llama-3.2-1B's shapes: 16 layers, d 2048, 32 heads / 8 K/V heads,
            FFN 8192, llama-bpe vocabulary, tied embeddings (2.5 GB as F16;
            bench/peers/make_1b.sh quantizes it to Q4_K_M)
@@ -114,6 +120,8 @@ PRESETS = {
                        base=1e6, head_dim=128, eps=1e-5, yarn=(16.0, 128), yarn_log_mul=1.0, temp=0.1),
     "smollm3": dict(arch="smollm3", vocab="llama-bpe", d=512, layers=8, heads=8, kv=2, ff=1536,
                     base=5e6, eps=1e-6),
+    "granite": dict(arch="granite", vocab="llama-bpe", d=512, layers=4, heads=8, kv=2, ff=1536,
+                    base=10000.0, eps=1e-5, granite=(1.5, 0.5, 0.0625, 0.25), untied=True),
     "llama3-1b": dict(arch="llama", vocab="llama-bpe", d=2048, layers=16, heads=32, kv=8, ff=8192,
                       base=500000.0, rope_freqs=True, eps=1e-5),
 }
@@ -200,6 +208,12 @@ def main():
         w.add_rope_scaling_yarn_log_mul(p["yarn_log_mul"])
     if "temp" in p:
         w.add_attn_temperature_scale(p["temp"])
+    if "granite" in p:
+        emb, res, att, logit = p["granite"]
+        w.add_embedding_scale(emb)
+        w.add_residual_scale(res)
+        w.add_attention_scale(att)
+        w.add_logit_scale(logit)
     if "experts" in p:
         w.add_expert_count(p["experts"])
         w.add_expert_used_count(p["used"])
@@ -229,7 +243,7 @@ def main():
     # embedding std of 3/sqrt(d) gives logits of std ~3.
     w.add_tensor("token_embd.weight", mat(n_vocab, d, 3.0 / math.sqrt(d)))
     w.add_tensor("output_norm.weight", vec(d, 1.0, 0.1))
-    if p.get("oss"):  # gpt-oss's head is its own (llama.cpp requires output.weight)
+    if p.get("oss") or p.get("untied"):  # gpt-oss's head is its own (llama.cpp requires output.weight)
         w.add_tensor("output.weight", mat(n_vocab, d, 3.0 / math.sqrt(d)))
     if p.get("rope_freqs"):
         w.add_tensor("rope_freqs.weight", llama31_factors(hd, p["base"]))

@@ -30,6 +30,9 @@ constexpr std::array kArchs = {
     ArchTraits{.name = "mistral3", .rope = RopeStyle::kAdjacent, .yarn_keys = true},
     // SmolLM3: Llama's layers, every 4th without RoPE (as llama.cpp runs it).
     ArchTraits{.name = "smollm3", .rope = RopeStyle::kAdjacent, .no_rope_every = 4},
+    // Granite 3.x (dense): Llama's layers with its four multipliers (the
+    // attention's is attention.scale, read for every architecture).
+    ArchTraits{.name = "granite", .rope = RopeStyle::kAdjacent, .granite_scales = true},
 };
 
 }  // namespace

@@ -64,6 +64,10 @@ struct ArchTraits {
   // SmolLM3: every no_rope_every-th layer (1-based) leaves Q and K unrotated
   // (NoPE); 0: every layer turns them.
   int no_rope_every = 0;
+  // Granite 3: embedding_scale, residual_scale and logit_scale keys (the
+  // embeddings times the first, each block's output times the second before
+  // its residual, the logits divided by the third).
+  bool granite_scales = false;
 };
 
 // nullptr for an architecture we do not run.

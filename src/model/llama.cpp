@@ -187,6 +187,7 @@ void LlamaModel::forward(const Batch& batch, KvStore& kv, Workspace& ws, std::ve
     ops.matmul(L.wo, att, xb);
     if (!L.bo.empty()) ops.add_bias(xb, L.bo);
     if (!L.attn_post_norm.empty()) ops.rmsnorm(xb, L.attn_post_norm, c.rms_eps, xb);
+    if (c.residual_scale != 1.0f) ops.scale(xb, c.residual_scale);
     ops.add_rmsnorm(x, xb, L.ffn_norm, c.rms_eps, xb);
     if (c.moe()) {
       moe_ffn(ops, L, xb, ws);
@@ -198,6 +199,7 @@ void LlamaModel::forward(const Batch& batch, KvStore& kv, Workspace& ws, std::ve
       ops.matmul(L.w_down, gate, xb);
     }
     if (!L.ffn_post_norm.empty()) ops.rmsnorm(xb, L.ffn_post_norm, c.rms_eps, xb);
+    if (c.residual_scale != 1.0f) ops.scale(xb, c.residual_scale);
     if (l + 1 < c.n_layers) ops.add_rmsnorm(x, xb, layers_[size_t(l) + 1].attn_norm, c.rms_eps, xb);
     else ops.add(x, xb);
   }
@@ -212,9 +214,12 @@ void LlamaModel::forward(const Batch& batch, KvStore& kv, Workspace& ws, std::ve
   if (dev) {  // the logits come to the host for the rows that sample
     const Tensor y = ops.shape(ws.logits, int(rows.size()), c.n_vocab);
     ops.matmul_head(output_, head_in, kHeadMargin, y);
+    if (c.logit_mul != 1.0f) ops.scale(y, c.logit_mul);
     ops.to_host(y, logits.data());
   } else {
-    ops.matmul_head(output_, head_in, kHeadMargin, Tensor{logits.data(), int(rows.size()), c.n_vocab});
+    const Tensor y{logits.data(), int(rows.size()), c.n_vocab};
+    ops.matmul_head(output_, head_in, kHeadMargin, y);
+    if (c.logit_mul != 1.0f) ops.scale(y, c.logit_mul);  // Granite's logit_scale
   }
 }
 

@@ -38,7 +38,10 @@ struct LlamaConfig {
   // set is not the other's).
   bool uses_long_factors() const { return long_rope() && rope.factors == rope_long_factors; }
   bool tied_embeddings = false;  // no output.weight: the head is token_embd
-  float embd_scale = 1.0f;       // embeddings are multiplied by it (Gemma: sqrt(n_embd))
+  float embd_scale = 1.0f;       // embeddings are multiplied by it (Gemma: sqrt(n_embd); Granite's embedding_scale)
+  // Granite: each block's output is multiplied by residual_scale before its
+  // residual, and the logits by logit_mul (1 / logit_scale).
+  float residual_scale = 1.0f, logit_mul = 1.0f;
   FfnAct act = FfnAct::kSilu;
   MoeGating gating = MoeGating::kSoftmaxNorm;  // a mixture's router (model/arch.h)
   // SmolLM3's NoPE layers: every no_rope_every-th (1-based) turns nothing.

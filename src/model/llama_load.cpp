@@ -275,6 +275,20 @@ const ArchTraits& LlamaModel::load_config() {
   }
   c.act = traits->act;
   c.no_rope_every = traits->no_rope_every;
+  if (traits->granite_scales) {
+    // llama.cpp's reading: a scale of 0 (or none) is not applied; logit_scale is required.
+    auto scale_key = [&](const std::string& key, bool required) {
+      if (required && !f.has(a + key)) f.fail("key '" + a + key + "' is missing (the architecture requires it)");
+      const double v = f.get_float(a + key, 0.0);
+      if (!std::isfinite(v) || v < 0) f.fail("key '" + a + key + "' must be a positive number");
+      return v;
+    };
+    if (const double e = scale_key("embedding_scale", false); e != 0) c.embd_scale = float(e);
+    if (const double r = scale_key("residual_scale", false); r != 0) c.residual_scale = float(r);
+    const double logit = scale_key("logit_scale", true);
+    if (logit == 0) f.fail("key '" + a + "logit_scale' must be a positive number");
+    c.logit_mul = 1.0f / float(logit);
+  }
   c.gating = traits->gating;
   if (traits->scale_embd) c.embd_scale = std::sqrt(float(c.n_embd));
   read_windows(f, a, *traits, c);

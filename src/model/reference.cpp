@@ -229,7 +229,7 @@ void ReferenceModel::forward(std::span<const int32_t> tokens, std::vector<float>
     matmul(L.wo, E, QW, att.data(), n, o.data());
     add(o, L.bo, n);
     post_norm(o, L.attn_post_norm, n, E, c.rms_eps);
-    for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
+    for (size_t i = 0; i < x.size(); ++i) x[i] += o[i] * c.residual_scale;  // Granite's residual_scale (else 1)
     for (int t = 0; t < n; ++t) rmsnorm(&x[size_t(t) * E], L.ffn_norm, E, c.rms_eps, &xb[size_t(t) * E]);
     if (c.moe()) {
       for (int t = 0; t < n; ++t) moe(L, &xb[size_t(t) * E], &o[size_t(t) * E]);
@@ -240,11 +240,12 @@ void ReferenceModel::forward(std::span<const int32_t> tokens, std::vector<float>
       matmul(L.w_down, E, F, gate.data(), n, o.data());
     }
     post_norm(o, L.ffn_post_norm, n, E, c.rms_eps);
-    for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
+    for (size_t i = 0; i < x.size(); ++i) x[i] += o[i] * c.residual_scale;
   }
   for (int t = 0; t < n; ++t) rmsnorm(&x[size_t(t) * E], output_norm_, E, c.rms_eps, &xb[size_t(t) * E]);
   logits.resize(size_t(n) * c.n_vocab);
   matmul(output_, c.n_vocab, E, xb.data(), n, logits.data());
+  for (float& l : logits) l *= c.logit_mul;  // Granite's 1 / logit_scale (else 1)
 }
 
 }  // namespace cs
