@@ -4,6 +4,15 @@ make_o200k_vocab.py and make_tekken_vocab.py: GPT-2's byte-to-unicode map
 recovered from the ranks, and the .inp/.out test files."""
 import sys
 
+# Test texts beside llama.cpp's, each vocabulary's own markup first.
+COMMON_TEXTS = [
+    "CamelCaseWords and UPPER lower MiXeD don't DON'T we'll",
+    "path/to/file.txt\n\n\nend  \t tabs",
+    "12345678 3.14159 1,000,000",
+    "Ünïcödé façade naïve — “quotes” 日本語のテキスト 한국어",
+    "emoji 🦙🚀 and combining e\u0301 marks",
+]
+
 
 def byte_map():
     """GPT-2's reversible map from bytes to printable code points."""

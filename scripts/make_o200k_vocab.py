@@ -33,19 +33,14 @@ try:
 except ImportError:
     sys.exit("make_o200k_vocab.py needs PyPI's gguf and tiktoken (scripts/setup.sh installs them)")
 
-from bpe_ranks import byte_map, merges_of, read_inp, write_tests
+from bpe_ranks import COMMON_TEXTS, byte_map, merges_of, read_inp, write_tests
 
 # tiktoken's cache names a file by the SHA-1 of its URL.
 RANKS_CACHE_NAME = "fb374d419588a4632f3f557e76b4b70aebbca790"
 
 EXTRA_TEXTS = [
     "<|start|>user<|message|>Hi<|end|>",  # harmony markers in plain text: taken as text
-    "CamelCaseWords and UPPER lower MiXeD don't DON'T we'll",
-    "path/to/file.txt\n\n\nend  \t tabs",
-    "12345678 3.14159 1,000,000",
-    "Ünïcödé façade naïve — “quotes” 日本語のテキスト 한국어",
-    "emoji 🦙🚀 and combining e\u0301 marks",
-]
+] + COMMON_TEXTS
 
 
 def main():

@@ -30,7 +30,7 @@ try:
 except ImportError:
     sys.exit("make_tekken_vocab.py needs PyPI's gguf and tiktoken (scripts/setup.sh installs them)")
 
-from bpe_ranks import byte_map, merges_of, read_inp, write_tests
+from bpe_ranks import COMMON_TEXTS, byte_map, merges_of, read_inp, write_tests
 
 # mistral_common's SpecialTokens, by rank (Tekkenizer.DEPRECATED_SPECIAL_TOKENS:
 # what a tekken file without its own list has); the rest are <SPECIAL_i>.
@@ -40,12 +40,7 @@ SPECIALS = ["<unk>", "<s>", "</s>", "[INST]", "[/INST]", "[AVAILABLE_TOOLS]", "[
 
 EXTRA_TEXTS = [
     "[INST] Hi [/INST]</s>",  # markup in plain text: taken as text
-    "CamelCaseWords and UPPER lower MiXeD don't DON'T we'll",
-    "path/to/file.txt\n\n\nend  \t tabs",
-    "12345678 3.14159 1,000,000",
-    "Ünïcödé façade naïve — “quotes” 日本語のテキスト 한국어",
-    "emoji 🦙🚀 and combining e\u0301 marks",
-]
+] + COMMON_TEXTS
 
 
 def main():
