@@ -152,10 +152,11 @@ void LlamaModel::forward(const Batch& batch, KvStore& kv, Workspace& ws, std::ve
   std::vector<int> rows;
   for (int t = 0; t < n; ++t)
     if (batch.logits[size_t(t)]) rows.push_back(t);
-  std::vector<const RopeTable*> tables = {&ws.rope};
-  if (c.any_window()) tables.push_back(&ws.rope_swa);
-  if (c.attn_temp_scale != 0.0f) tables.push_back(&ws.rope_q);
-  ops.stage(tables, rows);
+  const RopeTable* tables[3] = {&ws.rope};
+  size_t n_tables = 1;
+  if (c.any_window()) tables[n_tables++] = &ws.rope_swa;
+  if (c.attn_temp_scale != 0.0f) tables[n_tables++] = &ws.rope_q;
+  ops.stage(std::span(tables, n_tables), rows);
 
   ops.embed(tok_embd_, batch.tokens, c.embd_scale, x);
   // Each residual add is fused with the norm that reads its sum (the next
