@@ -29,6 +29,7 @@ TEST(ModelInfo, DescribesATinyQwen3) {
   EXPECT_TRUE(m.problems.empty()) << m.problems[0];
   const std::string text = format_model_info(m);
   EXPECT_NE(text.find("architecture   qwen3\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("RoPE           base 1000000, half-apart pairs, all 128 dims\n"), std::string::npos) << text;
   EXPECT_NE(text.find("runs           yes\n"), std::string::npos) << text;
 }
 
@@ -48,6 +49,18 @@ TEST(ModelInfo, NamesWhatDoesNotRun) {
   EXPECT_EQ(m.problems[1], "1 tensor of type IQ2_XS, which chunkserve does not read");
   EXPECT_EQ(m.problems[2], "tokenizer 'bert' is not supported (supported: gpt2, llama)");
   EXPECT_NE(format_model_info(m).find("runs           no:\n  - architecture 'mamba'"), std::string::npos);
+}
+
+// What turns positions, where it depends on the context or the layer.
+TEST(ModelInfo, SaysHowPositionsTurn) {
+  const ModelInfo phi = describe_model(test::tiny_model("info_phi3", test::tiny_arch_shape("phi3")));
+  EXPECT_EQ(phi.rope,
+            "base 10000, half-apart pairs, 64 of 96 dims, LongRoPE: short factors up to 256 positions of context, "
+            "long ones beyond (--ctx decides; the trained context turns with the long ones)");
+  const ModelInfo smol = describe_model(test::tiny_model("info_smollm3", test::tiny_arch_shape("smollm3")));
+  EXPECT_EQ(smol.rope, "base 10000, adjacent pairs, all 64 dims, every 4th layer none (NoPE)");
+  const ModelInfo mistral = describe_model(test::tiny_model("info_mistral3", test::tiny_arch_shape("mistral3")));
+  EXPECT_EQ(mistral.rope, "base 1000000, adjacent pairs, all 64 dims, YaRN x4, queries tempered past 16 positions");
 }
 
 // What only the loader catches is reported from the loader.

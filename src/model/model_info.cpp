@@ -1,6 +1,7 @@
 #include "model/model_info.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
 
@@ -85,6 +86,12 @@ std::string human_bytes(uint64_t b) {
   return s;
 }
 
+std::string human_ratio(double x) {
+  char s[32];
+  std::snprintf(s, sizeof s, "%g", x);
+  return s;
+}
+
 std::string human_count(uint64_t n) {
   char s[32];
   if (n >= 1000000000ull) std::snprintf(s, sizeof s, "%.2fB", double(n) / 1e9);
@@ -115,11 +122,33 @@ ModelInfo describe_model(const std::string& path) {
       m.template_fallback = model->chat().fallback_name();
       for (int l = 0; l < model->config().n_layers; ++l)
         if (const int w = model->config().window_of(l)) m.window = w, ++m.sliding_layers;
+      m.rope = rope_description(model->config());
     } catch (const Error& e) {
       m.problems.push_back(e.what());
     }
   }
   return m;
+}
+
+std::string rope_description(const LlamaConfig& c) {
+  const RopeParams& r = c.rope;
+  char base[32];
+  std::snprintf(base, sizeof base, r.base == std::floor(r.base) && r.base < 1e15 ? "%.0f" : "%g", r.base);
+  std::string o = std::string("base ") + base + ", " + (r.style == RopeStyle::kAdjacent ? "adjacent" : "half-apart") +
+                  " pairs, " + (r.rot_dim == c.head_dim ? "all " + std::to_string(r.rot_dim)
+                                                        : std::to_string(r.rot_dim) + " of " + std::to_string(c.head_dim)) +
+                  " dims";
+  if (r.yarn) o += ", YaRN x" + human_ratio(1.0 / r.freq_scale);
+  else if (r.freq_scale != 1.0) o += ", linear x" + human_ratio(1.0 / r.freq_scale);
+  if (c.long_rope())
+    o += ", LongRoPE: short factors up to " + std::to_string(c.rope_long_after) +
+         " positions of context, long ones beyond (--ctx decides; the trained context turns with the " +
+         (c.uses_long_factors() ? "long" : "short") + " ones)";
+  else if (!r.factors.empty()) o += ", frequency factors";
+  if (c.no_rope_every) o += ", every " + std::to_string(c.no_rope_every) + "th layer none (NoPE)";
+  if (c.attn_temp_scale != 0.0f)
+    o += ", queries tempered past " + std::to_string(c.attn_temp_floor) + " positions";
+  return o;
 }
 
 std::string format_model_info(const ModelInfo& m) {
@@ -139,6 +168,7 @@ std::string format_model_info(const ModelInfo& m) {
                                         " layers slide over " + std::to_string(m.window) + " positions"
                                   : ""));
   line("context", std::to_string(m.n_ctx_train) + " tokens (trained)");
+  if (!m.rope.empty()) line("RoPE", m.rope);
   line("embeddings", m.tied_embeddings ? "tied (the output head is the token embedding)" : "separate output head");
   line("vocabulary", std::to_string(m.n_vocab) + " tokens, " + m.tokenizer + (m.pre.empty() ? "" : ", pre-tokenizer " + m.pre));
   line("chat template", !m.template_line.empty() ? m.template_line

@@ -9,6 +9,8 @@
 
 namespace cs {
 
+struct LlamaConfig;
+
 struct TypeUse {
   std::string type;  // ggml's name: "Q4_K", "IQ2_XS", ...
   int tensors = 0;
@@ -31,12 +33,18 @@ struct ModelInfo {
   std::string tool_template_line;  // tokenizer.chat_template.tool_use's first line ("" when none)
   std::string template_source, tool_template_source;  // both whole (the server reads tool formats from them)
   int window = 0, sliding_layers = 0;  // sliding-window attention (Gemma 3), when it loads
+  std::string rope;                    // how positions turn Q and K, when it loads (rope_description)
   uint64_t kv_bytes_per_token = 0;  // K and V of every layer, fp16 (the cache's default)
   std::vector<std::string> problems;  // empty: chunkserve runs the file
 };
 
 // Throws cs::Error for a file that is not a readable GGUF at all.
 ModelInfo describe_model(const std::string& path);
+
+// One line on a loaded model's RoPE: base, the dimensions turned, scaling,
+// and what depends on the context or the layer (LongRoPE's factor sets,
+// NoPE layers, tempered queries).
+std::string rope_description(const LlamaConfig& c);
 
 // The description as aligned text lines.
 std::string format_model_info(const ModelInfo& m);
