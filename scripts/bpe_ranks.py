@@ -2,6 +2,8 @@
 make_o200k_vocab.py and make_tekken_vocab.py: GPT-2's byte-to-unicode map
 (byte-level tokens as llama.cpp's converter spells them), the merges
 recovered from the ranks, and the .inp/.out test files."""
+import argparse
+import os
 import sys
 
 # Test texts beside llama.cpp's, each vocabulary's own markup first.
@@ -70,3 +72,41 @@ def write_tests(path, texts, encode):
 def read_inp(path):
     with open(path, encoding="utf-8") as f:
         return f.read().split("\n__ggml_vocab_test__\n")[:-1]
+
+
+def vocab_args(doc, source):
+    """The scripts' command line: SOURCE OUT_DIR [--template FILE] [--inp FILE]."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument(source)
+    ap.add_argument("out_dir")
+    ap.add_argument("--template", help="a chat template to store as tokenizer.chat_template")
+    ap.add_argument("--inp", help="test texts (.inp format) to encode besides the built-in ones")
+    return ap.parse_args()
+
+
+def write_vocab(gguf, a, file_name, arch, name, pre, tokens, types, merges, special_ids, add_bos, texts, encode):
+    """OUT_DIR/file_name: a vocabulary-only GGUF (byte-level BPE, pre-tokenizer
+    `pre`, special_ids such as {"bos": 1} in that order, the --template), and
+    its .inp/.out of --inp's texts then `texts`, encoded by `encode`."""
+    os.makedirs(a.out_dir, exist_ok=True)
+    path = os.path.join(a.out_dir, file_name)
+    w = gguf.GGUFWriter(path, arch)
+    w.add_name(name)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(pre)
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    for kind, i in special_ids.items():
+        getattr(w, f"add_{kind}_token_id")(i)
+    w.add_add_bos_token(add_bos)
+    if a.template:
+        with open(a.template, encoding="utf-8") as f:
+            w.add_chat_template(f.read())
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    texts = (read_inp(a.inp) if a.inp else []) + texts
+    write_tests(path, texts, encode)
+    print(f"{path}: {len(tokens)} tokens, {len(merges)} merges, {len(texts)} test texts")

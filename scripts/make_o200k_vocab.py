@@ -19,8 +19,6 @@ parts BPE over the ranks below its own joins last), pre-tokenizer "gpt-4o",
 the harmony specials as control tokens, BOS <|startoftext|>, EOS <|return|>,
 and --template as tokenizer.chat_template.
 """
-import argparse
-import base64
 import os
 import shutil
 import sys
@@ -33,7 +31,7 @@ try:
 except ImportError:
     sys.exit("make_o200k_vocab.py needs PyPI's gguf and tiktoken (scripts/setup.sh installs them)")
 
-from bpe_ranks import COMMON_TEXTS, byte_map, merges_of, read_inp, write_tests
+from bpe_ranks import COMMON_TEXTS, byte_map, merges_of, vocab_args, write_vocab
 
 # tiktoken's cache names a file by the SHA-1 of its URL.
 RANKS_CACHE_NAME = "fb374d419588a4632f3f557e76b4b70aebbca790"
@@ -44,12 +42,7 @@ EXTRA_TEXTS = [
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("ranks")
-    ap.add_argument("out_dir")
-    ap.add_argument("--template", help="a chat template to store as tokenizer.chat_template")
-    ap.add_argument("--inp", help="test texts (.inp format) to encode besides the built-in ones")
-    a = ap.parse_args()
+    a = vocab_args(__doc__, "ranks")
 
     # tiktoken's own o200k_harmony, reading RANKS through its cache (which
     # checks the file's SHA-256).
@@ -82,30 +75,10 @@ def main():
         sys.exit("the ranks and specials leave ids unnamed")
     merges = merges_of(ranks, bmap)
 
-    os.makedirs(a.out_dir, exist_ok=True)
-    path = os.path.join(a.out_dir, "ggml-vocab-o200k.gguf")
-    w = gguf.GGUFWriter(path, "gpt-oss")
-    w.add_name("o200k_harmony")
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("gpt-4o")
-    w.add_token_list(tokens)
-    w.add_token_types(types)
-    w.add_token_merges(merges)
-    w.add_bos_token_id(spec["special_tokens"]["<|startoftext|>"])
-    w.add_eos_token_id(spec["special_tokens"]["<|return|>"])
-    w.add_pad_token_id(spec["special_tokens"]["<|endoftext|>"])
-    w.add_add_bos_token(False)
-    if a.template:
-        with open(a.template, encoding="utf-8") as f:
-            w.add_chat_template(f.read())
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-
-    texts = (read_inp(a.inp) if a.inp else []) + EXTRA_TEXTS
-    write_tests(path, texts, enc.encode_ordinary)
-    print(f"{path}: {n_vocab} tokens, {len(merges)} merges, {len(texts)} test texts")
+    st = spec["special_tokens"]
+    write_vocab(gguf, a, "ggml-vocab-o200k.gguf", "gpt-oss", "o200k_harmony", "gpt-4o", tokens, types, merges,
+                {"bos": st["<|startoftext|>"], "eos": st["<|return|>"], "pad": st["<|endoftext|>"]}, False,
+                EXTRA_TEXTS, enc.encode_ordinary)
 
 
 if __name__ == "__main__":

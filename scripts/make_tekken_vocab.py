@@ -18,10 +18,8 @@ ranks, pre-tokenizer "tekken", BOS <s>, EOS </s>. The ids in .out are
 tiktoken's over the same ranks and the file's own pattern, plus 1000, as the
 Tekkenizer computes them (encode_ordinary: special-token texts are text).
 """
-import argparse
 import base64
 import json
-import os
 import sys
 
 try:
@@ -30,7 +28,7 @@ try:
 except ImportError:
     sys.exit("make_tekken_vocab.py needs PyPI's gguf and tiktoken (scripts/setup.sh installs them)")
 
-from bpe_ranks import COMMON_TEXTS, byte_map, merges_of, read_inp, write_tests
+from bpe_ranks import COMMON_TEXTS, byte_map, merges_of, vocab_args, write_vocab
 
 # mistral_common's SpecialTokens, by rank (Tekkenizer.DEPRECATED_SPECIAL_TOKENS:
 # what a tekken file without its own list has); the rest are <SPECIAL_i>.
@@ -44,12 +42,7 @@ EXTRA_TEXTS = [
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("tekken_json")
-    ap.add_argument("out_dir")
-    ap.add_argument("--template", help="a chat template to store as tokenizer.chat_template")
-    ap.add_argument("--inp", help="test texts (.inp format) to encode besides the built-in ones")
-    a = ap.parse_args()
+    a = vocab_args(__doc__, "tekken_json")
 
     with open(a.tekken_json, encoding="utf-8") as f:
         data = json.load(f)
@@ -77,30 +70,9 @@ def main():
         tokens[n_special + r] = "".join(bmap[b] for b in tok)
     merges = merges_of(ranks, bmap)
 
-    os.makedirs(a.out_dir, exist_ok=True)
-    path = os.path.join(a.out_dir, "ggml-vocab-tekken.gguf")
-    w = gguf.GGUFWriter(path, "llama")
-    w.add_name("tekken " + cfg.get("version", ""))
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("tekken")
-    w.add_token_list(tokens)
-    w.add_token_types(types)
-    w.add_token_merges(merges)
-    w.add_unk_token_id(names.index("<unk>"))
-    w.add_bos_token_id(names.index("<s>"))
-    w.add_eos_token_id(names.index("</s>"))
-    w.add_add_bos_token(True)
-    if a.template:
-        with open(a.template, encoding="utf-8") as f:
-            w.add_chat_template(f.read())
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-
-    texts = (read_inp(a.inp) if a.inp else []) + EXTRA_TEXTS
-    write_tests(path, texts, lambda t: [i + n_special for i in enc.encode_ordinary(t)])
-    print(f"{path}: {n_vocab} tokens, {len(merges)} merges, {len(texts)} test texts")
+    ids = {"unk": names.index("<unk>"), "bos": names.index("<s>"), "eos": names.index("</s>")}
+    write_vocab(gguf, a, "ggml-vocab-tekken.gguf", "llama", "tekken " + cfg.get("version", ""), "tekken", tokens, types,
+                merges, ids, True, EXTRA_TEXTS, lambda t: [i + n_special for i in enc.encode_ordinary(t)])
 
 
 if __name__ == "__main__":

@@ -47,7 +47,7 @@ Engine::Engine(const LlamaModel& model, EngineOptions opt) : model_(model), opt_
   if (opt_.n_ctx > c.n_ctx_train)
     throw Error("--ctx " + std::to_string(opt_.n_ctx) + " is larger than the model's trained context of " +
                 std::to_string(c.n_ctx_train) + " tokens");
-  if (c.long_rope() && c.uses_long_factors() != (n_ctx_ > c.rope_long_after))
+  if (c.long_rope() && c.uses_long_factors() != c.long_factors_for(n_ctx_))
     throw Error("the model turns with its " + std::string(c.uses_long_factors() ? "long" : "short") +
                 " RoPE factors, chosen for another context than " + std::to_string(n_ctx_) +
                 " (LlamaModel::set_context)");

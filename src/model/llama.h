@@ -17,8 +17,8 @@
 
 namespace cs {
 
-// One of the architectures of model/arch.h: Llama 1-3.x and Mistral files,
-// Qwen 2, Qwen 3, Gemma 3, Qwen3-MoE, gpt-oss, Phi-3/Phi-4. head_dim is n_embd / n_heads unless the file says
+// One of the architectures of model/arch.cpp (Llama 1-3.x and Mistral files
+// and the others it lists). head_dim is n_embd / n_heads unless the file says
 // otherwise (Qwen 3's attention.key_length), so the query width n_heads *
 // head_dim may differ from n_embd.
 struct LlamaConfig {
@@ -34,6 +34,7 @@ struct LlamaConfig {
   std::vector<float> rope_short_factors, rope_long_factors;
   int rope_long_after = 0;
   bool long_rope() const { return !rope_long_factors.empty(); }
+  bool long_factors_for(int n_ctx) const { return long_rope() && n_ctx > rope_long_after; }
   // Whether the long factors turn the angles now (a KV cache made with one
   // set is not the other's).
   bool uses_long_factors() const { return long_rope() && rope.factors == rope_long_factors; }

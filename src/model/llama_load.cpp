@@ -41,10 +41,13 @@ void check_shape(const GgufFile& f, const GgufTensor& t, int rows, int cols) {
     f.fail("tensor '" + t.name + "' rows are not whole quantization blocks");
 }
 
-// Bytes of one row of a 2-D tensor (check_shape first: whole blocks).
-size_t row_bytes(const GgufTensor& t) {
+// Rows [first, first + rows) of a tensor whose rows are `cols` values of
+// whole blocks (checked by the caller), packed by the backend as a matrix of
+// its own: a fused projection's part (Phi-3) or a stacked tensor's expert.
+Weight matrix_rows(const Backend& b, const GgufTensor& t, int64_t first, int rows, int cols) {
   const TypeInfo info = *type_info(uint32_t(t.type));
-  return size_t(t.ne[0] / int64_t(info.block_elems)) * size_t(info.block_bytes);
+  const size_t row_bytes = size_t(cols / int(info.block_elems)) * size_t(info.block_bytes);
+  return b.matrix(t.type, rows, cols, t.data + size_t(first) * row_bytes);
 }
 
 // A weight of shape [rows][cols] (GGUF ne = {cols, rows}), packed by the backend.
@@ -65,9 +68,8 @@ std::vector<Weight> load_experts(const Backend& b, const GgufFile& f, const std:
            std::to_string(n) + "]");
   const TypeInfo info = *type_info(uint32_t(t.type));
   if (cols % info.block_elems) f.fail("tensor '" + name + "' rows are not whole quantization blocks");
-  const size_t row_bytes = size_t(cols / info.block_elems) * size_t(info.block_bytes);
   std::vector<Weight> out;
-  for (int e = 0; e < n; ++e) out.push_back(b.matrix(t.type, rows, cols, t.data + size_t(e) * size_t(rows) * row_bytes));
+  for (int e = 0; e < n; ++e) out.push_back(matrix_rows(b, t, int64_t(e) * rows, rows, cols));
   return out;
 }
 
@@ -102,8 +104,7 @@ int rope_original_context(const GgufFile& f, const std::string& a, int n_ctx_tra
 }
 
 void read_rope_scaling(const GgufFile& f, const std::string& a, int n_ctx_train, const ArchTraits& traits,
-                       RopeParams& r) {
-  const double attn = rope_attn_factor(f, a);
+                       double attn, RopeParams& r) {
   r.mscale = attn;
   const std::string type = f.get_string(a + "rope.scaling.type", "none");
   if (type == "none") return;
@@ -142,7 +143,7 @@ void read_rope_scaling(const GgufFile& f, const std::string& a, int n_ctx_train,
 // architecture's pattern; as an array, it says per layer whether the layer
 // slides). Their RoPE: base rope_base_swa, unscaled; or, where that is 0,
 // the global layers' own (rope.freq_base_swa may still set its base).
-void read_windows(const GgufFile& f, const std::string& a, const ArchTraits& traits, LlamaConfig& c) {
+void read_windows(const GgufFile& f, const std::string& a, const ArchTraits& traits, double attn, LlamaConfig& c) {
   if (!traits.swa_pattern) return;
   const uint64_t window = f.get_uint(a + "attention.sliding_window", 0);
   if (window == 0) return;
@@ -168,7 +169,7 @@ void read_windows(const GgufFile& f, const std::string& a, const ArchTraits& tra
   c.rope_swa.base = traits.rope_base_swa;
   c.rope_swa.freq_scale = 1.0;
   c.rope_swa.yarn = false;
-  c.rope_swa.mscale = rope_attn_factor(f, a);
+  c.rope_swa.mscale = attn;
 }
 
 }  // namespace
@@ -209,7 +210,7 @@ void LlamaModel::set_chat_template(const std::string& source) {
 void LlamaModel::set_context(int n_ctx) {
   LlamaConfig& c = cfg_;
   if (!c.long_rope()) return;
-  c.rope.factors = n_ctx > c.rope_long_after ? c.rope_long_factors : c.rope_short_factors;
+  c.rope.factors = c.long_factors_for(n_ctx) ? c.rope_long_factors : c.rope_short_factors;
 }
 
 const ArchTraits& LlamaModel::load_config() {
@@ -263,7 +264,8 @@ const ArchTraits& LlamaModel::load_config() {
   c.rope.style = traits->rope;
   c.rms_eps = float(f.get_float(a + "attention.layer_norm_rms_epsilon", 1e-5));
   c.n_ctx_train = int(f.get_uint(a + "context_length", 2048));
-  read_rope_scaling(f, a, c.n_ctx_train, *traits, c.rope);
+  const double attn = rope_attn_factor(f, a);
+  read_rope_scaling(f, a, c.n_ctx_train, *traits, attn, c.rope);
   if (traits->yarn_keys) {
     c.attn_temp_scale = float(f.get_float(a + "attention.temperature_scale", 0.0));
     if (!std::isfinite(c.attn_temp_scale)) f.fail("attention.temperature_scale must be finite");
@@ -291,7 +293,7 @@ const ArchTraits& LlamaModel::load_config() {
   }
   c.gating = traits->gating;
   if (traits->scale_embd) c.embd_scale = std::sqrt(float(c.n_embd));
-  read_windows(f, a, *traits, c);
+  read_windows(f, a, *traits, attn, c);
   return *traits;
 }
 
@@ -343,10 +345,9 @@ void LlamaModel::load_weights(const ArchTraits& traits) {
     const GgufTensor* qkv = f.find_tensor(p + "attn_qkv.weight");
     if (qkv) {
       check_shape(f, *qkv, QW + 2 * KW, E);
-      const size_t rb = row_bytes(*qkv);
-      L.wq = b.matrix(qkv->type, QW, E, qkv->data);
-      L.wk = b.matrix(qkv->type, KW, E, qkv->data + size_t(QW) * rb);
-      L.wv = b.matrix(qkv->type, KW, E, qkv->data + size_t(QW + KW) * rb);
+      L.wq = matrix_rows(b, *qkv, 0, QW, E);
+      L.wk = matrix_rows(b, *qkv, QW, KW, E);
+      L.wv = matrix_rows(b, *qkv, QW + KW, KW, E);
     } else {
       L.wq = matrix(p + "attn_q.weight", QW, E);
       L.wk = matrix(p + "attn_k.weight", KW, E);
@@ -369,8 +370,8 @@ void LlamaModel::load_weights(const ArchTraits& traits) {
       // The gate's rows first (SwiGLU's silu side), then the up projection's.
       const GgufTensor& up = f.tensor(p + "ffn_up.weight");
       check_shape(f, up, 2 * c.n_ff, E);
-      L.w_gate = b.matrix(up.type, c.n_ff, E, up.data);
-      L.w_up = b.matrix(up.type, c.n_ff, E, up.data + size_t(c.n_ff) * row_bytes(up));
+      L.w_gate = matrix_rows(b, up, 0, c.n_ff, E);
+      L.w_up = matrix_rows(b, up, c.n_ff, c.n_ff, E);
       L.w_down = matrix(p + "ffn_down.weight", E, c.n_ff);
     } else {
       L.w_gate = matrix(p + "ffn_gate.weight", c.n_ff, E);
