@@ -3,6 +3,9 @@
 // errors, and user text that never becomes a special token.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
+
 #include <algorithm>
 
 #include "model/chat_template.h"
@@ -60,6 +63,24 @@ TEST(ChatTemplate, MarkersOfALlama3StyleTemplate) {
   EXPECT_EQ(t.reply_start(), "<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
+// Gemma 2's own template (the sdist's google-gemma-2-2b-it) refuses a
+// leading system message; folded into the first user turn, a conversation
+// with one renders as the same conversation with the system text written
+// first in that turn would, so a shared system prompt is a shared prefix.
+TEST(ChatTemplate, Gemma2sTemplateTakesASystemMessageFolded) {
+  std::ifstream f(std::string(CS_TEMPLATE_DIR) + "/google-gemma-2-2b-it.jinja");
+  std::stringstream src;
+  src << f.rdbuf();
+  ASSERT_FALSE(src.str().empty()) << "scripts/fetch_vocabs.sh fetches the templates";
+  const ChatTemplate t(src.str(), "<bos>", "<eos>");
+  EXPECT_FALSE(t.system_role());
+  const std::string want =
+      "<bos><start_of_turn>user\nBe brief.\nHi<end_of_turn>\n<start_of_turn>model\nHello<end_of_turn>\n"
+      "<start_of_turn>user\nAnd?<end_of_turn>\n<start_of_turn>model\n";
+  EXPECT_EQ(t.apply({{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello"}, {"user", "And?"}}).text(), want);
+  EXPECT_EQ(t.apply({{"user", "Be brief.\nHi"}, {"assistant", "Hello"}, {"user", "And?"}}).text(), want);
+}
+
 // Gemma 2 refuses a system message: the system role gets the user's markers.
 TEST(ChatTemplate, ATemplateWithoutSystemGivesItTheUserMarkers) {
   const ChatTemplate t(
@@ -70,13 +91,22 @@ TEST(ChatTemplate, ATemplateWithoutSystemGivesItTheUserMarkers) {
   EXPECT_EQ(t.role_markers("system").open, "<start_of_turn>user\n");
   EXPECT_EQ(t.role_markers("assistant").open, "<start_of_turn>assistant\n");
   EXPECT_EQ(t.reply_start(), "<start_of_turn>model\n");
+  // The system message folds into the next one (llama.cpp's workaround), or
+  // alone goes as the user's turn; the template still refuses a system
+  // message elsewhere.
+  EXPECT_FALSE(t.system_role());
+  EXPECT_EQ(t.apply({{"system", "S"}, {"user", "Hi"}}).text(),
+            "<start_of_turn>user\nS\nHi<end_of_turn>\n<start_of_turn>model\n");
+  EXPECT_EQ(t.apply({{"system", "S"}}).text(), "<start_of_turn>user\nS<end_of_turn>\n<start_of_turn>model\n");
   try {
-    t.apply({{"system", "S"}, {"user", "Hi"}});
+    t.apply({{"user", "Hi"}, {"system", "S"}});
     ADD_FAILURE() << "the template should refuse";
   } catch (const jinja::TemplateError& e) {
     EXPECT_EQ(e.template_kind(), jinja::TemplateErrorKind::kRaised);
     EXPECT_EQ(e.message(), "System role not supported");
   }
+  const ChatTemplate chatml(ChatTemplate::chatml_source(), "", "");
+  EXPECT_TRUE(chatml.system_role());
 }
 
 TEST(ChatTemplate, BosIsWrittenOnce) {

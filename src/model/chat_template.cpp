@@ -113,7 +113,20 @@ void ChatTemplate::probe() const {
 }
 
 ChatPrompt ChatTemplate::render(const ChatInput& in) const {
-  return render(in, kRenderSteps, std::chrono::milliseconds(kRenderMillis));
+  const auto& msgs = in.messages;
+  const bool leading_system = msgs.is_array() && !msgs.empty() && msgs[0].is_object() &&
+                              msgs[0].value("role", "") == "system" && msgs[0].contains("content") &&
+                              msgs[0]["content"].is_string();
+  if (system_role_ || !leading_system) return render(in, kRenderSteps, std::chrono::milliseconds(kRenderMillis));
+  ChatInput folded = in;
+  auto& m = folded.messages;
+  if (m.size() > 1 && m[1].is_object() && m[1].contains("content") && m[1]["content"].is_string()) {
+    m[1]["content"] = m[0]["content"].get<std::string>() + "\n" + m[1]["content"].get<std::string>();
+    m.erase(0);
+  } else if (m.size() == 1) {
+    m[0]["role"] = "user";
+  }
+  return render(folded, kRenderSteps, std::chrono::milliseconds(kRenderMillis));
 }
 
 ChatPrompt ChatTemplate::render(const ChatInput& in, uint64_t max_steps, std::chrono::milliseconds max_time) const {
@@ -184,6 +197,7 @@ void ChatTemplate::derive_markers() {
   const auto s = sys ? split_at(*sys, {marks[0], marks[1]}) : std::nullopt;
   if (!s) {
     system_ = user_;
+    system_role_ = false;
     return;
   }
   system_.open = strip_bos((*s)[0]);

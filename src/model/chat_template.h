@@ -87,7 +87,10 @@ class ChatTemplate {
 
   // The prompt. Throws jinja::TemplateError when the template refuses the
   // conversation (raise_exception) or fails on it, or runs past
-  // kRenderSteps steps or kRenderMillis ms (kLimit).
+  // kRenderSteps steps or kRenderMillis ms (kLimit). A template without a
+  // system role (system_role(): Gemma 2's raises on one) gets a leading
+  // system message folded into the next message, "system\nnext", as
+  // llama.cpp folds it; alone, it goes as the user's turn.
   ChatPrompt render(const ChatInput& in) const;
   static constexpr uint64_t kRenderSteps = 4'000'000;
   static constexpr int kRenderMillis = 2000;
@@ -105,6 +108,9 @@ class ChatTemplate {
   // to the system role.
   RoleText role_markers(const std::string& role) const;
   const std::string& reply_start() const { return reply_start_; }
+  // Whether the template renders a system message (with the system and
+  // user markers found, in order); false: it refuses one or drops its text.
+  bool system_role() const { return system_role_; }
 
  private:
   void derive_markers();
@@ -119,6 +125,7 @@ class ChatTemplate {
   std::string fallback_name_;
   RoleText system_, user_, assistant_;
   std::string reply_start_;
+  bool system_role_ = true;
 };
 
 }  // namespace cs
