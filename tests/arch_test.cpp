@@ -6,7 +6,8 @@
 // even layers sliding over 24 positions, attention sinks, YaRN, biases on
 // Q/K/V, output, router and experts, 8 experts a layer, 4 per token, weighed
 // by a softmax over the chosen, clamped SwiGLU; phi3: fused Q/K/V and
-// gate/up matrices, RoPE over half of each head, LongRoPE): the
+// gate/up matrices, RoPE over half of each head, LongRoPE; gemma2: even
+// layers sliding, post-norms, GeGLU, soft-capped scores and logits): the
 // configuration read, the fast path against the float reference, and the
 // engine's guarantees (identical greedy tokens across attention modes,
 // batches, retained prefixes and preemption; Prompt Cache modules shared and
@@ -56,7 +57,7 @@ TEST_P(Arch, ConfigurationIsRead) {
   const std::string v = GetParam();
   const bool oss = v == "gpt-oss", moe = v == "qwen3moe" || oss, qwen3 = v == "qwen3" || v == "qwen3moe";
   EXPECT_EQ(c.arch, v == "llama3" ? "llama" : v);
-  EXPECT_EQ(c.head_dim, qwen3 ? 128 : v == "gemma3" ? 256 : v == "phi3" ? 96 : 64);
+  EXPECT_EQ(c.head_dim, qwen3 || v == "gemma2" ? 128 : v == "gemma3" ? 256 : v == "phi3" ? 96 : 64);
   EXPECT_EQ(c.q_width(), c.n_heads * c.head_dim);
   const bool mistral = v == "mistral3";
   const bool smol = v == "smollm3";
@@ -112,19 +113,26 @@ TEST_P(Arch, ConfigurationIsRead) {
   }
   EXPECT_EQ(c.n_heads / c.n_kv_heads, v == "llama3" ? 4 : 2);
   EXPECT_EQ(c.n_heads, v == "llama3" || oss ? 4 : 2);
-  const bool gemma = v == "gemma3";
+  const bool gemma2 = v == "gemma2", gemma = v == "gemma3" || gemma2;
   EXPECT_EQ(L.attn_post_norm.size(), gemma ? size_t(c.n_embd) : size_t(0));
   EXPECT_EQ(L.ffn_post_norm.size(), gemma ? size_t(c.n_embd) : size_t(0));
   EXPECT_EQ(c.act, gemma ? FfnAct::kGeluTanh : oss ? FfnAct::kSwigluOai : FfnAct::kSilu);
   EXPECT_EQ(c.embd_scale, gemma ? std::sqrt(128.0f) : granite ? 3.0f : 1.0f);
+  // Gemma 2's soft-capping.
+  EXPECT_EQ(c.attn_softcap, gemma2 ? 3.0f : 0.0f);
+  EXPECT_EQ(c.final_softcap, gemma2 ? 1.5f : 0.0f);
   EXPECT_FLOAT_EQ(c.q_scale, granite ? 1.6f : 1.0f);
   // Gemma 3: every 6th layer global, the rest slide, with RoPE base 10000.
-  // gpt-oss: the even layers slide, with the global layers' RoPE (YaRN).
+  // gpt-oss and Gemma 2: the even layers slide, with the global layers' RoPE.
   // Phi-3's sliding_window key is left unused (as llama.cpp leaves it).
-  EXPECT_EQ(c.window, gemma ? std::vector<int>({40, 40, 40, 40, 40, 0})
-                      : oss ? std::vector<int>({24, 0, 24, 0})
+  EXPECT_EQ(c.window, v == "gemma3" ? std::vector<int>({40, 40, 40, 40, 40, 0})
+                      : oss || gemma2 ? std::vector<int>({24, 0, 24, 0})
                             : std::vector<int>{});
-  if (gemma) {
+  if (gemma2) {
+    EXPECT_EQ(c.rope_swa.base, c.rope.base);
+    EXPECT_EQ(c.rope_swa.style, RopeStyle::kHalves);
+  }
+  if (v == "gemma3") {
     EXPECT_EQ(c.rope.base, 1000000.0);
     EXPECT_EQ(c.rope_swa.base, 10000.0);
     EXPECT_EQ(c.rope_swa.style, RopeStyle::kHalves);
@@ -313,7 +321,7 @@ std::string load_error(test::TinyModelShape shape, const std::string& name) {
 TEST(ArchErrors, UnknownArchitectureListsTheSupportedOnes) {
   test::TinyModelShape s;
   s.arch = "mamba";
-  EXPECT_NE(load_error(s, "tiny_mamba").find("unsupported architecture 'mamba' (supported: llama, qwen2, qwen3, gemma3, qwen3moe, gpt-oss, phi3, mistral3, smollm3, granite)"),
+  EXPECT_NE(load_error(s, "tiny_mamba").find("unsupported architecture 'mamba' (supported: llama, qwen2, qwen3, gemma3, gemma2, qwen3moe, gpt-oss, phi3, mistral3, smollm3, granite)"),
             std::string::npos);
 }
 
@@ -472,6 +480,37 @@ TEST(ArchGranite, EachMultiplierMatters) {
   test::TinyModelShape s = base;
   s.logit_scale = 0;
   EXPECT_NE(load_error(s, "tiny_granite_no_logit_scale").find("key 'granite.logit_scale' is missing"), std::string::npos);
+}
+
+// Gemma 2's soft-capping: each cap lifted (to 1e6, where tanh is the
+// identity to float precision for these scores and logits) gives other
+// distributions, so the fast path's agreement with the reference, which
+// caps on its own, is the caps' too. A file without the keys takes 50 and
+// 30 and a window of 4096, as llama.cpp does; 27B's 46 layers scale queries
+// by 1/sqrt(n_embd / n_heads); a cap that is not positive is refused.
+TEST(ArchGemma2, EachSoftCapMatters) {
+  const test::TinyModelShape base = test::tiny_arch_shape("gemma2");
+  const auto m = LlamaModel::load(test::tiny_model("tiny_gemma2_caps", base));
+  for (int which = 0; which < 2; ++which) {
+    test::TinyModelShape s = base;
+    (which == 0 ? s.attn_softcap : s.final_softcap) = 1e6f;
+    const auto other = LlamaModel::load(test::tiny_model("tiny_gemma2_uncapped_" + std::to_string(which), s));
+    EXPECT_GT(mean_kl_from_reference_of(*m, *other), 1e-4) << (which == 0 ? "attention" : "final");
+  }
+  test::TinyModelShape s = base;
+  s.attn_softcap = s.final_softcap = 0, s.window = 0;
+  const auto plain = LlamaModel::load(test::tiny_model("tiny_gemma2_defaults", s));
+  EXPECT_EQ(plain->config().attn_softcap, 50.0f);
+  EXPECT_EQ(plain->config().final_softcap, 30.0f);
+  EXPECT_EQ(plain->config().window, std::vector<int>({4096, 0, 4096, 0}));
+  EXPECT_EQ(plain->config().q_scale, 1.0f);
+  s.n_layers = 46;
+  const auto big = LlamaModel::load(test::tiny_model("tiny_gemma2_27b", s));
+  EXPECT_FLOAT_EQ(big->config().q_scale, std::sqrt(2.0f));  // sqrt(head_dim 128) / sqrt(128 / 2)
+  s = base;
+  s.attn_softcap = -1.0f;
+  EXPECT_NE(load_error(s, "tiny_gemma2_bad_cap").find("key 'gemma2.attn_logit_softcapping' must be a positive number"),
+            std::string::npos);
 }
 
 }  // namespace

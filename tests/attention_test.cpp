@@ -89,6 +89,23 @@ TEST(Attention, SinksAgreeWithReference) {
     }
 }
 
+// Soft-capped scores (Gemma 2: cap tanh(s / cap) before the softmax) in
+// every path and on every ISA, with a cap near the scores' size (~2) so it
+// bends most of them, with and without sliding windows, in decode and
+// prefill; two-phase partition keeps per-sequence's bits.
+TEST(Attention, SoftCappedScoresAgreeWithReference) {
+  uint32_t seed = 700;
+  for (int window : {0, 37})
+    for (bool prefill : {false, true})
+      for (float cap : {1.0f, 5.0f}) {
+        const int d = seed % 2 ? 256 : 64;
+        Case c{1 + int(seed * 37 % 24), 1 + int(seed % 2), 1 + int(seed % 4), d, KvType(seed % 3), seed, prefill, window};
+        c.softcap = cap;
+        check(c);
+        ++seed;
+      }
+}
+
 TEST(Attention, LargeBatches) {
   for (int batch : {32, 96}) check({batch, 2, 1, 64, KvType::kF16, 100u + uint32_t(batch)});
 }
@@ -545,7 +562,8 @@ TEST(Merge, TwoHalvesEqualTheWhole) {
 
 // The block kernel on one chunk, two folds in a row (so the running max
 // moves and o is rescaled), with random visible limits (0 included) and
-// window edges (a row's first visible key, sliding windows): every
+// window edges (a row's first visible key, sliding windows), soft-capped
+// scores for even row counts (Gemma 2, a cap of 2 over scores of std 1-4): every
 // row agrees with the scalar kernel, and gets the very same bits whether it
 // is computed in a batch of nq rows or alone. The second property is what
 // makes two-phase partition bit-identical to per-sequence attention.
@@ -591,6 +609,7 @@ TEST(Block, RowsAgreeWithScalarAndDoNotDependOnTheBatch) {
               j.limit = limit.data() + r0;
               j.first = first.data() + r0;
               j.scale = 0.125f;
+              j.softcap = nq % 2 ? 0.0f : 2.0f;
               j.o = o.data();
               j.o_stride = d;
               j.m = m.data();
@@ -619,7 +638,8 @@ TEST(Block, RowsAgreeWithScalarAndDoNotDependOnTheBatch) {
             set_isa_for_testing(isa);
             kernel = var.fn;
             const std::string at = std::string(var.name) + " type " + std::to_string(type) + " d " +
-                                   std::to_string(d) + " c " + std::to_string(c) + " nq " + std::to_string(nq);
+                                   std::to_string(d) + " c " + std::to_string(c) + " nq " + std::to_string(nq) +
+                                   (nq % 2 ? "" : " softcap 2");
             std::vector<float> o, m, l, o1, m1, l1;
             run(0, nq, o, m, l);
             for (int r = 0; r < nq; ++r) {

@@ -33,6 +33,7 @@ inline void attn_reference(const HostTree& tree, const AttnProblem& p) {
           double dot = 0;
           for (int x = 0; x < d; ++x) dot += double(q[x]) * k[size_t(x)];
           s[size_t(t)] = dot / std::sqrt(double(d));
+          if (p.softcap != 0) s[size_t(t)] = p.softcap * std::tanh(s[size_t(t)] / p.softcap);  // Gemma 2
           mx = std::max(mx, s[size_t(t)]);
         }
         double z = sink == -INFINITY ? 0.0 : std::exp(sink - mx);

@@ -21,13 +21,15 @@ struct Case {
   bool prefill = false;
   int window = 0;  // a sliding window, in positions (0: none)
   bool sinks = false;  // a sink logit per query head (gpt-oss)
+  float softcap = 0;   // scores soft-capped (Gemma 2)
 };
 
 inline std::string name(const Case& c) {
   return "batch " + std::to_string(c.batch) + " kv_heads " + std::to_string(c.n_kv_heads) + " group " +
          std::to_string(c.group) + " d " + std::to_string(c.d) + " " + kv_type_name(c.type) + " seed " +
          std::to_string(c.seed) + (c.prefill ? " prefill" : "") +
-         (c.window ? " window " + std::to_string(c.window) : "") + (c.sinks ? " sinks" : "");
+         (c.window ? " window " + std::to_string(c.window) : "") + (c.sinks ? " sinks" : "") +
+         (c.softcap != 0 ? " softcap " + std::to_string(c.softcap) : "");
 }
 
 // Random K/V for tokens [from, to) of sequence id, every layer and KV head.
@@ -54,9 +56,10 @@ struct Planned {
       : tree(t), plan(plan_attention(t.plan_input(std::move(ctx)), {}, n_heads)) {}
   std::vector<int> window_first;  // per query row, when a window is set
   std::vector<float> sinks;       // per query head, when set
+  float softcap = 0;
   AttnProblem problem(const float* q, float* out, int layer = 0) {
     return {&tree.pool(), &plan, layer, q, out, &ws, window_first.empty() ? nullptr : window_first.data(),
-            sinks.empty() ? nullptr : sinks.data()};
+            sinks.empty() ? nullptr : sinks.data(), softcap};
   }
   // A sliding window of w positions (a sequence's keys at 0, 1, 2, ...): the
   // k-th of n rows of a sequence of L keys is key L - n + k.
@@ -80,8 +83,9 @@ struct World {
   int n_heads = 0;
   int window = 0;
   std::vector<float> sinks;
+  float softcap = 0;
 
-  World(const Case& c) : window(c.window) {
+  World(const Case& c) : window(c.window), softcap(c.softcap) {
     std::mt19937 rng(c.seed);
     std::normal_distribution<float> nd;
     const KvLayout L{2, c.n_kv_heads, c.d, 64, c.type};
@@ -131,6 +135,7 @@ struct World {
       run = std::make_unique<Planned>(*tree, q_begin, n_heads);
       if (window) run->set_window(window);
       run->sinks = sinks;
+      run->softcap = softcap;
     }
     out.assign(q.size(), NAN);
     return run->problem(q.data(), out.data(), 1);

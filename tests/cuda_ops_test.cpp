@@ -184,7 +184,8 @@ TEST(CudaOps, TheRefinedHeadIsTheCpusBitForBit) {
 // prompt and then a step of two decode rows, the same logits as the CPU.
 TEST(CudaOps, EveryArchitecturesForwardPassIsTheCpus) {
   REQUIRE_GPU();
-  for (const char* arch : {"llama", "llama3", "qwen2", "qwen3", "gemma3", "qwen3moe", "gpt-oss", "phi3", "mistral3", "smollm3", "granite"}) {
+  for (const char* arch : {"llama", "llama3", "qwen2", "qwen3", "gemma3", "qwen3moe", "gpt-oss", "phi3", "mistral3", "smollm3", "granite",
+                           "gemma2"}) {
     SCOPED_TRACE(arch);
     const std::string path = test::tiny_model(std::string("cudaops_") + arch, test::tiny_arch_shape(arch));
     const auto on_cpu = LlamaModel::load(path);

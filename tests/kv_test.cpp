@@ -15,15 +15,18 @@ namespace cs {
 namespace {
 
 // Plain softmax attention in double, for comparison; a sink (gpt-oss) is
-// one more logit in the softmax, with no value.
+// one more logit in the softmax, with no value; softcap (Gemma 2) caps each
+// score at cap tanh(s / cap).
 std::vector<float> reference(const std::vector<float>& q, const std::vector<std::vector<float>>& ks,
-                             const std::vector<std::vector<float>>& vs, int d, double sink = -INFINITY) {
+                             const std::vector<std::vector<float>>& vs, int d, double sink = -INFINITY,
+                             double softcap = 0) {
   std::vector<double> s(ks.size());
   double m = -1e300;
   for (size_t t = 0; t < ks.size(); ++t) {
     double dot = 0;
     for (int i = 0; i < d; ++i) dot += double(q[i]) * ks[t][i];
     s[t] = dot / std::sqrt(double(d));
+    if (softcap != 0) s[t] = softcap * std::tanh(s[t] / softcap);
     m = std::max(m, s[t]);
   }
   m = std::max(m, sink);
@@ -42,6 +45,7 @@ struct CausalCase {
   int prefill = 0;  // if > 0: the first batch holds this many tokens of each sequence
   int window = 0;   // if > 0: odd layers slide over this many positions
   bool sinks = false;  // every layer has a sink per query head (gpt-oss)
+  float softcap = 0;   // scores soft-capped (Gemma 2)
 };
 
 // Random interleaved batches of several sequences (decode steps and prefills
@@ -60,7 +64,7 @@ float stored(KvType type, float x) {
 }
 
 TEST_P(ContiguousKvCausal, MatchesReference) {
-  const auto [shape, max_batch, steps, prefill, window, with_sinks] = std::get<0>(GetParam());
+  const auto [shape, max_batch, steps, prefill, window, with_sinks, softcap] = std::get<0>(GetParam());
   const KvType type = std::get<1>(GetParam());
   std::mt19937 rng(11 + shape.head_dim + max_batch), sink_rng(5);
   std::normal_distribution<float> nd;
@@ -87,7 +91,7 @@ TEST_P(ContiguousKvCausal, MatchesReference) {
       // (their own generator: the batches stay those of the cases without).
       std::vector<float> sinks(size_t(shape.n_heads));
       for (auto& x : sinks) x = 1.5f * nd(sink_rng);
-      kv.attend(layer, q.data(), out.data(), w, with_sinks ? sinks.data() : nullptr);
+      kv.attend(layer, q.data(), out.data(), {w, with_sinks ? sinks.data() : nullptr, softcap});
       for (auto* a : {&k, &v})
         for (auto& x : *a) x = stored(type, x);
       auto& lk = ks[size_t(layer)];
@@ -105,7 +109,7 @@ TEST_P(ContiguousKvCausal, MatchesReference) {
             vh.emplace_back(lv[s][j].begin() + kvh * d, lv[s][j].begin() + (kvh + 1) * d);
           }
           const std::vector<float> qh(q.begin() + t * qw + h * d, q.begin() + t * qw + (h + 1) * d);
-          const auto ref = reference(qh, kh, vh, d, with_sinks ? sinks[size_t(h)] : -INFINITY);
+          const auto ref = reference(qh, kh, vh, d, with_sinks ? sinks[size_t(h)] : -INFINITY, softcap);
           for (int i = 0; i < d; ++i) {
             const float got = out[size_t(t) * qw + h * d + i];
             ASSERT_NEAR(got, ref[size_t(i)], 1e-5) << "layer " << layer << " token " << t << " head " << h;
@@ -139,7 +143,14 @@ INSTANTIATE_TEST_SUITE_P(Shapes, ContiguousKvCausal,
                                            // the plain loop, in prefill and in split decode.
                                            CausalCase{{1, 4, 2, 16}, 40, 6, 0, 0, true},
                                            CausalCase{{2, 8, 2, 64}, 70, 6, 0, 50, true},
-                                           CausalCase{{2, 4, 1, 64}, 1, 5, 300, 100, true}),
+                                           CausalCase{{2, 4, 1, 64}, 1, 5, 300, 100, true},
+                                           // Soft-capped scores (Gemma 2: head dim 256, windows
+                                           // on alternate layers), a cap near the scores' size
+                                           // (N(0, 1)), on the plain loop, in prefill and in
+                                           // split decode.
+                                           CausalCase{{1, 4, 2, 16}, 40, 6, 0, 0, false, 1.5f},
+                                           CausalCase{{2, 8, 4, 256}, 70, 6, 0, 50, false, 1.5f},
+                                           CausalCase{{2, 4, 1, 64}, 1, 5, 300, 100, false, 1.5f}),
                                             ::testing::Values(KvType::kF32, KvType::kF16, KvType::kBF16)),
                          [](const auto& info) {
                            const CausalCase& c = std::get<0>(info.param);
@@ -151,6 +162,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, ContiguousKvCausal,
                            if (c.prefill) name += "_prefill" + std::to_string(c.prefill);
                            if (c.window) name += "_window" + std::to_string(c.window);
                            if (c.sinks) name += "_sinks";
+                           if (c.softcap != 0) name += "_softcap";
                            name += "_";
                            name += kv_type_name(std::get<1>(info.param));
                            return name;
@@ -189,7 +201,7 @@ struct Recorder : KvStore {
   void store(int, const float* k, const float* v) override {
     for (int r = 0; r < rows; ++r) stored.push_back(k[r * 2] + v[r * 2 + 1]);
   }
-  void attend(int, const float* q, float* out, int, const float*) override {
+  void attend(int, const float* q, float* out, const LayerAttention&) override {
     for (int r = 0; r < rows; ++r) attended.push_back(q[r * 3]), out[r * 3] = -q[r * 3];
   }
 };
@@ -205,7 +217,7 @@ TEST(SplitKv, EachStoreGetsItsRows) {
   for (int i = 0; i < 10; ++i) k[size_t(i)] = float(i), v[size_t(i)] = float(100 * i);
   for (int i = 0; i < 15; ++i) q[size_t(i)] = float(i);
   split.store(0, k.data(), v.data());
-  split.attend(0, q.data(), out.data(), 0, nullptr);
+  split.attend(0, q.data(), out.data(), {});
   EXPECT_EQ(a.tokens, (std::vector<int32_t>{10, 11}));
   EXPECT_EQ(b.tokens, (std::vector<int32_t>{12, 13, 14}));
   EXPECT_EQ(b.seqs, (std::vector<int32_t>{0, 0, 0}));

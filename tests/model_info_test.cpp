@@ -45,10 +45,25 @@ TEST(ModelInfo, NamesWhatDoesNotRun) {
   EXPECT_FALSE(m.types[0].supported);
   EXPECT_EQ(m.params, 1024u);
   ASSERT_GE(m.problems.size(), 3u);
-  EXPECT_EQ(m.problems[0], "architecture 'mamba' is not supported (supported: llama, qwen2, qwen3, gemma3, qwen3moe, gpt-oss, phi3, mistral3, smollm3, granite)");
+  EXPECT_EQ(m.problems[0], "architecture 'mamba' is not supported (supported: llama, qwen2, qwen3, gemma3, gemma2, qwen3moe, gpt-oss, phi3, mistral3, smollm3, granite)");
   EXPECT_EQ(m.problems[1], "1 tensor of type IQ2_XS, which chunkserve does not read");
   EXPECT_EQ(m.problems[2], "tokenizer 'bert' is not supported (supported: gpt2, llama)");
   EXPECT_NE(format_model_info(m).find("runs           no:\n  - architecture 'mamba'"), std::string::npos);
+}
+
+// Gemma 2's soft-capping: the scores' cap on the attention line, the
+// logits' on a line of its own (and neither for other models).
+TEST(ModelInfo, SaysWhatIsSoftCapped) {
+  const ModelInfo g = describe_model(test::tiny_model("info_gemma2", test::tiny_arch_shape("gemma2")));
+  ASSERT_TRUE(g.problems.empty()) << g.problems[0];
+  const std::string text = format_model_info(g);
+  EXPECT_NE(text.find("attention      2 heads, 1 K/V heads, head dim 128; 2 of 4 layers slide over 24 positions; "
+                      "scores soft-capped at 3 (c tanh(s / c))\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("logits         soft-capped at 1.5\n"), std::string::npos) << text;
+  const std::string other = format_model_info(describe_model(test::tiny_model("info_gemma3", test::tiny_arch_shape("gemma3"))));
+  EXPECT_EQ(other.find("soft-capped"), std::string::npos) << other;
 }
 
 // What turns positions, where it depends on the context or the layer.

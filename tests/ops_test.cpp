@@ -113,6 +113,31 @@ TEST(Ops, SwiGluOaiClampsAndMatchesDoubleReference) {
 
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
 
+// Gemma 2's soft-capped logits: cap tanh(x / cap) within the vector exp's
+// error (cap * 1e-6) of the library's tanh, for values across the cap's
+// range and past it (where tanh is 1 to float precision), odd in x; a tail
+// of 5 values takes the scalar steps.
+TEST(Ops, SoftcapIsCapTimesTanh) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-200.0f, 200.0f);
+  for (float cap : {50.0f, 30.0f, 2.0f}) {
+    std::vector<float> x(8 * 1000 + 5);
+    for (float& v : x) v = u(rng) * cap / 30.0f;
+    x[0] = 0.0f, x[1] = -0.0f, x[2] = 1e-20f, x[3] = 1e30f, x[4] = -1e30f;
+    std::vector<float> y = x, neg(x.size());
+    softcap(y.data(), y.size(), cap);
+    for (size_t i = 0; i < x.size(); ++i) neg[i] = -x[i];
+    softcap(neg.data(), neg.size(), cap);
+    for (size_t i = 0; i < x.size(); ++i) {
+      ASSERT_NEAR(y[i], cap * std::tanh(double(x[i]) / cap), cap * 1e-6) << x[i] << " cap " << cap;
+      ASSERT_EQ(neg[i], -y[i]) << x[i];
+      ASSERT_LE(std::fabs(y[i]), cap);
+    }
+    EXPECT_TRUE(same_bits(y[1], -0.0f) || y[1] == 0.0f);
+    EXPECT_EQ(y[3], cap);
+  }
+}
+
 // The vector loops against model/ops_math.h's steps one value at a time (the
 // GPU's kernels run those): the same bits for every value, edges included
 // (signed zeros, huge, subnormal, NaN, the exp's underflow near -87..-104).
@@ -136,6 +161,11 @@ TEST(Ops, VectorLoopsGiveTheScalarStepsBits) {
   swiglu_oai(g.data(), u.data(), n, out.data());
   for (size_t i = 0; i < n; ++i)
     ASSERT_TRUE(same_bits(out[i], fp::swiglu_oai(g[i], u[i]))) << "swiglu_oai " << g[i] << " " << u[i];
+  for (float cap : {30.0f, 1.5f}) {
+    out = g;
+    softcap(out.data(), n, cap);
+    for (size_t i = 0; i < n; ++i) ASSERT_TRUE(same_bits(out[i], fp::softcap(g[i], cap))) << "softcap " << g[i] << " " << cap;
+  }
   // A tail (n % 8 != 0) takes the scalar steps: the same bits as a whole vector.
   std::vector<float> tail(13);
   swiglu(g.data(), u.data(), 13, tail.data());

@@ -45,7 +45,7 @@ TEST(PrefixKv, StoresAttendsAndSharesARetainedPrefix) {
   // A zero query weighs the keys it sees alike: row i gets the mean of V's
   // rows 0..i.
   std::vector<float> q(70 * 64, 0.0f), out(q.size());
-  kv.attend(0, q.data(), out.data(), 0, nullptr);
+  kv.attend(0, q.data(), out.data(), {});
   for (int i : {0, 1, 63, 64, 69})
     EXPECT_NEAR(out[size_t(i) * 64 + 5], -(float(i) / 2 + 0.05f), 1e-4) << "row " << i;
   ASSERT_TRUE(kv.leave(1).ok());

@@ -42,6 +42,11 @@ TinyModelShape tiny_arch_shape(const std::string& variant) {
     // Granite 3's multipliers, of a size the outputs show.
     s.arch = "granite", s.tied = true, s.embedding_scale = 3.0f, s.residual_scale = 0.4f, s.logit_scale = 2.0f;
     s.attention_scale = 0.2f;
+  } else if (variant == "gemma2") {
+    // Caps near the sizes of the scores (std ~3) and logits (std ~1), so
+    // both bend most values.
+    s.arch = "gemma2", s.n_layers = 4, s.head_dim = 128, s.tied = true, s.window = 24;
+    s.output_scale = 0.1f, s.attn_softcap = 3.0f, s.final_softcap = 1.5f;
   } else if (variant == "gemma3") {
     s.arch = "gemma3", s.n_layers = 6, s.head_dim = 256, s.rope_base = 1000000.0f, s.tied = true, s.window = 40;
     s.output_scale = 0.02f;  // embeddings are scaled by sqrt(n_embd) on the way in
@@ -77,6 +82,8 @@ std::string tiny_model(const std::string& name, TinyModelShape s) {
   if (s.residual_scale) w.kv_f32(a + "residual_scale", s.residual_scale);
   if (s.logit_scale) w.kv_f32(a + "logit_scale", s.logit_scale);
   if (s.attention_scale) w.kv_f32(a + "attention.scale", s.attention_scale);
+  if (s.attn_softcap) w.kv_f32(a + "attn_logit_softcapping", s.attn_softcap);
+  if (s.final_softcap) w.kv_f32(a + "final_logit_softcapping", s.final_softcap);
   if (s.yarn_log_mul) w.kv_f32(a + "rope.scaling.yarn_log_multiplier", s.yarn_log_mul);
   if (s.yarn_beta_slow) w.kv_f32(a + "rope.scaling.yarn_beta_slow", s.yarn_beta_slow);
   if (s.long_rope_after) {
@@ -125,7 +132,7 @@ std::string tiny_model(const std::string& name, TinyModelShape s) {
   const bool biases = s.arch_tensors && (std::string(s.arch) == "qwen2" || oss);
   const bool gemma = std::string(s.arch) == "gemma3";
   const bool qk_norm = s.arch_tensors && (std::string(s.arch) == "qwen3" || std::string(s.arch) == "qwen3moe" || gemma);
-  const bool post_norms = s.arch_tensors && gemma;
+  const bool post_norms = s.arch_tensors && (gemma || std::string(s.arch) == "gemma2");
   const bool fused = s.fused && std::string(s.arch) == "phi3";
   std::vector<uint8_t> data;
   std::mt19937 rng(s.seed);

@@ -35,6 +35,8 @@ struct TinyModelShape {
   float attn_temp_scale = 0, yarn_log_mul = 0, yarn_beta_slow = 0;
   // granite: embedding_scale, residual_scale, logit_scale, attention.scale, when set.
   float embedding_scale = 0, residual_scale = 0, logit_scale = 0, attention_scale = 0;
+  // gemma2: attn_logit_softcapping and final_logit_softcapping, when set.
+  float attn_softcap = 0, final_softcap = 0;
   // Mixture of experts (qwen3moe): experts per layer, experts per token, each expert's FFN width.
   int n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
   // The matrices' type (ggml's id): 0 F32, 2 Q4_0 or 8 Q8_0 (rows of whole
@@ -56,11 +58,13 @@ struct TinyModelShape {
 // sliding_window key that stays unused), "mistral3" (YaRN with its beta and
 // log-multiplier keys, the queries tempered from position 16 on), "smollm3"
 // (4 layers, the 4th without RoPE), "granite" (Granite 3's embedding,
-// residual, attention and logit multipliers).
+// residual, attention and logit multipliers), "gemma2" (4 layers, the even
+// ones sliding over 24 positions, head dim 128, post-norms, GeGLU, scaled
+// embeddings, scores and logits soft-capped near their own size).
 TinyModelShape tiny_arch_shape(const std::string& variant);
 // Every variant tiny_arch_shape makes, for tests run once per architecture.
 inline constexpr const char* kTinyArchs[] = {"llama3", "qwen2", "qwen3", "gemma3", "qwen3moe", "gpt-oss", "phi3",
-                                             "mistral3", "smollm3", "granite"};
+                                             "mistral3", "smollm3", "granite", "gemma2"};
 // An architecture's name as a GoogleTest name ("gpt-oss" -> "gpt_oss").
 std::string arch_test_name(const char* arch);
 

@@ -56,10 +56,10 @@ class PerturbedKv final : public KvStore {
     inner_.begin_batch(b);
   }
   void store(int layer, const float* k, const float* v) override { inner_.store(layer, k, v); }
-  void attend(int layer, const float* q, float* out, int window, const float* sinks) override {
+  void attend(int layer, const float* q, float* out, const LayerAttention& how) override {
     q_.assign(q, q + rows_ * width_);
     if (only_layer_ < 0 || layer == only_layer_) perturb_(q_);
-    inner_.attend(layer, q_.data(), out, window, sinks);
+    inner_.attend(layer, q_.data(), out, how);
   }
 
  private:

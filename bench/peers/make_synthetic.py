@@ -60,6 +60,15 @@ Presets (F16 matrices, F32 norms, biases and frequency factors):
            12, 0.22, 1/64 and 8, which on random tied weights leave each token
            predicting itself by ~30 nats, and random logits / 8 nearly uniform:
            nothing to compare), its own output head
+  gemma2   Gemma 2's departures at a small size: Gemma 3 270M's vocabulary (262144,
+           SentencePiece; the default model's, scripts/fetch_gemma.sh), d 512,
+           4 layers (the even ones sliding over 128 positions), 4 heads / 2 K/V
+           heads of 256, post-norms x 10 (on random tied weights the token's own
+           embedding, x sqrt(d) in the residual, would otherwise predict the
+           token itself everywhere), GeGLU, tied, scores soft-capped at 4 and
+           logits at 8 (Gemma 2's caps are 50 and 30, which random weights'
+           scores of a few units and logits of ~3 never reach: caps near the
+           values' sizes bend the largest, so a cap misapplied shows)
   llama3-1b  Llama-3.2-1B's shapes: 16 layers, d 2048, 32 heads / 8 K/V heads,
            FFN 8192, llama-bpe vocabulary, tied embeddings (2.5 GB as F16;
            bench/peers/make_1b.sh quantizes it to Q4_K_M)
@@ -122,12 +131,19 @@ PRESETS = {
                     base=5e6, eps=1e-6),
     "granite": dict(arch="granite", vocab="llama-bpe", d=512, layers=4, heads=8, kv=2, ff=1536,
                     base=10000.0, eps=1e-5, granite=(1.5, 0.5, 0.0625, 0.25), untied=True),
+    "gemma2": dict(arch="gemma2", vocab="gemma", d=512, layers=4, heads=4, kv=2, ff=1536, base=10000.0,
+                   head_dim=256, eps=1e-6, window=128, post_norms=True, softcaps=(4.0, 8.0), post_norm_gain=10.0),
     "llama3-1b": dict(arch="llama", vocab="llama-bpe", d=2048, layers=16, heads=32, kv=8, ff=8192,
                       base=500000.0, rope_freqs=True, eps=1e-5),
 }
 
 
 def vocab_file(name):
+    if name == "gemma":  # the default model's, whose tokenizer keys Gemma 2's files share
+        p = os.path.join(ROOT, "models", "gemma-3-270m-q4_k_m.gguf")
+        if os.path.exists(p):
+            return p
+        sys.exit(f"{p} not found: run scripts/fetch_gemma.sh")
     for d in VOCAB_DIRS:
         p = os.path.join(d, f"ggml-vocab-{name}.gguf")
         if os.path.exists(p):
@@ -214,6 +230,9 @@ def main():
         w.add_residual_scale(res)
         w.add_attention_scale(att)
         w.add_logit_scale(logit)
+    if "softcaps" in p:
+        w.add_attn_logit_softcapping(p["softcaps"][0])
+        w.add_final_logit_softcapping(p["softcaps"][1])
     if "experts" in p:
         w.add_expert_count(p["experts"])
         w.add_expert_used_count(p["used"])
@@ -241,7 +260,7 @@ def main():
 
     # Tied embeddings: logits = e_v . h with h normed (entries ~1), so an
     # embedding std of 3/sqrt(d) gives logits of std ~3.
-    w.add_tensor("token_embd.weight", mat(n_vocab, d, 3.0 / math.sqrt(d)))
+    w.add_tensor("token_embd.weight", mat(n_vocab, d, p.get("emb_std", 3.0) / math.sqrt(d)))
     w.add_tensor("output_norm.weight", vec(d, 1.0, 0.1))
     if p.get("oss") or p.get("untied"):  # gpt-oss's head is its own (llama.cpp requires output.weight)
         w.add_tensor("output.weight", mat(n_vocab, d, 3.0 / math.sqrt(d)))
@@ -280,6 +299,10 @@ def main():
         if p.get("qk_norm"):
             w.add_tensor(b + "attn_q_norm.weight", vec(hd, 1.0, 0.2))
             w.add_tensor(b + "attn_k_norm.weight", vec(hd, 1.0, 0.2))
+        if p.get("post_norms"):  # Gemma: on each block's output, before its residual
+            g = p.get("post_norm_gain", 1.0)
+            w.add_tensor(b + "post_attention_norm.weight", vec(d, g, 0.1 * g))
+            w.add_tensor(b + "post_ffw_norm.weight", vec(d, g, 0.1 * g))
         # gpt-oss's FFN input norm is named post_attention_norm.
         w.add_tensor(b + ("post_attention_norm.weight" if p.get("oss") else "ffn_norm.weight"), vec(d, 1.0, 0.1))
         if "experts" in p:

@@ -57,7 +57,8 @@ print("|---|---|---|---|")
 print(f"| PPL | {ours['ppl']:.4f} +/- {ours['ppl_error']:.4f} | {their_ppl:.4f} +/- {their_err:.4f} | "
       f"{ours['ppl'] / their_ppl:.4f} |")
 print(f"| mean KL from the float reference (nats) | {ours['kl_mean']:.6f} +/- {ours['kl_mean_error']:.6f} | "
-      f"{their_kl:.6f} +/- {their_kl_err:.6f} | {ours['kl_mean'] / their_kl:.3f} |")
+      f"{their_kl:.6f} +/- {their_kl_err:.6f} | "
+      f"{ours['kl_mean'] / their_kl if their_kl > 0 else float('nan'):.3f} |")
 print(f"| 99th percentile KL | {ours['kl_p99']:.6f} | {their_p99:.6f} | |")
 print(f"| top-1 token as the reference's | {100 * (1 - ours['top1_differ']):.2f}% | {their_same:.2f}% | |")
 print(f"\nfloat reference PPL: {ours['reference_ppl']:.4f} (llama.cpp read from its file: {base_ppl:.4f})")

@@ -140,6 +140,7 @@ struct RowSet {
     j.limit = limit.data();
     j.first = first.data();
     j.scale = 1.0f;
+    j.softcap = p.softcap;
     j.o = o.data();
     j.o_stride = d;
     j.m = m.data();

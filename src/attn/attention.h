@@ -46,6 +46,8 @@ struct AttnProblem {
   // Attention sinks (gpt-oss): per query head, a logit in the softmax's
   // denominator with no value (attn/state.h, finalize); null: none.
   const float* sinks = nullptr;
+  // Gemma 2's logit soft-capping (attn/block.h, BlockJob::softcap); 0: none.
+  float softcap = 0.0f;
 
   int n_seqs() const { return plan->n_seqs(); }
   int rows_begin(int i) const { return plan->rows_begin(i); }

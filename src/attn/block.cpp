@@ -24,6 +24,8 @@ float elem(const uint8_t* base, int kv_type, size_t i) {
 
 }  // namespace
 
+float softcap_score(float s, float softcap) { return softcap * std::tanh(s / softcap); }
+
 // Plain loops: the portable fallback and the yardstick of the vector kernels.
 void block_update_scalar(const BlockJob& j) {
   std::vector<float> s(size_t(j.c));
@@ -35,7 +37,7 @@ void block_update_scalar(const BlockJob& j) {
     for (int t = first; t < lim; ++t) {
       float dot = 0;
       for (int k = 0; k < j.d; ++k) dot += q[k] * elem(j.kt, j.kv_type, size_t(k) * j.c + t);
-      s[size_t(t)] = dot * j.scale;
+      s[size_t(t)] = j.softcap != 0.0f ? softcap_score(dot * j.scale, j.softcap) : dot * j.scale;
       mx = std::max(mx, s[size_t(t)]);
     }
     const float m_new = std::max(mx, j.m[r]);

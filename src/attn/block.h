@@ -22,6 +22,9 @@ struct BlockJob {
   // sliding window's edge). Either first < limit or limit == 0.
   const int* first = nullptr;
   float scale = 1.0f;           // applied to q (1 = q is pre-scaled)
+  // Gemma 2's logit soft-capping: each scaled score s becomes
+  // softcap * tanh(s / softcap) before the softmax; 0: none.
+  float softcap = 0.0f;
   float* o = nullptr;           // per row: d floats, o_stride apart
   int o_stride = 0;
   float* m = nullptr;           // per row running max (-inf to start)
@@ -33,6 +36,10 @@ struct BlockJob {
 };
 
 void block_update(const BlockJob& job);
+
+// softcap * tanh(s / softcap): a score as the soft-capped kernels take it,
+// for the scalar kernel and references.
+float softcap_score(float s, float softcap);
 
 // The head dims the block kernel (and so the chunk cache) runs.
 constexpr bool block_head_dim(int d) { return d == 64 || d == 96 || d == 128 || d == 256; }

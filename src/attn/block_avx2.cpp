@@ -59,6 +59,10 @@ struct Ops256 {
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
   }
   static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  static V div(V a, V b) { return _mm256_div_ps(a, b); }
+  static V abs(V a) { return _mm256_andnot_ps(set1(-0.0f), a); }
+  // |mag| with the sign of sgn (mag is not negative here).
+  static V copysign(V mag, V sgn) { return _mm256_or_ps(mag, _mm256_and_ps(sgn, set1(-0.0f))); }
   // key == -inf ? 0 : a: the rescale factor of an empty state (m = -inf) is 0.
   static V zero_where_neginf(V a, V key) {
     return _mm256_and_ps(_mm256_cmp_ps(key, set1(kNegInf), _CMP_NEQ_OQ), a);

@@ -51,6 +51,13 @@ struct Ops512 {
   // when n is very negative (no penalty for subnormal results here).
   static V scale_pow2(V p, V n) { return _mm512_scalef_ps(p, n); }
   static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  static V div(V a, V b) { return _mm512_div_ps(a, b); }
+  static V abs(V a) { return _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(a), _mm512_set1_epi32(0x7fffffff))); }
+  // |mag| with the sign of sgn (mag is not negative here).
+  static V copysign(V mag, V sgn) {
+    const __m512i sign = _mm512_and_si512(_mm512_castps_si512(sgn), _mm512_set1_epi32(int(0x80000000u)));
+    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(mag), sign));
+  }
   // key == -inf ? 0 : a: the rescale factor of an empty state (m = -inf) is 0.
   static V zero_where_neginf(V a, V key) {
     return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(key, set1(kNegInf), _CMP_NEQ_OQ), a);

@@ -16,19 +16,19 @@ namespace {
 constexpr int kSlice = 64;  // rows per block-kernel call (its stack buffers)
 
 void attend_slice(const float* q, float* out, const size_t* off, const int* first, const int* visible, int nq,
-                  const DenseBlocks& kv, const float* sink) {
+                  const DenseBlocks& kv, const float* sink, float softcap) {
   const int d = kv.d;
   alignas(64) float o[kSlice * 256];
   float m[kSlice], l[kSlice];
   int seen = 0;
   for (int r = 0; r < nq; ++r) seen = std::max(seen, visible[r]);
-  attend_rows_part(q, off, first, visible, nq, kv, 0, (seen + kDenseBlock - 1) / kDenseBlock, o, m, l);
+  attend_rows_part(q, off, first, visible, nq, kv, 0, (seen + kDenseBlock - 1) / kDenseBlock, o, m, l, softcap);
   for (int r = 0; r < nq; ++r) finalize(o + r * d, m[r], l[r], d, out + off[r], sink ? sink[r] : -INFINITY);
 }
 
 // Any head dim: scores, a numerically safe softmax (a sink's logit in its
 // denominator), then the weighted V sum.
-void attend_row_plain(const float* q, float* out, int lo, int n, const DenseBlocks& kv, float sink) {
+void attend_row_plain(const float* q, float* out, int lo, int n, const DenseBlocks& kv, float sink, float softcap) {
   thread_local std::vector<float> score;
   score.resize(size_t(n));
   const int d = kv.d;
@@ -39,7 +39,7 @@ void attend_row_plain(const float* q, float* out, int lo, int n, const DenseBloc
     const uint8_t* kt = kv.kt + size_t(t / kDenseBlock) * kv.stride + size_t(t % kDenseBlock) * es;
     float s = 0;
     for (int x = 0; x < d; ++x) s += q[x] * load_kv_elem(kt + size_t(x) * kDenseBlock * es, kv.type);
-    score[size_t(t)] = s * scale;
+    score[size_t(t)] = softcap != 0.0f ? softcap_score(s * scale, softcap) : s * scale;
     m = std::max(m, score[size_t(t)]);
   }
   m = std::max(m, sink);
@@ -56,20 +56,21 @@ void attend_row_plain(const float* q, float* out, int lo, int n, const DenseBloc
 }  // namespace
 
 void attend_rows(const float* q, float* out, const size_t* off, const int* first, const int* visible, int nq,
-                 const DenseBlocks& kv, const float* sink) {
+                 const DenseBlocks& kv, const float* sink, float softcap) {
   if (block_head_dim(kv.d)) {
     for (int r0 = 0; r0 < nq; r0 += kSlice)
       attend_slice(q, out, off + r0, first ? first + r0 : nullptr, visible + r0, std::min(kSlice, nq - r0), kv,
-                   sink ? sink + r0 : nullptr);
+                   sink ? sink + r0 : nullptr, softcap);
     return;
   }
   for (int r = 0; r < nq; ++r)
-    attend_row_plain(q + off[r], out + off[r], first ? first[r] : 0, visible[r], kv, sink ? sink[r] : -INFINITY);
+    attend_row_plain(q + off[r], out + off[r], first ? first[r] : 0, visible[r], kv, sink ? sink[r] : -INFINITY,
+                     softcap);
 }
 
 // Blocks no row may see yet (causal prefill) are skipped.
 void attend_rows_part(const float* q, const size_t* off, const int* first, const int* visible, int nq,
-                      const DenseBlocks& kv, int b0, int b1, float* o, float* m, float* l) {
+                      const DenseBlocks& kv, int b0, int b1, float* o, float* m, float* l, float softcap) {
   const int d = kv.d;
   alignas(64) float qs[kSlice * 256];
   // Queries pre-scaled once here, not once per block by the kernel.
@@ -94,6 +95,7 @@ void attend_rows_part(const float* q, const size_t* off, const int* first, const
   j.o_stride = d;
   j.m = m;
   j.l = l;
+  j.softcap = softcap;
   for (int b = b0; b < b1; ++b) {
     bool any = false;
     for (int r = 0; r < nq; ++r) {

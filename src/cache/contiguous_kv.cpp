@@ -165,9 +165,10 @@ const int* ContiguousKv::window_first(int window) {
   return row_first_.data();
 }
 
-void ContiguousKv::attend(int layer, const float* q, float* out, int window, const float* sinks) {
+void ContiguousKv::attend(int layer, const float* q, float* out, const LayerAttention& how) {
   const size_t d = size_t(shape_.head_dim);
-  const int* first = window > 0 ? window_first(window) : nullptr;
+  const int* first = how.window > 0 ? window_first(how.window) : nullptr;
+  const float* sinks = how.sinks;
   // Each row's sink: its query head's (a row is one token's head).
   if (sinks) {
     row_sink_.resize(row_off_.size());
@@ -184,11 +185,13 @@ void ContiguousKv::attend(int layer, const float* q, float* out, int window, con
     const size_t* off = row_off_.data() + w.r0;
     const int* visible = row_visible_.data() + w.r0;
     if (w.part < 0) {
-      attend_rows(q, out, off, first ? first + w.r0 : nullptr, visible, w.n, kv, sink ? sink + w.r0 : nullptr);
+      attend_rows(q, out, off, first ? first + w.r0 : nullptr, visible, w.n, kv, sink ? sink + w.r0 : nullptr,
+                  how.softcap);
       continue;
     }
     const StateRef p = part_state(w.part);
-    attend_rows_part(q, off, first ? first + w.r0 : nullptr, visible, w.n, kv, w.b0, w.b1, p.o, p.m, p.l);
+    attend_rows_part(q, off, first ? first + w.r0 : nullptr, visible, w.n, kv, w.b0, w.b1, p.o, p.m, p.l,
+                     how.softcap);
   }
   // Fold each split walk's parts, in block order, into its first part.
   for (const Split& s : splits_) {

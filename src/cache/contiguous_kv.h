@@ -24,7 +24,7 @@ class ContiguousKv : public KvStore {
 
   void begin_batch(const Batch& batch) override;
   void store(int layer, const float* k, const float* v) override;
-  void attend(int layer, const float* q, float* out, int window, const float* sinks) override;
+  void attend(int layer, const float* q, float* out, const LayerAttention& how) override;
 
   int length(int seq) const;  // tokens cached for seq (0 if unknown)
   void remove(int seq);

@@ -191,8 +191,11 @@ void PrefixKv::read_kv(SeqId id, int index, int layer, int head, float* k, float
 
 // On the GPU: the rows put in context order, the tiles of the batch's plan
 // run (attn/cuda_attention.h), the rows put back in batch order.
-void PrefixKv::attend_on_device(int layer, const float* q, float* out, int window, const float* sinks) {
-  if (sinks) throw Error("attention sinks (gpt-oss) do not run on the GPU yet: keep this model's KV on the host");
+void PrefixKv::attend_on_device(int layer, const float* q, float* out, const LayerAttention& how) {
+  if (how.sinks) throw Error("attention sinks (gpt-oss) do not run on the GPU yet: keep this model's KV on the host");
+  if (how.softcap != 0.0f)
+    throw Error("attention logit soft-capping (Gemma 2) does not run on the GPU yet: keep this model's KV on the host");
+  const int window = how.window;
   const int n = int(row_of_tok_.size());
   if (n == 0) return;
   const size_t w = size_t(n_heads_) * size_t(tree_.layout().head_dim);
@@ -213,15 +216,15 @@ void PrefixKv::attend_on_device(int layer, const float* q, float* out, int windo
   cuda::gather_rows(dev_out_.as<float>(), int64_t(w), dev_row_of_tok_.as<int32_t>(), n, out);
 }
 
-void PrefixKv::attend(int layer, const float* q, float* out, int window, const float* sinks) {
-  if (on_device()) return attend_on_device(layer, q, out, window, sinks);
+void PrefixKv::attend(int layer, const float* q, float* out, const LayerAttention& how) {
+  if (on_device()) return attend_on_device(layer, q, out, how);
   const size_t w = size_t(n_heads_) * tree_.layout().head_dim;
   q_.resize(row_of_tok_.size() * w);
   out_.resize(q_.size());
   for (size_t t = 0; t < row_of_tok_.size(); ++t)
     std::memcpy(q_.data() + size_t(row_of_tok_[t]) * w, q + t * w, w * 4);
   const AttnProblem p{&tree_.host()->pool(), &plan_, layer, q_.data(), out_.data(), &ws_,
-                      window > 0 ? window_first(window) : nullptr, sinks};
+                      how.window > 0 ? window_first(how.window) : nullptr, how.sinks, how.softcap};
   switch (path_) {
     case AttnPath::kPerSequence: attn_per_sequence(p); break;
     case AttnPath::kTpp: attn_tpp(p); break;

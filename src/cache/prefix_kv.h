@@ -66,7 +66,7 @@ class PrefixKv : public KvStore, public SequenceCache {
 
   void begin_batch(const Batch& batch) override;
   void store(int layer, const float* k, const float* v) override;
-  void attend(int layer, const float* q, float* out, int window, const float* sinks) override;
+  void attend(int layer, const float* q, float* out, const LayerAttention& how) override;
   bool on_device() const override { return tree_.device() != nullptr; }
 
   // --- The disk tier (kv/disk_tier.h; not owned), through its staging
@@ -121,7 +121,7 @@ class PrefixKv : public KvStore, public SequenceCache {
   // lets it see (computed once per batch and window).
   const int* window_first(int window);
 
-  void attend_on_device(int layer, const float* q, float* out, int window, const float* sinks);
+  void attend_on_device(int layer, const float* q, float* out, const LayerAttention& how);
 
   KvTree tree_;
   std::unique_ptr<DiskStaging> staging_;

@@ -40,6 +40,18 @@ struct KvShape {
   int kv_width() const { return n_kv_heads * head_dim; }
 };
 
+// How one layer attends, beyond its queries and keys (KvStore::attend).
+struct LayerAttention {
+  // A sliding-window layer's window in positions (Gemma, gpt-oss); 0: global.
+  int window = 0;
+  // gpt-oss: per query head, a logit that takes part in the softmax's
+  // denominator with no value (attn/state.h, finalize); null: none.
+  const float* sinks = nullptr;
+  // Gemma 2: each score s becomes softcap * tanh(s / softcap) before the
+  // softmax; 0: none.
+  float softcap = 0.0f;
+};
+
 // A sliding window's edge: the index of the first of a sequence's keys
 // (their positions `pos`, increasing) that a query at position `p` sees, the
 // keys at positions above p - window. Both stores apply it.
@@ -60,13 +72,12 @@ class KvStore {
   virtual void store(int layer, const float* k, const float* v) = 0;
   // Causal attention for one layer: each query row (n_heads * head_dim) sees
   // its own sequence's cached tokens up to and including itself; with a
-  // window > 0 (a sliding-window layer), only those whose position id is
-  // above the row's minus `window` (llama.cpp's rule: the last `window`
+  // how.window > 0 (a sliding-window layer), only those whose position id is
+  // above the row's minus the window (llama.cpp's rule: the last `window`
   // positions). Windows are in positions, not tokens: a Prompt Cache prompt's
   // keys sit at its layout's positions. A sequence's positions must increase.
-  // `sinks` (gpt-oss; null: none): per query head, a logit that takes part
-  // in the softmax's denominator with no value (attn/state.h, finalize).
-  virtual void attend(int layer, const float* q, float* out, int window, const float* sinks) = 0;
+  // how.window, how.sinks and how.softcap: LayerAttention's.
+  virtual void attend(int layer, const float* q, float* out, const LayerAttention& how) = 0;
   // Whether store() and attend() take device pointers (a store whose KV is
   // on the GPU); host pointers otherwise.
   virtual bool on_device() const { return false; }

@@ -30,10 +30,10 @@ void SplitKv::store(int layer, const float* k, const float* v) {
   if (n_second_) second_.store(layer, k + off, v + off);
 }
 
-void SplitKv::attend(int layer, const float* q, float* out, int window, const float* sinks) {
-  if (n_first_) first_.attend(layer, q, out, window, sinks);
+void SplitKv::attend(int layer, const float* q, float* out, const LayerAttention& how) {
+  if (n_first_) first_.attend(layer, q, out, how);
   const size_t off = size_t(n_first_) * size_t(q_row_);
-  if (n_second_) second_.attend(layer, q + off, out + off, window, sinks);
+  if (n_second_) second_.attend(layer, q + off, out + off, how);
 }
 
 }  // namespace cs

@@ -23,7 +23,7 @@ class SplitKv : public KvStore {
   // failed for both).
   void begin_batch(const Batch& batch) override;
   void store(int layer, const float* k, const float* v) override;
-  void attend(int layer, const float* q, float* out, int window, const float* sinks) override;
+  void attend(int layer, const float* q, float* out, const LayerAttention& how) override;
 
  private:
   KvStore& first_;

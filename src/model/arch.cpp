@@ -12,6 +12,12 @@ constexpr std::array kArchs = {
     ArchTraits{"qwen2", RopeStyle::kHalves, true, false},
     ArchTraits{"qwen3", RopeStyle::kHalves, false, true},
     ArchTraits{"gemma3", RopeStyle::kHalves, false, true, true, true, FfnAct::kGeluTanh, 6, 10000.0},
+    // Gemma 2: Gemma 3's block without Q/K norms, every other layer sliding
+    // (with the global RoPE, rope.freq_base_swa aside), scores and logits
+    // soft-capped.
+    ArchTraits{.name = "gemma2", .rope = RopeStyle::kHalves, .post_norms = true, .scale_embd = true,
+               .act = FfnAct::kGeluTanh, .swa_pattern = 2, .rope_base_swa = 0.0, .softcaps = true,
+               .default_window = 4096},
     ArchTraits{"qwen3moe", RopeStyle::kHalves, false, true, false, false, FfnAct::kSilu, 0, 10000.0, true},
     // gpt-oss: sliding windows on even layers (0-based), with the global RoPE
     // (YaRN); Q/K/V biases where the file has them (its converter writes them).

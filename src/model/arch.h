@@ -30,8 +30,8 @@ struct ArchTraits {
   RopeStyle rope = RopeStyle::kAdjacent;
   bool qkv_bias = false;  // attn_{q,k,v}.bias required (Qwen 2); optional elsewhere
   bool qk_norm = false;   // attn_{q,k}_norm.weight: an RMSNorm over each head before RoPE (Qwen 3, Gemma 3)
-  // Gemma 3: post_attention_norm / post_ffw_norm on each block's output
-  // before its residual, embeddings times sqrt(n_embd), GeGLU.
+  // Gemma 2 and 3: post_attention_norm / post_ffw_norm on each block's
+  // output before its residual, embeddings times sqrt(n_embd), GeGLU.
   bool post_norms = false;
   bool scale_embd = false;
   FfnAct act = FfnAct::kSilu;
@@ -68,6 +68,13 @@ struct ArchTraits {
   // embeddings times the first, each block's output times the second before
   // its residual, the logits divided by the third).
   bool granite_scales = false;
+  // Gemma 2: attention scores and the logits soft-capped, x -> cap * tanh(x
+  // / cap), by attn_logit_softcapping and final_logit_softcapping (50 and 30
+  // when the file has neither, as llama.cpp takes them).
+  bool softcaps = false;
+  // The sliding window when the file has no attention.sliding_window (Gemma
+  // 2: 4096, llama.cpp's default for it); 0: no sliding layers then.
+  int default_window = 0;
 };
 
 // nullptr for an architecture we do not run.

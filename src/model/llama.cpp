@@ -167,7 +167,7 @@ void LlamaModel::forward(const Batch& batch, KvStore& kv, Workspace& ws, std::ve
     const int window = c.window_of(l);
     attention_inputs(ops, L, xb, q, k, v, !c.turns(l) ? nullptr : window ? &ws.rope_swa : &ws.rope,
                      c.attn_temp_scale != 0.0f ? &ws.rope_q : nullptr);
-    const float* sinks = L.sinks.empty() ? nullptr : L.sinks.data();
+    const LayerAttention how{window, L.sinks.empty() ? nullptr : L.sinks.data(), c.attn_softcap};
     if (dev && !kv.on_device()) {
       // The GPU's activations with the host's KV: the rows cross both ways.
       ProfScope s(ws.profile, ProfOp::kAttention);
@@ -175,7 +175,7 @@ void LlamaModel::forward(const Batch& batch, KvStore& kv, Workspace& ws, std::ve
       ws.host_att.resize(att.size());
       ops.to_host(q, ws.host_q.data()), ops.to_host(k, ws.host_k.data()), ops.to_host(v, ws.host_v.data());
       kv.store(l, ws.host_k.data(), ws.host_v.data());
-      kv.attend(l, ws.host_q.data(), ws.host_att.data(), window, sinks);
+      kv.attend(l, ws.host_q.data(), ws.host_att.data(), how);
       ops.to_device(ws.host_att.data(), att);
     } else {
       {
@@ -183,7 +183,7 @@ void LlamaModel::forward(const Batch& batch, KvStore& kv, Workspace& ws, std::ve
         kv.store(l, k.data, v.data);
       }
       ProfScope s(ws.profile, ProfOp::kAttention);
-      kv.attend(l, q.data, att.data, window, sinks);
+      kv.attend(l, q.data, att.data, how);
     }
     ops.matmul(L.wo, att, xb);
     if (!L.bo.empty()) ops.add_bias(xb, L.bo);
@@ -222,6 +222,8 @@ void LlamaModel::forward(const Batch& batch, KvStore& kv, Workspace& ws, std::ve
     ops.matmul_head(output_, head_in, kHeadMargin, y);
     if (c.logit_mul != 1.0f) ops.scale(y, c.logit_mul);  // Granite's logit_scale
   }
+  // Gemma 2's capped logits, on the host either way (the device's come over first).
+  if (c.final_softcap != 0.0f) softcap(logits.data(), logits.size(), c.final_softcap);
 }
 
 }  // namespace cs

@@ -43,6 +43,10 @@ struct LlamaConfig {
   // Granite: each block's output is multiplied by residual_scale before its
   // residual, and the logits by logit_mul (1 / logit_scale).
   float residual_scale = 1.0f, logit_mul = 1.0f;
+  // Gemma 2's soft-capping: attention scores s -> attn_softcap * tanh(s /
+  // attn_softcap) (in the attention kernels), logits likewise by
+  // final_softcap; 0: none.
+  float attn_softcap = 0.0f, final_softcap = 0.0f;
   FfnAct act = FfnAct::kSilu;
   MoeGating gating = MoeGating::kSoftmaxNorm;  // a mixture's router (model/arch.h)
   // SmolLM3's NoPE layers: every no_rope_every-th (1-based) turns nothing.
@@ -56,7 +60,7 @@ struct LlamaConfig {
   int attn_temp_floor = 0;
   // Queries are multiplied by q_scale before attention, whose kernels scale
   // scores by 1/sqrt(head_dim): 1 unless the model's attention scale is
-  // another (Gemma 3 27B: 1/sqrt(n_embd / n_heads)).
+  // another (Gemma 2 27B, Gemma 3 27B: 1/sqrt(n_embd / n_heads)).
   float q_scale = 1.0f;
   // Sliding-window layers (Gemma 3, gpt-oss): per layer, the window in positions
   // (0: global), and their own RoPE (rope_swa).

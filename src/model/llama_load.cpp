@@ -145,7 +145,7 @@ void read_rope_scaling(const GgufFile& f, const std::string& a, int n_ctx_train,
 // the global layers' own (rope.freq_base_swa may still set its base).
 void read_windows(const GgufFile& f, const std::string& a, const ArchTraits& traits, double attn, LlamaConfig& c) {
   if (!traits.swa_pattern) return;
-  const uint64_t window = f.get_uint(a + "attention.sliding_window", 0);
+  const uint64_t window = f.get_uint(a + "attention.sliding_window", uint64_t(traits.default_window));
   if (window == 0) return;
   if (window > (1u << 24)) f.fail("attention.sliding_window has implausible value " + std::to_string(window));
   c.window.assign(size_t(c.n_layers), 0);
@@ -250,11 +250,12 @@ const ArchTraits& LlamaModel::load_config() {
     c.head_dim = c.n_embd / c.n_heads;
   }
   // The attention kernels scale scores by 1/sqrt(head_dim); another scale
-  // multiplies the queries first. Gemma 3 27B (62 layers) scales by
-  // 1/sqrt(n_embd / n_heads), a fact its GGUF does not carry (llama.cpp
-  // knows it by the layer count too).
+  // multiplies the queries first. Gemma 2 27B (46 layers) and Gemma 3 27B
+  // (62) scale by 1/sqrt(n_embd / n_heads), a fact their GGUFs do not carry
+  // (llama.cpp knows it by the layer count too).
   double scale = f.get_float(a + "attention.scale", 0.0);
-  if (scale == 0.0 && c.arch == "gemma3" && c.n_layers == 62) scale = 1.0 / std::sqrt(double(c.n_embd / c.n_heads));
+  if (scale == 0.0 && ((c.arch == "gemma3" && c.n_layers == 62) || (c.arch == "gemma2" && c.n_layers == 46)))
+    scale = 1.0 / std::sqrt(double(c.n_embd / c.n_heads));
   if (scale < 0.0 || !std::isfinite(scale)) f.fail("attention.scale must be positive");
   c.q_scale = scale == 0.0 ? 1.0f : float(scale * std::sqrt(double(c.head_dim)));
   c.rope.rot_dim = int(f.get_uint(a + "rope.dimension_count", uint64_t(c.head_dim)));
@@ -290,6 +291,15 @@ const ArchTraits& LlamaModel::load_config() {
     const double logit = scale_key("logit_scale", true);
     if (logit == 0) f.fail("key '" + a + "logit_scale' must be a positive number");
     c.logit_mul = 1.0f / float(logit);
+  }
+  if (traits->softcaps) {
+    auto cap = [&](const std::string& key, double def) {
+      const double v = f.get_float(a + key, def);
+      if (!(v > 0) || !std::isfinite(v)) f.fail("key '" + a + key + "' must be a positive number");
+      return float(v);
+    };
+    c.attn_softcap = cap("attn_logit_softcapping", 50.0);
+    c.final_softcap = cap("final_logit_softcapping", 30.0);
   }
   c.gating = traits->gating;
   if (traits->scale_embd) c.embd_scale = std::sqrt(float(c.n_embd));

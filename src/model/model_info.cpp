@@ -123,6 +123,8 @@ ModelInfo describe_model(const std::string& path) {
       for (int l = 0; l < model->config().n_layers; ++l)
         if (const int w = model->config().window_of(l)) m.window = w, ++m.sliding_layers;
       m.rope = rope_description(model->config());
+      m.attn_softcap = model->config().attn_softcap;
+      m.final_softcap = model->config().final_softcap;
     } catch (const Error& e) {
       m.problems.push_back(e.what());
     }
@@ -166,7 +168,10 @@ std::string format_model_info(const ModelInfo& m) {
                         std::to_string(m.head_dim) +
                         (m.window ? "; " + std::to_string(m.sliding_layers) + " of " + std::to_string(m.n_layers) +
                                         " layers slide over " + std::to_string(m.window) + " positions"
-                                  : ""));
+                                  : "") +
+                        (m.attn_softcap != 0 ? "; scores soft-capped at " + human_ratio(m.attn_softcap) + " (c tanh(s / c))"
+                                             : ""));
+  if (m.final_softcap != 0) line("logits", "soft-capped at " + human_ratio(m.final_softcap));
   line("context", std::to_string(m.n_ctx_train) + " tokens (trained)");
   if (!m.rope.empty()) line("RoPE", m.rope);
   line("embeddings", m.tied_embeddings ? "tied (the output head is the token embedding)" : "separate output head");

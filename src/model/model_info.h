@@ -33,6 +33,7 @@ struct ModelInfo {
   std::string tool_template_line;  // tokenizer.chat_template.tool_use's first line ("" when none)
   std::string template_source, tool_template_source;  // both whole (the server reads tool formats from them)
   int window = 0, sliding_layers = 0;  // sliding-window attention (Gemma 3), when it loads
+  float attn_softcap = 0, final_softcap = 0;  // Gemma 2's soft-capping of scores and logits, when it loads
   std::string rope;                    // how positions turn Q and K, when it loads (rope_description)
   uint64_t kv_bytes_per_token = 0;  // K and V of every layer, fp16 (the cache's default)
   std::vector<std::string> problems;  // empty: chunkserve runs the file

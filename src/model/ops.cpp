@@ -107,6 +107,21 @@ void rmsnorm(const float* x, const float* w, int n, float eps, float* out) {
   for (int j = 0; j < n; ++j) out[j] = fp::norm_value(x[j], scale, w[j]);
 }
 
+void softcap(float* x, size_t n, float cap) {
+  const __m256 inv = _mm256_set1_ps(1.0f / cap), vcap = _mm256_set1_ps(cap), one = _mm256_set1_ps(1.0f);
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const long n8 = long(n / 8);
+#pragma omp parallel for schedule(static) if (n8 >= 16384)
+  for (long b = 0; b < n8; ++b) {
+    const __m256 y = _mm256_mul_ps(_mm256_loadu_ps(x + 8 * b), inv);
+    const __m256 a = _mm256_mul_ps(_mm256_set1_ps(-2.0f), _mm256_andnot_ps(sign, y));
+    const __m256 e = exp_nonpos<__m256, Avx2>(_mm256_max_ps(a, _mm256_set1_ps(-100.0f)));
+    const __m256 t = _mm256_div_ps(_mm256_sub_ps(one, e), _mm256_add_ps(one, e));
+    _mm256_storeu_ps(x + 8 * b, _mm256_mul_ps(vcap, _mm256_or_ps(t, _mm256_and_ps(y, sign))));
+  }
+  for (size_t i = size_t(n8) * 8; i < n; ++i) x[i] = fp::softcap(x[i], cap);
+}
+
 double exp_weights(const float* x, size_t n, float m, float scale, float* w) {
   const __m256 vm = _mm256_set1_ps(m), vs = _mm256_set1_ps(scale);
   __m256d acc0 = _mm256_setzero_pd(), acc1 = _mm256_setzero_pd();

@@ -28,6 +28,11 @@ void geglu(const float* gate, const float* up, size_t n, float* out);
 // exp as swiglu. out may be gate or up.
 void swiglu_oai(const float* gate, const float* up, size_t n, float* out);
 
+// x[i] = cap tanh(x[i] / cap), cap > 0: Gemma 2's soft-capped logits, to
+// the vector exp's accuracy (an error near cap * 4e-7), ops_math.h's
+// fp::softcap's bits.
+void softcap(float* x, size_t n, float cap);
+
 // w[i] = exp((x[i] - m) * scale) for x[i] <= m, scale >= 0 (softmax weights
 // for sampling, to attn/exp_impl.h's accuracy); returns their sum (double).
 double exp_weights(const float* x, size_t n, float m, float scale, float* w);

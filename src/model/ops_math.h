@@ -158,6 +158,16 @@ CS_HD float swiglu_oai(float g, float u) {
   return times_sigmoid(x, mul(kOaiAlpha, x), y);
 }
 
+// cap tanh(x / cap) (Gemma 2's soft-capping), tanh(|y|) as (1 - e) / (1 + e)
+// with e = exp(-2 |y|), the clamp at -100 keeping the exp's argument finite,
+// and y's sign put back.
+CS_HD float softcap(float x, float cap) {
+  const float y = mul(x, div(1.0f, cap));
+  const float e = exp_nonpos(max_sse(mul(-2.0f, from_bits(bits(y) & 0x7fffffffu)), -100.0f));
+  const float t = div(sub(1.0f, e), add(1.0f, e));
+  return mul(cap, sign_bit(y) ? -t : t);
+}
+
 // RMS norm of a group of values. The sum of squares is kept in 32 double
 // lanes: value i's square (rounded to float, then widened exactly) goes to
 // lane i % 32 in order, and the lanes are added as a warp's shuffle tree adds

@@ -214,6 +214,7 @@ void ReferenceModel::forward(std::span<const int32_t> tokens, std::vector<float>
           double s = 0;
           for (int d = 0; d < D; ++d) s += double(qh[d]) * kj[d];
           p[size_t(j)] = s * double(c.q_scale) / std::sqrt(double(D));
+          if (c.attn_softcap != 0.0f) p[size_t(j)] = c.attn_softcap * std::tanh(p[size_t(j)] / c.attn_softcap);
           mx = std::max(mx, p[size_t(j)]);
         }
         double sum = sink == -INFINITY ? 0.0 : std::exp(sink - mx);
@@ -246,6 +247,8 @@ void ReferenceModel::forward(std::span<const int32_t> tokens, std::vector<float>
   logits.resize(size_t(n) * c.n_vocab);
   matmul(output_, c.n_vocab, E, xb.data(), n, logits.data());
   for (float& l : logits) l *= c.logit_mul;  // Granite's 1 / logit_scale (else 1)
+  if (c.final_softcap != 0.0f)  // Gemma 2's
+    for (float& l : logits) l = float(c.final_softcap * std::tanh(double(l) / c.final_softcap));
 }
 
 }  // namespace cs

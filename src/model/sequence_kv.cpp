@@ -13,6 +13,7 @@ KvPlace kv_place(const LlamaModel& model, KvType type, std::string* why) {
   for (const LlamaLayer& l : model.layers()) sinks = sinks || !l.sinks.empty();
   std::string what;
   if (sinks) what = "attention sinks (gpt-oss)";
+  else if (model.config().attn_softcap != 0.0f) what = "attention logit soft-capping (Gemma 2)";
   else if (type != KvType::kF16 && type != KvType::kBF16) what = "--kv-type f32 (the GPU's KV is f16 or bf16)";
   else if (d != 64 && d != 128 && d != 256) what = "head dim " + std::to_string(d);
   if (what.empty()) return KvPlace::kDevice;

@@ -26,6 +26,7 @@
 #include "model/cuda_matmul.h"
 #include "model/cuda_ops.h"
 #include "model/llama.h"
+#include "model/sequence_kv.h"
 #include "tiny_model.h"
 
 namespace cs {
@@ -48,7 +49,8 @@ std::vector<float> run(const LlamaModel& m) {
 
 TEST(CudaBackendEmulated, EveryArchitecturesForwardPassIsTheCpus) {
   if (cpu_isa() < Isa::kAvx2) GTEST_SKIP() << "the device matmul gives the AVX2 and AVX-512 kernels' bits";
-  for (const char* arch : {"llama", "llama3", "qwen2", "qwen3", "gemma3", "qwen3moe", "gpt-oss", "phi3", "mistral3", "smollm3", "granite"})
+  for (const char* arch : {"llama", "llama3", "qwen2", "qwen3", "gemma3", "qwen3moe", "gpt-oss", "phi3", "mistral3", "smollm3", "granite",
+                           "gemma2"})
     for (uint32_t type : {8u, 2u, 0u}) {
       const std::string arc = arch;
       if (type == 2 && arc != "llama3" && arc != "qwen3moe") continue;                     // Q4_0: two will do
@@ -67,6 +69,26 @@ TEST(CudaBackendEmulated, EveryArchitecturesForwardPassIsTheCpus) {
       for (size_t i = 0; i < a.size(); ++i)
         ASSERT_EQ(std::memcmp(&a[i], &b[i], 4), 0) << "logit " << i << ": " << a[i] << " vs " << b[i];
     }
+}
+
+// What the GPU's attention does not run yet keeps a device model's KV on
+// the host, with the reason the engine shows: Gemma 2's soft-capped scores,
+// gpt-oss's sinks, Phi-3.5's head dim 96; the others' KV goes to the device.
+TEST(CudaBackendEmulated, TheKvStaysOnTheHostWhereTheGpusAttentionCannotRun) {
+  for (const char* arch : {"gemma2", "gpt-oss", "phi3", "gemma3", "llama3"}) {
+    SCOPED_TRACE(arch);
+    const auto m = LlamaModel::load(test::tiny_model(std::string("emu_place_") + arch, test::tiny_arch_shape(arch)),
+                                    cuda_backend());
+    std::string why;
+    const KvPlace place = kv_place(*m, KvType::kF16, &why);
+    const std::string a = arch;
+    const std::string what = a == "gemma2" ? "attention logit soft-capping (Gemma 2)"
+                             : a == "gpt-oss" ? "attention sinks (gpt-oss)"
+                             : a == "phi3"    ? "head dim 96"
+                                              : "";
+    EXPECT_EQ(place, what.empty() ? KvPlace::kDevice : KvPlace::kHost);
+    EXPECT_EQ(why, what.empty() ? "" : "the KV stays in host memory: the GPU's attention does not run " + what + " yet");
+  }
 }
 
 // A norm over whole rows and the gated FFN quantize what they write, and the

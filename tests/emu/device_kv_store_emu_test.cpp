@@ -52,8 +52,8 @@ TEST(DeviceKvStore, AttendsAsTheContiguousCacheDoes) {
           std::vector<float> want(q.size()), got(q.size(), NAN);
           host.store(l, k.data(), v.data());
           dev.store(l, k.data(), v.data());
-          host.attend(l, q.data(), want.data(), 0, nullptr);
-          dev.attend(l, q.data(), got.data(), 0, nullptr);
+          host.attend(l, q.data(), want.data(), {});
+          dev.attend(l, q.data(), got.data(), {});
           cuda::synchronize();
           float worst = 0;
           for (size_t i = 0; i < got.size(); ++i)
