@@ -7,7 +7,8 @@
 // Q/K/V, output, router and experts, 8 experts a layer, 4 per token, weighed
 // by a softmax over the chosen, clamped SwiGLU; phi3: fused Q/K/V and
 // gate/up matrices, RoPE over half of each head, LongRoPE; gemma2: even
-// layers sliding, post-norms, GeGLU, soft-capped scores and logits): the
+// layers sliding, post-norms, GeGLU, soft-capped scores and logits; olmo2:
+// no pre-norms, Q/K norms over the whole projection, OLMo 3's windows): the
 // configuration read, the fast path against the float reference, and the
 // engine's guarantees (identical greedy tokens across attention modes,
 // batches, retained prefixes and preemption; Prompt Cache modules shared and
@@ -74,7 +75,7 @@ TEST_P(Arch, ConfigurationIsRead) {
   EXPECT_EQ(c.rope.factors.size(), v == "llama3" || phi ? size_t(32) : size_t(0));
   EXPECT_EQ(c.rope.rot_dim, phi ? 64 : c.head_dim);
   EXPECT_EQ(c.uses_long_factors(), phi);
-  EXPECT_EQ(c.tied_embeddings, v != "qwen2" && !oss && !phi && !mistral);
+  EXPECT_EQ(c.tied_embeddings, v != "qwen2" && !oss && !phi && !mistral && v != "olmo2");
   // mistral3: queries tempered from the original context (16) on; YaRN's
   // magnitude divided by 1 + 0.1 x 0.5 ln 4 (the log-multiplier), its ramp
   // up to the pair that turns half a time (beta_slow) over those 16 positions.
@@ -90,7 +91,12 @@ TEST_P(Arch, ConfigurationIsRead) {
   const bool biases = v == "qwen2" || oss;
   EXPECT_EQ(L.bq.size(), biases ? size_t(c.q_width()) : size_t(0));
   EXPECT_EQ(L.bv.size(), biases ? size_t(c.kv_width()) : size_t(0));
-  EXPECT_EQ(L.q_norm.size(), qwen3 ? size_t(128) : v == "gemma3" ? size_t(256) : size_t(0));
+  const bool olmo = v == "olmo2";
+  EXPECT_EQ(L.q_norm.size(), qwen3 ? size_t(128) : v == "gemma3" ? size_t(256) : olmo ? size_t(c.q_width()) : size_t(0));
+  EXPECT_EQ(L.k_norm.size(), olmo ? size_t(c.kv_width()) : L.q_norm.size());
+  // OLMo 2: no norms before the blocks.
+  EXPECT_EQ(L.attn_norm.size(), olmo ? size_t(0) : size_t(c.n_embd));
+  EXPECT_EQ(L.ffn_norm.size(), olmo ? size_t(0) : size_t(c.n_embd));
   // qwen3moe: 8 experts of 64 per layer, 2 per token (gpt-oss: 4), in place of the dense FFN.
   EXPECT_EQ(c.n_expert, moe ? 8 : 0);
   EXPECT_EQ(c.n_expert_used, oss ? 4 : moe ? 2 : 0);
@@ -114,8 +120,8 @@ TEST_P(Arch, ConfigurationIsRead) {
   EXPECT_EQ(c.n_heads / c.n_kv_heads, v == "llama3" ? 4 : 2);
   EXPECT_EQ(c.n_heads, v == "llama3" || oss ? 4 : 2);
   const bool gemma2 = v == "gemma2", gemma = v == "gemma3" || gemma2;
-  EXPECT_EQ(L.attn_post_norm.size(), gemma ? size_t(c.n_embd) : size_t(0));
-  EXPECT_EQ(L.ffn_post_norm.size(), gemma ? size_t(c.n_embd) : size_t(0));
+  EXPECT_EQ(L.attn_post_norm.size(), gemma || olmo ? size_t(c.n_embd) : size_t(0));
+  EXPECT_EQ(L.ffn_post_norm.size(), gemma || olmo ? size_t(c.n_embd) : size_t(0));
   EXPECT_EQ(c.act, gemma ? FfnAct::kGeluTanh : oss ? FfnAct::kSwigluOai : FfnAct::kSilu);
   EXPECT_EQ(c.embd_scale, gemma ? std::sqrt(128.0f) : granite ? 3.0f : 1.0f);
   // Gemma 2's soft-capping.
@@ -127,7 +133,15 @@ TEST_P(Arch, ConfigurationIsRead) {
   // Phi-3's sliding_window key is left unused (as llama.cpp leaves it).
   EXPECT_EQ(c.window, v == "gemma3" ? std::vector<int>({40, 40, 40, 40, 40, 0})
                       : oss || gemma2 ? std::vector<int>({24, 0, 24, 0})
-                            : std::vector<int>{});
+                      : olmo          ? std::vector<int>({24, 24, 24, 0})
+                                      : std::vector<int>{});
+  if (olmo) {  // OLMo 3: YaRN on the global layers, the sliding ones unscaled
+    EXPECT_TRUE(c.rope.yarn);
+    EXPECT_FALSE(c.rope_swa.yarn);
+    EXPECT_EQ(c.rope_swa.base, c.rope.base);
+    EXPECT_EQ(c.rope_swa.freq_scale, 1.0);
+    EXPECT_EQ(c.rope_swa.mscale, 1.0);
+  }
   if (gemma2) {
     EXPECT_EQ(c.rope_swa.base, c.rope.base);
     EXPECT_EQ(c.rope_swa.style, RopeStyle::kHalves);
@@ -321,18 +335,18 @@ std::string load_error(test::TinyModelShape shape, const std::string& name) {
 TEST(ArchErrors, UnknownArchitectureListsTheSupportedOnes) {
   test::TinyModelShape s;
   s.arch = "mamba";
-  EXPECT_NE(load_error(s, "tiny_mamba").find("unsupported architecture 'mamba' (supported: llama, qwen2, qwen3, gemma3, gemma2, qwen3moe, gpt-oss, phi3, mistral3, smollm3, granite)"),
+  EXPECT_NE(load_error(s, "tiny_mamba").find("unsupported architecture 'mamba' (supported: llama, qwen2, qwen3, gemma3, gemma2, qwen3moe, gpt-oss, olmo2, phi3, mistral3, smollm3, granite)"),
             std::string::npos);
 }
 
 TEST(ArchErrors, AFileWithoutItsArchitecturesTensorsIsRefused) {
-  for (const char* v : {"qwen2", "qwen3", "gemma3", "gpt-oss"}) {
+  for (const char* v : {"qwen2", "qwen3", "gemma3", "gpt-oss", "olmo2"}) {
     test::TinyModelShape s = test::tiny_arch_shape(v);
     s.arch_tensors = false;
     const std::string err = load_error(s, std::string("tiny_bare_") + v);
     const std::string missing = std::string(v) == "qwen2"    ? "attn_q.bias"
                                 : std::string(v) == "qwen3"  ? "attn_q_norm.weight"
-                                : std::string(v) == "gemma3" ? "post_attention_norm.weight"
+                                : std::string(v) == "gemma3" || std::string(v) == "olmo2" ? "post_attention_norm.weight"
                                                              : "ffn_gate_inp.bias";
     EXPECT_NE(err.find("tensor 'blk.0." + missing + "' is missing (the architecture requires it)"), std::string::npos)
         << err;

@@ -185,7 +185,7 @@ TEST(CudaOps, TheRefinedHeadIsTheCpusBitForBit) {
 TEST(CudaOps, EveryArchitecturesForwardPassIsTheCpus) {
   REQUIRE_GPU();
   for (const char* arch : {"llama", "llama3", "qwen2", "qwen3", "gemma3", "qwen3moe", "gpt-oss", "phi3", "mistral3", "smollm3", "granite",
-                           "gemma2"}) {
+                           "gemma2", "olmo2"}) {
     SCOPED_TRACE(arch);
     const std::string path = test::tiny_model(std::string("cudaops_") + arch, test::tiny_arch_shape(arch));
     const auto on_cpu = LlamaModel::load(path);
@@ -217,7 +217,7 @@ TEST(CudaOps, EveryArchitecturesForwardPassIsTheCpus) {
 // logits (of order 1) carry as a few 1e-3 at most; 2e-2 is allowed.
 TEST(CudaOps, TheGpusKvAgreesWithTheHostsAndAcrossPaths) {
   REQUIRE_GPU();
-  for (const char* arch : {"llama3", "qwen3", "gemma3", "qwen3moe", "mistral3", "smollm3", "granite"}) {
+  for (const char* arch : {"llama3", "qwen3", "gemma3", "qwen3moe", "mistral3", "smollm3", "granite", "olmo2"}) {
     SCOPED_TRACE(arch);
     const std::string path = test::tiny_model(std::string("cudaops_") + arch, test::tiny_arch_shape(arch));
     const auto m = LlamaModel::load(path, cuda_backend());

@@ -42,6 +42,11 @@ TinyModelShape tiny_arch_shape(const std::string& variant) {
     // Granite 3's multipliers, of a size the outputs show.
     s.arch = "granite", s.tied = true, s.embedding_scale = 3.0f, s.residual_scale = 0.4f, s.logit_scale = 2.0f;
     s.attention_scale = 0.2f;
+  } else if (variant == "olmo2") {
+    // OLMo 3's shape of it: 4 layers, the first 3 sliding over 24 positions
+    // (unscaled RoPE there), YaRN on the global one.
+    s.arch = "olmo2", s.n_layers = 4, s.rope_base = 500000.0f, s.window = 24;
+    s.rope_scaling = "yarn", s.rope_scaling_factor = 4, s.rope_orig_ctx = 256;
   } else if (variant == "gemma2") {
     // Caps near the sizes of the scores (std ~3) and logits (std ~1), so
     // both bend most values.
@@ -132,7 +137,8 @@ std::string tiny_model(const std::string& name, TinyModelShape s) {
   const bool biases = s.arch_tensors && (std::string(s.arch) == "qwen2" || oss);
   const bool gemma = std::string(s.arch) == "gemma3";
   const bool qk_norm = s.arch_tensors && (std::string(s.arch) == "qwen3" || std::string(s.arch) == "qwen3moe" || gemma);
-  const bool post_norms = s.arch_tensors && (gemma || std::string(s.arch) == "gemma2");
+  const bool olmo = std::string(s.arch) == "olmo2";  // no pre-norms; Q/K norms over the whole projection
+  const bool post_norms = s.arch_tensors && (gemma || olmo || std::string(s.arch) == "gemma2");
   const bool fused = s.fused && std::string(s.arch) == "phi3";
   std::vector<uint8_t> data;
   std::mt19937 rng(s.seed);
@@ -188,8 +194,10 @@ std::string tiny_model(const std::string& name, TinyModelShape s) {
   }
   for (int l = 0; l < s.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
-    add(p + "attn_norm.weight", {E}, 0, true);
-    add(p + (oss ? "post_attention_norm.weight" : "ffn_norm.weight"), {E}, 0, true);
+    if (!olmo) {
+      add(p + "attn_norm.weight", {E}, 0, true);
+      add(p + (oss ? "post_attention_norm.weight" : "ffn_norm.weight"), {E}, 0, true);
+    }
     if (fused) {
       add(p + "attn_qkv.weight", {E, QW + 2 * KW}, 0.15f);
     } else {
@@ -207,6 +215,10 @@ std::string tiny_model(const std::string& name, TinyModelShape s) {
     if (qk_norm) {
       add(p + "attn_q_norm.weight", {D}, 0, true);
       add(p + "attn_k_norm.weight", {D}, 0, true);
+    }
+    if (olmo && s.arch_tensors) {
+      add(p + "attn_q_norm.weight", {QW}, 0, true);
+      add(p + "attn_k_norm.weight", {KW}, 0, true);
     }
     if (oss && s.arch_tensors) {
       add(p + "attn_output.bias", {E}, 0.1f);

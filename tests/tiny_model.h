@@ -60,11 +60,13 @@ struct TinyModelShape {
 // (4 layers, the 4th without RoPE), "granite" (Granite 3's embedding,
 // residual, attention and logit multipliers), "gemma2" (4 layers, the even
 // ones sliding over 24 positions, head dim 128, post-norms, GeGLU, scaled
-// embeddings, scores and logits soft-capped near their own size).
+// embeddings, scores and logits soft-capped near their own size), "olmo2"
+// (no pre-norms, post-norms, Q/K norms over the whole projection; OLMo 3's
+// sliding windows on 3 of 4 layers, unscaled RoPE there and YaRN elsewhere).
 TinyModelShape tiny_arch_shape(const std::string& variant);
 // Every variant tiny_arch_shape makes, for tests run once per architecture.
 inline constexpr const char* kTinyArchs[] = {"llama3", "qwen2", "qwen3", "gemma3", "qwen3moe", "gpt-oss", "phi3",
-                                             "mistral3", "smollm3", "granite", "gemma2"};
+                                             "mistral3", "smollm3", "granite", "gemma2", "olmo2"};
 // An architecture's name as a GoogleTest name ("gpt-oss" -> "gpt_oss").
 std::string arch_test_name(const char* arch);
 

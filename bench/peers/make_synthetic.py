@@ -69,6 +69,13 @@ Presets (F16 matrices, F32 norms, biases and frequency factors):
            logits at 8 (Gemma 2's caps are 50 and 30, which random weights'
            scores of a few units and logits of ~3 never reach: caps near the
            values' sizes bend the largest, so a cap misapplied shows)
+  olmo2    OLMo 2's departures at a small size: llama-bpe vocabulary (its regex is
+           the dbrx pre-tokenizer's, which OLMo 2's cl100k-based files name), d
+           512, 4 layers, 8 heads / 2 K/V heads, no norms before the blocks,
+           post-norms on their outputs, Q/K norms over the whole projection, its
+           own output head
+  olmo3    OLMo 3's: olmo2 with 3 of every 4 layers sliding over 128 positions,
+           YaRN factor 8 over 8192 on the global layers, unscaled on the sliding
   llama3-1b  Llama-3.2-1B's shapes: 16 layers, d 2048, 32 heads / 8 K/V heads,
            FFN 8192, llama-bpe vocabulary, tied embeddings (2.5 GB as F16;
            bench/peers/make_1b.sh quantizes it to Q4_K_M)
@@ -133,6 +140,11 @@ PRESETS = {
                     base=10000.0, eps=1e-5, granite=(1.5, 0.5, 0.0625, 0.25), untied=True),
     "gemma2": dict(arch="gemma2", vocab="gemma", d=512, layers=4, heads=4, kv=2, ff=1536, base=10000.0,
                    head_dim=256, eps=1e-6, window=128, post_norms=True, softcaps=(4.0, 8.0), post_norm_gain=10.0),
+    "olmo2": dict(arch="olmo2", vocab="llama-bpe", d=512, layers=4, heads=8, kv=2, ff=1536, base=500000.0,
+                  eps=1e-6, post_norms=True, no_pre_norms=True, qk_norm_full=True, untied=True),
+    "olmo3": dict(arch="olmo2", vocab="llama-bpe", d=512, layers=4, heads=8, kv=2, ff=1536, base=500000.0,
+                  eps=1e-6, post_norms=True, no_pre_norms=True, qk_norm_full=True, untied=True, window=128,
+                  yarn=(8.0, 8192)),
     "llama3-1b": dict(arch="llama", vocab="llama-bpe", d=2048, layers=16, heads=32, kv=8, ff=8192,
                       base=500000.0, rope_freqs=True, eps=1e-5),
 }
@@ -275,7 +287,8 @@ def main():
     proj = 1.5 / math.sqrt(d)  # q, k entries of std ~1.5: scores of a few units
     for l in range(p["layers"]):
         b = f"blk.{l}."
-        w.add_tensor(b + "attn_norm.weight", vec(d, 1.0, 0.1))
+        if not p.get("no_pre_norms"):
+            w.add_tensor(b + "attn_norm.weight", vec(d, 1.0, 0.1))
         if p.get("fused"):  # Phi-3: the queries' rows, then the keys', then the values'
             w.add_tensor(b + "attn_qkv.weight", np.concatenate(
                 [mat(heads * hd, d, proj), mat(kv * hd, d, proj), mat(kv * hd, d, 1.0 / math.sqrt(d))]))
@@ -299,12 +312,16 @@ def main():
         if p.get("qk_norm"):
             w.add_tensor(b + "attn_q_norm.weight", vec(hd, 1.0, 0.2))
             w.add_tensor(b + "attn_k_norm.weight", vec(hd, 1.0, 0.2))
+        if p.get("qk_norm_full"):  # OLMo 2: over the whole projection
+            w.add_tensor(b + "attn_q_norm.weight", vec(heads * hd, 1.0, 0.2))
+            w.add_tensor(b + "attn_k_norm.weight", vec(kv * hd, 1.0, 0.2))
         if p.get("post_norms"):  # Gemma: on each block's output, before its residual
             g = p.get("post_norm_gain", 1.0)
             w.add_tensor(b + "post_attention_norm.weight", vec(d, g, 0.1 * g))
             w.add_tensor(b + "post_ffw_norm.weight", vec(d, g, 0.1 * g))
         # gpt-oss's FFN input norm is named post_attention_norm.
-        w.add_tensor(b + ("post_attention_norm.weight" if p.get("oss") else "ffn_norm.weight"), vec(d, 1.0, 0.1))
+        if not p.get("no_pre_norms"):
+            w.add_tensor(b + ("post_attention_norm.weight" if p.get("oss") else "ffn_norm.weight"), vec(d, 1.0, 0.1))
         if "experts" in p:
             n, fx = p["experts"], p["ff_exp"]
             # Router logits of std ~2.5: each token prefers a few experts, not one.

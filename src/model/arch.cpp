@@ -24,6 +24,11 @@ constexpr std::array kArchs = {
     ArchTraits{.name = "gpt-oss", .rope = RopeStyle::kHalves, .act = FfnAct::kSwigluOai, .swa_pattern = 2,
                .rope_base_swa = 0.0, .moe = true, .gating = MoeGating::kSoftmaxChosen, .sinks = true,
                .moe_biases = true, .ffn_norm = "post_attention_norm"},
+    // OLMo 2 and OLMo 3 (arch "olmo2"): no pre-norms, post-norms on each
+    // block's output, Q/K norms over the whole projection, RoPE by halves;
+    // OLMo 3's files slide on 3 of every 4 layers, unscaled there.
+    ArchTraits{.name = "olmo2", .rope = RopeStyle::kHalves, .qk_norm = true, .post_norms = true, .swa_pattern = 4,
+               .rope_base_swa = 0.0, .pre_norms = false, .qk_norm_full = true, .swa_rope_unscaled = true},
     // Phi-3, Phi-3.5 and Phi-4 (arch "phi3"): fused Q/K/V and gate/up
     // projections, RoPE by halves (over the first rope.dimension_count
     // dimensions: Phi-4-mini turns 3/4 of each head), LongRoPE's factors

@@ -75,6 +75,14 @@ struct ArchTraits {
   // The sliding window when the file has no attention.sliding_window (Gemma
   // 2: 4096, llama.cpp's default for it); 0: no sliding layers then.
   int default_window = 0;
+  // OLMo 2: no norm before the attention or the FFN (attn_norm, ffn_norm
+  // absent: each block reads the residual itself, its output post-normed),
+  // and Q/K norms over the whole projection rather than each head.
+  bool pre_norms = true;
+  bool qk_norm_full = false;
+  // OLMo 3 (arch olmo2 with attention.sliding_window): the sliding layers
+  // turn with the global base (rope.freq_base_swa aside) but unscaled.
+  bool swa_rope_unscaled = false;
 };
 
 // nullptr for an architecture we do not run.

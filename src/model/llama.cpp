@@ -161,11 +161,12 @@ void LlamaModel::forward(const Batch& batch, KvStore& kv, Workspace& ws, std::ve
   ops.embed(tok_embd_, batch.tokens, c.embd_scale, x);
   // Each residual add is fused with the norm that reads its sum (the next
   // block's input): add_rmsnorm, the same bits as add then rmsnorm.
-  ops.rmsnorm(x, layers_[0].attn_norm, c.rms_eps, xb);
+  // A block without a norm before it (OLMo 2) reads the residual x itself.
+  if (!layers_[0].attn_norm.empty()) ops.rmsnorm(x, layers_[0].attn_norm, c.rms_eps, xb);
   for (int l = 0; l < c.n_layers; ++l) {
     const LlamaLayer& L = layers_[size_t(l)];
     const int window = c.window_of(l);
-    attention_inputs(ops, L, xb, q, k, v, !c.turns(l) ? nullptr : window ? &ws.rope_swa : &ws.rope,
+    attention_inputs(ops, L, L.attn_norm.empty() ? x : xb, q, k, v, !c.turns(l) ? nullptr : window ? &ws.rope_swa : &ws.rope,
                      c.attn_temp_scale != 0.0f ? &ws.rope_q : nullptr);
     const LayerAttention how{window, L.sinks.empty() ? nullptr : L.sinks.data(), c.attn_softcap};
     if (dev && !kv.on_device()) {
@@ -189,19 +190,21 @@ void LlamaModel::forward(const Batch& batch, KvStore& kv, Workspace& ws, std::ve
     if (!L.bo.empty()) ops.add_bias(xb, L.bo);
     if (!L.attn_post_norm.empty()) ops.rmsnorm(xb, L.attn_post_norm, c.rms_eps, xb);
     if (c.residual_scale != 1.0f) ops.scale(xb, c.residual_scale);
-    ops.add_rmsnorm(x, xb, L.ffn_norm, c.rms_eps, xb);
+    if (L.ffn_norm.empty()) ops.add(x, xb);
+    else ops.add_rmsnorm(x, xb, L.ffn_norm, c.rms_eps, xb);
     if (c.moe()) {
       moe_ffn(ops, L, xb, ws);
     } else {
       const Weight* gate_up[] = {&L.w_gate, &L.w_up};
       const Tensor gate_up_out[] = {gate, up};
-      ops.matmul(gate_up, xb, gate_up_out);
+      ops.matmul(gate_up, L.ffn_norm.empty() ? x : xb, gate_up_out);
       ops.gated_ffn(c.act, gate, up);
       ops.matmul(L.w_down, gate, xb);
     }
     if (!L.ffn_post_norm.empty()) ops.rmsnorm(xb, L.ffn_post_norm, c.rms_eps, xb);
     if (c.residual_scale != 1.0f) ops.scale(xb, c.residual_scale);
-    if (l + 1 < c.n_layers) ops.add_rmsnorm(x, xb, layers_[size_t(l) + 1].attn_norm, c.rms_eps, xb);
+    if (l + 1 < c.n_layers && !layers_[size_t(l) + 1].attn_norm.empty())
+      ops.add_rmsnorm(x, xb, layers_[size_t(l) + 1].attn_norm, c.rms_eps, xb);
     else ops.add(x, xb);
   }
   const Tensor head_in = ops.shape(ws.head_in, int(rows.size()), c.n_embd);

@@ -164,6 +164,11 @@ void read_windows(const GgufFile& f, const std::string& a, const ArchTraits& tra
   c.rope_swa = c.rope;
   if (traits.rope_base_swa == 0.0) {
     c.rope_swa.base = f.get_float(a + "rope.freq_base_swa", c.rope.base);
+    if (traits.swa_rope_unscaled) {
+      c.rope_swa.freq_scale = 1.0;
+      c.rope_swa.yarn = false;
+      c.rope_swa.mscale = 1.0;
+    }
     return;
   }
   c.rope_swa.base = traits.rope_base_swa;
@@ -345,9 +350,11 @@ void LlamaModel::load_weights(const ArchTraits& traits) {
   for (int l = 0; l < c.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     LlamaLayer L;
-    L.attn_norm = load_vector(f, p + "attn_norm.weight", E);
-    L.ffn_norm = load_vector(f, p + std::string(traits.ffn_norm) + ".weight", E);
-    // Post-norms are Gemma 3's (gpt-oss's post_attention_norm is its FFN norm).
+    if (traits.pre_norms) {
+      L.attn_norm = load_vector(f, p + "attn_norm.weight", E);
+      L.ffn_norm = load_vector(f, p + std::string(traits.ffn_norm) + ".weight", E);
+    }
+    // Post-norms are Gemma's and OLMo 2's (gpt-oss's post_attention_norm is its FFN norm).
     if (traits.post_norms) L.attn_post_norm = optional_vector(f, p + "post_attention_norm.weight", E, true);
     L.ffn_post_norm = optional_vector(f, p + "post_ffw_norm.weight", E, traits.post_norms);
     // Phi-3's fused projection (attn_qkv): the queries' rows, then the
@@ -400,8 +407,8 @@ void LlamaModel::load_weights(const ArchTraits& traits) {
     }
     L.bo = optional_vector(f, p + "attn_output.bias", E, traits.moe_biases);
     L.sinks = optional_vector(f, p + "attn_sinks.weight", c.n_heads, traits.sinks);
-    L.q_norm = optional_vector(f, p + "attn_q_norm.weight", c.head_dim, traits.qk_norm);
-    L.k_norm = optional_vector(f, p + "attn_k_norm.weight", c.head_dim, traits.qk_norm);
+    L.q_norm = optional_vector(f, p + "attn_q_norm.weight", traits.qk_norm_full ? QW : c.head_dim, traits.qk_norm);
+    L.k_norm = optional_vector(f, p + "attn_k_norm.weight", traits.qk_norm_full ? KW : c.head_dim, traits.qk_norm);
     if (L.q_norm.empty() != L.k_norm.empty()) f.fail("layer " + std::to_string(l) + " has only one of the Q/K norms");
     layers_.push_back(std::move(L));
   }

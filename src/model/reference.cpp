@@ -176,7 +176,10 @@ void ReferenceModel::forward(std::span<const int32_t> tokens, std::vector<float>
     const int window = c.window_of(l);
     const RopeParams& rp = window ? c.rope_swa : c.rope;
     const bool nope = c.no_rope_every > 0 && (l + 1) % c.no_rope_every == 0;  // SmolLM3's 4th, 8th, ... layers
-    for (int t = 0; t < n; ++t) rmsnorm(&x[size_t(t) * E], L.attn_norm, E, c.rms_eps, &xb[size_t(t) * E]);
+    // OLMo 2 has no norm before its blocks: they read the residual itself.
+    if (L.attn_norm.empty()) xb = x;
+    else
+      for (int t = 0; t < n; ++t) rmsnorm(&x[size_t(t) * E], L.attn_norm, E, c.rms_eps, &xb[size_t(t) * E]);
     matmul(L.wq, QW, E, xb.data(), n, q.data());
     matmul(L.wk, KW, E, xb.data(), n, k.data());
     matmul(L.wv, KW, E, xb.data(), n, v.data());
@@ -185,8 +188,10 @@ void ReferenceModel::forward(std::span<const int32_t> tokens, std::vector<float>
     add(v, L.bv, n);
     for (int t = 0; t < n; ++t) {
       if (!L.q_norm.empty()) {
-        for (int h = 0; h < c.n_heads; ++h) rmsnorm(&q[size_t(t) * QW + size_t(h) * D], L.q_norm, D, c.rms_eps, &q[size_t(t) * QW + size_t(h) * D]);
-        for (int h = 0; h < c.n_kv_heads; ++h) rmsnorm(&k[size_t(t) * KW + size_t(h) * D], L.k_norm, D, c.rms_eps, &k[size_t(t) * KW + size_t(h) * D]);
+        // Per head (Qwen 3, Gemma 3), or over the whole projection (OLMo 2).
+        const int qn = int(L.q_norm.size()), kn = int(L.k_norm.size());
+        for (int h = 0; h < QW / qn; ++h) rmsnorm(&q[size_t(t) * QW + size_t(h) * qn], L.q_norm, qn, c.rms_eps, &q[size_t(t) * QW + size_t(h) * qn]);
+        for (int h = 0; h < KW / kn; ++h) rmsnorm(&k[size_t(t) * KW + size_t(h) * kn], L.k_norm, kn, c.rms_eps, &k[size_t(t) * KW + size_t(h) * kn]);
       }
       if (!nope) {
         rope(&q[size_t(t) * QW], c.n_heads, D, rp, t);
@@ -231,7 +236,9 @@ void ReferenceModel::forward(std::span<const int32_t> tokens, std::vector<float>
     add(o, L.bo, n);
     post_norm(o, L.attn_post_norm, n, E, c.rms_eps);
     for (size_t i = 0; i < x.size(); ++i) x[i] += o[i] * c.residual_scale;  // Granite's residual_scale (else 1)
-    for (int t = 0; t < n; ++t) rmsnorm(&x[size_t(t) * E], L.ffn_norm, E, c.rms_eps, &xb[size_t(t) * E]);
+    if (L.ffn_norm.empty()) xb = x;
+    else
+      for (int t = 0; t < n; ++t) rmsnorm(&x[size_t(t) * E], L.ffn_norm, E, c.rms_eps, &xb[size_t(t) * E]);
     if (c.moe()) {
       for (int t = 0; t < n; ++t) moe(L, &xb[size_t(t) * E], &o[size_t(t) * E]);
     } else {
