@@ -63,7 +63,8 @@ TEST_P(Arch, ConfigurationIsRead) {
   const bool mistral = v == "mistral3";
   const bool smol = v == "smollm3";
   const bool granite = v == "granite";
-  EXPECT_EQ(c.rope.style, v == "llama3" || mistral || smol || granite ? RopeStyle::kAdjacent : RopeStyle::kHalves);
+  const bool glm = v == "glm4";
+  EXPECT_EQ(c.rope.style, v == "llama3" || mistral || smol || granite || glm ? RopeStyle::kAdjacent : RopeStyle::kHalves);
   // Granite's multipliers (its attention.scale, 0.2, as q_scale: 0.2 sqrt(64)).
   EXPECT_EQ(c.residual_scale, granite ? 0.4f : 1.0f);
   EXPECT_EQ(c.logit_mul, granite ? 0.5f : 1.0f);
@@ -73,9 +74,9 @@ TEST_P(Arch, ConfigurationIsRead) {
   EXPECT_TRUE(c.turns(2));
   const bool phi = v == "phi3";
   EXPECT_EQ(c.rope.factors.size(), v == "llama3" || phi ? size_t(32) : size_t(0));
-  EXPECT_EQ(c.rope.rot_dim, phi ? 64 : c.head_dim);
+  EXPECT_EQ(c.rope.rot_dim, phi ? 64 : glm ? 32 : c.head_dim);
   EXPECT_EQ(c.uses_long_factors(), phi);
-  EXPECT_EQ(c.tied_embeddings, v != "qwen2" && !oss && !phi && !mistral && v != "olmo2");
+  EXPECT_EQ(c.tied_embeddings, v != "qwen2" && !oss && !phi && !mistral && v != "olmo2" && !glm);
   // mistral3: queries tempered from the original context (16) on; YaRN's
   // magnitude divided by 1 + 0.1 x 0.5 ln 4 (the log-multiplier), its ramp
   // up to the pair that turns half a time (beta_slow) over those 16 positions.
@@ -88,7 +89,7 @@ TEST_P(Arch, ConfigurationIsRead) {
     EXPECT_EQ(c.rope.yarn_high, 4.0);  // ceil(64 ln(16 / (0.5 x 2 pi)) / (2 ln 1e6)) = ceil(3.77)
   }
   const LlamaLayer& L = m().layers()[0];
-  const bool biases = v == "qwen2" || oss;
+  const bool biases = v == "qwen2" || oss || glm;  // glm4: its fused attn_qkv.bias, split
   EXPECT_EQ(L.bq.size(), biases ? size_t(c.q_width()) : size_t(0));
   EXPECT_EQ(L.bv.size(), biases ? size_t(c.kv_width()) : size_t(0));
   const bool olmo = v == "olmo2";
@@ -120,8 +121,8 @@ TEST_P(Arch, ConfigurationIsRead) {
   EXPECT_EQ(c.n_heads / c.n_kv_heads, v == "llama3" ? 4 : 2);
   EXPECT_EQ(c.n_heads, v == "llama3" || oss ? 4 : 2);
   const bool gemma2 = v == "gemma2", gemma = v == "gemma3" || gemma2;
-  EXPECT_EQ(L.attn_post_norm.size(), gemma || olmo ? size_t(c.n_embd) : size_t(0));
-  EXPECT_EQ(L.ffn_post_norm.size(), gemma || olmo ? size_t(c.n_embd) : size_t(0));
+  EXPECT_EQ(L.attn_post_norm.size(), gemma || olmo || glm ? size_t(c.n_embd) : size_t(0));
+  EXPECT_EQ(L.ffn_post_norm.size(), gemma || olmo || glm ? size_t(c.n_embd) : size_t(0));
   EXPECT_EQ(c.act, gemma ? FfnAct::kGeluTanh : oss ? FfnAct::kSwigluOai : FfnAct::kSilu);
   EXPECT_EQ(c.embd_scale, gemma ? std::sqrt(128.0f) : granite ? 3.0f : 1.0f);
   // Gemma 2's soft-capping.
@@ -335,7 +336,7 @@ std::string load_error(test::TinyModelShape shape, const std::string& name) {
 TEST(ArchErrors, UnknownArchitectureListsTheSupportedOnes) {
   test::TinyModelShape s;
   s.arch = "mamba";
-  EXPECT_NE(load_error(s, "tiny_mamba").find("unsupported architecture 'mamba' (supported: llama, qwen2, qwen3, gemma3, gemma2, qwen3moe, gpt-oss, olmo2, phi3, mistral3, smollm3, granite)"),
+  EXPECT_NE(load_error(s, "tiny_mamba").find("unsupported architecture 'mamba' (supported: llama, qwen2, qwen3, gemma3, gemma2, qwen3moe, gpt-oss, olmo2, glm4, phi3, mistral3, smollm3, granite)"),
             std::string::npos);
 }
 

@@ -185,7 +185,7 @@ TEST(CudaOps, TheRefinedHeadIsTheCpusBitForBit) {
 TEST(CudaOps, EveryArchitecturesForwardPassIsTheCpus) {
   REQUIRE_GPU();
   for (const char* arch : {"llama", "llama3", "qwen2", "qwen3", "gemma3", "qwen3moe", "gpt-oss", "phi3", "mistral3", "smollm3", "granite",
-                           "gemma2", "olmo2"}) {
+                           "gemma2", "olmo2", "glm4"}) {
     SCOPED_TRACE(arch);
     const std::string path = test::tiny_model(std::string("cudaops_") + arch, test::tiny_arch_shape(arch));
     const auto on_cpu = LlamaModel::load(path);

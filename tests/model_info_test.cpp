@@ -45,7 +45,7 @@ TEST(ModelInfo, NamesWhatDoesNotRun) {
   EXPECT_FALSE(m.types[0].supported);
   EXPECT_EQ(m.params, 1024u);
   ASSERT_GE(m.problems.size(), 3u);
-  EXPECT_EQ(m.problems[0], "architecture 'mamba' is not supported (supported: llama, qwen2, qwen3, gemma3, gemma2, qwen3moe, gpt-oss, olmo2, phi3, mistral3, smollm3, granite)");
+  EXPECT_EQ(m.problems[0], "architecture 'mamba' is not supported (supported: llama, qwen2, qwen3, gemma3, gemma2, qwen3moe, gpt-oss, olmo2, glm4, phi3, mistral3, smollm3, granite)");
   EXPECT_EQ(m.problems[1], "1 tensor of type IQ2_XS, which chunkserve does not read");
   EXPECT_EQ(m.problems[2], "tokenizer 'bert' is not supported (supported: gpt2, llama)");
   EXPECT_NE(format_model_info(m).find("runs           no:\n  - architecture 'mamba'"), std::string::npos);

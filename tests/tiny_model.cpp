@@ -47,6 +47,10 @@ TinyModelShape tiny_arch_shape(const std::string& variant) {
     // (unscaled RoPE there), YaRN on the global one.
     s.arch = "olmo2", s.n_layers = 4, s.rope_base = 500000.0f, s.window = 24;
     s.rope_scaling = "yarn", s.rope_scaling_factor = 4, s.rope_orig_ctx = 256;
+  } else if (variant == "glm4") {
+    // Fused Q/K/V (with a bias) and gate/up, post-norms, RoPE on adjacent
+    // pairs over half of each head.
+    s.arch = "glm4", s.n_layers = 3, s.rope_dims = 32;
   } else if (variant == "gemma2") {
     // Caps near the sizes of the scores (std ~3) and logits (std ~1), so
     // both bend most values.
@@ -137,9 +141,10 @@ std::string tiny_model(const std::string& name, TinyModelShape s) {
   const bool biases = s.arch_tensors && (std::string(s.arch) == "qwen2" || oss);
   const bool gemma = std::string(s.arch) == "gemma3";
   const bool qk_norm = s.arch_tensors && (std::string(s.arch) == "qwen3" || std::string(s.arch) == "qwen3moe" || gemma);
-  const bool olmo = std::string(s.arch) == "olmo2";  // no pre-norms; Q/K norms over the whole projection
-  const bool post_norms = s.arch_tensors && (gemma || olmo || std::string(s.arch) == "gemma2");
-  const bool fused = s.fused && std::string(s.arch) == "phi3";
+  const bool olmo = std::string(s.arch) == "olmo2";
+  const bool glm = std::string(s.arch) == "glm4";  // no pre-norms; Q/K norms over the whole projection
+  const bool post_norms = s.arch_tensors && (gemma || olmo || glm || std::string(s.arch) == "gemma2");
+  const bool fused = s.fused && (std::string(s.arch) == "phi3" || glm);
   std::vector<uint8_t> data;
   std::mt19937 rng(s.seed);
   std::normal_distribution<float> nd;
@@ -200,6 +205,7 @@ std::string tiny_model(const std::string& name, TinyModelShape s) {
     }
     if (fused) {
       add(p + "attn_qkv.weight", {E, QW + 2 * KW}, 0.15f);
+      if (glm) add(p + "attn_qkv.bias", {QW + 2 * KW}, 0.3f);
     } else {
       const bool phi = std::string(s.arch) == "phi3";  // the fused file's values, split
       add(p + "attn_q.weight", {E, QW}, 0.15f);

@@ -62,11 +62,13 @@ struct TinyModelShape {
 // ones sliding over 24 positions, head dim 128, post-norms, GeGLU, scaled
 // embeddings, scores and logits soft-capped near their own size), "olmo2"
 // (no pre-norms, post-norms, Q/K norms over the whole projection; OLMo 3's
-// sliding windows on 3 of 4 layers, unscaled RoPE there and YaRN elsewhere).
+// sliding windows on 3 of 4 layers, unscaled RoPE there and YaRN elsewhere),
+// "glm4" (fused Q/K/V with a bias and fused gate/up, pre- and post-norms,
+// RoPE on adjacent pairs over half of each head).
 TinyModelShape tiny_arch_shape(const std::string& variant);
 // Every variant tiny_arch_shape makes, for tests run once per architecture.
 inline constexpr const char* kTinyArchs[] = {"llama3", "qwen2", "qwen3", "gemma3", "qwen3moe", "gpt-oss", "phi3",
-                                             "mistral3", "smollm3", "granite", "gemma2", "olmo2"};
+                                             "mistral3", "smollm3", "granite", "gemma2", "olmo2", "glm4"};
 // An architecture's name as a GoogleTest name ("gpt-oss" -> "gpt_oss").
 std::string arch_test_name(const char* arch);
 

@@ -9,6 +9,8 @@
 // tiktoken as mistral_common's Tekkenizer runs it.
 #include <gtest/gtest.h>
 
+#include "gguf_writer.h"
+
 #include <algorithm>
 #include <fstream>
 #include <random>
@@ -210,6 +212,36 @@ TEST(Vocab, BosByDefaultFollowsLlamaCpp) {
       EXPECT_EQ(ids.front(), bos) << name;
     else
       EXPECT_NE(ids.front(), tok.bos()) << name;
+  }
+}
+
+// GLM-4's files (pre-tokenizer glm4): Llama 3's split, whole-token words
+// unmerged, and no BOS even where the file asks for one (llama.cpp drops the
+// id; GLM's templates write [gMASK]<sop>). llama-bpe's vocabulary under that
+// name encodes as llama-bpe's, less the BOS.
+TEST(Vocab, Glm4sVocabularyHasNoBos) {
+  const std::string path = std::string(CS_VOCAB_DIR) + "/ggml-vocab-llama-bpe.gguf";
+  ASSERT_TRUE(std::ifstream(path).good()) << path << " is missing: run scripts/fetch_vocabs.sh";
+  const GgufFile src(path);
+  test::GgufWriter w;
+  w.kv_str("general.architecture", "glm4");
+  w.kv_str("tokenizer.ggml.model", "gpt2");
+  w.kv_str("tokenizer.ggml.pre", "glm4");
+  w.kv_strs("tokenizer.ggml.tokens", src.get_strings("tokenizer.ggml.tokens"));
+  w.kv_strs("tokenizer.ggml.merges", src.get_strings("tokenizer.ggml.merges"));
+  std::vector<int32_t> types;
+  for (double t : src.get_numbers("tokenizer.ggml.token_type")) types.push_back(int32_t(t));
+  w.kv_i32s("tokenizer.ggml.token_type", types);
+  w.kv_u32("tokenizer.ggml.bos_token_id", 128000);
+  w.kv_bool("tokenizer.ggml.add_bos_token", true);
+  const Tokenizer glm = Tokenizer::from_gguf(GgufFile(w.write("vocab_glm4.gguf")));
+  const Tokenizer llama = Tokenizer::from_gguf(src);
+  EXPECT_EQ(glm.bos(), -1);
+  for (const char* text : {"Hello world", "I'm sure you've seen they'll do it", "Numbers: 1234567890", "  spaced\n\nout"}) {
+    std::vector<int32_t> want = llama.encode(text, false, true);
+    ASSERT_EQ(want.front(), 128000);
+    want.erase(want.begin());
+    EXPECT_EQ(glm.encode(text, false, true), want) << text;
   }
 }
 

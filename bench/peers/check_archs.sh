@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The architectures without real weights here (Llama 3, Qwen 2, Qwen 3, Qwen3-MoE, gpt-oss,
-# Phi-3/Phi-4 with and without LongRoPE, Mistral Small, Ministral 3, SmolLM3, Granite, Gemma 2, OLMo 2 and 3),
+# Phi-3/Phi-4 with and without LongRoPE, Mistral Small, Ministral 3, SmolLM3, Granite, Gemma 2, OLMo 2 and 3, GLM-4),
 # checked against llama.cpp: for each, make_synthetic.py writes a random-weight
 # GGUF with the sdist's real vocabulary (F16), llama-quantize makes a copy in
 # each of TYPES (default Q4_K_M), and perplexity.sh measures both engines' KL divergence from
@@ -8,7 +8,7 @@
 # or norm in either engine shows as a KL of tenths, not millionths); then
 # `chunkserve generate` and `serve` run on each file. Needs build_llama_cpp.sh
 # and scripts/fetch_vocabs.sh to have run.
-#   CHUNKS=8 [TYPES="Q4_K_M Q2_K"] bench/peers/check_archs.sh [llama3 qwen2 qwen3 qwen3moe gpt-oss phi3 phi3-short phi35 phi4 mistral-small ministral3 smollm3 granite gemma2 olmo2 olmo3]
+#   CHUNKS=8 [TYPES="Q4_K_M Q2_K"] bench/peers/check_archs.sh [llama3 qwen2 qwen3 qwen3moe gpt-oss phi3 phi3-short phi35 phi4 mistral-small ministral3 smollm3 granite gemma2 olmo2 olmo3 glm4]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -17,7 +17,7 @@ CHUNKS=${CHUNKS:-8}
 TYPES=${TYPES:-Q4_K_M}
 work=${WORK:-$(mktemp -d)}
 archs=("$@")
-[ ${#archs[@]} -gt 0 ] || archs=(llama3 qwen2 qwen3 qwen3moe gpt-oss phi3 phi3-short phi35 phi4 mistral-small ministral3 smollm3 granite gemma2 olmo2 olmo3)
+[ ${#archs[@]} -gt 0 ] || archs=(llama3 qwen2 qwen3 qwen3moe gpt-oss phi3 phi3-short phi35 phi4 mistral-small ministral3 smollm3 granite gemma2 olmo2 olmo3 glm4)
 "$root/scripts/fetch_vocabs.sh"
 "$root/scripts/fetch_gemma.sh" > /dev/null  # gemma2's vocabulary
 echo "| file | PPL ratio (chunkserve / llama.cpp) | mean KL, chunkserve | mean KL, llama.cpp | top-1 as the reference, chunkserve | llama.cpp | serve |"

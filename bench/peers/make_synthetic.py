@@ -69,6 +69,12 @@ Presets (F16 matrices, F32 norms, biases and frequency factors):
            logits at 8 (Gemma 2's caps are 50 and 30, which random weights'
            scores of a few units and logits of ~3 never reach: caps near the
            values' sizes bend the largest, so a cap misapplied shows)
+  glm4     GLM-4-0414's departures at a small size: the llama-bpe vocabulary
+           under GLM-4's pre-tokenizer name (`glm4`: Llama 3's pattern, whole
+           words not merged, no BOS), d 512, 4 layers, 4 heads / 2 K/V heads of
+           128 turned over their first 64 dimensions in adjacent pairs, Q/K/V
+           biases, the gate and up projections fused in ffn_up, pre- and
+           post-norms, its own output head
   olmo2    OLMo 2's departures at a small size: llama-bpe vocabulary (its regex is
            the dbrx pre-tokenizer's, which OLMo 2's cl100k-based files name), d
            512, 4 layers, 8 heads / 2 K/V heads, no norms before the blocks,
@@ -140,6 +146,9 @@ PRESETS = {
                     base=10000.0, eps=1e-5, granite=(1.5, 0.5, 0.0625, 0.25), untied=True),
     "gemma2": dict(arch="gemma2", vocab="gemma", d=512, layers=4, heads=4, kv=2, ff=1536, base=10000.0,
                    head_dim=256, eps=1e-6, window=128, post_norms=True, softcaps=(4.0, 8.0), post_norm_gain=10.0),
+    "glm4": dict(arch="glm4", vocab="llama-bpe", pre="glm4", d=512, layers=4, heads=4, kv=2, ff=1536,
+                 base=10000.0, head_dim=128, rope_dims=64, eps=1e-5, bias=True, fused_ffn=True, post_norms=True,
+                 untied=True),
     "olmo2": dict(arch="olmo2", vocab="llama-bpe", d=512, layers=4, heads=8, kv=2, ff=1536, base=500000.0,
                   eps=1e-6, post_norms=True, no_pre_norms=True, qk_norm_full=True, untied=True),
     "olmo3": dict(arch="olmo2", vocab="llama-bpe", d=512, layers=4, heads=8, kv=2, ff=1536, base=500000.0,
@@ -163,10 +172,12 @@ def vocab_file(name):
     sys.exit(f"ggml-vocab-{name}.gguf not found in {VOCAB_DIRS}: run scripts/fetch_vocabs.sh")
 
 
-def copy_tokenizer(w, path):
+def copy_tokenizer(w, path, pre=None):
     r = gguf.GGUFReader(path)
+    if pre:
+        w.add_string("tokenizer.ggml.pre", pre)
     for key, field in r.fields.items():
-        if not key.startswith("tokenizer."):
+        if not key.startswith("tokenizer.") or (pre and key == "tokenizer.ggml.pre"):
             continue
         value, vtype = field.contents(), field.types[0]
         if vtype == gguf.GGUFValueType.ARRAY:
@@ -254,7 +265,7 @@ def main():
     if "head_dim" in p:
         w.add_key_length(hd)
         w.add_value_length(hd)
-    n_vocab = copy_tokenizer(w, vocab_file(p["vocab"]))
+    n_vocab = copy_tokenizer(w, vocab_file(p["vocab"]), p.get("pre"))
     if arch == "llama":
         w.add_vocab_size(n_vocab)
 
@@ -337,7 +348,7 @@ def main():
                 w.add_tensor(b + "ffn_up_exps.bias", np.stack([vec(fx, 0.0, 1.0) for _ in range(n)]))
                 w.add_tensor(b + "ffn_down_exps.bias", np.stack([vec(d, 0.0, 0.1) for _ in range(n)]))
             continue
-        if p.get("fused"):  # Phi-3: the gate's rows, then the up projection's
+        if p.get("fused") or p.get("fused_ffn"):  # Phi-3, GLM-4: the gate's rows, then the up projection's
             w.add_tensor(b + "ffn_up.weight", np.concatenate([mat(ff, d, 1.0 / math.sqrt(d)),
                                                               mat(ff, d, 1.0 / math.sqrt(d))]))
             w.add_tensor(b + "ffn_down.weight", mat(d, ff, 0.5 / math.sqrt(ff)))

@@ -29,6 +29,12 @@ constexpr std::array kArchs = {
     // OLMo 3's files slide on 3 of every 4 layers, unscaled there.
     ArchTraits{.name = "olmo2", .rope = RopeStyle::kHalves, .qk_norm = true, .post_norms = true, .swa_pattern = 4,
                .rope_base_swa = 0.0, .pre_norms = false, .qk_norm_full = true, .swa_rope_unscaled = true},
+    // GLM-4 (GLM-4-9B/32B-0414, GLM-Z1; arch "glm4"): Llama's block with
+    // post-norms on both outputs, Phi-3's fused gate/up (and a fused
+    // attn_qkv where the file has one), RoPE on adjacent pairs over part of
+    // each head.
+    ArchTraits{.name = "glm4", .rope = RopeStyle::kAdjacent, .post_norms = true, .fused_gate_up = true,
+               .pre_norms = true, .glm_keys = true},
     // Phi-3, Phi-3.5 and Phi-4 (arch "phi3"): fused Q/K/V and gate/up
     // projections, RoPE by halves (over the first rope.dimension_count
     // dimensions: Phi-4-mini turns 3/4 of each head), LongRoPE's factors

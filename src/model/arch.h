@@ -83,6 +83,9 @@ struct ArchTraits {
   // OLMo 3 (arch olmo2 with attention.sliding_window): the sliding layers
   // turn with the global base (rope.freq_base_swa aside) but unscaled.
   bool swa_rope_unscaled = false;
+  // GLM-4: rope.dimension_sections (M-RoPE, the vision models') and
+  // nextn_predict_layers (multi-token prediction layers) are refused when set.
+  bool glm_keys = false;
 };
 
 // nullptr for an architecture we do not run.

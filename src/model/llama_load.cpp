@@ -306,6 +306,13 @@ const ArchTraits& LlamaModel::load_config() {
     c.attn_softcap = cap("attn_logit_softcapping", 50.0);
     c.final_softcap = cap("final_logit_softcapping", 30.0);
   }
+  if (traits->glm_keys) {
+    if (f.has(a + "rope.dimension_sections"))
+      for (double s : f.get_numbers(a + "rope.dimension_sections"))
+        if (s != 0) f.fail("M-RoPE (rope.dimension_sections, GLM-4's vision models) is not supported");
+    if (f.get_uint(a + "nextn_predict_layers", 0) > 0)
+      f.fail("multi-token prediction layers (nextn_predict_layers) are not supported");
+  }
   c.gating = traits->gating;
   if (traits->scale_embd) c.embd_scale = std::sqrt(float(c.n_embd));
   read_windows(f, a, *traits, attn, c);

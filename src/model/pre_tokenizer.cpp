@@ -71,6 +71,11 @@ const std::vector<Entry>& table() {
       {{"starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b"}, {{"\\p{N}", kGpt2}, false}},
       {{"llama3", "llama-v3", "llama-bpe", "falcon3", "pixtral"}, {{kLlama3}, true, true}},
       {{"dbrx", "smaug-bpe"}, {{kLlama3}, false}},
+      // GLM-4 (llama.cpp's CHATGLM4: Llama 3's pattern with its contractions
+      // spelled case by case), with no BOS; glm4's files skip merges for
+      // whole-token words, chatglm-bpe's do not.
+      {{"glm4", "glm5"}, {{kLlama3}, true, false, true}},
+      {{"chatglm-bpe"}, {{kLlama3}, false, false, true}},
       {{"qwen2", "deepseek-r1-qwen", "stablelm2"}, {{kQwen2}, false}},
       {{"gpt-4o"}, {{kO200k}, false}},
       {{"tekken"}, {{kTekken}, true, true}},

@@ -17,6 +17,9 @@ struct PreTokenizer {
   // Whether encoding starts with BOS when the file has no
   // tokenizer.ggml.add_bos_token (llama.cpp's default for Llama 3's family).
   bool add_bos = false;
+  // The vocabulary's BOS is never added, whatever the file says (ChatGLM's
+  // and GLM-4's: their templates write [gMASK]<sop>; llama.cpp drops the id).
+  bool no_bos = false;
 };
 
 // The pre-tokenizer of a `tokenizer.ggml.pre` value ("" and "default": the

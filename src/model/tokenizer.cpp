@@ -125,6 +125,7 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& f) {
   // BPE ones only where their pre-tokenizer's family does (Llama 3).
   const bool bos_by_default = s.model == "llama" || (s.model == "gpt2" && pre->add_bos);
   s.add_bos = f.get_bool("tokenizer.ggml.add_bos_token", bos_by_default);
+  if (s.model == "gpt2" && pre->no_bos) s.bos = -1, s.add_bos = false;
   s.chat_template = f.get_string("tokenizer.chat_template", "");
   s.chat_template_tool_use = f.get_string("tokenizer.chat_template.tool_use", "");
   try {

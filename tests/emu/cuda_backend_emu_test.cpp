@@ -50,7 +50,7 @@ std::vector<float> run(const LlamaModel& m) {
 TEST(CudaBackendEmulated, EveryArchitecturesForwardPassIsTheCpus) {
   if (cpu_isa() < Isa::kAvx2) GTEST_SKIP() << "the device matmul gives the AVX2 and AVX-512 kernels' bits";
   for (const char* arch : {"llama", "llama3", "qwen2", "qwen3", "gemma3", "qwen3moe", "gpt-oss", "phi3", "mistral3", "smollm3", "granite",
-                           "gemma2", "olmo2"})
+                           "gemma2", "olmo2", "glm4"})
     for (uint32_t type : {8u, 2u, 0u}) {
       const std::string arc = arch;
       if (type == 2 && arc != "llama3" && arc != "qwen3moe") continue;                     // Q4_0: two will do
