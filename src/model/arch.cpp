@@ -34,7 +34,7 @@ constexpr std::array kArchs = {
     // attn_qkv where the file has one), RoPE on adjacent pairs over part of
     // each head.
     ArchTraits{.name = "glm4", .rope = RopeStyle::kAdjacent, .post_norms = true, .fused_gate_up = true,
-               .pre_norms = true, .glm_keys = true},
+               .glm_keys = true},
     // Phi-3, Phi-3.5 and Phi-4 (arch "phi3"): fused Q/K/V and gate/up
     // projections, RoPE by halves (over the first rope.dimension_count
     // dimensions: Phi-4-mini turns 3/4 of each head), LongRoPE's factors

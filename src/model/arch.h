@@ -30,8 +30,9 @@ struct ArchTraits {
   RopeStyle rope = RopeStyle::kAdjacent;
   bool qkv_bias = false;  // attn_{q,k,v}.bias required (Qwen 2); optional elsewhere
   bool qk_norm = false;   // attn_{q,k}_norm.weight: an RMSNorm over each head before RoPE (Qwen 3, Gemma 3)
-  // Gemma 2 and 3: post_attention_norm / post_ffw_norm on each block's
-  // output before its residual, embeddings times sqrt(n_embd), GeGLU.
+  // Gemma 2 and 3 (and OLMo 2, GLM-4): post_attention_norm / post_ffw_norm
+  // on each block's output before its residual; Gemma's embeddings times
+  // sqrt(n_embd) (scale_embd) and GeGLU.
   bool post_norms = false;
   bool scale_embd = false;
   FfnAct act = FfnAct::kSilu;

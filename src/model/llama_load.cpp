@@ -361,7 +361,7 @@ void LlamaModel::load_weights(const ArchTraits& traits) {
       L.attn_norm = load_vector(f, p + "attn_norm.weight", E);
       L.ffn_norm = load_vector(f, p + std::string(traits.ffn_norm) + ".weight", E);
     }
-    // Post-norms are Gemma's and OLMo 2's (gpt-oss's post_attention_norm is its FFN norm).
+    // Post-norms are Gemma's, OLMo 2's and GLM-4's (gpt-oss's post_attention_norm is its FFN norm).
     if (traits.post_norms) L.attn_post_norm = optional_vector(f, p + "post_attention_norm.weight", E, true);
     L.ffn_post_norm = optional_vector(f, p + "post_ffw_norm.weight", E, traits.post_norms);
     // Phi-3's fused projection (attn_qkv): the queries' rows, then the
