@@ -148,20 +148,6 @@ struct Shape {
   static constexpr int kRows = Rows, kTile = Tile, kPvRows = PvRows, kPvCols = PvCols;
 };
 
-// cap * tanh(s / cap), as (1 - e) / (1 + e) with e = exp(-2 |s / cap|) and
-// the sign of s (model/ops_math.h's fp::softcap, a vector at a time):
-// exp_nonpos's error (2e-7 relative) moves a capped score by
-// about cap * 4e-7, less than fp32 rounds a score of that size.
-template <class Ops>
-inline typename Ops::V softcap_vec(typename Ops::V s, typename Ops::V cap, typename Ops::V inv_cap) {
-  using V = typename Ops::V;
-  const V y = Ops::mul(s, inv_cap);
-  const V e = exp_nonpos<V, Ops>(Ops::max(Ops::mul(Ops::set1(-2.0f), Ops::abs(y)), Ops::set1(-100.0f)));
-  const V one = Ops::set1(1.0f);
-  const V t = Ops::div(Ops::sub(one, e), Ops::add(one, e));
-  return Ops::mul(cap, Ops::copysign(t, y));
-}
-
 // Online softmax for all rows, Ops::kWidth rows at a time: turns S into
 // weights exp(s - m_new) (0 where masked), folds their sums into l, moves m,
 // and rescales o where m moved. Row maxima and sums of a group come out of

@@ -1,5 +1,5 @@
 // Vector exp for the softmax, shared by the AVX2 and AVX-512 kernels and the
-// forward pass's SwiGLU (see block_impl.h for why it lives in the including
+// forward pass's SwiGLU (and the soft-cap built on it) (see block_impl.h for why it lives in the including
 // file's anonymous namespace).
 namespace {
 // exp(x) for finite x <= 0: 2^(x log2 e) as 2^n * p(f), |f| <= 1/2, p the
@@ -22,6 +22,21 @@ V exp_nonpos(V x) {
   p = Ops::fma(p, f, Ops::set1(6.9314718055994531e-1f));
   p = Ops::fma(p, f, Ops::set1(1.0f));
   return Ops::scale_pow2(p, n);
+}
+
+// cap * tanh(s / cap), as (1 - e) / (1 + e) with e = exp(-2 |s / cap|) and
+// the sign of s (model/ops_math.h's fp::softcap, a vector at a time; the
+// block kernels' scores and the forward pass's logits):
+// exp_nonpos's error (2e-7 relative) moves a capped score by
+// about cap * 4e-7, less than fp32 rounds a score of that size.
+template <class Ops>
+inline typename Ops::V softcap_vec(typename Ops::V s, typename Ops::V cap, typename Ops::V inv_cap) {
+  using V = typename Ops::V;
+  const V y = Ops::mul(s, inv_cap);
+  const V e = exp_nonpos<V, Ops>(Ops::max(Ops::mul(Ops::set1(-2.0f), Ops::abs(y)), Ops::set1(-100.0f)));
+  const V one = Ops::set1(1.0f);
+  const V t = Ops::div(Ops::sub(one, e), Ops::add(one, e));
+  return Ops::mul(cap, Ops::copysign(t, y));
 }
 
 }  // namespace

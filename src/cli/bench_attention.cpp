@@ -124,21 +124,16 @@ AttnProblem problem(const World& w, const std::vector<float>& q, std::vector<flo
   return {&w.tree->pool(), &w.plan, 0, q.data(), out.data(), w.ws.get()};
 }
 
-// A call of one attention path on a world (its problem captured by value).
+// A call of one attention path on a world (its problem captured by value),
+// scores soft-capped at `softcap` when it is not 0 (Gemma 2).
 std::function<void()> call(const World& w, const std::vector<float>& q, std::vector<float>& out,
-                           void (*path)(const AttnProblem&)) {
-  const AttnProblem p = problem(w, q, out);
+                           void (*path)(const AttnProblem&), float softcap = 0) {
+  AttnProblem p = problem(w, q, out);
+  p.softcap = softcap;
   return [p, path] { path(p); };
 }
 
 void tpp_default(const AttnProblem& p) { attn_tpp(p); }
-
-// TPP with every score soft-capped at `cap` (Gemma 2).
-std::function<void()> call_capped(const World& w, const std::vector<float>& q, std::vector<float>& out, float cap) {
-  AttnProblem p = problem(w, q, out);
-  p.softcap = cap;
-  return [p] { attn_tpp(p); };
-}
 
 // Reference-contiguous: each sequence's K^T and V in one dense fp16 buffer per
 // head (no chunks, no sharing), the same block kernel walking it 64 keys at a time.
@@ -265,7 +260,7 @@ int run(const Opts& given) {
       std::vector<std::function<void()>> calls = {call(alone, q, out, attn_per_sequence),
                                                   call(w, q, out, attn_per_sequence), call(w, q, out, tpp_default),
                                                   call(w, q, out, attn_relay)};
-      if (o.softcap > 0) calls.push_back(call_capped(w, q, out, o.softcap));
+      if (o.softcap > 0) calls.push_back(call(w, q, out, tpp_default, o.softcap));
       const auto us = interleaved_us(calls, o.reps, {nullptr, nullptr, pair});
       const double noshare = us[0], per = us[1], tpp = us[2], relay = us[3];
       if (o.softcap > 0) {

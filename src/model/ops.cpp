@@ -20,6 +20,11 @@ struct Avx2 {
   static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
   static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
   static V round(V a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  static V div(V a, V b) { return _mm256_div_ps(a, b); }
+  static V max(V a, V b) { return _mm256_max_ps(a, b); }
+  static V abs(V a) { return _mm256_andnot_ps(set1(-0.0f), a); }
+  static V copysign(V mag, V sgn) { return _mm256_or_ps(mag, _mm256_and_ps(sgn, set1(-0.0f))); }
   static V scale_pow2(V p, V n) {  // p * 2^n; n < -126 gives +0 (as in block_avx2.cpp)
     n = _mm256_max_ps(n, set1(-127.0f));
     const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
@@ -108,17 +113,10 @@ void rmsnorm(const float* x, const float* w, int n, float eps, float* out) {
 }
 
 void softcap(float* x, size_t n, float cap) {
-  const __m256 inv = _mm256_set1_ps(1.0f / cap), vcap = _mm256_set1_ps(cap), one = _mm256_set1_ps(1.0f);
-  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256 inv = _mm256_set1_ps(1.0f / cap), vcap = _mm256_set1_ps(cap);
   const long n8 = long(n / 8);
 #pragma omp parallel for schedule(static) if (n8 >= 16384)
-  for (long b = 0; b < n8; ++b) {
-    const __m256 y = _mm256_mul_ps(_mm256_loadu_ps(x + 8 * b), inv);
-    const __m256 a = _mm256_mul_ps(_mm256_set1_ps(-2.0f), _mm256_andnot_ps(sign, y));
-    const __m256 e = exp_nonpos<__m256, Avx2>(_mm256_max_ps(a, _mm256_set1_ps(-100.0f)));
-    const __m256 t = _mm256_div_ps(_mm256_sub_ps(one, e), _mm256_add_ps(one, e));
-    _mm256_storeu_ps(x + 8 * b, _mm256_mul_ps(vcap, _mm256_or_ps(t, _mm256_and_ps(y, sign))));
-  }
+  for (long b = 0; b < n8; ++b) _mm256_storeu_ps(x + 8 * b, softcap_vec<Avx2>(_mm256_loadu_ps(x + 8 * b), vcap, inv));
   for (size_t i = size_t(n8) * 8; i < n; ++i) x[i] = fp::softcap(x[i], cap);
 }
 
